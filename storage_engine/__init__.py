@@ -1,0 +1,65 @@
+"""rocketha's storage engine: CommitLog + ConsumeQueue in RocketMQ's record layout.
+
+The public surface; import only from here (`from storage_engine import MessageStore`).
+"""
+
+from __future__ import annotations
+
+from storage_engine.commit_log import RecoveryScan
+from storage_engine.config import FlushDiskType, StoreConfig
+from storage_engine.epoch import EpochEntry, EpochFile, find_consistent_point
+from storage_engine.errors import (
+    ConfigError,
+    CorruptFileError,
+    CorruptRecordError,
+    InvalidMessageError,
+    StorageError,
+    StoreClosedError,
+    StoreLockedError,
+    TruncateBelowConfirmError,
+)
+from storage_engine.message_store import MessageStore, StoreStats
+from storage_engine.messages import GetResult, Message, MessageBatch, PutResult, TagFilter
+from storage_engine.record_format import (
+    StoredMessage,
+    decode_properties,
+    decode_record,
+    encode_properties,
+    java_string_hash,
+    make_msg_id,
+    scan_record,
+)
+from storage_engine.statuses import GetStatus, PutStatus
+
+__all__ = [
+    "ConfigError",
+    "CorruptFileError",
+    "CorruptRecordError",
+    "EpochEntry",
+    "EpochFile",
+    "FlushDiskType",
+    "GetResult",
+    "GetStatus",
+    "InvalidMessageError",
+    "Message",
+    "MessageBatch",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "RecoveryScan",
+    "StorageError",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreLockedError",
+    "StoreStats",
+    "StoredMessage",
+    "TagFilter",
+    "TruncateBelowConfirmError",
+    "decode_properties",
+    "decode_record",
+    "encode_properties",
+    "find_consistent_point",
+    "java_string_hash",
+    "make_msg_id",
+    "scan_record",
+]

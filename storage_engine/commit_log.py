@@ -1,0 +1,262 @@
+"""CommitLog: every message of every queue, appended in one byte sequence of fixed-size segments.
+
+The CommitLog knows records (record_format) and segments (segment); it does not know queues
+beyond the queue offsets it writes into records. Positions are `log_position`s: byte positions in
+the whole log, stable across segments. See record_format for the record layout; a segment ends
+with a BLANK record when the next record does not fit, so records never span segments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from storage_engine.record_format import (
+    BLANK_RECORD_SIZE_BYTES,
+    HEADER,
+    HEADER_SIZE_BYTES,
+    encode_batch,
+    encode_blank,
+    scan_record,
+    tags_code_of,
+)
+from storage_engine.segment import Segment, SegmentQueue, discard_tail
+
+__all__ = ["CommitLog", "RecoveryScan", "RecordRef"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryScan:
+    """What a recovery scan found: the valid end, and what it cut after it."""
+
+    scanned_from_log_position: int
+    valid_end_log_position: int
+    cut_bytes: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordRef:
+    """The fields the dispatcher needs from a record (parsed without a full decode)."""
+
+    log_position: int
+    size_bytes: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp_ms: int
+    tags_code: int
+
+
+class CommitLog:
+    """Segmented append-only log of records. Writers are serialized by the store's lock."""
+
+    def __init__(self, directory: Path, segment_size_bytes: int) -> None:
+        self.segment_size_bytes = segment_size_bytes
+        self._segments = SegmentQueue(directory, segment_size_bytes)
+
+    @property
+    def min_log_position(self) -> int:
+        return self._segments.min_position
+
+    @property
+    def end_log_position(self) -> int:
+        return self._segments.end_position
+
+    @property
+    def flushed_log_position(self) -> int:
+        return self._segments.flushed_position
+
+    @property
+    def segments(self) -> Sequence[Segment]:
+        return self._segments.segments
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self, scan_from_log_position: int) -> RecoveryScan:
+        """Find the last valid record at or after the start of the segment holding
+        `scan_from_log_position`, and cut everything after it (crash recovery, DESIGN.md §4)."""
+        segments = self._segments.segments
+        if not segments:
+            return RecoveryScan(0, 0, 0, "empty log")
+        start = min(max(scan_from_log_position, segments[0].base_position),
+                    segments[-1].base_position + segments[-1].size_bytes - 1)
+        index = (start - segments[0].base_position) // self.segment_size_bytes
+        for earlier in segments[:index]:
+            earlier.write_position = earlier.flushed_position = earlier.size_bytes
+        scan_from = segments[index].base_position
+        end, reason = scan_from, "end of data"
+        while index < len(segments):
+            segment = segments[index]
+            relative, reason = _scan_segment(segment)
+            end = segment.base_position + relative
+            if relative < segment.size_bytes:
+                break
+            segment.write_position = segment.flushed_position = segment.size_bytes
+            index += 1
+        cut_bytes = self._cut_after(end)
+        return RecoveryScan(scan_from, end, cut_bytes, reason)
+
+    def _cut_after(self, end: int) -> int:
+        """Zero the rest of the segment holding `end` and delete every later segment."""
+        cut_bytes = 0
+        segments = self._segments.segments
+        while segments and segments[-1].base_position > end:
+            last = segments[-1]
+            cut_bytes += max(_written_extent(last), 0)
+            self._segments.truncate_to(last.base_position)
+        segment = self._segments.find(end)
+        if segment is not None:
+            relative = end - segment.base_position
+            cut_bytes += max(_written_extent(segment) - relative, 0)
+            discard_tail(segment, relative)
+        return cut_bytes
+
+    # -- writing ----------------------------------------------------------------------------
+    def append_batch(
+        self,
+        *,
+        topic_meta: bytes,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes] | None,
+        queue_ids: Sequence[int],
+        next_queue_offsets: dict[int, int],
+        store_timestamp_ms: int,
+        store_host: bytes,
+        born_timestamp_ms: int,
+        born_host: bytes,
+        flag: int,
+    ) -> list[tuple[int, int, int, int]]:
+        """Encode and write all messages, rolling segments as needed.
+
+        Returns one (queue_id, queue_offset, log_position, size_bytes) per message.
+        """
+        placed: list[tuple[int, int, int, int]] = []
+        index = 0
+        while index < len(bodies):
+            segment = self._segments.writable_segment()
+            parts: list[bytes] = []
+            stop = encode_batch(
+                topic_meta=topic_meta, bodies=bodies, properties=properties, queue_ids=queue_ids,
+                start_index=index, next_queue_offsets=next_queue_offsets,
+                log_position=segment.end_position, space_bytes=segment.remaining_bytes(),
+                store_timestamp_ms=store_timestamp_ms, store_host=store_host,
+                born_timestamp_ms=born_timestamp_ms, born_host=born_host, flag=flag,
+                out_parts=parts, out_placed=placed,
+            )
+            if parts:
+                segment.write(b"".join(parts))
+            if stop < len(bodies):
+                self._seal_and_roll(segment)
+            index = stop
+        return placed
+
+    def _seal_and_roll(self, segment: Segment) -> None:
+        remaining = segment.remaining_bytes()
+        assert remaining >= BLANK_RECORD_SIZE_BYTES, (segment.path, remaining)
+        segment.write(encode_blank(remaining))
+        segment.write_position = segment.size_bytes  # the blank covers the rest (zeros)
+        self._segments.roll()
+
+    def append_raw(self, log_position: int, data: bytes | memoryview) -> None:
+        """Append bytes copied from another replica's log at the same positions (physical
+        replication). `data` must start at our end and follow the segment layout exactly."""
+        assert log_position == self.end_log_position, (log_position, self.end_log_position)
+        view = memoryview(data)
+        while view:
+            segment = self._segments.writable_segment()
+            if segment.remaining_bytes() == 0:
+                segment = self._segments.roll()
+            chunk = min(len(view), segment.remaining_bytes())
+            segment.write(view[:chunk])
+            view = view[chunk:]
+
+    def start_at(self, log_position: int) -> None:
+        """An empty log begins at `log_position` (a slave that starts at the master's minimum)."""
+        assert not self._segments.segments and log_position % self.segment_size_bytes == 0
+        self._segments.start_at(log_position)
+
+    def flush(self) -> int:
+        return self._segments.flush()
+
+    def truncate_to(self, log_position: int) -> None:
+        self._segments.truncate_to(log_position)
+
+    def delete_first_segment(self) -> Segment:
+        return self._segments.delete_first()
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(self, log_position: int, size_bytes: int) -> bytes | None:
+        return self._segments.read(log_position, size_bytes)
+
+    def read_raw(self, log_position: int, size_bytes_max: int) -> bytes:
+        """Bytes from `log_position` up to the written end, within one segment."""
+        segment = self._segments.find(log_position)
+        if segment is None:
+            return b""
+        relative = log_position - segment.base_position
+        size = min(size_bytes_max, segment.write_position - relative)
+        if size <= 0:
+            return b""
+        return segment.read(relative, size)
+
+    def iter_records(self, from_log_position: int, to_log_position: int) -> Iterator[RecordRef]:
+        """Parse the records in [from, to): both must be record boundaries of verified data."""
+        position = from_log_position
+        while position < to_log_position:
+            segment = self._segments.find(position)
+            assert segment is not None, position
+            relative = position - segment.base_position
+            data = segment.map
+            total, magic = HEADER.unpack_from(data, relative)[:2]
+            if magic != 0xDAA320A7:  # BLANK: skip to the next segment
+                position = segment.base_position + segment.size_bytes
+                continue
+            yield _record_ref(data, relative, position, total)
+            position += total
+
+
+def _record_ref(data: object, relative: int, position: int, total: int) -> RecordRef:
+    fields = HEADER.unpack_from(data, relative)  # type: ignore[arg-type]
+    body_size = fields[14]
+    topic_at = relative + HEADER_SIZE_BYTES + body_size
+    raw = data[topic_at:relative + total]  # type: ignore[index]
+    topic_size = raw[0]
+    topic = raw[1:1 + topic_size].decode("ascii")
+    tags_code = tags_code_of(raw[3 + topic_size:])
+    return RecordRef(position, total, topic, fields[3], fields[5], fields[10], tags_code)
+
+
+def _scan_segment(segment: Segment) -> tuple[int, str]:
+    """(relative end of the valid records, why the scan stopped). A BLANK ends the segment."""
+    data = segment.map
+    size = segment.size_bytes
+    position = 0
+    while position < size:
+        total = scan_record(data, position, size)
+        if total == 0:
+            return size, "segment sealed"
+        if total < 0:
+            if data[position:position + 8] == bytes(8):
+                return position, "zero-filled tail"
+            return position, f"invalid record at segment offset {position}"
+        position += total
+    return position, "segment full"
+
+
+def _written_extent(segment: Segment) -> int:
+    """How far non-zero bytes reach in the segment (for reporting what recovery cut)."""
+    data = segment.map
+    end = segment.size_bytes
+    step = 1 << 20
+    while end > 0:
+        start = max(0, end - step)
+        chunk = data[start:end]
+        stripped = chunk.rstrip(b"\x00")
+        if stripped:
+            return start + len(stripped)
+        end = start
+    return 0

@@ -1,0 +1,182 @@
+"""ConsumeQueue: the per-(topic, queue) index of a CommitLog (RocketMQ's 20-byte CQ unit).
+
+    entry (20 bytes, big-endian, entry n at byte n * 20 of the queue's byte space)
+    0   8  log_position   where the record starts in the CommitLog
+    8   4  size_bytes     the record's TOTALSIZE (> 0; 0 marks "no entry yet")
+    12  8  tags_code      Java String.hashCode of the TAGS property, 0 without tags
+
+Files live in `consumequeue/<topic>/<queue_id>/<20-digit byte position>`. The index is derived
+data: the dispatcher writes it after the CommitLog bytes it points at, never ahead of them, and
+recovery can always rebuild it from the CommitLog. Entries of one queue have increasing
+log_positions, which makes "cut every entry at or past log_position P" a binary search.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from storage_engine.segment import SegmentQueue
+
+__all__ = ["CONSUME_QUEUE_ENTRY", "ConsumeQueue"]
+
+CONSUME_QUEUE_ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = CONSUME_QUEUE_ENTRY.size
+assert ENTRY_SIZE == 20
+_EMPTY_ENTRY = bytes(ENTRY_SIZE)
+
+
+class ConsumeQueue:
+    """One queue's index. Not thread-safe for writers; the store serializes them."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, segment_entries: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self._segments = SegmentQueue(directory, segment_entries * ENTRY_SIZE)
+        self._recover_write_end()
+
+    def _recover_write_end(self) -> None:
+        """Find where the queue starts and ends after a restart.
+
+        The first segment may begin with empty entries (a queue that started at a later
+        queue_offset, e.g. on a slave that began at the master's minimum), so the minimum is the
+        first non-empty entry; the end is the first empty entry after it in the last segment.
+        """
+        segments = self._segments.segments
+        self._min_queue_offset = 0
+        if not segments:
+            return
+        for segment in segments[:-1]:
+            segment.write_position = segment.flushed_position = segment.size_bytes
+        first_data = segments[0].read(0, segments[0].size_bytes)
+        leading_zero_bytes = len(first_data) - len(first_data.lstrip(b"\x00"))
+        lead_entries = min(leading_zero_bytes // ENTRY_SIZE, len(first_data) // ENTRY_SIZE)
+        self._min_queue_offset = segments[0].base_position // ENTRY_SIZE + lead_entries
+        last = segments[-1]
+        data = first_data if last is segments[0] else last.read(0, last.size_bytes)
+        search_from = lead_entries * ENTRY_SIZE if last is segments[0] else 0
+        end = _first_empty_entry(data, search_from)
+        last.write_position = last.flushed_position = end
+
+    # -- positions --------------------------------------------------------------------------
+    @property
+    def min_queue_offset(self) -> int:
+        return max(self._min_queue_offset, self._segments.min_position // ENTRY_SIZE)
+
+    @property
+    def max_queue_offset(self) -> int:
+        """The next queue_offset to be written (RocketMQ's maxOffset)."""
+        if not self._segments.segments:
+            return self._min_queue_offset
+        return self._segments.end_position // ENTRY_SIZE
+
+    # -- writing ----------------------------------------------------------------------------
+    def append(self, first_queue_offset: int, entries: bytes) -> None:
+        """Write packed entries starting at `first_queue_offset` (the current end, or the start
+        of an empty queue)."""
+        assert len(entries) % ENTRY_SIZE == 0
+        position = first_queue_offset * ENTRY_SIZE
+        if not self._segments.segments:
+            assert first_queue_offset >= self._min_queue_offset, (self.topic, first_queue_offset)
+            self._segments.start_at(position)
+            self._min_queue_offset = first_queue_offset
+        assert position == self._segments.end_position, (
+            self.topic, self.queue_id, first_queue_offset, self.max_queue_offset)
+        view = memoryview(entries)
+        while view:
+            segment = self._segments.writable_segment()
+            if segment.remaining_bytes() == 0:
+                segment = self._segments.roll()
+            chunk = min(len(view), segment.remaining_bytes())
+            segment.write(view[:chunk])
+            view = view[chunk:]
+
+    def flush(self) -> None:
+        self._segments.flush()
+
+    def truncate_from_log_position(self, log_position: int) -> None:
+        """Remove every entry whose record starts at or after `log_position`."""
+        low, high = self.min_queue_offset, self.max_queue_offset
+        while low < high:  # first entry with entry.log_position >= log_position
+            mid = (low + high) // 2
+            entry = self.entry(mid)
+            if entry is not None and entry[0] < log_position:
+                low = mid + 1
+            else:
+                high = mid
+        self.truncate_to_queue_offset(low)
+
+    def truncate_to_queue_offset(self, queue_offset: int) -> None:
+        if queue_offset >= self.max_queue_offset:
+            return
+        if queue_offset <= self.min_queue_offset:
+            self.delete_all(next_queue_offset=queue_offset)
+            return
+        self._segments.truncate_to(queue_offset * ENTRY_SIZE)
+
+    # -- reading ----------------------------------------------------------------------------
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(log_position, size_bytes, tags_code), or None outside [min, max)."""
+        if not self.min_queue_offset <= queue_offset < self.max_queue_offset:
+            return None
+        raw = self._segments.read(queue_offset * ENTRY_SIZE, ENTRY_SIZE)
+        if raw is None:
+            return None
+        return CONSUME_QUEUE_ENTRY.unpack(raw)
+
+    def read_entries(self, queue_offset: int, count: int) -> bytes:
+        """Raw entries from `queue_offset`, at most `count`, never crossing a segment."""
+        end = min(queue_offset + count, self.max_queue_offset)
+        if queue_offset < self.min_queue_offset or end <= queue_offset:
+            return b""
+        segment = self._segments.find(queue_offset * ENTRY_SIZE)
+        if segment is None:
+            return b""
+        segment_end = (segment.base_position + segment.size_bytes) // ENTRY_SIZE
+        end = min(end, segment_end)
+        raw = self._segments.read(queue_offset * ENTRY_SIZE, (end - queue_offset) * ENTRY_SIZE)
+        return raw or b""
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        return self.entry(self.max_queue_offset - 1)
+
+    # -- retention --------------------------------------------------------------------------
+    def delete_segments_before_log_position(self, log_position: int) -> int:
+        """Drop whole index segments whose every entry points below `log_position`."""
+        deleted = 0
+        segments = self._segments.segments
+        while len(segments) > 1:
+            first = segments[0]
+            last_index = (first.base_position + first.size_bytes) // ENTRY_SIZE - 1
+            entry = self.entry(last_index)
+            if entry is None or entry[0] >= log_position:
+                break
+            self._segments.delete_first()
+            deleted += 1
+        return deleted
+
+    def delete_all(self, *, next_queue_offset: int = 0) -> None:
+        for segment in list(self._segments.segments):
+            segment.close()
+            segment.path.unlink(missing_ok=True)
+        self._segments.segments = []
+        self._min_queue_offset = next_queue_offset
+
+    def close(self) -> None:
+        self._segments.close()
+
+
+def _first_empty_entry(data: bytes, start: int) -> int:
+    """Byte position of the first all-zero 20-byte entry (len(data) when there is none).
+
+    A run of 20 zero bytes cannot occur inside written entries at any alignment (size_bytes is
+    never 0 and splits every run), so `bytes.find` on a zero run is a safe fast search.
+    """
+    while True:
+        found = data.find(_EMPTY_ENTRY, start)
+        if found < 0:
+            return len(data) - len(data) % ENTRY_SIZE
+        candidate = -(-found // ENTRY_SIZE) * ENTRY_SIZE
+        if data[candidate:candidate + ENTRY_SIZE] == _EMPTY_ENTRY or candidate >= len(data):
+            return min(candidate, len(data))
+        start = found + 1

@@ -1,0 +1,100 @@
+"""Errors of the storage engine.
+
+Expected outcomes on the hot paths (a full queue, an offset out of range, a flush that timed out)
+are *statuses* (`PutStatus`, `GetStatus` in `storage_engine.statuses`), never exceptions. The
+exceptions below are for environmental failures and bad input at the API edge:
+
+    StorageError                      base; carries the path / log position it is about
+    ├── ConfigError                   a StoreConfig field is invalid (names the key)
+    ├── StoreLockedError              another process holds the store directory's lock file
+    ├── CorruptRecordError            bytes that do not decode as a record (names the position)
+    ├── CorruptFileError              a metadata file (checkpoint, epoch file) fails its checksum
+    ├── TruncateBelowConfirmError     a truncation would cut data below the confirm position
+    ├── InvalidMessageError           a message breaks a limit; `.status` is the PutStatus to report
+    └── StoreClosedError              the store was closed
+
+`retriable` tells a caller (later: the wire protocol's error table) whether the same request may
+succeed when repeated.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ConfigError",
+    "CorruptFileError",
+    "CorruptRecordError",
+    "InvalidMessageError",
+    "StorageError",
+    "StoreClosedError",
+    "StoreLockedError",
+    "TruncateBelowConfirmError",
+]
+
+
+class StorageError(Exception):
+    """Base of every error raised by the storage engine."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ConfigError(StorageError, ValueError):
+    """A configuration value is invalid; the message names the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class StoreLockedError(StorageError):
+    """The store directory is locked by another process."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"store directory is in use by another process (lock file {path} is held); "
+            "stop that broker first or use another storePathRootDir"
+        )
+        self.path = path
+
+
+class CorruptRecordError(StorageError):
+    """Bytes at a position do not decode as a CommitLog record."""
+
+    def __init__(self, reason: str, *, log_position: int = -1) -> None:
+        where = f" at log_position {log_position}" if log_position >= 0 else ""
+        super().__init__(f"corrupt record{where}: {reason}")
+        self.reason = reason
+        self.log_position = log_position
+
+
+class CorruptFileError(StorageError):
+    """A metadata file failed its checksum or could not be parsed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"corrupt file {path}: {reason}")
+        self.path = path
+
+
+class TruncateBelowConfirmError(StorageError):
+    """A truncation asked to cut data that replicas have confirmed (DESIGN.md §5.5)."""
+
+    def __init__(self, log_position: int, confirm_log_position: int) -> None:
+        super().__init__(
+            f"refusing to truncate to log_position {log_position}: below the confirm position "
+            f"{confirm_log_position}"
+        )
+        self.log_position = log_position
+        self.confirm_log_position = confirm_log_position
+
+
+class InvalidMessageError(StorageError, ValueError):
+    """A message breaks a limit (topic name, queue id, size); nothing was written."""
+
+    def __init__(self, status: object, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class StoreClosedError(StorageError):
+    """The store is closed."""

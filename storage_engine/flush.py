@@ -1,0 +1,114 @@
+"""Flush service: ASYNC_FLUSH timer and SYNC_FLUSH group commit (RocketMQ's FlushManager).
+
+One thread. In SYNC_FLUSH mode a put calls `wait_flushed(end)`: it raises the requested
+position and sleeps on a condition; the thread wakes, fdatasyncs once for every waiter that
+arrived meanwhile (group commit), publishes the new flushed position and wakes them all. A waiter
+whose deadline passes returns False (the store answers FLUSH_DISK_TIMEOUT). In ASYNC_FLUSH mode
+the thread flushes every `flush_interval_ms`. In both modes it writes the checkpoint every
+`checkpoint_interval_ms`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["FlushService"]
+
+logger = logging.getLogger(__name__)
+
+
+class FlushService:
+    def __init__(
+        self,
+        *,
+        flush: Callable[[], int],
+        checkpoint: Callable[[], None],
+        group_commit: bool,
+        flush_interval_ms: int,
+        checkpoint_interval_ms: int,
+        flushed_log_position: int,
+        name: str,
+    ) -> None:
+        self._flush = flush
+        self._checkpoint = checkpoint
+        self._group_commit = group_commit
+        self._flush_interval_s = flush_interval_ms / 1000.0
+        self._checkpoint_interval_s = checkpoint_interval_ms / 1000.0
+        self._condition = threading.Condition()
+        self._requested = flushed_log_position
+        self._flushed = flushed_log_position
+        self._stopping = False
+        self._flush_count = 0
+        self.last_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @property
+    def flushed_log_position(self) -> int:
+        return self._flushed
+
+    @property
+    def flush_count(self) -> int:
+        return self._flush_count
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+        self._thread.join()
+
+    def wait_flushed(self, log_position: int, timeout_ms: int) -> bool:
+        """Block until bytes below `log_position` are fsynced; False when the deadline passed."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        with self._condition:
+            if self._flushed >= log_position:
+                return True
+            if log_position > self._requested:
+                self._requested = log_position
+                self._condition.notify_all()
+            while self._flushed < log_position:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping:
+                    return False
+                self._condition.wait(remaining)
+            return True
+
+    def _run(self) -> None:
+        next_checkpoint = time.monotonic() + self._checkpoint_interval_s
+        while True:  # the one loop of this thread; ends on stop()
+            with self._condition:
+                if self._stopping:
+                    return
+                if self._group_commit:
+                    if self._requested <= self._flushed:
+                        self._condition.wait(min(self._flush_interval_s, 0.2))
+                else:
+                    self._condition.wait(self._flush_interval_s)
+                if self._stopping:
+                    return
+            self._flush_once()
+            if time.monotonic() >= next_checkpoint:
+                next_checkpoint = time.monotonic() + self._checkpoint_interval_s
+                try:
+                    self._checkpoint()
+                except Exception as err:  # thread boundary: report, keep flushing
+                    logger.error("checkpoint failed: %s", err)
+                    self.last_error = err
+
+    def _flush_once(self) -> None:
+        try:
+            flushed = self._flush()
+        except Exception as err:  # thread boundary: waiters time out with FLUSH_DISK_TIMEOUT
+            logger.error("flush failed: %s", err)
+            self.last_error = err
+            return
+        with self._condition:
+            if flushed > self._flushed:
+                self._flushed = flushed
+                self._flush_count += 1
+            self._condition.notify_all()

@@ -1,0 +1,645 @@
+"""MessageStore: CommitLog + ConsumeQueues + flush + checkpoint + epochs, in one directory.
+
+    <storePathRootDir>/
+        commitlog/<20-digit log_position>            segments of records (commit_log)
+        consumequeue/<topic>/<queue_id>/<20-digit>   20-byte index entries (consume_queue)
+        checkpoint  epochFileCheckpoint  lock  abort   (checkpoint, epoch)
+
+Write path: `append` validates the whole batch (nothing is written when any message is bad),
+then under one lock assigns queue offsets, encodes and writes the records, and dispatches their
+ConsumeQueue entries right after the CommitLog bytes (the index is never ahead of the log).
+`put_messages` adds the durability wait of SYNC_FLUSH (group commit). Replication (ha/) builds on
+`append`, `read_log`, `append_replicated`, `truncate_to` and the confirm position.
+
+Visibility: reads never return a record past `confirm_log_position`. A standalone store
+(`auto_confirm=True`) confirms what is written (ASYNC_FLUSH) or what is fsynced (SYNC_FLUSH), so a
+reader never sees a message that a crash could take back; under replication the master sets it.
+
+Recovery (on open): redo an interrupted truncation, scan the CommitLog from the last checkpoint's
+segment and cut at the first invalid record, trim ConsumeQueue entries past that end, rebuild the
+entries the checkpoint does not vouch for by parsing the CommitLog, and recompute next offsets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from storage_engine.checkpoint import Checkpoint, DirectoryLock, read_checkpoint, write_checkpoint
+from storage_engine.commit_log import CommitLog, RecordRef, RecoveryScan
+from storage_engine.config import QUEUE_ID_MAX, TOPIC_LENGTH_MAX, FlushDiskType, StoreConfig
+from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY, ConsumeQueue
+from storage_engine.epoch import EpochFile
+from storage_engine.errors import (
+    CorruptFileError,
+    StorageError,
+    StoreClosedError,
+    TruncateBelowConfirmError,
+)
+from storage_engine.flush import FlushService
+from storage_engine.messages import GetResult, Message, MessageBatch, PutResult, TagFilter
+from storage_engine.record_format import (
+    HEADER,
+    PROPERTIES_PAYLOAD_MAX_BYTES,
+    TOPIC_PATTERN,
+    decode_properties,
+    encode_host,
+    encode_properties,
+    java_string_hash,
+)
+from storage_engine.statuses import GetStatus, PutStatus
+
+__all__ = ["MessageStore", "StoreStats"]
+
+logger = logging.getLogger(__name__)
+
+_STORE_TIMESTAMP_AT = 56
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreStats:
+    min_log_position: int
+    end_log_position: int
+    flushed_log_position: int
+    confirm_log_position: int
+    commit_log_segments: int
+    queue_count: int
+    flush_count: int
+    recovered_after_crash: bool
+    last_recovery: RecoveryScan | None
+
+
+class MessageStore:
+    """An embedded message store over one directory. Thread-safe."""
+
+    def __init__(
+        self,
+        store_dir: str | Path,
+        config: StoreConfig,
+        *,
+        store_host: tuple[str, int] = ("127.0.0.1", 0),
+        auto_confirm: bool = True,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        self.config = config
+        self._store_host = encode_host(*store_host)
+        self._auto_confirm = auto_confirm
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._lock = threading.RLock()
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._next_queue_offsets: dict[str, dict[int, int]] = {}
+        self._topic_meta: dict[str, bytes] = {}
+        self._confirm_listeners: list[Callable[[int], None]] = []
+        self._closed = False
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._directory_lock = DirectoryLock(self.store_dir)
+        self._crashed = self._directory_lock.acquire()
+        try:
+            self._open()
+        except BaseException:
+            self._directory_lock.release(clean=False)
+            raise
+        self._flush = FlushService(
+            flush=self._flush_commit_log, checkpoint=self._write_checkpoint,
+            group_commit=self._sync_flush, flush_interval_ms=config.flush_interval_ms,
+            checkpoint_interval_ms=config.checkpoint_interval_ms,
+            flushed_log_position=self._commit_log.flushed_log_position,
+            name=f"flush-{self.store_dir.name}",
+        )
+        self._flush.start()
+
+    # -- open and recovery ------------------------------------------------------------------
+    def _open(self) -> None:
+        path = self.store_dir / "checkpoint"
+        try:
+            checkpoint = read_checkpoint(path) or Checkpoint(clean_shutdown=True)
+        except CorruptFileError as err:
+            logger.warning("%s; recovering from the start of the log", err)
+            checkpoint = Checkpoint()
+            self._crashed = True
+        self._commit_log = CommitLog(self.store_dir / "commitlog",
+                                     self.config.commit_log_segment_size_bytes)
+        self.epochs = EpochFile(self.store_dir / "epochFileCheckpoint")
+        if checkpoint.truncate_intent_log_position >= 0:
+            logger.warning("redoing an interrupted truncation to log_position %d",
+                           checkpoint.truncate_intent_log_position)
+            self._commit_log.truncate_to(checkpoint.truncate_intent_log_position)
+        scan_from = min(checkpoint.consume_queue_log_position, checkpoint.flushed_log_position)
+        self.last_recovery = self._commit_log.recover(scan_from)
+        end = self.last_recovery.valid_end_log_position
+        if self.last_recovery.cut_bytes:
+            logger.warning("recovery cut %d bytes after log_position %d (%s)",
+                           self.last_recovery.cut_bytes, end, self.last_recovery.reason)
+        self._load_consume_queues(end)
+        redispatch_from = max(min(checkpoint.consume_queue_log_position, end),
+                              self._commit_log.min_log_position)
+        for queue in self._queues.values():
+            queue.truncate_from_log_position(redispatch_from)
+        self._dispatch_refs(self._commit_log.iter_records(redispatch_from, end))
+        self.epochs.truncate_from(end + 1)
+        confirm = checkpoint.confirm_log_position
+        if self._auto_confirm:
+            confirm = end
+        self._confirm = min(max(confirm, self._commit_log.min_log_position), end)
+        self._commit_log.flush()
+        self._write_checkpoint()
+
+    def _load_consume_queues(self, log_end: int) -> None:
+        root = self.store_dir / "consumequeue"
+        root.mkdir(exist_ok=True)
+        for topic_dir in sorted(root.iterdir()):
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.name.isdigit():
+                    continue
+                queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
+                queue.truncate_from_log_position(log_end)
+
+    def _consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            directory = self.store_dir / "consumequeue" / topic / str(queue_id)
+            queue = ConsumeQueue(directory, topic, queue_id,
+                                 self.config.consume_queue_segment_entries)
+            self._queues[key] = queue
+        return queue
+
+    # -- writing ----------------------------------------------------------------------------
+    def put_message(self, message: Message) -> PutResult:
+        return self.put_messages(message.as_batch())
+
+    def put_messages(self, batch: MessageBatch) -> PutResult:
+        """Append, then (SYNC_FLUSH) wait for the group commit. FLUSH_DISK_TIMEOUT means
+        written but not known durable within `sync_flush_timeout_ms`."""
+        result = self.append(batch)
+        if result.status is PutStatus.PUT_OK and self._sync_flush:
+            if not self.wait_flushed(result.log_position_end, self.config.sync_flush_timeout_ms):
+                return dataclasses.replace(result, status=PutStatus.FLUSH_DISK_TIMEOUT)
+        return result
+
+    def append(self, batch: MessageBatch) -> PutResult:
+        """Write a batch without waiting for durability. Nothing is written when any message
+        is invalid (MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED with `error` saying why)."""
+        invalid = self._validate(batch)
+        if invalid is not None:
+            return invalid
+        properties, error = self._encode_properties(batch)
+        if error:
+            return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=error)
+        tags_codes = None if batch.tags is None else [
+            0 if tag is None else java_string_hash(tag) for tag in batch.tags]
+        with self._lock:
+            if self._closed:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is closed")
+            next_offsets = self._queue_offsets_for(batch.topic, batch.queue_ids)
+            placed = self._commit_log.append_batch(
+                topic_meta=self._meta_for(batch.topic), bodies=batch.bodies,
+                properties=properties, queue_ids=batch.queue_ids,
+                next_queue_offsets=next_offsets, store_timestamp_ms=self._clock_ms(),
+                store_host=self._store_host, born_timestamp_ms=batch.born_timestamp_ms,
+                born_host=encode_host(*batch.born_host), flag=batch.flag,
+            )
+            self._dispatch_placed(batch.topic, placed, tags_codes)
+            end = self._commit_log.end_log_position
+            advanced = self._auto_confirm and not self._sync_flush and end > self._confirm
+            if advanced:
+                self._confirm = end
+        if advanced:
+            self._notify_confirm(end)
+        return PutResult(
+            PutStatus.PUT_OK, log_position_end=end, queue_ids=batch.queue_ids,
+            queue_offsets=[p[1] for p in placed], log_positions=[p[2] for p in placed],
+        )
+
+    def _validate(self, batch: MessageBatch) -> PutResult | None:
+        def illegal(reason: str) -> PutResult:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, error=reason)
+
+        topic = batch.topic
+        if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic):
+            return illegal(f"topic {topic!r} must match ^[%|a-zA-Z0-9_-]+$")
+        if len(topic) > TOPIC_LENGTH_MAX:
+            return illegal(f"topic {topic[:20]!r}... is {len(topic)} chars, max {TOPIC_LENGTH_MAX}")
+        count = len(batch.bodies)
+        if count == 0 or count > self.config.batch_messages_max:
+            return illegal(f"batch of {count} messages, allowed 1..{self.config.batch_messages_max}")
+        for name in ("queue_ids", "tags", "keys", "properties"):
+            column = getattr(batch, name)
+            if column is not None and len(column) != count:
+                return illegal(f"{name} has {len(column)} entries for {count} bodies")
+        if min(batch.queue_ids) < 0 or max(batch.queue_ids) > QUEUE_ID_MAX:
+            return illegal(f"queue id outside 0..{QUEUE_ID_MAX}")
+        if not all(type(body) is bytes for body in batch.bodies):
+            return illegal("every body must be bytes")
+        largest = max(map(len, batch.bodies))
+        if largest > self.config.message_size_max_bytes:
+            return illegal(f"body of {largest} bytes exceeds maxMessageSize "
+                           f"{self.config.message_size_max_bytes}")
+        return None
+
+    def _encode_properties(self, batch: MessageBatch) -> tuple[list[bytes] | None, str]:
+        if batch.tags is None and batch.keys is None and batch.properties is None:
+            return None, ""
+        encoded: list[bytes] = []
+        for index in range(len(batch.bodies)):
+            merged = dict(batch.properties[index] or {}) if batch.properties is not None else {}
+            if batch.tags is not None and batch.tags[index] is not None:
+                merged["TAGS"] = batch.tags[index]  # type: ignore[assignment]
+            if batch.keys is not None and batch.keys[index] is not None:
+                merged["KEYS"] = batch.keys[index]  # type: ignore[assignment]
+            try:
+                payload = encode_properties(merged)
+            except ValueError as err:
+                return None, f"message {index}: {err}"
+            if len(payload) > PROPERTIES_PAYLOAD_MAX_BYTES:
+                return None, (f"message {index}: properties of {len(payload)} bytes exceed "
+                              f"{PROPERTIES_PAYLOAD_MAX_BYTES}")
+            encoded.append(payload)
+        return encoded, ""
+
+    def _meta_for(self, topic: str) -> bytes:
+        meta = self._topic_meta.get(topic)
+        if meta is None:
+            raw = topic.encode("ascii")
+            meta = self._topic_meta[topic] = bytes([len(raw)]) + raw
+        return meta
+
+    def _queue_offsets_for(self, topic: str, queue_ids: Sequence[int]) -> dict[int, int]:
+        offsets = self._next_queue_offsets.get(topic)
+        if offsets is None:
+            offsets = self._next_queue_offsets[topic] = {}
+        first = queue_ids[0]
+        if first not in offsets or (len(queue_ids) > 1 and queue_ids[-1] != first):
+            for queue_id in set(queue_ids):
+                if queue_id not in offsets:
+                    offsets[queue_id] = self._consume_queue(topic, queue_id).max_queue_offset
+        return offsets
+
+    def _dispatch_placed(
+        self, topic: str, placed: list[tuple[int, int, int, int]], tags_codes: list[int] | None
+    ) -> None:
+        """Write the ConsumeQueue entries of records just written (master path)."""
+        pack = CONSUME_QUEUE_ENTRY.pack
+        first_queue_id = placed[0][0]
+        if all(p[0] == first_queue_id for p in placed):
+            if tags_codes is None:
+                entries = b"".join([pack(p[2], p[3], 0) for p in placed])
+            else:
+                entries = b"".join([pack(p[2], p[3], c) for p, c in zip(placed, tags_codes)])
+            self._consume_queue(topic, first_queue_id).append(placed[0][1], entries)
+            return
+        grouped: dict[int, tuple[int, list[bytes]]] = {}
+        for index, (queue_id, queue_offset, log_position, size) in enumerate(placed):
+            code = 0 if tags_codes is None else tags_codes[index]
+            group = grouped.get(queue_id)
+            if group is None:
+                group = grouped[queue_id] = (queue_offset, [])
+            group[1].append(pack(log_position, size, code))
+        for queue_id, (first_offset, parts) in grouped.items():
+            self._consume_queue(topic, queue_id).append(first_offset, b"".join(parts))
+
+    def _dispatch_refs(self, refs: object) -> int:
+        """Write ConsumeQueue entries by parsing records (recovery and replication path)."""
+        pending: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
+        pack = CONSUME_QUEUE_ENTRY.pack
+        count = 0
+        for ref in refs:  # type: ignore[attr-defined]
+            assert isinstance(ref, RecordRef)
+            key = (ref.topic, ref.queue_id)
+            group = pending.get(key)
+            if group is None:
+                queue = self._consume_queue(ref.topic, ref.queue_id)
+                expected = queue.max_queue_offset
+                if ref.queue_offset < expected:
+                    continue  # already indexed
+                if ref.queue_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
+                    raise StorageError(
+                        f"consume queue {ref.topic}/{ref.queue_id} ends at {expected} but the "
+                        f"record at log_position {ref.log_position} has queue_offset "
+                        f"{ref.queue_offset}")
+                group = pending[key] = (ref.queue_offset, [])
+            elif ref.queue_offset != group[0] + len(group[1]):
+                raise StorageError(f"queue offsets of {key} are not contiguous at log_position "
+                                   f"{ref.log_position}")
+            group[1].append(pack(ref.log_position, ref.size_bytes, ref.tags_code))
+            count += 1
+        for (topic, queue_id), (first_offset, parts) in pending.items():
+            self._consume_queue(topic, queue_id).append(first_offset, b"".join(parts))
+            offsets = self._next_queue_offsets.setdefault(topic, {})
+            offsets[queue_id] = first_offset + len(parts)
+        return count
+
+    def wait_flushed(self, log_position: int, timeout_ms: int) -> bool:
+        return self._flush.wait_flushed(log_position, timeout_ms)
+
+    def flush(self) -> int:
+        """fsync the CommitLog now; returns the flushed log position."""
+        flushed = self._flush_commit_log()
+        return flushed
+
+    def _flush_commit_log(self) -> int:
+        flushed = self._commit_log.flush()
+        if self._auto_confirm and self._sync_flush:
+            with self._lock:
+                advanced = flushed > self._confirm and not self._closed
+                if advanced:
+                    self._confirm = min(flushed, self._commit_log.end_log_position)
+            if advanced:
+                self._notify_confirm(flushed)
+        return flushed
+
+    def _write_checkpoint(self, *, clean: bool = False, intent: int = -1) -> None:
+        with self._lock:
+            dispatched = self._commit_log.end_log_position
+            queues = list(self._queues.values())
+            confirm = self._confirm if hasattr(self, "_confirm") else 0
+        for queue in queues:
+            queue.flush()
+        flushed = self._commit_log.flush()
+        write_checkpoint(self.store_dir / "checkpoint", Checkpoint(
+            flushed_log_position=flushed,
+            consume_queue_log_position=min(dispatched, flushed),
+            confirm_log_position=confirm,
+            truncate_intent_log_position=intent,
+            clean_shutdown=clean,
+        ))
+
+    # -- confirm position -------------------------------------------------------------------
+    @property
+    def confirm_log_position(self) -> int:
+        return self._confirm
+
+    def set_confirm_log_position(self, log_position: int) -> None:
+        """Replication sets the commit point; it never moves past the log's end."""
+        with self._lock:
+            log_position = min(log_position, self._commit_log.end_log_position)
+            advanced = log_position > self._confirm
+            self._confirm = log_position
+        if advanced:
+            self._notify_confirm(log_position)
+
+    def add_confirm_listener(self, listener: Callable[[int], None]) -> None:
+        """Called (outside the store lock) whenever the confirm position advances."""
+        self._confirm_listeners.append(listener)
+
+    def _notify_confirm(self, log_position: int) -> None:
+        for listener in self._confirm_listeners:
+            listener(log_position)
+
+    # -- reading ----------------------------------------------------------------------------
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int,
+        max_bytes: int,
+        tag_filter: TagFilter | None = None,
+    ) -> GetResult:
+        """Up to `max_count` records (at least one if any is visible, then up to `max_bytes`)
+        from `queue_offset`, never past the confirm position."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_offset = self._min_readable_queue_offset(queue)
+        max_offset = self._visible_max_queue_offset(queue)
+        if max_offset <= min_offset:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, min_offset, min_offset, max_offset)
+        if queue_offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if queue_offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, min_offset, max_offset)
+        if queue_offset > max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        count_max = max(1, min(max_count, self.config.read_messages_max))
+        bytes_max = max(1, min(max_bytes, self.config.read_bytes_max))
+        codes = tag_filter.codes if tag_filter is not None else None
+        records: list[bytes] = []
+        total_bytes = 0
+        cursor = queue_offset
+        while cursor < max_offset and len(records) < count_max:
+            raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - len(records)))
+            if not raw:
+                break
+            for log_position, size, code in CONSUME_QUEUE_ENTRY.iter_unpack(raw):
+                if records and total_bytes + size > bytes_max:
+                    return GetResult(GetStatus.FOUND, cursor, min_offset, max_offset, records)
+                cursor += 1
+                if codes is not None and (code not in codes or not _tag_matches(
+                        self._commit_log.read(log_position, size), tag_filter)):
+                    continue
+                record = self._commit_log.read(log_position, size)
+                if record is None:
+                    status = GetStatus.FOUND if records else GetStatus.MESSAGE_WAS_REMOVING
+                    return GetResult(status, cursor, min_offset, max_offset, records)
+                records.append(record)
+                total_bytes += size
+                if len(records) >= count_max:
+                    break
+        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, cursor, min_offset, max_offset, records)
+
+    def _visible_max_queue_offset(self, queue: ConsumeQueue) -> int:
+        """The queue's end, less the trailing entries past the confirm position."""
+        confirm = self._confirm
+        end = queue.max_queue_offset
+        low = queue.min_queue_offset
+        scanned = 0
+        while end > low and scanned < self.config.consume_queue_tail_scan_entries_max:
+            entry = queue.entry(end - 1)
+            if entry is None or entry[0] + entry[1] <= confirm:
+                break
+            end -= 1
+            scanned += 1
+        return end
+
+    def _min_readable_queue_offset(self, queue: ConsumeQueue) -> int:
+        """The queue's first entry whose record still exists (retention removes from the front)."""
+        low, high = queue.min_queue_offset, queue.max_queue_offset
+        log_min = self._commit_log.min_log_position
+        first = queue.entry(low)
+        if first is None or first[0] >= log_min:
+            return low
+        while low < high:
+            mid = (low + high) // 2
+            entry = queue.entry(mid)
+            if entry is not None and entry[0] < log_min:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.get((topic, queue_id))
+        return 0 if queue is None else self._min_readable_queue_offset(queue)
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue_offset a reader would wait for (only confirmed messages count)."""
+        queue = self._queues.get((topic, queue_id))
+        return 0 if queue is None else self._visible_max_queue_offset(queue)
+
+    def queue_offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue_offset whose store timestamp is >= `timestamp_ms` (max when none)."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return 0
+        low, high = self._min_readable_queue_offset(queue), self._visible_max_queue_offset(queue)
+        while low < high:
+            mid = (low + high) // 2
+            entry = queue.entry(mid)
+            header = None if entry is None else self._commit_log.read(entry[0], HEADER.size)
+            if header is None:
+                low = mid + 1
+                continue
+            store_ms = int.from_bytes(header[_STORE_TIMESTAMP_AT:_STORE_TIMESTAMP_AT + 8], "big")
+            if store_ms < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def queues(self) -> list[tuple[str, int]]:
+        return sorted(self._queues)
+
+    # -- replication surface ----------------------------------------------------------------
+    @property
+    def min_log_position(self) -> int:
+        return self._commit_log.min_log_position
+
+    @property
+    def end_log_position(self) -> int:
+        return self._commit_log.end_log_position
+
+    def read_log(self, log_position: int, size_bytes_max: int) -> bytes:
+        """Raw CommitLog bytes from `log_position` (within one segment)."""
+        return self._commit_log.read_raw(log_position, size_bytes_max)
+
+    def append_replicated(self, log_position: int, data: bytes) -> int:
+        """Append bytes shipped from the master at the same log positions, then index them.
+
+        `data` must end on a record boundary. Returns the number of records indexed."""
+        with self._lock:
+            if self._commit_log.end_log_position == 0 and not self._commit_log.segments:
+                if log_position:
+                    self._commit_log.start_at(log_position)
+            start = self._commit_log.end_log_position
+            if log_position != start:
+                raise StorageError(f"replicated data at {log_position}, log ends at {start}")
+            self._commit_log.append_raw(log_position, data)
+            return self._dispatch_refs(self._commit_log.iter_records(start, start + len(data)))
+
+    def truncate_to(self, log_position: int) -> None:
+        """Cut the log (and its index and epochs) at `log_position`, crash-safely.
+
+        Raises TruncateBelowConfirmError below the confirm position (DESIGN.md §5.5)."""
+        with self._lock:
+            if log_position < self._confirm:
+                raise TruncateBelowConfirmError(log_position, self._confirm)
+            if log_position >= self._commit_log.end_log_position:
+                return
+            self._write_checkpoint(intent=log_position)
+            self._commit_log.truncate_to(log_position)
+            for queue in self._queues.values():
+                queue.truncate_from_log_position(log_position)
+            self._next_queue_offsets.clear()
+            self.epochs.truncate_from(log_position)
+            self._write_checkpoint()
+            logger.warning("truncated the log to log_position %d", log_position)
+
+    # -- retention --------------------------------------------------------------------------
+    def delete_expired(
+        self, *, now_ms: int, floor_log_position: int, disk_used_ratio: float | None = None
+    ) -> int:
+        """Delete old whole segments (CommitLog, then the ConsumeQueue segments that point only
+        into deleted data). A segment goes when it is older than `fileReservedTime`, or at any
+        age while the disk is fuller than `diskMaxUsedSpaceRatio`; never when it holds data at
+        or above `floor_log_position` or the confirm position, never the last one."""
+        if disk_used_ratio is None:
+            usage = shutil.disk_usage(self.store_dir)
+            disk_used_ratio = usage.used / usage.total if usage.total else 0.0
+        over_ratio = disk_used_ratio > self.config.disk_max_used_space_ratio
+        reserved_ms = self.config.file_reserved_time_hours * 3_600_000
+        deleted = 0
+        with self._lock:
+            segments = self._commit_log.segments
+            while deleted < self.config.delete_segments_per_pass_max and len(segments) > 1:
+                first = segments[0]
+                end = first.base_position + first.size_bytes
+                if end > floor_log_position or end > self._confirm:
+                    break
+                age_ms = now_ms - os.stat(first.path).st_mtime * 1000
+                if age_ms < reserved_ms and not over_ratio:
+                    break
+                self._commit_log.delete_first_segment()
+                deleted += 1
+            if deleted:
+                log_min = self._commit_log.min_log_position
+                for queue in self._queues.values():
+                    queue.delete_segments_before_log_position(log_min)
+                self.epochs.truncate_before(log_min)
+                logger.info("retention deleted %d segment(s); log now starts at %d",
+                            deleted, log_min)
+        return deleted
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        return StoreStats(
+            min_log_position=self._commit_log.min_log_position,
+            end_log_position=self._commit_log.end_log_position,
+            flushed_log_position=self._commit_log.flushed_log_position,
+            confirm_log_position=self._confirm,
+            commit_log_segments=len(self._commit_log.segments),
+            queue_count=len(self._queues),
+            flush_count=self._flush.flush_count,
+            recovered_after_crash=self._crashed,
+            last_recovery=self.last_recovery,
+        )
+
+    def close(self) -> None:
+        """Clean shutdown: flush everything, write a clean checkpoint, drop the abort marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._flush.stop()
+        self._write_checkpoint(clean=True)
+        self._release(clean=True)
+
+    def _release(self, *, clean: bool) -> None:
+        self._commit_log._segments.close()
+        for queue in self._queues.values():
+            queue.close()
+        self._directory_lock.release(clean=clean)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.store_dir} is closed")
+
+
+def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:
+    """Exact tag check after the tags_code matched (hash collisions are possible)."""
+    if record is None or tag_filter is None:
+        return record is not None
+    body_size = int.from_bytes(record[84:88], "big")
+    topic_at = 88 + body_size
+    props_at = topic_at + 1 + record[topic_at] + 2
+    try:
+        tags = decode_properties(record[props_at:len(record) - 20]).get("TAGS")
+    except ValueError:
+        return False
+    return tags in tag_filter.tags

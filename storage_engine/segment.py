@@ -1,0 +1,249 @@
+"""Fixed-size segment files and the ordered queue of them (RocketMQ's MappedFile/MappedFileQueue).
+
+Both the CommitLog and every ConsumeQueue are a `SegmentQueue`: a directory of files of
+`segment_size_bytes` each, named by the 20-digit position of their first byte, contiguous.
+
+Why pwrite + mmap: writes go through `os.pwrite` into a file preallocated with ftruncate (the
+measured fast path on this machine, reference/machine-and-peers.md); reads slice a read-only mmap
+of the whole segment (no syscall per message, and the page cache is shared with the writes).
+Nothing here understands records: the positions a caller passes are trusted, and invariants are
+asserted.
+
+Truncation never shrinks a mapped file (touching a mapping past EOF is SIGBUS); it overwrites
+the cut range with zeros and deletes later segments, so a reader racing it sees zeros, which every
+scanner treats as "no data".
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from storage_engine.errors import StorageError
+from storage_engine.files import fsync_directory
+
+__all__ = ["Segment", "SegmentQueue", "discard_tail", "segment_file_name"]
+
+logger = logging.getLogger(__name__)
+
+ZERO_CHUNK_BYTES = 1 << 20
+_ZEROS = bytes(ZERO_CHUNK_BYTES)
+
+
+def segment_file_name(base_position: int) -> str:
+    return f"{base_position:020d}"
+
+
+class Segment:
+    """One preallocated file. Positions passed in and out are relative to the segment start."""
+
+    __slots__ = ("base_position", "size_bytes", "path", "fd", "map", "write_position",
+                 "flushed_position")
+
+    def __init__(self, path: Path, base_position: int, size_bytes: int) -> None:
+        self.path = path
+        self.base_position = base_position
+        self.size_bytes = size_bytes
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(self.fd).st_size != size_bytes:
+                os.ftruncate(self.fd, size_bytes)
+            self.map = mmap.mmap(self.fd, size_bytes, prot=mmap.PROT_READ)
+        except OSError as err:
+            raise StorageError(f"cannot open segment {path}: {err}") from err
+        self.write_position = 0
+        self.flushed_position = 0
+
+    @property
+    def end_position(self) -> int:
+        """Absolute position just past the last written byte."""
+        return self.base_position + self.write_position
+
+    def remaining_bytes(self) -> int:
+        return self.size_bytes - self.write_position
+
+    def write(self, data: bytes | memoryview) -> None:
+        """Append at write_position (the caller checked it fits)."""
+        size = len(data)
+        assert self.write_position + size <= self.size_bytes, (self.path, size)
+        written = os.pwrite(self.fd, data, self.write_position)
+        if written != size:
+            raise StorageError(f"short write to {self.path}: {written} of {size} bytes")
+        self.write_position += size
+
+    def read(self, position: int, size: int) -> bytes:
+        assert 0 <= position and position + size <= self.size_bytes, (self.path, position, size)
+        return self.map[position:position + size]
+
+    def flush(self) -> int:
+        """fdatasync if anything is unflushed; returns the flushed relative position."""
+        target = self.write_position
+        if target > self.flushed_position:
+            os.fdatasync(self.fd)
+            self.flushed_position = max(self.flushed_position, target)
+        return self.flushed_position
+
+    def zero_from(self, position: int) -> None:
+        """Overwrite [position, max(write_position, position)) with zeros and fsync."""
+        end = self.write_position
+        cursor = position
+        while cursor < end:
+            chunk = min(ZERO_CHUNK_BYTES, end - cursor)
+            os.pwrite(self.fd, _ZEROS[:chunk], cursor)
+            cursor += chunk
+        os.fdatasync(self.fd)
+        self.write_position = position
+        self.flushed_position = min(self.flushed_position, position)
+
+    def close(self) -> None:
+        try:
+            self.map.close()
+        except BufferError:  # a reader still holds a memoryview; the GC unmaps it later
+            logger.debug("segment %s still referenced at close", self.path)
+        os.close(self.fd)
+
+
+class SegmentQueue:
+    """Contiguous segments in one directory; absolute positions in and out."""
+
+    def __init__(self, directory: Path, segment_size_bytes: int) -> None:
+        self.directory = directory
+        self.segment_size_bytes = segment_size_bytes
+        self.segments: list[Segment] = []
+        directory.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    def _load(self) -> None:
+        names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
+        expected = None
+        for name in names:
+            base = int(name)
+            if base % self.segment_size_bytes != 0 or (expected is not None and base != expected):
+                # A gap or misaligned file: everything from here on cannot be trusted.
+                logger.warning("removing non-contiguous segment %s/%s", self.directory, name)
+                (self.directory / name).unlink()
+                continue
+            self.segments.append(Segment(self.directory / name, base, self.segment_size_bytes))
+            expected = base + self.segment_size_bytes
+
+    @property
+    def min_position(self) -> int:
+        return self.segments[0].base_position if self.segments else 0
+
+    @property
+    def end_position(self) -> int:
+        return self.segments[-1].end_position if self.segments else 0
+
+    @property
+    def flushed_position(self) -> int:
+        for segment in self.segments:
+            if segment.flushed_position < segment.write_position:
+                return segment.base_position + segment.flushed_position
+        return self.end_position
+
+    def set_write_position(self, position: int) -> None:
+        """After recovery: everything before `position` is valid data, nothing after it."""
+        for segment in self.segments:
+            relative = min(max(position - segment.base_position, 0), segment.size_bytes)
+            segment.write_position = relative
+            segment.flushed_position = relative
+
+    def start_at(self, position: int) -> None:
+        """An empty queue begins at `position` (a slave far behind, or after retention)."""
+        assert not self.segments
+        base = position - position % self.segment_size_bytes
+        segment = self._create(base)
+        segment.write_position = segment.flushed_position = position - base
+
+    def _create(self, base: int) -> Segment:
+        segment = Segment(self.directory / segment_file_name(base), base, self.segment_size_bytes)
+        self.segments.append(segment)
+        fsync_directory(self.directory)
+        return segment
+
+    def writable_segment(self) -> Segment:
+        """The last segment, created when the queue is empty."""
+        if not self.segments:
+            return self._create(0)
+        return self.segments[-1]
+
+    def roll(self) -> Segment:
+        """Start the next segment; the current one must be full."""
+        last = self.segments[-1]
+        assert last.write_position == last.size_bytes, (last.path, last.write_position)
+        return self._create(last.base_position + self.segment_size_bytes)
+
+    def find(self, position: int) -> Segment | None:
+        segments = self.segments
+        if not segments or position < segments[0].base_position:
+            return None
+        index = (position - segments[0].base_position) // self.segment_size_bytes
+        if index >= len(segments):
+            return None
+        segment = segments[index]
+        assert segment.base_position <= position < segment.base_position + segment.size_bytes
+        return segment
+
+    def read(self, position: int, size: int) -> bytes | None:
+        """Bytes [position, position+size) if they are inside one segment, else None."""
+        segment = self.find(position)
+        if segment is None:
+            return None
+        relative = position - segment.base_position
+        if relative + size > segment.size_bytes:
+            return None
+        try:
+            return segment.read(relative, size)
+        except ValueError:  # unmapped by a concurrent retention pass
+            return None
+
+    def flush(self) -> int:
+        for segment in self.segments:
+            if segment.write_position > segment.flushed_position:
+                segment.flush()
+        return self.flushed_position
+
+    def truncate_to(self, position: int) -> None:
+        """Cut everything at and after `position` (crash-safety is the caller's intent record)."""
+        for segment in reversed(list(self.segments)):
+            if segment.base_position >= position and segment is not self.segments[0]:
+                self._delete_last()
+            elif segment.base_position <= position:
+                relative = min(position - segment.base_position, segment.size_bytes)
+                if relative < segment.write_position:
+                    segment.zero_from(relative)
+                break
+        if self.segments and position < self.segments[0].base_position:
+            # Cut below the first segment: the queue becomes empty at `position`.
+            self._delete_last()
+            self.start_at(position)
+
+    def _delete_last(self) -> None:
+        segment = self.segments.pop()
+        segment.close()
+        segment.path.unlink(missing_ok=True)
+        fsync_directory(self.directory)
+
+    def delete_first(self) -> Segment:
+        """Drop the oldest segment (retention). Never the last one: it holds the write end."""
+        assert len(self.segments) > 1
+        segment = self.segments.pop(0)
+        segment.close()
+        segment.path.unlink(missing_ok=True)
+        return segment
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.segments = []
+
+
+def discard_tail(segment: Segment, relative: int) -> None:
+    """Recovery only (no reader can hold the map yet): zero everything from `relative` to the
+    end of the file, however far stale bytes reach, by shrinking and re-growing the file."""
+    os.ftruncate(segment.fd, relative)
+    os.ftruncate(segment.fd, segment.size_bytes)
+    os.fdatasync(segment.fd)
+    segment.write_position = segment.flushed_position = relative
