@@ -123,36 +123,37 @@ class CommitLog:
         bodies: Sequence[bytes],
         properties: Sequence[bytes] | None,
         queue_ids: Sequence[int],
-        next_queue_offsets: dict[int, int],
+        queue_offsets: Sequence[int],
         store_timestamp_ms: int,
         store_host: bytes,
         born_timestamp_ms: int,
         born_host: bytes,
         flag: int,
-    ) -> list[tuple[int, int, int, int]]:
+    ) -> tuple[list[int], list[int]]:
         """Encode and write all messages, rolling segments as needed.
 
-        Returns one (queue_id, queue_offset, log_position, size_bytes) per message.
+        Returns (log_positions, sizes_bytes), one entry per message.
         """
-        placed: list[tuple[int, int, int, int]] = []
+        positions: list[int] = []
+        sizes: list[int] = []
         index = 0
         while index < len(bodies):
             segment = self._segments.writable_segment()
             parts: list[bytes] = []
             stop = encode_batch(
                 topic_meta=topic_meta, bodies=bodies, properties=properties, queue_ids=queue_ids,
-                start_index=index, next_queue_offsets=next_queue_offsets,
+                queue_offsets=queue_offsets, start_index=index,
                 log_position=segment.end_position, space_bytes=segment.remaining_bytes(),
                 store_timestamp_ms=store_timestamp_ms, store_host=store_host,
                 born_timestamp_ms=born_timestamp_ms, born_host=born_host, flag=flag,
-                out_parts=parts, out_placed=placed,
+                out_parts=parts, out_positions=positions, out_sizes=sizes,
             )
             if parts:
                 segment.write(b"".join(parts))
             if stop < len(bodies):
                 self._seal_and_roll(segment)
             index = stop
-        return placed
+        return positions, sizes
 
     def _seal_and_roll(self, segment: Segment) -> None:
         remaining = segment.remaining_bytes()

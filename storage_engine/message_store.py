@@ -60,6 +60,7 @@ __all__ = ["MessageStore", "StoreStats"]
 logger = logging.getLogger(__name__)
 
 _STORE_TIMESTAMP_AT = 56
+_BYTES_TYPE = frozenset({bytes})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,15 +200,16 @@ class MessageStore:
         with self._lock:
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is closed")
-            next_offsets = self._queue_offsets_for(batch.topic, batch.queue_ids)
-            placed = self._commit_log.append_batch(
+            queue_offsets = self._assign_queue_offsets(batch.topic, batch.queue_ids)
+            positions, sizes = self._commit_log.append_batch(
                 topic_meta=self._meta_for(batch.topic), bodies=batch.bodies,
-                properties=properties, queue_ids=batch.queue_ids,
-                next_queue_offsets=next_offsets, store_timestamp_ms=self._clock_ms(),
-                store_host=self._store_host, born_timestamp_ms=batch.born_timestamp_ms,
+                properties=properties, queue_ids=batch.queue_ids, queue_offsets=queue_offsets,
+                store_timestamp_ms=self._clock_ms(), store_host=self._store_host,
+                born_timestamp_ms=batch.born_timestamp_ms,
                 born_host=encode_host(*batch.born_host), flag=batch.flag,
             )
-            self._dispatch_placed(batch.topic, placed, tags_codes)
+            self._dispatch_placed(
+                batch.topic, batch.queue_ids, queue_offsets, positions, sizes, tags_codes)
             end = self._commit_log.end_log_position
             advanced = self._auto_confirm and not self._sync_flush and end > self._confirm
             if advanced:
@@ -216,7 +218,7 @@ class MessageStore:
             self._notify_confirm(end)
         return PutResult(
             PutStatus.PUT_OK, log_position_end=end, queue_ids=batch.queue_ids,
-            queue_offsets=[p[1] for p in placed], log_positions=[p[2] for p in placed],
+            queue_offsets=queue_offsets, log_positions=positions,
         )
 
     def _validate(self, batch: MessageBatch) -> PutResult | None:
@@ -237,7 +239,7 @@ class MessageStore:
                 return illegal(f"{name} has {len(column)} entries for {count} bodies")
         if min(batch.queue_ids) < 0 or max(batch.queue_ids) > QUEUE_ID_MAX:
             return illegal(f"queue id outside 0..{QUEUE_ID_MAX}")
-        if not all(type(body) is bytes for body in batch.bodies):
+        if not set(map(type, batch.bodies)) <= _BYTES_TYPE:
             return illegal("every body must be bytes")
         largest = max(map(len, batch.bodies))
         if largest > self.config.message_size_max_bytes:
@@ -272,37 +274,49 @@ class MessageStore:
             meta = self._topic_meta[topic] = bytes([len(raw)]) + raw
         return meta
 
-    def _queue_offsets_for(self, topic: str, queue_ids: Sequence[int]) -> dict[int, int]:
+    def _assign_queue_offsets(self, topic: str, queue_ids: Sequence[int]) -> Sequence[int]:
+        """Take the next queue offsets for a batch (a range when it targets one queue)."""
         offsets = self._next_queue_offsets.get(topic)
         if offsets is None:
             offsets = self._next_queue_offsets[topic] = {}
-        first = queue_ids[0]
-        if first not in offsets or (len(queue_ids) > 1 and queue_ids[-1] != first):
-            for queue_id in set(queue_ids):
-                if queue_id not in offsets:
-                    offsets[queue_id] = self._consume_queue(topic, queue_id).max_queue_offset
-        return offsets
+        first_queue_id = queue_ids[0]
+        if queue_ids.count(first_queue_id) == len(queue_ids):
+            start = offsets.get(first_queue_id)
+            if start is None:
+                start = self._consume_queue(topic, first_queue_id).max_queue_offset
+            offsets[first_queue_id] = start + len(queue_ids)
+            return range(start, start + len(queue_ids))
+        assigned = []
+        for queue_id in queue_ids:
+            next_offset = offsets.get(queue_id)
+            if next_offset is None:
+                next_offset = self._consume_queue(topic, queue_id).max_queue_offset
+            assigned.append(next_offset)
+            offsets[queue_id] = next_offset + 1
+        return assigned
 
     def _dispatch_placed(
-        self, topic: str, placed: list[tuple[int, int, int, int]], tags_codes: list[int] | None
+        self,
+        topic: str,
+        queue_ids: Sequence[int],
+        queue_offsets: Sequence[int],
+        positions: list[int],
+        sizes: list[int],
+        tags_codes: list[int] | None,
     ) -> None:
         """Write the ConsumeQueue entries of records just written (master path)."""
         pack = CONSUME_QUEUE_ENTRY.pack
-        first_queue_id = placed[0][0]
-        if all(p[0] == first_queue_id for p in placed):
-            if tags_codes is None:
-                entries = b"".join([pack(p[2], p[3], 0) for p in placed])
-            else:
-                entries = b"".join([pack(p[2], p[3], c) for p, c in zip(placed, tags_codes)])
-            self._consume_queue(topic, first_queue_id).append(placed[0][1], entries)
+        codes = tags_codes if tags_codes is not None else [0] * len(positions)
+        if isinstance(queue_offsets, range):  # one queue
+            entries = b"".join(list(map(pack, positions, sizes, codes)))
+            self._consume_queue(topic, queue_ids[0]).append(queue_offsets[0], entries)
             return
         grouped: dict[int, tuple[int, list[bytes]]] = {}
-        for index, (queue_id, queue_offset, log_position, size) in enumerate(placed):
-            code = 0 if tags_codes is None else tags_codes[index]
+        for index, queue_id in enumerate(queue_ids):
             group = grouped.get(queue_id)
             if group is None:
-                group = grouped[queue_id] = (queue_offset, [])
-            group[1].append(pack(log_position, size, code))
+                group = grouped[queue_id] = (queue_offsets[index], [])
+            group[1].append(pack(positions[index], sizes[index], codes[index]))
         for queue_id, (first_offset, parts) in grouped.items():
             self._consume_queue(topic, queue_id).append(first_offset, b"".join(parts))
 
