@@ -33,6 +33,7 @@ def _install_fingerprint() -> str:
     digest = hashlib.sha256()
     digest.update((ROOT / "pyproject.toml").read_bytes())
     digest.update(EXTRAS.encode())
+    digest.update(b"editable_mode=compat")
     digest.update(sys.version.encode())
     return digest.hexdigest()
 
@@ -52,7 +53,9 @@ def setup() -> Path:
         return VENV_PYTHON
     pip = [str(VENV_PYTHON), "-m", "pip", "--disable-pip-version-check"]
     _run(pip + ["install", "--upgrade", "pip", "setuptools", "wheel"])
-    _run(pip + ["install", "-e", f".[{EXTRAS}]"])
+    # compat mode puts the checkout on sys.path, so packages added later import without a
+    # reinstall (the default finder mode freezes the package list at install time).
+    _run(pip + ["install", "--config-settings", "editable_mode=compat", "-e", f".[{EXTRAS}]"])
     STAMP_FILE.write_text(fingerprint)
     return VENV_PYTHON
 
