@@ -6,7 +6,7 @@ The public surface; import only from here (`from storage_engine import MessageSt
 from __future__ import annotations
 
 from storage_engine.commit_log import RecoveryScan
-from storage_engine.config import FlushDiskType, StoreConfig
+from storage_engine.config import STORE_PROPERTY_KEYS, FlushDiskType, StoreConfig
 from storage_engine.epoch import EpochEntry, EpochFile, find_consistent_point
 from storage_engine.errors import (
     ConfigError,
@@ -18,8 +18,11 @@ from storage_engine.errors import (
     StoreLockedError,
     TruncateBelowConfirmError,
 )
+from storage_engine.files import atomic_write_bytes
 from storage_engine.message_store import MessageStore, StoreStats
 from storage_engine.messages import GetResult, Message, MessageBatch, PutResult, TagFilter
+from storage_engine.record_format import CRC_TAIL_SIZE_BYTES as RECORD_CHECKSUM_PAIR_BYTES
+from storage_engine.record_format import HEADER as RECORD_HEADER
 from storage_engine.record_format import (
     StoredMessage,
     decode_properties,
@@ -46,7 +49,10 @@ __all__ = [
     "MessageStore",
     "PutResult",
     "PutStatus",
+    "RECORD_CHECKSUM_PAIR_BYTES",
+    "RECORD_HEADER",
     "RecoveryScan",
+    "STORE_PROPERTY_KEYS",
     "StorageError",
     "StoreClosedError",
     "StoreConfig",
@@ -55,6 +61,7 @@ __all__ = [
     "StoredMessage",
     "TagFilter",
     "TruncateBelowConfirmError",
+    "atomic_write_bytes",
     "decode_properties",
     "decode_record",
     "encode_properties",

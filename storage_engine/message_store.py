@@ -521,6 +521,17 @@ class MessageStore:
                 high = mid
         return low
 
+    def delete_topic(self, topic: str) -> int:
+        """Drop a topic's ConsumeQueues (its records stay in the CommitLog until retention).
+        Returns the number of queues removed."""
+        with self._lock:
+            keys = [key for key in self._queues if key[0] == topic]
+            for key in keys:
+                self._queues.pop(key).delete_all()
+            self._next_queue_offsets.pop(topic, None)
+            shutil.rmtree(self.store_dir / "consumequeue" / topic, ignore_errors=True)
+        return len(keys)
+
     def queues(self) -> list[tuple[str, int]]:
         return sorted(self._queues)
 

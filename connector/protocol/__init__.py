@@ -1,0 +1,54 @@
+"""The wire protocol between clients and brokers: Arrow schemas, tickets, replies, error codes.
+
+A leaf: imports pyarrow and nothing of ours, never pyspark.
+"""
+
+from __future__ import annotations
+
+from connector.protocol.errors import (
+    CODES,
+    FatalError,
+    RetriableError,
+    RocketHAError,
+    StatusCode,
+    code_for,
+    decode_error_text,
+    encode_error_info,
+    error_for_code,
+    status_for,
+)
+from connector.protocol.wire import (
+    ACTIONS,
+    CONSUME_SCHEMA,
+    PRODUCE_COLUMNS,
+    PRODUCE_SCHEMA,
+    GetReply,
+    GetTicket,
+    ProtocolError,
+    PutReply,
+    decode_json_object,
+    produce_descriptor_command,
+)
+
+__all__ = [
+    "ACTIONS",
+    "CODES",
+    "CONSUME_SCHEMA",
+    "FatalError",
+    "GetReply",
+    "GetTicket",
+    "PRODUCE_COLUMNS",
+    "PRODUCE_SCHEMA",
+    "ProtocolError",
+    "PutReply",
+    "RetriableError",
+    "RocketHAError",
+    "StatusCode",
+    "code_for",
+    "decode_error_text",
+    "decode_json_object",
+    "encode_error_info",
+    "error_for_code",
+    "produce_descriptor_command",
+    "status_for",
+]

@@ -1,0 +1,123 @@
+"""BrokerConfig: a broker's `key=value` properties file, with RocketMQ's parameter names.
+
+Only entry points read files; everything else receives the frozen config. An unknown key or a
+bad value stops start-up with a ConfigError naming the key (a typo must never be silently
+ignored). Store keys (`mappedFileSizeCommitLog`, `flushDiskType`, `maxMessageSize`, ...) are
+passed to `storage_engine.StoreConfig.from_properties`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
+
+__all__ = ["BROKER_KEYS", "BrokerConfig", "parse_properties"]
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    broker_cluster_name: str = "DefaultCluster"  # brokerClusterName
+    broker_name: str = "broker-a"  # brokerName (the replica set)
+    broker_id: int = 0  # brokerId (0 = master in static mode)
+    broker_ip: str = "127.0.0.1"  # brokerIP1
+    listen_port: int = 10911  # listenPort (Arrow Flight, clients)
+    store_path_root_dir: str = "store"  # storePathRootDir
+    auto_create_topic_enable: bool = True  # autoCreateTopicEnable
+    default_topic_queue_nums: int = 8  # defaultTopicQueueNums
+    long_polling_max: int = 256  # concurrent long-poll reads (each holds a server thread)
+    long_polling_wait_max_ms: int = 30_000  # cap on a ticket's max_wait_ms
+    put_rows_max: int = 65_536  # rows in one produce batch
+    put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
+    flight_threads_max: int = 64  # reserved for the server's thread pool bound
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        for key, value in (("brokerClusterName", self.broker_cluster_name),
+                           ("brokerName", self.broker_name)):
+            if not _NAME.match(value):
+                raise ConfigError(key, f"{value!r} must match {_NAME.pattern}")
+        _range("brokerId", self.broker_id, 0, 1 << 20)
+        _range("listenPort", self.listen_port, 0, 65535)
+        _range("defaultTopicQueueNums", self.default_topic_queue_nums, 1, 1024)
+        _range("longPollingMax", self.long_polling_max, 1, 100_000)
+        _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
+        _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
+        _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
+
+    @property
+    def store_dir(self) -> Path:
+        return Path(self.store_path_root_dir)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.broker_ip}:{self.listen_port}"
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:
+        unknown = sorted(set(properties) - BROKER_KEYS)
+        if unknown:
+            raise ConfigError(unknown[0], "unknown configuration key "
+                              f"(known: see conf/broker.conf); all unknown: {unknown}")
+        kwargs: dict[str, Any] = {}
+        for key, (field, parse) in _KEYS.items():
+            if key in properties:
+                try:
+                    kwargs[field] = parse(properties[key].strip())
+                except ValueError as err:
+                    raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
+        store_properties = {k: v for k, v in properties.items() if k in STORE_PROPERTY_KEYS}
+        kwargs["store"] = StoreConfig.from_properties(store_properties)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BrokerConfig:
+        return cls.from_properties(parse_properties(Path(path).read_text(), str(path)))
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Java-properties subset: `key=value` lines, `#`/`!` comments, blank lines."""
+    result: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(line[:40], f"{source}:{number}: expected key=value")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _range(key: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ConfigError(key, f"{value} not in [{low}, {high}]")
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise ValueError("expected true or false")
+
+
+_KEYS: dict[str, tuple[str, Any]] = {
+    "brokerClusterName": ("broker_cluster_name", str),
+    "brokerName": ("broker_name", str),
+    "brokerId": ("broker_id", int),
+    "brokerIP1": ("broker_ip", str),
+    "listenPort": ("listen_port", int),
+    "storePathRootDir": ("store_path_root_dir", str),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+    "longPollingMax": ("long_polling_max", int),
+    "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
+    "putRowsMax": ("put_rows_max", int),
+    "putBatchBytesMax": ("put_batch_bytes_max", int),
+}
+BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS

@@ -1,0 +1,76 @@
+"""`rocketha-broker --conf conf/broker.conf`: run one broker until SIGTERM/SIGINT.
+
+Start-up: refuse `python -O` (asserts guard invariants), read the properties file (an unknown
+key or a bad value exits 2 naming the key), open the store (recovering after a crash; a second
+broker on the same directory exits 2), then serve Arrow Flight on listenPort.
+Shutdown on SIGTERM/SIGINT: stop accepting, let in-flight calls finish, flush, write a clean
+checkpoint, remove the abort marker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from ha.broker.config import BrokerConfig
+from ha.broker.service import BrokerService
+from storage_engine import ConfigError, MessageStore, StoreLockedError
+
+__all__ = ["main"]
+
+logger = logging.getLogger("rocketha.broker")
+
+
+def main(argv: list[str] | None = None) -> int:
+    if not __debug__:
+        print("rocketha-broker: refusing to run with python -O (asserts guard invariants)",
+              file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog="rocketha-broker", description=__doc__.splitlines()[0])
+    parser.add_argument("--conf", required=True, help="broker properties file (key=value)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = BrokerConfig.from_file(args.conf)
+    except (ConfigError, OSError) as err:
+        print(f"rocketha-broker: bad configuration in {args.conf}: {err}", file=sys.stderr)
+        return 2
+    try:
+        store = MessageStore(config.store_dir, config.store,
+                             store_host=(config.broker_ip, config.listen_port))
+    except StoreLockedError as err:
+        print(f"rocketha-broker: {err}", file=sys.stderr)
+        return 2
+    try:
+        service = BrokerService(config, store)
+    except Exception:
+        store.close()
+        raise
+    prefix = f"{config.broker_name}-{config.broker_id}"
+    logger.info("%s serving on %s (store %s, %s)", prefix, service.endpoint, config.store_dir,
+                config.store.flush_disk_type.value)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            logger.info("%s received signal %d: shutting down", prefix, signum)
+            threading.Thread(target=service.shutdown, name="shutdown", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        service.serve()
+    finally:
+        store.close()
+        logger.info("%s stopped cleanly", prefix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Broker metadata that must survive restarts: topic configs and consumer-group offsets.
+
+Both live as JSON under `<storePathRootDir>/config/` (RocketMQ's topics.json and
+consumerOffset.json), replaced atomically on every change (temp + fsync + rename), so a crash
+leaves the old or the new file, never a torn one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from storage_engine import atomic_write_bytes
+
+__all__ = ["ConsumerOffsets", "PERM_READ", "PERM_WRITE", "TopicConfig", "TopicTable"]
+
+logger = logging.getLogger(__name__)
+
+PERM_READ = 4
+PERM_WRITE = 2
+QUEUE_NUMS_MAX = 1024
+GROUPS_MAX = 100_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ | PERM_WRITE
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+class TopicTable:
+    """Topic name → TopicConfig, persisted in config/topics.json."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self._path = config_dir / "topics.json"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        if self._path.exists():
+            raw = json.loads(self._path.read_text())
+            for item in raw.get("topics", []):
+                self._topics[item["name"]] = TopicConfig(**item)
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    def all(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda topic: topic.name)
+
+    def put(self, topic: TopicConfig) -> TopicConfig:
+        with self._lock:
+            self._topics[topic.name] = topic
+            self._save()
+        return topic
+
+    def delete(self, name: str) -> bool:
+        with self._lock:
+            found = self._topics.pop(name, None) is not None
+            if found:
+                self._save()
+        return found
+
+    def _save(self) -> None:
+        payload = {"topics": [topic.to_json() for topic in self.all()]}
+        atomic_write_bytes(self._path, json.dumps(payload, indent=1).encode())
+
+
+class ConsumerOffsets:
+    """(group, topic, queue_id) → committed queue_offset, persisted in consumerOffset.json."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self._path = config_dir / "consumerOffset.json"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._offsets: dict[str, dict[str, dict[str, int]]] = {}
+        if self._path.exists():
+            self._offsets = json.loads(self._path.read_text()).get("offsets", {})
+
+    def commit(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        with self._lock:
+            if group not in self._offsets and len(self._offsets) >= GROUPS_MAX:
+                raise ValueError(f"more than {GROUPS_MAX} consumer groups")
+            self._offsets.setdefault(group, {}).setdefault(topic, {})[str(queue_id)] = queue_offset
+            atomic_write_bytes(self._path, json.dumps({"offsets": self._offsets}).encode())
+
+    def query(self, group: str, topic: str) -> dict[str, int]:
+        return dict(self._offsets.get(group, {}).get(topic, {}))
+
+    def groups(self) -> list[str]:
+        return sorted(self._offsets)

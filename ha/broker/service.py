@@ -1,0 +1,489 @@
+"""The broker's client endpoint: an Arrow Flight server over one MessageStore.
+
+See connector/protocol/wire.py for what each call carries. Handlers run on the Flight server's
+threads and call the (thread-safe) store directly. A request that breaks the protocol gets a
+typed Flight error (`rocketha error <code> <NAME>: ...`) and only that call fails; put statuses
+(MESSAGE_ILLEGAL, FLUSH_DISK_TIMEOUT...) are replies, not errors, so a produce stream continues.
+
+Long polling: a DoGet that finds nothing new waits (at most `max_wait_ms`, capped by
+`longPollingWaitMaxMs`, and at most `longPollingMax` waiters at once) on a condition that the
+store's confirm listener signals, so a tailing consumer sees a message milliseconds after it
+becomes visible without busy polling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from connector.protocol import (
+    CONSUME_SCHEMA,
+    GetReply,
+    GetTicket,
+    ProtocolError,
+    PutReply,
+    code_for,
+    decode_json_object,
+    encode_error_info,
+)
+from ha.broker.arrow_codec import BadBatch, empty_batch, records_to_batch, rows_from_batch
+from ha.broker.config import BrokerConfig
+from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
+from storage_engine import GetStatus, MessageBatch, MessageStore, PutStatus, TagFilter
+
+__all__ = ["BrokerService"]
+
+logger = logging.getLogger(__name__)
+
+_WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
+_TOPIC_NAME_MAX = 127
+
+
+class RequestError(Exception):
+    """Raised inside a handler; turned into a typed Flight error at the boundary."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+def _flight_error(name: str, message: str) -> flight.FlightError:
+    text, info = encode_error_info(name, message)
+    if name in ("BUSY", "SERVICE_NOT_AVAILABLE", "NOT_MASTER", "INTERNAL_ERROR"):
+        return flight.FlightUnavailableError(text, info)
+    return flight.FlightServerError(text, info)
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Map RequestError/ProtocolError to typed Flight errors; log unexpected ones."""
+
+    def wrapper(self: BrokerService, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except RequestError as err:
+            self._count("request_errors")
+            raise _flight_error(err.name, str(err)) from err
+        except ProtocolError as err:
+            self._count("request_errors")
+            raise _flight_error("BAD_REQUEST", str(err)) from err
+        except flight.FlightError:
+            raise
+        except Exception as err:  # shell boundary: report with context, fail this call only
+            logger.exception("%s failed", method.__name__)
+            raise _flight_error("INTERNAL_ERROR", f"{type(err).__name__}: {err}") from err
+
+    wrapper.__name__ = method.__name__
+    return wrapper
+
+
+@dataclasses.dataclass
+class _Counters:
+    values: dict[str, int] = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+class BrokerService(flight.FlightServerBase):
+    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+        location = f"grpc://{config.broker_ip}:{config.listen_port}"
+        super().__init__(location)
+        self.config = config
+        self.store = store
+        self.topics = TopicTable(config.store_dir / "config")
+        self.offsets = ConsumerOffsets(config.store_dir / "config")
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._arrivals = threading.Condition()
+        self._long_poll_slots = threading.BoundedSemaphore(config.long_polling_max)
+        self._counters = _Counters()
+        self._started_ms = int(time.time() * 1000)
+        store.add_confirm_listener(self._on_confirm)
+        self._actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "broker_info": self._broker_info,
+            "broker_stats": self._broker_stats,
+            "commit_offset": self._commit_offset,
+            "create_topic": self._create_topic,
+            "delete_topic": self._delete_topic,
+            "get_topic": self._get_topic,
+            "list_topics": self._list_topics,
+            "offset_for_timestamp": self._offset_for_timestamp,
+            "query_offsets": self._query_offsets,
+            "queue_offsets": self._queue_offsets,
+            "update_topic": self._update_topic,
+        }
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.config.broker_ip}:{self.port}"
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._counters.lock:
+            self._counters.values[name] = self._counters.values.get(name, 0) + amount
+
+    def _on_confirm(self, log_position: int) -> None:
+        with self._arrivals:
+            self._arrivals.notify_all()
+
+    # -- topics -----------------------------------------------------------------------------
+    def _topic_for_write(self, name: str) -> TopicConfig:
+        topic = self.topics.get(name)
+        if topic is None:
+            _check_topic_name(name)
+            if not self.config.auto_create_topic_enable:
+                raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist "
+                                   "(autoCreateTopicEnable=false)")
+            queues = self.config.default_topic_queue_nums
+            topic = self.topics.put(TopicConfig(name, queues, queues))
+            logger.info("auto-created topic %s with %d queues", name, queues)
+        if not topic.writable:
+            raise RequestError("NO_PERMISSION", f"topic {name!r} is not writable (perm {topic.perm})")
+        return topic
+
+    def _topic_for_read(self, name: str) -> TopicConfig:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
+        if not topic.readable:
+            raise RequestError("NO_PERMISSION", f"topic {name!r} is not readable (perm {topic.perm})")
+        return topic
+
+    # -- produce ----------------------------------------------------------------------------
+    @_guarded
+    def do_put(self, context: Any, descriptor: flight.FlightDescriptor,
+               reader: flight.MetadataRecordBatchReader,
+               writer: flight.FlightMetadataWriter) -> None:
+        if descriptor.descriptor_type != flight.DescriptorType.CMD:
+            raise ProtocolError('produce descriptor must be a command: {"topic": T}')
+        request = decode_json_object(descriptor.command, "produce descriptor")
+        name = request.get("topic")
+        if not isinstance(name, str):
+            raise ProtocolError('produce descriptor: field "topic" must be a string')
+        topic = self._topic_for_write(name)
+        for chunk in reader:  # bounded by the client's stream; each batch bounded below
+            if chunk.data is None:
+                continue
+            reply = self._put_batch(topic, chunk.data)
+            writer.write(pa.py_buffer(reply.encode()))
+
+    def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
+        if batch.num_rows == 0:
+            return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
+                            "empty batch")
+        if batch.num_rows > self.config.put_rows_max:
+            raise RequestError("BATCH_TOO_LARGE", f"{batch.num_rows} rows > putRowsMax "
+                               f"{self.config.put_rows_max}")
+        if batch.nbytes > self.config.put_batch_bytes_max:
+            raise RequestError("BATCH_TOO_LARGE", f"{batch.nbytes} bytes > putBatchBytesMax "
+                               f"{self.config.put_batch_bytes_max}")
+        try:
+            rows = rows_from_batch(batch)
+        except BadBatch as err:
+            raise RequestError("BAD_SCHEMA", str(err)) from err
+        queue_ids, uniform = self._choose_queues(topic, rows.queue_ids, rows.keys,
+                                                 batch.num_rows)
+        result = self.store.put_messages(MessageBatch(
+            topic=topic.name, bodies=rows.bodies, queue_ids=queue_ids, tags=rows.tags,
+            keys=rows.keys, properties=rows.properties,
+            born_timestamp_ms=int(time.time() * 1000),
+        ))
+        self._count("put_batches")
+        status = result.status
+        if not status.stored:
+            self._count("put_rejected")
+            return PutReply(status.name, code_for(status.name), [], None, -1, result.error)
+        self._count("put_messages", batch.num_rows)
+        return PutReply(status.name, code_for(status.name),
+                        _queue_ranges(queue_ids, result.queue_offsets),
+                        None if uniform else list(queue_ids), result.log_position_end,
+                        result.error)
+
+    def _choose_queues(self, topic: TopicConfig, explicit: list[int | None] | None,
+                       keys: list[str | None] | None, rows: int) -> tuple[list[int], bool]:
+        """Per row: explicit queue_id, else hash of key, else one round-robin queue."""
+        queues = topic.write_queue_nums
+        if explicit is None and keys is None:
+            counter = self._round_robin.setdefault(topic.name, itertools.count())
+            return [next(counter) % queues] * rows, True
+        counter = self._round_robin.setdefault(topic.name, itertools.count())
+        fallback = next(counter) % queues
+        chosen = []
+        for index in range(rows):
+            queue_id = explicit[index] if explicit is not None else None
+            if queue_id is None:
+                key = keys[index] if keys is not None else None
+                queue_id = fallback if key is None else zlib.crc32(key.encode()) % queues
+            elif not 0 <= queue_id < queues:
+                raise RequestError("BAD_REQUEST", f"queue_id {queue_id} not in [0, {queues}) "
+                                   f"for topic {topic.name!r}")
+            chosen.append(queue_id)
+        return chosen, len(set(chosen)) == 1
+
+    # -- consume ----------------------------------------------------------------------------
+    @_guarded
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        request = GetTicket.decode(ticket.ticket)
+        topic = self._topic_for_read(request.topic)
+        if request.queue_id >= topic.read_queue_nums:
+            raise RequestError("BAD_REQUEST", f"queue_id {request.queue_id} not in "
+                               f"[0, {topic.read_queue_nums}) for topic {topic.name!r}")
+        try:
+            tag_filter = TagFilter.parse(request.tag_filter)
+        except ValueError as err:
+            raise RequestError("BAD_REQUEST", f"ticket: tag_filter: {err}") from err
+        self._count("get_requests")
+        return flight.GeneratorStream(CONSUME_SCHEMA, self._read(request, tag_filter))
+
+    def _read(self, request: GetTicket, tag_filter: TagFilter | None
+              ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
+        queue_offset = request.queue_offset
+        remaining_count, remaining_bytes = request.max_messages, request.max_bytes
+        result = self._get(request, queue_offset, remaining_count, remaining_bytes, tag_filter)
+        if result.status in _WAITABLE and request.max_wait_ms > 0:
+            result = self._long_poll(request, tag_filter)
+        while True:
+            reply = GetReply(result.status.name, code_for(result.status.name),
+                             result.next_queue_offset, result.min_queue_offset,
+                             result.max_queue_offset)
+            batch = records_to_batch(list(result.records)) if result.records else empty_batch()
+            self._count("get_messages", batch.num_rows)
+            yield batch, pa.py_buffer(reply.encode())
+            remaining_count -= len(result.records)
+            remaining_bytes -= sum(map(len, result.records))
+            if (result.status is not GetStatus.FOUND or remaining_count <= 0
+                    or remaining_bytes <= 0 or result.next_queue_offset >= result.max_queue_offset):
+                return
+            result = self._get(request, result.next_queue_offset, remaining_count,
+                               remaining_bytes, tag_filter)
+
+    def _get(self, request: GetTicket, queue_offset: int, count: int, size: int,
+             tag_filter: TagFilter | None) -> Any:
+        return self.store.get_messages(request.topic, request.queue_id, queue_offset,
+                                       max_count=count, max_bytes=size, tag_filter=tag_filter)
+
+    def _long_poll(self, request: GetTicket, tag_filter: TagFilter | None) -> Any:
+        wait_ms = min(request.max_wait_ms, self.config.long_polling_wait_max_ms)
+        deadline = time.monotonic() + wait_ms / 1000.0
+        result = self._get(request, request.queue_offset, request.max_messages,
+                           request.max_bytes, tag_filter)
+        if not self._long_poll_slots.acquire(blocking=False):
+            self._count("long_poll_rejected")
+            return result
+        try:
+            self._count("long_polls")
+            while result.status in _WAITABLE:
+                with self._arrivals:
+                    if self.store.max_queue_offset(request.topic, request.queue_id) \
+                            <= request.queue_offset:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            return result
+                        self._arrivals.wait(remaining)
+                result = self._get(request, request.queue_offset, request.max_messages,
+                                   request.max_bytes, tag_filter)
+                if time.monotonic() >= deadline:
+                    return result
+            return result
+        finally:
+            self._long_poll_slots.release()
+
+    # -- discovery --------------------------------------------------------------------------
+    @_guarded
+    def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor
+                        ) -> flight.FlightInfo:
+        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
+            raise ProtocolError("GetFlightInfo takes a path descriptor naming one topic")
+        topic = self._topic_for_read(descriptor.path[0].decode("utf-8", "replace"))
+        return self._flight_info(topic)
+
+    def _flight_info(self, topic: TopicConfig) -> flight.FlightInfo:
+        location = flight.Location.for_grpc_tcp(self.config.broker_ip, self.port)
+        endpoints = []
+        for queue_id in range(topic.read_queue_nums):
+            start = self.store.min_queue_offset(topic.name, queue_id)
+            ticket = GetTicket(topic.name, queue_id, start)
+            endpoints.append(flight.FlightEndpoint(ticket.encode(), [location]))
+        descriptor = flight.FlightDescriptor.for_path(topic.name)
+        return flight.FlightInfo(CONSUME_SCHEMA, descriptor, endpoints, -1, -1)
+
+    @_guarded
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        return iter([self._flight_info(topic) for topic in self.topics.all() if topic.readable])
+
+    # -- admin ------------------------------------------------------------------------------
+    @_guarded
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        handler = self._actions.get(action.type)
+        if handler is None:
+            raise RequestError("UNKNOWN_ACTION", f"unknown action {action.type!r}; known: "
+                               f"{sorted(self._actions)}")
+        body = action.body.to_pybytes() if action.body is not None else b""
+        request = decode_json_object(body or b"{}", f"action {action.type} body")
+        self._count("actions")
+        return iter([json.dumps(handler(request)).encode()])
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [(name, (handler.__doc__ or "").strip()) for name, handler in
+                sorted(self._actions.items())]
+
+    def _topic_from_request(self, request: dict[str, Any], *, existing: bool) -> TopicConfig:
+        name = _string(request, "topic")
+        _check_topic_name(name)
+        current = self.topics.get(name)
+        if existing and current is None:
+            raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
+        default = self.config.default_topic_queue_nums
+        base = current or TopicConfig(name, default, default)
+        topic = TopicConfig(
+            name,
+            _int(request, "read_queue_nums", base.read_queue_nums, 1, 1024),
+            _int(request, "write_queue_nums", base.write_queue_nums, 1, 1024),
+            _int(request, "perm", base.perm, 0, 7),
+        )
+        return topic
+
+    def _create_topic(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Create (or reconfigure) a topic: topic, read_queue_nums, write_queue_nums, perm."""
+        return {"topic": self.topics.put(self._topic_from_request(request, existing=False))
+                .to_json()}
+
+    def _update_topic(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Change an existing topic's queue counts or permission."""
+        return {"topic": self.topics.put(self._topic_from_request(request, existing=True))
+                .to_json()}
+
+    def _delete_topic(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Delete a topic's config and queues (records age out with retention)."""
+        name = _string(request, "topic")
+        if not self.topics.delete(name):
+            raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
+        self.store.delete_topic(name)
+        return {"deleted": True}
+
+    def _list_topics(self, request: dict[str, Any]) -> dict[str, Any]:
+        """All topic configs."""
+        return {"topics": [topic.to_json() for topic in self.topics.all()]}
+
+    def _get_topic(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One topic's config."""
+        name = _string(request, "topic")
+        topic = self.topics.get(name)
+        if topic is None:
+            raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
+        return {"topic": topic.to_json()}
+
+    def _queue_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Min and max (next) queue offset of every queue of a topic."""
+        topic = self._topic_for_read(_string(request, "topic"))
+        queues = [{"queue_id": queue_id,
+                   "min_queue_offset": self.store.min_queue_offset(topic.name, queue_id),
+                   "max_queue_offset": self.store.max_queue_offset(topic.name, queue_id)}
+                  for queue_id in range(topic.read_queue_nums)]
+        return {"topic": topic.name, "queues": queues}
+
+    def _offset_for_timestamp(self, request: dict[str, Any]) -> dict[str, Any]:
+        """First queue offset stored at or after timestamp_ms."""
+        topic = self._topic_for_read(_string(request, "topic"))
+        queue_id = _int(request, "queue_id", None, 0, topic.read_queue_nums - 1)
+        timestamp_ms = _int(request, "timestamp_ms", None, 0, 1 << 62)
+        return {"queue_offset": self.store.queue_offset_for_timestamp(
+            topic.name, queue_id, timestamp_ms)}
+
+    def _commit_offset(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Commit a consumer group's offset for one queue."""
+        group = _string(request, "group")
+        _check_topic_name(group)
+        topic = self._topic_for_read(_string(request, "topic"))
+        queue_id = _int(request, "queue_id", None, 0, topic.read_queue_nums - 1)
+        queue_offset = _int(request, "queue_offset", None, 0, 1 << 62)
+        try:
+            self.offsets.commit(group, topic.name, queue_id, queue_offset)
+        except ValueError as err:
+            raise RequestError("BUSY", str(err)) from err
+        return {}
+
+    def _query_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A consumer group's committed offsets for a topic."""
+        group, topic = _string(request, "group"), _string(request, "topic")
+        return {"group": group, "topic": topic, "offsets": self.offsets.query(group, topic)}
+
+    def _broker_info(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Identity, role and log positions."""
+        stats = self.store.stats()
+        return {
+            "broker_cluster_name": self.config.broker_cluster_name,
+            "broker_name": self.config.broker_name,
+            "broker_id": self.config.broker_id,
+            "role": "MASTER",
+            "endpoint": self.endpoint,
+            "store_dir": str(self.config.store_dir),
+            "pid": os.getpid(),
+            "min_log_position": stats.min_log_position,
+            "max_log_position": stats.end_log_position,
+            "confirm_log_position": stats.confirm_log_position,
+            "flushed_log_position": stats.flushed_log_position,
+        }
+
+    def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Request counters and store statistics."""
+        with self._counters.lock:
+            counters = dict(self._counters.values)
+        stats = self.store.stats()
+        return {
+            "counters": counters,
+            "uptime_ms": int(time.time() * 1000) - self._started_ms,
+            "store": {
+                "min_log_position": stats.min_log_position,
+                "end_log_position": stats.end_log_position,
+                "flushed_log_position": stats.flushed_log_position,
+                "confirm_log_position": stats.confirm_log_position,
+                "commit_log_segments": stats.commit_log_segments,
+                "queue_count": stats.queue_count,
+                "flush_count": stats.flush_count,
+                "recovered_after_crash": stats.recovered_after_crash,
+            },
+            "topics": len(self.topics.all()),
+            "groups": len(self.offsets.groups()),
+        }
+
+
+def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
+    """[[queue_id, first_queue_offset, count]] in first-appearance order."""
+    ranges: dict[int, list[int]] = {}
+    for queue_id, queue_offset in zip(queue_ids, queue_offsets):
+        entry = ranges.get(queue_id)
+        if entry is None:
+            ranges[queue_id] = [queue_id, queue_offset, 1]
+        else:
+            entry[2] += 1
+    return list(ranges.values())
+
+
+def _check_topic_name(name: str) -> None:
+    from_storage_rule = name and len(name) <= _TOPIC_NAME_MAX and all(
+        ch.isascii() and (ch.isalnum() or ch in "%|_-") for ch in name)
+    if not from_storage_rule:
+        raise RequestError("BAD_REQUEST", f"topic/group name {name[:40]!r} must match "
+                           "^[%|a-zA-Z0-9_-]+$ and be at most 127 characters")
+
+
+def _string(request: dict[str, Any], key: str) -> str:
+    value = request.get(key)
+    if not isinstance(value, str) or not value:
+        raise RequestError("BAD_REQUEST", f"field {key!r} must be a non-empty string")
+    return value
+
+
+def _int(request: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int:
+    value = request.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError("BAD_REQUEST", f"field {key!r} must be an integer in [{low}, {high}]")
+    return value
