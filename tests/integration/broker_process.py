@@ -1,0 +1,99 @@
+"""Start and stop real broker processes for tests (the same entry point users run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.flight as flight
+
+STARTUP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class BrokerProcess:
+    """One `python -m ha.broker --conf FILE` subprocess with its own store directory."""
+
+    def __init__(self, directory: Path, *, name: str = "broker-a", **overrides: str) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.store_dir = directory / "store"
+        self.conf = directory / "broker.conf"
+        self.log = directory / "broker.log"
+        settings = {
+            "brokerName": name, "brokerId": "0", "listenPort": str(self.port),
+            "storePathRootDir": str(self.store_dir), "mappedFileSizeCommitLog": str(8 << 20),
+            "maxMessageSize": str(1 << 20),
+        }
+        settings.update(overrides)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.conf.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        log = open(self.log, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ha.broker", "--conf", str(self.conf)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
+        )
+        log.close()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited {self.process.returncode}: "
+                                   f"{self.log.read_text()[-2000:]}")
+            try:
+                self.action("broker_info")
+                return self
+            except flight.FlightError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not answer within {STARTUP_TIMEOUT_S}s")
+
+    def action(self, kind: str, body: dict | None = None) -> dict:  # type: ignore[type-arg]
+        client = flight.FlightClient(f"grpc://{self.endpoint}")
+        try:
+            options = flight.FlightCallOptions(timeout=5.0)
+            results = list(client.do_action(
+                flight.Action(kind, json.dumps(body or {}).encode()), options))
+            return json.loads(results[0].body.to_pybytes())
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(10)
+
+    def pause(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
