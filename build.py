@@ -26,6 +26,7 @@ STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 EXTRAS = "spark,test"
 BENCHES = {
     "storage": "tests/bench/bench_storage.py",
+    "broker": "tests/bench/bench_broker.py",
 }
 
 

@@ -1,0 +1,167 @@
+"""Broker benchmark: acked produce throughput, consume throughput, single-message latency.
+
+    python3 build.py bench broker [--json] [--seconds S]
+
+Method: one real broker process (`python -m ha.broker`, ASYNC_FLUSH, 1 GiB segments) on
+127.0.0.1; this process is the client, over raw pyarrow.flight with one DoPut stream kept open
+per case (as a producer would). Produce cases wait for each batch's reply before the next
+(acknowledged throughput). Consume reads back the 100 B batch-1024 topic from queue_offset 0
+with DoGet tickets of up to 65536 messages. Latency: single 100 B messages on an open stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from connector.protocol import GetReply, GetTicket, PutReply, produce_descriptor_command  # noqa: E402
+from tests.integration.broker_process import BrokerProcess  # noqa: E402
+
+SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
+MESSAGES_MAX = 20_000_000
+LATENCY_SAMPLES_MAX = 20_000
+
+
+def produce_case(client: flight.FlightClient, topic: str, body_bytes: int, batch: int,
+                 seconds: float) -> float:
+    writer, reader = client.do_put(
+        flight.FlightDescriptor.for_command(produce_descriptor_command(topic)), SCHEMA)
+    record_batch = pa.record_batch([pa.array([b"x" * body_bytes] * batch, pa.binary())],
+                                   schema=SCHEMA)
+    sent = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds and sent < MESSAGES_MAX:
+        writer.write_batch(record_batch)
+        reply = PutReply.decode(reader.read().to_pybytes())
+        assert reply.status == "PUT_OK", reply
+        sent += batch
+    elapsed = time.perf_counter() - start
+    writer.done_writing()
+    writer.close()
+    return sent / elapsed
+
+
+def consume_case(client: flight.FlightClient, topic: str, queue_count: int,
+                 seconds: float) -> float:
+    received = 0
+    start = time.perf_counter()
+    for queue_id in range(queue_count):
+        queue_offset = 0
+        while time.perf_counter() - start < seconds:
+            ticket = GetTicket(topic, queue_id, queue_offset, max_messages=65536,
+                               max_bytes=64 << 20)
+            reader = client.do_get(flight.Ticket(ticket.encode()))
+            reply = None
+            for chunk in reader:
+                received += chunk.data.num_rows
+                reply = GetReply.decode(chunk.app_metadata.to_pybytes())
+            assert reply is not None
+            if reply.next_queue_offset >= reply.max_queue_offset:
+                break
+            queue_offset = reply.next_queue_offset
+    return received / (time.perf_counter() - start)
+
+
+def latency_case(client: flight.FlightClient, seconds: float) -> tuple[float, float]:
+    writer, reader = client.do_put(
+        flight.FlightDescriptor.for_command(produce_descriptor_command("latency")), SCHEMA)
+    for _ in range(200):  # warm the stream
+        writer.write_batch(pa.record_batch([pa.array([b"w"], pa.binary())], schema=SCHEMA))
+        reader.read()
+    one = pa.record_batch([pa.array([b"x" * 100], pa.binary())], schema=SCHEMA)
+    samples = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds and len(samples) < LATENCY_SAMPLES_MAX:
+        sent = time.perf_counter()
+        writer.write_batch(one)
+        reader.read()
+        samples.append((time.perf_counter() - sent) * 1000)
+    writer.done_writing()
+    writer.close()
+    samples = samples[len(samples) // 10:]  # drop the warm-up tenth
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99)]
+
+
+BARE_SERVER = """
+import sys, pyarrow as pa, pyarrow.flight as fl
+class Echo(fl.FlightServerBase):
+    def do_put(self, context, descriptor, reader, writer):
+        for chunk in reader:
+            writer.write(pa.py_buffer(b'{"status": "PUT_OK"}'))
+server = Echo("grpc://127.0.0.1:0")
+print(server.port, flush=True)
+server.serve()
+"""
+
+
+def bare_flight_latency(seconds: float) -> tuple[float, float]:
+    """The floor: a Flight server that answers each one-row DoPut batch and does nothing."""
+    process = subprocess.Popen([sys.executable, "-c", BARE_SERVER], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        client = flight.FlightClient(f"grpc://127.0.0.1:{port}")
+        figures = latency_case(client, seconds)
+        client.close()
+        return figures
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    root = Path.cwd() / ".bench-tmp"
+    root.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=root))
+    broker = BrokerProcess(work, mappedFileSizeCommitLog=str(1 << 30),
+                           maxMessageSize=str(4 << 20), defaultTopicQueueNums="1").start()
+    figures: dict[str, float] = {}
+    try:
+        client = flight.FlightClient(f"grpc://{broker.endpoint}")
+        for body_bytes, label in ((100, "100B"), (1024, "1KiB")):
+            for batch in (1, 32, 1024):
+                topic = f"produce_{label}_{batch}"
+                rate = produce_case(client, topic, body_bytes, batch, args.seconds)
+                figures[f"produce_{label}_batch{batch}_msgs_per_s"] = rate
+                print(f"produce {label:5s} batch {batch:5d}: {rate:12,.0f} msgs/s "
+                      f"{rate * body_bytes / 1e6:8.1f} MB/s")
+        figures["consume_msgs_per_s"] = consume_case(client, "produce_100B_1024", 1,
+                                                      args.seconds)
+        print(f"consume 100B: {figures['consume_msgs_per_s']:12,.0f} msgs/s")
+        p50, p99 = latency_case(client, args.seconds)
+        figures["produce_single_p50_ms"], figures["produce_single_p99_ms"] = p50, p99
+        print(f"single-message produce latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+        bare_p50, bare_p99 = bare_flight_latency(args.seconds)
+        figures["bare_flight_single_p50_ms"] = bare_p50
+        figures["produce_single_p50_vs_bare_flight"] = p50 / bare_p50
+        print(f"bare Flight one-row DoPut (same run): p50 {bare_p50:.3f} ms, p99 {bare_p99:.3f}"
+              f" ms; broker/bare = {p50 / bare_p50:.2f}")
+        client.close()
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps({key: round(value, 4) for key, value in figures.items()},
+                         sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
