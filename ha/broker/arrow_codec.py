@@ -9,6 +9,7 @@ name in the message.
 from __future__ import annotations
 
 import dataclasses
+from itertools import repeat
 
 import pyarrow as pa
 
@@ -24,41 +25,49 @@ __all__ = ["BadBatch", "ProduceRows", "empty_batch", "records_to_batch", "rows_f
 
 
 
+_BODY_AT = 88  # RECORD_HEADER.size: the body follows the header
+_BARE_RECORD_BYTES = 91 + RECORD_CHECKSUM_PAIR_BYTES  # a record with no properties, less body+topic
+assert RECORD_HEADER.size == _BODY_AT
+
+
 class BadBatch(ValueError):
     """A produce batch that does not follow PRODUCE_SCHEMA."""
 
 
-def records_to_batch(records: list[bytes]) -> pa.RecordBatch:
-    """Decode raw records into one Arrow batch of CONSUME_SCHEMA."""
-    topics, queue_ids, queue_offsets, positions, bodies = [], [], [], [], []
-    keys, tags, properties, born, stored, msg_ids = [], [], [], [], [], []
-    unpack = RECORD_HEADER.unpack_from
-    for record in records:
-        (total, _, _, queue_id, _, queue_offset, log_position, _, born_ms, _, store_ms,
-         store_host, _, _, body_size) = unpack(record)
-        topic_at = 88 + body_size
-        topic_size = record[topic_at]
-        props_raw = record[topic_at + 3 + topic_size:total - RECORD_CHECKSUM_PAIR_BYTES]
-        topics.append(record[topic_at + 1:topic_at + 1 + topic_size].decode("ascii"))
-        queue_ids.append(queue_id)
-        queue_offsets.append(queue_offset)
-        positions.append(log_position)
-        bodies.append(record[88:topic_at])
-        born.append(born_ms)
-        stored.append(store_ms)
-        msg_ids.append(make_msg_id(store_host, log_position))
-        if props_raw:
-            props = decode_properties(props_raw)
-            keys.append(props.pop("KEYS", None))
-            tags.append(props.pop("TAGS", None))
-            properties.append(list(props.items()) if props else None)
-        else:
-            keys.append(None)
-            tags.append(None)
-            properties.append(None)
-    columns = [topics, queue_ids, queue_offsets, positions, bodies, keys, tags, properties,
-               born, stored, msg_ids]
-    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, CONSUME_SCHEMA)]
+def records_to_batch(records: list[bytes], topic: str) -> pa.RecordBatch:
+    """Decode raw records of `topic` into one Arrow batch of CONSUME_SCHEMA.
+
+    The common case (records without properties, one store host) runs on C-level iterators:
+    one header unpack per record, bodies sliced by map, message ids formatted by map; only
+    records that carry properties are decoded one by one.
+    """
+    count = len(records)
+    headers = list(map(RECORD_HEADER.unpack_from, records))
+    (totals, _, _, queue_ids, _, queue_offsets, positions, _, born, _, stored, hosts, _, _,
+     body_sizes) = zip(*headers)
+    bodies = list(map(bytes.__getitem__, records, map(slice, repeat(_BODY_AT),
+                                                      map(_BODY_AT.__add__, body_sizes))))
+    bare_size = _BARE_RECORD_BYTES + len(topic)
+    with_properties = [index for index, (total, body_size) in enumerate(zip(totals, body_sizes))
+                       if total - body_size != bare_size]
+    keys: list[str | None] = [None] * count
+    tags: list[str | None] = [None] * count
+    properties: list[list[tuple[str, str]] | None] = [None] * count
+    for index in with_properties:
+        record = records[index]
+        props_at = _BODY_AT + body_sizes[index] + 3 + len(topic)
+        props = decode_properties(record[props_at:totals[index] - RECORD_CHECKSUM_PAIR_BYTES])
+        keys[index] = props.pop("KEYS", None)
+        tags[index] = props.pop("TAGS", None)
+        properties[index] = list(props.items()) if props else None
+    if len(set(hosts)) == 1:
+        msg_ids = list(map((hosts[0].hex().upper() + "%016X").__mod__, positions))
+    else:
+        msg_ids = list(map(make_msg_id, hosts, positions))
+    columns = [pa.array([topic] * count, pa.string()), queue_ids, queue_offsets, positions,
+               bodies, keys, tags, properties, born, stored, msg_ids]
+    arrays = [column if isinstance(column, pa.Array) else pa.array(column, type=field.type)
+              for column, field in zip(columns, CONSUME_SCHEMA)]
     return pa.RecordBatch.from_arrays(arrays, schema=CONSUME_SCHEMA)
 
 

@@ -253,7 +253,8 @@ class BrokerService(flight.FlightServerBase):
             reply = GetReply(result.status.name, code_for(result.status.name),
                              result.next_queue_offset, result.min_queue_offset,
                              result.max_queue_offset)
-            batch = records_to_batch(list(result.records)) if result.records else empty_batch()
+            batch = (records_to_batch(list(result.records), request.topic) if result.records
+                     else empty_batch())
             self._count("get_messages", batch.num_rows)
             yield batch, pa.py_buffer(reply.encode())
             remaining_count -= len(result.records)
