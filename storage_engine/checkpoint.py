@@ -14,7 +14,8 @@ Why an intent field: a truncation deletes several files; a crash half way must n
 recovery scan find the cut records again, so the target is made durable first and redone on open.
 
 abort: exists while the store is open; found at open = the last run crashed (RocketMQ's `abort`).
-lock:  an fcntl lock held while the store is open, so a second process fails fast.
+lock:  an flock held while the store is open (per open file, so a second opener fails fast even
+       inside the same process; POSIX record locks would not).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class DirectoryLock:
         """Take the lock; returns True when the previous run did not shut down cleanly."""
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             os.close(fd)
             raise StoreLockedError(str(self._lock_path)) from err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from storage_engine.record_format import (
     BLANK_RECORD_SIZE_BYTES,
     HEADER,
     HEADER_SIZE_BYTES,
+    MESSAGE_MAGIC_CODE,
     encode_batch,
     encode_blank,
     scan_record,
@@ -27,6 +29,8 @@ from storage_engine.segment import Segment, SegmentQueue, discard_tail
 __all__ = ["CommitLog", "RecoveryScan", "RecordRef"]
 
 logger = logging.getLogger(__name__)
+
+_PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,11 +101,12 @@ class CommitLog:
                 break
             segment.write_position = segment.flushed_position = segment.size_bytes
             index += 1
-        cut_bytes = self._cut_after(end)
+        cut_bytes = self.discard_from(end)
         return RecoveryScan(scan_from, end, cut_bytes, reason)
 
-    def _cut_after(self, end: int) -> int:
-        """Zero the rest of the segment holding `end` and delete every later segment."""
+    def discard_from(self, end: int) -> int:
+        """Open-time cut (no reader yet): zero everything from `end` in its segment, however
+        far stale bytes reach, and delete every later segment. Returns the bytes cut."""
         cut_bytes = 0
         segments = self._segments.segments
         while segments and segments[-1].base_position > end:
@@ -212,8 +217,8 @@ class CommitLog:
             assert segment is not None, position
             relative = position - segment.base_position
             data = segment.map
-            total, magic = HEADER.unpack_from(data, relative)[:2]
-            if magic != 0xDAA320A7:  # BLANK: skip to the next segment
+            total, magic = _PREFIX.unpack_from(data, relative)
+            if magic != MESSAGE_MAGIC_CODE:  # BLANK: skip to the next segment
                 position = segment.base_position + segment.size_bytes
                 continue
             yield _record_ref(data, relative, position, total)

@@ -132,7 +132,7 @@ class MessageStore:
         if checkpoint.truncate_intent_log_position >= 0:
             logger.warning("redoing an interrupted truncation to log_position %d",
                            checkpoint.truncate_intent_log_position)
-            self._commit_log.truncate_to(checkpoint.truncate_intent_log_position)
+            self._commit_log.discard_from(checkpoint.truncate_intent_log_position)
         scan_from = min(checkpoint.consume_queue_log_position, checkpoint.flushed_log_position)
         self.last_recovery = self._commit_log.recover(scan_from)
         end = self.last_recovery.valid_end_log_position
