@@ -50,7 +50,10 @@ class ConsumeQueue:
             segment.write_position = segment.flushed_position = segment.size_bytes
         first_data = segments[0].read(0, segments[0].size_bytes)
         leading_zero_bytes = len(first_data) - len(first_data.lstrip(b"\x00"))
-        lead_entries = min(leading_zero_bytes // ENTRY_SIZE, len(first_data) // ENTRY_SIZE)
+        # Leading empty entries count only when a written entry follows them; a segment of
+        # zeros (everything lost in a crash) holds no entries and starts at its base.
+        lead_entries = 0 if leading_zero_bytes == len(first_data) else \
+            leading_zero_bytes // ENTRY_SIZE
         self._min_queue_offset = segments[0].base_position // ENTRY_SIZE + lead_entries
         last = segments[-1]
         data = first_data if last is segments[0] else last.read(0, last.size_bytes)

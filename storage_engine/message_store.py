@@ -139,11 +139,9 @@ class MessageStore:
         if self.last_recovery.cut_bytes:
             logger.warning("recovery cut %d bytes after log_position %d (%s)",
                            self.last_recovery.cut_bytes, end, self.last_recovery.reason)
-        self._load_consume_queues(end)
         redispatch_from = max(min(checkpoint.consume_queue_log_position, end),
                               self._commit_log.min_log_position)
-        for queue in self._queues.values():
-            queue.truncate_from_log_position(redispatch_from)
+        self._load_consume_queues(redispatch_from, end)
         self._dispatch_refs(self._commit_log.iter_records(redispatch_from, end))
         self.epochs.truncate_from(end + 1)
         confirm = checkpoint.confirm_log_position
@@ -153,7 +151,12 @@ class MessageStore:
         self._commit_log.flush()
         self._write_checkpoint()
 
-    def _load_consume_queues(self, log_end: int) -> None:
+    def _load_consume_queues(self, trusted_below: int, log_end: int) -> None:
+        """Open every ConsumeQueue and cut it after its last entry that is both verified
+        against the recovered CommitLog and below `trusted_below` (the checkpoint's flushed
+        dispatch point). Entries past it were not fsynced before a crash and may be torn or
+        stale (a lost page can zero half an entry); the dispatcher rebuilds them from the log.
+        """
         root = self.store_dir / "consumequeue"
         root.mkdir(exist_ok=True)
         for topic_dir in sorted(root.iterdir()):
@@ -161,7 +164,35 @@ class MessageStore:
                 if not queue_dir.name.isdigit():
                     continue
                 queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
-                queue.truncate_from_log_position(log_end)
+                keep = self._last_trusted_entry(queue, trusted_below, log_end) + 1
+                queue.truncate_to_queue_offset(max(keep, queue.min_queue_offset))
+
+    def _last_trusted_entry(self, queue: ConsumeQueue, trusted_below: int, log_end: int) -> int:
+        """Walk back from the queue's end (bounded: entries written since the checkpoint)."""
+        topic_meta = self._meta_for(queue.topic)
+        queue_offset = queue.max_queue_offset - 1
+        while queue_offset >= queue.min_queue_offset:
+            entry = queue.entry(queue_offset)
+            if entry is not None and entry[0] < trusted_below and self._entry_matches(
+                    entry, queue, queue_offset, topic_meta, log_end):
+                return queue_offset
+            queue_offset -= 1
+        return queue_offset
+
+    def _entry_matches(self, entry: tuple[int, int, int], queue: ConsumeQueue,
+                       queue_offset: int, topic_meta: bytes, log_end: int) -> bool:
+        log_position, size, _ = entry
+        if size < HEADER.size or log_position + size > log_end:
+            return False
+        header = self._commit_log.read(log_position, HEADER.size)
+        if header is None:
+            return False
+        fields = HEADER.unpack(header)
+        if (fields[0], fields[3], fields[5], fields[6]) != (size, queue.queue_id, queue_offset,
+                                                             log_position):
+            return False
+        topic_at = log_position + HEADER.size + fields[14]
+        return self._commit_log.read(topic_at, len(topic_meta)) == topic_meta
 
     def _consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
