@@ -1,0 +1,422 @@
+"""rocketha's client library: Producer, Consumer and Admin over Arrow Flight.
+
+Usable from Spark executors: `ClientConfig` is a frozen, picklable value; Flight connections are
+opened lazily and cached per process (keyed by endpoint and checked against the pid, so a
+forked worker opens its own). Every retry loop is bounded by a count and a deadline.
+
+Retry policy (pure, unit-tested): a call that fails with a retriable status or error (see
+connector.protocol.errors) is retried after `Backoff.delay_ms(attempt)` while attempts remain and
+the deadline has not passed; with several brokers, an unordered send moves to the next broker
+when one is unreachable. Non-retriable put statuses (MESSAGE_ILLEGAL...) come back as results;
+request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...) raise `FatalError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from connector.protocol import (
+    PRODUCE_SCHEMA,
+    FatalError,
+    GetReply,
+    GetTicket,
+    PutReply,
+    RetriableError,
+    RocketHAError,
+    decode_error_text,
+    error_for_code,
+    produce_descriptor_command,
+    status_for,
+)
+
+__all__ = [
+    "Admin",
+    "Backoff",
+    "ClientConfig",
+    "Consumer",
+    "Producer",
+    "PullResult",
+    "SendResult",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """Where the brokers are and how hard to try. Picklable (plain values only)."""
+
+    brokers: tuple[str, ...]  # "host:port" Arrow Flight endpoints
+    request_timeout_ms: int = 10_000
+    send_deadline_ms: int = 30_000  # a send gives up (raises) after this
+    retries_max: int = 20
+    backoff_initial_ms: int = 20
+    backoff_max_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.brokers, str):
+            object.__setattr__(self, "brokers", tuple(
+                part.strip() for part in self.brokers.split(",") if part.strip()))
+        if not self.brokers:
+            raise ValueError("ClientConfig.brokers: at least one host:port is required")
+        for endpoint in self.brokers:
+            host, sep, port = endpoint.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"ClientConfig.brokers: {endpoint!r} is not host:port")
+        for name in ("request_timeout_ms", "send_deadline_ms", "backoff_initial_ms",
+                     "backoff_max_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ClientConfig.{name} must be > 0")
+        if self.retries_max < 0:
+            raise ValueError("ClientConfig.retries_max must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with a cap: 1x, 2x, 4x ... initial, never above the cap."""
+
+    initial_ms: int
+    max_ms: int
+
+    def delay_ms(self, attempt: int) -> int:
+        return min(self.max_ms, self.initial_ms * (1 << min(attempt, 20)))
+
+    @staticmethod
+    def remaining_ms(deadline_monotonic_s: float, now_s: float) -> int:
+        return max(0, int((deadline_monotonic_s - now_s) * 1000))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendResult:
+    status: str
+    queue_id: int = -1
+    queue_offset: int = -1
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "PUT_OK"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PullResult:
+    table: pa.Table
+    reply: GetReply
+
+    @property
+    def status(self) -> str:
+        return self.reply.status
+
+    @property
+    def next_queue_offset(self) -> int:
+        return self.reply.next_queue_offset
+
+
+# -- connections: lazily opened, cached per process --------------------------------------------
+_CONNECTIONS: dict[str, flight.FlightClient] = {}
+_CONNECTIONS_PID = os.getpid()
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def _connection(endpoint: str) -> flight.FlightClient:
+    global _CONNECTIONS_PID
+    with _CONNECTIONS_LOCK:
+        if _CONNECTIONS_PID != os.getpid():  # forked: the parent's channels are not ours
+            _CONNECTIONS.clear()
+            _CONNECTIONS_PID = os.getpid()
+        client = _CONNECTIONS.get(endpoint)
+        if client is None:
+            client = _CONNECTIONS[endpoint] = flight.FlightClient(f"grpc://{endpoint}")
+        return client
+
+
+def _drop_connection(endpoint: str) -> None:
+    with _CONNECTIONS_LOCK:
+        client = _CONNECTIONS.pop(endpoint, None)
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # closing a broken channel: nothing more to do
+            logger.debug("closing connection to %s failed", endpoint)
+
+
+def as_rocketha_error(err: flight.FlightError) -> RocketHAError:
+    """The typed error inside a Flight error; transport failures are retriable."""
+    typed = decode_error_text(str(err), getattr(err, "extra_info", None))
+    if typed is not None:
+        return typed
+    return error_for_code(status_for("SERVICE_NOT_AVAILABLE").code,
+                          f"{type(err).__name__}: {str(err)[:300]}")
+
+
+class _Base:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self._backoff = Backoff(config.backoff_initial_ms, config.backoff_max_ms)
+        self._broker_index = 0
+
+    @property
+    def endpoint(self) -> str:
+        return self.config.brokers[self._broker_index % len(self.config.brokers)]
+
+    def _options(self) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(timeout=self.config.request_timeout_ms / 1000.0)
+
+    def _retry(self, call: Any, what: str) -> Any:
+        """Run `call(endpoint)` with the retry policy; returns its value."""
+        deadline = time.monotonic() + self.config.send_deadline_ms / 1000.0
+        for attempt in range(self.config.retries_max + 1):
+            endpoint = self.endpoint
+            try:
+                return call(endpoint)
+            except flight.FlightError as err:
+                error = as_rocketha_error(err)
+                if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
+                    _drop_connection(endpoint)
+                    self._broker_index += 1
+            except RetriableError as err:
+                error = err
+            if not error.retriable or attempt == self.config.retries_max:
+                raise error
+            delay_ms = self._backoff.delay_ms(attempt)
+            if Backoff.remaining_ms(deadline, time.monotonic()) <= delay_ms:
+                raise error
+            logger.info("%s: %s; retry %d in %d ms", what, error, attempt + 1, delay_ms)
+            time.sleep(delay_ms / 1000.0)
+        raise AssertionError("unreachable")
+
+
+class Admin(_Base):
+    """Topics, offsets, groups and broker info (DoAction)."""
+
+    def action(self, kind: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        payload = json.dumps(dict(body or {})).encode()
+
+        def call(endpoint: str) -> dict[str, Any]:
+            results = list(_connection(endpoint).do_action(flight.Action(kind, payload),
+                                                           self._options()))
+            return json.loads(results[0].body.to_pybytes())
+
+        return self._retry(call, f"action {kind}")
+
+    def create_topic(self, topic: str, *, queues: int | None = None,
+                     read_queue_nums: int | None = None, write_queue_nums: int | None = None,
+                     perm: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"topic": topic}
+        for name, value in (("read_queue_nums", read_queue_nums or queues),
+                            ("write_queue_nums", write_queue_nums or queues), ("perm", perm)):
+            if value is not None:
+                body[name] = value
+        return self.action("create_topic", body)["topic"]
+
+    def update_topic(self, topic: str, **fields: int) -> dict[str, Any]:
+        return self.action("update_topic", {"topic": topic, **fields})["topic"]
+
+    def delete_topic(self, topic: str) -> bool:
+        return bool(self.action("delete_topic", {"topic": topic})["deleted"])
+
+    def list_topics(self) -> list[dict[str, Any]]:
+        return self.action("list_topics")["topics"]
+
+    def get_topic(self, topic: str) -> dict[str, Any]:
+        return self.action("get_topic", {"topic": topic})["topic"]
+
+    def queue_offsets(self, topic: str) -> list[dict[str, int]]:
+        return self.action("queue_offsets", {"topic": topic})["queues"]
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.action("offset_for_timestamp", {
+            "topic": topic, "queue_id": queue_id, "timestamp_ms": timestamp_ms})["queue_offset"]
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        self.action("commit_offset", {"group": group, "topic": topic, "queue_id": queue_id,
+                                      "queue_offset": queue_offset})
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        offsets = self.action("query_offsets", {"group": group, "topic": topic})["offsets"]
+        return {int(queue_id): value for queue_id, value in offsets.items()}
+
+    def broker_info(self) -> dict[str, Any]:
+        return self.action("broker_info")
+
+    def broker_stats(self) -> dict[str, Any]:
+        return self.action("broker_stats")
+
+
+@dataclasses.dataclass
+class _Stream:
+    endpoint: str
+    schema: pa.Schema
+    writer: flight.FlightStreamWriter
+    reader: flight.FlightMetadataReader
+
+
+class Producer(_Base):
+    """Sends messages; keeps one DoPut stream per (topic, schema) open for low latency.
+
+    Not thread-safe: use one Producer per thread (they share connections).
+    """
+
+    def __init__(self, config: ClientConfig) -> None:
+        super().__init__(config)
+        self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
+
+    def send(self, topic: str, body: bytes | str, *, key: str | None = None,
+             tags: str | None = None, properties: Mapping[str, str] | None = None,
+             queue_id: int | None = None) -> SendResult:
+        columns: dict[str, pa.Array] = {"body": pa.array(
+            [body.encode() if isinstance(body, str) else body], pa.binary())}
+        if key is not None:
+            columns["key"] = pa.array([key], pa.string())
+        if tags is not None:
+            columns["tags"] = pa.array([tags], pa.string())
+        if properties:
+            columns["properties"] = pa.array([list(properties.items())],
+                                             PRODUCE_SCHEMA.field("properties").type)
+        if queue_id is not None:
+            columns["queue_id"] = pa.array([queue_id], pa.int32())
+        return self.send_batch(topic, pa.record_batch(columns))[0]
+
+    def send_batch(self, topic: str, batch: pa.RecordBatch | pa.Table
+                   | Sequence[Mapping[str, Any]]) -> list[SendResult]:
+        """Send rows (an Arrow batch/table with PRODUCE_SCHEMA columns, or dicts with `body`,
+        `key`, `tags`, `properties`, `queue_id`); one result per row, in order."""
+        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
+            batch = _rows_to_batch(batch)
+        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        results: list[SendResult] = []
+        for record_batch in batches:
+            results += self._send_one_batch(topic, record_batch)
+        return results
+
+    def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
+        def call(endpoint: str) -> PutReply:
+            stream = self._stream(topic, batch.schema, endpoint)
+            try:
+                stream.writer.write_batch(batch)
+                metadata = stream.reader.read()
+                if metadata is None:
+                    stream.writer.close()  # raises the server's error
+                    raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                         "produce stream closed without a reply")
+            except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
+                self._close_stream(topic, batch.schema)
+                raise
+            reply = PutReply.decode(metadata.to_pybytes())
+            if not status_for(reply.status).stored and status_for(reply.status).retriable:
+                raise error_for_code(reply.code, reply.error or reply.status)
+            return reply
+
+        try:
+            reply = self._retry(call, f"send to {topic}")
+        except pa.ArrowException as err:
+            raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
+        if not status_for(reply.status).stored:
+            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
+        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
+                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+
+    def _stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
+        key = (topic, schema)
+        stream = self._streams.get(key)
+        if stream is not None and stream.endpoint == endpoint:
+            return stream
+        if stream is not None:
+            self._close_stream(topic, schema)
+        descriptor = flight.FlightDescriptor.for_command(produce_descriptor_command(topic))
+        writer, reader = _connection(endpoint).do_put(descriptor, schema, self._options())
+        stream = self._streams[key] = _Stream(endpoint, schema, writer, reader)
+        return stream
+
+    def _close_stream(self, topic: str, schema: pa.Schema) -> None:
+        stream = self._streams.pop((topic, schema), None)
+        if stream is None:
+            return
+        try:
+            stream.writer.done_writing()
+            stream.writer.close()
+        except (flight.FlightError, OSError, pa.ArrowException):
+            pass  # the stream is already broken; the error was (or will be) reported
+
+    def close(self) -> None:
+        for topic, schema in list(self._streams):
+            self._close_stream(topic, schema)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _rows_to_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+    if not rows:
+        raise ValueError("send_batch: no rows")
+    names = ["body"] + [name for name in ("key", "tags", "properties", "queue_id")
+                        if any(row.get(name) is not None for row in rows)]
+    columns = {}
+    for name in names:
+        values = [row.get(name) for row in rows]
+        if name == "body":
+            values = [value.encode() if isinstance(value, str) else value for value in values]
+        if name == "properties":
+            values = [None if value is None else list(dict(value).items()) for value in values]
+        columns[name] = pa.array(values, PRODUCE_SCHEMA.field(name).type)
+    return pa.record_batch(columns)
+
+
+class Consumer(_Base):
+    """Pulls by (topic, queue, queue_offset), with long polling."""
+
+    def pull(self, topic: str, queue_id: int, queue_offset: int, *, max_messages: int = 1024,
+             max_bytes: int = 8 << 20, tag_filter: str | None = None,
+             max_wait_ms: int = 0) -> PullResult:
+        ticket = GetTicket(topic, queue_id, queue_offset, max_messages, max_bytes, tag_filter,
+                           max_wait_ms)
+        timeout_s = (self.config.request_timeout_ms + max_wait_ms) / 1000.0
+
+        def call(endpoint: str) -> PullResult:
+            reader = _connection(endpoint).do_get(
+                flight.Ticket(ticket.encode()), flight.FlightCallOptions(timeout=timeout_s))
+            batches, reply = [], None
+            for chunk in reader:
+                batches.append(chunk.data)
+                reply = GetReply.decode(chunk.app_metadata.to_pybytes())
+            if reply is None:
+                raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"), "empty DoGet stream")
+            return PullResult(pa.Table.from_batches(batches), reply)
+
+        return self._retry(call, f"pull {topic}/{queue_id}@{queue_offset}")
+
+    def iter_queue(self, topic: str, queue_id: int, queue_offset: int, *,
+                   until_idle_ms: int = 1000, max_messages_total: int = 1 << 40,
+                   tag_filter: str | None = None) -> Iterator[pa.Table]:
+        """Tables of messages from `queue_offset` on, until none arrives for `until_idle_ms`
+        or `max_messages_total` were read."""
+        read = 0
+        idle_since = time.monotonic()
+        while read < max_messages_total:
+            result = self.pull(topic, queue_id, queue_offset, tag_filter=tag_filter,
+                               max_messages=min(4096, max_messages_total - read),
+                               max_wait_ms=min(until_idle_ms, 1000))
+            if result.status in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY"):
+                queue_offset = result.next_queue_offset
+                continue
+            if result.table.num_rows:
+                read += result.table.num_rows
+                idle_since = time.monotonic()
+                yield result.table
+            queue_offset = result.next_queue_offset
+            if result.table.num_rows == 0 and \
+                    (time.monotonic() - idle_since) * 1000 >= until_idle_ms:
+                return

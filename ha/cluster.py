@@ -1,0 +1,218 @@
+"""`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
+
+    rocketha-cluster up --dir DIR [--brokers N] [--set key=value ...]
+    rocketha-cluster status --dir DIR [--json]
+    rocketha-cluster down --dir DIR
+
+Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
+`data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
+created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
+detached (own session), so this tool can exit. Later issues add controllers and replica sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.flight as flight
+
+__all__ = ["main"]
+
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+BROKERS_MAX = 26
+POLL_INTERVAL_S = 0.05
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _broker_info(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    client = flight.FlightClient(f"grpc://{endpoint}")
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        results = list(client.do_action(flight.Action("broker_info", b"{}"), options))
+        return json.loads(results[0].body.to_pybytes())
+    except (flight.FlightError, OSError, ValueError):
+        return None
+    finally:
+        client.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as dead
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
+
+
+class Cluster:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory.resolve()
+        self.manifest_path = self.directory / "cluster.json"
+
+    def load(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {"brokers": []}
+        return json.loads(self.manifest_path.read_text())
+
+    def save(self, manifest: dict[str, Any]) -> None:
+        self.manifest_path.write_text(json.dumps(manifest, indent=1))
+
+    def plan(self, broker_count: int, overrides: dict[str, str]) -> dict[str, Any]:
+        manifest = self.load()
+        existing = {broker["name"] for broker in manifest["brokers"]}
+        for index in range(broker_count):
+            name = f"broker-{string.ascii_lowercase[index]}"
+            if name in existing:
+                continue
+            port = _free_port()
+            manifest["brokers"].append({
+                "name": name, "port": port, "conf": str(self.directory / "conf" / f"{name}.conf"),
+                "store_dir": str(self.directory / "data" / name),
+                "log_file": str(self.directory / "logs" / f"{name}.log"),
+                "pid_file": str(self.directory / "run" / f"{name}.pid"),
+            })
+        for sub in ("conf", "data", "logs", "run"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        for broker in manifest["brokers"]:
+            settings = {"brokerClusterName": "LocalCluster", "brokerName": broker["name"],
+                        "brokerId": "0", "brokerIP1": "127.0.0.1",
+                        "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
+            settings.update(overrides)
+            lines = [f"# written by rocketha-cluster; --set overrides apply to every broker"]
+            lines += [f"{key}={value}" for key, value in settings.items()]
+            Path(broker["conf"]).write_text("\n".join(lines) + "\n")
+        self.save(manifest)
+        return manifest
+
+    def pid_of(self, broker: dict[str, Any]) -> int | None:
+        try:
+            pid = int(Path(broker["pid_file"]).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def start(self, broker: dict[str, Any]) -> int:
+        log = open(broker["log_file"], "ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ha.broker", "--conf", broker["conf"]],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
+        )
+        log.close()
+        Path(broker["pid_file"]).write_text(f"{process.pid}\n")
+        return process.pid
+
+    def wait_ready(self, broker: dict[str, Any]) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        endpoint = f"127.0.0.1:{broker['port']}"
+        while time.monotonic() < deadline:
+            if self.pid_of(broker) is None:
+                tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
+                raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
+            if _broker_info(endpoint, timeout_s=1.0) is not None:
+                return
+            time.sleep(POLL_INTERVAL_S)
+        raise SystemExit(f"rocketha-cluster: {broker['name']} did not answer on {endpoint} "
+                         f"within {STARTUP_TIMEOUT_S:.0f}s")
+
+    def status(self) -> list[dict[str, Any]]:
+        processes = []
+        for broker in self.load()["brokers"]:
+            pid = self.pid_of(broker)
+            endpoint = f"127.0.0.1:{broker['port']}"
+            info = _broker_info(endpoint) if pid is not None else None
+            processes.append({
+                "name": broker["name"], "kind": "broker", "pid": pid,
+                "role": (info or {}).get("role", "UNKNOWN" if pid else "DOWN"),
+                "endpoint": endpoint, "store_dir": broker["store_dir"],
+                "log_file": broker["log_file"], "alive": info is not None,
+            })
+        return processes
+
+    def stop(self, broker: dict[str, Any]) -> None:
+        pid = self.pid_of(broker)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(POLL_INTERVAL_S)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        Path(broker["pid_file"]).unlink(missing_ok=True)
+
+
+def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--set expects key=value, got {pair!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rocketha-cluster", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up")
+    up.add_argument("--dir", required=True, type=Path)
+    up.add_argument("--brokers", type=int, default=1)
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    status = commands.add_parser("status")
+    status.add_argument("--dir", required=True, type=Path)
+    status.add_argument("--json", action="store_true")
+    down = commands.add_parser("down")
+    down.add_argument("--dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    cluster = Cluster(args.dir)
+    if args.command == "up":
+        if not 1 <= args.brokers <= BROKERS_MAX:
+            parser.error(f"--brokers must be 1..{BROKERS_MAX}")
+        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser))
+        for broker in manifest["brokers"]:
+            if cluster.pid_of(broker) is None:
+                cluster.start(broker)
+        for broker in manifest["brokers"]:
+            cluster.wait_ready(broker)
+            print(f"{broker['name']} 127.0.0.1:{broker['port']}")
+        return 0
+    if args.command == "status":
+        processes = cluster.status()
+        if args.json:
+            print(json.dumps({"dir": str(cluster.directory), "processes": processes}))
+        else:
+            for process in processes:
+                state = "alive" if process["alive"] else "down"
+                print(f"{process['name']}\t{process['role']}\t{process['endpoint']}\t"
+                      f"pid {process['pid']}\t{state}")
+        return 0
+    for broker in cluster.load()["brokers"]:
+        cluster.stop(broker)
+    print(f"stopped {len(cluster.load()['brokers'])} process(es)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Client pieces that need no broker: config validation and pickling, backoff, reply mapping,
+ticket validation, and error decoding."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow.flight as flight
+import pytest
+
+from connector import Backoff, ClientConfig
+from connector.client import as_rocketha_error
+from connector.protocol import (
+    CODES,
+    FatalError,
+    GetTicket,
+    ProtocolError,
+    PutReply,
+    RetriableError,
+    encode_error_info,
+    status_for,
+)
+
+
+def test_config_pickles_and_validates() -> None:
+    config = ClientConfig(brokers="127.0.0.1:1, 127.0.0.1:2")  # type: ignore[arg-type]
+    assert config.brokers == ("127.0.0.1:1", "127.0.0.1:2")
+    assert pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(ValueError, match="host:port"):
+        ClientConfig(brokers=("nohost",))
+    with pytest.raises(ValueError, match="request_timeout_ms"):
+        ClientConfig(brokers=("h:1",), request_timeout_ms=0)
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    backoff = Backoff(initial_ms=20, max_ms=300)
+    assert [backoff.delay_ms(attempt) for attempt in range(6)] == [20, 40, 80, 160, 300, 300]
+    assert backoff.delay_ms(10_000) == 300
+    assert Backoff.remaining_ms(10.0, 9.5) == 500 and Backoff.remaining_ms(1.0, 2.0) == 0
+
+
+def test_put_reply_maps_rows_back_to_queue_offsets() -> None:
+    uniform = PutReply("PUT_OK", 0, [[2, 10, 3]], None, 99)
+    assert uniform.row_offsets(3) == [(2, 10), (2, 11), (2, 12)]
+    mixed = PutReply("PUT_OK", 0, [[1, 5, 2], [0, 7, 1]], [1, 0, 1], 99)
+    assert mixed.row_offsets(3) == [(1, 5), (0, 7), (1, 6)]
+    assert PutReply.decode(mixed.encode()) == mixed
+
+
+@pytest.mark.parametrize("raw, field", [
+    (b"{", "JSON"), (b"[]", "object"), (b'{"topic": "t"}', "queue_id"),
+    (b'{"topic": "t", "queue_id": "1", "queue_offset": 0}', "queue_id"),
+    (b'{"topic": "t", "queue_id": 1, "queue_offset": -1}', "queue_offset"),
+    (b'{"topic": "t", "queue_id": 1, "queue_offset": 0, "color": 1}', "color"),
+    (b'{"topic": "t", "queue_id": 1, "queue_offset": 0, "max_messages": 0}', "max_messages"),
+])
+def test_ticket_errors_name_the_field(raw: bytes, field: str) -> None:
+    with pytest.raises(ProtocolError, match=field):
+        GetTicket.decode(raw)
+    assert GetTicket.decode(GetTicket("t", 1, 5).encode()) == GetTicket("t", 1, 5)
+
+
+def test_error_table_and_flight_error_decoding() -> None:
+    assert status_for("NOT_MASTER").retriable and status_for("NOT_MASTER").refresh_route
+    assert not status_for("MESSAGE_ILLEGAL").retriable
+    assert status_for("FLUSH_SLAVE_TIMEOUT").stored and not status_for("MESSAGE_ILLEGAL").stored
+    assert len({entry.name for entry in CODES.values()}) == len(CODES)
+    text, info = encode_error_info("TOPIC_NOT_EXIST", "topic 'x' does not exist")
+    error = as_rocketha_error(flight.FlightServerError(text, info))
+    assert isinstance(error, FatalError) and error.name == "TOPIC_NOT_EXIST"
+    assert error.refresh_route and "topic 'x'" in error.message
+    transport = as_rocketha_error(flight.FlightUnavailableError("connection refused"))
+    assert isinstance(transport, RetriableError) and transport.name == "SERVICE_NOT_AVAILABLE"
