@@ -201,8 +201,9 @@ class BrokerService(flight.FlightServerBase):
             self._count("put_rejected")
             return PutReply(status.name, code_for(status.name), [], None, -1, result.error)
         self._count("put_messages", batch.num_rows)
-        return PutReply(status.name, code_for(status.name),
-                        _queue_ranges(queue_ids, result.queue_offsets),
+        ranges = ([[queue_ids[0], result.queue_offsets[0], len(queue_ids)]] if uniform
+                  else _queue_ranges(queue_ids, result.queue_offsets))
+        return PutReply(status.name, code_for(status.name), ranges,
                         None if uniform else list(queue_ids), result.log_position_end,
                         result.error)
 
