@@ -5,6 +5,7 @@
     python3 build.py test [ARGS...]   setup, then the default test suite (extra ARGS go to pytest)
     python3 build.py bench NAME [--json]   run a benchmark from tests/bench/ (e.g. `storage`)
     python3 build.py sim [--seeds N]  long deterministic-simulation search
+    python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and skips the install when nothing changed.
@@ -84,6 +85,11 @@ def sim(args: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT).returncode
 
 
+def demo(args: list[str]) -> int:
+    python = setup()
+    return subprocess.run([str(python), "-m", "spark_app.demo", *args], cwd=ROOT).returncode
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -98,6 +104,8 @@ def main(argv: list[str]) -> int:
         return bench(rest)
     if command == "sim":
         return sim(rest)
+    if command == "demo":
+        return demo(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)
     return 2
 

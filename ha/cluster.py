@@ -80,6 +80,9 @@ class Cluster:
 
     def plan(self, broker_count: int, overrides: dict[str, str]) -> dict[str, Any]:
         manifest = self.load()
+        # `--set` overrides are remembered, so a later `up` (a restart) keeps them.
+        manifest["overrides"] = {**manifest.get("overrides", {}), **overrides}
+        overrides = manifest["overrides"]
         existing = {broker["name"] for broker in manifest["brokers"]}
         for index in range(broker_count):
             name = f"broker-{string.ascii_lowercase[index]}"

@@ -49,6 +49,8 @@ def test_status_lists_live_brokers(cluster) -> None:  # type: ignore[no-untyped-
     again = json.loads(tool("ha.cluster", "status", "--dir", str(directory), "--json").stdout)
     assert [(p["pid"], p["endpoint"]) for p in again["processes"]] == \
         [(p["pid"], p["endpoint"]) for p in processes]
+    conf = (directory / "conf" / "broker-a.conf").read_text()
+    assert "defaultTopicQueueNums=4" in conf, "a later `up` dropped the --set overrides"
 
 
 def test_console_produce_then_consume(cluster) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,5 @@
+"""spark-submit pipelines and the demo driver. Depends on connector only (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
