@@ -140,9 +140,6 @@ class ConsumeQueue:
         raw = self._segments.read(queue_offset * ENTRY_SIZE, (end - queue_offset) * ENTRY_SIZE)
         return raw or b""
 
-    def last_entry(self) -> tuple[int, int, int] | None:
-        return self.entry(self.max_queue_offset - 1)
-
     # -- retention --------------------------------------------------------------------------
     def delete_segments_before_log_position(self, log_position: int) -> int:
         """Drop whole index segments whose every entry points below `log_position`."""

@@ -9,9 +9,7 @@ exceptions below are for environmental failures and bad input at the API edge:
     ├── StoreLockedError              another process holds the store directory's lock file
     ├── CorruptRecordError            bytes that do not decode as a record (names the position)
     ├── CorruptFileError              a metadata file (checkpoint, epoch file) fails its checksum
-    ├── TruncateBelowConfirmError     a truncation would cut data below the confirm position
-    ├── InvalidMessageError           a message breaks a limit; `.status` is the PutStatus to report
-    └── StoreClosedError              the store was closed
+    └── TruncateBelowConfirmError     a truncation would cut data below the confirm position
 
 `retriable` tells a caller (later: the wire protocol's error table) whether the same request may
 succeed when repeated.
@@ -25,9 +23,7 @@ __all__ = [
     "ConfigError",
     "CorruptFileError",
     "CorruptRecordError",
-    "InvalidMessageError",
     "StorageError",
-    "StoreClosedError",
     "StoreLockedError",
     "TruncateBelowConfirmError",
 ]
@@ -86,15 +82,3 @@ class TruncateBelowConfirmError(StorageError):
         )
         self.log_position = log_position
         self.confirm_log_position = confirm_log_position
-
-
-class InvalidMessageError(StorageError, ValueError):
-    """A message breaks a limit (topic name, queue id, size); nothing was written."""
-
-    def __init__(self, status: object, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class StoreClosedError(StorageError):
-    """The store is closed."""

@@ -39,7 +39,6 @@ from storage_engine.epoch import EpochFile
 from storage_engine.errors import (
     CorruptFileError,
     StorageError,
-    StoreClosedError,
     TruncateBelowConfirmError,
 )
 from storage_engine.flush import FlushService
@@ -681,10 +680,6 @@ class MessageStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"store {self.store_dir} is closed")
 
 
 def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:

@@ -143,13 +143,6 @@ class SegmentQueue:
                 return segment.base_position + segment.flushed_position
         return self.end_position
 
-    def set_write_position(self, position: int) -> None:
-        """After recovery: everything before `position` is valid data, nothing after it."""
-        for segment in self.segments:
-            relative = min(max(position - segment.base_position, 0), segment.size_bytes)
-            segment.write_position = relative
-            segment.flushed_position = relative
-
     def start_at(self, position: int) -> None:
         """An empty queue begins at `position` (a slave far behind, or after retention)."""
         assert not self.segments

@@ -35,7 +35,6 @@ class BrokerConfig:
     long_polling_wait_max_ms: int = 30_000  # cap on a ticket's max_wait_ms
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
-    flight_threads_max: int = 64  # reserved for the server's thread pool bound
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
