@@ -18,7 +18,14 @@ from storage_engine.errors import (
 )
 from storage_engine.files import atomic_write_bytes
 from storage_engine.message_store import MessageStore, StoreStats
-from storage_engine.messages import GetResult, Message, MessageBatch, PutResult, TagFilter
+from storage_engine.messages import (
+    GetResult,
+    Message,
+    MessageBatch,
+    PutResult,
+    RecordBlock,
+    TagFilter,
+)
 from storage_engine.record_format import CRC_TAIL_SIZE_BYTES as RECORD_CHECKSUM_PAIR_BYTES
 from storage_engine.record_format import HEADER as RECORD_HEADER
 from storage_engine.record_format import (
@@ -48,6 +55,7 @@ __all__ = [
     "PutStatus",
     "RECORD_CHECKSUM_PAIR_BYTES",
     "RECORD_HEADER",
+    "RecordBlock",
     "RecoveryScan",
     "STORE_PROPERTY_KEYS",
     "StorageError",

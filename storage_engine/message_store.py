@@ -42,7 +42,14 @@ from storage_engine.errors import (
     TruncateBelowConfirmError,
 )
 from storage_engine.flush import FlushService
-from storage_engine.messages import GetResult, Message, MessageBatch, PutResult, TagFilter
+from storage_engine.messages import (
+    GetResult,
+    Message,
+    MessageBatch,
+    PutResult,
+    RecordBlock,
+    TagFilter,
+)
 from storage_engine.record_format import (
     HEADER,
     PROPERTIES_PAYLOAD_MAX_BYTES,
@@ -451,19 +458,11 @@ class MessageStore:
     ) -> GetResult:
         """Up to `max_count` records (at least one if any is visible, then up to `max_bytes`)
         from `queue_offset`, never past the confirm position."""
-        queue = self._queues.get((topic, queue_id))
-        if queue is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        min_offset = self._min_readable_queue_offset(queue)
-        max_offset = self._visible_max_queue_offset(queue)
-        if max_offset <= min_offset:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, min_offset, min_offset, max_offset)
-        if queue_offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if queue_offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, min_offset, max_offset)
-        if queue_offset > max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        queue, window = self._read_window(topic, queue_id, queue_offset)
+        if isinstance(window, GetResult):
+            return window
+        assert queue is not None
+        min_offset, max_offset = window
         count_max = max(1, min(max_count, self.config.read_messages_max))
         bytes_max = max(1, min(max_bytes, self.config.read_bytes_max))
         codes = tag_filter.codes if tag_filter is not None else None
@@ -491,6 +490,72 @@ class MessageStore:
                     break
         status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, cursor, min_offset, max_offset, records)
+
+    def _read_window(self, topic: str, queue_id: int, queue_offset: int
+                     ) -> tuple[ConsumeQueue | None, GetResult | tuple[int, int]]:
+        """The queue and its readable [min, max), or the status that ends the read now."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return None, GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        low = self._min_readable_queue_offset(queue)
+        high = self._visible_max_queue_offset(queue)
+        if high <= low:
+            return queue, GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, low, low, high)
+        if queue_offset < low:
+            return queue, GetResult(GetStatus.OFFSET_TOO_SMALL, low, low, high)
+        if queue_offset == high:
+            return queue, GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, low, high)
+        if queue_offset > high:
+            return queue, GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high)
+        return queue, (low, high)
+
+    def get_message_block(
+        self, topic: str, queue_id: int, queue_offset: int, *, max_count: int, max_bytes: int
+    ) -> RecordBlock:
+        """Like get_messages without a tag filter, but the records come back to back in one
+        buffer (`data`, with each record's size in `sizes`): records of a queue written together
+        are contiguous in the CommitLog, so this is one slice per run instead of one per record,
+        and the caller can decode the block with vector operations."""
+        queue, window = self._read_window(topic, queue_id, queue_offset)
+        if isinstance(window, GetResult):
+            return RecordBlock(window.status, window.next_queue_offset,
+                               window.min_queue_offset, window.max_queue_offset)
+        assert queue is not None
+        min_offset, max_offset = window
+        count_max = max(1, min(max_count, self.config.read_messages_max))
+        bytes_max = max(1, min(max_bytes, self.config.read_bytes_max))
+        runs: list[tuple[int, int]] = []  # (log_position, size_bytes) of contiguous records
+        sizes: list[int] = []
+        total_bytes = 0
+        cursor = queue_offset
+        while cursor < max_offset and len(sizes) < count_max:
+            raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - len(sizes)))
+            if not raw:
+                break
+            for log_position, size, _ in CONSUME_QUEUE_ENTRY.iter_unpack(raw):
+                if sizes and total_bytes + size > bytes_max:
+                    break
+                if runs and runs[-1][0] + runs[-1][1] == log_position:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + size)
+                else:
+                    runs.append((log_position, size))
+                sizes.append(size)
+                total_bytes += size
+                cursor += 1
+            else:
+                continue
+            break
+        pieces = []
+        for log_position, size in runs:
+            piece = self._commit_log.read(log_position, size)
+            if piece is None:  # retention removed it under us
+                status = GetStatus.FOUND if pieces else GetStatus.MESSAGE_WAS_REMOVING
+                kept_sizes = _prefix_sizes(sizes, sum(map(len, pieces)))
+                return RecordBlock(status, queue_offset + len(kept_sizes), min_offset,
+                                   max_offset, b"".join(pieces), kept_sizes)
+            pieces.append(piece)
+        status = GetStatus.FOUND if sizes else GetStatus.NO_MATCHED_MESSAGE
+        return RecordBlock(status, cursor, min_offset, max_offset, b"".join(pieces), sizes)
 
     def _visible_max_queue_offset(self, queue: ConsumeQueue) -> int:
         """The queue's end, less the trailing entries past the confirm position."""
@@ -680,6 +745,17 @@ class MessageStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _prefix_sizes(sizes: list[int], total_bytes: int) -> list[int]:
+    """The leading sizes that add up to `total_bytes`."""
+    kept, accumulated = [], 0
+    for size in sizes:
+        if accumulated + size > total_bytes:
+            break
+        kept.append(size)
+        accumulated += size
+    return kept
 
 
 def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:

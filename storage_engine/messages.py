@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from storage_engine.record_format import StoredMessage, decode_record, java_string_hash
 from storage_engine.statuses import GetStatus, PutStatus
 
-__all__ = ["GetResult", "Message", "MessageBatch", "PutResult", "TagFilter"]
+__all__ = ["GetResult", "Message", "MessageBatch", "PutResult", "RecordBlock", "TagFilter"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,6 +82,18 @@ class GetResult:
 
     def messages(self) -> list[StoredMessage]:
         return [decode_record(record) for record in self.records]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordBlock:
+    """Outcome of `get_message_block`: records back to back in `data`, sizes in `sizes`."""
+
+    status: GetStatus
+    next_queue_offset: int
+    min_queue_offset: int
+    max_queue_offset: int
+    data: bytes = b""
+    sizes: Sequence[int] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -37,10 +37,23 @@ from connector.protocol import (
     decode_json_object,
     encode_error_info,
 )
-from ha.broker.arrow_codec import BadBatch, empty_batch, records_to_batch, rows_from_batch
+from ha.broker.arrow_codec import (
+    BadBatch,
+    block_to_batch,
+    empty_batch,
+    records_to_batch,
+    rows_from_batch,
+)
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
-from storage_engine import GetStatus, MessageBatch, MessageStore, PutStatus, TagFilter
+from storage_engine import (
+    GetResult,
+    GetStatus,
+    MessageBatch,
+    MessageStore,
+    RecordBlock,
+    TagFilter,
+)
 
 __all__ = ["BrokerService"]
 
@@ -254,12 +267,11 @@ class BrokerService(flight.FlightServerBase):
             reply = GetReply(result.status.name, code_for(result.status.name),
                              result.next_queue_offset, result.min_queue_offset,
                              result.max_queue_offset)
-            batch = (records_to_batch(list(result.records), request.topic) if result.records
-                     else empty_batch())
+            batch, size_bytes = _to_batch(result, request.topic)
             self._count("get_messages", batch.num_rows)
             yield batch, pa.py_buffer(reply.encode())
-            remaining_count -= len(result.records)
-            remaining_bytes -= sum(map(len, result.records))
+            remaining_count -= batch.num_rows
+            remaining_bytes -= size_bytes
             if (result.status is not GetStatus.FOUND or remaining_count <= 0
                     or remaining_bytes <= 0 or result.next_queue_offset >= result.max_queue_offset):
                 return
@@ -267,11 +279,16 @@ class BrokerService(flight.FlightServerBase):
                                remaining_bytes, tag_filter)
 
     def _get(self, request: GetTicket, queue_offset: int, count: int, size: int,
-             tag_filter: TagFilter | None) -> Any:
+             tag_filter: TagFilter | None) -> GetResult | RecordBlock:
+        """Tag-filtered reads need records one by one; plain reads take the block path."""
+        if tag_filter is None:
+            return self.store.get_message_block(request.topic, request.queue_id, queue_offset,
+                                                max_count=count, max_bytes=size)
         return self.store.get_messages(request.topic, request.queue_id, queue_offset,
                                        max_count=count, max_bytes=size, tag_filter=tag_filter)
 
-    def _long_poll(self, request: GetTicket, tag_filter: TagFilter | None) -> Any:
+    def _long_poll(self, request: GetTicket, tag_filter: TagFilter | None
+                   ) -> GetResult | RecordBlock:
         wait_ms = min(request.max_wait_ms, self.config.long_polling_wait_max_ms)
         deadline = time.monotonic() + wait_ms / 1000.0
         result = self._get(request, request.queue_offset, request.max_messages,
@@ -455,6 +472,17 @@ class BrokerService(flight.FlightServerBase):
             "topics": len(self.topics.all()),
             "groups": len(self.offsets.groups()),
         }
+
+
+def _to_batch(result: GetResult | RecordBlock, topic: str) -> tuple[pa.RecordBatch, int]:
+    """The Arrow batch of a read result and the record bytes it came from."""
+    if isinstance(result, RecordBlock):
+        if not result.sizes:
+            return empty_batch(), 0
+        return block_to_batch(result.data, list(result.sizes), topic), len(result.data)
+    if not result.records:
+        return empty_batch(), 0
+    return records_to_batch(list(result.records), topic), sum(map(len, result.records))
 
 
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
