@@ -393,8 +393,7 @@ class MessageStore:
 
     def flush(self) -> int:
         """fsync the CommitLog now; returns the flushed log position."""
-        flushed = self._flush_commit_log()
-        return flushed
+        return self._flush_commit_log()
 
     def _flush_commit_log(self) -> int:
         flushed = self._commit_log.flush()
@@ -411,7 +410,7 @@ class MessageStore:
         with self._lock:
             dispatched = self._commit_log.end_log_position
             queues = list(self._queues.values())
-            confirm = self._confirm if hasattr(self, "_confirm") else 0
+            confirm = self._confirm
         for queue in queues:
             queue.flush()
         flushed = self._commit_log.flush()
