@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from storage_engine.checkpoint import Checkpoint, DirectoryLock, read_checkpoint, write_checkpoint
 from storage_engine.commit_log import CommitLog, RecordRef, RecoveryScan
 from storage_engine.config import QUEUE_ID_MAX, TOPIC_LENGTH_MAX, FlushDiskType, StoreConfig
@@ -67,6 +69,9 @@ logger = logging.getLogger(__name__)
 
 _STORE_TIMESTAMP_AT = 56
 _BYTES_TYPE = frozenset({bytes})
+_CONSUME_QUEUE_DTYPE = np.dtype(
+    [("log_position", ">i8"), ("size_bytes", ">i4"), ("tags_code", ">i8")])
+assert _CONSUME_QUEUE_DTYPE.itemsize == CONSUME_QUEUE_ENTRY.size
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -512,9 +517,10 @@ class MessageStore:
         self, topic: str, queue_id: int, queue_offset: int, *, max_count: int, max_bytes: int
     ) -> RecordBlock:
         """Like get_messages without a tag filter, but the records come back to back in one
-        buffer (`data`, with each record's size in `sizes`): records of a queue written together
-        are contiguous in the CommitLog, so this is one slice per run instead of one per record,
-        and the caller can decode the block with vector operations."""
+        buffer (`data`, with each record's size in `sizes`, an int64 array): records of a queue
+        written together are contiguous in the CommitLog, so this is one slice per run instead
+        of one per record, and the caller can decode the block with vector operations. The
+        ConsumeQueue entries are scanned as arrays too (no per-entry Python step)."""
         queue, window = self._read_window(topic, queue_id, queue_offset)
         if isinstance(window, GetResult):
             return RecordBlock(window.status, window.next_queue_offset,
@@ -522,39 +528,57 @@ class MessageStore:
         assert queue is not None
         min_offset, max_offset = window
         count_max = max(1, min(max_count, self.config.read_messages_max))
-        bytes_max = max(1, min(max_bytes, self.config.read_bytes_max))
-        runs: list[tuple[int, int]] = []  # (log_position, size_bytes) of contiguous records
-        sizes: list[int] = []
-        total_bytes = 0
-        cursor = queue_offset
-        while cursor < max_offset and len(sizes) < count_max:
-            raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - len(sizes)))
-            if not raw:
-                break
-            for log_position, size, _ in CONSUME_QUEUE_ENTRY.iter_unpack(raw):
-                if sizes and total_bytes + size > bytes_max:
-                    break
-                if runs and runs[-1][0] + runs[-1][1] == log_position:
-                    runs[-1] = (runs[-1][0], runs[-1][1] + size)
-                else:
-                    runs.append((log_position, size))
-                sizes.append(size)
-                total_bytes += size
-                cursor += 1
-            else:
-                continue
-            break
+        positions, sizes = self._block_entries(queue, queue_offset, max_offset, count_max,
+                                               max(1, min(max_bytes, self.config.read_bytes_max)))
+        if sizes.size == 0:
+            return RecordBlock(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset,
+                               max_offset, b"", sizes)
+        ends = positions + sizes
+        breaks = np.flatnonzero(positions[1:] != ends[:-1]) + 1
+        run_first = np.concatenate(([0], breaks)).tolist()
+        run_last = (np.concatenate((breaks, [sizes.size])) - 1).tolist()
         pieces = []
-        for log_position, size in runs:
-            piece = self._commit_log.read(log_position, size)
+        for first, last in zip(run_first, run_last):
+            start = int(positions[first])
+            piece = self._commit_log.read(start, int(ends[last]) - start)
             if piece is None:  # retention removed it under us
                 status = GetStatus.FOUND if pieces else GetStatus.MESSAGE_WAS_REMOVING
-                kept_sizes = _prefix_sizes(sizes, sum(map(len, pieces)))
-                return RecordBlock(status, queue_offset + len(kept_sizes), min_offset,
-                                   max_offset, b"".join(pieces), kept_sizes)
+                return RecordBlock(status, queue_offset + first, min_offset, max_offset,
+                                   b"".join(pieces), sizes[:first])
             pieces.append(piece)
-        status = GetStatus.FOUND if sizes else GetStatus.NO_MATCHED_MESSAGE
-        return RecordBlock(status, cursor, min_offset, max_offset, b"".join(pieces), sizes)
+        return RecordBlock(GetStatus.FOUND, queue_offset + sizes.size, min_offset, max_offset,
+                           b"".join(pieces), sizes)
+
+    @staticmethod
+    def _block_entries(queue: ConsumeQueue, queue_offset: int, max_offset: int,
+                       count_max: int, bytes_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """(log_positions, sizes) of the entries from `queue_offset`: at most `count_max`, and
+        after the first one only while the running size stays within `bytes_max`."""
+        position_parts: list[np.ndarray] = []
+        size_parts: list[np.ndarray] = []
+        taken, cursor, bytes_left = 0, queue_offset, bytes_max
+        while cursor < max_offset and taken < count_max:  # one pass per CQ segment crossed
+            raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - taken))
+            if not raw:
+                break
+            entries = np.frombuffer(raw, dtype=_CONSUME_QUEUE_DTYPE)
+            sizes = entries["size_bytes"].astype(np.int64)
+            running = np.cumsum(sizes)
+            keep = int(np.searchsorted(running, bytes_left, side="right"))
+            if taken == 0:
+                keep = max(keep, 1)
+            if keep == 0:
+                break
+            position_parts.append(entries["log_position"][:keep].astype(np.int64))
+            size_parts.append(sizes[:keep])
+            taken += keep
+            cursor += keep
+            bytes_left -= int(running[keep - 1])
+            if keep < entries.size:
+                break
+        if not size_parts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(position_parts), np.concatenate(size_parts)
 
     def _visible_max_queue_offset(self, queue: ConsumeQueue) -> int:
         """The queue's end, less the trailing entries past the confirm position."""
@@ -744,17 +768,6 @@ class MessageStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _prefix_sizes(sizes: list[int], total_bytes: int) -> list[int]:
-    """The leading sizes that add up to `total_bytes`."""
-    kept, accumulated = [], 0
-    for size in sizes:
-        if accumulated + size > total_bytes:
-            break
-        kept.append(size)
-        accumulated += size
-    return kept
 
 
 def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:

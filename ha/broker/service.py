@@ -477,9 +477,9 @@ class BrokerService(flight.FlightServerBase):
 def _to_batch(result: GetResult | RecordBlock, topic: str) -> tuple[pa.RecordBatch, int]:
     """The Arrow batch of a read result and the record bytes it came from."""
     if isinstance(result, RecordBlock):
-        if not result.sizes:
+        if len(result.sizes) == 0:
             return empty_batch(), 0
-        return block_to_batch(result.data, list(result.sizes), topic), len(result.data)
+        return block_to_batch(result.data, result.sizes, topic), len(result.data)
     if not result.records:
         return empty_batch(), 0
     return records_to_batch(list(result.records), topic), sum(map(len, result.records))
