@@ -6,7 +6,7 @@
       [--trigger available-now|once|processing:10s] [--starting-offsets earliest|latest|JSON]
       [--max-offsets-per-trigger N] [--tag-filter EXPR] [--group-id G]
       [--body-as binary|string] [--body-json-schema "order BIGINT, kind STRING"]
-      [--partition-by col,...] [--storage-option k=v ...] [--timeout-s N]
+      [--partition-by col,...] [--storage-option k=v ...] [--timeout-s N] [--idle-timeout-s N]
 
 Exactly once across restarts, on every path:
 - `--format parquet`: Spark's file sink, exactly-once through its `_spark_metadata` log.
@@ -77,6 +77,7 @@ class IngestPlan:
     storage_options: Mapping[str, str]
     timeout_s: float | None
     query_name: str
+    idle_timeout_s: float | None = None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +98,8 @@ def _parser() -> argparse.ArgumentParser:
                         metavar="KEY=VALUE")
     parser.add_argument("--timeout-s", type=float, default=0.0,
                         help="stop after this many seconds (0: run until the query ends)")
+    parser.add_argument("--idle-timeout-s", type=float, default=0.0,
+                        help="stop once caught up: no rows for this long after the first rows")
     parser.add_argument("--query-name", default="rocketha_ingest_to_table")
     return parser
 
@@ -105,8 +108,10 @@ def plan(argv: Sequence[str] | None) -> IngestPlan:
     """Parse and validate the command line (no Spark needed)."""
     args = _parser().parse_args(argv)
     options = source_options(args)
-    if args.timeout_s < 0:
-        raise UsageError(f"--timeout-s: must be >= 0, got {args.timeout_s}")
+    for flag, value in (("--timeout-s", args.timeout_s),
+                        ("--idle-timeout-s", args.idle_timeout_s)):
+        if value < 0:
+            raise UsageError(f"{flag}: must be >= 0, got {value}")
     if (args.table_format == "delta" and args.delta_engine != "delta-spark"
             and "maxOffsetsPerTrigger" not in options):
         options["maxOffsetsPerTrigger"] = str(DRIVER_BATCH_MESSAGES_DEFAULT)
@@ -120,7 +125,8 @@ def plan(argv: Sequence[str] | None) -> IngestPlan:
         body_json_schema=args.body_json_schema,
         partition_by=tuple(c.strip() for c in args.partition_by.split(",") if c.strip()),
         storage_options=dict(args.storage_option),
-        timeout_s=args.timeout_s or None, query_name=args.query_name)
+        timeout_s=args.timeout_s or None, query_name=args.query_name,
+        idle_timeout_s=args.idle_timeout_s or None)
 
 
 def transform(frame: DataFrame, ingest: IngestPlan) -> DataFrame:
@@ -190,6 +196,7 @@ def _body(argv: Sequence[str] | None) -> int:
           flush=True)
     try:
         batches = progress.watch(query, timeout_s=ingest.timeout_s,
+                                 idle_timeout_s=ingest.idle_timeout_s,
                                  emit=lambda line: print(line, flush=True))
     finally:
         query.stop()

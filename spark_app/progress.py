@@ -6,8 +6,9 @@ report, next to `endOffset`; both are JSON strings in rocketha's canonical layou
 `{"<topic>": {"<brokerName>:<queueId>": next_queue_offset}}`. Lag = sum over queues of
 (latest - end), with queues missing from `endOffset` counted from 0.
 
-`watch` polls `query.recentProgress` (bounded by Spark's `spark.sql.streaming.numRecentProgressUpdates`)
-between `awaitTermination(poll_s)` calls and prints each new batch once.
+`watch` polls `query.recentProgress` (Spark keeps the last
+`spark.sql.streaming.numRecentProgressUpdates` of them) between `awaitTermination(poll_s)` calls
+and prints each new batch once; the clock is a parameter so the stop rules test without sleeps.
 """
 
 from __future__ import annotations
@@ -75,25 +76,34 @@ def summarize(progress: Mapping[str, Any]) -> BatchProgress:
     )
 
 
-def watch(query: Any, *, timeout_s: float | None, emit: Callable[[str], None] = print,
-          poll_s: float = POLL_INTERVAL_S) -> list[BatchProgress]:
-    """Print each new batch of `query` until it terminates or `timeout_s` passes.
+def watch(query: Any, *, timeout_s: float | None, idle_timeout_s: float | None = None,
+          emit: Callable[[str], None] = print, poll_s: float = POLL_INTERVAL_S,
+          clock: Callable[[], float] = time.monotonic) -> list[BatchProgress]:
+    """Print each new batch of `query` until it terminates, `timeout_s` passes, or (after at
+    least one row) no batch has brought rows for `idle_timeout_s` ("run until caught up").
 
     Returns every batch seen. Re-raises the query's exception if it failed."""
     seen: dict[int, BatchProgress] = {}
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    started = clock()
+    last_rows_at: float | None = None
 
     def drain() -> None:
+        nonlocal last_rows_at
         for update in query.recentProgress:
             batch = summarize(json.loads(update.json) if hasattr(update, "json") else update)
             if batch.batch_id not in seen:
                 seen[batch.batch_id] = batch
                 emit(batch.line())
+                if batch.rows:
+                    last_rows_at = clock()
 
     while True:
-        wait_s = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
-        terminated = query.awaitTermination(wait_s)
+        terminated = query.awaitTermination(poll_s)
         drain()
-        if terminated or (deadline is not None and time.monotonic() >= deadline):
+        now = clock()
+        if terminated or (timeout_s is not None and now - started >= timeout_s):
+            break
+        if idle_timeout_s is not None and last_rows_at is not None \
+                and now - last_rows_at >= idle_timeout_s:
             break
     return [seen[batch_id] for batch_id in sorted(seen)]

@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from spark_app import ingest_to_table
-from spark_app.progress import lag_messages
+from spark_app.progress import lag_messages, watch
 
 pytestmark = pytest.mark.spark
 
@@ -129,3 +129,34 @@ def test_lag_is_latest_minus_end_per_queue() -> None:
     latest = json.dumps({"orders": {"broker-a:0": 12, "broker-a:1": 5, "broker-a:2": 3}})
     assert lag_messages(end, latest) == 5
     assert lag_messages(end, None) is None
+
+
+class _FakeQuery:
+    """A streaming query stand-in at the IO boundary: each wait advances a fake clock and may
+    finish a batch (rows per wait from `script`)."""
+
+    def __init__(self, script: list[int], clock: list[float]) -> None:
+        self.script, self.clock, self.recentProgress = script, clock, []  # noqa: N815
+
+    def awaitTermination(self, timeout_s: float) -> bool:  # noqa: N802 - Spark's name
+        self.clock[0] += timeout_s
+        if self.script:
+            rows = self.script.pop(0)
+            self.recentProgress.append({"batchId": len(self.recentProgress), "numInputRows": rows,
+                                        "durationMs": {"triggerExecution": 5}, "sources": []})
+        return False
+
+
+@pytest.mark.parametrize(("script", "idle_s", "timeout_s", "batches"), [
+    ([0, 0, 5, 3, 0, 0, 0, 0, 7], 2.5, 100.0, 7),  # idle only counts after the first rows
+    ([0] * 50, 2.0, 10.0, 10),  # no rows ever: the overall timeout ends it
+    ([4] * 50, 2.0, 6.0, 6),  # busy: the overall timeout ends it
+])
+def test_watch_stops_when_caught_up_or_timed_out(script: list[int], idle_s: float,
+                                                 timeout_s: float, batches: int) -> None:
+    clock = [0.0]
+    query = _FakeQuery(list(script), clock)
+    seen = watch(query, timeout_s=timeout_s, idle_timeout_s=idle_s, emit=lambda _: None,
+                 poll_s=1.0, clock=lambda: clock[0])
+    assert len(seen) == batches
+    assert [b.rows for b in seen] == script[:batches]
