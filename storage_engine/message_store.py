@@ -435,11 +435,13 @@ class MessageStore:
         return self._confirm
 
     def set_confirm_log_position(self, log_position: int) -> None:
-        """Replication sets the commit point; it never moves past the log's end."""
+        """Replication sets the commit point; it never moves past the log's end, nor back
+        (several threads may report confirm positions out of order)."""
         with self._lock:
             log_position = min(log_position, self._commit_log.end_log_position)
             advanced = log_position > self._confirm
-            self._confirm = log_position
+            if advanced:
+                self._confirm = log_position
         if advanced:
             self._notify_confirm(log_position)
 
@@ -701,6 +703,17 @@ class MessageStore:
             self.epochs.truncate_from(log_position)
             self._write_checkpoint()
             logger.warning("truncated the log to log_position %d", log_position)
+
+    def truncate_incomplete_tail(self) -> None:
+        """Cut bytes after the last complete record (a replica's log can end inside one,
+        as batches are cut by size); the confirm position comes down to that record's end if
+        it was inside the cut (no reader could see a partial record anyway)."""
+        with self._lock:
+            self.dispatch_replicated()
+            end = self._dispatched
+            if end < self._commit_log.end_log_position:
+                self._confirm = min(self._confirm, end)
+                self.truncate_to(end)
 
     def reset_to(self, log_position: int) -> None:
         """Drop the whole log (segments, ConsumeQueues, epochs) and start it empty at
