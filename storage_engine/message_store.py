@@ -435,13 +435,12 @@ class MessageStore:
         return self._confirm
 
     def set_confirm_log_position(self, log_position: int) -> None:
-        """Replication sets the commit point; it never moves past the log's end, nor back
-        (several threads may report confirm positions out of order)."""
+        """Replication sets the commit point; it never moves past the log's end (callers
+        keep it monotonic: ha/ serialises its updates)."""
         with self._lock:
             log_position = min(log_position, self._commit_log.end_log_position)
             advanced = log_position > self._confirm
-            if advanced:
-                self._confirm = log_position
+            self._confirm = log_position
         if advanced:
             self._notify_confirm(log_position)
 
