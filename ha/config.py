@@ -49,7 +49,6 @@ class HAConfig:
     heartbeat_interval_ms: int = 5000  # haSendHeartbeatInterval
     housekeeping_interval_ms: int = 20_000  # haHousekeepingInterval
     slave_not_catchup_max_ms: int = 15_000  # haMaxTimeSlaveNotCatchup
-    slave_ack_timeout_ms: int = 3000  # slaveTimeout: FLUSH_SLAVE_TIMEOUT after this
     slave_read_enable: bool = False  # slaveReadEnable
     total_replicas: int = 1  # totalReplicas
     in_sync_replicas: int = 1  # inSyncReplicas
@@ -75,7 +74,6 @@ class HAConfig:
                               "must exceed haSendHeartbeatInterval "
                               f"({self.heartbeat_interval_ms} ms), or idle links are closed")
         _range("haMaxTimeSlaveNotCatchup", self.slave_not_catchup_max_ms, 1, 3_600_000)
-        _range("slaveTimeout", self.slave_ack_timeout_ms, 1, 3_600_000)
         _range("totalReplicas", self.total_replicas, 1, 64)
         _range("inSyncReplicas", self.in_sync_replicas, 1, self.total_replicas)
         _range("minInSyncReplicas", self.min_in_sync_replicas, 1, self.in_sync_replicas)
@@ -138,7 +136,6 @@ _PROPERTY_MAP: dict[str, tuple[str, Any]] = {
     "haSendHeartbeatInterval": ("heartbeat_interval_ms", int),
     "haHousekeepingInterval": ("housekeeping_interval_ms", int),
     "haMaxTimeSlaveNotCatchup": ("slave_not_catchup_max_ms", int),
-    "slaveTimeout": ("slave_ack_timeout_ms", int),
     "slaveReadEnable": ("slave_read_enable", _bool),
     "totalReplicas": ("total_replicas", int),
     "inSyncReplicas": ("in_sync_replicas", int),
