@@ -1,0 +1,133 @@
+"""Faults under synchronous writes: a slave SIGKILLed (with and without adaptive degradation),
+restarted and rejoining; a slave whose log forked while it was down truncating and converging.
+
+Method: real broker processes through `rocketha-cluster` (tests/ha/replica_set.py); the test
+thread produces batch after batch without client retries and records each status. After each
+scenario every PUT_OK message is read back from the replicas that counted and all CommitLogs
+are compared byte for byte up to the master's confirm position.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from storage_engine import Message, MessageStore, StoreConfig
+from tests.ha.replica_set import SEGMENT_BYTES, ReplicaSet, wait_for
+
+pytestmark = pytest.mark.integration
+
+QUEUES = 2
+FAILED_PUTS = {"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE", "IN_SYNC_REPLICAS_NOT_ENOUGH"}
+
+
+class Writer:
+    """Produces numbered batches and remembers what was acked."""
+
+    def __init__(self, replicas: ReplicaSet, topic: str) -> None:
+        self.replicas = replicas
+        self.topic = topic
+        self.acked: dict[tuple[int, int], bytes] = {}
+        self.sequence = 0
+
+    def put(self, rows: int = 20) -> str:
+        self.sequence += 1
+        bodies = [b"%d-%d-" % (self.sequence, row) + b"y" * 80 for row in range(rows)]
+        reply = self.replicas.put(self.topic, bodies)
+        if reply["status"] == "PUT_OK":
+            self.acked.update(zip(map(tuple, reply["offsets"]), bodies))
+        return reply["status"]
+
+
+@pytest.fixture
+def make_set(tmp_path: Path):
+    made: list[ReplicaSet] = []
+
+    def make(replicas: int, **settings: str) -> ReplicaSet:
+        replica_set = ReplicaSet(tmp_path / f"set{len(made)}", replicas,
+                                 defaultTopicQueueNums=str(QUEUES), **settings)
+        made.append(replica_set)
+        return replica_set
+
+    yield make
+    for replica_set in made:
+        replica_set.down()
+
+
+def test_sigkill_slave_without_degradation_refuses_then_rejoins(make_set) -> None:
+    replicas = make_set(2, inSyncReplicas="2")
+    replicas.wait_sync_state_set([0, 1])
+    writer = Writer(replicas, "K")
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    replicas.signal(1, signal.SIGKILL)
+    statuses = [writer.put() for _ in range(5)]
+    assert set(statuses) <= FAILED_PUTS, statuses
+    assert statuses[-1] == "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    end = replicas.info(0)["max_log_position"]
+    assert writer.put() == "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    assert replicas.info(0)["max_log_position"] == end  # refused before writing
+    replicas.restart()
+    replicas.wait_sync_state_set([0, 1])
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    replicas.check_acked_readable(writer.acked, [0, 1], "K", QUEUES)
+    replicas.down()
+    replicas.check_logs_identical([0, 1])
+
+
+def test_sigkill_slave_with_degradation_keeps_writing_at_min_in_sync(make_set) -> None:
+    replicas = make_set(3, inSyncReplicas="3", minInSyncReplicas="2",
+                        enableAutoInSyncReplicas="true")
+    replicas.wait_sync_state_set([0, 1, 2])
+    writer = Writer(replicas, "D")
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    assert replicas.info(0)["need_ack_nums"] == 3
+    replicas.signal(2, signal.SIGKILL)
+    replicas.wait_sync_state_set([0, 1])
+    assert {writer.put() for _ in range(20)} == {"PUT_OK"}
+    assert replicas.info(0)["need_ack_nums"] == 2
+    replicas.check_acked_readable(writer.acked, [0, 1], "D", QUEUES)
+    replicas.restart()
+    replicas.wait_sync_state_set([0, 1, 2])
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    assert replicas.info(0)["need_ack_nums"] == 3
+    replicas.check_acked_readable(writer.acked, [0, 1, 2], "D", QUEUES)
+    replicas.down()
+    replicas.check_logs_identical([0, 1, 2])
+
+
+def test_forked_slave_truncates_to_the_fork_point_and_converges(make_set) -> None:
+    replicas = make_set(2, inSyncReplicas="2", minInSyncReplicas="1",
+                        enableAutoInSyncReplicas="true")
+    replicas.wait_sync_state_set([0, 1])
+    writer = Writer(replicas, "F")
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    replicas.stop(1)
+    # The stopped slave's log grows a branch of its own, under a newer local epoch.
+    store_config = StoreConfig(commit_log_segment_size_bytes=SEGMENT_BYTES,
+                               message_size_max_bytes=1 << 20)
+    with MessageStore(replicas.brokers[1]["store_dir"], store_config,
+                      auto_confirm=False) as slave_store:
+        fork_point = slave_store.end_log_position
+        last = slave_store.epochs.last
+        assert last is not None
+        slave_store.epochs.append(last.epoch + 10, fork_point)
+        for index in range(100):
+            body = b"forked-%d-" % index + b"z" * 600
+            slave_store.append(Message(topic="F", body=body).as_batch())
+        slave_store.flush()
+        forked_end = slave_store.end_log_position
+    replicas.wait_sync_state_set([0])
+    assert {writer.put() for _ in range(5)} == {"PUT_OK"}  # degraded to the master alone
+    assert replicas.info(0)["max_log_position"] < forked_end  # the branch is longer
+    replicas.restart()
+    replicas.wait_sync_state_set([0, 1])
+    assert {writer.put() for _ in range(5)} == {"PUT_OK"}
+    found = replicas.read_all(1, "F", QUEUES)
+    assert not [body for body in found.values() if body.startswith(b"forked-")]
+    replicas.check_acked_readable(writer.acked, [0, 1], "F", QUEUES)
+    log = Path(replicas.brokers[1]["log_file"]).read_text()
+    assert f"truncated the log to log_position {fork_point}" in log
+    replicas.down()
+    replicas.check_logs_identical([0, 1])
