@@ -131,3 +131,42 @@ def test_forked_slave_truncates_to_the_fork_point_and_converges(make_set) -> Non
     assert f"truncated the log to log_position {fork_point}" in log
     replicas.down()
     replicas.check_logs_identical([0, 1])
+
+
+def test_sigstop_slave_past_the_timeouts_then_sigcont(make_set) -> None:
+    replicas = make_set(2, inSyncReplicas="2")
+    replicas.wait_sync_state_set([0, 1])
+    writer = Writer(replicas, "S")
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    replicas.signal(1, signal.SIGSTOP)
+    first = writer.put()  # times out, or sees the link closed while waiting
+    assert first in FAILED_PUTS, first
+    replicas.wait_sync_state_set([0])  # haHousekeepingInterval closed the silent link
+    assert writer.put() == "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    replicas.signal(1, signal.SIGCONT)
+    replicas.wait_sync_state_set([0, 1])
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    found = replicas.read_all(1, "S", QUEUES)
+    assert {key: found[key] for key in writer.acked} == writer.acked
+    master_found = replicas.read_all(0, "S", QUEUES)
+    assert found == master_found  # nothing missing or doubled on the slave
+    replicas.down()
+    replicas.check_logs_identical([0, 1])
+
+
+def test_master_restart_opens_a_new_epoch_and_slaves_follow(make_set) -> None:
+    replicas = make_set(3, inSyncReplicas="2")
+    replicas.wait_sync_state_set([0, 1, 2])
+    writer = Writer(replicas, "R")
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    epoch = replicas.info(0)["master_epoch"]
+    replicas.signal(0, signal.SIGKILL)
+    replicas.restart()
+    replicas.wait_sync_state_set([0, 1, 2])
+    assert replicas.info(0)["master_epoch"] == epoch + 1
+    assert {writer.put() for _ in range(10)} == {"PUT_OK"}
+    wait_for(lambda: all(replicas.info(i)["master_epoch"] == epoch + 1 for i in (1, 2)), 10,
+             "slaves to see the new epoch")
+    replicas.check_acked_readable(writer.acked, [0, 1, 2], "R", QUEUES)
+    replicas.down()
+    replicas.check_logs_identical([0, 1, 2])
