@@ -213,6 +213,11 @@ class CommitLog:
             return b""
         return segment.read(relative, size)
 
+    def segment_for(self, log_position: int) -> Segment:
+        segment = self._segments.find(log_position)
+        assert segment is not None, log_position
+        return segment
+
     def complete_records(self, from_log_position: int, to_log_position: int
                          ) -> tuple[list[RecordRef], int]:
         """The records that lie wholly in [from, to) (`from` a record boundary, `to` anywhere:

@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from storage_engine.checkpoint import Checkpoint, DirectoryLock, read_checkpoint, write_checkpoint
 from storage_engine.commit_log import CommitLog, RecordRef, RecoveryScan
 from storage_engine.config import QUEUE_ID_MAX, TOPIC_LENGTH_MAX, FlushDiskType, StoreConfig
@@ -65,11 +67,14 @@ from storage_engine.record_format import (
     encode_properties,
     java_string_hash,
 )
+from storage_engine.record_runs import RecordRun, group_entries, scan_run, walk_records
 from storage_engine.statuses import GetStatus, PutStatus
 
 __all__ = ["MessageStore", "StoreStats"]
 
 logger = logging.getLogger(__name__)
+
+BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexed one by one
 
 _STORE_TIMESTAMP_AT = 56
 _BYTES_TYPE = frozenset({bytes})
@@ -676,13 +681,63 @@ class MessageStore:
             self._commit_log.append_raw(log_position, data)
 
     def dispatch_replicated(self) -> int:
-        """Index the complete records appended since the last call; returns how many."""
+        """Index the complete records appended since the last call; returns how many.
+        Single-topic runs take the bulk path (record_runs), others the per-record one."""
+        count = 0
         with self._lock:
-            refs, next_position = self._commit_log.complete_records(
-                self._dispatched, self._commit_log.end_log_position)
-            count = self._dispatch_refs(refs)
-            self._dispatched = next_position
+            end = self._commit_log.end_log_position
+            while self._dispatched < end:
+                segment = self._commit_log.segment_for(self._dispatched)
+                base = segment.base_position
+                positions, sizes, stop, blank = walk_records(
+                    segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
+                if len(positions):
+                    count += self._dispatch_run(segment.map, positions, sizes, base)
+                segment_end = base + segment.size_bytes
+                if not blank or segment_end > end:
+                    self._dispatched = base + stop
+                    break
+                self._dispatched = segment_end
         return count
+
+    def _dispatch_run(self, data: object, positions: np.ndarray, sizes: np.ndarray,
+                      base: int) -> int:
+        """Index complete records in bulk, one leading same-topic run at a time."""
+        done = 0
+        while done < len(positions):
+            run = scan_run(data, positions[done:], sizes[done:], base)
+            if len(run.log_positions) >= BULK_RECORDS_MIN:
+                self._dispatch_record_run(run)
+                done += len(run.log_positions)
+                continue
+            # Interleaved topics: the next records one by one (bulk set-up would cost more).
+            end = min(done + BULK_RECORDS_MIN * 8, len(positions))
+            self._dispatch_refs(self._commit_log.iter_records(
+                base + int(positions[done]), base + int(positions[end - 1] + sizes[end - 1])))
+            done = end
+        return done
+
+    def _dispatch_record_run(self, run: RecordRun) -> None:
+        offsets_of = self._next_queue_offsets.setdefault(run.topic, {})
+        for queue_id, queue_offsets, entries in group_entries(run):
+            queue = self._consume_queue(run.topic, queue_id)
+            expected = queue.max_queue_offset
+            fresh = queue_offsets >= expected
+            if not fresh.all():  # already indexed (recovery rebuilt them)
+                queue_offsets = queue_offsets[fresh]
+                entries = entries.reshape(-1, CONSUME_QUEUE_ENTRY.size)[fresh].reshape(-1)
+                if not len(queue_offsets):
+                    continue
+            first_offset = int(queue_offsets[0])
+            if first_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
+                raise StorageError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
+                                   f"but replicated records start at queue_offset "
+                                   f"{first_offset}")
+            if not (np.diff(queue_offsets) == 1).all():
+                raise StorageError(f"queue offsets of {run.topic}/{queue_id} are not "
+                                   f"contiguous in replicated records from {first_offset}")
+            queue.append(first_offset, entries.tobytes())
+            offsets_of[queue_id] = first_offset + len(queue_offsets)
 
     def truncate_to(self, log_position: int) -> None:
         """Cut the log (and its index and epochs) at `log_position`, crash-safely.
