@@ -218,30 +218,6 @@ class CommitLog:
         assert segment is not None, log_position
         return segment
 
-    def complete_records(self, from_log_position: int, to_log_position: int
-                         ) -> tuple[list[RecordRef], int]:
-        """The records that lie wholly in [from, to) (`from` a record boundary, `to` anywhere:
-        replicated bytes arrive cut by size), and the position after the last of them."""
-        refs: list[RecordRef] = []
-        position = from_log_position
-        while position + _PREFIX.size <= to_log_position:
-            segment = self._segments.find(position)
-            assert segment is not None, position
-            relative = position - segment.base_position
-            data = segment.map
-            total, magic = _PREFIX.unpack_from(data, relative)
-            if magic != MESSAGE_MAGIC_CODE:  # BLANK: the rest of the segment
-                segment_end = segment.base_position + segment.size_bytes
-                if segment_end > to_log_position:
-                    break
-                position = segment_end
-                continue
-            if total < HEADER_SIZE_BYTES or position + total > to_log_position:
-                break
-            refs.append(_record_ref(data, relative, position, total))
-            position += total
-        return refs, position
-
     def iter_records(self, from_log_position: int, to_log_position: int) -> Iterator[RecordRef]:
         """Parse the records in [from, to): both must be record boundaries of verified data."""
         position = from_log_position

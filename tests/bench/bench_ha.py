@@ -6,8 +6,9 @@ Method: real broker processes started with `rocketha-cluster up` (ASYNC_FLUSH or
 1 GiB segments) on 127.0.0.1; this process is the client over raw pyarrow.flight with one
 DoPut stream, waiting for each batch's reply before the next (acknowledged throughput).
 
-- produce: 100 B bodies in batches of 1024, for S seconds each, against a standalone broker
-  (1 replica) and a SYNC_MASTER with 2 slaves and inSyncReplicas=2, same run, both flush
+- produce: 100 B bodies in batches of 1024 against a standalone broker (1 replica) and a
+  SYNC_MASTER with 2 slaves and inSyncReplicas=2, both running, measured in ROUNDS alternating
+  slices of S/ROUNDS seconds each (so other load on the machine hits both alike), both flush
   modes; the figure is the ratio 3 replicas / 1 replica.
 - catch-up: a 2-replica set whose slave is stopped; the master gets a backlog (1 KiB bodies,
   default 256 MiB, `--full` for 1 GiB); the slave's store is deleted and it restarts; the
@@ -40,6 +41,7 @@ SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 MESSAGES_MAX = 50_000_000
 CATCHUP_TIMEOUT_S = 600.0
 POLL_S = 0.02
+ROUNDS = 6
 COMMON = {"mappedFileSizeCommitLog": str(1 << 30), "maxMessageSize": str(4 << 20),
           "defaultTopicQueueNums": "1", "haSendHeartbeatInterval": "1000",
           "haHousekeepingInterval": "10000"}
@@ -101,21 +103,30 @@ def produce(endpoint: str, topic: str, body_bytes: int, batch: int, *, seconds: 
 
 
 def produce_ratio(root: Path, flush: str, seconds: float) -> tuple[float, float]:
-    rates = []
-    for replicas, settings in ((1, {}), (3, {"brokerRole": "SYNC_MASTER",
-                                             "inSyncReplicas": "2"})):
-        directory = root / f"produce-{flush}-{replicas}"
-        brokers = up(directory, replicas, {"flushDiskType": flush, **settings})
-        endpoint = f"127.0.0.1:{brokers[0]['port']}"
-        try:
+    """Both set-ups run side by side; measured in alternating slices so that load from other
+    processes on the machine falls on both alike."""
+    endpoints, directories = [], []
+    try:
+        for replicas, settings in ((1, {}), (3, {"brokerRole": "SYNC_MASTER",
+                                                 "inSyncReplicas": "2"})):
+            directory = root / f"produce-{flush}-{replicas}"
+            directories.append(directory)
+            brokers = up(directory, replicas, {"flushDiskType": flush, **settings})
+            endpoint = f"127.0.0.1:{brokers[0]['port']}"
             if replicas > 1:
                 wait_sync_state_set(endpoint, replicas)
-            produce(endpoint, "warm", 100, 1024, seconds=0.5)
-            rates.append(produce(endpoint, "bench", 100, 1024, seconds=seconds))
-        finally:
+            produce(endpoint, "warm", 100, 1024, seconds=0.3)
+            endpoints.append(endpoint)
+        totals = [0.0, 0.0]
+        for _ in range(ROUNDS):
+            for index, endpoint in enumerate(endpoints):
+                totals[index] += produce(endpoint, "bench", 100, 1024,
+                                         seconds=seconds / ROUNDS)
+        return totals[0] / ROUNDS, totals[1] / ROUNDS
+    finally:
+        for directory in directories:
             cluster(directory, "down")
             shutil.rmtree(directory, ignore_errors=True)
-    return rates[0], rates[1]
 
 
 def catchup(root: Path, backlog_bytes: int) -> float:
