@@ -79,6 +79,7 @@ class _LinkIO:
         self.link_id = link_id
         self.sock = sock
         self.closed = threading.Event()
+        self.threads: list[threading.Thread] = []
 
 
 class MasterService:
@@ -212,8 +213,10 @@ class MasterService:
                 later = self._apply_locked(self._core.link_opened(link_id, now_ms=_now_ms()))
             self._send_frames(later)
             for role, target in (("read", self._read_loop), ("send", self._send_loop)):
-                threading.Thread(target=target, args=(link,), name=f"ha-{role}-{link_id}",
-                                 daemon=True).start()
+                thread = threading.Thread(target=target, args=(link,),
+                                          name=f"ha-{role}-{link_id}", daemon=True)
+                link.threads.append(thread)
+                thread.start()
 
     def _read_loop(self, link: _LinkIO) -> None:
         idle_s = self._config.heartbeat_interval_ms / 1000.0
@@ -297,7 +300,7 @@ class MasterService:
         for link in links:
             link.closed.set()
             link.sock.shutdown()
-        for thread in self._threads:
+        for thread in self._threads + [t for link in links for t in link.threads]:
             if thread.is_alive():
                 thread.join(timeout=5)
 

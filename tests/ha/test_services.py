@@ -8,6 +8,7 @@ free port and a SlaveService following it, in one process. Puts go through `appe
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -120,3 +121,15 @@ def test_a_restarted_slave_resumes_where_it_stopped(pair, tmp_path: Path) -> Non
     finally:
         follower.close()
         reopened.close()
+
+
+def test_a_garbage_frame_closes_only_its_own_link(pair) -> None:
+    master_store, master, slave_store, slave, _ = pair
+    wait_for(lambda: master.stats().sync_state_set == (0, 1))
+    with socket.create_connection(("127.0.0.1", master.listen_port)) as intruder:
+        intruder.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(64))
+        intruder.settimeout(5)
+        assert intruder.recv(100) == b""  # the master closed this link
+    assert master.stats().sync_state_set == (0, 1)
+    assert put(master_store, master, b"still replicated") is PutStatus.PUT_OK
+    assert slave_store.end_log_position == master_store.end_log_position
