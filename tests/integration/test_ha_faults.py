@@ -10,6 +10,7 @@ are compared byte for byte up to the master's confirm position.
 from __future__ import annotations
 
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,5 +169,38 @@ def test_master_restart_opens_a_new_epoch_and_slaves_follow(make_set) -> None:
     wait_for(lambda: all(replicas.info(i)["master_epoch"] == epoch + 1 for i in (1, 2)), 10,
              "slaves to see the new epoch")
     replicas.check_acked_readable(writer.acked, [0, 1, 2], "R", QUEUES)
+    replicas.down()
+    replicas.check_logs_identical([0, 1, 2])
+
+
+@pytest.mark.slow
+def test_continuous_writes_while_a_slave_is_killed_and_restarted_three_times(make_set) -> None:
+    replicas = make_set(3, inSyncReplicas="3", minInSyncReplicas="2",
+                        enableAutoInSyncReplicas="true")
+    replicas.wait_sync_state_set([0, 1, 2])
+    writer = Writer(replicas, "C")
+    statuses: list[str] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            statuses.append(writer.put())
+
+    thread = threading.Thread(target=loop, name="writer")
+    thread.start()
+    try:
+        for cycle in range(3):
+            victim = 1 + cycle % 2
+            wait_for(lambda: len(statuses) > 20 * (cycle + 1), 20, "writes to flow")
+            replicas.signal(victim, signal.SIGKILL)
+            replicas.wait_sync_state_set([0, 3 - victim])
+            replicas.restart()
+            replicas.wait_sync_state_set([0, 1, 2])
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert set(statuses) <= {"PUT_OK"} | FAILED_PUTS
+    assert statuses.count("PUT_OK") > 60
+    replicas.check_acked_readable(writer.acked, [0, 1, 2], "C", QUEUES)
     replicas.down()
     replicas.check_logs_identical([0, 1, 2])

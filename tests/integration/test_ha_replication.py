@@ -107,3 +107,25 @@ def test_async_master_acks_without_slaves_and_says_so(make_set) -> None:
     replicas.check_acked_readable(acked, [0, 1], "TA", QUEUES)
     replicas.down()
     replicas.check_logs_identical([0, 1])
+
+
+@pytest.mark.slow
+def test_four_replicas_in_sync_three(make_set) -> None:
+    replicas = make_set(4, inSyncReplicas="3")
+    replicas.wait_sync_state_set([0, 1, 2, 3])
+    acked: dict[tuple[int, int], bytes] = {}
+    assert set(produce(replicas, "T4", 5, b"a", acked)) == {"PUT_OK"}
+    replicas.signal(3, signal.SIGSTOP)
+    assert set(produce(replicas, "T4", 5, b"b", acked)) == {"PUT_OK"}
+    replicas.check_acked_readable(acked, [0, 1, 2], "T4", QUEUES)  # 3 of 4 hold every ack
+    replicas.signal(2, signal.SIGSTOP)  # two slaves frozen: 2 replicas < inSyncReplicas=3
+    statuses = produce(replicas, "T4", 3, b"c", acked)
+    assert set(statuses) <= {"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE",
+                             "IN_SYNC_REPLICAS_NOT_ENOUGH"}, statuses
+    for index in (2, 3):
+        replicas.signal(index, signal.SIGCONT)
+    replicas.wait_sync_state_set([0, 1, 2, 3])
+    assert set(produce(replicas, "T4", 5, b"d", acked)) == {"PUT_OK"}
+    replicas.check_acked_readable(acked, [0, 1, 2, 3], "T4", QUEUES)
+    replicas.down()
+    replicas.check_logs_identical([0, 1, 2, 3])
