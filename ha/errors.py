@@ -7,10 +7,11 @@ never exceptions. The exceptions are for links and configuration:
     ├── FrameError                   bytes on an HA link that are not a valid frame (bad magic,
     │                                version, kind, size over the limit, CRC mismatch, truncated
     │                                body): the link is closed, nothing else is affected
-    ├── LinkClosedError              the peer closed the link, or it went silent
-    └── HandshakeRefusedError        the two logs cannot be reconciled (no common epoch, fork
-                                     point below the confirm position, segment sizes differ):
-                                     reported, never guessed around
+    └── LinkClosedError              the peer closed the link, or it went silent
+
+A handshake that cannot reconcile two logs (no common epoch, fork point below the confirm
+position, segment sizes differ) is not an exception: the slave core closes the link with a
+refusal that `broker info` reports (`last_refusal`), and retries at the reconnect pace.
 
 A ConfigError (from storage_engine) names the configuration key that is wrong.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["FrameError", "HandshakeRefusedError", "LinkClosedError", "ReplicationError"]
+__all__ = ["FrameError", "LinkClosedError", "ReplicationError"]
 
 
 class ReplicationError(Exception):
@@ -34,13 +35,3 @@ class FrameError(ReplicationError):
 
 class LinkClosedError(ReplicationError):
     """The link ended (peer closed it, or nothing arrived within haHousekeepingInterval)."""
-
-
-class HandshakeRefusedError(ReplicationError):
-    """The slave cannot follow this master without losing or inventing data."""
-
-    retriable: ClassVar[bool] = False
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason

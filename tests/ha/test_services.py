@@ -133,3 +133,32 @@ def test_a_garbage_frame_closes_only_its_own_link(pair) -> None:
     assert master.stats().sync_state_set == (0, 1)
     assert put(master_store, master, b"still replicated") is PutStatus.PUT_OK
     assert slave_store.end_log_position == master_store.end_log_position
+
+
+def test_a_slave_behind_the_masters_retention_restarts_at_its_min(tmp_path: Path) -> None:
+    config = ha_config(BrokerRole.SYNC_MASTER, in_sync_replicas=1)
+    with MessageStore(tmp_path / "m", STORE, auto_confirm=False) as master_store, \
+            MessageStore(tmp_path / "s", STORE, auto_confirm=False) as slave_store:
+        master = MasterService(master_store, config, broker_id=0, endpoint="h:1").start()
+        slave_conf = ha_config(BrokerRole.SLAVE,
+                               master_address=f"127.0.0.1:{master.listen_port}")
+        try:
+            slave = SlaveService(slave_store, slave_conf, broker_id=1).start()
+            wait_for(lambda: master.stats().sync_state_set == (0, 1))
+            assert put(master_store, master, b"early" * 100) is PutStatus.PUT_OK
+            wait_for(lambda: slave_store.end_log_position == master_store.end_log_position)
+            slave.close()
+            while master_store.end_log_position < 3 * SEGMENT:
+                assert put(master_store, master, b"z" * 60_000) is PutStatus.PUT_OK
+            far_future_ms = int(time.time() * 1000) + 10**12
+            assert master_store.delete_expired(now_ms=far_future_ms, disk_used_ratio=0.0,
+                                               floor_log_position=3 * SEGMENT) == 3
+            assert master_store.min_log_position == 3 * SEGMENT > slave_store.end_log_position
+            slave = SlaveService(slave_store, slave_conf, broker_id=1).start()
+            end = master_store.end_log_position
+            wait_for(lambda: slave_store.end_log_position == end)
+            assert slave_store.min_log_position == 3 * SEGMENT
+            assert log_bytes(slave_store, end) == log_bytes(master_store, end)
+            slave.close()
+        finally:
+            master.close()
