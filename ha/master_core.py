@@ -393,12 +393,7 @@ class MasterReplication:
         return acks
 
     def _recompute_confirm(self, master_end: int) -> list[MasterEffect]:
-        acks = self._member_acks()
-        if self.settings.async_master:
-            need = min(self.settings.quorum.in_sync_replicas, 1 + len(acks))
-        else:
-            need = plan_put(self.settings.quorum, master_end, acks).need
-        confirm = confirm_position(need, self._master_position, acks, self._confirm)
+        confirm = confirm_position(self._master_position, self._member_acks(), self._confirm)
         if confirm > self._confirm:
             self._confirm = confirm
             return [ConfirmTo(confirm)]

@@ -16,9 +16,13 @@ end position P is done when `need` replicas hold P: the master (its own position
 fsynced under SYNC_FLUSH) and SSS members whose ack >= P. Only SSS members count, never a slave
 that is still catching up, so a later election from the SSS (issue 5) cannot lose an acked put.
 
-The confirm position is the highest position held by `need` replicas among the master and the
-SSS members, i.e. the need-th highest of their positions (the minimum over the SSS when every
-member must ack); it never moves back.
+The confirm position is the highest position held by *every* replica whose ack counts: the
+minimum over the master and the SSS members (DESIGN §5.2; RocketMQ's confirm offset is the
+minimum ack over the SyncStateSet). Not the need-th highest: a put may be acknowledged by
+`need` replicas, but an election may pick any alive SSS member (the controller sees max log
+positions only through heartbeats), so a consumer may only see what all of them hold. A
+member that lags holds the confirm position back until it leaves the SSS
+(`haMaxTimeSlaveNotCatchup`). It never moves back.
 """
 
 from __future__ import annotations
@@ -82,11 +86,6 @@ def holders(log_position: int, master_position: int, member_acks: Sequence[int])
                                                    if ack >= log_position)
 
 
-def confirm_position(need: int, master_position: int, member_acks: Sequence[int],
-                     previous: int) -> int:
-    """The need-th highest position among the master and the SSS members (never lower than
-    `previous`; unchanged when fewer than `need` replicas count)."""
-    positions = sorted([master_position, *member_acks], reverse=True)
-    if need < 1 or need > len(positions):
-        return previous
-    return max(previous, positions[need - 1])
+def confirm_position(master_position: int, member_acks: Sequence[int], previous: int) -> int:
+    """The lowest position among the master and the SSS members (never below `previous`)."""
+    return max(previous, min([master_position, *member_acks]))
