@@ -46,12 +46,12 @@ from storage_engine.tiered.errors import (
     TierTimeoutError,
     TierVerifyError,
 )
+from storage_engine.tiered.policy import TEMP_MARKER
 
 __all__ = ["FileIO", "FileIOOptions", "resolve_tier_url"]
 
 S3_ATTEMPTS_MAX = 2  # botocore attempts per request (the uploader retries with its own backoff)
 VERIFY_CHUNK_BYTES = 4 << 20
-TEMP_MARKER = ".tmp-"
 _MEMORY_LOCK = threading.Lock()
 
 

@@ -26,7 +26,7 @@ Segment object (`.seg`), immutable once written:
 
 Manifest version (JSON, UTF-8), the only thing that makes an object "present":
 
-    {"format": 1, "broker_name": "broker-a", "version": 7, "epoch": 2,
+    {"format": 1, "broker_name": "broker-a", "version": 7, "epoch": 2, "checksum": "<sha256>",
      "writer": "broker-a-0@127.0.0.1:10911", "committed_ms": ...,
      "retired_below_log_position": 0,          tier retention removed everything below this
      "segments": [{"base_log_position": 0, "segment_size_bytes": 1073741824,
@@ -36,12 +36,15 @@ Manifest version (JSON, UTF-8), the only thing that makes an object "present":
 
     Segments are sorted by base_log_position, each base at most once. `epoch` of the manifest
     is the highest master epoch that committed it: a writer with a lower epoch is fenced.
+    `checksum` is the SHA-256 of the canonical encoding (sorted keys, no spaces) of every other
+    field: a damaged or hand-edited version is refused (TierManifestError), never half-read.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -58,6 +61,7 @@ __all__ = [
     "manifest_prefix",
     "parse_manifest_version",
     "parse_segment_base",
+    "queue_ranges_from",
     "segment_key",
     "segments_prefix",
 ]
@@ -128,6 +132,13 @@ class SegmentEntry:
     def end_log_position(self) -> int:
         """The end of the segment's log range (its successor's base)."""
         return self.base_log_position + self.segment_size_bytes
+
+    def queue_index(self, topic: str, queue_id: int) -> int | None:
+        """The position of (topic, queue_id) in `queues`, or None when it has no records here."""
+        for index, queue in enumerate(self.queues):
+            if queue.queue_id == queue_id and queue.topic == topic:
+                return index
+        return None
 
     def index_position(self, queue_index: int, queue_offset: int) -> int:
         """Byte position in the object of the index entry of `queue_offset` of queue #i."""
@@ -208,19 +219,24 @@ class Manifest:
                                    retired_below_log_position=retired, segments=kept)
 
     def encode(self) -> bytes:
-        return json.dumps({
+        body = {
             "format": MANIFEST_FORMAT, "broker_name": self.broker_name, "version": self.version,
             "epoch": self.epoch, "writer": self.writer, "committed_ms": self.committed_ms,
             "retired_below_log_position": self.retired_below_log_position,
             "segments": [segment.to_json() for segment in self.segments],
-        }, separators=(",", ":"), sort_keys=True).encode()
+        }
+        return _canonical({**body, "checksum": _checksum(body)})
 
     @classmethod
     def decode(cls, data: bytes, *, source: str) -> Manifest:
         try:
             raw = json.loads(data)
-            if raw.get("format") != MANIFEST_FORMAT:
-                raise ValueError(f"format {raw.get('format')!r}, expected {MANIFEST_FORMAT}")
+            if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
+                found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+                raise ValueError(f"format {found!r}, expected {MANIFEST_FORMAT}")
+            checksum = raw.pop("checksum", None)
+            if checksum != _checksum(raw):
+                raise ValueError(f"checksum mismatch (stored {checksum!r})")
             segments = tuple(SegmentEntry.from_json(item) for item in raw["segments"])
             bases = [segment.base_log_position for segment in segments]
             if bases != sorted(set(bases)):
@@ -228,9 +244,17 @@ class Manifest:
             return cls(str(raw["broker_name"]), int(raw["version"]), int(raw["epoch"]),
                        str(raw["writer"]), int(raw["committed_ms"]),
                        int(raw["retired_below_log_position"]), segments)
-        except (ValueError, KeyError, TypeError) as err:
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise TierManifestError(f"unreadable manifest: {err}", key=source,
                                     operation="decode") from err
+
+
+def _canonical(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(body)).hexdigest()
 
 
 def queue_ranges_from(entries: Sequence[tuple[str, int, int, bytes]]) -> tuple[QueueRange, ...]:
