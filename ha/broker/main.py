@@ -19,6 +19,7 @@ from types import FrameType
 from ha.broker.config import BrokerConfig
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, StoreLockedError
+from storage_engine.tiered import TierService
 
 __all__ = ["main"]
 
@@ -46,12 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     except StoreLockedError as err:
         print(f"rocketha-broker: {err}", file=sys.stderr)
         return 2
+    prefix = f"{config.broker_name}-{config.broker_id}"
+    tier = _start_tier(config, store, prefix)
     try:
-        service = BrokerService(config, store)
+        service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
     except Exception:
+        if tier is not None:
+            tier.stop()
         store.close()
         raise
-    prefix = f"{config.broker_name}-{config.broker_id}"
     logger.info("%s serving on %s (store %s, %s)", prefix, service.endpoint, config.store_dir,
                 config.store.flush_disk_type.value)
     stopping = threading.Event()
@@ -67,9 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         service.serve()
     finally:
+        if tier is not None:
+            tier.stop()
         store.close()
         logger.info("%s stopped cleanly", prefix)
     return 0
+
+
+def _start_tier(config: BrokerConfig, store: MessageStore, prefix: str) -> TierService | None:
+    """Tiered storage (tieredStoreEnable): the master uploads, every broker reads cold data."""
+    if not config.store.tiered.enabled:
+        return None
+    tier = TierService(store, config.store.tiered, broker_name=config.broker_name,
+                       writer=f"{prefix}@{config.endpoint}", upload=config.broker_id == 0,
+                       epoch=lambda: getattr(store.epochs.last, "epoch", 0))
+    tier.start()
+    return tier
 
 
 if __name__ == "__main__":
