@@ -31,13 +31,20 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from storage_engine.config import TieredStoreConfig
 from storage_engine.messages import RecordBlock
-from storage_engine.record_format import decode_record
+from storage_engine.record_format import (
+    CRC_TAIL_SIZE_BYTES,
+    HEADER,
+    decode_properties,
+    decode_record,
+    make_msg_id,
+)
 from storage_engine.statuses import GetStatus
 from storage_engine.tiered.errors import TieredStorageError, TierNotFoundError
 from storage_engine.tiered.file_io import FileIO
@@ -310,28 +317,41 @@ def read_tier_range(file_io: FileIO, tier_range: TierRange, *, rows_per_block: i
                           tier_range.end_queue_offset, data, sizes)
 
 
-BLOCK_COLUMNS = ("topic", "queue_id", "queue_offset", "log_position", "body", "key", "tags",
-                 "properties", "born_timestamp", "store_timestamp", "msg_id")
-
-
-def block_columns(block: RecordBlock) -> dict[str, list[Any]]:
+def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, list[Any]]:
     """A block's records as columns named like the broker's consume schema (`pa.table(...)`
     or `pa.RecordBatch.from_pydict` takes them; timestamps are epoch milliseconds,
-    properties a list of (key, value) pairs without KEYS and TAGS, or None)."""
-    columns: dict[str, list[Any]] = {name: [] for name in BLOCK_COLUMNS}
-    position = 0
-    for size in np.asarray(block.sizes, dtype=np.int64).tolist():
-        message = decode_record(block.data, position, end=position + size)
-        position += size
-        properties = dict(message.properties)
-        key, tags = properties.pop("KEYS", None), properties.pop("TAGS", None)
-        for name, value in (("topic", message.topic), ("queue_id", message.queue_id),
-                            ("queue_offset", message.queue_offset),
-                            ("log_position", message.log_position), ("body", message.body),
-                            ("key", key), ("tags", tags),
-                            ("properties", list(properties.items()) or None),
-                            ("born_timestamp", message.born_timestamp_ms),
-                            ("store_timestamp", message.store_timestamp_ms),
-                            ("msg_id", message.msg_id)):
-            columns[name].append(value)
+    properties a list of (key, value) pairs without KEYS and TAGS, or None).
+
+    The segment object's SHA-256 was checked when it was uploaded, so records are sliced
+    without a per-record CRC check; `verify=True` checks every record (decode_record)."""
+    sizes = np.asarray(block.sizes, dtype=np.int64)
+    starts = (np.cumsum(sizes) - sizes).tolist()
+    data = block.data
+    if verify:
+        for start, size in zip(starts, sizes.tolist()):
+            decode_record(data, start, end=start + size)
+    headers = list(map(HEADER.unpack_from, repeat(data), starts))
+    (totals, _, _, queue_ids, _, queue_offsets, positions, _, born, _, stored, hosts, _, _,
+     body_sizes) = zip(*headers) if headers else ((),) * 15
+    columns: dict[str, list[Any]] = {
+        "topic": [], "queue_id": list(queue_ids), "queue_offset": list(queue_offsets),
+        "log_position": list(positions), "body": [], "key": [], "tags": [], "properties": [],
+        "born_timestamp": list(born), "store_timestamp": list(stored),
+        "msg_id": list(map(make_msg_id, hosts, positions)),
+    }
+    topics: dict[bytes, str] = {}
+    for start, total, body_size in zip(starts, totals, body_sizes):
+        topic_at = start + HEADER.size + body_size
+        columns["body"].append(data[start + HEADER.size:topic_at])
+        topic_end = topic_at + 1 + data[topic_at]
+        raw_topic = data[topic_at + 1:topic_end]
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode("ascii")
+        columns["topic"].append(topic)
+        raw = data[topic_end + 2:start + total - CRC_TAIL_SIZE_BYTES]
+        properties = decode_properties(raw) if raw else {}
+        columns["key"].append(properties.pop("KEYS", None))
+        columns["tags"].append(properties.pop("TAGS", None))
+        columns["properties"].append(list(properties.items()) or None)
     return columns

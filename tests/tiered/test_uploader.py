@@ -163,3 +163,7 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
     assert rows["body"] == [m.body for m in want]
     assert rows["key"] == [m.keys for m in want] and rows["tags"] == [m.tags for m in want]
     assert rows["msg_id"] == [m.msg_id for m in want]
+    assert rows["store_timestamp"] == [m.store_timestamp_ms for m in want]
+    assert rows["topic"] == ["Audit"] * len(want) and rows["properties"] == [None] * len(want)
+    block = next(read_tier_range(file_io, ranges[0], rows_per_block=5))
+    assert block_columns(block, verify=True) == block_columns(block)
