@@ -5,10 +5,15 @@ set — the master of the day, a new master after failover, a Spark executor —
 objects:
 
     <tieredStoreUrl>/<brokerName>/
-        segments/<20-digit base log_position>.seg    one object per tiered CommitLog segment
+        segments/<20-digit base log_position>.<10-digit epoch>.seg
+                                                      one object per tiered CommitLog segment,
+                                                      named with the epoch of the master that
+                                                      wrote it
         manifest/<20-digit version>.json              manifest versions, each created once
 
-Segment object (`.seg`), immutable once written:
+The epoch in the name keeps writers apart: a deposed master that still writes can only
+create an object no manifest lists, never replace the one a newer master listed (the manifest
+entry's epoch names its object). Segment object (`.seg`), immutable once listed:
 
     [0, data_size)                      the segment's CommitLog bytes from its base position up
                                         to the end of its last record (the BLANK record and the
@@ -60,9 +65,10 @@ __all__ = [
     "manifest_key",
     "manifest_prefix",
     "parse_manifest_version",
-    "parse_segment_base",
+    "parse_segment_name",
     "queue_ranges_from",
     "segment_key",
+    "segment_name",
     "segments_prefix",
 ]
 
@@ -80,18 +86,25 @@ def manifest_prefix(broker_name: str) -> str:
     return f"{broker_name}/manifest"
 
 
-def segment_key(broker_name: str, base_log_position: int) -> str:
-    return f"{segments_prefix(broker_name)}/{base_log_position:020d}{SEGMENT_SUFFIX}"
+def segment_name(base_log_position: int, epoch: int) -> str:
+    return f"{base_log_position:020d}.{epoch:010d}{SEGMENT_SUFFIX}"
+
+
+def segment_key(broker_name: str, base_log_position: int, epoch: int) -> str:
+    return f"{segments_prefix(broker_name)}/{segment_name(base_log_position, epoch)}"
 
 
 def manifest_key(broker_name: str, version: int) -> str:
     return f"{manifest_prefix(broker_name)}/{version:020d}{MANIFEST_SUFFIX}"
 
 
-def parse_segment_base(name: str) -> int | None:
-    """The base position of a final segment object name; None for temps and strangers."""
+def parse_segment_name(name: str) -> tuple[int, int] | None:
+    """(base position, epoch) of a final segment object name; None for temps and strangers."""
     stem = name[:-len(SEGMENT_SUFFIX)] if name.endswith(SEGMENT_SUFFIX) else ""
-    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+    base, _, epoch = stem.partition(".")
+    if len(base) == 20 and base.isdigit() and len(epoch) == 10 and epoch.isdigit():
+        return int(base), int(epoch)
+    return None
 
 
 def parse_manifest_version(name: str) -> int | None:
@@ -127,6 +140,10 @@ class SegmentEntry:
     first_store_ms: int
     last_store_ms: int
     queues: tuple[QueueRange, ...]
+
+    @property
+    def object_name(self) -> str:
+        return segment_name(self.base_log_position, self.epoch)
 
     @property
     def end_log_position(self) -> int:

@@ -7,14 +7,15 @@ Resume after a crash or a failover (`plan_uploads`), per sealed local segment:
     below retired_below_log_position       -> done (tier retention already dropped it)
     younger than tieredUploadDelayMs       -> wait
     being uploaded now / backing off       -> wait
-    otherwise                              -> upload (oldest first; an object already under its
-                                              final key but not in the manifest is a leftover of
-                                              a crash between write and commit: the upload
-                                              rewrites it whole, same key, same bytes)
+    otherwise                              -> upload (oldest first; an object of ours already
+                                              under its final name but not listed is a leftover
+                                              of a crash between write and commit: the upload
+                                              rewrites it whole, same name, same bytes)
 
 Objects under segments/ that no manifest lists are invisible to readers; the plan removes the
-ones nobody will rewrite: temporary names (a file:// write cut by SIGKILL) whose upload is not
-running, and final names below retired_below_log_position.
+ones nobody will list: temporary names (a file:// write cut by SIGKILL) whose upload is not
+running, names below retired_below_log_position, and names of a base the manifest lists
+under another epoch (a deposed master's late write).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
 
-from storage_engine.tiered.layout import Manifest, parse_segment_base
+from storage_engine.tiered.layout import Manifest, parse_segment_name
 
 __all__ = ["LocalSegment", "Throttle", "UploadPlan", "backoff_ms", "plan_uploads"]
 
@@ -46,7 +47,8 @@ class UploadPlan:
 
 def _temp_base(name: str) -> int | None:
     stem, marker, _ = name.partition(TEMP_MARKER)
-    return parse_segment_base(stem) if marker else None
+    parsed = parse_segment_name(stem) if marker else None
+    return None if parsed is None else parsed[0]
 
 
 def plan_uploads(manifest: Manifest, local: Sequence[LocalSegment], object_names: Iterable[str],
@@ -54,6 +56,7 @@ def plan_uploads(manifest: Manifest, local: Sequence[LocalSegment], object_names
     """What to upload and what to clean, from the manifest and a listing (see the module doc).
     `busy`: bases being uploaded or waiting out a retry backoff."""
     listed = set(manifest.bases)
+    listed_names = {segment.object_name for segment in manifest.segments}
     retired = manifest.retired_below_log_position
     upload = tuple(sorted(
         segment.base_log_position for segment in local
@@ -65,8 +68,10 @@ def plan_uploads(manifest: Manifest, local: Sequence[LocalSegment], object_names
         if temp_base is not None and temp_base not in busy:
             remove.append(name)
             continue
-        base = parse_segment_base(name)
-        if base is not None and base not in listed and base < retired and base not in busy:
+        parsed = parse_segment_name(name)
+        if parsed is None or name in listed_names or parsed[0] in busy:
+            continue
+        if parsed[0] < retired or parsed[0] in listed:
             remove.append(name)
     return UploadPlan(upload, tuple(sorted(remove)))
 

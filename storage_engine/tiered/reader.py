@@ -147,7 +147,7 @@ def _read_span(file_io: FileIO, cache: BlockCache, broker_name: str, span: _Queu
                confirm_log_position: int) -> tuple[bytes, np.ndarray]:
     """(records back to back, their sizes) from `queue_offset` within one segment object."""
     segment = span.segment
-    key = segment_key(broker_name, segment.base_log_position)
+    key = segment_key(broker_name, segment.base_log_position, segment.epoch)
     count = min(max_count, span.end_queue_offset - queue_offset)
     index_at = segment.index_position(span.queue_index, queue_offset)
     raw = cache.read(file_io, key, segment.object_size_bytes, index_at,

@@ -26,7 +26,7 @@ from storage_engine.config import TieredStoreConfig
 from storage_engine.message_store import MessageStore
 from storage_engine.tiered.errors import TieredStorageError
 from storage_engine.tiered.file_io import FileIO, FileIOOptions, resolve_tier_url
-from storage_engine.tiered.layout import Manifest, segment_key
+from storage_engine.tiered.layout import Manifest, SegmentEntry, segment_key
 from storage_engine.tiered.manifest import ManifestStore
 from storage_engine.tiered.reader import TierReader
 from storage_engine.tiered.uploader import Uploader
@@ -118,24 +118,25 @@ class TierService:
         """Drop the oldest tiered segments older than tieredStoreFileReservedTime: first from
         the manifest (readers stop asking for them), then their objects."""
         cutoff_ms = now_ms - self.config.file_reserved_time_hours * 3_600_000
-        expired: list[int] = []
+        expired: list[SegmentEntry] = []
 
         def drop(manifest: Manifest) -> Manifest:
             expired.clear()
             for segment in manifest.segments:  # oldest first, stop at the first young one
                 if segment.last_store_ms >= cutoff_ms:
                     break
-                expired.append(segment.base_log_position)
+                expired.append(segment)
             if not expired:
                 return manifest
-            return manifest.without_segments(expired, epoch=self._epoch(),
+            return manifest.without_segments([s.base_log_position for s in expired], epoch=self._epoch(),
                                              writer=self.uploader.writer if self.uploader
                                              else "", now_ms=now_ms)
 
         manifest = self.manifests.commit(drop, epoch=self._epoch())
         self.reader.use(manifest)
-        for base in expired:
-            self.file_io.delete(segment_key(self.manifests.broker_name, base))
+        for segment in expired:
+            self.file_io.delete(segment_key(self.manifests.broker_name,
+                                            segment.base_log_position, segment.epoch))
         if expired:
             logger.info("tier retention removed %d segment(s) below %d", len(expired),
                         manifest.retired_below_log_position)

@@ -96,6 +96,7 @@ class Uploader:
                           "removed_leftovers": 0, "passes": 0}
         self._last_error: dict[str, Any] | None = None
         self._state = "idle"
+        self._listed = False  # the first pass always lists (temp objects left by a crash)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             config.upload_concurrency, thread_name_prefix="tier-upload")
         self._thread: threading.Thread | None = None
@@ -135,6 +136,11 @@ class Uploader:
         now_ms = self._clock_ms()
         local = [LocalSegment(base, size, int(mtime_s * 1000))
                  for base, size, mtime_s in self.source.tier_segments()]
+        known = self.manifests.latest
+        if self._listed and all(known.find(s.base_log_position) is not None
+                                or s.base_log_position < known.retired_below_log_position
+                                for s in local):
+            return 0  # nothing new since the last listing: no request to the object store
         manifest = self.manifests.load()
         names = self.file_io.list(segments_prefix(self.manifests.broker_name))
         with self._lock:
@@ -142,6 +148,7 @@ class Uploader:
                                       if at > now_ms}
         plan = plan_uploads(manifest, local, names, now_ms=now_ms,
                             delay_ms=self.config.upload_delay_ms, busy=busy)
+        self._listed = True
         for name in plan.remove_objects:
             self.file_io.delete(f"{segments_prefix(self.manifests.broker_name)}/{name}")
             with self._lock:
@@ -210,6 +217,10 @@ class Uploader:
     # -- one segment ------------------------------------------------------------------------
     def upload_segment(self, base: int, segment_size: int) -> SegmentEntry:
         """Upload, verify and list one sealed segment (the steps in the module docstring)."""
+        epoch = self.epoch()  # names the object and the entry; fences the commit
+        if self.manifests.latest.epoch > epoch:
+            raise TierFencedError(f"manifest epoch {self.manifests.latest.epoch} > ours {epoch}",
+                                  url=self.file_io.url, operation="upload")
         exported = self.source.tier_queue_entries(base, base + segment_size)
         index = b"".join(raw for _, _, _, raw in exported)
         entries = np.frombuffer(index, dtype=_ENTRY_DTYPE)
@@ -221,24 +232,24 @@ class Uploader:
         else:
             data_size, first_ms, last_ms = 0, 0, 0
         assert 0 <= data_size <= segment_size, (base, data_size, segment_size)
-        key = segment_key(self.manifests.broker_name, base)
+        key = segment_key(self.manifests.broker_name, base, epoch)
         digest = _Sha256()
         written = self.file_io.write_atomic(key, digest.wrap(self._chunks(base, data_size, index)),
                                             part_bytes=self.config.upload_chunk_bytes)
         assert written == data_size + len(index), (written, data_size, len(index))
         self.file_io.verify(key, written, digest.hexdigest())
         entry = SegmentEntry(base, segment_size, data_size, written, digest.hexdigest(),
-                             self.epoch(), self._clock_ms(), first_ms, last_ms,
+                             epoch, self._clock_ms(), first_ms, last_ms,
                              queue_ranges_from(exported))
         assert entry.object_size_bytes == data_size + CQ_ENTRY_SIZE_BYTES * len(entries)
 
         def add(manifest: Manifest) -> Manifest:
             if manifest.find(base) is not None:  # another writer listed it: same bytes
                 return manifest
-            return manifest.with_segment(entry, epoch=self.epoch(), writer=self.writer,
+            return manifest.with_segment(entry, epoch=epoch, writer=self.writer,
                                          now_ms=self._clock_ms())
 
-        self._on_commit(self.manifests.commit(add, epoch=self.epoch()))
+        self._on_commit(self.manifests.commit(add, epoch=epoch))
         logger.info("tiered segment %d (%d bytes, %d index entries)", base, written, len(entries))
         return entry
 

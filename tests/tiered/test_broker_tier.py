@@ -30,8 +30,8 @@ def _verify_listed(tier_dir: Path) -> int:
     versions = sorted((tier_dir / "broker-a" / "manifest").glob("*.json"))
     listed = json.loads(versions[-1].read_bytes())["segments"] if versions else []
     for entry in listed:
-        data = (tier_dir / "broker-a" / "segments"
-                / f"{entry['base_log_position']:020d}.seg").read_bytes()
+        name = f"{entry['base_log_position']:020d}.{entry['epoch']:010d}.seg"
+        data = (tier_dir / "broker-a" / "segments" / name).read_bytes()
         assert len(data) == entry["object_size_bytes"]
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
     return len(listed)

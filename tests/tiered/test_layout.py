@@ -20,7 +20,7 @@ from storage_engine.tiered.layout import (
     SegmentEntry,
     manifest_key,
     parse_manifest_version,
-    parse_segment_base,
+    parse_segment_name,
     segment_key,
 )
 from storage_engine.tiered.manifest import ManifestStore
@@ -35,12 +35,14 @@ def _entry(base: int, queues: tuple[QueueRange, ...] = (), data: int = 100,
 
 
 def test_object_names_sort_by_position_and_parse_back() -> None:
-    keys = [segment_key("b", base) for base in (0, 4096, 10 ** 12)]
+    keys = [segment_key("b", base, 3) for base in (0, 4096, 10 ** 12)]
     assert keys == sorted(keys)
-    assert keys[1] == "b/segments/00000000000000004096.seg"
-    assert [parse_segment_base(k.rsplit("/", 1)[1]) for k in keys] == [0, 4096, 10 ** 12]
-    assert parse_segment_base("00000000000000004096.seg.tmp-abc") is None
-    assert parse_segment_base("4096.seg") is None
+    assert keys[1] == "b/segments/00000000000000004096.0000000003.seg"
+    assert [parse_segment_name(k.rsplit("/", 1)[1]) for k in keys] == [
+        (0, 3), (4096, 3), (10 ** 12, 3)]
+    assert parse_segment_name("00000000000000004096.0000000003.seg.tmp-abc") is None
+    assert parse_segment_name("00000000000000004096.seg") is None
+    assert parse_segment_name("4096.3.seg") is None
     assert parse_manifest_version(manifest_key("b", 7).rsplit("/", 1)[1]) == 7
     assert parse_manifest_version("x.json") is None
 
@@ -98,18 +100,21 @@ def test_resume_plan_after_crash() -> None:
     manifest = manifest.with_segment(_entry(8192), epoch=1, writer="w", now_ms=0)
     local = [LocalSegment(base, 4096, 1000) for base in (4096, 8192, 12288, 16384)]
     local.append(LocalSegment(20480, 4096, 9_500))  # too young
-    names = ["00000000000000000000.seg",  # retired leftover
-             "00000000000000012288.seg",  # written, not committed: rewritten by the upload
-             "00000000000000016384.seg.tmp-1a2b",  # cut by SIGKILL
-             "00000000000000008192.seg",  # listed
+    names = ["00000000000000000000.0000000001.seg",  # retired leftover
+             "00000000000000008192.0000000001.seg",  # listed
+             "00000000000000008192.0000000000.seg",  # a deposed master's late write
+             "00000000000000012288.0000000001.seg",  # written, not committed: rewritten
+             "00000000000000016384.0000000001.seg.tmp-1a2b",  # cut by SIGKILL
              "README"]
     plan = plan_uploads(manifest, local, names, now_ms=10_000, delay_ms=1000, busy={16384})
     assert plan.upload == (4096, 12288)
-    assert plan.remove_objects == ("00000000000000000000.seg",)
+    assert plan.remove_objects == ("00000000000000000000.0000000001.seg",
+                                   "00000000000000008192.0000000000.seg")
     plan = plan_uploads(manifest, local, names, now_ms=10_000, delay_ms=0)
     assert plan.upload == (4096, 12288, 16384, 20480)
-    assert plan.remove_objects == ("00000000000000000000.seg",
-                                   "00000000000000016384.seg.tmp-1a2b")
+    assert plan.remove_objects == ("00000000000000000000.0000000001.seg",
+                                   "00000000000000008192.0000000000.seg",
+                                   "00000000000000016384.0000000001.seg.tmp-1a2b")
 
 
 def test_backoff_doubles_to_the_cap() -> None:

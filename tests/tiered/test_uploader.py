@@ -90,7 +90,7 @@ def test_tier_then_delete_local_then_read_back(store: MessageStore, tmp_path: Pa
     manifest = tier.manifests.load()
     assert manifest.bases == [base for base, _, _ in sealed]
     for entry in manifest.segments:  # every listed object reads back with its checksum
-        tier.file_io.verify(f"broker-a/segments/{entry.base_log_position:020d}.seg",
+        tier.file_io.verify(f"broker-a/segments/{entry.object_name}",
                             entry.object_size_bytes, entry.sha256)
     leftovers = [p for p in (tmp_path / "store" / "tier").rglob("*") if ".tmp-" in p.name]
     assert not leftovers
