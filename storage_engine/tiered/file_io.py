@@ -4,17 +4,17 @@ Modelled on pyiceberg's FileIO: a scheme table picks the fsspec filesystem; the 
 only plain values (the URL and a frozen `FileIOOptions`), so it pickles to Spark executors and
 each process creates its own filesystem lazily (after a fork too).
 
-    scheme        filesystem                      atomic write                  create-only write
-    file://       fsspec LocalFileSystem (reads)  temp sibling + fsync + rename  link(temp, final)
-    s3://, s3a:// s3fs.S3FileSystem               one PUT or a completed         PUT If-None-Match: *
-                                                  multipart upload
-    memory://     fsspec MemoryFileSystem (tests) one assignment                 check under a lock
+    scheme        filesystem              atomic write                   create-only write
+    file://       fsspec LocalFileSystem  temp sibling + fsync + rename  link(temp, final)
+    s3://, s3a:// s3fs.S3FileSystem       one PUT or a completed         PUT If-None-Match: *
+                                          multipart upload
+    memory://     fsspec MemoryFileSystem one assignment                 check under a lock
 
 Why these are safe: on S3 an object appears whole or not at all (a single PUT, or a multipart
 upload once CompleteMultipartUpload succeeds); an aborted stream calls `discard()`, which
 aborts the multipart upload, so no partial object is ever created under a final key. Local
 files get the same property from rename. Create-only writes are how manifest versions are
-committed (see manifest.py): two writers racing for version N cannot both win.
+committed (manifest.py): two writers racing for version N cannot both win.
 
 Keys are '/'-separated and relative to the URL (`broker-a/segments/000...0.seg`). Every call
 maps failures to the TieredStorageError tree with the URL, key and operation in the message.

@@ -128,9 +128,9 @@ class TierService:
                 expired.append(segment)
             if not expired:
                 return manifest
-            return manifest.without_segments([s.base_log_position for s in expired], epoch=self._epoch(),
-                                             writer=self.uploader.writer if self.uploader
-                                             else "", now_ms=now_ms)
+            writer = self.uploader.writer if self.uploader else ""
+            return manifest.without_segments([s.base_log_position for s in expired],
+                                             epoch=self._epoch(), writer=writer, now_ms=now_ms)
 
         manifest = self.manifests.commit(drop, epoch=self._epoch())
         self.reader.use(manifest)

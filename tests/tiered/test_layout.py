@@ -1,4 +1,5 @@
-"""Goal: the tier's object names, manifest codec, resume plan, backoff and throttle are right.
+"""Goal: the tier's object names, manifest codec, resume plan, backoff, throttle and config keys
+are right.
 Method: pure functions with hand-built inputs and hypothesis round trips; the ManifestStore
 against a real file:// tier in a temp directory (two writers racing, a fenced writer)."""
 
@@ -11,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from storage_engine import ConfigError, StoreConfig
 from storage_engine.tiered.errors import TierFencedError, TierManifestError
-from storage_engine.tiered.file_io import FileIO
+from storage_engine.tiered.file_io import FileIO, FileIOOptions, resolve_tier_url
 from storage_engine.tiered.layout import (
     CQ_ENTRY_SIZE_BYTES,
     Manifest,
@@ -164,3 +166,29 @@ def test_manifest_store_commits_races_and_fences(tmp_path) -> None:
         first.commit(add(12288), epoch=1)
     with pytest.raises(Exception, match="tieredManifestSegmentsMax"):
         second.commit(add(12288), epoch=2)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("tieredUploadConcurrency", "0", "not an integer in"),
+    ("tieredStoreUrl", "ftp://host/x", "scheme must be one of"),
+    ("tieredStoreUrl", "s3://", "names no bucket"),
+    ("tieredStoreEnable", "yes", "expected true or false"),
+    ("tieredS3AccessKeyId", "AKIA1", "give both"),
+    ("tieredReadCacheBytesMax", "4096", "not an integer in"),  # below one read-ahead window
+])
+def test_tiered_config_errors_name_the_key(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        StoreConfig.from_properties({key: value})
+    assert caught.value.key == key
+
+
+def test_tiered_config_reads_every_key() -> None:
+    config = StoreConfig.from_properties({
+        "tieredStoreEnable": "true", "tieredStoreUrl": "s3://bucket/prefix/",
+        "tieredUploadBytesPerSecMax": "1048576", "tieredStoreFileReservedTime": "1.5",
+        "tieredS3AccessKeyId": "AKIA1", "tieredS3SecretAccessKey": "s3cr3t"}).tiered
+    assert config.enabled and config.url == "s3://bucket/prefix/"
+    assert config.upload_bytes_per_sec_max == 1 << 20 and config.file_reserved_time_hours == 1.5
+    assert "s3cr3t" not in repr(config) and "s3cr3t" not in repr(FileIOOptions.from_config(config))
+    assert resolve_tier_url(config, "/x") == "s3://bucket/prefix"
+    assert resolve_tier_url(StoreConfig().tiered, "/var/store") == "file:///var/store/tier"
