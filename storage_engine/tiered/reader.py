@@ -31,7 +31,6 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -317,41 +316,59 @@ def read_tier_range(file_io: FileIO, tier_range: TierRange, *, rows_per_block: i
                           tier_range.end_queue_offset, data, sizes)
 
 
-def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, list[Any]]:
-    """A block's records as columns named like the broker's consume schema (`pa.table(...)`
-    or `pa.RecordBatch.from_pydict` takes them; timestamps are epoch milliseconds,
-    properties a list of (key, value) pairs without KEYS and TAGS, or None).
+_HEADER_DTYPE = np.dtype([
+    ("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("log_position", ">i8"), ("sys_flag", ">i4"), ("born_ms", ">i8"),
+    ("born_host", ">u8"), ("store_ms", ">i8"), ("store_host", ">u8"), ("reconsume", ">i4"),
+    ("prepared", ">i8"), ("body_size", ">i4")])
+assert _HEADER_DTYPE.itemsize == HEADER.size
 
-    The segment object's SHA-256 was checked when it was uploaded, so records are sliced
-    without a per-record CRC check; `verify=True` checks every record (decode_record)."""
+
+def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, Any]:
+    """A block's records (one queue's) as columns named like the broker's consume schema,
+    ready for `pa.RecordBatch.from_pydict`: numeric columns are numpy arrays (timestamps in
+    epoch milliseconds), the others lists; properties are (key, value) pairs without KEYS and
+    TAGS, or None.
+
+    The segment object's SHA-256 was checked when it was uploaded, so headers are read as one
+    structured array and records sliced without a per-record CRC check; `verify=True` checks
+    every record (decode_record) first."""
     sizes = np.asarray(block.sizes, dtype=np.int64)
-    starts = (np.cumsum(sizes) - sizes).tolist()
+    starts = np.cumsum(sizes) - sizes
     data = block.data
     if verify:
-        for start, size in zip(starts, sizes.tolist()):
+        for start, size in zip(starts.tolist(), sizes.tolist()):
             decode_record(data, start, end=start + size)
-    headers = list(map(HEADER.unpack_from, repeat(data), starts))
-    (totals, _, _, queue_ids, _, queue_offsets, positions, _, born, _, stored, hosts, _, _,
-     body_sizes) = zip(*headers) if headers else ((),) * 15
-    columns: dict[str, list[Any]] = {
-        "topic": [], "queue_id": list(queue_ids), "queue_offset": list(queue_offsets),
-        "log_position": list(positions), "body": [], "key": [], "tags": [], "properties": [],
-        "born_timestamp": list(born), "store_timestamp": list(stored),
-        "msg_id": list(map(make_msg_id, hosts, positions)),
+    raw = np.frombuffer(data, dtype=np.uint8)
+    headers = raw[starts[:, None] + np.arange(HEADER.size)].view(_HEADER_DTYPE).reshape(-1)
+    body_starts = starts + HEADER.size
+    topic_at = body_starts + headers["body_size"]
+    topic_sizes = raw[topic_at].astype(np.int64)
+    props_at = topic_at + 3 + topic_sizes
+    props_end = starts + headers["total"] - CRC_TAIL_SIZE_BYTES
+    count = int(sizes.size)
+    topic = "" if not count else data[int(topic_at[0]) + 1:int(props_at[0]) - 2].decode("ascii")
+    assert not count or bool((topic_sizes == topic_sizes[0]).all()), "one queue per block"
+    keys: list[str | None] = [None] * count
+    tags: list[str | None] = [None] * count
+    properties: list[list[tuple[str, str]] | None] = [None] * count
+    for index in np.flatnonzero(props_end > props_at).tolist():
+        found = decode_properties(data[int(props_at[index]):int(props_end[index])])
+        keys[index] = found.pop("KEYS", None)
+        tags[index] = found.pop("TAGS", None)
+        properties[index] = list(found.items()) or None
+    positions = headers["log_position"].astype(np.int64)
+    hosts = headers["store_host"].tolist()
+    if count and hosts.count(hosts[0]) == count:
+        msg_ids = list(map(("%016X" % hosts[0] + "%016X").__mod__, positions.tolist()))
+    else:
+        msg_ids = [make_msg_id(host.to_bytes(8, "big"), position)
+                   for host, position in zip(hosts, positions.tolist())]
+    return {
+        "topic": [topic] * count, "queue_id": headers["queue_id"].astype(np.int32),
+        "queue_offset": headers["queue_offset"].astype(np.int64), "log_position": positions,
+        "body": list(map(data.__getitem__, map(slice, body_starts.tolist(), topic_at.tolist()))),
+        "key": keys, "tags": tags, "properties": properties,
+        "born_timestamp": headers["born_ms"].astype(np.int64),
+        "store_timestamp": headers["store_ms"].astype(np.int64), "msg_id": msg_ids,
     }
-    topics: dict[bytes, str] = {}
-    for start, total, body_size in zip(starts, totals, body_sizes):
-        topic_at = start + HEADER.size + body_size
-        columns["body"].append(data[start + HEADER.size:topic_at])
-        topic_end = topic_at + 1 + data[topic_at]
-        raw_topic = data[topic_at + 1:topic_end]
-        topic = topics.get(raw_topic)
-        if topic is None:
-            topic = topics[raw_topic] = raw_topic.decode("ascii")
-        columns["topic"].append(topic)
-        raw = data[topic_end + 2:start + total - CRC_TAIL_SIZE_BYTES]
-        properties = decode_properties(raw) if raw else {}
-        columns["key"].append(properties.pop("KEYS", None))
-        columns["tags"].append(properties.pop("TAGS", None))
-        columns["properties"].append(list(properties.items()) or None)
-    return columns

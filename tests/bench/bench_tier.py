@@ -13,11 +13,12 @@ bodies over 4 queues) under ./.bench-tmp, then
      (plan_tier_ranges + read_tier_range + block_columns), in this process, WITHOUT Spark
      (the Spark connector will call the same functions from executors):
      cold_direct_rows_per_s;
-  4. closes the store and starts a real broker on it with tiering on and fileReservedTime=0,
-     waits until the tiered segments are gone locally, then reads the same rows over Flight
-     from queue_offset 0: cold_broker_rows_per_s (the broker's consume path, served from the
-     tier through its block cache).
-Same-run ratio printed: broker / direct.
+  4. closes the store and starts a real broker on it (tiering off) and reads every row over
+     Flight from queue_offset 0: hot_broker_rows_per_s; restarts it with tiering on and
+     fileReservedTime=0, waits until the tiered segments are gone locally, and reads the same
+     rows again: cold_broker_rows_per_s (the broker's consume path, served from the tier
+     through its block cache).
+Same-run ratios printed: broker cold / direct, broker cold / hot.
 """
 
 from __future__ import annotations
@@ -94,16 +95,47 @@ def direct_rows_per_s(url: str) -> tuple[float, int]:
     return rows / (time.perf_counter() - start), rows
 
 
-def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int) -> float:
+def _read_everything(broker: BrokerProcess) -> tuple[int, float]:
+    client = flight.FlightClient(f"grpc://{broker.endpoint}")
+    rows = 0
+    start = time.perf_counter()
+    for queue_id in range(QUEUES):
+        cursor = 0
+        while True:
+            reader = client.do_get(flight.Ticket(GetTicket(
+                TOPIC, queue_id, cursor, max_messages=65536, max_bytes=64 * MiB).encode()))
+            last = None
+            for chunk in iter(reader.read_chunk, None):
+                rows += chunk.data.num_rows
+                last = GetReply.decode(chunk.app_metadata.to_pybytes())
+            assert last is not None
+            if last.status != "FOUND" or last.next_queue_offset >= last.max_queue_offset:
+                break
+            cursor = last.next_queue_offset
+    elapsed = time.perf_counter() - start
+    client.close()
+    return rows, elapsed
+
+
+def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int
+                      ) -> tuple[float, float]:
+    """(hot, cold) rows/s: the same rows read through a broker from local segments, then,
+    after a restart with tiering on and the tiered segments deleted locally, from the tier."""
     broker = BrokerProcess(directory, mappedFileSizeCommitLog=str(SEGMENT_BYTES),
-                           maxMessageSize=str(MiB), tieredStoreEnable="true",
-                           fileReservedTime="0", tieredRetentionIntervalMs="100",
-                           deleteFileBatchMax="1000")
+                           maxMessageSize=str(MiB))
     shutil.move(str(store_dir), str(broker.store_dir))
     broker.start()
     try:
         broker.action("create_topic", {"topic": TOPIC, "read_queue_nums": QUEUES,
                                        "write_queue_nums": QUEUES})
+        hot_rows, hot_s = _read_everything(broker)
+    finally:
+        broker.stop()
+    conf = broker.conf.read_text()
+    broker.conf.write_text(conf + "tieredStoreEnable=true\nfileReservedTime=0\n"
+                           "tieredRetentionIntervalMs=100\ndeleteFileBatchMax=1000\n")
+    broker.start()
+    try:
         deadline = time.monotonic() + WAIT_S
         while True:
             info = broker.action("broker_info")
@@ -112,28 +144,11 @@ def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int) -> f
                 break
             assert time.monotonic() < deadline, info
             time.sleep(0.1)
-        client = flight.FlightClient(f"grpc://{broker.endpoint}")
-        rows = 0
-        start = time.perf_counter()
-        for queue_id in range(QUEUES):
-            cursor = 0
-            while True:
-                reader = client.do_get(flight.Ticket(GetTicket(
-                    TOPIC, queue_id, cursor, max_messages=65536, max_bytes=64 * MiB).encode()))
-                last = None
-                for chunk in iter(reader.read_chunk, None):
-                    rows += chunk.data.num_rows
-                    last = GetReply.decode(chunk.app_metadata.to_pybytes())
-                assert last is not None
-                if last.status != "FOUND" or last.next_queue_offset >= last.max_queue_offset:
-                    break
-                cursor = last.next_queue_offset
-        elapsed = time.perf_counter() - start
-        client.close()
+        rows, elapsed = _read_everything(broker)
         stats = broker.action("broker_info")["tiered"]
         assert stats["cold_reads"] > 0, stats
-        assert rows >= expected_rows, (rows, expected_rows)
-        return rows / elapsed
+        assert rows == hot_rows >= expected_rows, (rows, hot_rows, expected_rows)
+        return hot_rows / hot_s, rows / elapsed
     finally:
         broker.stop()
 
@@ -165,16 +180,19 @@ def main() -> int:
         url = f"file://{(work / 'store' / 'tier').resolve()}"
         figures["cold_direct_rows_per_s"], direct_rows = direct_rows_per_s(url)
         store.close()
-        figures["cold_broker_rows_per_s"] = broker_rows_per_s(work / "broker", work / "store",
-                                                              direct_rows)
+        figures["hot_broker_rows_per_s"], figures["cold_broker_rows_per_s"] = \
+            broker_rows_per_s(work / "broker", work / "store", direct_rows)
         ratio = figures["cold_broker_rows_per_s"] / figures["cold_direct_rows_per_s"]
+        cold_hot = figures["cold_broker_rows_per_s"] / figures["hot_broker_rows_per_s"]
         print(f"data: {rows:,} rows of 200 B, {segments} sealed segments of 8 MiB tiered")
         print(f"upload file://          {figures['upload_file_MBps']:10.1f} MB/s")
         print(f"upload s3 (moto local)  {figures['upload_s3_MBps']:10.1f} MB/s")
         print(f"cold direct (no Spark)  {figures['cold_direct_rows_per_s']:12,.0f} rows/s "
               f"({direct_rows:,} rows)")
+        print(f"hot via broker          {figures['hot_broker_rows_per_s']:12,.0f} rows/s "
+              "(same rows, local segments)")
         print(f"cold via broker         {figures['cold_broker_rows_per_s']:12,.0f} rows/s")
-        print(f"broker / direct = {ratio:.2f}")
+        print(f"broker cold / direct = {ratio:.2f}; broker cold / hot = {cold_hot:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage_engine import GetStatus, MessageBatch, MessageStore, StoreConfig, TagFilter
+from storage_engine import (
+    GetStatus,
+    MessageBatch,
+    MessageStore,
+    RecordBlock,
+    StoreConfig,
+    TagFilter,
+)
 from storage_engine.config import TieredStoreConfig
 from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.reader import block_columns, plan_tier_ranges, read_tier_range
@@ -145,6 +152,10 @@ def test_upload_failure_is_reported_and_retried(store: MessageStore, tmp_path: P
 
 
 def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
+    mixed = MessageBatch(topic="Audit", bodies=[b"", b"x" * 300, b"y"], queue_ids=[2, 2, 2],
+                         properties=[None, {"a": "1", "b": "\u00e9"}, None],
+                         keys=[None, None, "k"])
+    assert store.put_messages(mixed).status.name == "PUT_OK"
     _fill(store)
     tier = TierService(store, TIERED, broker_name="broker-a", writer="w")
     tier.uploader.drain()
@@ -164,6 +175,13 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
     assert rows["key"] == [m.keys for m in want] and rows["tags"] == [m.tags for m in want]
     assert rows["msg_id"] == [m.msg_id for m in want]
     assert rows["store_timestamp"] == [m.store_timestamp_ms for m in want]
-    assert rows["topic"] == ["Audit"] * len(want) and rows["properties"] == [None] * len(want)
+    assert rows["topic"] == ["Audit"] * len(want)
+    assert rows["properties"] == [
+        [(k, v) for k, v in m.properties.items() if k not in ("KEYS", "TAGS")] or None
+        for m in want]
+    assert rows["properties"][1] == [("a", "1"), ("b", "\u00e9")] and rows["body"][0] == b""
     block = next(read_tier_range(file_io, ranges[0], rows_per_block=5))
-    assert block_columns(block, verify=True) == block_columns(block)
+    checked, fast = block_columns(block, verify=True), block_columns(block)
+    assert {k: list(v) for k, v in checked.items()} == {k: list(v) for k, v in fast.items()}
+    assert block_columns(RecordBlock(GetStatus.FOUND, 0, 0, 0, b"", np.empty(0, np.int64))
+                         )["body"] == []
