@@ -117,14 +117,21 @@ class Uploader:
             self._state = "stopped"
 
     def _loop(self) -> None:
+        failures = 0  # passes failed in a row (listing or manifest load): back off like uploads
         while not self._stop.is_set():
+            wait_ms = self.config.upload_interval_ms
             try:
                 self.run_pass()
+                failures = 0
             except Exception as err:  # noqa: BLE001 - the thread must survive anything
                 self._record_error(None, err)
+                failures += 1
+                wait_ms = max(wait_ms, backoff_ms(
+                    failures, min_ms=self.config.upload_retry_backoff_min_ms,
+                    max_ms=self.config.upload_retry_backoff_max_ms))
             if self._state == "fenced":
                 return
-            self._stop.wait(self.config.upload_interval_ms / 1000.0)
+            self._stop.wait(wait_ms / 1000.0)
 
     # -- one pass ---------------------------------------------------------------------------
     def run_pass(self, *, wait: bool = False) -> int:
