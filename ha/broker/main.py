@@ -47,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except StoreLockedError as err:
         print(f"rocketha-broker: {err}", file=sys.stderr)
         return 2
-    prefix = f"{config.broker_name}-{config.broker_id}"
-    tier = _start_tier(config, store, prefix)
+    tier = _start_tier(config, store)
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
     except Exception:
@@ -56,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             tier.stop()
         store.close()
         raise
+    prefix = f"{config.broker_name}-{config.broker_id}"
     logger.info("%s serving on %s (store %s, %s)", prefix, service.endpoint, config.store_dir,
                 config.store.flush_disk_type.value)
     stopping = threading.Event()
@@ -69,24 +69,32 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        service.serve()
+        _serve(service, tier)
     finally:
-        if tier is not None:
-            tier.stop()
         store.close()
         logger.info("%s stopped cleanly", prefix)
     return 0
 
 
-def _start_tier(config: BrokerConfig, store: MessageStore, prefix: str) -> TierService | None:
+def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None:
     """Tiered storage (tieredStoreEnable): the master uploads, every broker reads cold data."""
     if not config.store.tiered.enabled:
         return None
     tier = TierService(store, config.store.tiered, broker_name=config.broker_name,
-                       writer=f"{prefix}@{config.endpoint}", upload=config.broker_id == 0,
+                       writer=f"{config.broker_name}-{config.broker_id}@{config.endpoint}",
+                       upload=config.broker_id == 0,
                        epoch=lambda: getattr(store.epochs.last, "epoch", 0))
     tier.start()
     return tier
+
+
+def _serve(service: BrokerService, tier: TierService | None) -> None:
+    """Serve until shutdown; then stop tiering (aborting uploads) before the store closes."""
+    try:
+        service.serve()
+    finally:
+        if tier is not None:
+            tier.stop()
 
 
 if __name__ == "__main__":

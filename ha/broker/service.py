@@ -447,11 +447,11 @@ class BrokerService(flight.FlightServerBase):
             "endpoint": self.endpoint,
             "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
+            "tiered": self._tier_stats(),
             "min_log_position": stats.min_log_position,
             "max_log_position": stats.end_log_position,
             "confirm_log_position": stats.confirm_log_position,
             "flushed_log_position": stats.flushed_log_position,
-            "tiered": self._tier_stats(),
         }
 
     def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:
