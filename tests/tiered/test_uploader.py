@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import time
 from pathlib import Path
 
@@ -163,7 +164,8 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
     expected = store.get_messages("Audit", 2, 0, max_count=4096, max_bytes=1 << 26)
     ranges = plan_tier_ranges(manifest, "Audit", 2, 0, 10 ** 9)
     assert len(ranges) >= 2
-    file_io = FileIO(tier.url)
+    file_io = pickle.loads(pickle.dumps(FileIO(tier.url)))  # as a Spark executor gets it
+    ranges = pickle.loads(pickle.dumps(ranges))
     rows: dict[str, list] = {}
     for tier_range in ranges:
         for block in read_tier_range(file_io, tier_range, rows_per_block=17):
