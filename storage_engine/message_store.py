@@ -632,7 +632,7 @@ class MessageStore:
         """The first queue_offset whose store timestamp is >= `timestamp_ms` (max when none)."""
         queue = self._queues.get((topic, queue_id))
         if queue is None:
-            return 0
+            return self._cold_offset_for_timestamp(topic, queue_id, timestamp_ms, 0)
         low, high = self._min_readable_queue_offset(queue), self._visible_max_queue_offset(queue)
         while low < high:
             mid = (low + high) // 2
@@ -646,6 +646,8 @@ class MessageStore:
                 low = mid + 1
             else:
                 high = mid
+        if self._tier is not None and low == self._min_readable_queue_offset(queue):
+            return self._cold_offset_for_timestamp(topic, queue_id, timestamp_ms, low)
         return low
 
     def delete_topic(self, topic: str) -> int:
@@ -775,6 +777,18 @@ class MessageStore:
         high = cold.max_queue_offset if no_queue else window.max_queue_offset
         return dataclasses.replace(cold, max_queue_offset=high)
 
+    def _cold_offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int,
+                                   local: int) -> int:
+        """The answer was the local minimum: an earlier message may match in the tier."""
+        if self._tier is None:
+            return local
+        try:
+            cold = self._tier.queue_offset_for_timestamp(topic, queue_id, timestamp_ms)
+        except StorageError as err:  # object store down: the local answer, logged
+            logger.warning("cold offset_for_timestamp %s/%d failed: %s", topic, queue_id, err)
+            return local
+        return local if cold is None else cold
+
     def tier_segments(self) -> list[tuple[int, int, float]]:
         """(base_log_position, size_bytes, mtime_s) of the sealed segments wholly below the
         confirm position: what may be uploaded."""
@@ -848,6 +862,11 @@ class ColdTier(Protocol):
     def holds_segment(self, base_log_position: int, end_log_position: int) -> bool: ...
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int | None: ...
+
+    def queue_offset_for_timestamp(self, topic: str, queue_id: int,
+                                   timestamp_ms: int) -> int | None:
+        """The tier's first queue_offset stored at or after `timestamp_ms`; None when the tier
+        has none (the answer lies in the local store)."""
 
     def read_block(self, topic: str, queue_id: int, queue_offset: int, *, max_count: int,
                    max_bytes: int, confirm_log_position: int) -> RecordBlock | None:

@@ -53,6 +53,7 @@ from storage_engine.tiered.manifest import ManifestStore
 __all__ = ["BlockCache", "TierRange", "TierReader", "block_columns", "plan_tier_ranges",
            "read_tier_range"]
 
+_STORE_MS_AT = 56  # STORETIMESTAMP in the record header
 _ENTRY_DTYPE = np.dtype([("log_position", ">i8"), ("size_bytes", ">i4"), ("tags_code", ">i8")])
 
 
@@ -217,6 +218,36 @@ class TierReader:
     def min_queue_offset(self, topic: str, queue_id: int) -> int | None:
         spans = self._spans.get((topic, queue_id))
         return spans[0].first_queue_offset if spans else None
+
+    def queue_offset_for_timestamp(self, topic: str, queue_id: int,
+                                   timestamp_ms: int) -> int | None:
+        """The first tiered queue_offset stored at or after `timestamp_ms`, or None: a binary
+        search over the index and the records' store timestamps (ranged reads, cached), in the
+        first object whose newest record is recent enough."""
+        for span in self._spans.get((topic, queue_id), []):
+            if span.segment.last_store_ms < timestamp_ms:
+                continue
+            key = segment_key(self.manifests.broker_name, span.segment.base_log_position,
+                              span.segment.epoch)
+            low, high = span.first_queue_offset, span.end_queue_offset
+            while low < high:
+                mid = (low + high) // 2
+                if self._store_ms(key, span, mid) < timestamp_ms:
+                    low = mid + 1
+                else:
+                    high = mid
+            if low < span.end_queue_offset:
+                return low
+        return None
+
+    def _store_ms(self, key: str, span: _QueueSpan, queue_offset: int) -> int:
+        segment = span.segment
+        at = segment.index_position(span.queue_index, queue_offset)
+        entry = self.cache.read(self.file_io, key, segment.object_size_bytes, at, at + 8)
+        position = int.from_bytes(entry, "big") - segment.base_log_position + _STORE_MS_AT
+        raw = self.cache.read(self.file_io, key, segment.object_size_bytes, position,
+                              position + 8)
+        return int.from_bytes(raw, "big")
 
     def read_block(self, topic: str, queue_id: int, queue_offset: int, *, max_count: int,
                    max_bytes: int, confirm_log_position: int) -> RecordBlock | None:

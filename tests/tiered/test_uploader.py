@@ -21,6 +21,7 @@ from storage_engine import (
     RecordBlock,
     StoreConfig,
     TagFilter,
+    decode_record,
 )
 from storage_engine.config import TieredStoreConfig
 from storage_engine.tiered.file_io import FileIO
@@ -115,6 +116,12 @@ def test_tier_then_delete_local_then_read_back(store: MessageStore, tmp_path: Pa
                               tag_filter=TagFilter.parse("t2"))
     assert cold.records and all(m.tags == "t2" for m in cold.messages())
     assert store.min_queue_offset("Orders", 0) == 0
+    stamps = [decode_record(record).store_timestamp_ms for record in before[("Orders", 1)]]
+    local_min = store.queue_offset_for_timestamp("Orders", 1, 0)
+    assert local_min == 0  # from the tier: the local store starts later
+    for probe in (stamps[5], stamps[len(stamps) // 3], stamps[-1] + 1):
+        expected = next((i for i, ms in enumerate(stamps) if ms >= probe), len(stamps))
+        assert store.queue_offset_for_timestamp("Orders", 1, probe) == expected
     assert tier.run_retention(_soon_ms() + 73 * 3_600_000)[1] == len(sealed)  # tier retention
     assert tier.manifests.load().retired_below_log_position == sealed[-1][0] + sealed[-1][1]
     assert not list((tmp_path / "store" / "tier" / "broker-a" / "segments").iterdir())
