@@ -51,6 +51,7 @@ from storage_engine.tiered.policy import TEMP_MARKER
 __all__ = ["FileIO", "FileIOOptions", "resolve_tier_url"]
 
 S3_ATTEMPTS_MAX = 2  # botocore attempts per request (the uploader retries with its own backoff)
+S3FS_ATTEMPTS_MAX = 1  # s3fs attempts around those: a dead endpoint costs ~2 request timeouts
 VERIFY_CHUNK_BYTES = 4 << 20
 _MEMORY_LOCK = threading.Lock()
 
@@ -103,7 +104,9 @@ def _s3_fs(options: FileIOOptions) -> Any:
     if options.s3_access_key_id:
         kwargs["key"] = options.s3_access_key_id
         kwargs["secret"] = options.s3_secret_access_key
-    return fsspec.filesystem("s3", **kwargs)
+    fs = fsspec.filesystem("s3", **kwargs)
+    fs.retries = S3FS_ATTEMPTS_MAX  # s3fs's own retry loop (class default 5, with sleeps)
+    return fs
 
 
 _FILESYSTEMS = {"file": _local_fs, "memory": _memory_fs, "s3": _s3_fs, "s3a": _s3_fs}

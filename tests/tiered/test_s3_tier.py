@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from storage_engine.tiered import (
     FileIOOptions,
     TierAccessDeniedError,
     TierNotFoundError,
+    TierTimeoutError,
     TierVerifyError,
 )
 from tests.integration.broker_process import BrokerProcess
@@ -163,3 +166,18 @@ def test_s3_sigkill_mid_upload_then_resume(s3: MotoS3, tmp_path: Path) -> None:
         assert [read_all(broker, queue) for queue in (0, 1)] == before
     finally:
         broker.stop()
+
+
+def test_s3_timeout_is_typed_and_bounded() -> None:
+    """An endpoint that accepts connections and never answers: TierTimeoutError within a few
+    request timeouts (botocore's and s3fs's own retry loops are bounded)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        io = FileIO("s3://b/p", FileIOOptions(
+            s3_endpoint_url=f"http://127.0.0.1:{server.getsockname()[1]}", s3_region="us-east-1",
+            s3_access_key_id="a", s3_secret_access_key="b", request_timeout_s=0.3))
+        started = time.monotonic()
+        with pytest.raises(TierTimeoutError, match="list s3://b/p/x"):
+            io.list("x")
+        assert time.monotonic() - started < 10.0
