@@ -14,9 +14,11 @@ least recently used blocks beyond tieredReadCacheBytesMax. A sequential consumer
 costs one request per (1 + read-ahead) blocks.
 
 Visibility: entries past `confirm_log_position` are never returned (tiered segments are all
-below it when uploaded; the check keeps the rule local). A manifest older than
-tieredManifestRefreshIntervalMs is reloaded on a miss; an object that vanished (tier
-retention) reloads the manifest and fails this read (the caller retries).
+below it when uploaded; the check keeps the rule local). The manifest in memory is replaced by
+the uploader on each commit and reloaded every tieredManifestRefreshIntervalMs by the
+maintenance thread, never on the read path: a read does IO only when the tier holds its
+offset. An object that vanished (tier retention) reloads the manifest and fails this read
+(the caller retries).
 
 For Spark executors: `plan_tier_ranges` cuts a queue_offset range into per-object TierRanges
 (picklable), `read_tier_range` reads one as RecordBlocks with no broker and no local file, and
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import dataclasses
 import threading
 import time
@@ -251,13 +254,8 @@ class TierReader:
 
     def read_block(self, topic: str, queue_id: int, queue_offset: int, *, max_count: int,
                    max_bytes: int, confirm_log_position: int) -> RecordBlock | None:
-        spans = self._spans.get((topic, queue_id))
+        spans = self._spans.get((topic, queue_id))  # no IO unless the tier holds the offset
         span = None if not spans else _find_span(spans, queue_offset)
-        if span is None and self._clock_ms() - self._loaded_ms >= \
-                self.config.manifest_refresh_interval_ms:
-            self.refresh()
-            spans = self._spans.get((topic, queue_id))
-            span = None if not spans else _find_span(spans, queue_offset)
         if not spans:
             return None
         low, high = spans[0].first_queue_offset, spans[-1].end_queue_offset
@@ -271,7 +269,8 @@ class TierReader:
                                      confirm_log_position=confirm_log_position)
         except TierNotFoundError as err:  # retired under us: newer manifest, caller retries
             self._failed("cold_read_failures", err)
-            self.refresh()
+            with contextlib.suppress(TieredStorageError):
+                self.refresh()
             raise
         except TieredStorageError as err:
             self._failed("cold_read_failures", err)
@@ -295,6 +294,7 @@ class TierReader:
         with self._lock:
             counters = dict(self._counters)
         return {**counters, "manifest_version": manifest.version,
+                "manifest_loaded_ms": self._loaded_ms if self._loaded_ms > 0 else None,
                 "tier_segments": len(manifest.segments), "tier_bytes": manifest.size_bytes,
                 "tier_min_log_position": manifest.bases[0] if manifest.segments else None,
                 "cache_bytes": self.cache.size_bytes, "cache_hits": self.cache.hits,
