@@ -30,6 +30,7 @@ from storage_engine.tiered.reader import (
     TierRange,
     TierReader,
     block_columns,
+    load_manifest,
     plan_tier_ranges,
     read_tier_range,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "TieredStorageError",
     "Uploader",
     "block_columns",
+    "load_manifest",
     "plan_tier_ranges",
     "read_tier_range",
     "resolve_tier_url",

@@ -22,7 +22,12 @@ offset. An object that vanished (tier retention) reloads the manifest and fails 
 
 For Spark executors: `plan_tier_ranges` cuts a queue_offset range into per-object TierRanges
 (picklable), `read_tier_range` reads one as RecordBlocks with no broker and no local file, and
-`block_columns` turns a block into Arrow-ready columns (the broker's consume schema names).
+`block_columns` turns a block into Arrow-ready columns (the broker's consume schema names);
+`load_manifest` gives the plan's input. A Spark source would do, per queue range:
+
+    manifest = load_manifest(FileIO(url, options), broker_name)        # driver
+    ranges = plan_tier_ranges(manifest, topic, queue_id, start, end)  # driver: partitions
+    for block in read_tier_range(file_io, tier_range): block_columns(block)   # executor
 """
 
 from __future__ import annotations
@@ -53,8 +58,8 @@ from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.layout import CQ_ENTRY_SIZE_BYTES, Manifest, SegmentEntry, segment_key
 from storage_engine.tiered.manifest import ManifestStore
 
-__all__ = ["BlockCache", "TierRange", "TierReader", "block_columns", "plan_tier_ranges",
-           "read_tier_range"]
+__all__ = ["BlockCache", "TierRange", "TierReader", "block_columns", "load_manifest",
+           "plan_tier_ranges", "read_tier_range"]
 
 _STORE_MS_AT = 56  # STORETIMESTAMP in the record header
 _ENTRY_DTYPE = np.dtype([("log_position", ">i8"), ("size_bytes", ">i4"), ("tags_code", ">i8")])
@@ -302,6 +307,13 @@ class TierReader:
 
 
 # -- direct reads (Spark executors) -----------------------------------------------------------
+def load_manifest(file_io: FileIO, broker_name: str) -> Manifest:
+    """The newest manifest of a replica set (`broker_name`) under a tier URL, for planning.
+    The URL is in `broker_info()["tiered"]["url"]`; credentials come from FileIOOptions or the
+    AWS environment of the process."""
+    return ManifestStore(file_io, broker_name, versions_kept=2, segments_max=1 << 62).load()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TierRange:
     """Queue offsets [first, end) of one queue inside one segment object (picklable)."""

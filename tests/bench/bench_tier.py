@@ -42,9 +42,9 @@ from storage_engine.config import TieredStoreConfig  # noqa: E402
 from storage_engine.tiered import (  # noqa: E402
     BlockCache,
     FileIO,
-    ManifestStore,
     TierService,
     block_columns,
+    load_manifest,
     plan_tier_ranges,
     read_tier_range,
 )
@@ -83,7 +83,7 @@ def upload_MBps(store: MessageStore, tiered: TieredStoreConfig) -> tuple[float, 
 
 def direct_rows_per_s(url: str) -> tuple[float, int]:
     file_io = FileIO(url)
-    manifest = ManifestStore(file_io, "broker-a", versions_kept=8, segments_max=10 ** 6).load()
+    manifest = load_manifest(file_io, "broker-a")
     cache = BlockCache(4 * MiB, 2, 64 * MiB)
     rows = 0
     start = time.perf_counter()

@@ -25,7 +25,12 @@ from storage_engine import (
 )
 from storage_engine.config import TieredStoreConfig
 from storage_engine.tiered.file_io import FileIO
-from storage_engine.tiered.reader import block_columns, plan_tier_ranges, read_tier_range
+from storage_engine.tiered.reader import (
+    block_columns,
+    load_manifest,
+    plan_tier_ranges,
+    read_tier_range,
+)
 from storage_engine.tiered.service import TierService
 
 TIERED = TieredStoreConfig(enabled=True, upload_retry_backoff_min_ms=1,
@@ -167,7 +172,8 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
     _fill(store)
     tier = TierService(store, TIERED, broker_name="broker-a", writer="w")
     tier.uploader.drain()
-    manifest = tier.manifests.load()
+    manifest = load_manifest(FileIO(tier.url), "broker-a")
+    assert manifest == tier.manifests.load()
     expected = store.get_messages("Audit", 2, 0, max_count=4096, max_bytes=1 << 26)
     ranges = plan_tier_ranges(manifest, "Audit", 2, 0, 10 ** 9)
     assert len(ranges) >= 2
