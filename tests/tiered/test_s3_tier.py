@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +136,11 @@ def test_s3_failures_are_reported_and_hot_traffic_goes_on(s3: MotoS3, tmp_path: 
         assert produce(broker, batches=1, seed=9) == 100  # hot writes still acked
         log = broker.log.read_text()
         assert f"({expected_kind})" in log and s3.secret_access_key not in log
+        cli = subprocess.run([sys.executable, "-m", "connector.admin_cli", "--broker",
+                              broker.endpoint, "broker", "info", "--json"],
+                             capture_output=True, text=True, timeout=60, check=True)
+        shown = json.loads(cli.stdout.strip().splitlines()[-1])["tiered"]
+        assert shown["last_error"]["kind"] == expected_kind  # what an operator sees
     finally:
         broker.stop()
 
