@@ -220,7 +220,12 @@ class TierReader:
         return self._manifest
 
     def holds_segment(self, base_log_position: int, end_log_position: int) -> bool:
-        entry = self._manifest.find(base_log_position)
+        """May the local copy go? Yes when the tier lists it (verified upload), or when tier
+        retention already retired that range (local retention must not stall behind it)."""
+        manifest = self._manifest
+        if end_log_position <= manifest.retired_below_log_position:
+            return True
+        entry = manifest.find(base_log_position)
         return entry is not None and entry.end_log_position == end_log_position
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int | None:

@@ -141,6 +141,12 @@ def test_retention_keeps_untiered_segments(store: MessageStore) -> None:
     tier.reader.use(tier.manifests.load())
     assert tier.run_retention(_soon_ms())[0] == 1
     assert tier.run_retention(_soon_ms())[0] == 0  # the second one is not in the tier
+    tier.uploader.upload_segment(*store.tier_segments()[0][:2])
+    tier.reader.use(tier.manifests.load())
+    assert tier._retire_tier(_soon_ms() + 73 * 3_600_000) == 2  # the tier's retention first
+    assert tier.reader.manifest.segments == ()
+    assert tier.run_retention(_soon_ms())[0] == 1  # then local: not stalled behind it
+    assert tier.run_retention(_soon_ms())[0] == 0
 
 
 def test_upload_failure_is_reported_and_retried(store: MessageStore, tmp_path: Path) -> None:
