@@ -142,9 +142,12 @@ def _queue_map(manifest: Manifest) -> dict[tuple[str, int], list[_QueueSpan]]:
     return spans
 
 
+def _first_of(span: _QueueSpan) -> int:
+    return span.first_queue_offset
+
+
 def _find_span(spans: list[_QueueSpan], queue_offset: int) -> _QueueSpan | None:
-    firsts = [span.first_queue_offset for span in spans]
-    at = bisect.bisect_right(firsts, queue_offset) - 1
+    at = bisect.bisect_right(spans, queue_offset, key=_first_of) - 1
     if at < 0 or queue_offset >= spans[at].end_queue_offset:
         return None
     return spans[at]
