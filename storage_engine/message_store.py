@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -98,6 +99,8 @@ class StoreStats:
 
 class MessageStore:
     """An embedded message store over one directory. Thread-safe."""
+
+    _tier: ColdTier | None = None  # set by attach_tier (storage_engine.tiered)
 
     def __init__(
         self,
@@ -475,7 +478,8 @@ class MessageStore:
         from `queue_offset`, never past the confirm position."""
         queue, window = self._read_window(topic, queue_id, queue_offset)
         if isinstance(window, GetResult):
-            return window
+            cold = self._read_cold(topic, queue_id, queue_offset, window, max_count, max_bytes)
+            return window if cold is None else _cold_result(cold, tag_filter)
         assert queue is not None
         min_offset, max_offset = window
         count_max = max(1, min(max_count, self.config.read_messages_max))
@@ -534,6 +538,9 @@ class MessageStore:
         ConsumeQueue entries are scanned as arrays too (no per-entry Python step)."""
         queue, window = self._read_window(topic, queue_id, queue_offset)
         if isinstance(window, GetResult):
+            cold = self._read_cold(topic, queue_id, queue_offset, window, max_count, max_bytes)
+            if cold is not None:
+                return cold
             return RecordBlock(window.status, window.next_queue_offset,
                                window.min_queue_offset, window.max_queue_offset)
         assert queue is not None
@@ -623,7 +630,9 @@ class MessageStore:
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get((topic, queue_id))
-        return 0 if queue is None else self._min_readable_queue_offset(queue)
+        low = 0 if queue is None else self._min_readable_queue_offset(queue)
+        cold_low = None if self._tier is None else self._tier.min_queue_offset(topic, queue_id)
+        return low if cold_low is None else min(low, cold_low)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue_offset a reader would wait for (only confirmed messages count)."""
@@ -634,7 +643,7 @@ class MessageStore:
         """The first queue_offset whose store timestamp is >= `timestamp_ms` (max when none)."""
         queue = self._queues.get((topic, queue_id))
         if queue is None:
-            return 0
+            return self._cold_offset_for_timestamp(topic, queue_id, timestamp_ms, 0)
         low, high = self._min_readable_queue_offset(queue), self._visible_max_queue_offset(queue)
         while low < high:
             mid = (low + high) // 2
@@ -648,6 +657,8 @@ class MessageStore:
                 low = mid + 1
             else:
                 high = mid
+        if self._tier is not None and low == self._min_readable_queue_offset(queue):
+            return self._cold_offset_for_timestamp(topic, queue_id, timestamp_ms, low)
         return low
 
     def delete_topic(self, topic: str) -> int:
@@ -837,6 +848,9 @@ class MessageStore:
                 end = first.base_position + first.size_bytes
                 if end > floor_log_position or end > self._confirm:
                     break
+                if self._tier is not None and not self._tier.holds_segment(
+                        first.base_position, end):
+                    break  # tiering on: only verified tiered segments may go
                 age_ms = now_ms - os.stat(first.path).st_mtime * 1000
                 if age_ms < reserved_ms and not over_ratio:
                     break
@@ -850,6 +864,78 @@ class MessageStore:
                 logger.info("retention deleted %d segment(s); log now starts at %d",
                             deleted, log_min)
         return deleted
+
+    # -- tiered storage (storage_engine.tiered attaches here) -------------------------------
+    def attach_tier(self, tier: ColdTier | None) -> None:
+        """Serve reads below the local minimum from `tier`; from now on retention deletes only
+        segments the tier holds (verified uploads)."""
+        self._tier = tier
+
+    def _read_cold(self, topic: str, queue_id: int, queue_offset: int, window: GetResult,
+                   max_count: int, max_bytes: int) -> RecordBlock | None:
+        """A read the local store cannot serve because the offset is below its minimum: the
+        tier's records (same limits, never past the confirm position), or None."""
+        tier = self._tier
+        no_queue = window.status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+        if tier is None or window.status not in _COLD_CANDIDATES or (
+                not no_queue and queue_offset >= window.min_queue_offset):
+            return None
+        try:
+            cold = tier.read_block(
+                topic, queue_id, queue_offset,
+                max_count=max(1, min(max_count, self.config.read_messages_max)),
+                max_bytes=max(1, min(max_bytes, self.config.read_bytes_max)),
+                confirm_log_position=self._confirm)
+        except StorageError as err:  # object store down: nothing skipped, the reader retries
+            logger.warning("cold read %s/%d@%d failed: %s", topic, queue_id, queue_offset, err)
+            return RecordBlock(GetStatus.OFFSET_FOUND_NULL, queue_offset,
+                               window.min_queue_offset, window.max_queue_offset)
+        if cold is None:
+            return None
+        high = cold.max_queue_offset if no_queue else window.max_queue_offset
+        return dataclasses.replace(cold, max_queue_offset=high)
+
+    def _cold_offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int,
+                                   local: int) -> int:
+        """The answer was the local minimum: an earlier message may match in the tier."""
+        if self._tier is None:
+            return local
+        try:
+            cold = self._tier.queue_offset_for_timestamp(topic, queue_id, timestamp_ms)
+        except StorageError as err:  # object store down: the local answer, logged
+            logger.warning("cold offset_for_timestamp %s/%d failed: %s", topic, queue_id, err)
+            return local
+        return local if cold is None else cold
+
+    def tier_segments(self) -> list[tuple[int, int, float]]:
+        """(base_log_position, size_bytes, mtime_s) of the sealed segments wholly below the
+        confirm position: what may be uploaded."""
+        with self._lock:
+            confirm = self._confirm
+            segments = list(self._commit_log.segments[:-1])
+        return [(s.base_position, s.size_bytes, os.stat(s.path).st_mtime) for s in segments
+                if s.base_position + s.size_bytes <= confirm]
+
+    def tier_queue_entries(self, log_start: int, log_end: int
+                           ) -> list[tuple[str, int, int, bytes]]:
+        """For each queue with records in [log_start, log_end): (topic, queue_id,
+        first_queue_offset, its raw 20-byte ConsumeQueue entries of those records)."""
+        with self._lock:
+            queues = sorted(self._queues.values(), key=lambda q: (q.topic, q.queue_id))
+        found = []
+        for queue in queues:
+            first = _first_entry_at_or_after(queue, log_start)
+            end = _first_entry_at_or_after(queue, log_end)
+            parts, cursor = [], first
+            while cursor < end:  # one pass per ConsumeQueue segment crossed
+                raw = queue.read_entries(cursor, end - cursor)
+                if not raw:
+                    break
+                parts.append(raw)
+                cursor += len(raw) // CONSUME_QUEUE_ENTRY.size
+            if parts:
+                found.append((queue.topic, queue.queue_id, first, b"".join(parts)))
+        return found
 
     # -- lifecycle --------------------------------------------------------------------------
     def stats(self) -> StoreStats:
@@ -886,6 +972,55 @@ class MessageStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class ColdTier(Protocol):
+    """What the store asks of tiered storage (storage_engine.tiered.TierReader)."""
+
+    def holds_segment(self, base_log_position: int, end_log_position: int) -> bool: ...
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int | None: ...
+
+    def queue_offset_for_timestamp(self, topic: str, queue_id: int,
+                                   timestamp_ms: int) -> int | None:
+        """The tier's first queue_offset stored at or after `timestamp_ms`; None when the tier
+        has none (the answer lies in the local store)."""
+
+    def read_block(self, topic: str, queue_id: int, queue_offset: int, *, max_count: int,
+                   max_bytes: int, confirm_log_position: int) -> RecordBlock | None:
+        """FOUND with records; OFFSET_TOO_SMALL below the tier's minimum; NO_MATCHED_MESSAGE
+        when nothing there is visible yet; None when the tier does not hold `queue_offset`."""
+
+
+_COLD_CANDIDATES = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.NO_MESSAGE_IN_QUEUE,
+                              GetStatus.NO_MATCHED_LOGIC_QUEUE})
+
+
+def _first_entry_at_or_after(queue: ConsumeQueue, log_position: int) -> int:
+    low, high = queue.min_queue_offset, queue.max_queue_offset
+    while low < high:
+        mid = (low + high) // 2
+        entry = queue.entry(mid)
+        if entry is not None and entry[0] < log_position:
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+def _cold_result(block: RecordBlock, tag_filter: TagFilter | None) -> GetResult:
+    """A cold block as get_messages returns it (records split, tag filter applied)."""
+    records, position = [], 0
+    for size in np.asarray(block.sizes).tolist():
+        record = block.data[position:position + size]
+        position += size
+        if tag_filter is None or _tag_matches(record, tag_filter):
+            records.append(record)
+    status = block.status
+    if status is GetStatus.FOUND and not records:
+        status = GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, block.next_queue_offset, block.min_queue_offset,
+                     block.max_queue_offset, records)
 
 
 def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:

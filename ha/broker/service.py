@@ -109,11 +109,13 @@ class _Counters:
 
 
 class BrokerService(flight.FlightServerBase):
-    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore, *,
+                 tier_stats: Callable[[], dict[str, Any]] | None = None) -> None:
         location = f"grpc://{config.broker_ip}:{config.listen_port}"
         super().__init__(location)
         self.config = config
         self.store = store
+        self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.topics = TopicTable(config.store_dir / "config")
         self.offsets = ConsumerOffsets(config.store_dir / "config")
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -453,6 +455,7 @@ class BrokerService(flight.FlightServerBase):
             "endpoint": self.endpoint,
             "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
+            "tiered": self._tier_stats(),
             "min_log_position": stats.min_log_position,
             "max_log_position": stats.end_log_position,
             "confirm_log_position": stats.confirm_log_position,
@@ -480,6 +483,7 @@ class BrokerService(flight.FlightServerBase):
             },
             "topics": len(self.topics.all()),
             "groups": len(self.offsets.groups()),
+            "tiered": self._tier_stats(),
         }
 
 
