@@ -9,6 +9,14 @@ produce — `DoPut`
                  "row_queue_ids": [...] | null, "log_position_end": int, "error": ""}
                 queue choice per row: `queue_id` if given, else hash of `key` (ordered per key),
                 else the whole batch goes to the next queue round robin.
+    idempotence optional per-batch app metadata, JSON (PutIdempotence):
+                {"producer_id": str, "sequence": int}; the broker stores a batch whose sequence
+                is above the producer's last one, and answers any other with the earlier reply
+                (or {"duplicate": true, "queues": []} when that reply has aged out). Sequences of
+                one producer only grow. The batch itself carries, on the first row of each
+                queue it writes to, the property IDEMPOTENCE_PROPERTY =
+                "<producer_id>/<sequence>/<rows in that queue>", so a broker (or a new master)
+                rebuilds its table from the tail of its queues after a restart.
 
 consume — `DoGet`
     ticket      JSON (GetTicket): {"topic", "queue_id", "queue_offset", "max_messages",
@@ -36,11 +44,15 @@ __all__ = [
     "CONSUME_SCHEMA",
     "GetReply",
     "GetTicket",
+    "IDEMPOTENCE_PROPERTY",
     "PRODUCE_COLUMNS",
     "PRODUCE_SCHEMA",
-    "PutReply",
     "ProtocolError",
+    "PutIdempotence",
+    "PutReply",
+    "decode_idempotence_marker",
     "decode_json_object",
+    "encode_idempotence_marker",
     "produce_descriptor_command",
 ]
 
@@ -88,6 +100,8 @@ ACTIONS = (
 )
 
 JSON_BYTES_MAX = 1 << 20  # a ticket, descriptor or action body
+IDEMPOTENCE_PROPERTY = "__RH_IDEM"
+PRODUCER_ID_CHARS_MAX = 64
 
 
 class ProtocolError(ValueError):
@@ -162,6 +176,43 @@ class GetTicket:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class PutIdempotence:
+    """Who sent a produce batch and its place in that producer's sequence."""
+
+    producer_id: str
+    sequence: int
+
+    def __post_init__(self) -> None:
+        if not self.producer_id or len(self.producer_id) > PRODUCER_ID_CHARS_MAX or \
+                not self.producer_id.isascii() or "/" in self.producer_id:
+            raise ProtocolError(f"idempotence: producer_id {self.producer_id[:80]!r} must be "
+                                f"1..{PRODUCER_ID_CHARS_MAX} ASCII characters without '/'")
+        if self.sequence < 0:
+            raise ProtocolError(f"idempotence: sequence {self.sequence} must be >= 0")
+
+    def encode(self) -> bytes:
+        return json.dumps({"producer_id": self.producer_id, "sequence": self.sequence}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PutIdempotence:
+        what = "idempotence metadata"
+        obj = decode_json_object(raw, what)
+        return cls(_field(obj, "producer_id", str, what), _field(obj, "sequence", int, what))
+
+
+def encode_idempotence_marker(producer_id: str, sequence: int, count: int) -> str:
+    return f"{producer_id}/{sequence}/{count}"
+
+
+def decode_idempotence_marker(text: str) -> tuple[str, int, int] | None:
+    """(producer_id, sequence, rows in this queue), or None when `text` is not a marker."""
+    parts = text.split("/")
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class PutReply:
     status: str
     code: int
@@ -169,6 +220,7 @@ class PutReply:
     row_queue_ids: list[int] | None
     log_position_end: int
     error: str = ""
+    duplicate: bool = False  # an idempotent batch the broker had already stored
 
     def encode(self) -> bytes:
         return json.dumps(dataclasses.asdict(self)).encode()
@@ -179,7 +231,7 @@ class PutReply:
         return cls(
             status=obj["status"], code=obj["code"], queues=obj.get("queues") or [],
             row_queue_ids=obj.get("row_queue_ids"), log_position_end=obj.get("log_position_end", -1),
-            error=obj.get("error", ""),
+            error=obj.get("error", ""), duplicate=bool(obj.get("duplicate", False)),
         )
 
     def row_offsets(self, row_count: int) -> list[tuple[int, int]]:
