@@ -28,9 +28,7 @@ from connector.protocol.wire import (
     ProtocolError,
     PutIdempotence,
     PutReply,
-    decode_idempotence_marker,
     decode_json_object,
-    encode_idempotence_marker,
     produce_descriptor_command,
 )
 
@@ -52,10 +50,8 @@ __all__ = [
     "StatusCode",
     "code_for",
     "decode_error_text",
-    "decode_idempotence_marker",
     "decode_json_object",
     "encode_error_info",
-    "encode_idempotence_marker",
     "error_for_code",
     "produce_descriptor_command",
     "status_for",

@@ -9,14 +9,15 @@ produce — `DoPut`
                  "row_queue_ids": [...] | null, "log_position_end": int, "error": ""}
                 queue choice per row: `queue_id` if given, else hash of `key` (ordered per key),
                 else the whole batch goes to the next queue round robin.
-    idempotence optional per-batch app metadata, JSON (PutIdempotence):
-                {"producer_id": str, "sequence": int}; the broker stores a batch whose sequence
-                is above the producer's last one, and answers any other with the earlier reply
-                (or {"duplicate": true, "queues": []} when that reply has aged out). Sequences of
-                one producer only grow. The batch itself carries, on the first row of each
-                queue it writes to, the property IDEMPOTENCE_PROPERTY =
-                "<producer_id>/<sequence>/<rows in that queue>", so a broker (or a new master)
-                rebuilds its table from the tail of its queues after a restart.
+    idempotence optional, per batch: the batch's LAST row carries the property
+                IDEMPOTENCE_PROPERTY = "<producer_id>/<sequence>" (PutIdempotence). The broker
+                stores the batch only when `sequence` is above the last one it stored for
+                `producer_id`, else answers {"status": "PUT_OK", "duplicate": true, "queues":
+                []} without writing. A producer sends its sequences in increasing order and
+                stops at its first failure, so what a broker stored is always a prefix. The
+                marker sits on the last row because a batch is one append: if the last record
+                survived a crash, the whole batch did; a restarted broker rebuilds its table
+                from the markers in the tail of its queues (ha/broker/idempotence.py).
 
 consume — `DoGet`
     ticket      JSON (GetTicket): {"topic", "queue_id", "queue_offset", "max_messages",
@@ -50,9 +51,7 @@ __all__ = [
     "ProtocolError",
     "PutIdempotence",
     "PutReply",
-    "decode_idempotence_marker",
     "decode_json_object",
-    "encode_idempotence_marker",
     "produce_descriptor_command",
 ]
 
@@ -175,9 +174,9 @@ class GetTicket:
         return ticket
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
 class PutIdempotence:
-    """Who sent a produce batch and its place in that producer's sequence."""
+    """Who sent a produce batch and its place in that producer's sequence (the marker)."""
 
     producer_id: str
     sequence: int
@@ -190,26 +189,19 @@ class PutIdempotence:
         if self.sequence < 0:
             raise ProtocolError(f"idempotence: sequence {self.sequence} must be >= 0")
 
-    def encode(self) -> bytes:
-        return json.dumps({"producer_id": self.producer_id, "sequence": self.sequence}).encode()
+    def marker(self) -> str:
+        return f"{self.producer_id}/{self.sequence}"
 
     @classmethod
-    def decode(cls, raw: bytes) -> PutIdempotence:
-        what = "idempotence metadata"
-        obj = decode_json_object(raw, what)
-        return cls(_field(obj, "producer_id", str, what), _field(obj, "sequence", int, what))
-
-
-def encode_idempotence_marker(producer_id: str, sequence: int, count: int) -> str:
-    return f"{producer_id}/{sequence}/{count}"
-
-
-def decode_idempotence_marker(text: str) -> tuple[str, int, int] | None:
-    """(producer_id, sequence, rows in this queue), or None when `text` is not a marker."""
-    parts = text.split("/")
-    if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2].isdigit():
-        return None
-    return parts[0], int(parts[1]), int(parts[2])
+    def from_marker(cls, text: str) -> PutIdempotence | None:
+        """The marker's value, or None when `text` is not a well-formed marker."""
+        producer_id, sep, sequence = text.rpartition("/")
+        if not sep or not sequence.isdigit() or len(sequence) > 18:
+            return None
+        try:
+            return cls(producer_id, int(sequence))
+        except ProtocolError:
+            return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,0 +1,43 @@
+"""Shared fixtures for the Spark connector tests: one local SparkSession for the whole run (a
+session costs 5-12 s), one broker process per test module (`python -m ha.broker`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.broker_process import BrokerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's pyarrow
+    # Python workers (driver-side runners and executors) must import this worktree's code
+    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("rocketha-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.streaming.stopTimeout", "30s")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("broker"),
+                            flushDiskType="ASYNC_FLUSH").start()
+    yield process
+    process.stop()
