@@ -163,6 +163,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[QueueRef, int] | None = None
         self._available_now: dict[QueueRef, int] | None = None
         self._last_trigger_ms = int(time.time() * 1000)
+        self._group_committed: dict[QueueRef, int] = {}
 
     def _discover(self) -> dict[QueueRef, Bounds]:
         replica_sets, bounds = discover(self.options)
@@ -186,6 +187,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
         begin = flatten(start)
         bounds = self._discover()
+        self._commit_group(begin)  # Spark plans a batch only once the previous one finished
         latest = {ref: b.max_queue_offset for ref, b in bounds.items()}
         self._latest = dict(latest)
         if self._available_now is not None:
@@ -225,13 +227,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(partition, self.options)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        self._commit_group(flatten(end))
+
+    def _commit_group(self, done: dict[QueueRef, int]) -> None:
         """With groupId, record the query's progress as that group's offsets (best effort:
-        the checkpoint, not the group, is the source of truth)."""
-        if self.options.group_id is None:
+        the checkpoint, not the group, is the source of truth). Spark calls commit(end) one
+        batch late, so latestOffset(start) also records `start`, which Spark has finished."""
+        if self.options.group_id is None or done == self._group_committed:
             return
         if self._replica_sets is None:
             self._discover()
-        for ref, queue_offset in flatten(end).items():
+        self._group_committed = dict(done)
+        for ref, queue_offset in done.items():
             replica_set = (self._replica_sets or {}).get(ref.broker_name)
             if replica_set is None:
                 continue
