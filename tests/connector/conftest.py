@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from tests.integration.broker_process import BrokerProcess
 
@@ -22,9 +23,8 @@ def spark() -> Iterator[object]:
     # Python workers (driver-side runners and executors) must import this worktree's code
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("rocketha-tests")
+    # local[2,8]: two cores, and a failed task is retried (8 attempts), as on a cluster
+    session = (SparkSession.builder.master("local[2,8]").appName("rocketha-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
