@@ -28,6 +28,7 @@ EXTRAS = "spark,test"
 BENCHES = {
     "storage": "tests/bench/bench_storage.py",
     "broker": "tests/bench/bench_broker.py",
+    "spark": "tests/bench/bench_spark.py",
 }
 
 
