@@ -141,7 +141,7 @@ def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
             pc.equal(properties.keys, IDEMPOTENCE_PROPERTY)).as_py():
         properties = _strip_markers(properties)
     columns = [
-        batch.column("topic"), pa.array([broker_name] * count, pa.string()),
+        batch.column("topic"), pa.repeat(pa.scalar(broker_name, pa.string()), count),
         batch.column("queue_id"), batch.column("queue_offset"), batch.column("msg_id"),
         batch.column("key"), batch.column("tags"), batch.column("body"), properties,
         batch.column("born_timestamp").cast(_TIMESTAMP),

@@ -130,7 +130,8 @@ def test_canonical_offsets_sort_keys_and_round_trip() -> None:
                     st.integers(0, 1 << 40), min_size=1, max_size=5),
     max_size=4))
 def test_canonical_json_is_order_independent(offsets: dict[str, dict[str, int]]) -> None:
-    reversed_order = {t: dict(reversed(list(q.items()))) for t, q in reversed(list(offsets.items()))}
+    reversed_order = {topic: dict(reversed(list(queues.items())))
+                      for topic, queues in reversed(list(offsets.items()))}
     assert json.dumps(canonical(offsets)) == json.dumps(canonical(reversed_order))
     assert unflatten(flatten(offsets)) == canonical(offsets)
 
