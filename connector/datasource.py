@@ -123,12 +123,20 @@ def _sink_setup(raw: object, schema: StructType, overwrite: bool, what: str
 
 
 # -- reading ---------------------------------------------------------------------------------
+def read_endpoints(replica_set: ReplicaSet, read_from_replicas: bool) -> tuple[str, ...]:
+    """Master first; with readFromReplicas, the slaves first and the master as the fallback
+    (a slave serves only what it has confirmed, so a read of [start, end) waits, never skips)."""
+    endpoints = replica_set.endpoints
+    return endpoints[1:] + endpoints[:1] if read_from_replicas else endpoints
+
+
 def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
-                min_partitions: int | None) -> list[InputPartition]:
+                options: SourceOptions) -> list[InputPartition]:
     return [QueueRangePartition(r.ref.topic, r.ref.broker_name,
-                                replica_sets[r.ref.broker_name].endpoints, r.ref.queue_id,
-                                r.start_queue_offset, r.end_queue_offset)
-            for r in split_ranges(ranges, min_partitions)]
+                                read_endpoints(replica_sets[r.ref.broker_name],
+                                               options.read_from_replicas),
+                                r.ref.queue_id, r.start_queue_offset, r.end_queue_offset)
+            for r in split_ranges(ranges, options.min_partitions)]
 
 
 def _read(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
@@ -148,7 +156,7 @@ class BatchReader(DataSourceReader):
         end = resolve_offsets(self.options.ending, bounds, option=ENDING_OFFSETS,
                               default="latest")
         ranges = [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds]
-        return _partitions(ranges, replica_sets, self.options.min_partitions)
+        return _partitions(ranges, replica_sets, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)
@@ -198,7 +206,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {ref: max(value, origin[ref]) for ref, value in latest.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         now_ms = int(time.time() * 1000)
-        if not isinstance(limit, ReadAllAvailable) and trigger_waits(
+        if self._available_now is None and trigger_waits(  # AvailableNow drains: no wait
                 backlog(origin, latest), self.options.min_offsets_per_trigger,
                 self._last_trigger_ms, now_ms, self.options.max_trigger_delay_ms):
             return canonical(start)
@@ -221,7 +229,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._discover()
         # a queue first seen in this batch starts at 0: the same answer on every replay
         ranges = [QueueRange(ref, begin.get(ref, 0), value) for ref, value in finish.items()]
-        return _partitions(ranges, self._replica_sets or {}, self.options.min_partitions)
+        return _partitions(ranges, self._replica_sets or {}, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)
