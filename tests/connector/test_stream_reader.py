@@ -138,3 +138,25 @@ def test_read_from_replicas_puts_slaves_first() -> None:
     replica_set = ReplicaSet("broker-a", ("m:1", "s1:2", "s2:3"))
     assert read_endpoints(replica_set, False) == ("m:1", "s1:2", "s2:3")
     assert read_endpoints(replica_set, True) == ("s1:2", "s2:3", "m:1")
+
+
+def test_starting_offsets_by_timestamp(broker) -> None:  # type: ignore[no-untyped-def]
+    admin = Admin(ClientConfig(brokers=(broker.endpoint,)))
+    admin.create_topic("sr_time", queues=2)
+    produce(broker, "sr_time", 4)
+    stream = reader(broker, subscribe="sr_time",
+                    startingOffsetsByTimestamp=json.dumps({"sr_time": {"broker-a:1": 0}}))
+    # queue 1 from the first message stored at or after t=0; queue 0 by the default (latest)
+    assert stream.initialOffset() == {"sr_time": {"broker-a:0": 2, "broker-a:1": 0}}
+    with pytest.raises(Exception, match="startingOffsetsByTimestamp.*sr_time/broker-a:7"):
+        reader(broker, subscribe="sr_time", startingOffsetsByTimestamp=json.dumps(
+            {"sr_time": {"broker-a:7": 0}})).initialOffset()
+
+
+def test_complete_mode_and_overwrite_are_refused() -> None:
+    source = RocketHADataSource(CaseInsensitiveDict({"brokers": "h:1", "topic": "t"}))
+    schema = StructType([StructField("body", StringType())])
+    with pytest.raises(Exception, match="append-only"):
+        source.streamWriter(schema, True)
+    with pytest.raises(Exception, match="append-only"):
+        source.writer(schema, True)
