@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.errors import OptionError
+from connector.errors import OptionError, RoutesUnavailableError
 from connector.offsets import (
     QueueRef,
     canonical,
@@ -24,6 +24,7 @@ from connector.offsets import (
     unflatten,
 )
 from connector.options import parse_sink_options, parse_source_options
+from connector.routes import route_provider
 from connector.planning import (
     Bounds,
     QueueRange,
@@ -186,3 +187,9 @@ def test_trigger_waits_for_min_rows_until_delay() -> None:
     assert trigger_waits(5, 10, 0, 999, 1000)
     assert not trigger_waits(5, 10, 0, 1000, 1000)
     assert not trigger_waits(10, 10, 0, 1, 1000)
+
+
+def test_controller_routes_are_refused_clearly() -> None:
+    parsed = parse_source_options({"controller": "127.0.0.1:9878", "subscribe": "a"})
+    with pytest.raises(RoutesUnavailableError, match="controller"):
+        route_provider(parsed.brokers, parsed.controller, parsed.request_timeout_ms)

@@ -98,6 +98,11 @@ def test_assign_and_starting_timestamp(spark, broker, loaded) -> None:
     assert early.count() == QUEUES * PER_QUEUE
 
 
+def test_empty_topic_reads_no_rows(spark, broker, loaded) -> None:
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("batch_empty", queues=2)
+    assert read(spark, broker, subscribe="batch_empty").count() == 0
+
+
 @pytest.mark.parametrize("options, named", [
     ({"subscribe": TOPIC, "colour": "red"}, "colour"),
     ({"subscribe": TOPIC, "assign": json.dumps({TOPIC: ["broker-a:0"]})}, "assign"),
