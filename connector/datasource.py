@@ -69,7 +69,7 @@ from connector.planning import (
     trigger_waits,
 )
 from connector.protocol import RocketHAError
-from connector.routes import ReplicaSet, client_config, route_provider
+from connector.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
 from connector.source import SOURCE_ARROW_SCHEMA, SOURCE_DDL, discover, read_range, \
     starting_offsets
@@ -264,6 +264,10 @@ def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
     """The replica set a task writes to: the same one on every attempt (idempotence)."""
     routes = route_provider(options.brokers, options.controller, options.request_timeout_ms)
     replica_sets = sorted(routes.replica_sets())
+    if options.topic is not None and len(replica_sets) > 1:  # prefer those hosting the topic
+        hosting = [rs for rs in replica_sets
+                   if options.topic in topic_queue_counts(rs, options.request_timeout_ms)]
+        replica_sets = hosting or replica_sets
     return replica_sets[partition_id % len(replica_sets)]
 
 
