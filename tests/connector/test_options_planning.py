@@ -12,7 +12,7 @@ import json
 import pickle
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector.errors import OptionError, RoutesUnavailableError
@@ -124,6 +124,7 @@ def test_canonical_offsets_sort_keys_and_round_trip() -> None:
     assert QueueRef("a", "broker-b", 0) in flatten(messy)
 
 
+@settings(deadline=None)  # a loaded 2-core CI machine: no per-example deadline
 @given(st.dictionaries(
     st.text("abc", min_size=1, max_size=3),
     st.dictionaries(st.tuples(st.sampled_from(["broker-a", "broker-b"]),
@@ -154,6 +155,7 @@ def test_resolve_offsets_specs() -> None:
                         default="earliest")
 
 
+@settings(deadline=None)  # a loaded 2-core CI machine: no per-example deadline
 @given(st.lists(st.integers(0, 1000), min_size=1, max_size=6), st.integers(1, 3000))
 def test_admit_caps_and_always_moves(backlogs: list[int], max_rows: int) -> None:
     refs = [QueueRef("t", "broker-a", index) for index in range(len(backlogs))]

@@ -12,7 +12,7 @@ import pickle
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector.errors import SinkSchemaError
@@ -67,6 +67,7 @@ def as_batches(values: list[int], cuts: list[int]) -> list[pa.RecordBatch]:
             for a, b in zip(points, points[1:]) if b > a]
 
 
+@settings(deadline=None)  # a loaded 2-core CI machine: no per-example deadline
 @given(st.integers(1, 300), st.lists(st.integers(0, 1000), max_size=8),
        st.lists(st.integers(0, 1000), max_size=8), st.integers(1, 64))
 def test_chunks_do_not_depend_on_incoming_boundaries(count: int, cuts_a: list[int],
