@@ -1,4 +1,5 @@
-"""Shared fixtures: one local SparkSession per test session (a session costs 5-12 s to start)."""
+"""Shared fixtures: one local SparkSession per test session (a session costs 5-12 s to start),
+one broker process per test module that asks for it (`python -m ha.broker`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+
+from tests.integration.broker_process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,3 +34,11 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("broker"),
+                            flushDiskType="ASYNC_FLUSH").start()
+    yield process
+    process.stop()
