@@ -138,8 +138,7 @@ class MasterService:
         """The master holds everything below `log_position`; wait until `need` replicas do."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._cond:
-            self._apply_locked(self._core.local_durable(log_position,
-                                                        self._store.end_log_position))
+            self._apply_locked(self._core.local_durable(log_position))
             self._cond.notify_all()  # senders: new data to ship
             while True:
                 progress = self._core.put_progress(log_position, need)

@@ -16,9 +16,10 @@ end position P is done when `need` replicas hold P: the master (its own position
 fsynced under SYNC_FLUSH) and SSS members whose ack >= P. Only SSS members count, never a slave
 that is still catching up, so a later election from the SSS (issue 5) cannot lose an acked put.
 
-The confirm position is the highest position held by `need` replicas among the master and the
-SSS members, i.e. the need-th highest of their positions (the minimum over the SSS when every
-member must ack); it never moves back.
+The confirm position is the highest position held by every replica whose ack counts, i.e. the
+minimum over the master and the SSS members (DESIGN.md §5.2: any SSS member may be elected
+later, so a consumer must never see what one of them lacks); it never moves back. A lagging
+member holds it back until it leaves the SSS (haMaxTimeSlaveNotCatchup), as in RocketMQ.
 """
 
 from __future__ import annotations
@@ -82,11 +83,6 @@ def holders(log_position: int, master_position: int, member_acks: Sequence[int])
                                                    if ack >= log_position)
 
 
-def confirm_position(need: int, master_position: int, member_acks: Sequence[int],
-                     previous: int) -> int:
-    """The need-th highest position among the master and the SSS members (never lower than
-    `previous`; unchanged when fewer than `need` replicas count)."""
-    positions = sorted([master_position, *member_acks], reverse=True)
-    if need < 1 or need > len(positions):
-        return previous
-    return max(previous, positions[need - 1])
+def confirm_position(master_position: int, member_acks: Sequence[int], previous: int) -> int:
+    """The lowest position among the master and the SSS members (never below `previous`)."""
+    return max(previous, min([master_position, *member_acks]))

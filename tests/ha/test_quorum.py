@@ -53,13 +53,12 @@ def test_holders_count_master_and_members() -> None:
     assert holders(100, 90, [99]) == 0
 
 
-@pytest.mark.parametrize("need, master, acks, previous, expected", [
-    (2, 500, [300, 400], 0, 400),  # 2nd highest
-    (3, 500, [300, 400], 0, 300),  # all must hold it: the minimum
-    (1, 500, [300], 0, 500),  # the master alone
-    (2, 500, [], 100, 100),  # not enough replicas count: unchanged
-    (2, 500, [50], 100, 100),  # never moves back
+@pytest.mark.parametrize("master, acks, previous, expected", [
+    (500, [300, 400], 0, 300),  # every SSS member must hold it: the minimum
+    (500, [400], 0, 400),
+    (300, [500], 0, 300),  # the master's own position (fsynced, under SYNC_FLUSH) counts too
+    (500, [], 100, 500),  # the master alone
+    (500, [50], 100, 100),  # never moves back
 ])
-def test_confirm_position(need: int, master: int, acks: list[int], previous: int,
-                          expected: int) -> None:
-    assert confirm_position(need, master, acks, previous) == expected
+def test_confirm_position(master: int, acks: list[int], previous: int, expected: int) -> None:
+    assert confirm_position(master, acks, previous) == expected
