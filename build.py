@@ -29,6 +29,7 @@ BENCHES = {
     "tier": "tests/bench/bench_tier.py",
     "storage": "tests/bench/bench_storage.py",
     "broker": "tests/bench/bench_broker.py",
+    "ha": "tests/bench/bench_ha.py",
 }
 
 

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         store = MessageStore(config.store_dir, config.store,
-                             store_host=(config.broker_ip, config.listen_port))
+                             store_host=(config.broker_ip, config.listen_port),
+                             auto_confirm=not config.ha.replicated)
     except StoreLockedError as err:
         print(f"rocketha-broker: {err}", file=sys.stderr)
         return 2
@@ -56,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
-    logger.info("%s serving on %s (store %s, %s)", prefix, service.endpoint, config.store_dir,
-                config.store.flush_disk_type.value)
+    logger.info("%s serving on %s (store %s, %s, %s)", prefix, service.endpoint,
+                config.store_dir, config.store.flush_disk_type.value, config.ha.broker_role.value)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _serve(service, tier)
     finally:
+        service.replication.close()
         store.close()
         logger.info("%s stopped cleanly", prefix)
     return 0

@@ -46,6 +46,7 @@ from ha.broker.arrow_codec import (
 )
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
+from ha.broker.replication import NotMasterError, Replication
 from storage_engine import (
     GetResult,
     GetStatus,
@@ -61,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
 _TOPIC_NAME_MAX = 127
+_MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset"})
 
 
 class RequestError(Exception):
@@ -84,7 +86,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: BrokerService, *args: Any) -> Any:
         try:
             return method(self, *args)
-        except RequestError as err:
+        except (RequestError, NotMasterError) as err:
             self._count("request_errors")
             raise _flight_error(err.name, str(err)) from err
         except ProtocolError as err:
@@ -122,6 +124,8 @@ class BrokerService(flight.FlightServerBase):
         self._counters = _Counters()
         self._started_ms = int(time.time() * 1000)
         store.add_confirm_listener(self._on_confirm)
+        self.replication = Replication(config, store, endpoint=self.endpoint,
+                                       topics=self.topics, offsets=self.offsets)
         self._actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,
@@ -182,12 +186,13 @@ class BrokerService(flight.FlightServerBase):
         name = request.get("topic")
         if not isinstance(name, str):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
+        self.replication.check_writable()
         topic = self._topic_for_write(name)
         for chunk in reader:  # bounded by the client's stream; each batch bounded below
             if chunk.data is None:
                 continue
             reply = self._put_batch(topic, chunk.data)
-            writer.write(pa.py_buffer(reply.encode()))
+            writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
     def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
         if batch.num_rows == 0:
@@ -205,7 +210,7 @@ class BrokerService(flight.FlightServerBase):
             raise RequestError("BAD_SCHEMA", str(err)) from err
         queue_ids, uniform = self._choose_queues(topic, rows.queue_ids, rows.keys,
                                                  batch.num_rows)
-        result = self.store.put_messages(MessageBatch(
+        result = self.replication.put(MessageBatch(
             topic=topic.name, bodies=rows.bodies, queue_ids=queue_ids, tags=rows.tags,
             keys=rows.keys, properties=rows.properties,
             born_timestamp_ms=int(time.time() * 1000),
@@ -246,6 +251,7 @@ class BrokerService(flight.FlightServerBase):
     # -- consume ----------------------------------------------------------------------------
     @_guarded
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        self.replication.check_readable()
         request = GetTicket.decode(ticket.ticket)
         topic = self._topic_for_read(request.topic)
         if request.queue_id >= topic.read_queue_nums:
@@ -322,6 +328,7 @@ class BrokerService(flight.FlightServerBase):
                         ) -> flight.FlightInfo:
         if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
             raise ProtocolError("GetFlightInfo takes a path descriptor naming one topic")
+        self.replication.check_readable()
         topic = self._topic_for_read(descriptor.path[0].decode("utf-8", "replace"))
         return self._flight_info(topic)
 
@@ -346,6 +353,8 @@ class BrokerService(flight.FlightServerBase):
         if handler is None:
             raise RequestError("UNKNOWN_ACTION", f"unknown action {action.type!r}; known: "
                                f"{sorted(self._actions)}")
+        if action.type in _MASTER_ONLY_ACTIONS:
+            self.replication.check_writable()
         body = action.body.to_pybytes() if action.body is not None else b""
         request = decode_json_object(body or b"{}", f"action {action.type} body")
         self._count("actions")
@@ -443,7 +452,6 @@ class BrokerService(flight.FlightServerBase):
             "broker_cluster_name": self.config.broker_cluster_name,
             "broker_name": self.config.broker_name,
             "broker_id": self.config.broker_id,
-            "role": "MASTER",
             "endpoint": self.endpoint,
             "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
@@ -452,6 +460,7 @@ class BrokerService(flight.FlightServerBase):
             "max_log_position": stats.end_log_position,
             "confirm_log_position": stats.confirm_log_position,
             "flushed_log_position": stats.flushed_log_position,
+            **self.replication.info(),
         }
 
     def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:
