@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from connector.protocol import CONSUME_SCHEMA
 from storage_engine import (
     GetStatus,
     MessageBatch,
@@ -203,6 +205,10 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
         for m in want]
     assert rows["properties"][1] == [("a", "1"), ("b", "\u00e9")] and rows["body"][0] == b""
     block = next(read_tier_range(file_io, ranges[0], rows_per_block=5))
+    batch = pa.RecordBatch.from_pydict(block_columns(block), schema=CONSUME_SCHEMA)
+    assert batch.num_rows == len(block.sizes)  # Arrow-ready: the broker's consume schema
+    assert batch.column("store_timestamp")[0].as_py().timestamp() * 1000 == \
+        rows["store_timestamp"][0]
     checked, fast = block_columns(block, verify=True), block_columns(block)
     assert {k: list(v) for k, v in checked.items()} == {k: list(v) for k, v in fast.items()}
     assert block_columns(RecordBlock(GetStatus.FOUND, 0, 0, 0, b"", np.empty(0, np.int64))
