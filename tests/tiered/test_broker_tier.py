@@ -82,7 +82,7 @@ def test_sigkill_mid_upload_then_resume(tmp_path: Path) -> None:
         broker.start()
         sealed = wait_for("every sealed segment tiered", lambda: (
             lambda s: s if s["tier_segments"] >= 10 and not s["upload"]["uploading"]
-            else None)(tier_stats(broker)))
+            and s["upload"]["pending_segments"] == 0 else None)(tier_stats(broker)))
         wait_for("temp objects cleaned", lambda: not [
             p for p in segments_dir.iterdir() if ".tmp-" in p.name])
         assert _verify_listed(tier_dir) == sealed["tier_segments"] > listed
