@@ -30,6 +30,7 @@ BENCHES = {
     "storage": "tests/bench/bench_storage.py",
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
+    "spark": "tests/bench/bench_spark.py",
 }
 
 

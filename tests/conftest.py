@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = (SparkSession.builder.master("local[2]").appName("rocketha-tests")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's pyarrow
+    # Python workers (driver-side runners and executors) must import this checkout's code
+    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # local[2,8]: two cores, and a failed task is retried (8 attempts), as on a cluster
+    session = (SparkSession.builder.master("local[2,8]").appName("rocketha-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.stopTimeout", "30s")
                .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -40,6 +40,8 @@ class BrokerConfig:
     long_polling_wait_max_ms: int = 30_000  # cap on a ticket's max_wait_ms
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
+    idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
+    idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
@@ -59,6 +61,8 @@ class BrokerConfig:
             raise ConfigError("brokerId", f"{self.broker_id} with brokerRole="
                               f"{self.ha.broker_role.value}: brokerId 0 is the master, any "
                               "other id a SLAVE")
+        _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
+        _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
 
     @property
     def store_dir(self) -> Path:
@@ -130,5 +134,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
+    "idempotenceProducersMax": ("idempotence_producers_max", int),
+    "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS

@@ -118,6 +118,21 @@ class Replication:
             f"{plan.need} replica(s) needed (master included); SyncStateSet "
             f"{list(master.stats().sync_state_set)}"))
 
+    def settle(self, log_position_end: int) -> str:
+        """The status a put ending at `log_position_end`, already in the log, has now: the
+        flush and quorum waits of `put`, without writing (answers to idempotent duplicates)."""
+        self.check_writable()
+        timeout_ms = self._store.config.sync_flush_timeout_ms
+        if self._sync_flush and not self._store.wait_flushed(log_position_end, timeout_ms):
+            return PutStatus.FLUSH_DISK_TIMEOUT.name
+        master = self.master
+        if master is None:
+            return PutStatus.PUT_OK.name
+        plan = master.plan_put()
+        if plan.refused:
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.name
+        return master.replicate(log_position_end, plan.need, timeout_ms).name
+
     def annotate_reply(self, encoded: bytes) -> bytes:
         """Add `"replication": role` to a put reply's JSON on a replicated master."""
         if self.master is None:

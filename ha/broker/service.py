@@ -14,6 +14,7 @@ becomes visible without busy polling.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -45,6 +46,7 @@ from ha.broker.arrow_codec import (
     rows_from_batch,
 )
 from ha.broker.config import BrokerConfig
+from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
 from ha.broker.replication import NotMasterError, Replication
 from storage_engine import (
@@ -126,6 +128,9 @@ class BrokerService(flight.FlightServerBase):
         store.add_confirm_listener(self._on_confirm)
         self.replication = Replication(config, store, endpoint=self.endpoint,
                                        topics=self.topics, offsets=self.offsets)
+        self.idempotence = IdempotentPuts(rebuild_table(store, IdempotenceConfig(
+            producers_max=config.idempotence_producers_max,
+            window_messages=config.idempotence_rebuild_messages)))
         self._actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,
@@ -191,7 +196,9 @@ class BrokerService(flight.FlightServerBase):
         for chunk in reader:  # bounded by the client's stream; each batch bounded below
             if chunk.data is None:
                 continue
-            reply = self._put_batch(topic, chunk.data)
+            reply = self.idempotence.put(  # drops batches stored before
+                chunk.data, functools.partial(self._put_batch, topic, chunk.data),
+                self.replication.settle)
             writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
     def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
@@ -482,6 +489,8 @@ class BrokerService(flight.FlightServerBase):
                 "recovered_after_crash": stats.recovered_after_crash,
             },
             "topics": len(self.topics.all()),
+            "idempotence": {"producers": len(self.idempotence.table),
+                            "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),
             "tiered": self._tier_stats(),
         }
