@@ -90,3 +90,11 @@ def test_sigkill_mid_upload_then_resume(tmp_path: Path) -> None:
         assert [read_all(broker, queue) for queue in (0, 1)] == before
     finally:
         broker.stop()
+
+
+def test_bad_tiered_key_stops_start_up_naming_it(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "b", tieredStoreEnable="true",
+                           tieredStoreUrl="ftp://somewhere/x")
+    with pytest.raises(RuntimeError, match="exited 2") as caught:
+        broker.start()
+    assert "tieredStoreUrl" in str(caught.value) and "scheme must be one of" in str(caught.value)
