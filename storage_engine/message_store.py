@@ -886,8 +886,8 @@ class MessageStore:
                 max_count=max(1, min(max_count, self.config.read_messages_max)),
                 max_bytes=max(1, min(max_bytes, self.config.read_bytes_max)),
                 confirm_log_position=self._confirm)
-        except StorageError as err:  # object store down: nothing skipped, the reader retries
-            logger.warning("cold read %s/%d@%d failed: %s", topic, queue_id, queue_offset, err)
+        except StorageError:  # object store down (counted and logged by the tier): nothing
+            # is skipped, the reader retries at the same offset
             return RecordBlock(GetStatus.OFFSET_FOUND_NULL, queue_offset,
                                window.min_queue_offset, window.max_queue_offset)
         if cold is None:

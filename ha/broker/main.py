@@ -16,6 +16,7 @@ import sys
 import threading
 from types import FrameType
 
+from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, StoreLockedError
@@ -84,7 +85,7 @@ def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None
         return None
     tier = TierService(store, config.store.tiered, broker_name=config.broker_name,
                        writer=f"{config.broker_name}-{config.broker_id}@{config.endpoint}",
-                       upload=config.broker_id == 0,
+                       upload=config.ha.broker_role is not BrokerRole.SLAVE,
                        epoch=lambda: getattr(store.epochs.last, "epoch", 0))
     tier.start()
     return tier

@@ -36,6 +36,7 @@ import bisect
 import collections
 import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -62,6 +63,9 @@ __all__ = ["BlockCache", "TierRange", "TierReader", "block_columns", "load_manif
            "plan_tier_ranges", "read_tier_range"]
 
 _STORE_MS_AT = 56  # STORETIMESTAMP in the record header
+FAILURE_LOG_INTERVAL_MS = 10_000
+logger = logging.getLogger(__name__)
+
 _ENTRY_DTYPE = np.dtype([("log_position", ">i8"), ("size_bytes", ">i4"), ("tags_code", ">i8")])
 
 
@@ -199,6 +203,8 @@ class TierReader:
         self._counters = {"cold_reads": 0, "cold_read_messages": 0, "cold_read_failures": 0,
                           "manifest_refresh_failures": 0}
         self._last_error: dict[str, Any] | None = None
+        self._logged_ms = -1 << 62
+        self._suppressed = 0
 
     def refresh(self) -> Manifest:
         """Reload the manifest (IO); keep the previous one on failure (counted, raised)."""
@@ -297,10 +303,20 @@ class TierReader:
                            sizes)
 
     def _failed(self, counter: str, err: TieredStorageError) -> None:
+        """Count and keep the error; log it at most every FAILURE_LOG_INTERVAL_MS (a consumer
+        polling during an outage must not flood the log)."""
+        now_ms = self._clock_ms()
         with self._lock:
             self._counters[counter] += 1
-            self._last_error = {"kind": err.kind, "message": str(err),
-                                "at_ms": self._clock_ms()}
+            self._last_error = {"kind": err.kind, "message": str(err), "at_ms": now_ms}
+            quiet = now_ms - self._logged_ms < FAILURE_LOG_INTERVAL_MS
+            if not quiet:
+                self._logged_ms = now_ms
+            suppressed, self._suppressed = (self._suppressed + 1, self._suppressed + 1) \
+                if quiet else (self._suppressed, 0)
+        if not quiet:
+            logger.warning("tier read failed (%s; %d similar not logged): %s", err.kind,
+                           suppressed, err)
 
     def stats(self) -> dict[str, Any]:
         manifest = self._manifest

@@ -97,6 +97,7 @@ class Uploader:
         self._last_error: dict[str, Any] | None = None
         self._state = "idle"
         self._listed = False  # the first pass always lists (temp objects left by a crash)
+        self._pending = 0  # sealed segments below confirm not yet in the manifest (upload lag)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             config.upload_concurrency, thread_name_prefix="tier-upload")
         self._thread: threading.Thread | None = None
@@ -143,16 +144,18 @@ class Uploader:
         now_ms = self._clock_ms()
         local = [LocalSegment(base, size, int(mtime_s * 1000))
                  for base, size, mtime_s in self.source.tier_segments()]
-        known = self.manifests.latest
-        if self._listed and all(known.find(s.base_log_position) is not None
-                                or s.base_log_position < known.retired_below_log_position
-                                for s in local):
-            return 0  # nothing new since the last listing: no request to the object store
-        manifest = self.manifests.load()
-        names = self.file_io.list(segments_prefix(self.manifests.broker_name))
         with self._lock:
             busy = self._in_flight | {base for base, at in self._retry_at_ms.items()
                                       if at > now_ms}
+        known = self.manifests.latest
+        waiting = [s.base_log_position for s in local
+                   if known.find(s.base_log_position) is None
+                   and s.base_log_position >= known.retired_below_log_position]
+        self._pending = len(waiting)
+        if self._listed and all(base in busy for base in waiting):
+            return 0  # nothing new to start: no request to the object store
+        manifest = self.manifests.load()
+        names = self.file_io.list(segments_prefix(self.manifests.broker_name))
         plan = plan_uploads(manifest, local, names, now_ms=now_ms,
                             delay_ms=self.config.upload_delay_ms, busy=busy)
         self._listed = True
@@ -291,7 +294,7 @@ class Uploader:
     # -- reporting --------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {**self._counters, "state": self._state,
+            return {**self._counters, "state": self._state, "pending_segments": self._pending,
                     "uploading": sorted(self._in_flight),
                     "retrying": sorted(self._retry_at_ms), "last_error": self._last_error}
 

@@ -82,7 +82,7 @@ def test_sigkill_mid_upload_then_resume(tmp_path: Path) -> None:
         broker.start()
         sealed = wait_for("every sealed segment tiered", lambda: (
             lambda s: s if s["tier_segments"] >= 10 and not s["upload"]["uploading"]
-            else None)(tier_stats(broker)))
+            and s["upload"]["pending_segments"] == 0 else None)(tier_stats(broker)))
         wait_for("temp objects cleaned", lambda: not [
             p for p in segments_dir.iterdir() if ".tmp-" in p.name])
         assert _verify_listed(tier_dir) == sealed["tier_segments"] > listed
@@ -90,3 +90,11 @@ def test_sigkill_mid_upload_then_resume(tmp_path: Path) -> None:
         assert [read_all(broker, queue) for queue in (0, 1)] == before
     finally:
         broker.stop()
+
+
+def test_bad_tiered_key_stops_start_up_naming_it(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "b", tieredStoreEnable="true",
+                           tieredStoreUrl="ftp://somewhere/x")
+    with pytest.raises(RuntimeError, match="exited 2") as caught:
+        broker.start()
+    assert "tieredStoreUrl" in str(caught.value) and "scheme must be one of" in str(caught.value)

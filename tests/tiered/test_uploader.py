@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from connector.protocol import CONSUME_SCHEMA
 from storage_engine import (
     GetStatus,
     MessageBatch,
@@ -203,7 +205,45 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
         for m in want]
     assert rows["properties"][1] == [("a", "1"), ("b", "\u00e9")] and rows["body"][0] == b""
     block = next(read_tier_range(file_io, ranges[0], rows_per_block=5))
+    batch = pa.RecordBatch.from_pydict(block_columns(block), schema=CONSUME_SCHEMA)
+    assert batch.num_rows == len(block.sizes)  # Arrow-ready: the broker's consume schema
+    assert batch.column("store_timestamp")[0].as_py().timestamp() * 1000 == \
+        rows["store_timestamp"][0]
     checked, fast = block_columns(block, verify=True), block_columns(block)
     assert {k: list(v) for k, v in checked.items()} == {k: list(v) for k, v in fast.items()}
     assert block_columns(RecordBlock(GetStatus.FOUND, 0, 0, 0, b"", np.empty(0, np.int64))
                          )["body"] == []
+
+
+def test_tier_outage_skips_nothing(store: MessageStore, tmp_path: Path,
+                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Objects unreachable after local deletion: a cold read answers OFFSET_FOUND_NULL at the
+    same offset (the consumer retries, nothing is skipped), hot reads go on, and cold reads
+    come back with the tier."""
+    _fill(store)
+    tier = TierService(store, TIERED, broker_name="broker-a", writer="w")
+    tier.attach()
+    tier.uploader.drain()
+    tier.run_retention(_soon_ms())
+    before = _everything(store)
+    local_min = store.get_message_block("Orders", 0, 0, max_count=1, max_bytes=1 << 20)
+    assert local_min.status is GetStatus.FOUND  # served from the tier
+    tier_dir = tmp_path / "store" / "tier"
+    tier_dir.rename(tmp_path / "tier-away")
+    tier.reader.cache = type(tier.reader.cache)(4096, 0, 4096)  # drop cached blocks
+    cold = store.get_message_block("Orders", 0, 5, max_count=10, max_bytes=1 << 20)
+    assert cold.status is GetStatus.OFFSET_FOUND_NULL and cold.next_queue_offset == 5
+    for _ in range(5):  # a consumer retrying: counted every time, logged once
+        store.get_message_block("Orders", 0, 5, max_count=10, max_bytes=1 << 20)
+    assert tier.reader.stats()["cold_read_failures"] == 6
+    assert len([r for r in caplog.records if "tier read failed" in r.getMessage()]) == 1
+    hot_offset = store.max_queue_offset("Orders", 0)
+    assert store.put_messages(MessageBatch(topic="Orders", bodies=[b"hot"], queue_ids=[0])
+                              ).status.name == "PUT_OK"
+    hot = store.get_message_block("Orders", 0, hot_offset, max_count=10, max_bytes=1 << 20)
+    assert hot.status is GetStatus.FOUND and len(hot.sizes) == 1 and b"hot" in hot.data
+    (tmp_path / "tier-away").rename(tier_dir)
+    after = _everything(store)
+    assert after[("Orders", 0)][:-1] == before[("Orders", 0)]
+    assert {k: v for k, v in after.items() if k != ("Orders", 0)} == {
+        k: v for k, v in before.items() if k != ("Orders", 0)}
