@@ -71,8 +71,14 @@ from connector.planning import (
 from connector.protocol import RocketHAError
 from connector.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
-from connector.source import SOURCE_ARROW_SCHEMA, SOURCE_DDL, discover, read_range, \
-    starting_offsets
+from connector.source import (
+    SOURCE_ARROW_SCHEMA,
+    SOURCE_DDL,
+    check_positions,
+    discover,
+    read_range,
+    starting_offsets,
+)
 
 __all__ = ["RocketHADataSource"]
 
@@ -196,6 +202,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = flatten(start)
         bounds = self._discover()
         self._commit_group(begin)  # Spark plans a batch only once the previous one finished
+        check_positions(self.options, begin, bounds)
         latest = {ref: b.max_queue_offset for ref, b in bounds.items()}
         self._latest = dict(latest)
         if self._available_now is not None:

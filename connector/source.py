@@ -48,6 +48,7 @@ from connector.routes import (
 __all__ = [
     "SOURCE_ARROW_SCHEMA",
     "SOURCE_DDL",
+    "check_positions",
     "discover",
     "read_range",
     "starting_offsets",
@@ -103,6 +104,18 @@ def discover(options: SourceOptions) -> tuple[dict[str, ReplicaSet], dict[QueueR
             _lost(options, f"option {ASSIGN}: queue {ref.topic}/{ref.key} does not exist")
         bounds = {ref: b for ref, b in bounds.items() if ref in assigned}
     return replica_sets, dict(sorted(bounds.items()))
+
+
+def check_positions(options: SourceOptions, positions: dict[QueueRef, int],
+                    bounds: dict[QueueRef, Bounds]) -> None:
+    """A query's position past a queue's end means the broker lost messages the query already
+    read (and will reuse those offsets): fail, or warn with failOnDataLoss=false."""
+    for ref, queue_offset in sorted(positions.items()):
+        known = bounds.get(ref)
+        if known is not None and queue_offset > known.max_queue_offset:
+            _lost(options, f"{ref.topic}/{ref.key}: the query is at queue offset "
+                  f"{queue_offset} but the queue ends at {known.max_queue_offset}; messages "
+                  "it read are gone and new ones will reuse their offsets")
 
 
 def starting_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet],

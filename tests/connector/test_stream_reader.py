@@ -160,3 +160,16 @@ def test_complete_mode_and_overwrite_are_refused() -> None:
         source.streamWriter(schema, True)
     with pytest.raises(Exception, match="append-only"):
         source.writer(schema, True)
+
+
+def test_position_past_the_queue_end_is_data_loss(broker, caplog) -> None:  # type: ignore
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("sr_lost", queues=1)
+    produce(broker, "sr_lost", 2, queues=1)
+    ahead = {"sr_lost": {"broker-a:0": 9}}  # as if the broker lost 7 messages the query read
+    strict = reader(broker, subscribe="sr_lost")
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.latestOffset(ahead, strict.getDefaultReadLimit())
+    lenient = reader(broker, subscribe="sr_lost", failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING, logger="connector.source"):
+        assert lenient.latestOffset(ahead, lenient.getDefaultReadLimit()) == ahead
+    assert "queue ends at 2" in caplog.text
