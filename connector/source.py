@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -52,6 +53,7 @@ __all__ = [
     "discover",
     "read_range",
     "starting_offsets",
+    "strip_markers",
     "to_source_batch",
 ]
 
@@ -152,7 +154,7 @@ def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
     properties = batch.column("properties")
     if properties.null_count < count and pc.any(
             pc.equal(properties.keys, IDEMPOTENCE_PROPERTY)).as_py():
-        properties = _strip_markers(properties)
+        properties = strip_markers(properties)
     columns = [
         batch.column("topic"), pa.repeat(pa.scalar(broker_name, pa.string()), count),
         batch.column("queue_id"), batch.column("queue_offset"), batch.column("msg_id"),
@@ -163,14 +165,24 @@ def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
 
 
-def _strip_markers(properties: pa.Array) -> pa.Array:
-    """Drop the sink's idempotence markers: they are bookkeeping, not user properties."""
-    rows = []
-    for value in properties.to_pylist():
-        if value is not None:
-            value = [(k, v) for k, v in value if k != IDEMPOTENCE_PROPERTY] or None
-        rows.append(value)
-    return pa.array(rows, _PROPERTIES)
+def strip_markers(properties: pa.MapArray) -> pa.Array:
+    """Drop the sink's idempotence markers (bookkeeping, not user properties), vectorized: the
+    map entries are filtered and the offsets recounted; a map left empty becomes null."""
+    offsets = properties.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    keys, items = properties.keys, properties.items
+    if len(keys) != last - first:  # the whole child of a sliced map: cut our entries out
+        keys, items = keys.slice(first, last - first), items.slice(first, last - first)
+    keep = pc.not_equal(keys, IDEMPOTENCE_PROPERTY).fill_null(True).to_numpy(
+        zero_copy_only=False)
+    kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    new_offsets = kept_before[offsets - first]
+    counts = np.diff(new_offsets)
+    valid = np.asarray(properties.is_valid()) & (counts > 0)
+    mask = pa.array(~valid)
+    return pa.MapArray.from_arrays(pa.array(new_offsets.astype(np.int32)),
+                                   keys.filter(pa.array(keep)), items.filter(pa.array(keep)),
+                                   type=_PROPERTIES, mask=mask)
 
 
 def read_range(partition: QueueRangePartition, options: SourceOptions
