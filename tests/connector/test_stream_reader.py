@@ -104,9 +104,12 @@ def test_available_now_target_and_pattern_discovery(broker) -> None:  # type: ig
     start = tailing.initialOffset()
     admin.create_topic("srp_b", queues=1)
     produce(broker, "srp_b", 3, queues=1)
-    end = tailing.latestOffset(start, tailing.getDefaultReadLimit())
+    joined = tailing.latestOffset(start, tailing.getDefaultReadLimit())
+    assert joined == {"srp_a": {"broker-a:0": 10}, "srp_b": {"broker-a:0": 0}}  # at earliest
+    assert bodies(tailing, start, joined) == []
+    end = tailing.latestOffset(joined, tailing.getDefaultReadLimit())
     assert end == {"srp_a": {"broker-a:0": 10}, "srp_b": {"broker-a:0": 3}}
-    assert bodies(tailing, start, end) == [f"srp_b-{i}" for i in range(3)]
+    assert bodies(tailing, joined, end) == [f"srp_b-{i}" for i in range(3)]
 
 
 def test_fail_on_data_loss_false_warns(broker, caplog) -> None:  # type: ignore
