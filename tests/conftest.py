@@ -23,8 +23,8 @@ def spark() -> Iterator[SparkSession]:
     # Python workers (driver-side runners and executors) must import this checkout's code
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    # local[2,8]: two cores, and a failed task is retried (8 attempts), as on a cluster
-    session = (SparkSession.builder.master("local[2,8]").appName("rocketha-tests")
+    # local[2,20]: two cores, and a failed task is retried (20 attempts), as on a cluster
+    session = (SparkSession.builder.master("local[2,20]").appName("rocketha-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
