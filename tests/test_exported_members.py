@@ -6,7 +6,10 @@ import importlib
 
 import pytest
 
-PACKAGES = ["storage_engine", "connector", "connector.protocol", "ha", "ha.broker"]
+PACKAGES = [
+    "storage_engine", "connector", "connector.protocol", "ha", "ha.broker", "controller",
+    "controller.raft",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
