@@ -7,19 +7,25 @@ through `controller.api` (messages only).
 from __future__ import annotations
 
 from controller.errors import (
+    BusyError,
     CodecError,
     ConfigError,
     ControllerError,
     CorruptLogError,
     CorruptSnapshotError,
+    NotLeaderError,
     RaftStorageError,
+    StoreLockedError,
 )
 
 __all__ = [
+    "BusyError",
     "CodecError",
     "ConfigError",
     "ControllerError",
     "CorruptLogError",
     "CorruptSnapshotError",
+    "NotLeaderError",
     "RaftStorageError",
+    "StoreLockedError",
 ]

@@ -7,6 +7,9 @@ damaged files:
     ControllerError                 base; `retriable` says whether repeating the call may succeed
     ├── ConfigError                 a RaftConfig / controller setting is invalid (names the key)
     ├── CodecError                  bytes from the wire or the Raft log that do not decode
+    ├── NotLeaderError              this node does not lead (`leader_address`, maybe None)
+    ├── BusyError                   the log did not take or commit a request in time (retry)
+    ├── StoreLockedError            another controller process uses the store directory
     └── RaftStorageError            the Raft storage directory cannot be used
         ├── CorruptLogError         a log record in the middle of the log fails its checksum
         └── CorruptSnapshotError    a snapshot or hard-state file fails its checksum
@@ -17,12 +20,15 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "BusyError",
     "CodecError",
     "ConfigError",
     "ControllerError",
     "CorruptLogError",
     "CorruptSnapshotError",
+    "NotLeaderError",
     "RaftStorageError",
+    "StoreLockedError",
 ]
 
 
@@ -66,3 +72,23 @@ class CorruptLogError(RaftStorageError):
 
 class CorruptSnapshotError(RaftStorageError):
     """A snapshot or hard-state file fails its checksum."""
+
+
+class NotLeaderError(ControllerError):
+    """Only the Raft leader acts; call `leader_address` (None while an election runs)."""
+
+    retriable: ClassVar[bool] = True
+
+    def __init__(self, leader_address: str | None) -> None:
+        super().__init__(f"not the leader; the leader is {leader_address or 'unknown'}")
+        self.leader_address = leader_address
+
+
+class BusyError(ControllerError):
+    """A request was dropped or did not commit within requestTimeoutMs."""
+
+    retriable: ClassVar[bool] = True
+
+
+class StoreLockedError(ControllerError):
+    """Another process holds the lock on the controller's store directory."""

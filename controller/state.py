@@ -11,8 +11,8 @@ Per replica set (`broker_name`):
     brokers              broker_id -> address (ids from 1, never reused)
     master_broker_id     None while the set has no master
     master_epoch         +1 on every ElectMaster (a new master, or "no master")
-    sync_state_set       the brokers that hold every acknowledged message (always holds the
-                         master; empty without one)
+    sync_state_set       the brokers that hold every acknowledged message (holds the master;
+                         kept when the set loses its master, so a member can take over later)
     sync_state_set_epoch +1 on every change of the set
 
 Commands (one JSON object per Raft entry, `{"command": <name>, ...fields}`):
@@ -193,13 +193,17 @@ class ControllerState:
         new_master = command.new_master_broker_id
         if new_master is not None and new_master not in replica.ids():
             return ApplyResult("BROKER_NOT_REGISTERED", replica.info())
-        replica = dataclasses.replace(
-            replica,
-            master_broker_id=new_master,
-            master_epoch=replica.master_epoch + 1,
-            sync_state_set=() if new_master is None else (new_master,),
-            sync_state_set_epoch=replica.sync_state_set_epoch + 1,
-        )
+        if new_master is None:
+            # "No master": fence the old one, but keep the set, so a member of it can be
+            # elected once it is back (RocketMQ keeps the SyncStateSet here too).
+            replica = dataclasses.replace(replica, master_broker_id=None,
+                                          master_epoch=replica.master_epoch + 1)
+        else:
+            replica = dataclasses.replace(
+                replica, master_broker_id=new_master, master_epoch=replica.master_epoch + 1,
+                sync_state_set=(new_master,),
+                sync_state_set_epoch=replica.sync_state_set_epoch + 1,
+            )
         self._sets[command.broker_name] = replica
         return ApplyResult("OK" if new_master is not None else "MASTER_NOT_AVAILABLE",
                            replica.info())
@@ -245,7 +249,6 @@ class ControllerState:
         if replica.master_broker_id in gone:
             changes["master_broker_id"] = None
             changes["master_epoch"] = replica.master_epoch + 1
-            changes["sync_state_set"] = ()
         replica = dataclasses.replace(replica, **changes)
         self._sets[command.broker_name] = replica
         return ApplyResult("OK", replica.info())

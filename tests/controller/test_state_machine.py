@@ -59,7 +59,8 @@ def test_elect_master_raises_both_epochs_and_resets_the_sync_state_set() -> None
     assert state.apply(ElectMaster("a", 1, 9)).status == "BROKER_NOT_REGISTERED"
     assert state.apply(ElectMaster("a", 1, None)).status == "MASTER_NOT_AVAILABLE"
     info = _info(state)
-    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (None, 2, ())
+    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (None, 2, (2,))
+    assert info.sync_state_set_epoch == 1
     assert state.apply(ElectMaster("zz", 0, 1)).status == "REPLICA_SET_NOT_FOUND"
 
 
@@ -106,7 +107,7 @@ def test_clean_broker_data_removes_members_and_fences_a_removed_master() -> None
     assert (info.sync_state_set, info.sync_state_set_epoch, info.master_epoch) == ((1, 2), 3, 1)
     state.apply(CleanBrokerData("a", (1,)))
     info = _info(state)
-    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (None, 2, ())
+    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (None, 2, (2,))
     assert state.apply(CleanBrokerData("a", (9,))).status == "BROKER_NOT_REGISTERED"
     assert state.apply(CleanBrokerData("a", ())).status == "OK"
     assert state.replica_info("a") is None
