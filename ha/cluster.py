@@ -1,15 +1,13 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
-    rocketha-cluster up --dir DIR [--brokers N] [--controllers C] [--set key=value ...]
+    rocketha-cluster up --dir DIR [--brokers N] [--set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
 
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
 created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
-detached (own session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft
-group of controllers (ha/cluster_controllers.py), started first; `status` lists them with their
-role (leader/follower). Later issues add replica sets.
+detached (own session), so this tool can exit. Later issues add controllers and replica sets.
 """
 
 from __future__ import annotations
@@ -186,31 +184,25 @@ def main(argv: list[str] | None = None) -> int:
     up = commands.add_parser("up")
     up.add_argument("--dir", required=True, type=Path)
     up.add_argument("--brokers", type=int, default=1)
-    up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
-                    help="controllers to run (default: as many as the cluster already has)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
     down = commands.add_parser("down")
     down.add_argument("--dir", required=True, type=Path)
+    up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
+                    help="a Raft group of controllers, started before the brokers "
+                    "(default: as many as the cluster already has)")
     args = parser.parse_args(argv)
     cluster = Cluster(args.dir)
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
+        for line in controllers.up(args.controllers):
+            print(line)
+    if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser))
-        count = args.controllers
-        group = controllers.plan(manifest, len(manifest.get("controllers", []))
-                                 if count is None else count, {})
-        cluster.save(manifest)
-        if group:
-            controllers.start_missing(group)
-            leader = controllers.wait_leader(group)
-            for controller in group:
-                role = "leader" if controller is leader else "follower"
-                print(f"{controller['name']} 127.0.0.1:{controller['port']} {role}")
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)
@@ -220,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "status":
         processes = cluster.status()
-        processes += controllers.status(cluster.load().get("controllers", []))
+        processes += controllers.status()
         if args.json:
             print(json.dumps({"dir": str(cluster.directory), "processes": processes}))
         else:
@@ -229,13 +221,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{process['name']}\t{process['role']}\t{process['endpoint']}\t"
                       f"pid {process['pid']}\t{state}")
         return 0
-    manifest = cluster.load()
-    for broker in manifest["brokers"]:
+    for broker in cluster.load()["brokers"]:
         cluster.stop(broker)
-    for controller in manifest.get("controllers", []):
-        controllers.stop(controller)
-    print(f"stopped {len(manifest['brokers']) + len(manifest.get('controllers', []))} "
-          "process(es)")
+    controllers.stop_all()
+    print(f"stopped {len(cluster.load()['brokers'])} process(es)")
     return 0
 
 

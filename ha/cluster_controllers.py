@@ -67,8 +67,35 @@ def controller_status(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] |
 
 
 class LocalControllers:
+    """Reads and writes the "controllers" list of the cluster's `cluster.json`."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory.resolve()
+        self.manifest_path = self.directory / "cluster.json"
+
+    def _load(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {"brokers": []}
+        return json.loads(self.manifest_path.read_text())  # type: ignore[no-any-return]
+
+    def up(self, count: int | None) -> list[str]:
+        """Plan (keeping ports), start what is not running, wait for a leader; returns one
+        line per controller: name, client endpoint, role."""
+        manifest = self._load()
+        existing = len(manifest.get("controllers", []))
+        group = self.plan(manifest, existing if count is None else count, {})
+        if not group:
+            return []
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.manifest_path.write_text(json.dumps(manifest, indent=1))
+        self.start_missing(group)
+        leader = self.wait_leader(group)
+        return [f"{c['name']} 127.0.0.1:{c['port']} "
+                f"{'leader' if c is leader else 'follower'}" for c in group]
+
+    def stop_all(self) -> None:
+        for controller in self._load().get("controllers", []):
+            self.stop(controller)
 
     def plan(self, manifest: dict[str, Any], count: int,
              overrides: dict[str, str]) -> list[dict[str, Any]]:
@@ -143,15 +170,16 @@ class LocalControllers:
             time.sleep(POLL_INTERVAL_S)
         raise SystemExit(f"rocketha-cluster: no controller leader within {STARTUP_TIMEOUT_S:.0f}s")
 
-    def status(self, controllers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def status(self) -> list[dict[str, Any]]:
         processes = []
-        for controller in controllers:
+        for controller in self._load().get("controllers", []):
             pid = self.pid_of(controller)
             endpoint = f"127.0.0.1:{controller['port']}"
             info = controller_status(endpoint) if pid is not None else None
             processes.append({
                 "name": controller["name"], "kind": "controller", "pid": pid,
                 "role": (info or {}).get("role", "unknown" if pid else "DOWN"),
+                "broker_role": "",  # a column of `status` shared with brokers
                 "term": (info or {}).get("term"), "endpoint": endpoint,
                 "store_dir": controller["store_dir"], "log_file": controller["log_file"],
                 "alive": info is not None,
