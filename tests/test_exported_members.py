@@ -10,6 +10,7 @@ PACKAGES = ["storage_engine", "connector", "connector.protocol", "ha", "ha.broke
 
 PACKAGES += ["controller", "controller.raft"]
 
+
 @pytest.mark.parametrize("name", PACKAGES)
 def test_all_is_sorted_and_complete(name: str) -> None:
     module = importlib.import_module(name)
