@@ -124,6 +124,7 @@ class ControllerNode:
         self._scan_wakeup: asyncio.Event | None = None
         self._stopping: asyncio.Event | None = None
         self._transport: RaftTransport | None = None
+        self._fatal: BaseException | None = None
         self.prefix = f"ctrl-{config.node_id}"
 
     # -- life cycle ------------------------------------------------------------------------
@@ -155,6 +156,14 @@ class ControllerNode:
         finally:
             self.storage.close()
             os.close(self._lock_fd)
+        if self._fatal is not None:
+            raise self._fatal  # a broken invariant stops the process (never limp on)
+
+    def _die(self, error: BaseException) -> None:
+        logger.critical("%s stops: %r", self.prefix, error, exc_info=error)
+        if self._fatal is None:
+            self._fatal = error
+        self.stop()
 
     def stop(self) -> None:
         if self._stopping is not None:
@@ -170,8 +179,13 @@ class ControllerNode:
             self._drain()
 
     def _on_message(self, message: Message) -> None:
-        self.raft.step(message)
-        self._drain()
+        if self._fatal is not None:
+            return  # stopping after a broken invariant: touch nothing more
+        try:
+            self.raft.step(message)
+            self._drain()
+        except Exception as err:  # called from a connection task: stop the whole node
+            self._die(err)
 
     # -- the Ready loop --------------------------------------------------------------------
 
@@ -361,6 +375,9 @@ class ControllerNode:
             return _not_leader(action, err.leader_address)
         except BusyError:
             return _reply_type(action)(status="BUSY", leader_address=self.leader_address())
+        except Exception as err:  # a bug or a storage failure: stop rather than limp on
+            self._die(err)
+            raise
 
     def _status(self) -> ControllerStatusReply:
         raft = self.raft
