@@ -37,7 +37,8 @@ class Cluster:
         self.sent: list[Message] = []
 
     def _new_node(self, node_id: int) -> RaftNode:
-        config = RaftConfig(node_id=node_id, voter_ids=self.ids, **self.config)  # type: ignore[arg-type]
+        config = RaftConfig(node_id=node_id, voter_ids=self.ids,
+                            **self.config)  # type: ignore[arg-type]
         state = self.storages[node_id].load()
         return RaftNode(config, random.Random(self.seed * 100 + node_id),
                         hard_state=state.hard_state, snapshot=state.snapshot,

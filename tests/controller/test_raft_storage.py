@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 
 from controller.errors import CorruptLogError, CorruptSnapshotError
-from controller.raft import Entry, EntryKind, FileRaftStorage, HardState, Snapshot
+from controller.raft import (
+    Entry,
+    EntryKind,
+    FileRaftStorage,
+    HardState,
+    PersistentState,
+    Snapshot,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +36,7 @@ def _entries(first: int, last: int, term: int = 1) -> list[Entry]:
     return [Entry(i, term, EntryKind.NORMAL, b"cmd-%d" % i) for i in range(first, last + 1)]
 
 
-def _reopen(path: Path) -> tuple[FileRaftStorage, object]:
+def _reopen(path: Path) -> tuple[FileRaftStorage, PersistentState]:
     storage = FileRaftStorage(path)
     return storage, storage.load()
 
@@ -39,14 +46,14 @@ def test_entries_hard_state_and_snapshots_come_back(tmp_path: Path) -> None:
     storage.save(snapshot=None, entries=_entries(1, 5), hard_state=HardState(2, 3, 4))
     storage.close()
     storage, state = _reopen(tmp_path)
-    assert state.hard_state == HardState(2, 3, 4)  # type: ignore[attr-defined]
-    assert list(state.entries) == _entries(1, 5)  # type: ignore[attr-defined]
+    assert state.hard_state == HardState(2, 3, 4)
+    assert list(state.entries) == _entries(1, 5)
     storage.compact(Snapshot(3, 1, (1, 2, 3), b"state@3"))
     storage.save(snapshot=None, entries=_entries(6, 7), hard_state=None)
     storage.close()
     storage, state = _reopen(tmp_path)
-    assert state.snapshot == Snapshot(3, 1, (1, 2, 3), b"state@3")  # type: ignore[attr-defined]
-    assert [e.entry_index for e in state.entries] == [4, 5, 6, 7]  # type: ignore[attr-defined]
+    assert state.snapshot == Snapshot(3, 1, (1, 2, 3), b"state@3")
+    assert [e.entry_index for e in state.entries] == [4, 5, 6, 7]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "superblock")[:1] == [
         "log-00000002"]  # the old generation is gone
     storage.close()
@@ -58,7 +65,7 @@ def test_a_conflict_rewrites_the_tail_and_survives_reopening(tmp_path: Path) -> 
     storage.save(snapshot=None, entries=_entries(4, 5, term=2), hard_state=HardState(2, 2, 2))
     storage.close()
     _, state = _reopen(tmp_path)
-    terms = [(e.entry_index, e.term) for e in state.entries]  # type: ignore[attr-defined]
+    terms = [(e.entry_index, e.term) for e in state.entries]
     assert terms == [(1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]
 
 
@@ -70,8 +77,8 @@ def test_a_leader_snapshot_replaces_the_log(tmp_path: Path) -> None:
     storage.save(snapshot=None, entries=[Entry(11, 3, EntryKind.NOOP, b"")], hard_state=None)
     storage.close()
     _, state = _reopen(tmp_path)
-    assert state.snapshot.entry_index == 10  # type: ignore[attr-defined]
-    assert [e.entry_index for e in state.entries] == [11]  # type: ignore[attr-defined]
+    assert state.snapshot.entry_index == 10
+    assert [e.entry_index for e in state.entries] == [11]
 
 
 def test_an_unfinished_tail_is_cut_but_fsynced_damage_is_refused(tmp_path: Path) -> None:
@@ -83,7 +90,7 @@ def test_an_unfinished_tail_is_cut_but_fsynced_damage_is_refused(tmp_path: Path)
     with open(log, "ab") as file:  # a save that crashed before its superblock write
         file.write(b"\x00\x00\x00\x30garbage-tail")
     storage, state = _reopen(tmp_path)
-    assert len(state.entries) == 3 and log.stat().st_size == size  # type: ignore[attr-defined]
+    assert len(state.entries) == 3 and log.stat().st_size == size
     storage.close()
     data = bytearray(log.read_bytes())
     data[size // 2] ^= 0x40  # a flipped bit inside what a completed save fsynced
@@ -107,7 +114,7 @@ def test_a_torn_superblock_slot_falls_back_to_the_previous_state(tmp_path: Path)
     data[64 + 10] ^= 0xFF  # repair the older slot only
     superblock.write_bytes(bytes(data))
     _, state = _reopen(tmp_path)
-    assert state.hard_state == HardState(1, 1, 1)  # type: ignore[attr-defined]
+    assert state.hard_state == HardState(1, 1, 1)
 
 
 def test_a_sigkilled_writer_never_loses_a_returned_save(tmp_path: Path) -> None:
@@ -128,12 +135,12 @@ def test_a_sigkilled_writer_never_loses_a_returned_save(tmp_path: Path) -> None:
     writer.stdout.close()
     assert acked >= 300, "the writer did not get going"
     _, state = _reopen(tmp_path)
-    entries = state.entries  # type: ignore[attr-defined]
-    snapshot_index = state.snapshot.entry_index if state.snapshot else 0  # type: ignore[attr-defined]
+    entries = state.entries
+    snapshot_index = state.snapshot.entry_index if state.snapshot else 0
     assert snapshot_index + len(entries) >= acked
     for entry in entries:
         assert entry.data == b"cmd-%d" % entry.entry_index
-    assert state.hard_state.term >= acked // 50  # type: ignore[attr-defined]
+    assert state.hard_state.term >= acked // 50
 
 
 # A child that saves one entry (and every 50 a new term, every 200 a compaction) per loop and
@@ -141,7 +148,14 @@ def test_a_sigkilled_writer_never_loses_a_returned_save(tmp_path: Path) -> None:
 _WRITER = """
 import sys
 from pathlib import Path
-from controller.raft import Entry, EntryKind, FileRaftStorage, HardState, Snapshot
+from controller.raft import (
+    Entry,
+    EntryKind,
+    FileRaftStorage,
+    HardState,
+    PersistentState,
+    Snapshot,
+)
 storage = FileRaftStorage(Path(sys.argv[1]))
 storage.load()
 index = 0
