@@ -10,6 +10,7 @@ controller mode is wired separately), waiting on conditions with deadlines.
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
 import time
@@ -207,3 +208,41 @@ def test_followers_redirect_and_bad_requests_fail_alone(group3: ControllerGroup)
             assert sock.recv(16) == b""  # closed by the node
     assert group3.wait_leader() == leader
     assert group3.call_leader("cluster_list")["status"] == "OK"
+
+
+def test_a_sigstopped_leader_is_replaced_and_steps_down_after_sigcont(
+    group3: ControllerGroup,
+) -> None:
+    old = group3.wait_leader()
+    _register(group3, 1)
+    old_process = group3.processes[old]
+    old_process.send_signal(signal.SIGSTOP)
+    try:
+        others = {n: group3.processes.pop(n) for n in list(group3.processes) if n != old}
+        group3.processes = others  # poll only the running nodes
+        new = group3.wait_leader(timeout_s=5.0)
+        assert new != old
+        assert _register(group3, 2) == 2  # the majority side takes writes meanwhile
+    finally:
+        old_process.send_signal(signal.SIGCONT)
+        group3.processes[old] = old_process
+    # At once after SIGCONT the old leader may still think it leads; it must not get a write
+    # committed in its old term (a majority moved on): NOT_LEADER or BUSY, never OK.
+    early = call(group3.endpoint(old), "register_broker", {
+        "cluster_name": "c", "broker_name": "a", "broker_address": "127.0.0.1:29998"},
+        timeout_s=10.0)
+    assert early["status"] in ("NOT_LEADER", "BUSY"), early
+    # The resumed node must not act as leader any more: it learns the higher term.
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        status = call(group3.endpoint(old), "controller_status")
+        if status["role"] != "leader":
+            break
+        time.sleep(0.05)
+    assert status["role"] != "leader" and status["term"] > 0
+    reply = call(group3.endpoint(old), "register_broker", {
+        "cluster_name": "c", "broker_name": "a", "broker_address": "127.0.0.1:29999"})
+    assert reply["status"] == "NOT_LEADER"
+    assert group3.wait_leader() == new
+    replica = _replica(group3)
+    assert [m["broker_id"] for m in replica["brokers"]] == [1, 2]
