@@ -396,6 +396,8 @@ class ControllerStatusReply(JsonMessage):
     leader_address: str | None = None
     commit_index: int = 0
     applied_index: int = 0
+    snapshot_index: int = 0  # the log is compacted up to here
+    state_digest: str = ""  # of the applied replicated state: equal on every caught-up node
 
 
 ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import logging
 import os
 import random
@@ -381,9 +382,11 @@ class ControllerNode:
 
     def _status(self) -> ControllerStatusReply:
         raft = self.raft
+        digest = hashlib.blake2b(self.state.snapshot(), digest_size=8).hexdigest()
         return ControllerStatusReply(
             "OK", raft.node_id, raft.role.value, raft.term, raft.leader_id,
             self.leader_address(), raft.log.committed_index, raft.log.applied_index,
+            raft.log.snapshot.entry_index, digest,
         )
 
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:

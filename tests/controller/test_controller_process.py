@@ -246,3 +246,30 @@ def test_a_sigstopped_leader_is_replaced_and_steps_down_after_sigcont(
     assert group3.wait_leader() == new
     replica = _replica(group3)
     assert [m["broker_id"] for m in replica["brokers"]] == [1, 2]
+
+
+def test_a_follower_behind_the_compacted_log_catches_up_by_snapshot(tmp_path: Path) -> None:
+    group = ControllerGroup(tmp_path, 3, snapshotEveryEntries="16").start()
+    try:
+        leader = group.wait_leader()
+        lagging = next(n for n in group.ids if n != leader)
+        group.kill(lagging)
+        for broker_id in range(1, 41):
+            _register(group, broker_id)
+        statuses = group.statuses()
+        assert statuses[leader]["snapshot_index"] >= 16  # the leader compacted its log
+        group.start(lagging)
+
+        def converged() -> bool:
+            statuses = group.statuses()
+            applied = {s["applied_index"] for s in statuses.values()}
+            digests = {s["state_digest"] for s in statuses.values()}
+            return len(statuses) == 3 and len(applied) == 1 and len(digests) == 1
+
+        _wait(converged, 10, "the restarted follower to catch up")
+        assert "installs snapshot" in group.log(lagging).read_text()
+        group.kill(lagging)  # the installed snapshot was persisted: it reloads
+        group.start(lagging)
+        _wait(converged, 10, "the follower to reload its snapshot and catch up again")
+    finally:
+        group.stop_all()
