@@ -17,6 +17,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from tests.controller.link_proxy import LinkProxy
+
 STARTUP_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 5.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,16 +43,25 @@ def call(endpoint: str, action: str, body: dict[str, Any] | None = None,
 
 
 class ControllerGroup:
-    def __init__(self, directory: Path, size: int, **overrides: str) -> None:
+    def __init__(self, directory: Path, size: int, *, proxied: bool = False,
+                 **overrides: str) -> None:
         self.directory = directory
         self.ids = list(range(1, size + 1))
         self.raft_ports = {n: free_port() for n in self.ids}
         self.client_ports = {n: free_port() for n in self.ids}
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
-        peers = ";".join(f"n{n}-127.0.0.1:{self.raft_ports[n]}" for n in self.ids)
+        # With `proxied`, node a reaches node b through links[(a, b)] (cut/heal per direction).
+        self.links = {
+            (a, b): LinkProxy(self.raft_ports[b])
+            for a in self.ids for b in self.ids if a != b and proxied
+        }
         addresses = ";".join(self.endpoint(n) for n in self.ids)
         directory.mkdir(parents=True, exist_ok=True)
         for n in self.ids:
+            peers = ";".join(
+                f"n{m}-127.0.0.1:{self.links[(n, m)].port if (n, m) in self.links else port}"
+                for m, port in self.raft_ports.items()
+            )
             settings = {
                 "controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{n}",
                 "controllerAddr": addresses,
@@ -100,7 +111,18 @@ class ControllerGroup:
         process.kill()
         process.wait(10)
 
+    def isolate(self, node_id: int) -> None:
+        for (a, b), link in self.links.items():
+            if node_id in (a, b):
+                link.cut()
+
+    def heal(self) -> None:
+        for link in self.links.values():
+            link.heal()
+
     def stop_all(self) -> None:
+        for link in self.links.values():
+            link.close()
         for node_id in list(self.processes):
             process = self.processes.pop(node_id)
             process.terminate()
@@ -137,19 +159,21 @@ class ControllerGroup:
                     timeout_s: float = 15.0) -> dict[str, Any]:
         """Call any node and follow NOT_LEADER redirects / retry BUSY until the deadline."""
         deadline = time.monotonic() + timeout_s
+        turn = 0
         endpoint = self.endpoint(next(iter(self.processes)))
         reply: dict[str, Any] = {}
         while time.monotonic() < deadline:
             try:
                 reply = call(endpoint, action, body)
-            except flight.FlightUnavailableError:
-                endpoint = self.endpoint(next(iter(self.processes)))
-                time.sleep(0.05)
-                continue
-            if reply["status"] == "NOT_LEADER":
+            except flight.FlightError:
+                reply = {"status": "UNREACHABLE", "leader_address": None}
+            if reply["status"] in ("NOT_LEADER", "UNREACHABLE"):
                 if reply["leader_address"] and reply["leader_address"] != endpoint:
                     endpoint = reply["leader_address"]
-                else:
+                else:  # leader unknown here: ask the next running node
+                    turn += 1
+                    running = sorted(self.processes)
+                    endpoint = self.endpoint(running[turn % len(running)])
                     time.sleep(0.05)
                 continue
             if reply["status"] == "BUSY":

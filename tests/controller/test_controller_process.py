@@ -273,3 +273,36 @@ def test_a_follower_behind_the_compacted_log_catches_up_by_snapshot(tmp_path: Pa
         _wait(converged, 10, "the follower to reload its snapshot and catch up again")
     finally:
         group.stop_all()
+
+
+def test_an_isolated_leader_steps_down_and_rejoins_without_disruption(tmp_path: Path) -> None:
+    group = ControllerGroup(tmp_path, 3, proxied=True).start()
+    try:
+        old = group.wait_leader()
+        _register(group, 1)
+        group.isolate(old)
+        rest = [n for n in group.ids if n != old]
+
+        def majority_leader() -> int | None:
+            statuses = group.statuses()
+            leaders = [n for n in rest if statuses[n]["role"] == "leader"]
+            return leaders[0] if leaders else None
+
+        new = _wait(majority_leader, 5, "a leader on the majority side")
+        # check-quorum: the cut-off leader stops leading by itself (it hears from no majority)
+        _wait(lambda: group.statuses()[old]["role"] != "leader", 5, "the old leader to step down")
+        isolated = call(group.endpoint(old), "register_broker", {
+            "cluster_name": "c", "broker_name": "a", "broker_address": "127.0.0.1:29997"})
+        assert isolated["status"] in ("NOT_LEADER", "BUSY")
+        assert _register(group, 2) == 2
+        term = group.statuses()[new]["term"]
+        time.sleep(1.0)  # several election timeouts in isolation (pre-vote: no term inflation)
+        assert group.statuses()[old]["term"] <= term
+        group.heal()
+        _wait(lambda: group.statuses()[old]["leader_id"] == new, 5, "the old leader to rejoin")
+        statuses = group.statuses()
+        assert statuses[new]["role"] == "leader" and statuses[new]["term"] == term
+        replica = _replica(group)
+        assert [m["broker_id"] for m in replica["brokers"]] == [1, 2]
+    finally:
+        group.stop_all()
