@@ -26,6 +26,20 @@ the current one); `INVALID_MASTER` (the requester is not the current master); `I
 cluster, too many members); `BROKER_ALIVE` (refused to clean a broker that
 still heartbeats); `TOPIC_NOT_FOUND`; `BUSY` (the Raft log is full or slow: retry).
 
+How a broker in controller mode uses this (RocketMQ's ReplicasManager, simplified):
+1. `register_broker` with its client address at the leader (follow `NOT_LEADER` /
+   `leader_address`; `controller_status` on any node names the leader): the reply's
+   `broker_id` is stable for that address, so a restart gets the same id back.
+2. Every `brokerHeartbeatInterval` (1 s) send `broker_heartbeat` to *every* controller (each
+   keeps its own liveness table, so a new leader knows who is alive), from the registered
+   address, with the epoch of its last log entry, its max and confirm log positions and the
+   topics it serves. The leader's reply carries `role` (a RoleChange): become master (take
+   over) or slave of `master_address` when `master_epoch` is newer than the one it runs.
+3. As master, ask `alter_sync_state_set` with the current `master_epoch` and
+   `sync_state_set_epoch`, and use the set in the reply (fenced replies mean: refresh with
+   `get_replica_info`). A set without a master gets one from the leader's own scan (or an
+   explicit `elect_master`).
+
 Each message is a frozen dataclass with `to_json()` / `from_json(body)`; `from_json` checks
 every field's type and raises `CodecError` naming the message and the field, so a bad request
 is refused without harming the service. A broker learns its role from `role_of(replica, id)`.
