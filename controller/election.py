@@ -18,6 +18,12 @@ brokers (epoch of their last log entry, max log position, priority). Output: an 
 
 The caller turns OK (and MASTER_NOT_AVAILABLE while a master is still recorded) into an
 `ElectMaster` command fenced by the master epoch it decided on; applying it raises the epoch.
+
+`failover_decision` is the leader's periodic check of one replica set (RocketMQ's
+scanInactiveMasterAndTriggerReelect): nothing while the master is alive, or while this
+controller has led for less than one heartbeat timeout (its liveness table may not know the
+master yet); nothing when no broker of the set is alive; otherwise the election above, turned
+into the ElectMaster to propose (a new master, or "no master" to fence a dead one).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Iterable, Mapping
 
 from controller.api import ReplicaInfo
 
-__all__ = ["BrokerLiveness", "Election", "choose_master"]
+__all__ = ["BrokerLiveness", "Election", "choose_master", "failover_decision"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,3 +88,32 @@ def choose_master(
     if chosen is None:
         return Election("MASTER_NOT_AVAILABLE", None)
     return Election("OK", chosen)
+
+
+def failover_decision(
+    replica: ReplicaInfo,
+    alive: Mapping[int, BrokerLiveness],
+    *,
+    led_for_ms: int,
+    heartbeat_timeout_ms: int,
+    unclean_enabled: bool,
+) -> Election | None:
+    """What the leader's scan should propose for `replica` (None: nothing).
+
+    Returns an Election whose `broker_id` is the new master, or None-as-master ("no master",
+    status MASTER_NOT_AVAILABLE) to fence a dead master nobody can replace.
+    """
+    master = replica.master_broker_id
+    if master is not None:
+        if master in alive:
+            return None
+        if led_for_ms < heartbeat_timeout_ms:
+            return None  # a new leader's liveness table may not know the master yet
+    if not alive:
+        return None
+    election = choose_master(replica, alive, unclean_enabled=unclean_enabled)
+    if election.status == "OK":
+        return election
+    if election.status == "MASTER_NOT_AVAILABLE" and master is not None:
+        return election
+    return None

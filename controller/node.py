@@ -55,7 +55,7 @@ from controller.api import (
     role_of,
 )
 from controller.config import ControllerConfig
-from controller.election import choose_master
+from controller.election import choose_master, failover_decision
 from controller.errors import BusyError, CodecError, NotLeaderError, StoreLockedError
 from controller.liveness import LiveTable
 from controller.raft import (
@@ -338,27 +338,20 @@ class ControllerNode:
                 return
 
     async def _maybe_elect(self, replica: ReplicaInfo, now_ms: int) -> None:
-        master = replica.master_broker_id
-        if master is not None:
-            if self.live.is_alive(replica, master, now_ms):
-                return
-            since = self._leader_since_ms
-            if since is None or now_ms - since < self.config.heartbeat_timeout_ms:
-                return  # a new leader's live table may not know the master yet
-        alive = self.live.alive(replica, now_ms)
-        if not alive:
+        since = self._leader_since_ms
+        decision = failover_decision(
+            replica, self.live.alive(replica, now_ms),
+            led_for_ms=0 if since is None else now_ms - since,
+            heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
+            unclean_enabled=self.config.unclean_election_enabled,
+        )
+        if decision is None:
             return
-        election = choose_master(replica, alive,
-                                 unclean_enabled=self.config.unclean_election_enabled)
-        if election.status == "OK":
-            logger.info("%s elects broker %s of %s (master %s silent or absent)", self.prefix,
-                        election.broker_id, replica.broker_name, master)
-            await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
-                                           election.broker_id))
-        elif election.status == "MASTER_NOT_AVAILABLE" and master is not None:
-            logger.warning("%s: no eligible replica in %s; it has no master now", self.prefix,
-                           replica.broker_name)
-            await self.propose(ElectMaster(replica.broker_name, replica.master_epoch, None))
+        logger.info("%s: %s has master %s (epoch %d), not alive or absent: proposes %s",
+                    self.prefix, replica.broker_name, replica.master_broker_id,
+                    replica.master_epoch, decision.broker_id)
+        await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
+                                       decision.broker_id))
 
     # -- requests --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from controller.api import ReplicaInfo
-from controller.election import BrokerLiveness, choose_master
+from controller.election import BrokerLiveness, choose_master, failover_decision
 from controller.errors import CodecError
 from controller.state import (
     AlterSyncStateSet,
@@ -191,3 +191,23 @@ def test_choose_master(replica: ReplicaInfo, alive: dict[int, BrokerLiveness],
     election = choose_master(replica, alive, designated_broker_id=designated,
                              unclean_enabled=unclean)
     assert (election.status, election.broker_id) == expected
+
+
+@pytest.mark.parametrize(
+    ("replica", "alive", "led_for_ms", "expected"),
+    [
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0), (2, 4, 0, 0)), 10_000, None),  # alive
+        (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), 500, None),  # new leader: wait
+        (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), 3000, ("OK", 2)),
+        (_replica(1, 4, (1, 2)), {}, 10_000, None),  # nobody alive: nothing to do
+        (_replica(1, 4, (1, 2)), _alive((3, 4, 0, 0)), 10_000, ("MASTER_NOT_AVAILABLE", None)),
+        (_replica(None, 5, (1, 2)), _alive((3, 4, 0, 0)), 10_000, None),  # already fenced
+        (_replica(None, 5, (1, 2)), _alive((2, 4, 0, 0)), 0, ("OK", 2)),  # no grace needed
+        (_replica(None, 0, ()), _alive((3, 0, 0, 0)), 0, ("OK", 3)),  # first election
+    ],
+)
+def test_failover_decision(replica: ReplicaInfo, alive: dict[int, BrokerLiveness],
+                           led_for_ms: int, expected: tuple[str, int | None] | None) -> None:
+    decision = failover_decision(replica, alive, led_for_ms=led_for_ms,
+                                 heartbeat_timeout_ms=3000, unclean_enabled=False)
+    assert (None if decision is None else (decision.status, decision.broker_id)) == expected
