@@ -139,6 +139,7 @@ class Checker:
         self.committed_by: dict[int, int] = {}  # entry index -> term of the leader committing it
         self.applied_hash: dict[int, bytes] = {0: b""}
         self.commit_high = 0
+        self.current_leaders: dict[int, RaftNode] = {}  # node id -> core, while it leads
 
     def on_entries(self, node: RaftNode, entries: tuple[Entry, ...]) -> None:
         """Log matching: every (index, term) names one entry and one predecessor term."""
@@ -181,14 +182,28 @@ class Checker:
                            f"({index}, t{known}) was committed before")
             if by_term is not None:
                 self.committed_by.setdefault(index, by_term)
+                for leader in self.current_leaders.values():
+                    if (leader.role is Role.LEADER and leader.term > by_term
+                            and leader.log.snapshot.entry_index < index
+                            and leader.log.term_at(index) != term):
+                        self._fail(f"leader completeness: leader {leader.node_id} of term "
+                                   f"{leader.term} lacks ({index}, t{term}) committed in "
+                                   f"term {by_term}")
         self.commit_high = max(self.commit_high, new_commit)
 
     def on_leader(self, node: RaftNode) -> None:
-        """Election safety, then leader completeness for the new leader."""
-        known = self.leaders.setdefault(node.term, node.node_id)
-        if known != node.node_id:
+        """Election safety, then (once per term) leader completeness for the new leader.
+
+        Checking once suffices: a leader never removes entries from its own log, and an entry
+        committed later by a leader of an older term is checked in `on_commit`."""
+        known = self.leaders.get(node.term)
+        if known == node.node_id:
+            return
+        if known is not None:
             self._fail(f"two leaders in term {node.term}: {known} and {node.node_id}")
             return
+        self.leaders[node.term] = node.node_id
+        self.current_leaders[node.node_id] = node
         log = node.log
         for index, by_term in self.committed_by.items():
             if by_term >= node.term or index <= log.snapshot.entry_index:
@@ -319,21 +334,13 @@ class SimNode:
                 self.storage.compact(snapshot)
 
 
-@dataclasses.dataclass(order=True)
-class _Event:
-    time_ms: int
-    seq: int
-    kind: str = dataclasses.field(compare=False)
-    payload: Any = dataclasses.field(compare=False)
-
-
 class Simulation:
     def __init__(self, options: SimOptions, *, trace: bool = False) -> None:
         self.options = options
         self.rng = random.Random(options.seed)
         self.ids = tuple(range(1, options.size + 1))
         self.now_ms = 0
-        self._heap: list[_Event] = []
+        self._heap: list[tuple[int, int, str, Any]] = []  # (time_ms, seq, kind, payload)
         self._seq = 0
         self._trace = trace
         self.events = 0
@@ -369,7 +376,7 @@ class Simulation:
 
     def schedule(self, delay_ms: int, kind: str, payload: Any) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, _Event(self.now_ms + delay_ms, self._seq, kind, payload))
+        heapq.heappush(self._heap, (self.now_ms + delay_ms, self._seq, kind, payload))
 
     def torn_ready_point(self) -> int | None:
         if not self.faults_on or self.rng.random() >= self.options.torn_ready_probability:
@@ -402,7 +409,7 @@ class Simulation:
 
     def run(self) -> SimStats:
         end_ms = self.options.ticks * TICK_MS
-        while self._heap and self._heap[0].time_ms <= end_ms:
+        while self._heap and self._heap[0][0] <= end_ms:
             self.step()
         self._check_liveness()
         return SimStats(
@@ -413,11 +420,9 @@ class Simulation:
         )
 
     def step(self) -> None:
-        event = heapq.heappop(self._heap)
-        self.now_ms = event.time_ms
+        self.now_ms, _, kind, payload = heapq.heappop(self._heap)
         self.events += 1
-        handler = getattr(self, f"_on_{event.kind}")
-        handler(event.payload)
+        getattr(self, f"_on_{kind}")(payload)
 
     def _on_tick(self, payload: tuple[int, int]) -> None:
         node_id, incarnation = payload
