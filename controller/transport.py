@@ -12,7 +12,8 @@ from a socket is ever unpickled.
 
 Sending: one asyncio.Queue per peer, bounded by `send_queue_max`; when it is full, the new
 message is dropped (counted), as a lossy network would. Each peer has one sender task that
-(re)connects with a capped backoff and writes frames in order.
+(re)connects with a capped backoff and writes frames in order; while the peer is unreachable
+its queue is emptied (those messages would be stale when it comes back: Raft resends).
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class RaftTransport:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
                     _, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError):
+                self._discard(queue)  # stale by the time the peer is back; Raft resends
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
                 continue
@@ -136,6 +138,11 @@ class RaftTransport:
                 logger.debug("link %d->%d broke: %s", self.node_id, peer, err)
             finally:
                 writer.close()
+
+    def _discard(self, queue: asyncio.Queue[bytes]) -> None:
+        while not queue.empty():
+            queue.get_nowait()
+            self.dropped += 1
 
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
