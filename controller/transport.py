@@ -108,6 +108,13 @@ class RaftTransport:
         if queue is None:
             return
         frame = encode_frame(encode_message(message))
+        if len(frame) - FRAME_HEADER.size > self._frame_bytes_max:
+            # The peer would refuse it (a snapshot outgrew the limit): say so, loudly.
+            logger.error("node %d cannot send a %d-byte %s to %d: raftFrameBytesMax is %d",
+                         self.node_id, len(frame), type(message).__name__, message.to_id,
+                         self._frame_bytes_max)
+            self.dropped += 1
+            return
         try:
             queue.put_nowait(frame)
         except asyncio.QueueFull:
