@@ -10,9 +10,12 @@ controller mode is wired separately), waiting on conditions with deadlines.
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +187,7 @@ def test_admin_elect_and_clean_are_checked(group3: ControllerGroup) -> None:
     moved = group3.call_leader("elect_master", {"broker_name": "a", "designated_broker_id": 2})
     assert moved["status"] == "OK"
     assert (moved["replica"]["master_broker_id"], moved["replica"]["master_epoch"]) == (2, 2)
+    _heartbeat(group3, 1)
     refused = group3.call_leader("clean_broker_data", {"broker_name": "a", "broker_ids": [1]})
     assert refused["status"] == "BROKER_ALIVE"
     listing = group3.call_leader("cluster_list")
@@ -306,3 +310,40 @@ def test_an_isolated_leader_steps_down_and_rejoins_without_disruption(tmp_path: 
         assert [m["broker_id"] for m in replica["brokers"]] == [1, 2]
     finally:
         group.stop_all()
+
+
+def _admin(group: ControllerGroup, *args: str) -> tuple[int, Any]:
+    addresses = ";".join(group.endpoint(n) for n in group.ids)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.admin", "--controller", addresses, *args],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
+    )
+    return result.returncode, json.loads(result.stdout) if result.stdout else result.stderr
+
+
+def test_the_admin_tool_lists_elects_and_refuses(group3: ControllerGroup) -> None:
+    leader = group3.wait_leader()
+    for broker_id in (1, 2):
+        _register(group3, broker_id)
+    _wait(lambda: _heartbeat(group3, 1).get("role", {}).get("role") == "master", 5, "master")
+    _heartbeat(group3, 2)
+    code, views = _admin(group3, "status")
+    assert code == 0 and [v["role"] == "leader" for v in views].count(True) == 1
+    assert next(v for v in views if v["role"] == "leader")["node_id"] == leader
+    code, listing = _admin(group3, "cluster")
+    assert code == 0 and listing["replica_sets"][0]["replica"]["master_broker_id"] == 1
+    code, replica = _admin(group3, "replica", "a")
+    assert code == 0 and replica["replica"]["sync_state_set"] == [1]
+    code, kept = _admin(group3, "elect", "a")
+    assert (code, kept["status"]) == (0, "MASTER_STILL_EXIST")
+    code, refused = _admin(group3, "elect", "a", "--broker-id", "2")
+    assert (code, refused["status"]) == (1, "ELECT_MASTER_FAILED")
+    for broker_id in (1, 2):  # each admin call is a process start: keep the brokers alive
+        _heartbeat(group3, broker_id)
+    code, alive = _admin(group3, "clean", "a", "--broker-id", "2")
+    assert (code, alive["status"]) == (1, "BROKER_ALIVE")
+    _heartbeat(group3, 1)
+    code, routes = _admin(group3, "routes", "orders")
+    assert code == 0 and routes["queues"][0]["broker_name"] == "a"
+    code, missing = _admin(group3, "replica", "nope")
+    assert (code, missing["status"]) == (1, "REPLICA_SET_NOT_FOUND")
