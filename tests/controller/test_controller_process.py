@@ -10,12 +10,14 @@ controller mode is wired separately), waiting on conditions with deadlines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +49,25 @@ def _heartbeat(group: ControllerGroup, broker_id: int, *, epoch: int = 0, log_en
         if reply["status"] != "NOT_LEADER":
             return reply
     return {"status": "NO_LEADER"}
+
+
+@contextlib.contextmanager
+def _keep_alive(group: ControllerGroup, broker_ids: tuple[int, ...]) -> Iterator[None]:
+    """Heartbeat these fake brokers every 300 ms (as real brokers do) while the block runs."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(0.3):
+            for broker_id in broker_ids:
+                _heartbeat(group, broker_id)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(10)
 
 
 def _register(group: ControllerGroup, broker_id: int) -> int:
@@ -176,23 +197,25 @@ def test_admin_elect_and_clean_are_checked(group3: ControllerGroup) -> None:
         _register(group3, broker_id)
     _wait(lambda: _heartbeat(group3, 1).get("role", {}).get("role") == "master", 5, "master")
     _heartbeat(group3, 2)
-    kept = group3.call_leader("elect_master", {"broker_name": "a"})
-    assert kept["status"] == "MASTER_STILL_EXIST"
-    outside = group3.call_leader("elect_master", {"broker_name": "a", "designated_broker_id": 2})
-    assert outside["status"] == "ELECT_MASTER_FAILED"  # 2 is not in the SyncStateSet
-    group3.call_leader("alter_sync_state_set", {
-        "broker_name": "a", "master_broker_id": 1, "master_epoch": 1,
-        "sync_state_set": [1, 2], "sync_state_set_epoch": 1})
-    _heartbeat(group3, 2)
-    moved = group3.call_leader("elect_master", {"broker_name": "a", "designated_broker_id": 2})
-    assert moved["status"] == "OK"
-    assert (moved["replica"]["master_broker_id"], moved["replica"]["master_epoch"]) == (2, 2)
-    _heartbeat(group3, 1)
-    refused = group3.call_leader("clean_broker_data", {"broker_name": "a", "broker_ids": [1]})
-    assert refused["status"] == "BROKER_ALIVE"
-    listing = group3.call_leader("cluster_list")
-    roles = sorted(c["role"] for c in listing["controllers"])
-    assert roles.count("leader") == 1 and len(roles) == 3
+    with _keep_alive(group3, (1, 2)):
+        kept = group3.call_leader("elect_master", {"broker_name": "a"})
+        assert kept["status"] == "MASTER_STILL_EXIST"
+        to_two = {"broker_name": "a", "designated_broker_id": 2}
+        outside = group3.call_leader("elect_master", to_two)
+        assert outside["status"] == "ELECT_MASTER_FAILED"  # 2 is not in the SyncStateSet
+        grown = group3.call_leader("alter_sync_state_set", {
+            "broker_name": "a", "master_broker_id": 1, "master_epoch": 1,
+            "sync_state_set": [1, 2], "sync_state_set_epoch": 1})
+        assert grown["status"] == "OK", grown
+        moved = group3.call_leader("elect_master", to_two)
+        assert moved["status"] == "OK"
+        assert (moved["replica"]["master_broker_id"], moved["replica"]["master_epoch"]) == (2, 2)
+        refused = group3.call_leader("clean_broker_data",
+                                     {"broker_name": "a", "broker_ids": [1]})
+        assert refused["status"] == "BROKER_ALIVE"
+        listing = group3.call_leader("cluster_list")
+        roles = sorted(c["role"] for c in listing["controllers"])
+        assert roles.count("leader") == 1 and len(roles) == 3
 
 
 def test_followers_redirect_and_bad_requests_fail_alone(group3: ControllerGroup) -> None:
@@ -326,24 +349,21 @@ def test_the_admin_tool_lists_elects_and_refuses(group3: ControllerGroup) -> Non
     for broker_id in (1, 2):
         _register(group3, broker_id)
     _wait(lambda: _heartbeat(group3, 1).get("role", {}).get("role") == "master", 5, "master")
-    _heartbeat(group3, 2)
-    code, views = _admin(group3, "status")
-    assert code == 0 and [v["role"] == "leader" for v in views].count(True) == 1
-    assert next(v for v in views if v["role"] == "leader")["node_id"] == leader
-    code, listing = _admin(group3, "cluster")
-    assert code == 0 and listing["replica_sets"][0]["replica"]["master_broker_id"] == 1
-    code, replica = _admin(group3, "replica", "a")
-    assert code == 0 and replica["replica"]["sync_state_set"] == [1]
-    code, kept = _admin(group3, "elect", "a")
-    assert (code, kept["status"]) == (0, "MASTER_STILL_EXIST")
-    code, refused = _admin(group3, "elect", "a", "--broker-id", "2")
-    assert (code, refused["status"]) == (1, "ELECT_MASTER_FAILED")
-    for broker_id in (1, 2):  # each admin call is a process start: keep the brokers alive
-        _heartbeat(group3, broker_id)
-    code, alive = _admin(group3, "clean", "a", "--broker-id", "2")
-    assert (code, alive["status"]) == (1, "BROKER_ALIVE")
-    _heartbeat(group3, 1)
-    code, routes = _admin(group3, "routes", "orders")
-    assert code == 0 and routes["queues"][0]["broker_name"] == "a"
-    code, missing = _admin(group3, "replica", "nope")
-    assert (code, missing["status"]) == (1, "REPLICA_SET_NOT_FOUND")
+    with _keep_alive(group3, (1, 2)):  # each admin call starts a process: keep time
+        code, views = _admin(group3, "status")
+        assert code == 0 and [v["role"] == "leader" for v in views].count(True) == 1
+        assert next(v for v in views if v["role"] == "leader")["node_id"] == leader
+        code, listing = _admin(group3, "cluster")
+        assert code == 0 and listing["replica_sets"][0]["replica"]["master_broker_id"] == 1
+        code, replica = _admin(group3, "replica", "a")
+        assert code == 0 and replica["replica"]["sync_state_set"] == [1]
+        code, kept = _admin(group3, "elect", "a")
+        assert (code, kept["status"]) == (0, "MASTER_STILL_EXIST")
+        code, refused = _admin(group3, "elect", "a", "--broker-id", "2")
+        assert (code, refused["status"]) == (1, "ELECT_MASTER_FAILED")
+        code, alive = _admin(group3, "clean", "a", "--broker-id", "2")
+        assert (code, alive["status"]) == (1, "BROKER_ALIVE")
+        code, routes = _admin(group3, "routes", "orders")
+        assert code == 0 and routes["queues"][0]["broker_name"] == "a"
+        code, missing = _admin(group3, "replica", "nope")
+        assert (code, missing["status"]) == (1, "REPLICA_SET_NOT_FOUND")
