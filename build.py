@@ -26,8 +26,11 @@ VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 EXTRAS = "spark,test"
 BENCHES = {
+    "tier": "tests/bench/bench_tier.py",
     "storage": "tests/bench/bench_storage.py",
     "broker": "tests/bench/bench_broker.py",
+    "ha": "tests/bench/bench_ha.py",
+    "spark": "tests/bench/bench_spark.py",
 }
 
 

@@ -300,6 +300,17 @@ class Producer(_Base):
         return results
 
     def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
+        reply = self.put(topic, batch)
+        if not status_for(reply.status).stored:
+            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
+        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
+            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
+        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
+                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+
+    def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
+        """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
+        the retry policy; non-stored statuses that are not retriable come back as replies."""
         def call(endpoint: str) -> PutReply:
             stream = self._stream(topic, batch.schema, endpoint)
             try:
@@ -318,13 +329,10 @@ class Producer(_Base):
             return reply
 
         try:
-            reply = self._retry(call, f"send to {topic}")
+            reply: PutReply = self._retry(call, f"send to {topic}")
         except pa.ArrowException as err:
             raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
-        if not status_for(reply.status).stored:
-            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
-        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
-                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+        return reply
 
     def _stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
         key = (topic, schema)

@@ -1,13 +1,19 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
-    rocketha-cluster up --dir DIR [--brokers N] [--set key=value ...]
+    rocketha-cluster up --dir DIR [--brokers N] [--replicas R] [--set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
 
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
 created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
-detached (own session), so this tool can exit. Later issues add controllers and replica sets.
+detached (own session), so this tool can exit. Later issues add controllers.
+
+Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R brokers named
+`broker-x-<brokerId>`; brokerId 0 is the master (brokerRole SYNC_MASTER unless `--set
+brokerRole=ASYNC_MASTER`), the others are SLAVEs following the master's haListenPort.
+`totalReplicas` defaults to R; quorum keys (inSyncReplicas, minInSyncReplicas, ...) come from
+`--set` and apply to every member.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ __all__ = ["main"]
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 BROKERS_MAX = 26
+REPLICAS_MAX = 8
 POLL_INTERVAL_S = 0.05
 
 
@@ -80,31 +87,34 @@ class Cluster:
     def save(self, manifest: dict[str, Any]) -> None:
         self.manifest_path.write_text(json.dumps(manifest, indent=1))
 
-    def plan(self, broker_count: int, overrides: dict[str, str]) -> dict[str, Any]:
+    def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1
+             ) -> dict[str, Any]:
         manifest = self.load()
+        replicas = manifest.setdefault("replicas", replicas)
         # `--set` overrides are remembered, so a later `up` (a restart) keeps them.
         manifest["overrides"] = {**manifest.get("overrides", {}), **overrides}
         overrides = manifest["overrides"]
         existing = {broker["name"] for broker in manifest["brokers"]}
         for index in range(broker_count):
-            name = f"broker-{string.ascii_lowercase[index]}"
-            if name in existing:
-                continue
-            port = _free_port()
-            manifest["brokers"].append({
-                "name": name, "port": port, "conf": str(self.directory / "conf" / f"{name}.conf"),
-                "store_dir": str(self.directory / "data" / name),
-                "log_file": str(self.directory / "logs" / f"{name}.log"),
-                "pid_file": str(self.directory / "run" / f"{name}.pid"),
-            })
+            set_name = f"broker-{string.ascii_lowercase[index]}"
+            ha_port = _free_port() if replicas > 1 else 0
+            for broker_id in range(replicas):
+                name = set_name if replicas == 1 else f"{set_name}-{broker_id}"
+                if name in existing:
+                    continue
+                manifest["brokers"].append({
+                    "name": name, "set": set_name, "broker_id": broker_id,
+                    "port": _free_port(), "ha_port": ha_port,
+                    "conf": str(self.directory / "conf" / f"{name}.conf"),
+                    "store_dir": str(self.directory / "data" / name),
+                    "log_file": str(self.directory / "logs" / f"{name}.log"),
+                    "pid_file": str(self.directory / "run" / f"{name}.pid"),
+                })
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         for broker in manifest["brokers"]:
-            settings = {"brokerClusterName": "LocalCluster", "brokerName": broker["name"],
-                        "brokerId": "0", "brokerIP1": "127.0.0.1",
-                        "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
-            settings.update(overrides)
-            lines = [f"# written by rocketha-cluster; --set overrides apply to every broker"]
+            settings = _broker_settings(broker, replicas, overrides)
+            lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             Path(broker["conf"]).write_text("\n".join(lines) + "\n")
         self.save(manifest)
@@ -149,7 +159,12 @@ class Cluster:
             info = _broker_info(endpoint) if pid is not None else None
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
+                "broker_id": broker.get("broker_id", 0),
                 "role": (info or {}).get("role", "UNKNOWN" if pid else "DOWN"),
+                "broker_role": (info or {}).get("broker_role", ""),
+                "master_epoch": (info or {}).get("master_epoch", -1),
+                "max_log_position": (info or {}).get("max_log_position", -1),
+                "confirm_log_position": (info or {}).get("confirm_log_position", -1),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
             })
@@ -168,6 +183,24 @@ class Cluster:
         Path(broker["pid_file"]).unlink(missing_ok=True)
 
 
+def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str]
+                     ) -> dict[str, str]:
+    settings = {"brokerClusterName": "LocalCluster",
+                "brokerName": broker.get("set", broker["name"]),
+                "brokerId": str(broker.get("broker_id", 0)), "brokerIP1": "127.0.0.1",
+                "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
+    if replicas > 1:
+        settings["totalReplicas"] = str(replicas)
+        settings["haListenPort"] = str(broker["ha_port"])
+    settings.update(overrides)
+    if replicas > 1 and broker["broker_id"] != 0:
+        settings["brokerRole"] = "SLAVE"
+        settings["haMasterAddress"] = f"127.0.0.1:{broker['ha_port']}"
+    elif replicas > 1:
+        settings.setdefault("brokerRole", "SYNC_MASTER")
+    return settings
+
+
 def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
     overrides = {}
     for pair in pairs:
@@ -183,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up")
     up.add_argument("--dir", required=True, type=Path)
-    up.add_argument("--brokers", type=int, default=1)
+    up.add_argument("--brokers", type=int, default=1, help="replica sets")
+    up.add_argument("--replicas", type=int, default=1, help="brokers per replica set")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
@@ -202,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser))
+        if not 1 <= args.replicas <= REPLICAS_MAX:
+            parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
+        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas)
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)
@@ -218,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for process in processes:
                 state = "alive" if process["alive"] else "down"
-                print(f"{process['name']}\t{process['role']}\t{process['endpoint']}\t"
+                print(f"{process['name']}\t{process['role']}\t{process['broker_role']}\t"
+                      f"{process['endpoint']}\t"
                       f"pid {process['pid']}\t{state}")
         return 0
     for broker in cluster.load()["brokers"]:

@@ -191,6 +191,10 @@ class CommitLog:
     def truncate_to(self, log_position: int) -> None:
         self._segments.truncate_to(log_position)
 
+    def delete_all(self) -> None:
+        """Delete every segment, newest first (a crash leaves a prefix of the log)."""
+        self._segments.delete_all()
+
     def delete_first_segment(self) -> Segment:
         return self._segments.delete_first()
 
@@ -208,6 +212,11 @@ class CommitLog:
         if size <= 0:
             return b""
         return segment.read(relative, size)
+
+    def segment_for(self, log_position: int) -> Segment:
+        segment = self._segments.find(log_position)
+        assert segment is not None, log_position
+        return segment
 
     def iter_records(self, from_log_position: int, to_log_position: int) -> Iterator[RecordRef]:
         """Parse the records in [from, to): both must be record boundaries of verified data."""

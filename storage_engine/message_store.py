@@ -9,7 +9,13 @@ Write path: `append` validates the whole batch (nothing is written when any mess
 then under one lock assigns queue offsets, encodes and writes the records, and dispatches their
 ConsumeQueue entries right after the CommitLog bytes (the index is never ahead of the log).
 `put_messages` adds the durability wait of SYNC_FLUSH (group commit). Replication (ha/) builds on
-`append`, `read_log`, `append_replicated`, `truncate_to` and the confirm position.
+`append`, `read_log`, `append_replicated` + `dispatch_replicated`, `truncate_to`, `reset_to` and
+the confirm position.
+
+Replica path: a slave appends the master's bytes as they arrive (`append_replicated`, which may
+end inside a record: batches are cut by size, not by record), acks, then indexes the complete
+records (`dispatch_replicated`, from a dispatch cursor). The checkpoint vouches for ConsumeQueues
+only up to that cursor, so recovery rebuilds the rest and cuts a partial record at the end.
 
 Visibility: reads never return a record past `confirm_log_position`. A standalone store
 (`auto_confirm=True`) confirms what is written (ASYNC_FLUSH) or what is fsynced (SYNC_FLUSH), so a
@@ -30,6 +36,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
+
+import numpy as np
 
 from storage_engine.checkpoint import Checkpoint, DirectoryLock, read_checkpoint, write_checkpoint
 from storage_engine.commit_log import CommitLog, RecordRef, RecoveryScan
@@ -59,14 +68,20 @@ from storage_engine.record_format import (
     encode_properties,
     java_string_hash,
 )
+from storage_engine.record_runs import RecordRun, group_entries, scan_run, walk_records
 from storage_engine.statuses import GetStatus, PutStatus
 
 __all__ = ["MessageStore", "StoreStats"]
 
 logger = logging.getLogger(__name__)
 
+BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexed one by one
+
 _STORE_TIMESTAMP_AT = 56
 _BYTES_TYPE = frozenset({bytes})
+_CONSUME_QUEUE_DTYPE = np.dtype(
+    [("log_position", ">i8"), ("size_bytes", ">i4"), ("tags_code", ">i8")])
+assert _CONSUME_QUEUE_DTYPE.itemsize == CONSUME_QUEUE_ENTRY.size
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +99,8 @@ class StoreStats:
 
 class MessageStore:
     """An embedded message store over one directory. Thread-safe."""
+
+    _tier: ColdTier | None = None  # set by attach_tier (storage_engine.tiered)
 
     def __init__(
         self,
@@ -149,6 +166,7 @@ class MessageStore:
                               self._commit_log.min_log_position)
         self._load_consume_queues(redispatch_from, end)
         self._dispatch_refs(self._commit_log.iter_records(redispatch_from, end))
+        self._dispatched = end
         self.epochs.truncate_from(end + 1)
         confirm = checkpoint.confirm_log_position
         if self._auto_confirm:
@@ -247,7 +265,7 @@ class MessageStore:
             )
             self._dispatch_placed(
                 batch.topic, batch.queue_ids, queue_offsets, positions, sizes, tags_codes)
-            end = self._commit_log.end_log_position
+            end = self._dispatched = self._commit_log.end_log_position
             advanced = self._auto_confirm and not self._sync_flush and end > self._confirm
             if advanced:
                 self._confirm = end
@@ -408,7 +426,7 @@ class MessageStore:
 
     def _write_checkpoint(self, *, clean: bool = False, intent: int = -1) -> None:
         with self._lock:
-            dispatched = self._commit_log.end_log_position
+            dispatched = self._dispatched
             queues = list(self._queues.values())
             confirm = self._confirm
         for queue in queues:
@@ -428,7 +446,8 @@ class MessageStore:
         return self._confirm
 
     def set_confirm_log_position(self, log_position: int) -> None:
-        """Replication sets the commit point; it never moves past the log's end."""
+        """Replication sets the commit point; it never moves past the log's end (callers
+        keep it monotonic: ha/ serialises its updates)."""
         with self._lock:
             log_position = min(log_position, self._commit_log.end_log_position)
             advanced = log_position > self._confirm
@@ -459,7 +478,8 @@ class MessageStore:
         from `queue_offset`, never past the confirm position."""
         queue, window = self._read_window(topic, queue_id, queue_offset)
         if isinstance(window, GetResult):
-            return window
+            cold = self._read_cold(topic, queue_id, queue_offset, window, max_count, max_bytes)
+            return window if cold is None else _cold_result(cold, tag_filter)
         assert queue is not None
         min_offset, max_offset = window
         count_max = max(1, min(max_count, self.config.read_messages_max))
@@ -512,49 +532,71 @@ class MessageStore:
         self, topic: str, queue_id: int, queue_offset: int, *, max_count: int, max_bytes: int
     ) -> RecordBlock:
         """Like get_messages without a tag filter, but the records come back to back in one
-        buffer (`data`, with each record's size in `sizes`): records of a queue written together
-        are contiguous in the CommitLog, so this is one slice per run instead of one per record,
-        and the caller can decode the block with vector operations."""
+        buffer (`data`, with each record's size in `sizes`, an int64 array): records of a queue
+        written together are contiguous in the CommitLog, so this is one slice per run instead
+        of one per record, and the caller can decode the block with vector operations. The
+        ConsumeQueue entries are scanned as arrays too (no per-entry Python step)."""
         queue, window = self._read_window(topic, queue_id, queue_offset)
         if isinstance(window, GetResult):
+            cold = self._read_cold(topic, queue_id, queue_offset, window, max_count, max_bytes)
+            if cold is not None:
+                return cold
             return RecordBlock(window.status, window.next_queue_offset,
                                window.min_queue_offset, window.max_queue_offset)
         assert queue is not None
         min_offset, max_offset = window
         count_max = max(1, min(max_count, self.config.read_messages_max))
-        bytes_max = max(1, min(max_bytes, self.config.read_bytes_max))
-        runs: list[tuple[int, int]] = []  # (log_position, size_bytes) of contiguous records
-        sizes: list[int] = []
-        total_bytes = 0
-        cursor = queue_offset
-        while cursor < max_offset and len(sizes) < count_max:
-            raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - len(sizes)))
-            if not raw:
-                break
-            for log_position, size, _ in CONSUME_QUEUE_ENTRY.iter_unpack(raw):
-                if sizes and total_bytes + size > bytes_max:
-                    break
-                if runs and runs[-1][0] + runs[-1][1] == log_position:
-                    runs[-1] = (runs[-1][0], runs[-1][1] + size)
-                else:
-                    runs.append((log_position, size))
-                sizes.append(size)
-                total_bytes += size
-                cursor += 1
-            else:
-                continue
-            break
+        positions, sizes = self._block_entries(queue, queue_offset, max_offset, count_max,
+                                               max(1, min(max_bytes, self.config.read_bytes_max)))
+        if sizes.size == 0:
+            return RecordBlock(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset,
+                               max_offset, b"", sizes)
+        ends = positions + sizes
+        breaks = np.flatnonzero(positions[1:] != ends[:-1]) + 1
+        run_first = np.concatenate(([0], breaks)).tolist()
+        run_last = (np.concatenate((breaks, [sizes.size])) - 1).tolist()
         pieces = []
-        for log_position, size in runs:
-            piece = self._commit_log.read(log_position, size)
+        for first, last in zip(run_first, run_last):
+            start = int(positions[first])
+            piece = self._commit_log.read(start, int(ends[last]) - start)
             if piece is None:  # retention removed it under us
                 status = GetStatus.FOUND if pieces else GetStatus.MESSAGE_WAS_REMOVING
-                kept_sizes = _prefix_sizes(sizes, sum(map(len, pieces)))
-                return RecordBlock(status, queue_offset + len(kept_sizes), min_offset,
-                                   max_offset, b"".join(pieces), kept_sizes)
+                return RecordBlock(status, queue_offset + first, min_offset, max_offset,
+                                   b"".join(pieces), sizes[:first])
             pieces.append(piece)
-        status = GetStatus.FOUND if sizes else GetStatus.NO_MATCHED_MESSAGE
-        return RecordBlock(status, cursor, min_offset, max_offset, b"".join(pieces), sizes)
+        return RecordBlock(GetStatus.FOUND, queue_offset + sizes.size, min_offset, max_offset,
+                           b"".join(pieces), sizes)
+
+    @staticmethod
+    def _block_entries(queue: ConsumeQueue, queue_offset: int, max_offset: int,
+                       count_max: int, bytes_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """(log_positions, sizes) of the entries from `queue_offset`: at most `count_max`, and
+        after the first one only while the running size stays within `bytes_max`."""
+        position_parts: list[np.ndarray] = []
+        size_parts: list[np.ndarray] = []
+        taken, cursor, bytes_left = 0, queue_offset, bytes_max
+        while cursor < max_offset and taken < count_max:  # one pass per CQ segment crossed
+            raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - taken))
+            if not raw:
+                break
+            entries = np.frombuffer(raw, dtype=_CONSUME_QUEUE_DTYPE)
+            sizes = entries["size_bytes"].astype(np.int64)
+            running = np.cumsum(sizes)
+            keep = int(np.searchsorted(running, bytes_left, side="right"))
+            if taken == 0:
+                keep = max(keep, 1)
+            if keep == 0:
+                break
+            position_parts.append(entries["log_position"][:keep].astype(np.int64))
+            size_parts.append(sizes[:keep])
+            taken += keep
+            cursor += keep
+            bytes_left -= int(running[keep - 1])
+            if keep < entries.size:
+                break
+        if not size_parts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(position_parts), np.concatenate(size_parts)
 
     def _visible_max_queue_offset(self, queue: ConsumeQueue) -> int:
         """The queue's end, less the trailing entries past the confirm position."""
@@ -588,7 +630,9 @@ class MessageStore:
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get((topic, queue_id))
-        return 0 if queue is None else self._min_readable_queue_offset(queue)
+        low = 0 if queue is None else self._min_readable_queue_offset(queue)
+        cold_low = None if self._tier is None else self._tier.min_queue_offset(topic, queue_id)
+        return low if cold_low is None else min(low, cold_low)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue_offset a reader would wait for (only confirmed messages count)."""
@@ -599,7 +643,7 @@ class MessageStore:
         """The first queue_offset whose store timestamp is >= `timestamp_ms` (max when none)."""
         queue = self._queues.get((topic, queue_id))
         if queue is None:
-            return 0
+            return self._cold_offset_for_timestamp(topic, queue_id, timestamp_ms, 0)
         low, high = self._min_readable_queue_offset(queue), self._visible_max_queue_offset(queue)
         while low < high:
             mid = (low + high) // 2
@@ -613,6 +657,8 @@ class MessageStore:
                 low = mid + 1
             else:
                 high = mid
+        if self._tier is not None and low == self._min_readable_queue_offset(queue):
+            return self._cold_offset_for_timestamp(topic, queue_id, timestamp_ms, low)
         return low
 
     def delete_topic(self, topic: str) -> int:
@@ -638,23 +684,93 @@ class MessageStore:
     def end_log_position(self) -> int:
         return self._commit_log.end_log_position
 
+    @property
+    def segment_size_bytes(self) -> int:
+        return self._commit_log.segment_size_bytes
+
+    @property
+    def dispatched_log_position(self) -> int:
+        """ConsumeQueues index every complete record below this position."""
+        return self._dispatched
+
     def read_log(self, log_position: int, size_bytes_max: int) -> bytes:
         """Raw CommitLog bytes from `log_position` (within one segment)."""
         return self._commit_log.read_raw(log_position, size_bytes_max)
 
-    def append_replicated(self, log_position: int, data: bytes) -> int:
-        """Append bytes shipped from the master at the same log positions, then index them.
-
-        `data` must end on a record boundary. Returns the number of records indexed."""
+    def append_replicated(self, log_position: int, data: bytes | memoryview) -> None:
+        """Append bytes shipped from the master at the same log positions (physical
+        replication). `data` may end inside a record; `dispatch_replicated` indexes the complete
+        ones. Raises StorageError when `log_position` is not the log's end."""
         with self._lock:
+            if self._closed:
+                raise StorageError("store is closed")
             if self._commit_log.end_log_position == 0 and not self._commit_log.segments:
                 if log_position:
                     self._commit_log.start_at(log_position)
+                    self._dispatched = log_position
             start = self._commit_log.end_log_position
             if log_position != start:
                 raise StorageError(f"replicated data at {log_position}, log ends at {start}")
             self._commit_log.append_raw(log_position, data)
-            return self._dispatch_refs(self._commit_log.iter_records(start, start + len(data)))
+
+    def dispatch_replicated(self) -> int:
+        """Index the complete records appended since the last call; returns how many.
+        Single-topic runs take the bulk path (record_runs), others the per-record one."""
+        count = 0
+        with self._lock:
+            end = self._commit_log.end_log_position
+            while self._dispatched < end:
+                segment = self._commit_log.segment_for(self._dispatched)
+                base = segment.base_position
+                positions, sizes, stop, blank = walk_records(
+                    segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
+                if len(positions):
+                    count += self._dispatch_run(segment.map, positions, sizes, base)
+                segment_end = base + segment.size_bytes
+                if not blank or segment_end > end:
+                    self._dispatched = base + stop
+                    break
+                self._dispatched = segment_end
+        return count
+
+    def _dispatch_run(self, data: object, positions: np.ndarray, sizes: np.ndarray,
+                      base: int) -> int:
+        """Index complete records in bulk, one leading same-topic run at a time."""
+        done = 0
+        while done < len(positions):
+            run = scan_run(data, positions[done:], sizes[done:], base)
+            if len(run.log_positions) >= BULK_RECORDS_MIN:
+                self._dispatch_record_run(run)
+                done += len(run.log_positions)
+                continue
+            # Interleaved topics: the next records one by one (bulk set-up would cost more).
+            end = min(done + BULK_RECORDS_MIN * 8, len(positions))
+            self._dispatch_refs(self._commit_log.iter_records(
+                base + int(positions[done]), base + int(positions[end - 1] + sizes[end - 1])))
+            done = end
+        return done
+
+    def _dispatch_record_run(self, run: RecordRun) -> None:
+        offsets_of = self._next_queue_offsets.setdefault(run.topic, {})
+        for queue_id, queue_offsets, entries in group_entries(run):
+            queue = self._consume_queue(run.topic, queue_id)
+            expected = queue.max_queue_offset
+            fresh = queue_offsets >= expected
+            if not fresh.all():  # already indexed (recovery rebuilt them)
+                queue_offsets = queue_offsets[fresh]
+                entries = entries.reshape(-1, CONSUME_QUEUE_ENTRY.size)[fresh].reshape(-1)
+                if not len(queue_offsets):
+                    continue
+            first_offset = int(queue_offsets[0])
+            if first_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
+                raise StorageError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
+                                   f"but replicated records start at queue_offset "
+                                   f"{first_offset}")
+            if not (np.diff(queue_offsets) == 1).all():
+                raise StorageError(f"queue offsets of {run.topic}/{queue_id} are not "
+                                   f"contiguous in replicated records from {first_offset}")
+            queue.append(first_offset, entries.tobytes())
+            offsets_of[queue_id] = first_offset + len(queue_offsets)
 
     def truncate_to(self, log_position: int) -> None:
         """Cut the log (and its index and epochs) at `log_position`, crash-safely.
@@ -670,9 +786,46 @@ class MessageStore:
             for queue in self._queues.values():
                 queue.truncate_from_log_position(log_position)
             self._next_queue_offsets.clear()
+            self._dispatched = min(self._dispatched, log_position)
             self.epochs.truncate_from(log_position)
             self._write_checkpoint()
             logger.warning("truncated the log to log_position %d", log_position)
+
+    def truncate_incomplete_tail(self) -> None:
+        """Cut bytes after the last complete record (a replica's log can end inside one,
+        as batches are cut by size); the confirm position comes down to that record's end if
+        it was inside the cut (no reader could see a partial record anyway)."""
+        with self._lock:
+            self.dispatch_replicated()
+            end = self._dispatched
+            if end < self._commit_log.end_log_position:
+                self._confirm = min(self._confirm, end)
+                self.truncate_to(end)
+
+    def reset_to(self, log_position: int) -> None:
+        """Drop the whole log (segments, ConsumeQueues, epochs) and start it empty at
+        `log_position`, a segment boundary at or past the log's end: a replica so far behind
+        that its master no longer holds the bytes it would need next.
+
+        Crash-safe: segments go newest first, so a crash leaves a prefix of the old log (the
+        next handshake decides again); ConsumeQueues are rebuilt against what remains."""
+        with self._lock:
+            end = self._commit_log.end_log_position
+            if log_position < end or log_position % self._commit_log.segment_size_bytes:
+                raise StorageError(f"reset_to({log_position}): must be a segment boundary at "
+                                   f"or past the log's end {end}")
+            self._commit_log.delete_all()
+            for queue in self._queues.values():
+                queue.delete_all()
+            self._queues.clear()
+            self._next_queue_offsets.clear()
+            shutil.rmtree(self.store_dir / "consumequeue", ignore_errors=True)
+            (self.store_dir / "consumequeue").mkdir()
+            self.epochs.truncate_from(-1)
+            self._commit_log.start_at(log_position)
+            self._dispatched = self._confirm = log_position
+            self._write_checkpoint()
+            logger.warning("log dropped; it restarts empty at log_position %d", log_position)
 
     # -- retention --------------------------------------------------------------------------
     def delete_expired(
@@ -695,6 +848,9 @@ class MessageStore:
                 end = first.base_position + first.size_bytes
                 if end > floor_log_position or end > self._confirm:
                     break
+                if self._tier is not None and not self._tier.holds_segment(
+                        first.base_position, end):
+                    break  # tiering on: only verified tiered segments may go
                 age_ms = now_ms - os.stat(first.path).st_mtime * 1000
                 if age_ms < reserved_ms and not over_ratio:
                     break
@@ -708,6 +864,78 @@ class MessageStore:
                 logger.info("retention deleted %d segment(s); log now starts at %d",
                             deleted, log_min)
         return deleted
+
+    # -- tiered storage (storage_engine.tiered attaches here) -------------------------------
+    def attach_tier(self, tier: ColdTier | None) -> None:
+        """Serve reads below the local minimum from `tier`; from now on retention deletes only
+        segments the tier holds (verified uploads)."""
+        self._tier = tier
+
+    def _read_cold(self, topic: str, queue_id: int, queue_offset: int, window: GetResult,
+                   max_count: int, max_bytes: int) -> RecordBlock | None:
+        """A read the local store cannot serve because the offset is below its minimum: the
+        tier's records (same limits, never past the confirm position), or None."""
+        tier = self._tier
+        no_queue = window.status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+        if tier is None or window.status not in _COLD_CANDIDATES or (
+                not no_queue and queue_offset >= window.min_queue_offset):
+            return None
+        try:
+            cold = tier.read_block(
+                topic, queue_id, queue_offset,
+                max_count=max(1, min(max_count, self.config.read_messages_max)),
+                max_bytes=max(1, min(max_bytes, self.config.read_bytes_max)),
+                confirm_log_position=self._confirm)
+        except StorageError:  # object store down (counted and logged by the tier): nothing
+            # is skipped, the reader retries at the same offset
+            return RecordBlock(GetStatus.OFFSET_FOUND_NULL, queue_offset,
+                               window.min_queue_offset, window.max_queue_offset)
+        if cold is None:
+            return None
+        high = cold.max_queue_offset if no_queue else window.max_queue_offset
+        return dataclasses.replace(cold, max_queue_offset=high)
+
+    def _cold_offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int,
+                                   local: int) -> int:
+        """The answer was the local minimum: an earlier message may match in the tier."""
+        if self._tier is None:
+            return local
+        try:
+            cold = self._tier.queue_offset_for_timestamp(topic, queue_id, timestamp_ms)
+        except StorageError as err:  # object store down: the local answer, logged
+            logger.warning("cold offset_for_timestamp %s/%d failed: %s", topic, queue_id, err)
+            return local
+        return local if cold is None else cold
+
+    def tier_segments(self) -> list[tuple[int, int, float]]:
+        """(base_log_position, size_bytes, mtime_s) of the sealed segments wholly below the
+        confirm position: what may be uploaded."""
+        with self._lock:
+            confirm = self._confirm
+            segments = list(self._commit_log.segments[:-1])
+        return [(s.base_position, s.size_bytes, os.stat(s.path).st_mtime) for s in segments
+                if s.base_position + s.size_bytes <= confirm]
+
+    def tier_queue_entries(self, log_start: int, log_end: int
+                           ) -> list[tuple[str, int, int, bytes]]:
+        """For each queue with records in [log_start, log_end): (topic, queue_id,
+        first_queue_offset, its raw 20-byte ConsumeQueue entries of those records)."""
+        with self._lock:
+            queues = sorted(self._queues.values(), key=lambda q: (q.topic, q.queue_id))
+        found = []
+        for queue in queues:
+            first = _first_entry_at_or_after(queue, log_start)
+            end = _first_entry_at_or_after(queue, log_end)
+            parts, cursor = [], first
+            while cursor < end:  # one pass per ConsumeQueue segment crossed
+                raw = queue.read_entries(cursor, end - cursor)
+                if not raw:
+                    break
+                parts.append(raw)
+                cursor += len(raw) // CONSUME_QUEUE_ENTRY.size
+            if parts:
+                found.append((queue.topic, queue.queue_id, first, b"".join(parts)))
+        return found
 
     # -- lifecycle --------------------------------------------------------------------------
     def stats(self) -> StoreStats:
@@ -746,15 +974,53 @@ class MessageStore:
         self.close()
 
 
-def _prefix_sizes(sizes: list[int], total_bytes: int) -> list[int]:
-    """The leading sizes that add up to `total_bytes`."""
-    kept, accumulated = [], 0
-    for size in sizes:
-        if accumulated + size > total_bytes:
-            break
-        kept.append(size)
-        accumulated += size
-    return kept
+class ColdTier(Protocol):
+    """What the store asks of tiered storage (storage_engine.tiered.TierReader)."""
+
+    def holds_segment(self, base_log_position: int, end_log_position: int) -> bool: ...
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int | None: ...
+
+    def queue_offset_for_timestamp(self, topic: str, queue_id: int,
+                                   timestamp_ms: int) -> int | None:
+        """The tier's first queue_offset stored at or after `timestamp_ms`; None when the tier
+        has none (the answer lies in the local store)."""
+
+    def read_block(self, topic: str, queue_id: int, queue_offset: int, *, max_count: int,
+                   max_bytes: int, confirm_log_position: int) -> RecordBlock | None:
+        """FOUND with records; OFFSET_TOO_SMALL below the tier's minimum; NO_MATCHED_MESSAGE
+        when nothing there is visible yet; None when the tier does not hold `queue_offset`."""
+
+
+_COLD_CANDIDATES = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.NO_MESSAGE_IN_QUEUE,
+                              GetStatus.NO_MATCHED_LOGIC_QUEUE})
+
+
+def _first_entry_at_or_after(queue: ConsumeQueue, log_position: int) -> int:
+    low, high = queue.min_queue_offset, queue.max_queue_offset
+    while low < high:
+        mid = (low + high) // 2
+        entry = queue.entry(mid)
+        if entry is not None and entry[0] < log_position:
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+def _cold_result(block: RecordBlock, tag_filter: TagFilter | None) -> GetResult:
+    """A cold block as get_messages returns it (records split, tag filter applied)."""
+    records, position = [], 0
+    for size in np.asarray(block.sizes).tolist():
+        record = block.data[position:position + size]
+        position += size
+        if tag_filter is None or _tag_matches(record, tag_filter):
+            records.append(record)
+    status = block.status
+    if status is GetStatus.FOUND and not records:
+        status = GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, block.next_queue_offset, block.min_queue_offset,
+                     block.max_queue_offset, records)
 
 
 def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:

@@ -86,7 +86,8 @@ class GetResult:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecordBlock:
-    """Outcome of `get_message_block`: records back to back in `data`, sizes in `sizes`."""
+    """Outcome of `get_message_block`: records back to back in `data`, their sizes in
+    `sizes` (a 1-D int64 numpy array, so the caller can decode the block with vector ops)."""
 
     status: GetStatus
     next_queue_offset: int

@@ -49,7 +49,6 @@ which ends a recovery scan.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import itertools
@@ -57,6 +56,8 @@ import re
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from storage_engine.errors import CorruptRecordError
 
@@ -94,6 +95,14 @@ RECORD_SIZE_MIN_BYTES = HEADER_SIZE_BYTES + 1 + 2 + CRC_TAIL_SIZE_BYTES  # empty
 PROPERTIES_SIZE_MAX_BYTES = 32767
 PROPERTIES_PAYLOAD_MAX_BYTES = PROPERTIES_SIZE_MAX_BYTES - CRC_TAIL_SIZE_BYTES
 _MASK_31 = 0x7FFFFFFF
+_HEADER_DTYPE = np.dtype([  # HEADER as a numpy record, for the batch encoder
+    ("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+    ("flag", ">i4"), ("queue_offset", ">i8"), ("log_position", ">i8"), ("sys_flag", ">i4"),
+    ("born_ms", ">i8"), ("born_host", "S8"), ("store_ms", ">i8"), ("store_host", "S8"),
+    ("reconsume", ">i4"), ("prepared", ">i8"), ("body_size", ">i4"),
+])
+assert _HEADER_DTYPE.itemsize == HEADER_SIZE_BYTES
+_DECIMAL_PLACES = 10 ** np.arange(10, dtype=np.int64)  # checksum digits, least significant first
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
@@ -150,7 +159,7 @@ _LOW_DIGITS = [(b"%05d" % n)[::-1] for n in range(100_000)]
 _HIGH_DIGITS = [(b"%05d" % n)[::-1] + b"\x02" for n in range(42_950)]  # 2**32 // 100000 + 1
 
 
-_VECTOR_BATCH_MIN = 8  # below this the per-batch set-up of the vector path costs more
+_VECTOR_BATCH_MIN = 64  # below this the per-batch set-up of the array path costs more (measured)
 
 
 def _checksum_tail(crc: int) -> bytes:
@@ -226,32 +235,57 @@ def _encode_without_properties(
     out_parts: list[bytes], out_positions: list[int], out_sizes: list[int],
 ) -> int:
     """encode_batch's fast path: the tail (topic + checksum key) is the same for every record,
-    so the whole batch is encoded with C-level iterators (map/zip/accumulate), no Python loop.
+    so headers and tails are built as arrays: the headers are one big-endian structured array
+    filled column by column and the checksum digits are computed for all records at once. What
+    stays per record is the two CRC32 calls and two slices; bodies are not copied until the
+    caller joins the parts (copying them into an array first was slower for 1 KiB bodies).
     """
     if start_index:
         bodies, queue_ids = bodies[start_index:], queue_ids[start_index:]
         queue_offsets = queue_offsets[start_index:]
-    fixed_size = HEADER_SIZE_BYTES + len(meta) + CRC_UNCOVERED_TAIL_BYTES
-    sizes = list(map(fixed_size.__add__, map(len, bodies)))
-    ends = list(itertools.accumulate(sizes, initial=log_position))
-    fitting = bisect.bisect_right(ends, log_position + space_bytes - BLANK_RECORD_SIZE_BYTES) - 1
-    if fitting < len(bodies):
-        bodies, queue_ids, queue_offsets = bodies[:fitting], queue_ids[:fitting], \
-            queue_offsets[:fitting]
-        del sizes[fitting:], ends[fitting + 1:]
-    repeat = itertools.repeat
-    heads = list(map(
-        HEADER.pack, sizes, repeat(MESSAGE_MAGIC_CODE),
-        map(_MASK_31.__and__, map(zlib.crc32, bodies)), queue_ids, repeat(flag), queue_offsets,
-        ends, repeat(0), repeat(born_timestamp_ms), repeat(born_host),
-        repeat(store_timestamp_ms), repeat(store_host), repeat(0), repeat(0),
-        map(len, bodies),
-    ))
-    tails = map(_checksum_tail, map(zlib.crc32, heads, repeat(zlib.crc32(meta))))
-    out_parts += itertools.chain.from_iterable(zip(heads, bodies, repeat(meta), tails))
-    out_positions += ends[:-1]
-    out_sizes += sizes
-    return start_index + len(sizes)
+    count = len(bodies)
+    body_sizes = np.fromiter(map(len, bodies), np.int64, count)
+    sizes = body_sizes + (HEADER_SIZE_BYTES + len(meta) + CRC_UNCOVERED_TAIL_BYTES)
+    ends = np.cumsum(sizes)
+    fitting = int(np.searchsorted(ends, space_bytes - BLANK_RECORD_SIZE_BYTES, side="right"))
+    if fitting < count:
+        bodies, queue_ids = bodies[:fitting], queue_ids[:fitting]
+        queue_offsets, count = queue_offsets[:fitting], fitting
+        body_sizes, sizes, ends = body_sizes[:fitting], sizes[:fitting], ends[:fitting]
+    if count == 0:
+        return start_index
+    positions = ends - sizes + log_position
+    headers = np.zeros(count, _HEADER_DTYPE)
+    headers["total"] = sizes
+    headers["magic"] = MESSAGE_MAGIC_CODE
+    headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.int64, count) & _MASK_31
+    headers["queue_id"] = queue_ids
+    headers["flag"] = flag
+    headers["queue_offset"] = queue_offsets
+    headers["log_position"] = positions
+    headers["born_ms"] = born_timestamp_ms
+    headers["born_host"] = born_host
+    headers["store_ms"] = store_timestamp_ms
+    headers["store_host"] = store_host
+    headers["body_size"] = body_sizes
+    heads = _split_rows(headers.tobytes(), HEADER_SIZE_BYTES, count)
+    record_crcs = np.fromiter(map(zlib.crc32, heads, itertools.repeat(zlib.crc32(meta))),
+                              np.int64, count)
+    tail_size = len(meta) + CRC_UNCOVERED_TAIL_BYTES
+    tails = np.empty((count, tail_size), np.uint8)
+    tails[:, :len(meta)] = np.frombuffer(meta, np.uint8)
+    tails[:, len(meta):-1] = record_crcs[:, None] // _DECIMAL_PLACES % 10 + ord("0")
+    tails[:, -1] = 2
+    out_parts += itertools.chain.from_iterable(
+        zip(heads, bodies, _split_rows(tails.tobytes(), tail_size, count)))
+    out_positions += positions.tolist()
+    out_sizes += sizes.tolist()
+    return start_index + count
+
+
+def _split_rows(data: bytes, row_size: int, count: int) -> list[bytes]:
+    cuts = range(0, (count + 1) * row_size, row_size)
+    return list(map(data.__getitem__, map(slice, cuts[:-1], cuts[1:])))
 
 
 def scan_record(buf: bytes | memoryview, pos: int, end: int) -> int:

@@ -213,6 +213,11 @@ class SegmentQueue:
             self._delete_last()
             self.start_at(position)
 
+    def delete_all(self) -> None:
+        """Delete every segment, newest first (a crash leaves a contiguous prefix)."""
+        while self.segments:
+            self._delete_last()
+
     def _delete_last(self) -> None:
         segment = self.segments.pop()
         segment.close()

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-PACKAGES = ["storage_engine", "connector", "connector.protocol", "ha", "ha.broker"]
+PACKAGES = ["storage_engine", "storage_engine.tiered", "connector", "connector.protocol", "ha", "ha.broker"]
 
 PACKAGES += ["controller", "controller.raft"]
 

@@ -9,6 +9,15 @@ produce — `DoPut`
                  "row_queue_ids": [...] | null, "log_position_end": int, "error": ""}
                 queue choice per row: `queue_id` if given, else hash of `key` (ordered per key),
                 else the whole batch goes to the next queue round robin.
+    idempotence optional, per batch: the batch's LAST row carries the property
+                IDEMPOTENCE_PROPERTY = "<producer_id>/<sequence>" (PutIdempotence). The broker
+                stores the batch only when `sequence` is above the last one it stored for
+                `producer_id`, else answers {"status": "PUT_OK", "duplicate": true, "queues":
+                []} without writing. A producer sends its sequences in increasing order and
+                stops at its first failure, so what a broker stored is always a prefix. The
+                marker sits on the last row because a batch is one append: if the last record
+                survived a crash, the whole batch did; a restarted broker rebuilds its table
+                from the markers in the tail of its queues (ha/broker/idempotence.py).
 
 consume — `DoGet`
     ticket      JSON (GetTicket): {"topic", "queue_id", "queue_offset", "max_messages",
@@ -36,10 +45,12 @@ __all__ = [
     "CONSUME_SCHEMA",
     "GetReply",
     "GetTicket",
+    "IDEMPOTENCE_PROPERTY",
     "PRODUCE_COLUMNS",
     "PRODUCE_SCHEMA",
-    "PutReply",
     "ProtocolError",
+    "PutIdempotence",
+    "PutReply",
     "decode_json_object",
     "produce_descriptor_command",
 ]
@@ -88,6 +99,8 @@ ACTIONS = (
 )
 
 JSON_BYTES_MAX = 1 << 20  # a ticket, descriptor or action body
+IDEMPOTENCE_PROPERTY = "__RH_IDEM"
+PRODUCER_ID_CHARS_MAX = 64
 
 
 class ProtocolError(ValueError):
@@ -161,6 +174,36 @@ class GetTicket:
         return ticket
 
 
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class PutIdempotence:
+    """Who sent a produce batch and its place in that producer's sequence (the marker)."""
+
+    producer_id: str
+    sequence: int
+
+    def __post_init__(self) -> None:
+        if not self.producer_id or len(self.producer_id) > PRODUCER_ID_CHARS_MAX or \
+                not self.producer_id.isascii() or "/" in self.producer_id:
+            raise ProtocolError(f"idempotence: producer_id {self.producer_id[:80]!r} must be "
+                                f"1..{PRODUCER_ID_CHARS_MAX} ASCII characters without '/'")
+        if self.sequence < 0:
+            raise ProtocolError(f"idempotence: sequence {self.sequence} must be >= 0")
+
+    def marker(self) -> str:
+        return f"{self.producer_id}/{self.sequence}"
+
+    @classmethod
+    def from_marker(cls, text: str) -> PutIdempotence | None:
+        """The marker's value, or None when `text` is not a well-formed marker."""
+        producer_id, sep, sequence = text.rpartition("/")
+        if not sep or not sequence.isdigit() or len(sequence) > 18:
+            return None
+        try:
+            return cls(producer_id, int(sequence))
+        except ProtocolError:
+            return None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PutReply:
     status: str
@@ -169,6 +212,7 @@ class PutReply:
     row_queue_ids: list[int] | None
     log_position_end: int
     error: str = ""
+    duplicate: bool = False  # an idempotent batch the broker had already stored
 
     def encode(self) -> bytes:
         return json.dumps(dataclasses.asdict(self)).encode()
@@ -179,7 +223,7 @@ class PutReply:
         return cls(
             status=obj["status"], code=obj["code"], queues=obj.get("queues") or [],
             row_queue_ids=obj.get("row_queue_ids"), log_position_end=obj.get("log_position_end", -1),
-            error=obj.get("error", ""),
+            error=obj.get("error", ""), duplicate=bool(obj.get("duplicate", False)),
         )
 
     def row_offsets(self, row_count: int) -> list[tuple[int, int]]:

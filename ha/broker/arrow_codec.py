@@ -136,22 +136,35 @@ _HEX_PAIRS = np.array([f"{value:02X}".encode() for value in range(256)], dtype="
 _MSG_ID_CHARS = 32  # store host (8 bytes) + log position (8 bytes), hex
 
 
-def block_to_batch(data: bytes, sizes: list[int], topic: str) -> pa.RecordBatch:
-    """Decode records stored back to back in `data` (sizes in `sizes`) into CONSUME_SCHEMA.
+def block_to_batch(data: bytes, sizes: np.ndarray, topic: str) -> pa.RecordBatch:
+    """Decode records stored back to back in `data` (int64 sizes in `sizes`) into
+    CONSUME_SCHEMA.
 
-    Every fixed field comes from one gather of the 88-byte headers viewed as a big-endian
-    structured array; bodies are gathered with a byte mask into one values buffer; message ids
-    are hex-formatted by table look-up. Only records with properties are decoded one by one.
+    Every fixed field comes from the 88-byte headers viewed as a big-endian structured array;
+    bodies land in one values buffer; message ids are hex-formatted by table look-up. Only
+    records with properties are decoded one by one. When every record has the same size (a
+    batch of same-size bodies without properties, the common bulk case) the block is a 2-D
+    array and headers and bodies are plain column slices; otherwise they are gathered by index.
     """
     count = len(sizes)
     raw = np.frombuffer(data, dtype=np.uint8)
     size_array = np.asarray(sizes, dtype=np.int64)
     starts = np.zeros(count, dtype=np.int64)
     np.cumsum(size_array[:-1], out=starts[1:])
-    header_bytes = raw[starts[:, None] + np.arange(_BODY_AT)]
-    headers = header_bytes.view(_HEADER_DTYPE).reshape(count)
+    record_size = int(size_array[0])
+    uniform = bool((size_array == record_size).all())
+    if uniform:
+        header_bytes = raw.reshape(count, record_size)[:, :_BODY_AT]
+    else:
+        header_bytes = raw[starts[:, None] + np.arange(_BODY_AT)]
+    headers = np.ascontiguousarray(header_bytes).view(_HEADER_DTYPE).reshape(count)
     body_sizes = headers["body_size"].astype(np.int64)
-    bodies = _gather_bodies(raw, starts + _BODY_AT, body_sizes)
+    if uniform and (body_sizes == body_sizes[0]).all():
+        body_size = int(body_sizes[0])
+        values = raw.reshape(count, record_size)[:, _BODY_AT:_BODY_AT + body_size]
+        bodies = _binary_array(np.ascontiguousarray(values).reshape(-1), body_sizes)
+    else:
+        bodies = _gather_bodies(raw, starts + _BODY_AT, body_sizes)
     keys, tags, properties = _decode_properties_column(data, starts, headers, body_sizes, topic)
     msg_ids = _msg_ids(header_bytes)
     columns = [
@@ -169,13 +182,17 @@ def block_to_batch(data: bytes, sizes: list[int], topic: str) -> pa.RecordBatch:
 
 def _gather_bodies(raw: np.ndarray, body_starts: np.ndarray, body_sizes: np.ndarray
                    ) -> pa.Array:
-    marks = np.zeros(raw.size + 1, dtype=np.int32)
-    marks[body_starts] = 1
-    marks[body_starts + body_sizes] -= 1
-    values = raw[np.cumsum(marks[:-1], dtype=np.int32) > 0]
-    offsets = np.zeros(body_sizes.size + 1, dtype=np.int32)
+    """Bodies of different sizes: one index gather (source byte of every body byte)."""
+    offsets = np.zeros(body_sizes.size + 1, dtype=np.int64)
     np.cumsum(body_sizes, out=offsets[1:])
-    return pa.Array.from_buffers(pa.binary(), body_sizes.size,
+    source = np.repeat(body_starts - offsets[:-1], body_sizes) + np.arange(offsets[-1])
+    return _binary_array(raw[source], body_sizes)
+
+
+def _binary_array(values: np.ndarray, sizes: np.ndarray) -> pa.Array:
+    offsets = np.zeros(sizes.size + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    return pa.Array.from_buffers(pa.binary(), sizes.size,
                                  [None, pa.py_buffer(offsets), pa.py_buffer(values)])
 
 

@@ -3,7 +3,11 @@
 Only entry points read files; everything else receives the frozen config. An unknown key or a
 bad value stops start-up with a ConfigError naming the key (a typo must never be silently
 ignored). Store keys (`mappedFileSizeCommitLog`, `flushDiskType`, `maxMessageSize`, ...) are
-passed to `storage_engine.StoreConfig.from_properties`.
+passed to `storage_engine.StoreConfig.from_properties`, replication keys (`brokerRole`,
+`haListenPort`, `haMasterAddress`, `totalReplicas`, ...) to `ha.config.HAConfig`.
+
+Static roles: brokerId 0 is the master (brokerRole SYNC_MASTER or ASYNC_MASTER), any other id a
+SLAVE; a mismatch is a ConfigError naming brokerId.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
 __all__ = ["BROKER_KEYS", "BrokerConfig", "parse_properties"]
@@ -35,7 +40,11 @@ class BrokerConfig:
     long_polling_wait_max_ms: int = 30_000  # cap on a ticket's max_wait_ms
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
+    idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
+    idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
+    idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+    ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
     def __post_init__(self) -> None:
         for key, value in (("brokerClusterName", self.broker_cluster_name),
@@ -49,6 +58,13 @@ class BrokerConfig:
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
+        if self.ha.broker_role.is_master != (self.broker_id == 0):
+            raise ConfigError("brokerId", f"{self.broker_id} with brokerRole="
+                              f"{self.ha.broker_role.value}: brokerId 0 is the master, any "
+                              "other id a SLAVE")
+        _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
+        _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
+        _range("idempotenceRebuildWindowMs", self.idempotence_rebuild_window_ms, 0, 1 << 40)
 
     @property
     def store_dir(self) -> Path:
@@ -73,6 +89,8 @@ class BrokerConfig:
                     raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
         store_properties = {k: v for k, v in properties.items() if k in STORE_PROPERTY_KEYS}
         kwargs["store"] = StoreConfig.from_properties(store_properties)
+        kwargs["ha"] = HAConfig.from_properties(
+            {k: v for k, v in properties.items() if k in HA_PROPERTY_KEYS})
         return cls(**kwargs)
 
     @classmethod
@@ -118,5 +136,8 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
+    "idempotenceProducersMax": ("idempotence_producers_max", int),
+    "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
+    "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
 }
-BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS
+BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS

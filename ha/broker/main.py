@@ -16,9 +16,11 @@ import sys
 import threading
 from types import FrameType
 
+from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, StoreLockedError
+from storage_engine.tiered import TierService
 
 __all__ = ["main"]
 
@@ -42,18 +44,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         store = MessageStore(config.store_dir, config.store,
-                             store_host=(config.broker_ip, config.listen_port))
+                             store_host=(config.broker_ip, config.listen_port),
+                             auto_confirm=not config.ha.replicated)
     except StoreLockedError as err:
         print(f"rocketha-broker: {err}", file=sys.stderr)
         return 2
+    tier = _start_tier(config, store)
     try:
-        service = BrokerService(config, store)
+        service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
     except Exception:
+        if tier is not None:
+            tier.stop()
         store.close()
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
-    logger.info("%s serving on %s (store %s, %s)", prefix, service.endpoint, config.store_dir,
-                config.store.flush_disk_type.value)
+    logger.info("%s serving on %s (store %s, %s, %s)", prefix, service.endpoint,
+                config.store_dir, config.store.flush_disk_type.value, config.ha.broker_role.value)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -65,11 +71,33 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        service.serve()
+        _serve(service, tier)
     finally:
+        service.replication.close()
         store.close()
         logger.info("%s stopped cleanly", prefix)
     return 0
+
+
+def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None:
+    """Tiered storage (tieredStoreEnable): the master uploads, every broker reads cold data."""
+    if not config.store.tiered.enabled:
+        return None
+    tier = TierService(store, config.store.tiered, broker_name=config.broker_name,
+                       writer=f"{config.broker_name}-{config.broker_id}@{config.endpoint}",
+                       upload=config.ha.broker_role is not BrokerRole.SLAVE,
+                       epoch=lambda: getattr(store.epochs.last, "epoch", 0))
+    tier.start()
+    return tier
+
+
+def _serve(service: BrokerService, tier: TierService | None) -> None:
+    """Serve until shutdown; then stop tiering (aborting uploads) before the store closes."""
+    try:
+        service.serve()
+    finally:
+        if tier is not None:
+            tier.stop()
 
 
 if __name__ == "__main__":

@@ -77,6 +77,15 @@ class TopicTable:
                 self._save()
         return found
 
+    def replace_all(self, topics: list[dict[str, Any]]) -> None:
+        """Take the master's table (a slave); raises TypeError/KeyError on a malformed one,
+        leaving the current table."""
+        table = {item["name"]: TopicConfig(**item) for item in topics}
+        with self._lock:
+            if table != self._topics:
+                self._topics = table
+                self._save()
+
     def _save(self) -> None:
         payload = {"topics": [topic.to_json() for topic in self.all()]}
         atomic_write_bytes(self._path, json.dumps(payload, indent=1).encode())
@@ -99,6 +108,22 @@ class ConsumerOffsets:
                 raise ValueError(f"more than {GROUPS_MAX} consumer groups")
             self._offsets.setdefault(group, {}).setdefault(topic, {})[str(queue_id)] = queue_offset
             atomic_write_bytes(self._path, json.dumps({"offsets": self._offsets}).encode())
+
+    def snapshot(self) -> dict[str, dict[str, dict[str, int]]]:
+        with self._lock:
+            return json.loads(json.dumps(self._offsets))
+
+    def replace_all(self, offsets: dict[str, dict[str, dict[str, int]]]) -> None:
+        """Take the master's offsets (a slave); TypeError on a malformed payload."""
+        if not isinstance(offsets, dict) or len(offsets) > GROUPS_MAX or not all(
+                isinstance(topics, dict) and all(isinstance(queues, dict) and all(
+                    isinstance(value, int) for value in queues.values())
+                    for queues in topics.values()) for topics in offsets.values()):
+            raise TypeError("consumer offsets must map group -> topic -> queue -> int")
+        with self._lock:
+            if offsets != self._offsets:
+                self._offsets = offsets
+                atomic_write_bytes(self._path, json.dumps({"offsets": offsets}).encode())
 
     def query(self, group: str, topic: str) -> dict[str, int]:
         return dict(self._offsets.get(group, {}).get(topic, {}))

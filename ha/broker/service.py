@@ -14,6 +14,7 @@ becomes visible without busy polling.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -45,7 +46,9 @@ from ha.broker.arrow_codec import (
     rows_from_batch,
 )
 from ha.broker.config import BrokerConfig
+from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
+from ha.broker.replication import NotMasterError, Replication
 from storage_engine import (
     GetResult,
     GetStatus,
@@ -61,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
 _TOPIC_NAME_MAX = 127
+_MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset"})
 
 
 class RequestError(Exception):
@@ -84,7 +88,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: BrokerService, *args: Any) -> Any:
         try:
             return method(self, *args)
-        except RequestError as err:
+        except (RequestError, NotMasterError) as err:
             self._count("request_errors")
             raise _flight_error(err.name, str(err)) from err
         except ProtocolError as err:
@@ -107,11 +111,13 @@ class _Counters:
 
 
 class BrokerService(flight.FlightServerBase):
-    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore, *,
+                 tier_stats: Callable[[], dict[str, Any]] | None = None) -> None:
         location = f"grpc://{config.broker_ip}:{config.listen_port}"
         super().__init__(location)
         self.config = config
         self.store = store
+        self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.topics = TopicTable(config.store_dir / "config")
         self.offsets = ConsumerOffsets(config.store_dir / "config")
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -120,6 +126,12 @@ class BrokerService(flight.FlightServerBase):
         self._counters = _Counters()
         self._started_ms = int(time.time() * 1000)
         store.add_confirm_listener(self._on_confirm)
+        self.replication = Replication(config, store, endpoint=self.endpoint,
+                                       topics=self.topics, offsets=self.offsets)
+        self.idempotence = IdempotentPuts(rebuild_table(store, IdempotenceConfig(
+            producers_max=config.idempotence_producers_max,
+            window_messages=config.idempotence_rebuild_messages,
+            window_ms=config.idempotence_rebuild_window_ms), now_ms=int(time.time() * 1000)))
         self._actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,
@@ -180,12 +192,15 @@ class BrokerService(flight.FlightServerBase):
         name = request.get("topic")
         if not isinstance(name, str):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
+        self.replication.check_writable()
         topic = self._topic_for_write(name)
         for chunk in reader:  # bounded by the client's stream; each batch bounded below
             if chunk.data is None:
                 continue
-            reply = self._put_batch(topic, chunk.data)
-            writer.write(pa.py_buffer(reply.encode()))
+            reply = self.idempotence.put(  # drops batches stored before
+                chunk.data, functools.partial(self._put_batch, topic, chunk.data),
+                self.replication.settle)
+            writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
     def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
         if batch.num_rows == 0:
@@ -203,7 +218,7 @@ class BrokerService(flight.FlightServerBase):
             raise RequestError("BAD_SCHEMA", str(err)) from err
         queue_ids, uniform = self._choose_queues(topic, rows.queue_ids, rows.keys,
                                                  batch.num_rows)
-        result = self.store.put_messages(MessageBatch(
+        result = self.replication.put(MessageBatch(
             topic=topic.name, bodies=rows.bodies, queue_ids=queue_ids, tags=rows.tags,
             keys=rows.keys, properties=rows.properties,
             born_timestamp_ms=int(time.time() * 1000),
@@ -244,6 +259,7 @@ class BrokerService(flight.FlightServerBase):
     # -- consume ----------------------------------------------------------------------------
     @_guarded
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        self.replication.check_readable()
         request = GetTicket.decode(ticket.ticket)
         topic = self._topic_for_read(request.topic)
         if request.queue_id >= topic.read_queue_nums:
@@ -320,6 +336,7 @@ class BrokerService(flight.FlightServerBase):
                         ) -> flight.FlightInfo:
         if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
             raise ProtocolError("GetFlightInfo takes a path descriptor naming one topic")
+        self.replication.check_readable()
         topic = self._topic_for_read(descriptor.path[0].decode("utf-8", "replace"))
         return self._flight_info(topic)
 
@@ -344,6 +361,8 @@ class BrokerService(flight.FlightServerBase):
         if handler is None:
             raise RequestError("UNKNOWN_ACTION", f"unknown action {action.type!r}; known: "
                                f"{sorted(self._actions)}")
+        if action.type in _MASTER_ONLY_ACTIONS:
+            self.replication.check_writable()
         body = action.body.to_pybytes() if action.body is not None else b""
         request = decode_json_object(body or b"{}", f"action {action.type} body")
         self._count("actions")
@@ -441,14 +460,15 @@ class BrokerService(flight.FlightServerBase):
             "broker_cluster_name": self.config.broker_cluster_name,
             "broker_name": self.config.broker_name,
             "broker_id": self.config.broker_id,
-            "role": "MASTER",
             "endpoint": self.endpoint,
             "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
+            "tiered": self._tier_stats(),
             "min_log_position": stats.min_log_position,
             "max_log_position": stats.end_log_position,
             "confirm_log_position": stats.confirm_log_position,
             "flushed_log_position": stats.flushed_log_position,
+            **self.replication.info(),
         }
 
     def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -470,16 +490,19 @@ class BrokerService(flight.FlightServerBase):
                 "recovered_after_crash": stats.recovered_after_crash,
             },
             "topics": len(self.topics.all()),
+            "idempotence": {"producers": len(self.idempotence.table),
+                            "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),
+            "tiered": self._tier_stats(),
         }
 
 
 def _to_batch(result: GetResult | RecordBlock, topic: str) -> tuple[pa.RecordBatch, int]:
     """The Arrow batch of a read result and the record bytes it came from."""
     if isinstance(result, RecordBlock):
-        if not result.sizes:
+        if len(result.sizes) == 0:
             return empty_batch(), 0
-        return block_to_batch(result.data, list(result.sizes), topic), len(result.data)
+        return block_to_batch(result.data, result.sizes, topic), len(result.data)
     if not result.records:
         return empty_batch(), 0
     return records_to_batch(list(result.records), topic), sum(map(len, result.records))

@@ -29,7 +29,42 @@ def test_block_equals_records_across_segments_and_interleaved_queues(tmp_path: P
             assert block.data == b"".join(plain.records)
             assert list(block.sizes) == [len(record) for record in plain.records]
             expected = records_to_batch(list(plain.records), "topic")
-            assert block_to_batch(block.data, list(block.sizes), "topic").equals(expected)
+            assert block_to_batch(block.data, block.sizes, "topic").equals(expected)
         end = store.max_queue_offset("topic", 0)
         assert store.get_message_block("topic", 0, end, max_count=1, max_bytes=1).status is \
             GetStatus.OFFSET_OVERFLOW_ONE
+
+
+def test_same_size_records_take_the_2d_path_and_decode_equal(tmp_path: Path) -> None:
+    """Equal record sizes decode by column slicing; equal record sizes with different body
+    sizes (a longer key balancing a shorter body) must still split bodies correctly."""
+    with MessageStore(tmp_path, CONFIG) as store:
+        store.put_messages(MessageBatch(topic="topic", bodies=[b"%05d" % n for n in range(300)],
+                                        queue_ids=[0] * 300))
+        store.put_messages(MessageBatch(topic="topic", bodies=[b"aa", b"a", b"aa"],
+                                        queue_ids=[1] * 3, keys=["k1", "k12", "k1"]))
+        for queue_id, start, count in ((0, 0, 300), (0, 7, 50), (1, 0, 3)):
+            plain = store.get_messages("topic", queue_id, start, max_count=count,
+                                       max_bytes=1 << 30)
+            block = store.get_message_block("topic", queue_id, start, max_count=count,
+                                            max_bytes=1 << 30)
+            assert len(set(block.sizes.tolist())) == 1  # every record the same size
+            expected = records_to_batch(list(plain.records), "topic")
+            decoded = block_to_batch(block.data, block.sizes, "topic")
+            assert decoded.equals(expected)
+            assert decoded.column("body").to_pylist() == [
+                bytes(body) for body in expected.column("body").to_pylist()]
+
+
+def test_byte_limit_cuts_between_records_but_returns_at_least_one(tmp_path: Path) -> None:
+    with MessageStore(tmp_path, CONFIG) as store:
+        store.put_messages(MessageBatch(topic="topic", bodies=[b"y" * 500] * 10,
+                                        queue_ids=[0] * 10))
+        record_size = int(store.get_message_block("topic", 0, 0, max_count=1,
+                                                  max_bytes=1).sizes[0])
+        assert record_size > 500
+        block = store.get_message_block("topic", 0, 0, max_count=10,
+                                        max_bytes=3 * record_size + record_size // 2)
+        assert (len(block.sizes), block.next_queue_offset) == (3, 3)
+        one = store.get_message_block("topic", 0, 4, max_count=10, max_bytes=1)
+        assert (len(one.sizes), one.next_queue_offset) == (1, 5)

@@ -1,0 +1,47 @@
+"""Errors the Spark connector raises (the wire's own codes live in connector.protocol.errors).
+
+    ConnectorError                  a connector-level failure; the message names what and why
+    ├── OptionError                 a bad, missing, conflicting or unknown option (names it)
+    ├── RoutesUnavailableError      routes cannot be resolved (unreachable brokers, no controller)
+    ├── DataLossError               offsets behind retention, or a topic/queue that went away,
+    │                               with failOnDataLoss=true
+    ├── SinkSchemaError             sink input columns unknown or of the wrong type
+    └── SinkStatusError             a write came back with a status not in acceptStatuses
+
+All derive from ValueError or RuntimeError as well, so Spark shows the message verbatim.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConnectorError",
+    "DataLossError",
+    "OptionError",
+    "RoutesUnavailableError",
+    "SinkSchemaError",
+    "SinkStatusError",
+]
+
+
+class ConnectorError(Exception):
+    """Base of the connector's errors."""
+
+
+class OptionError(ConnectorError, ValueError):
+    """An option is unknown, malformed, missing, or conflicts with another."""
+
+
+class RoutesUnavailableError(ConnectorError, RuntimeError):
+    """Where a topic lives cannot be resolved."""
+
+
+class DataLossError(ConnectorError, RuntimeError):
+    """The query's offsets point at messages that no longer exist."""
+
+
+class SinkSchemaError(ConnectorError, ValueError):
+    """The DataFrame given to the sink has columns it cannot write."""
+
+
+class SinkStatusError(ConnectorError, RuntimeError):
+    """The broker answered a write with a status the user did not accept."""

@@ -1,0 +1,49 @@
+"""What Spark pickles and ships to executors: partitions and commit messages, plain values only.
+
+A read task gets a `QueueRangePartition`: everything `read()` needs (topic, replica set name and
+endpoints, queue, [start, end)), because the executor sees the reader as the planner built it,
+not the driver's long-lived streaming reader. A write task returns a `SinkCommitMessage`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql.datasource import InputPartition, WriterCommitMessage
+
+__all__ = ["QueueRangePartition", "QueueWriteStats", "SinkCommitMessage"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueRangePartition(InputPartition):
+    """Read messages of one queue in [start_queue_offset, end_queue_offset)."""
+
+    topic: str
+    broker_name: str
+    endpoints: tuple[str, ...]
+    queue_id: int
+    start_queue_offset: int
+    end_queue_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueWriteStats:
+    """Rows one task wrote to one queue: count and the queue-offset range [first, last]."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    count: int
+    first_queue_offset: int
+    last_queue_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SinkCommitMessage(WriterCommitMessage):
+    """One write task's outcome: per-queue stats, statuses seen, duplicates the broker dropped."""
+
+    partition_id: int
+    rows: int
+    queues: tuple[QueueWriteStats, ...]
+    statuses: tuple[tuple[str, int], ...]  # (status, rows) for every status seen
+    duplicate_rows: int  # rows of batches the broker recognised as already written

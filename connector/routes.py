@@ -1,0 +1,135 @@
+"""Where topics live: replica sets (brokerName -> endpoints) behind one small interface.
+
+    RouteProvider.replica_sets() -> (ReplicaSet(broker_name, endpoints master-first), ...)
+
+`StaticRoutes` is built from the `brokers` option: it asks every HOST:PORT for `broker_info` and
+groups the endpoints by the brokerName they report (a replica set's members share it; the one
+reporting role MASTER goes first). `ControllerRoutes` is the slot for the controller's name
+service (issue 5): this build has no controller, so it raises a clear error instead of guessing.
+
+The topic/queue look-ups below (`topic_queue_counts`, `queue_bounds`, ...) take a ReplicaSet and
+go through the client library's Admin (bounded retries, cached connections), so a provider only
+has to answer "which replica sets are there".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from connector.client import Admin, ClientConfig
+from connector.errors import RoutesUnavailableError
+from connector.protocol import RocketHAError
+
+__all__ = [
+    "ControllerRoutes",
+    "QueueBounds",
+    "ReplicaSet",
+    "RouteProvider",
+    "StaticRoutes",
+    "client_config",
+    "queue_bounds",
+    "route_provider",
+    "topic_queue_counts",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class ReplicaSet:
+    broker_name: str
+    endpoints: tuple[str, ...]  # master first (reads of slaves come later, with replication)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueBounds:
+    queue_id: int
+    min_queue_offset: int
+    max_queue_offset: int  # next offset to be written that readers may see (confirmed)
+
+
+class RouteProvider(Protocol):
+    def replica_sets(self) -> tuple[ReplicaSet, ...]: ...
+
+
+def client_config(endpoints: Sequence[str], request_timeout_ms: int) -> ClientConfig:
+    """A client for one replica set: calls give up after a few request timeouts."""
+    return ClientConfig(brokers=tuple(endpoints), request_timeout_ms=request_timeout_ms,
+                        send_deadline_ms=3 * request_timeout_ms)
+
+
+class StaticRoutes:
+    """Replica sets from fixed endpoints (the `brokers` option)."""
+
+    def __init__(self, brokers: Sequence[str], request_timeout_ms: int) -> None:
+        self._brokers = tuple(brokers)
+        self._request_timeout_ms = request_timeout_ms
+
+    def replica_sets(self) -> tuple[ReplicaSet, ...]:
+        """Endpoints that answer, grouped by brokerName; one that does not answer within the
+        client's deadline is left out with a warning (a dead slave must not stop a query);
+        none answering raises RoutesUnavailableError."""
+        members: dict[str, list[tuple[bool, str]]] = {}
+        failures = []
+        for endpoint in self._brokers:
+            try:
+                config = dataclasses.replace(client_config([endpoint], self._request_timeout_ms),
+                                             send_deadline_ms=2 * self._request_timeout_ms)
+                info = Admin(config).broker_info()
+            except RocketHAError as err:
+                failures.append(f"{endpoint}: {err}")
+                continue
+            is_master = info.get("role", "MASTER") == "MASTER"
+            members.setdefault(str(info["broker_name"]), []).append((not is_master, endpoint))
+        if not members:
+            raise RoutesUnavailableError("option brokers: no endpoint answered broker_info ("
+                                         + "; ".join(failures) + ")")
+        for failure in failures:
+            logger.warning("option brokers: left out %s", failure)
+        return tuple(sorted(ReplicaSet(name, tuple(endpoint for _, endpoint in sorted(entries)))
+                            for name, entries in members.items()))
+
+
+class ControllerRoutes:
+    """Routes from the controller's name service: not available in this build."""
+
+    def __init__(self, controller: str, request_timeout_ms: int) -> None:
+        raise RoutesUnavailableError(
+            f"option controller={controller!r}: controller routes are not available in this "
+            "build of rocketha (the controller is not implemented yet); use "
+            "brokers=HOST:PORT,... instead")
+
+    def replica_sets(self) -> tuple[ReplicaSet, ...]:  # pragma: no cover - never constructed
+        raise AssertionError("unreachable")
+
+
+def route_provider(brokers: Sequence[str], controller: str | None,
+                   request_timeout_ms: int) -> RouteProvider:
+    if controller is not None:
+        return ControllerRoutes(controller, request_timeout_ms)
+    return StaticRoutes(brokers, request_timeout_ms)
+
+
+def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int
+                       ) -> dict[str, tuple[int, int]]:
+    """topic -> (read_queue_nums, write_queue_nums) on one replica set."""
+    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms))
+    try:
+        topics = admin.list_topics()
+    except RocketHAError as err:
+        raise RoutesUnavailableError(
+            f"replica set {replica_set.broker_name} ({','.join(replica_set.endpoints)}): "
+            f"list_topics failed ({err})") from err
+    return {str(topic["name"]): (int(topic["read_queue_nums"]), int(topic["write_queue_nums"]))
+            for topic in topics}
+
+
+def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int
+                 ) -> list[QueueBounds]:
+    """Min and max queue offsets of every readable queue of `topic` on one replica set."""
+    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms))
+    return [QueueBounds(int(queue["queue_id"]), int(queue["min_queue_offset"]),
+                        int(queue["max_queue_offset"])) for queue in admin.queue_offsets(topic)]

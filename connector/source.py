@@ -1,0 +1,229 @@
+"""The source's IO: find the queues a query reads, their bounds, and read one queue range.
+
+    discover(options)            -> replica sets by brokerName, Bounds per QueueRef
+    starting_offsets(...)        -> QueueRef -> first queue offset (startingOffsets / timestamps)
+    read_range(partition, ...)   -> Arrow batches in SOURCE_ARROW_SCHEMA, exactly [start, end)
+
+A range read is deterministic: it returns the messages with start <= queueOffset < end (those
+matching tagFilter), never anything past `end`, and it waits (up to fetchTimeoutMs) for messages
+below `end` that are not visible yet instead of returning fewer. The broker never serves a
+message above its confirm position, so a replayed range returns the same rows.
+
+Output schema (Spark DDL, and the exact Arrow form `read()` must yield):
+    topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, key STRING,
+    tags STRING, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP,
+    storeTimestamp TIMESTAMP          (timestamps: Arrow timestamp[us, tz=UTC])
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.client import Admin, Consumer
+from connector.errors import DataLossError, OptionError, RoutesUnavailableError
+from connector.offsets import QueueRef, flatten
+from connector.options import (
+    ASSIGN,
+    STARTING_OFFSETS,
+    STARTING_OFFSETS_BY_TIMESTAMP,
+    SUBSCRIBE,
+    SourceOptions,
+)
+from connector.partitions import QueueRangePartition
+from connector.planning import Bounds, resolve_offsets
+from connector.protocol import IDEMPOTENCE_PROPERTY, RocketHAError
+from connector.routes import (
+    ReplicaSet,
+    client_config,
+    queue_bounds,
+    route_provider,
+    topic_queue_counts,
+)
+
+__all__ = [
+    "SOURCE_ARROW_SCHEMA",
+    "SOURCE_DDL",
+    "check_positions",
+    "discover",
+    "read_range",
+    "starting_offsets",
+    "strip_markers",
+    "to_source_batch",
+]
+
+logger = logging.getLogger(__name__)
+
+SOURCE_DDL = (
+    "topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, "
+    "key STRING, tags STRING, body BINARY, properties MAP<STRING,STRING>, "
+    "bornTimestamp TIMESTAMP, storeTimestamp TIMESTAMP")
+_PROPERTIES = pa.map_(pa.string(), pa.string())
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+SOURCE_ARROW_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("brokerName", pa.string()), ("queueId", pa.int32()),
+    ("queueOffset", pa.int64()), ("msgId", pa.string()), ("key", pa.string()),
+    ("tags", pa.string()), ("body", pa.binary()), ("properties", _PROPERTIES),
+    ("bornTimestamp", _TIMESTAMP), ("storeTimestamp", _TIMESTAMP),
+])
+_GONE = ("NO_MATCHED_LOGIC_QUEUE",)
+_POLL_WAIT_MS_MAX = 1000
+
+
+def _lost(options: SourceOptions, message: str) -> None:
+    if options.fail_on_data_loss:
+        raise DataLossError(f"{message} (set failOnDataLoss=false to warn and continue)")
+    logger.warning("%s; continuing (failOnDataLoss=false)", message)
+
+
+def discover(options: SourceOptions) -> tuple[dict[str, ReplicaSet], dict[QueueRef, Bounds]]:
+    """The replica sets and the bounds of every queue the subscription selects."""
+    routes = route_provider(options.brokers, options.controller, options.request_timeout_ms)
+    replica_sets = {rs.broker_name: rs for rs in routes.replica_sets()}
+    timeout_ms = options.request_timeout_ms
+    bounds: dict[QueueRef, Bounds] = {}
+    topics_seen: set[str] = set()
+    for name, replica_set in sorted(replica_sets.items()):
+        for topic in sorted(topic_queue_counts(replica_set, timeout_ms)):
+            if not options.topic_matches(topic):
+                continue
+            topics_seen.add(topic)
+            for queue in queue_bounds(replica_set, topic, timeout_ms):
+                bounds[QueueRef(topic, name, queue.queue_id)] = Bounds(
+                    queue.min_queue_offset, queue.max_queue_offset)
+    if options.subscribe:
+        for topic in sorted(set(options.subscribe) - topics_seen):
+            _lost(options, f"option {SUBSCRIBE}: topic {topic!r} does not exist on any of "
+                  f"the replica sets {sorted(replica_sets)}")
+    if options.assign is not None:
+        assigned = set(flatten(options.assign))
+        for ref in sorted(assigned - set(bounds)):
+            _lost(options, f"option {ASSIGN}: queue {ref.topic}/{ref.key} does not exist")
+        bounds = {ref: b for ref, b in bounds.items() if ref in assigned}
+    return replica_sets, dict(sorted(bounds.items()))
+
+
+def check_positions(options: SourceOptions, positions: dict[QueueRef, int],
+                    bounds: dict[QueueRef, Bounds]) -> None:
+    """A query's position past a queue's end means the broker lost messages the query already
+    read (and will reuse those offsets): fail, or warn with failOnDataLoss=false."""
+    for ref, queue_offset in sorted(positions.items()):
+        known = bounds.get(ref)
+        if known is not None and queue_offset > known.max_queue_offset:
+            _lost(options, f"{ref.topic}/{ref.key}: the query is at queue offset "
+                  f"{queue_offset} but the queue ends at {known.max_queue_offset}; messages "
+                  "it read are gone and new ones will reuse their offsets")
+
+
+def starting_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet],
+                     bounds: dict[QueueRef, Bounds], *, default: str) -> dict[QueueRef, int]:
+    """First offsets: by timestamp when asked (per queue: the first message stored at or after
+    it, or the queue's end), else startingOffsets (earliest/latest/JSON), else `default`."""
+    if options.starting_by_timestamp is None and options.starting_timestamp_ms is None:
+        return resolve_offsets(options.starting, bounds, option=STARTING_OFFSETS,
+                               default=default)
+    wanted: dict[QueueRef, int] = {}
+    if options.starting_by_timestamp is not None:
+        wanted = flatten(options.starting_by_timestamp)
+        missing = sorted(ref for ref in wanted if ref not in bounds)
+        if missing:
+            raise OptionError(f"option {STARTING_OFFSETS_BY_TIMESTAMP}: unknown topic or queue "
+                              + ", ".join(f"{ref.topic}/{ref.key}" for ref in missing))
+    result = resolve_offsets("", bounds, option=STARTING_OFFSETS, default=default)
+    for ref in bounds:
+        timestamp_ms = wanted.get(ref, options.starting_timestamp_ms)
+        if timestamp_ms is None:
+            continue
+        admin = _admin(replica_sets[ref.broker_name], options)
+        result[ref] = admin.offset_for_timestamp(ref.topic, ref.queue_id, timestamp_ms)
+    return result
+
+
+def _admin(replica_set: ReplicaSet, options: SourceOptions) -> Admin:
+    return Admin(client_config(replica_set.endpoints, options.request_timeout_ms))
+
+
+def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
+    """A consume batch (CONSUME_SCHEMA) as the source's Arrow schema."""
+    count = batch.num_rows
+    properties = batch.column("properties")
+    if properties.null_count < count and pc.any(
+            pc.equal(properties.keys, IDEMPOTENCE_PROPERTY)).as_py():
+        properties = strip_markers(properties)
+    columns = [
+        batch.column("topic"), pa.repeat(pa.scalar(broker_name, pa.string()), count),
+        batch.column("queue_id"), batch.column("queue_offset"), batch.column("msg_id"),
+        batch.column("key"), batch.column("tags"), batch.column("body"), properties,
+        batch.column("born_timestamp").cast(_TIMESTAMP),
+        batch.column("store_timestamp").cast(_TIMESTAMP),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
+
+
+def strip_markers(properties: pa.MapArray) -> pa.Array:
+    """Drop the sink's idempotence markers (bookkeeping, not user properties), vectorized: the
+    map entries are filtered and the offsets recounted; a map left empty becomes null."""
+    offsets = properties.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    keys, items = properties.keys, properties.items
+    if len(keys) != last - first:  # the whole child of a sliced map: cut our entries out
+        keys, items = keys.slice(first, last - first), items.slice(first, last - first)
+    keep = pc.not_equal(keys, IDEMPOTENCE_PROPERTY).fill_null(True).to_numpy(
+        zero_copy_only=False)
+    kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    new_offsets = kept_before[offsets - first]
+    counts = np.diff(new_offsets)
+    valid = np.asarray(properties.is_valid()) & (counts > 0)
+    mask = pa.array(~valid)
+    return pa.MapArray.from_arrays(pa.array(new_offsets.astype(np.int32)),
+                                   keys.filter(pa.array(keep)), items.filter(pa.array(keep)),
+                                   type=_PROPERTIES, mask=mask)
+
+
+def read_range(partition: QueueRangePartition, options: SourceOptions
+               ) -> Iterator[pa.RecordBatch]:
+    """Messages of one queue with start <= queueOffset < end, in order (see module doc)."""
+    consumer = Consumer(client_config(partition.endpoints, options.request_timeout_ms))
+    where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
+    cursor, end = partition.start_queue_offset, partition.end_queue_offset
+    deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+    while cursor < end:
+        wait_ms = max(0, min(_POLL_WAIT_MS_MAX, int((deadline - time.monotonic()) * 1000)))
+        try:
+            result = consumer.pull(
+                partition.topic, partition.queue_id, cursor,
+                max_messages=min(options.fetch_max_messages, end - cursor),
+                max_bytes=options.fetch_max_bytes, tag_filter=options.tag_filter,
+                max_wait_ms=wait_ms)
+        except RocketHAError as err:
+            if err.name == "TOPIC_NOT_EXIST":
+                _lost(options, f"{where}: topic deleted while reading [{cursor}, {end})")
+                return
+            raise
+        if result.status == "OFFSET_TOO_SMALL":
+            low = result.reply.min_queue_offset
+            _lost(options, f"{where}: queue offsets [{cursor}, {min(low, end)}) were removed "
+                  "by retention before they were read")
+            cursor = min(low, end)
+            continue
+        if result.status in _GONE:
+            _lost(options, f"{where}: the queue no longer exists; [{cursor}, {end}) unread")
+            return
+        for batch in result.table.to_batches():
+            if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= end:
+                batch = batch.filter(pc.less(batch.column("queue_offset"), end))
+            if batch.num_rows:
+                yield to_source_batch(batch, partition.broker_name)
+        if result.next_queue_offset > cursor:
+            cursor = result.next_queue_offset
+            deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+        elif time.monotonic() >= deadline:
+            raise RoutesUnavailableError(
+                f"{where}: queue offsets [{cursor}, {end}) were not readable within "
+                f"fetchTimeoutMs={options.fetch_timeout_ms} (status {result.status})")
+

@@ -1,0 +1,221 @@
+"""Idempotent produce: drop a batch whose (producer_id, sequence) this broker already stored.
+
+The key travels in the batch's last row as the property IDEMPOTENCE_PROPERTY =
+"<producer_id>/<sequence>" (connector/protocol/wire.py). A producer (one Spark write task)
+sends sequences 0, 1, 2 ... in order and stops at its first failure, so what a broker stored of
+one producer is always a prefix, and "sequence <= last stored" means "already stored".
+
+    IdempotenceTable   pure core: producer_id -> last stored sequence, least recently used
+                       first, at most `producers_max` producers (the window)
+    IdempotentPuts     shell: per-producer lock around check -> store -> record, so two
+                       attempts of one task (Spark speculation) cannot both store a batch
+    rebuild_table()    after a restart: the markers in the last `window_messages` messages of
+                       every queue that are younger than `window_ms`, in store order (the
+                       window must cover the rows per queue of the largest micro-batch that
+                       may be replayed across a broker restart)
+
+Why the last row: a batch is one contiguous CommitLog append, and recovery keeps a prefix of
+the log, so if the last record of a batch survived a crash the whole batch did; a marker never
+stands for a partly stored batch.
+
+    put(batch) ──no marker──────────────────────────────► store
+        │ marker (p, s)
+        ▼ lock(p)
+    s <= last[p] ? ──yes──► settle(end[p]) ──► reply its status, duplicate=true (nothing written)
+        │ no
+        ▼
+      store ──stored status──► last[p], end[p] = s, log end ──► reply
+
+Why a duplicate is settled, not simply answered PUT_OK: "stored" includes FLUSH_SLAVE_TIMEOUT
+and SLAVE_NOT_AVAILABLE, i.e. bytes in the master's log that the quorum has not confirmed. A
+retry of such a batch must get PUT_OK only once the original bytes are as durable as a fresh
+put would be, so `settle` runs the same flush and quorum wait on the producer's last stored
+log end (a later sequence's end covers every earlier one).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import zlib
+from collections.abc import Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.protocol import (
+    IDEMPOTENCE_PROPERTY,
+    PutIdempotence,
+    PutReply,
+    code_for,
+    status_for,
+)
+from ha.broker.arrow_codec import block_to_batch
+from storage_engine import GetStatus, MessageStore
+
+__all__ = [
+    "IdempotenceConfig",
+    "IdempotenceTable",
+    "IdempotentPuts",
+    "marker_of",
+    "markers_in",
+    "rebuild_table",
+]
+
+_LOCK_STRIPES = 64
+_REBUILD_READ_BYTES = 4 << 20
+_REBUILD_BLOCK_MESSAGES = 4096
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class IdempotenceConfig:
+    producers_max: int = 100_000  # idempotenceProducersMax: producers remembered (LRU window)
+    window_messages: int = 65_536  # idempotenceRebuildMessages: tail of each queue read at start
+    window_ms: int = 86_400_000  # idempotenceRebuildWindowMs: markers older than this are not read
+
+    def __post_init__(self) -> None:
+        assert self.producers_max >= 1 and self.window_messages >= 0 and self.window_ms >= 0
+
+
+class IdempotenceTable:
+    """producer_id -> (last stored sequence, log end of that batch); the least recently stored
+    producer goes first."""
+
+    def __init__(self, producers_max: int) -> None:
+        assert producers_max >= 1
+        self.producers_max = producers_max
+        self._last: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def is_duplicate(self, key: PutIdempotence) -> bool:
+        last = self._last.get(key.producer_id)
+        return last is not None and key.sequence <= last[0]
+
+    def record(self, key: PutIdempotence, log_position_end: int = 0) -> None:
+        sequence, end = self._last.pop(key.producer_id, (-1, 0))
+        self._last[key.producer_id] = (max(sequence, key.sequence), max(end, log_position_end))
+        while len(self._last) > self.producers_max:
+            self._last.popitem(last=False)
+
+    def last_sequence(self, producer_id: str) -> int | None:
+        last = self._last.get(producer_id)
+        return None if last is None else last[0]
+
+    def stored_end(self, producer_id: str) -> int:
+        """The log end of the producer's last stored batch (0 if unknown)."""
+        return self._last.get(producer_id, (0, 0))[1]
+
+
+def marker_of(batch: pa.RecordBatch) -> PutIdempotence | None:
+    """The idempotence key in the batch's last row, or None."""
+    if batch.num_rows == 0 or "properties" not in batch.schema.names:
+        return None
+    last = batch.column("properties")[batch.num_rows - 1].as_py()
+    for name, value in last or ():
+        if name == IDEMPOTENCE_PROPERTY and value is not None:
+            return PutIdempotence.from_marker(value)
+    return None
+
+
+def markers_in(properties: pa.Array) -> list[tuple[int, PutIdempotence]]:
+    """(row index, key) of every marker in a properties column."""
+    if properties.null_count == len(properties):
+        return []
+    flat_keys = properties.keys
+    hits = pc.equal(flat_keys, IDEMPOTENCE_PROPERTY)
+    if not pc.any(hits).as_py():
+        return []
+    found = []
+    for index, value in enumerate(properties.to_pylist()):
+        for name, text in value or ():
+            if name == IDEMPOTENCE_PROPERTY and text is not None:
+                key = PutIdempotence.from_marker(text)
+                if key is not None:
+                    found.append((index, key))
+    return found
+
+
+class IdempotentPuts:
+    """The broker's hook: `put(batch, store, settle)` runs `store()` unless the batch is a
+    duplicate; a duplicate is answered with `settle(log end of the original)`'s status."""
+
+    def __init__(self, table: IdempotenceTable) -> None:
+        self.table = table
+        self._table_lock = threading.Lock()
+        self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self.duplicates_dropped = 0
+
+    def put(self, batch: pa.RecordBatch, store: Callable[[], PutReply],
+            settle: Callable[[int], str] = lambda _end: "PUT_OK") -> PutReply:
+        key = marker_of(batch)
+        if key is None:
+            return store()
+        stripe = self._stripes[zlib.crc32(key.producer_id.encode()) % _LOCK_STRIPES]
+        with stripe:
+            with self._table_lock:
+                duplicate = self.table.is_duplicate(key)
+                end = self.table.stored_end(key.producer_id)
+            if duplicate:
+                with self._table_lock:
+                    self.duplicates_dropped += 1
+                status = settle(end)
+                return PutReply(status, code_for(status), [], None, -1, "", duplicate=True)
+            reply = store()
+            if status_for(reply.status).stored:
+                with self._table_lock:
+                    self.table.record(key, reply.log_position_end)
+            return reply
+
+
+def rebuild_table(store: MessageStore, config: IdempotenceConfig, *, now_ms: int,
+                  queues: Iterable[tuple[str, int]] | None = None) -> IdempotenceTable:
+    """The table as the markers in the tail of every queue describe it (store-time order).
+
+    Each queue is read backwards, a block at a time, until `window_messages` were read or a
+    block starts before `now_ms - window_ms`, so idle queues cost one block read."""
+    found: list[tuple[int, int, PutIdempotence]] = []  # (store ms, log end, key)
+    oldest_ms = now_ms - config.window_ms
+    for topic, queue_id in (store.queues() if queues is None else queues):
+        low = max(store.min_queue_offset(topic, queue_id),
+                  store.max_queue_offset(topic, queue_id) - config.window_messages)
+        block_end = store.max_queue_offset(topic, queue_id)
+        while block_end > low:  # bounded: block_end only decreases, by >= 1 per pass
+            block_start = max(low, block_end - _REBUILD_BLOCK_MESSAGES)
+            first_ms = _scan_markers(store, topic, queue_id, block_start, block_end, found)
+            if first_ms is None or first_ms < oldest_ms:
+                break
+            block_end = block_start
+    table = IdempotenceTable(config.producers_max)
+    for stored_ms, end, key in sorted(found, key=lambda item: (item[0], item[1])):
+        if stored_ms >= oldest_ms:
+            table.record(key, end)
+    return table
+
+
+def _scan_markers(store: MessageStore, topic: str, queue_id: int, start: int, end: int,
+                  found: list[tuple[int, int, PutIdempotence]]) -> int | None:
+    """Markers of [start, end) into `found`; returns the first message's store ms (None when
+    nothing could be read)."""
+    first_ms = None
+    cursor = start
+    while cursor < end:  # bounded: every pass moves the cursor forward or stops
+        block = store.get_message_block(topic, queue_id, cursor, max_count=end - cursor,
+                                        max_bytes=_REBUILD_READ_BYTES)
+        if block.status is not GetStatus.FOUND or len(block.sizes) == 0:
+            if block.next_queue_offset <= cursor:
+                break
+            cursor = block.next_queue_offset
+            continue
+        batch = block_to_batch(block.data, block.sizes, topic)
+        stored_ms = batch.column("store_timestamp").cast(pa.int64())
+        if first_ms is None:
+            first_ms = stored_ms[0].as_py()
+        ends = pc.add(batch.column("log_position").cast(pa.int64()),
+                      pa.array(block.sizes, pa.int64()))
+        for index, key in markers_in(batch.column("properties")):
+            found.append((stored_ms[index].as_py(), ends[index].as_py(), key))
+        cursor = block.next_queue_offset
+    return first_ms

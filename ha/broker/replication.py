@@ -1,0 +1,190 @@
+"""The broker's replication hooks: role checks, the replicated put, metadata sync, broker info.
+
+BrokerService calls into one `Replication` (kept apart from service.py so the put path stays a
+one-line call there):
+
+    role                      put                                            reads
+    standalone (1 replica)    store.put_messages                             up to confirm
+    SYNC_MASTER               plan (IN_SYNC_REPLICAS_NOT_ENOUGH before any   up to confirm
+                              write) -> append -> fsync (SYNC_FLUSH) ->
+                              wait for needAckNums replicas up to
+                              syncFlushTimeout: PUT_OK / FLUSH_SLAVE_TIMEOUT
+                              / SLAVE_NOT_AVAILABLE
+    ASYNC_MASTER              append -> fsync (SYNC_FLUSH) -> PUT_OK; the    up to confirm
+                              reply says "replication": "ASYNC_MASTER"
+    SLAVE                     NOT_MASTER naming the master's endpoint        slaveReadEnable, up
+                                                                             to the confirm it got
+
+Metadata: a master serialises its topics and consumer-group offsets (JSON) and ships them when
+they change (at most every haMetadataSyncInterval); a slave replaces its own with them, so a
+slave promoted later (issue 5) has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from ha.broker.config import BrokerConfig
+from ha.broker.metadata import ConsumerOffsets, TopicTable
+from ha.config import BrokerRole
+from ha.master_service import MasterService
+from ha.slave_service import SlaveService
+from storage_engine import FlushDiskType, MessageBatch, MessageStore, PutResult, PutStatus
+
+__all__ = ["NotMasterError", "Replication"]
+
+logger = logging.getLogger(__name__)
+
+METADATA_BYTES_MAX = 16 << 20
+
+
+class NotMasterError(Exception):
+    """A write (or, without slaveReadEnable, a read) reached a slave."""
+
+    name = "NOT_MASTER"
+
+
+class Replication:
+    def __init__(self, config: BrokerConfig, store: MessageStore, *, endpoint: str,
+                 topics: TopicTable, offsets: ConsumerOffsets) -> None:
+        self._config = config
+        self._ha = config.ha
+        self._store = store
+        self._topics = topics
+        self._offsets = offsets
+        self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.master: MasterService | None = None
+        self.slave: SlaveService | None = None
+        if not self._ha.replicated:
+            return
+        if self._ha.broker_role.is_master:
+            self.master = MasterService(store, self._ha, broker_id=config.broker_id,
+                                        endpoint=endpoint, metadata_source=self._metadata,
+                                        host=config.broker_ip).start()
+        else:
+            self.slave = SlaveService(store, self._ha, broker_id=config.broker_id,
+                                      apply_metadata=self._apply_metadata).start()
+
+    @property
+    def role(self) -> BrokerRole:
+        return self._ha.broker_role
+
+    def close(self) -> None:
+        if self.master is not None:
+            self.master.close()
+        if self.slave is not None:
+            self.slave.close()
+
+    # -- roles ------------------------------------------------------------------------------
+    def _master_hint(self) -> str:
+        slave = self.slave
+        endpoint = slave.master_endpoint if slave is not None else ""
+        return endpoint or f"unknown yet (HA master at {self._ha.master_address})"
+
+    def check_writable(self) -> None:
+        if self.slave is not None:
+            raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
+                                 f"is a SLAVE; the master is {self._master_hint()}")
+
+    def check_readable(self) -> None:
+        if self.slave is not None and not self._ha.slave_read_enable:
+            raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
+                                 f"is a SLAVE with slaveReadEnable=false; read from the master "
+                                 f"{self._master_hint()}")
+
+    # -- puts -------------------------------------------------------------------------------
+    def put(self, batch: MessageBatch) -> PutResult:
+        master = self.master
+        if master is None:
+            self.check_writable()
+            return self._store.put_messages(batch)
+        plan = master.plan_put()
+        if plan.refused:
+            return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, error=plan.refused)
+        result = self._store.append(batch)
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        end = result.log_position_end
+        timeout_ms = self._store.config.sync_flush_timeout_ms
+        if self._sync_flush and not self._store.wait_flushed(end, timeout_ms):
+            return dataclasses.replace(result, status=PutStatus.FLUSH_DISK_TIMEOUT)
+        status = master.replicate(end, plan.need, timeout_ms)
+        if status is PutStatus.PUT_OK:
+            return result
+        return dataclasses.replace(result, status=status, error=(
+            f"{plan.need} replica(s) needed (master included); SyncStateSet "
+            f"{list(master.stats().sync_state_set)}"))
+
+    def settle(self, log_position_end: int) -> str:
+        """The status a put ending at `log_position_end`, already in the log, has now: the
+        flush and quorum waits of `put`, without writing (answers to idempotent duplicates)."""
+        self.check_writable()
+        timeout_ms = self._store.config.sync_flush_timeout_ms
+        if self._sync_flush and not self._store.wait_flushed(log_position_end, timeout_ms):
+            return PutStatus.FLUSH_DISK_TIMEOUT.name
+        master = self.master
+        if master is None:
+            return PutStatus.PUT_OK.name
+        plan = master.plan_put()
+        if plan.refused:
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.name
+        return master.replicate(log_position_end, plan.need, timeout_ms).name
+
+    def annotate_reply(self, encoded: bytes) -> bytes:
+        """Add `"replication": role` to a put reply's JSON on a replicated master."""
+        if self.master is None:
+            return encoded
+        assert encoded.endswith(b"}"), encoded[-20:]
+        return encoded[:-1] + b', "replication": "' + self.role.value.encode() + b'"}'
+
+    # -- metadata ---------------------------------------------------------------------------
+    def _metadata(self) -> bytes:
+        return json.dumps({"topics": [topic.to_json() for topic in self._topics.all()],
+                           "offsets": self._offsets.snapshot()}, sort_keys=True).encode()
+
+    def _apply_metadata(self, payload: bytes) -> None:
+        if len(payload) > METADATA_BYTES_MAX:
+            logger.warning("ignoring metadata of %d bytes (> %d)", len(payload),
+                           METADATA_BYTES_MAX)
+            return
+        try:
+            decoded = json.loads(payload)
+            self._topics.replace_all(decoded["topics"])
+            self._offsets.replace_all(decoded["offsets"])
+        except (ValueError, KeyError, TypeError) as err:
+            logger.warning("ignoring malformed metadata from the master: %s", err)
+
+    # -- info -------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """The replication fields of `broker info`: `role` is MASTER or SLAVE (as the controller
+        will report it), `broker_role` the configured brokerRole."""
+        if self.master is not None:
+            stats = self.master.stats()
+            return {
+                "role": "MASTER", "broker_role": self.role.value,
+                "master_epoch": stats.master_epoch,
+                "sync_state_set": list(stats.sync_state_set),
+                "need_ack_nums": stats.need_ack_nums, "in_sync_replicas": stats.in_sync_replicas,
+                "ha_listen_port": self.master.listen_port,
+                "slaves": [{"broker_id": link.broker_id, "state": link.state,
+                            "acked_log_position": link.acked_log_position,
+                            "in_sync_state_set": link.in_sync_state_set}
+                           for link in stats.links],
+            }
+        if self.slave is not None:
+            slave_stats = self.slave.stats()
+            return {
+                "role": "SLAVE", "broker_role": "SLAVE",
+                "master_epoch": slave_stats.master_epoch,
+                "master_endpoint": slave_stats.master_endpoint,
+                "ha_master_address": self._ha.master_address,
+                "link_state": slave_stats.state.value,
+                "last_refusal": slave_stats.last_refusal,
+                "slave_read_enable": self._ha.slave_read_enable,
+            }
+        last = self._store.epochs.last
+        return {"role": "MASTER", "broker_role": self.role.value,
+                "master_epoch": last.epoch if last else 0}

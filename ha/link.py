@@ -1,0 +1,105 @@
+"""A framed HA link over a blocking TCP socket (the IO half of ha/frames.py).
+
+Timeouts: the socket keeps one timeout, `io_timeout_s`, for every send and receive (a peer that
+neither drains nor completes a frame within it is gone), and waiting for the next frame to start
+is a poll with its own idle timeout, so a reader's idle wait never shortens a writer's sends.
+
+Sending: whole frames under a per-link lock (a link's reader and writer threads may both send).
+A Transfer goes out as its prefix then the CommitLog bytes, so the data is never copied into a
+frame. Receiving: the 12-byte header first, checked (size against the limit) before the body
+buffer is allocated; the body lands in a reused buffer that grows only up to the limit, and a
+Transfer's data is a view into it, valid until the next receive.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+from ha.errors import FrameError, LinkClosedError
+from ha.frames import (
+    FRAME_HEADER,
+    Frame,
+    Transfer,
+    decode_body,
+    decode_header,
+    encode_frame,
+    encode_transfer_prefix,
+)
+
+__all__ = ["FrameSocket"]
+
+SOCKET_BUFFER_BYTES = 4 << 20
+
+
+class FrameSocket:
+    def __init__(self, sock: socket.socket, *, body_bytes_max: int, peer: str,
+                 io_timeout_s: float) -> None:
+        self._sock = sock
+        sock.settimeout(io_timeout_s)
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._body_bytes_max = body_bytes_max
+        self.peer = peer
+        self._send_lock = threading.Lock()
+        self._header = bytearray(FRAME_HEADER.size)
+        self._buffer = bytearray(0)
+        self._closed = False
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+
+    def send_frame(self, frame: Frame) -> None:
+        data = encode_frame(frame)
+        with self._send_lock:
+            self._sock.sendall(data)
+
+    def send_transfer(self, transfer: Transfer, data: bytes | memoryview) -> None:
+        prefix = encode_transfer_prefix(transfer, data)
+        with self._send_lock:
+            self._sock.sendall(prefix)
+            self._sock.sendall(data)
+
+    def recv_frame(self, *, idle_timeout_s: float) -> Frame | None:
+        """The next frame; None when nothing at all arrived within `idle_timeout_s`. Once a
+        frame has started, each part must arrive within the socket's io timeout."""
+        header = memoryview(self._header)
+        if not self._poll.poll(int(idle_timeout_s * 1000)):
+            return None
+        first = self._sock.recv_into(header, FRAME_HEADER.size)
+        if first == 0:
+            raise LinkClosedError(f"{self.peer} closed the link")
+        self._recv_exact(header[first:])
+        parsed = decode_header(header, self._body_bytes_max)
+        size = parsed.body_size_bytes
+        if len(self._buffer) < size:
+            self._buffer = bytearray(max(size, min(2 * len(self._buffer), self._body_bytes_max)))
+        body = memoryview(self._buffer)[:size]
+        self._recv_exact(body)
+        return decode_body(parsed, header[:8], body)
+
+    def _recv_exact(self, view: memoryview) -> None:
+        while view:
+            try:
+                received = self._sock.recv_into(view)
+            except TimeoutError as err:
+                raise FrameError(f"{self.peer}: frame cut short (timed out)") from err
+            if received == 0:
+                raise LinkClosedError(f"{self.peer} closed the link inside a frame")
+            view = view[received:]
+
+    def shutdown(self) -> None:
+        """Unblock any thread stuck in this socket (callable from any thread)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected
+
+    def close(self) -> None:
+        """Shut down and release the socket (by the thread that owns the link)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.shutdown()
+        self._sock.close()

@@ -1,0 +1,440 @@
+"""Master side of replication, as a sans-IO state machine: events in, effects out, time passed in.
+
+One `MasterReplication` exists per master term (its `master_epoch`); it owns every slave link's
+state, the SyncStateSet (SSS) and the confirm position. The shell serializes calls under one lock.
+
+    link states
+
+        HANDSHAKE --SlaveHello--> WAIT_START --first Ack (start position)--> TRANSFER
+            |                        |                                          |
+            +--bad frame, stale ---->+------> closed <--- silent for haHousekeepingInterval,
+               epoch, refusal                               ack outside what was sent
+
+What the master ships (`next_send`): from the link's next position, one batch of at most
+haTransferBatchSize that never crosses an epoch boundary (next epoch entry's start) or a segment
+boundary (records never span segments; each batch is one slice of one file), carrying the
+master epoch (fencing token), the data's epoch and epoch start, and the confirm position. With
+nothing to ship it sends an empty Transfer (heartbeat) every haSendHeartbeatInterval, and at once
+when the confirm position moved since the link last heard it (slaves bound their reads by it).
+Topic and offset metadata go out when their version changed, at most every haMetadataSyncInterval.
+
+SyncStateSet (master always in it):
+- join, on an ack: the slave's ack >= the confirm position and >= the start of the current epoch;
+- leave: its link closes (at once), or it has not been caught up (ack >= the log end as of the
+  last send to it) for haMaxTimeSlaveNotCatchup.
+Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
+and the SSS members, for both master roles. ASYNC_MASTER never makes a put wait (its reads still
+stop at the confirm position, so a slave that may be elected later holds whatever was read).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import enum
+import logging
+
+from ha.frames import Ack, Frame, MasterHello, Refuse, SlaveHello, Transfer
+from ha.quorum import PutPlan, QuorumSettings, confirm_position, holders, plan_put
+from storage_engine import EpochEntry
+
+__all__ = [
+    "CloseLink",
+    "ConfirmTo",
+    "LinkState",
+    "LinkStats",
+    "MasterEffect",
+    "MasterLog",
+    "MasterReplication",
+    "MasterSettings",
+    "MasterStats",
+    "PutProgress",
+    "SendFrame",
+    "SendLog",
+    "SendMetadata",
+    "SyncStateSetChanged",
+    "Wait",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class LinkState(enum.Enum):
+    HANDSHAKE = "HANDSHAKE"
+    WAIT_START = "WAIT_START"
+    TRANSFER = "TRANSFER"
+    CLOSED = "CLOSED"
+
+
+class PutProgress(enum.Enum):
+    DONE = "DONE"  # `need` replicas hold it
+    WAITING = "WAITING"
+    UNREACHABLE = "UNREACHABLE"  # fewer replicas can still ack than needed: SLAVE_NOT_AVAILABLE
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MasterSettings:
+    quorum: QuorumSettings
+    async_master: bool = False
+    transfer_batch_bytes: int = 4 << 20
+    heartbeat_interval_ms: int = 5000
+    housekeeping_interval_ms: int = 20_000
+    slave_not_catchup_max_ms: int = 15_000
+    metadata_sync_interval_ms: int = 1000
+    segment_size_bytes: int = 1 << 30
+    links_max: int = 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MasterLog:
+    """What the master's store holds right now (read by the shell, passed in)."""
+
+    min_log_position: int
+    end_log_position: int
+    epochs: tuple[EpochEntry, ...]
+    metadata_version: int = 0
+
+
+# -- effects ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendFrame:
+    link_id: int
+    frame: Frame
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendLog:
+    """Ship [transfer.log_position, + size_bytes) of the CommitLog under `transfer`'s header."""
+
+    link_id: int
+    transfer: Transfer
+    size_bytes: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendMetadata:
+    link_id: int
+    version: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Wait:
+    wait_ms: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CloseLink:
+    link_id: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfirmTo:
+    log_position: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SyncStateSetChanged:
+    members: tuple[int, ...]  # broker ids, master first
+
+
+MasterEffect = SendFrame | SendLog | SendMetadata | Wait | CloseLink | ConfirmTo \
+    | SyncStateSetChanged
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LinkStats:
+    link_id: int
+    broker_id: int
+    state: str
+    acked_log_position: int
+    next_log_position: int
+    in_sync_state_set: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MasterStats:
+    master_epoch: int
+    confirm_log_position: int
+    master_log_position: int
+    sync_state_set: tuple[int, ...]
+    need_ack_nums: int
+    in_sync_replicas: int
+    links: tuple[LinkStats, ...]
+
+
+@dataclasses.dataclass(slots=True)
+class _Link:
+    link_id: int
+    opened_ms: int
+    state: LinkState = LinkState.HANDSHAKE
+    broker_id: int = -1
+    next_log_position: int = -1
+    acked_log_position: int = -1
+    last_received_ms: int = 0
+    last_sent_ms: int = 0
+    end_at_last_send: int = -1
+    confirm_sent: int = -1
+    last_caught_up_ms: int = 0
+    metadata_version_sent: int = 0  # versions start at 1: 0 = nothing to send
+    metadata_sent_ms: int = -(1 << 62)
+
+
+class MasterReplication:
+    """The master's replication decisions for one term. Not thread-safe (the shell locks)."""
+
+    def __init__(self, settings: MasterSettings, *, broker_id: int, master_epoch: int,
+                 endpoint: str, master_log_position: int, confirm_log_position: int,
+                 now_ms: int) -> None:
+        self.settings = settings
+        self.broker_id = broker_id
+        self.master_epoch = master_epoch
+        self.endpoint = endpoint
+        self._links: dict[int, _Link] = {}
+        self._members: set[int] = set()  # SSS slaves, by broker id
+        self._by_broker: dict[int, int] = {}  # broker id -> link id
+        self._master_position = master_log_position
+        self._confirm = confirm_log_position
+        self._epoch_start = 0
+        self._created_ms = now_ms
+
+    # -- links ------------------------------------------------------------------------------
+    def link_opened(self, link_id: int, *, now_ms: int) -> list[MasterEffect]:
+        assert link_id not in self._links, link_id
+        live = sum(1 for link in self._links.values() if link.state is not LinkState.CLOSED)
+        self._links[link_id] = _Link(link_id, now_ms, last_received_ms=now_ms,
+                                     last_sent_ms=now_ms)
+        if live >= self.settings.links_max:
+            return self._close(link_id, f"{live} links open (haConnectionsMax)")
+        return []
+
+    def link_closed(self, link_id: int, *, now_ms: int) -> list[MasterEffect]:
+        """The shell saw the link end (idempotent)."""
+        link = self._links.pop(link_id, None)
+        if link is None:
+            return []
+        return self._drop_member_of(link, now_ms)
+
+    def on_frame(self, link_id: int, frame: Frame, log: MasterLog, *, now_ms: int
+                 ) -> list[MasterEffect]:
+        link = self._links.get(link_id)
+        if link is None or link.state is LinkState.CLOSED:
+            return []
+        link.last_received_ms = now_ms
+        if isinstance(frame, Refuse):
+            return self._close(link_id, f"slave refused: {frame.reason}")
+        if link.state is LinkState.HANDSHAKE:
+            if not isinstance(frame, SlaveHello):
+                return self._close(link_id, f"expected SlaveHello, got {type(frame).__name__}")
+            return self._on_hello(link, frame, log)
+        if not isinstance(frame, Ack):
+            return self._close(link_id, f"unexpected {type(frame).__name__} from a slave")
+        if link.state is LinkState.WAIT_START:
+            return self._on_start(link, frame.log_position, log, now_ms)
+        return self._on_ack(link, frame.log_position, log, now_ms)
+
+    def _on_hello(self, link: _Link, hello: SlaveHello, log: MasterLog) -> list[MasterEffect]:
+        if hello.master_epoch_seen > self.master_epoch:
+            reason = (f"slave {hello.broker_id} already followed master epoch "
+                      f"{hello.master_epoch_seen} > this master's {self.master_epoch}")
+            return [SendFrame(link.link_id, Refuse(reason))] + self._close(link.link_id, reason)
+        effects: list[MasterEffect] = []
+        previous = self._by_broker.get(hello.broker_id)
+        if previous is not None and previous != link.link_id and previous in self._links:
+            effects += self._close(previous, f"slave {hello.broker_id} reconnected")
+        self._by_broker[hello.broker_id] = link.link_id
+        link.broker_id = hello.broker_id
+        link.state = LinkState.WAIT_START
+        effects.append(SendFrame(link.link_id, MasterHello(
+            self.broker_id, self.master_epoch, log.min_log_position, log.end_log_position,
+            self._confirm, self.settings.segment_size_bytes, self.endpoint, log.epochs)))
+        return effects
+
+    def _on_start(self, link: _Link, position: int, log: MasterLog, now_ms: int
+                  ) -> list[MasterEffect]:
+        if not log.min_log_position <= position <= log.end_log_position:
+            reason = (f"slave {link.broker_id} would start at {position}, outside the master's "
+                      f"log [{log.min_log_position}, {log.end_log_position}]")
+            return [SendFrame(link.link_id, Refuse(reason))] + self._close(link.link_id, reason)
+        link.state = LinkState.TRANSFER
+        link.next_log_position = position
+        link.acked_log_position = position
+        link.end_at_last_send = log.end_log_position
+        link.last_caught_up_ms = now_ms if position >= log.end_log_position else link.opened_ms
+        logger.info("slave %d links at log_position %d (master end %d)", link.broker_id,
+                    position, log.end_log_position)
+        return self._after_ack(link, log, now_ms)
+
+    def _on_ack(self, link: _Link, position: int, log: MasterLog, now_ms: int
+                ) -> list[MasterEffect]:
+        if not link.acked_log_position <= position <= link.next_log_position:
+            return self._close(link.link_id, f"slave {link.broker_id} acked {position}, outside "
+                               f"[{link.acked_log_position}, {link.next_log_position}]")
+        link.acked_log_position = position
+        return self._after_ack(link, log, now_ms)
+
+    def _after_ack(self, link: _Link, log: MasterLog, now_ms: int) -> list[MasterEffect]:
+        position = link.acked_log_position
+        if position >= link.end_at_last_send or position >= log.end_log_position:
+            link.last_caught_up_ms = now_ms
+        effects: list[MasterEffect] = []
+        self._epoch_start = log.epochs[-1].start_log_position if log.epochs else 0
+        if (link.broker_id not in self._members and position >= self._confirm
+                and position >= self._epoch_start):
+            self._members.add(link.broker_id)
+            logger.info("slave %d joins the SyncStateSet at log_position %d", link.broker_id,
+                        position)
+            effects.append(SyncStateSetChanged(self.sync_state_set))
+        return effects + self._recompute_confirm()
+
+    # -- shipping ---------------------------------------------------------------------------
+    def next_send(self, link_id: int, log: MasterLog, *, now_ms: int) -> MasterEffect:
+        """What the link's sender should do now: SendLog, SendFrame (heartbeat), SendMetadata
+        or Wait."""
+        link = self._links.get(link_id)
+        if link is None or link.state is not LinkState.TRANSFER:
+            return Wait(self.settings.heartbeat_interval_ms)
+        interval = self.settings.metadata_sync_interval_ms
+        if (log.metadata_version != link.metadata_version_sent
+                and now_ms - link.metadata_sent_ms >= interval):
+            link.metadata_version_sent = log.metadata_version
+            link.metadata_sent_ms = now_ms
+            return SendMetadata(link_id, log.metadata_version)
+        position = link.next_log_position
+        if position < log.end_log_position:
+            transfer, size = self._batch(position, log)
+            link.next_log_position = position + size
+            self._sent(link, log, now_ms)
+            return SendLog(link_id, transfer, size)
+        heartbeat_due_ms = link.last_sent_ms + self.settings.heartbeat_interval_ms
+        if self._confirm > link.confirm_sent or now_ms >= heartbeat_due_ms:
+            epoch = log.epochs[-1] if log.epochs else EpochEntry(0, log.min_log_position)
+            self._sent(link, log, now_ms)
+            return SendFrame(link_id, Transfer(self.master_epoch, epoch.epoch,
+                                               epoch.start_log_position, self._confirm, position))
+        wait_ms = heartbeat_due_ms - now_ms
+        if log.metadata_version != link.metadata_version_sent:
+            wait_ms = min(wait_ms, link.metadata_sent_ms + interval - now_ms)
+        return Wait(max(1, wait_ms))
+
+    def _sent(self, link: _Link, log: MasterLog, now_ms: int) -> None:
+        link.end_at_last_send = log.end_log_position
+        link.confirm_sent = self._confirm
+        link.last_sent_ms = now_ms
+
+    def _batch(self, position: int, log: MasterLog) -> tuple[Transfer, int]:
+        """The next batch from `position`: bounded by the batch size, the epoch, the segment."""
+        epochs = log.epochs
+        index = bisect.bisect_right([e.start_log_position for e in epochs], position) - 1
+        if index < 0:  # data older than every epoch entry: the master's first term
+            epoch = EpochEntry(0, log.min_log_position)
+            epoch_end = epochs[0].start_log_position if epochs else log.end_log_position
+        else:
+            epoch = epochs[index]
+            epoch_end = (epochs[index + 1].start_log_position if index + 1 < len(epochs)
+                         else log.end_log_position)
+        segment = self.settings.segment_size_bytes
+        segment_end = (position // segment + 1) * segment
+        size = min(self.settings.transfer_batch_bytes, epoch_end - position,
+                   segment_end - position, log.end_log_position - position)
+        assert size > 0, (position, epoch_end, segment_end, log.end_log_position)
+        return Transfer(self.master_epoch, epoch.epoch, epoch.start_log_position, self._confirm,
+                        position), size
+
+    # -- time -------------------------------------------------------------------------------
+    def on_tick(self, log: MasterLog, *, now_ms: int) -> list[MasterEffect]:
+        """Close silent links; drop SSS members that did not catch up in time."""
+        effects: list[MasterEffect] = []
+        for link in list(self._links.values()):
+            if link.state is LinkState.CLOSED:
+                continue
+            silent_ms = now_ms - link.last_received_ms
+            if link.state is LinkState.TRANSFER and \
+                    link.acked_log_position >= log.end_log_position:
+                link.last_caught_up_ms = now_ms  # holds everything: caught up, however quiet
+            if silent_ms >= self.settings.housekeeping_interval_ms:
+                effects += self._close(link.link_id, f"slave {link.broker_id} silent for "
+                                       f"{silent_ms} ms (haHousekeepingInterval)")
+            elif (link.broker_id in self._members and now_ms - link.last_caught_up_ms
+                  > self.settings.slave_not_catchup_max_ms):
+                self._members.discard(link.broker_id)
+                logger.warning("slave %d leaves the SyncStateSet: not caught up for %d ms "
+                               "(acked %d, master end %d)", link.broker_id,
+                               now_ms - link.last_caught_up_ms, link.acked_log_position,
+                               log.end_log_position)
+                effects.append(SyncStateSetChanged(self.sync_state_set))
+        return effects + self._recompute_confirm()
+
+    # -- puts -------------------------------------------------------------------------------
+    def plan_put(self, master_end: int) -> PutPlan:
+        """needAckNums for a put about to be written, or why it is refused."""
+        if self.settings.async_master:
+            return PutPlan(1, 1)
+        return plan_put(self.settings.quorum, master_end, self._member_acks())
+
+    def local_durable(self, log_position: int) -> list[MasterEffect]:
+        """The master itself holds everything below `log_position` (written or fsynced)."""
+        if log_position <= self._master_position:
+            return []
+        self._master_position = log_position
+        return self._recompute_confirm()
+
+    def put_progress(self, log_position: int, need: int) -> PutProgress:
+        acks = self._member_acks()
+        if holders(log_position, self._master_position, acks) >= need:
+            return PutProgress.DONE
+        if 1 + len(acks) < need:
+            return PutProgress.UNREACHABLE
+        return PutProgress.WAITING
+
+    # -- confirm and SSS --------------------------------------------------------------------
+    def _member_acks(self) -> list[int]:
+        acks = []
+        for broker_id in self._members:
+            link = self._links.get(self._by_broker.get(broker_id, -1))
+            assert link is not None and link.state is LinkState.TRANSFER, broker_id
+            acks.append(link.acked_log_position)
+        return acks
+
+    def _recompute_confirm(self) -> list[MasterEffect]:
+        confirm = confirm_position(self._master_position, self._member_acks(), self._confirm)
+        if confirm > self._confirm:
+            self._confirm = confirm
+            return [ConfirmTo(confirm)]
+        return []
+
+    def _drop_member_of(self, link: _Link, now_ms: int) -> list[MasterEffect]:
+        if self._by_broker.get(link.broker_id) == link.link_id:
+            del self._by_broker[link.broker_id]
+            if link.broker_id in self._members:
+                self._members.discard(link.broker_id)
+                logger.warning("slave %d leaves the SyncStateSet: link closed", link.broker_id)
+                return [SyncStateSetChanged(self.sync_state_set)]
+        return []
+
+    def _close(self, link_id: int, reason: str) -> list[MasterEffect]:
+        link = self._links.get(link_id)
+        if link is None or link.state is LinkState.CLOSED:
+            return []
+        effects = self._drop_member_of(link, 0)
+        link.state = LinkState.CLOSED
+        logger.warning("closing HA link %d (slave %d): %s", link_id, link.broker_id, reason)
+        return [*effects, CloseLink(link_id, reason)]
+
+    @property
+    def confirm_log_position(self) -> int:
+        return self._confirm
+
+    @property
+    def sync_state_set(self) -> tuple[int, ...]:
+        return (self.broker_id, *sorted(self._members))
+
+    def stats(self) -> MasterStats:
+        plan = self.plan_put(self._master_position)
+        links = tuple(LinkStats(link.link_id, link.broker_id, link.state.value,
+                                link.acked_log_position, link.next_log_position,
+                                link.broker_id in self._members
+                                and self._by_broker.get(link.broker_id) == link.link_id)
+                      for link in self._links.values())
+        return MasterStats(self.master_epoch, self._confirm, self._master_position,
+                           self.sync_state_set, plan.need, plan.in_sync, links)

@@ -1,0 +1,308 @@
+"""Master side of replication, the IO shell around ha/master_core.py (threads, blocking sockets).
+
+    threads                         what they do
+    ha-accept                       accept slave links on haListenPort (bounded by haConnectionsMax
+                                    in the core), start a reader and a sender per link
+    ha-read-<link>                  receive frames (SlaveHello, Ack, Refuse), feed the core, wake
+                                    waiting puts
+    ha-send-<link>                  ask the core what to send next (a CommitLog batch read from
+                                    the store, a heartbeat, metadata) or how long to wait; woken
+                                    by appends and confirm changes
+    ha-tick                         housekeeping (silent links, SyncStateSet exits), metadata
+                                    version polling
+
+One condition (`_cond`) guards the core; effects that touch only memory or the store's confirm
+position run under it (so confirm updates are applied in the order the core made them); frames
+go out after it is released. A put calls `replicate(end, need)` after its local write (and fsync
+under SYNC_FLUSH) and waits on the condition for the quorum, up to syncFlushTimeout.
+
+Start-up: the master opens a new term: its epoch is one above the last local epoch entry, which
+it appends at the log's end (a restarted master thus fences slaves of its previous term, and
+the Epoch-StartOffset rule reconciles them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from ha.config import BrokerRole, HAConfig
+from ha.errors import FrameError, LinkClosedError
+from ha.frames import Metadata
+from ha.link import FrameSocket
+from ha.master_core import (
+    CloseLink,
+    ConfirmTo,
+    MasterEffect,
+    MasterLog,
+    MasterReplication,
+    MasterSettings,
+    MasterStats,
+    PutProgress,
+    SendFrame,
+    SendLog,
+    SendMetadata,
+    SyncStateSetChanged,
+    Wait,
+)
+from ha.quorum import PutPlan, QuorumSettings
+from storage_engine import MessageStore, PutStatus
+
+__all__ = ["MasterService", "quorum_settings"]
+
+logger = logging.getLogger(__name__)
+
+TICK_INTERVAL_MS = 50
+ACCEPT_POLL_S = 0.2
+LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def quorum_settings(config: HAConfig) -> QuorumSettings:
+    return QuorumSettings(
+        total_replicas=config.total_replicas, in_sync_replicas=config.in_sync_replicas,
+        min_in_sync_replicas=config.min_in_sync_replicas,
+        auto_in_sync_replicas=config.auto_in_sync_replicas,
+        gap_not_in_sync_bytes_max=config.gap_not_in_sync_bytes_max,
+        all_ack_in_sync_state_set=config.all_ack_in_sync_state_set)
+
+
+class _LinkIO:
+    def __init__(self, link_id: int, sock: FrameSocket) -> None:
+        self.link_id = link_id
+        self.sock = sock
+        self.closed = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+
+class MasterService:
+    """Serve slave links for one master term over `store` (opened with auto_confirm=False)."""
+
+    def __init__(self, store: MessageStore, config: HAConfig, *, broker_id: int, endpoint: str,
+                 metadata_source: Callable[[], bytes] | None = None,
+                 host: str = "127.0.0.1") -> None:
+        self._store = store
+        self._config = config
+        self._metadata_source = metadata_source
+        self._metadata_payload = b""
+        self._metadata_version = 0
+        self._metadata_polled_ms = -(1 << 62)
+        last = store.epochs.last
+        epoch = (last.epoch if last is not None else 0) + 1
+        store.epochs.append(epoch, store.end_log_position)
+        settings = MasterSettings(
+            quorum=quorum_settings(config), async_master=not _is_sync(config),
+            transfer_batch_bytes=config.transfer_batch_bytes,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            housekeeping_interval_ms=config.housekeeping_interval_ms,
+            slave_not_catchup_max_ms=config.slave_not_catchup_max_ms,
+            metadata_sync_interval_ms=config.metadata_sync_interval_ms,
+            segment_size_bytes=store.segment_size_bytes, links_max=config.links_max)
+        self._core = MasterReplication(
+            settings, broker_id=broker_id, master_epoch=epoch, endpoint=endpoint,
+            master_log_position=store.end_log_position,
+            confirm_log_position=store.confirm_log_position, now_ms=_now_ms())
+        self._cond = threading.Condition()
+        self._links: dict[int, _LinkIO] = {}
+        self._link_ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self._server = socket.create_server((host, config.listen_port), backlog=config.links_max)
+        self._server.settimeout(ACCEPT_POLL_S)
+        self.listen_port = int(self._server.getsockname()[1])
+        self._threads = [threading.Thread(target=self._accept_loop, name="ha-accept", daemon=True),
+                         threading.Thread(target=self._tick_loop, name="ha-tick", daemon=True)]
+        logger.info("HA master (epoch %d) listening on %s:%d", epoch, host, self.listen_port)
+
+    def start(self) -> MasterService:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    @property
+    def master_epoch(self) -> int:
+        return self._core.master_epoch
+
+    # -- puts -------------------------------------------------------------------------------
+    def plan_put(self) -> PutPlan:
+        with self._cond:
+            return self._core.plan_put(self._store.end_log_position)
+
+    def replicate(self, log_position: int, need: int, timeout_ms: int) -> PutStatus:
+        """The master holds everything below `log_position`; wait until `need` replicas do."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        with self._cond:
+            self._apply_locked(self._core.local_durable(log_position))
+            self._cond.notify_all()  # senders: new data to ship
+            while True:
+                progress = self._core.put_progress(log_position, need)
+                if progress is PutProgress.DONE:
+                    return PutStatus.PUT_OK
+                if progress is PutProgress.UNREACHABLE:
+                    return PutStatus.SLAVE_NOT_AVAILABLE
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return PutStatus.FLUSH_SLAVE_TIMEOUT
+                self._cond.wait(remaining)
+
+    def stats(self) -> MasterStats:
+        with self._cond:
+            return self._core.stats()
+
+    # -- effects ----------------------------------------------------------------------------
+    def _log(self) -> MasterLog:
+        store = self._store
+        return MasterLog(store.min_log_position, store.end_log_position, store.epochs.entries,
+                         self._metadata_version)
+
+    def _apply_locked(self, effects: list[MasterEffect]) -> list[MasterEffect]:
+        """Apply memory/store effects under the lock; return the frames to send after it."""
+        later: list[MasterEffect] = []
+        for effect in effects:
+            if isinstance(effect, ConfirmTo):
+                if effect.log_position > self._store.confirm_log_position:
+                    self._store.set_confirm_log_position(effect.log_position)
+            elif isinstance(effect, CloseLink):
+                link = self._links.get(effect.link_id)
+                if link is not None:
+                    link.closed.set()
+                    link.sock.shutdown()
+            elif isinstance(effect, SyncStateSetChanged):
+                logger.info("SyncStateSet is now %s", list(effect.members))
+            else:
+                later.append(effect)
+        if effects:
+            self._cond.notify_all()
+        return later
+
+    def _send_frames(self, effects: list[MasterEffect]) -> None:
+        for effect in effects:
+            assert isinstance(effect, SendFrame), effect
+            link = self._links.get(effect.link_id)
+            if link is not None:
+                try:
+                    link.sock.send_frame(effect.frame)
+                except OSError as err:
+                    logger.info("HA link %d: send failed: %s", effect.link_id, err)
+                    link.sock.shutdown()
+
+    # -- threads ----------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        body_max = self._config.frame_body_bytes_max
+        while not self._stopping.is_set():
+            try:
+                sock, address = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                raise
+            link_id = next(self._link_ids)
+            link = _LinkIO(link_id, FrameSocket(sock, body_bytes_max=body_max,
+                                                peer=f"{address[0]}:{address[1]}",
+                                                io_timeout_s=LINK_IO_TIMEOUT_S))
+            with self._cond:
+                self._links[link_id] = link
+                later = self._apply_locked(self._core.link_opened(link_id, now_ms=_now_ms()))
+            self._send_frames(later)
+            for role, target in (("read", self._read_loop), ("send", self._send_loop)):
+                thread = threading.Thread(target=target, args=(link,),
+                                          name=f"ha-{role}-{link_id}", daemon=True)
+                link.threads.append(thread)
+                thread.start()
+
+    def _read_loop(self, link: _LinkIO) -> None:
+        idle_s = self._config.heartbeat_interval_ms / 1000.0
+        try:
+            while not link.closed.is_set():
+                frame = link.sock.recv_frame(idle_timeout_s=idle_s)
+                if frame is None:
+                    continue
+                with self._cond:
+                    later = self._apply_locked(self._core.on_frame(
+                        link.link_id, frame, self._log(), now_ms=_now_ms()))
+                self._send_frames(later)
+        except (FrameError, LinkClosedError, OSError) as err:
+            if not link.closed.is_set():
+                logger.info("HA link %d (%s) ends: %s", link.link_id, link.sock.peer, err)
+        finally:
+            with self._cond:
+                link.closed.set()
+                self._links.pop(link.link_id, None)
+                self._apply_locked(self._core.link_closed(link.link_id, now_ms=_now_ms()))
+                self._cond.notify_all()
+            link.sock.close()
+
+    def _send_loop(self, link: _LinkIO) -> None:
+        try:
+            while not link.closed.is_set() and not self._stopping.is_set():
+                with self._cond:
+                    effect = self._core.next_send(link.link_id, self._log(), now_ms=_now_ms())
+                    if isinstance(effect, Wait):
+                        self._cond.wait(effect.wait_ms / 1000.0)
+                        continue
+                self._send_one(link, effect)
+        except OSError as err:
+            logger.info("HA link %d: sender stops: %s", link.link_id, err)
+            link.sock.shutdown()
+
+    def _send_one(self, link: _LinkIO, effect: MasterEffect) -> None:
+        if isinstance(effect, SendLog):
+            data = self._store.read_log(effect.transfer.log_position, effect.size_bytes)
+            assert len(data) == effect.size_bytes, (len(data), effect)
+            link.sock.send_transfer(effect.transfer, data)
+        elif isinstance(effect, SendFrame):
+            link.sock.send_frame(effect.frame)
+        elif isinstance(effect, SendMetadata):
+            link.sock.send_frame(Metadata(effect.version, self._metadata_payload))
+        else:
+            raise AssertionError(effect)
+
+    def _tick_loop(self) -> None:
+        while not self._stopping.wait(TICK_INTERVAL_MS / 1000.0):
+            now_ms = _now_ms()
+            self._poll_metadata(now_ms)
+            with self._cond:
+                self._apply_locked(self._core.on_tick(self._log(), now_ms=now_ms))
+
+    def _poll_metadata(self, now_ms: int) -> None:
+        if self._metadata_source is None:
+            return
+        if now_ms - self._metadata_polled_ms < self._config.metadata_sync_interval_ms:
+            return
+        self._metadata_polled_ms = now_ms
+        payload = self._metadata_source()
+        if payload != self._metadata_payload:
+            with self._cond:
+                self._metadata_payload = payload
+                self._metadata_version += 1
+                self._cond.notify_all()
+
+    def notify_appended(self) -> None:
+        """Wake the senders (new bytes in the log)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._server.close()
+        with self._cond:
+            links = list(self._links.values())
+            self._cond.notify_all()
+        for link in links:
+            link.closed.set()
+            link.sock.shutdown()
+        for thread in self._threads + [t for link in links for t in link.threads]:
+            if thread.is_alive():
+                thread.join(timeout=5)
+
+
+def _is_sync(config: HAConfig) -> bool:
+    return config.broker_role is BrokerRole.SYNC_MASTER

@@ -1,0 +1,182 @@
+"""Slave side of replication, the IO shell around ha/slave_core.py (one thread, blocking socket).
+
+    loop (thread ha-slave):
+        connect to haMasterAddress ── fails ──> wait (bounded backoff) ──┐
+            │                                                           │
+        link_up(local log) -> SlaveHello                                │
+        receive frames (idle timeout: haSendHeartbeatInterval)          │
+            each frame and each timeout: core.on_frame / core.on_tick   │
+            effects applied in order: Truncate / RestartLogAt / AppendEpoch
+            / AppendLog (+fsync) / SendFrame(Ack) / DispatchLog / SetConfirm
+            / ApplyMetadata / MasterKnown                               │
+        CloseLink or a link error ──────────────────────────────────────┘
+
+Backoff: haReconnectInterval, doubled after each failed attempt up to RECONNECT_BACKOFF_FACTOR_MAX
+times it, reset once a link reaches TRANSFER. A handshake refusal (no common epoch, fork below
+confirm) is kept in `stats().last_refusal` for `broker info`, and retried at the slow rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from ha.config import HAConfig
+from ha.errors import FrameError, LinkClosedError
+from ha.link import FrameSocket
+from ha.slave_core import (
+    AppendEpoch,
+    AppendLog,
+    ApplyMetadata,
+    CloseLink,
+    DispatchLog,
+    LocalLog,
+    MasterKnown,
+    RestartLogAt,
+    SendFrame,
+    SetConfirm,
+    SlaveEffect,
+    SlaveReplication,
+    SlaveState,
+    SlaveStats,
+    Truncate,
+)
+from storage_engine import FlushDiskType, MessageStore, StorageError
+
+__all__ = ["SlaveService"]
+
+logger = logging.getLogger(__name__)
+
+RECONNECT_BACKOFF_FACTOR_MAX = 8
+CONNECT_TIMEOUT_S = 3.0
+LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class SlaveService:
+    """Follow the master at haMasterAddress into `store` (opened with auto_confirm=False)."""
+
+    def __init__(self, store: MessageStore, config: HAConfig, *, broker_id: int,
+                 apply_metadata: Callable[[bytes], None] | None = None) -> None:
+        self._store = store
+        self._config = config
+        self._apply_metadata = apply_metadata
+        fsync = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._core = SlaveReplication(
+            broker_id=broker_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
+            housekeeping_interval_ms=config.housekeeping_interval_ms, fsync_before_ack=fsync)
+        host, _, port = config.master_address.rpartition(":")
+        self._master = (host, int(port))
+        self.master_endpoint = ""  # the master's client endpoint, once a handshake told us
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._sock: FrameSocket | None = None
+        self.links_opened = 0
+        self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
+
+    def start(self) -> SlaveService:
+        self._thread.start()
+        return self
+
+    def stats(self) -> SlaveStats:
+        with self._lock:
+            return self._core.stats()
+
+    def close(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            sock = self._sock
+        if sock is not None:
+            sock.shutdown()
+        self._thread.join(timeout=10)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        base_s = self._config.reconnect_interval_ms / 1000.0
+        factor = 1
+        while not self._stopping.is_set():
+            reached_transfer = False
+            try:
+                raw = socket.create_connection(self._master, timeout=CONNECT_TIMEOUT_S)
+            except OSError as err:
+                logger.debug("cannot reach master %s:%d: %s", *self._master, err)
+            else:
+                reached_transfer = self._follow(raw)
+            factor = 1 if reached_transfer else min(factor * 2, RECONNECT_BACKOFF_FACTOR_MAX)
+            self._stopping.wait(base_s * factor)
+
+    def _follow(self, raw: socket.socket) -> bool:
+        """Run one link until it ends; True when it got as far as receiving data."""
+        peer = "%s:%d" % self._master
+        sock = FrameSocket(raw, body_bytes_max=self._config.frame_body_bytes_max, peer=peer,
+                           io_timeout_s=LINK_IO_TIMEOUT_S)
+        store = self._store
+        local = LocalLog(store.min_log_position, store.end_log_position,
+                         store.confirm_log_position, store.epochs.entries,
+                         store.segment_size_bytes)
+        reached = False
+        with self._lock:
+            self._sock = sock
+            self.links_opened += 1
+            effects = self._core.link_up(local, now_ms=_now_ms())
+        idle_s = min(self._config.heartbeat_interval_ms, 1000) / 1000.0
+        try:
+            while not self._stopping.is_set():
+                if self._apply(sock, effects):
+                    break
+                reached = reached or self._core.state is SlaveState.TRANSFER
+                frame = sock.recv_frame(idle_timeout_s=idle_s)
+                with self._lock:
+                    now_ms = _now_ms()
+                    effects = [] if frame is None else self._core.on_frame(frame, now_ms=now_ms)
+                    effects += self._core.on_tick(now_ms=now_ms)
+        except (FrameError, LinkClosedError, OSError, StorageError) as err:
+            logger.info("HA link to %s ends: %s", peer, err)
+        finally:
+            with self._lock:
+                self._core.link_down()
+                self._sock = None
+            sock.close()
+        return reached
+
+    def _apply(self, sock: FrameSocket, effects: list[SlaveEffect]) -> bool:
+        """Carry out the core's effects in order; True when the link must close."""
+        store = self._store
+        for effect in effects:
+            if isinstance(effect, AppendLog):
+                store.append_replicated(effect.log_position, effect.data)
+                if effect.fsync:
+                    store.flush()
+            elif isinstance(effect, SendFrame):
+                sock.send_frame(effect.frame)
+            elif isinstance(effect, DispatchLog):
+                store.dispatch_replicated()
+            elif isinstance(effect, SetConfirm):
+                if effect.log_position > store.confirm_log_position:
+                    store.set_confirm_log_position(effect.log_position)
+            elif isinstance(effect, AppendEpoch):
+                store.epochs.append(effect.epoch, effect.start_log_position)
+            elif isinstance(effect, Truncate):
+                store.truncate_to(effect.log_position)
+            elif isinstance(effect, RestartLogAt):
+                store.reset_to(effect.log_position)
+            elif isinstance(effect, ApplyMetadata):
+                if self._apply_metadata is not None:
+                    self._apply_metadata(effect.payload)
+            elif isinstance(effect, MasterKnown):
+                self.master_endpoint = effect.endpoint
+                logger.info("following master %d (epoch %d, endpoint %s)", effect.broker_id,
+                            effect.master_epoch, effect.endpoint)
+            elif isinstance(effect, CloseLink):
+                log = logger.warning if effect.refused else logger.info
+                log("closing the HA link: %s", effect.reason)
+                return True
+            else:
+                raise AssertionError(effect)
+        return False

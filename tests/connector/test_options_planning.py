@@ -1,0 +1,197 @@
+"""Spark connector pieces with no Spark and no broker: options, offsets, planning.
+
+Goal: every bad option fails with an OptionError naming the option; offsets JSON is canonical
+(sorted keys, int values) and round-trips; planning (resolve, admit, split, trigger delay) is a
+pure function with the promised bounds. Method: call the parsers and planners directly with
+table-driven inputs and a few hypothesis properties.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connector.errors import OptionError, RoutesUnavailableError
+from connector.offsets import (
+    QueueRef,
+    canonical,
+    flatten,
+    parse_offsets_json,
+    unflatten,
+)
+from connector.options import parse_sink_options, parse_source_options
+from connector.routes import route_provider
+from connector.planning import (
+    Bounds,
+    QueueRange,
+    admit,
+    resolve_offsets,
+    split_ranges,
+    trigger_waits,
+)
+
+BASE = {"brokers": "127.0.0.1:9876", "subscribe": "orders"}
+
+
+def source(**extra: str) -> dict[str, str]:
+    return {**BASE, **extra}
+
+
+@pytest.mark.parametrize("options, named", [
+    (source(colour="red"), "colour"),
+    (source(subscribePattern="ord.*"), "subscribePattern"),
+    ({"brokers": "127.0.0.1:1", "subscribe": "a", "assign": '{"a": ["b:0"]}'}, "assign"),
+    ({"brokers": "127.0.0.1:1"}, "subscribe"),
+    ({"subscribe": "a"}, "brokers"),
+    (source(brokers="nohost"), "brokers"),
+    (source(startingOffsets="{not json"), "startingOffsets"),
+    (source(startingOffsets='{"orders": {"broker-a:0": "x"}}'), "startingOffsets"),
+    (source(startingOffsets='{"orders": {"queue0": 1}}'), "startingOffsets"),
+    (source(startingOffsets='{"orders": {"broker-a:0": -3}}'), "startingOffsets"),
+    (source(endingOffsets="[1, 2]"), "endingOffsets"),
+    (source(endingOffsets="earliest"), "endingOffsets"),
+    (source(maxOffsetsPerTrigger="0"), "maxOffsetsPerTrigger"),
+    (source(maxOffsetsPerTrigger="ten"), "maxOffsetsPerTrigger"),
+    (source(minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5"), "minOffsetsPerTrigger"),
+    (source(maxTriggerDelay="soon"), "maxTriggerDelay"),
+    (source(failOnDataLoss="maybe"), "failOnDataLoss"),
+    (source(minPartitions="-1"), "minPartitions"),
+    (source(tagFilter="A || "), "tagFilter"),
+    (source(groupId="bad group"), "groupId"),
+    (source(subscribe="bad topic!"), "subscribe"),
+    ({"brokers": "127.0.0.1:1", "subscribePattern": "(unclosed"}, "subscribePattern"),
+    ({"brokers": "127.0.0.1:1", "assign": '{"t": [0]}'}, "assign"),
+    ({"brokers": "127.0.0.1:1", "assign": "nope"}, "assign"),
+    (source(startingTimestamp="1", startingOffsetsByTimestamp='{"orders": {"b:0": 1}}'),
+     "startingTimestamp"),
+])
+def test_bad_source_option_names_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        parse_source_options(options)
+
+
+def test_options_are_case_insensitive_and_pickle() -> None:
+    parsed = parse_source_options({"BROKERS": "127.0.0.1:1", "subscribe": "a, b",
+                                   "maxoffsetspertrigger": "12", "TagFilter": "A || B",
+                                   "checkpointLocation": "/tmp/x"})
+    assert parsed.subscribe == ("a", "b")
+    assert parsed.max_offsets_per_trigger == 12
+    assert parsed.tag_filter == "A || B"
+    assert parsed.starting == ""  # batch: earliest, streaming: latest (decided by the caller)
+    assert pickle.loads(pickle.dumps(parsed)) == parsed
+    assert parsed.topic_matches("a") and not parsed.topic_matches("c")
+
+
+def test_pattern_and_assign_select_topics() -> None:
+    pattern = parse_source_options({"brokers": "h:1", "subscribePattern": "ord.*"})
+    assert pattern.topic_matches("orders") and not pattern.topic_matches("xorders")
+    assign = parse_source_options({"brokers": "h:1",
+                                   "assign": '{"t": ["broker-a:1", "broker-a:0"]}'})
+    assert assign.assign == {"t": {"broker-a:0": 0, "broker-a:1": 0}}
+    assert assign.topic_matches("t") and not assign.topic_matches("u")
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"brokers": "h:1", "acceptStatuses": "PUT_OK,NOPE"}, "acceptStatuses"),
+    ({"brokers": "h:1", "topic": "a b"}, "topic"),
+    ({"brokers": "h:1", "subscribe": "a"}, "subscribe"),
+    ({"brokers": "h:1", "writeBatchRows": "0"}, "writeBatchRows"),
+    ({"brokers": "h:1", "exactlyOnce": "yes"}, "exactlyOnce"),
+])
+def test_bad_sink_option_names_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        parse_sink_options(options)
+
+
+def test_sink_defaults() -> None:
+    parsed = parse_sink_options({"brokers": "h:1", "acceptStatuses": "put_ok, FLUSH_DISK_TIMEOUT"})
+    assert parsed.accept_statuses == frozenset({"PUT_OK", "FLUSH_DISK_TIMEOUT"})
+    assert parsed.exactly_once and parsed.topic is None
+
+
+# -- offsets -----------------------------------------------------------------------------------
+def test_canonical_offsets_sort_keys_and_round_trip() -> None:
+    messy = {"b": {"broker-a:10": 3, "broker-a:2": 1}, "a": {"broker-b:0": 7}}
+    text = json.dumps(canonical(messy))
+    assert text == '{"a": {"broker-b:0": 7}, "b": {"broker-a:10": 3, "broker-a:2": 1}}'
+    assert json.dumps(canonical(json.loads(text))) == text
+    assert parse_offsets_json(text, "startingOffsets", low=0) == json.loads(text)
+    assert unflatten(flatten(messy)) == canonical(messy)
+    assert QueueRef("a", "broker-b", 0) in flatten(messy)
+
+
+@settings(deadline=None)  # a loaded 2-core CI machine: no per-example deadline
+@given(st.dictionaries(
+    st.text("abc", min_size=1, max_size=3),
+    st.dictionaries(st.tuples(st.sampled_from(["broker-a", "broker-b"]),
+                              st.integers(0, 20)).map(lambda t: f"{t[0]}:{t[1]}"),
+                    st.integers(0, 1 << 40), min_size=1, max_size=5),
+    max_size=4))
+def test_canonical_json_is_order_independent(offsets: dict[str, dict[str, int]]) -> None:
+    reversed_order = {topic: dict(reversed(list(queues.items())))
+                      for topic, queues in reversed(list(offsets.items()))}
+    assert json.dumps(canonical(offsets)) == json.dumps(canonical(reversed_order))
+    assert unflatten(flatten(offsets)) == canonical(offsets)
+
+
+# -- planning ------------------------------------------------------------------------------------
+A0, A1, B0 = QueueRef("t", "broker-a", 0), QueueRef("t", "broker-a", 1), QueueRef("u", "b", 0)
+BOUNDS = {A0: Bounds(2, 10), A1: Bounds(0, 5), B0: Bounds(0, 0)}
+
+
+def test_resolve_offsets_specs() -> None:
+    assert resolve_offsets("earliest", BOUNDS, option="o", default="latest") == \
+        {A0: 2, A1: 0, B0: 0}
+    assert resolve_offsets("", BOUNDS, option="o", default="latest") == {A0: 10, A1: 5, B0: 0}
+    spec = {"t": {"broker-a:0": 4, "broker-a:1": -1}}
+    assert resolve_offsets(spec, BOUNDS, option="o", default="earliest") == \
+        {A0: 4, A1: 5, B0: 0}
+    with pytest.raises(OptionError, match="startingOffsets.*t/broker-a:9"):
+        resolve_offsets({"t": {"broker-a:9": 0}}, BOUNDS, option="startingOffsets",
+                        default="earliest")
+
+
+@settings(deadline=None)  # a loaded 2-core CI machine: no per-example deadline
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=6), st.integers(1, 3000))
+def test_admit_caps_and_always_moves(backlogs: list[int], max_rows: int) -> None:
+    refs = [QueueRef("t", "broker-a", index) for index in range(len(backlogs))]
+    start = {ref: 100 for ref in refs}
+    latest = {ref: 100 + size for ref, size in zip(refs, backlogs)}
+    end = admit(start, latest, max_rows)
+    moved = [end[ref] - start[ref] for ref in refs]
+    assert all(0 <= m <= size for m, size in zip(moved, backlogs))
+    assert sum(moved) == min(max_rows, sum(backlogs))
+    assert admit(start, latest, None) == latest
+
+
+def test_admit_new_queue_starts_from_given_start() -> None:
+    assert admit({A0: 3}, {A0: 5, A1: 4}, None) == {A0: 5, A1: 4}
+
+
+def test_split_ranges_min_partitions() -> None:
+    ranges = [QueueRange(A0, 0, 100), QueueRange(A1, 0, 10), QueueRange(B0, 5, 5)]
+    assert split_ranges(ranges, None) == sorted(ranges[:2])
+    parts = split_ranges(ranges, 8)
+    assert len(parts) >= 8
+    for ref, (low, high) in ((A0, (0, 100)), (A1, (0, 10))):
+        mine = [p for p in parts if p.ref == ref]
+        assert mine[0].start_queue_offset == low and mine[-1].end_queue_offset == high
+        assert all(a.end_queue_offset == b.start_queue_offset for a, b in zip(mine, mine[1:]))
+        assert all(p.count > 0 for p in mine)
+
+
+def test_trigger_waits_for_min_rows_until_delay() -> None:
+    assert not trigger_waits(5, None, 0, 10, 1000)
+    assert trigger_waits(5, 10, 0, 999, 1000)
+    assert not trigger_waits(5, 10, 0, 1000, 1000)
+    assert not trigger_waits(10, 10, 0, 1, 1000)
+
+
+def test_controller_routes_are_refused_clearly() -> None:
+    parsed = parse_source_options({"controller": "127.0.0.1:9878", "subscribe": "a"})
+    with pytest.raises(RoutesUnavailableError, match="controller"):
+        route_provider(parsed.brokers, parsed.controller, parsed.request_timeout_ms)

@@ -1,0 +1,114 @@
+"""Batch reads through `spark.read.format("rocketha")` (found by the pyspark_rocketha shim).
+
+Goal: a batch read returns exactly the stored messages with the promised schema and values;
+startingOffsets/endingOffsets JSON select [start, end) per queue; tagFilter, minPartitions and
+startingTimestamp work; bad options fail with errors naming the option. Method: a real broker
+process, messages written with the client library, a real local SparkSession, chispa for
+DataFrame equality.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from connector import Admin, ClientConfig, Producer
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+TOPIC = "batch_orders"
+QUEUES = 3
+PER_QUEUE = 20
+
+
+@pytest.fixture(scope="module")
+def loaded(broker) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    config = ClientConfig(brokers=(broker.endpoint,))
+    Admin(config).create_topic(TOPIC, queues=QUEUES)
+    before_ms = int(time.time() * 1000)
+    with Producer(config) as producer:
+        for queue_id in range(QUEUES):
+            rows = [{"body": f"q{queue_id}-m{index}".encode(), "key": f"k{index}",
+                     "tags": "TagA" if index % 2 == 0 else "TagB",
+                     "properties": {"n": str(index)}, "queue_id": queue_id}
+                    for index in range(PER_QUEUE)]
+            results = producer.send_batch(TOPIC, rows)
+            assert all(r.ok for r in results)
+    return {"before_ms": before_ms, "after_ms": int(time.time() * 1000)}
+
+
+def read(spark, broker, **options: str):  # type: ignore[no-untyped-def]
+    reader = spark.read.format("rocketha").option("brokers", broker.endpoint)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def expected_rows(queue_ids: range, start: int, end: int, tags: tuple[str, ...] = ("TagA",
+                                                                                   "TagB")):
+    return [(TOPIC, "broker-a", q, i, f"k{i}", "TagA" if i % 2 == 0 else "TagB",
+             f"q{q}-m{i}".encode(), json.dumps({"n": str(i)}, separators=(",", ":")))
+            for q in queue_ids for i in range(start, end)
+            if ("TagA" if i % 2 == 0 else "TagB") in tags]
+
+
+def test_batch_read_equals_the_stored_messages(spark, broker, loaded) -> None:
+    df = read(spark, broker, subscribe=TOPIC)
+    assert [f.name for f in df.schema.fields] == [
+        "topic", "brokerName", "queueId", "queueOffset", "msgId", "key", "tags", "body",
+        "properties", "bornTimestamp", "storeTimestamp"]
+    columns = ["topic", "brokerName", "queueId", "queueOffset", "key", "tags", "body"]
+    got = df.select(*columns, F.to_json("properties").alias("properties"))  # maps don't sort
+    expected = spark.createDataFrame(expected_rows(range(QUEUES), 0, PER_QUEUE), got.schema)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    stats = df.agg(F.countDistinct("msgId").alias("ids"),
+                   F.min("storeTimestamp").alias("first"),
+                   F.max("storeTimestamp").alias("last")).collect()[0]
+    assert stats.ids == QUEUES * PER_QUEUE
+    assert loaded["before_ms"] - 1000 <= stats.first.timestamp() * 1000
+    assert stats.last.timestamp() * 1000 <= loaded["after_ms"] + 1000
+
+
+def test_offset_ranges_tag_filter_and_min_partitions(spark, broker, loaded) -> None:
+    starting = json.dumps({TOPIC: {"broker-a:0": 5, "broker-a:1": -1}})
+    ending = json.dumps({TOPIC: {"broker-a:0": 12, "broker-a:2": 3}})
+    df = read(spark, broker, subscribe=TOPIC, startingOffsets=starting, endingOffsets=ending)
+    got = sorted((r.queueId, r.queueOffset) for r in df.select("queueId", "queueOffset")
+                 .collect())
+    assert got == [(0, i) for i in range(5, 12)] + [(2, i) for i in range(3)]
+
+    tagged = read(spark, broker, subscribe=TOPIC, tagFilter="TagA", minPartitions="7")
+    assert tagged.rdd.getNumPartitions() >= 7
+    rows = tagged.select("queueId", "queueOffset", "tags").collect()
+    assert sorted((r.queueId, r.queueOffset) for r in rows) == \
+        [(q, i) for q in range(QUEUES) for i in range(0, PER_QUEUE, 2)]
+
+
+def test_assign_and_starting_timestamp(spark, broker, loaded) -> None:
+    df = read(spark, broker, assign=json.dumps({TOPIC: ["broker-a:1"]}))
+    assert {r.queueId for r in df.select("queueId").collect()} == {1}
+    late = read(spark, broker, subscribe=TOPIC,
+                startingTimestamp=str(loaded["after_ms"] + 60_000))
+    assert late.count() == 0
+    early = read(spark, broker, subscribe=TOPIC, startingTimestamp=str(loaded["before_ms"] - 1))
+    assert early.count() == QUEUES * PER_QUEUE
+
+
+def test_empty_topic_reads_no_rows(spark, broker, loaded) -> None:
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("batch_empty", queues=2)
+    assert read(spark, broker, subscribe="batch_empty").count() == 0
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"subscribe": TOPIC, "colour": "red"}, "colour"),
+    ({"subscribe": TOPIC, "assign": json.dumps({TOPIC: ["broker-a:0"]})}, "assign"),
+    ({"subscribe": TOPIC, "startingOffsets": "{broken"}, "startingOffsets"),
+    ({"subscribe": "no_such_topic"}, "subscribe"),
+])
+def test_bad_options_name_the_option(spark, broker, loaded, options, named) -> None:
+    with pytest.raises(Exception, match=named):
+        read(spark, broker, **options).collect()

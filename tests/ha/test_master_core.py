@@ -1,0 +1,185 @@
+"""Master core: handshake, batch cutting, heartbeats, SyncStateSet join/leave, quorum progress.
+
+Method: a MasterReplication driven by explicit events and `now_ms` (no sockets, no clock). The
+log is described by MasterLog snapshots; every effect is checked.
+"""
+
+from __future__ import annotations
+
+from ha.frames import Ack, MasterHello, Refuse, SlaveHello, Transfer
+from ha.master_core import (
+    CloseLink,
+    ConfirmTo,
+    MasterLog,
+    MasterReplication,
+    MasterSettings,
+    PutProgress,
+    SendFrame,
+    SendLog,
+    SendMetadata,
+    SyncStateSetChanged,
+    Wait,
+)
+from ha.quorum import QuorumSettings
+from storage_engine import EpochEntry as E
+
+SEG = 10_000
+
+
+def master(total: int = 2, in_sync: int = 2, min_in_sync: int = 1, auto: bool = False,
+           batch: int = 1000, async_master: bool = False, confirm: int = 0,
+           position: int = 0) -> MasterReplication:
+    settings = MasterSettings(
+        quorum=QuorumSettings(total_replicas=total, in_sync_replicas=in_sync,
+                              min_in_sync_replicas=min_in_sync, auto_in_sync_replicas=auto),
+        async_master=async_master, transfer_batch_bytes=batch, heartbeat_interval_ms=100,
+        housekeeping_interval_ms=1000, slave_not_catchup_max_ms=500,
+        metadata_sync_interval_ms=50, segment_size_bytes=SEG)
+    return MasterReplication(settings, broker_id=0, master_epoch=3, endpoint="h:1",
+                             master_log_position=position, confirm_log_position=confirm,
+                             now_ms=0)
+
+
+def log(end: int, epochs: tuple[E, ...] = (E(1, 0), E(3, 2500)), min_: int = 0,
+        version: int = 0) -> MasterLog:
+    return MasterLog(min_, end, epochs, version)
+
+
+def connect(core: MasterReplication, link_id: int, broker_id: int, start: int, snapshot: MasterLog,
+            now_ms: int = 0) -> list[object]:
+    core.link_opened(link_id, now_ms=now_ms)
+    *_, reply = core.on_frame(link_id, SlaveHello(broker_id, start, 0, 0, SEG, ()), snapshot,
+                              now_ms=now_ms)
+    assert isinstance(reply, SendFrame) and isinstance(reply.frame, MasterHello)
+    assert reply.frame.max_log_position == snapshot.end_log_position
+    return core.on_frame(link_id, Ack(start), snapshot, now_ms=now_ms)
+
+
+def test_batches_stop_at_batch_size_epoch_and_segment_boundaries() -> None:
+    core = master(batch=1000)
+    snapshot = log(12_000, epochs=(E(1, 0), E(3, 2500)))
+    connect(core, 1, 1, 1800, snapshot)
+    cuts = []
+    for _ in range(20):
+        effect = core.next_send(1, snapshot, now_ms=1)
+        if not isinstance(effect, SendLog):
+            break
+        cuts.append((effect.transfer.log_position, effect.size_bytes, effect.transfer.data_epoch,
+                     effect.transfer.data_epoch_start))
+    assert cuts == [
+        (1800, 700, 1, 0),  # epoch 1 ends at 2500
+        (2500, 1000, 3, 2500), (3500, 1000, 3, 2500), (4500, 1000, 3, 2500),
+        (5500, 1000, 3, 2500), (6500, 1000, 3, 2500), (7500, 1000, 3, 2500),
+        (8500, 1000, 3, 2500), (9500, 500, 3, 2500),  # segment ends at 10000
+        (10_000, 1000, 3, 2500), (11_000, 1000, 3, 2500),
+    ]
+
+
+def test_quorum_join_ack_confirm_and_heartbeat() -> None:
+    core = master(total=2, in_sync=2)
+    snapshot = log(3000)
+    effects = connect(core, 1, 1, 0, snapshot)
+    # ack 0 >= confirm 0 and the epoch starts at 2500 > 0: not yet a member.
+    assert effects == [] and core.sync_state_set == (0,)
+    assert core.plan_put(3000).refused  # 1 in sync, 2 needed
+    send = core.next_send(1, snapshot, now_ms=1)
+    assert isinstance(send, SendLog) and send.size_bytes == 1000
+    core.next_send(1, snapshot, now_ms=1)
+    core.next_send(1, snapshot, now_ms=1)  # 2000..2500 then 2500..3000 next
+    core.next_send(1, snapshot, now_ms=1)
+    effects = core.on_frame(1, Ack(3000), snapshot, now_ms=2)
+    assert effects == [SyncStateSetChanged((0, 1))]  # confirm needs the master's own position
+    assert core.local_durable(3000) == [ConfirmTo(3000)]
+    plan = core.plan_put(3000)
+    assert plan.need == 2 and not plan.refused
+    # A put at 3500: master holds it, the slave not yet.
+    core.local_durable(3500)
+    assert core.put_progress(3500, 2) is PutProgress.WAITING
+    snapshot = log(3500)
+    send = core.next_send(1, snapshot, now_ms=3)
+    assert isinstance(send, SendLog) and send.transfer.confirm_log_position == 3000
+    assert core.on_frame(1, Ack(3500), snapshot, now_ms=4) == [ConfirmTo(3500)]
+    assert core.put_progress(3500, 2) is PutProgress.DONE
+    # Nothing left: the confirm move is pushed at once, then heartbeats every 100 ms.
+    beat = core.next_send(1, snapshot, now_ms=5)
+    assert isinstance(beat, SendFrame) and beat.frame == Transfer(3, 3, 2500, 3500, 3500)
+    assert core.next_send(1, snapshot, now_ms=50) == Wait(55)
+    assert isinstance(core.next_send(1, snapshot, now_ms=105), SendFrame)
+
+
+def test_link_drop_degrades_or_refuses() -> None:
+    for auto, expected_need, refused in ((False, 2, True), (True, 1, False)):
+        core = master(total=2, in_sync=2, auto=auto)
+        snapshot = log(2500, epochs=(E(3, 0),))
+        core.local_durable(2500)
+        connect(core, 1, 1, 2500, snapshot)
+        assert core.sync_state_set == (0, 1)
+        core.local_durable(2600)
+        assert core.put_progress(2600, 2) is PutProgress.WAITING
+        assert core.link_closed(1, now_ms=10) == [SyncStateSetChanged((0,))]
+        # The waiting put cannot be acked by two replicas any more: SLAVE_NOT_AVAILABLE.
+        assert core.put_progress(2600, 2) is PutProgress.UNREACHABLE
+        plan = core.plan_put(2600)
+        assert (plan.need, bool(plan.refused)) == (expected_need, refused)
+
+
+def test_sss_shrinks_when_not_caught_up_and_silent_links_close() -> None:
+    core = master(total=3, in_sync=2)
+    snapshot = log(2500, epochs=(E(3, 0),))
+    connect(core, 1, 1, 2500, snapshot, now_ms=0)
+    connect(core, 2, 2, 2500, snapshot, now_ms=0)
+    assert core.sync_state_set == (0, 1, 2)
+    grown = log(9000, epochs=(E(3, 0),))
+    core.next_send(1, grown, now_ms=10)
+    core.on_frame(1, Ack(3500), grown, now_ms=20)  # slave 1 acks but stays behind
+    core.next_send(2, grown, now_ms=10)
+    core.on_frame(2, Ack(3500), grown, now_ms=400)
+    effects = core.on_tick(grown, now_ms=600)  # both behind for > 500 ms since they joined
+    assert effects == [SyncStateSetChanged((0, 2)), SyncStateSetChanged((0,))]
+    effects = core.on_tick(grown, now_ms=1300)  # slave 1 silent since 20 ms: > 1000 ms
+    assert [type(e) for e in effects] == [CloseLink] and effects[0].link_id == 1
+    assert "silent" in effects[0].reason
+
+
+def test_async_master_never_waits_and_confirm_follows_in_sync_members() -> None:
+    core = master(total=2, in_sync=2, async_master=True)
+    plan = core.plan_put(100)
+    assert plan.need == 1 and not plan.refused
+    assert core.local_durable(100) == [ConfirmTo(100)]  # no slave: the master alone
+
+
+def test_hello_checks_and_metadata() -> None:
+    core = master()
+    snapshot = log(3000, version=7)
+    core.link_opened(1, now_ms=0)
+    effects = core.on_frame(1, SlaveHello(1, 0, 0, 9, SEG, ()), snapshot, now_ms=0)
+    assert isinstance(effects[0], SendFrame) and isinstance(effects[0].frame, Refuse)
+    assert isinstance(effects[1], CloseLink) and "epoch 9" in effects[1].reason
+    core.link_opened(2, now_ms=0)
+    core.on_frame(2, SlaveHello(1, 0, 0, 0, SEG, ()), snapshot, now_ms=0)
+    effects = core.on_frame(2, Ack(5000), snapshot, now_ms=0)  # outside the master's log
+    assert isinstance(effects[-1], CloseLink)
+    connect(core, 3, 1, 3000, snapshot)
+    assert core.next_send(3, snapshot, now_ms=1) == SendMetadata(3, 7)
+    assert not isinstance(core.next_send(3, snapshot, now_ms=2), SendMetadata)
+    # A second link from the same broker replaces the first.
+    connect(core, 4, 1, 3000, snapshot)
+    live = [link for link in core.stats().links if link.state == "TRANSFER"]
+    assert [(link.link_id, link.broker_id) for link in live] == [(4, 1)]
+
+
+def test_a_lagging_member_holds_the_confirm_back_until_it_leaves() -> None:
+    core = master(total=3, in_sync=2)
+    snapshot = log(2500, epochs=(E(3, 0),))
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot, now_ms=0)
+    connect(core, 2, 2, 2500, snapshot, now_ms=0)
+    grown = log(3000, epochs=(E(3, 0),))
+    assert core.local_durable(3000) == []  # the slaves lack it
+    core.next_send(1, grown, now_ms=10)
+    core.next_send(2, grown, now_ms=10)
+    assert core.on_frame(1, Ack(3000), grown, now_ms=20) == []
+    assert core.put_progress(3000, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
+    assert core.confirm_log_position == 2500  # but slave 2, electable later, does not
+    effects = core.on_tick(grown, now_ms=600)  # slave 2 not caught up for > 500 ms
+    assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3000)]
