@@ -144,10 +144,16 @@ def tier_stats(master: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for_tier(master: dict[str, Any], deadline_s: float) -> dict[str, Any]:
-    """Broker tier stats once at least one sealed segment is listed (or at the deadline)."""
+    """Broker tier stats once segments are listed and no sealed one waits (upload lag 0), or
+    at the deadline."""
     deadline = time.monotonic() + deadline_s
+
+    def caught_up(stats: dict[str, Any]) -> bool:
+        pending = stats.get("upload", {}).get("pending_segments", 1)
+        return stats.get("tier_segments", 0) >= 1 and pending == 0
+
     stats = tier_stats(master)
-    while stats.get("tier_segments", 0) < 1 and time.monotonic() < deadline:
+    while not caught_up(stats) and time.monotonic() < deadline:
         time.sleep(0.5)
         stats = tier_stats(master)
     return stats
