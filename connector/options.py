@@ -344,8 +344,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         tag_filter=_tag_filter(values),
         read_from_replicas=_bool(values, READ_FROM_REPLICAS, False),
         group_id=None if group_id is None else _name(GROUP_ID, group_id),
-        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 8192, 1, 1 << 20),  # type: ignore
-        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 8 << 20, 1024, 1 << 30),  # type: ignore
+        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
+        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
         fetch_timeout_ms=_int(values, FETCH_TIMEOUT_MS, 60_000, 1),  # type: ignore[arg-type]
     )
 

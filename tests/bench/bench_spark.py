@@ -102,7 +102,13 @@ def sink_case(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # typ
     elapsed = time.perf_counter() - start
     stored = sum(q["max_queue_offset"] for q in Admin(ClientConfig(
         brokers=(broker.endpoint,))).queue_offsets(topic))
-    assert stored == rows, f"sink stored {stored} of {rows}"
+    # at-least-once may store a batch twice (a client retry after a lost reply); exactly-once
+    # must not
+    assert stored >= rows, f"sink {topic} stored {stored} of {rows}"
+    assert stored == rows or not exactly_once, f"exactly-once sink {topic} stored {stored} " \
+        f"of {rows}"
+    if stored != rows:
+        print(f"sink {topic} (at-least-once) stored {stored - rows:,} duplicate rows")
     return rows / elapsed
 
 
