@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import itertools
 import shutil
 import threading
 import time
@@ -306,12 +307,19 @@ class MessageStore:
         if batch.tags is None and batch.keys is None and batch.properties is None:
             return None, ""
         encoded: list[bytes] = []
-        for index in range(len(batch.bodies)):
-            merged = dict(batch.properties[index] or {}) if batch.properties is not None else {}
-            if batch.tags is not None and batch.tags[index] is not None:
-                merged["TAGS"] = batch.tags[index]  # type: ignore[assignment]
-            if batch.keys is not None and batch.keys[index] is not None:
-                merged["KEYS"] = batch.keys[index]  # type: ignore[assignment]
+        count = len(batch.bodies)
+        users = batch.properties if batch.properties is not None else itertools.repeat(None, count)
+        tags = batch.tags if batch.tags is not None else itertools.repeat(None, count)
+        keys = batch.keys if batch.keys is not None else itertools.repeat(None, count)
+        for index, (user, tag, key) in enumerate(zip(users, tags, keys)):
+            if not user and tag is None and key is None:
+                encoded.append(b"")  # the common row of a marked batch: nothing to encode
+                continue
+            merged = dict(user or {})
+            if tag is not None:
+                merged["TAGS"] = tag
+            if key is not None:
+                merged["KEYS"] = key
             try:
                 payload = encode_properties(merged)
             except ValueError as err:
