@@ -4,7 +4,7 @@
     python3 build.py setup            create or refresh .venv and install the project (+ extras)
     python3 build.py test [ARGS...]   setup, then the default test suite (extra ARGS go to pytest)
     python3 build.py bench NAME [--json]   run a benchmark from tests/bench/ (e.g. `storage`)
-    python3 build.py sim [--seeds N]  long deterministic-simulation search
+    python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`

@@ -71,8 +71,14 @@ from connector.planning import (
 from connector.protocol import RocketHAError
 from connector.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
-from connector.source import SOURCE_ARROW_SCHEMA, SOURCE_DDL, discover, read_range, \
-    starting_offsets
+from connector.source import (
+    SOURCE_ARROW_SCHEMA,
+    SOURCE_DDL,
+    check_positions,
+    discover,
+    read_range,
+    starting_offsets,
+)
 
 __all__ = ["RocketHADataSource"]
 
@@ -196,24 +202,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = flatten(start)
         bounds = self._discover()
         self._commit_group(begin)  # Spark plans a batch only once the previous one finished
+        check_positions(self.options, begin, bounds)
         latest = {ref: b.max_queue_offset for ref, b in bounds.items()}
         self._latest = dict(latest)
         if self._available_now is not None:
             latest = {ref: min(value, self._available_now[ref])
                       for ref, value in latest.items() if ref in self._available_now}
-        # new queues start at their earliest; a queue never moves backwards
-        origin = {ref: begin.get(ref, bounds[ref].min_queue_offset) for ref in latest}
-        latest = {ref: max(value, origin[ref]) for ref, value in latest.items()}
+        # A new queue joins at its earliest offset, recorded in this batch's end without rows
+        # (so every later range has an explicit start, whatever retention does meanwhile);
+        # its rows come from the next batch on. A queue never moves backwards.
+        joined = {ref: bounds[ref].min_queue_offset for ref in latest if ref not in begin}
+        known = {ref: max(value, begin[ref]) for ref, value in latest.items() if ref in begin}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         now_ms = int(time.time() * 1000)
-        if self._available_now is None and trigger_waits(  # AvailableNow drains: no wait
-                backlog(origin, latest), self.options.min_offsets_per_trigger,
+        if not joined and self._available_now is None and trigger_waits(  # AvailableNow: drain
+                backlog(begin, known), self.options.min_offsets_per_trigger,
                 self._last_trigger_ms, now_ms, self.options.max_trigger_delay_ms):
             return canonical(start)
-        end = admit(origin, latest, max_rows)
+        end = {**admit(begin, known, max_rows), **joined}
         for ref, value in begin.items():  # queues that vanished keep their position
             end.setdefault(ref, value)
-        if end != {ref: begin.get(ref, origin.get(ref)) for ref in end}:
+        if end != begin:
             self._last_trigger_ms = now_ms
         return unflatten(end)
 
@@ -227,8 +236,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._replica_sets is None or any(ref.broker_name not in self._replica_sets
                                              for ref in finish):
             self._discover()
-        # a queue first seen in this batch starts at 0: the same answer on every replay
-        ranges = [QueueRange(ref, begin.get(ref, 0), value) for ref, value in finish.items()]
+        # a queue that joined in this batch has no rows in it (see latestOffset)
+        ranges = [QueueRange(ref, begin.get(ref, value), value)
+                  for ref, value in finish.items()]
         return _partitions(ranges, self._replica_sets or {}, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

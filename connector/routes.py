@@ -69,17 +69,26 @@ class StaticRoutes:
         self._request_timeout_ms = request_timeout_ms
 
     def replica_sets(self) -> tuple[ReplicaSet, ...]:
+        """Endpoints that answer, grouped by brokerName; one that does not answer within the
+        client's deadline is left out with a warning (a dead slave must not stop a query);
+        none answering raises RoutesUnavailableError."""
         members: dict[str, list[tuple[bool, str]]] = {}
+        failures = []
         for endpoint in self._brokers:
-            config = dataclasses.replace(client_config([endpoint], self._request_timeout_ms),
-                                         retries_max=2)
             try:
+                config = dataclasses.replace(client_config([endpoint], self._request_timeout_ms),
+                                             send_deadline_ms=2 * self._request_timeout_ms)
                 info = Admin(config).broker_info()
             except RocketHAError as err:
-                raise RoutesUnavailableError(
-                    f"option brokers: {endpoint} did not answer broker_info ({err})") from err
+                failures.append(f"{endpoint}: {err}")
+                continue
             is_master = info.get("role", "MASTER") == "MASTER"
             members.setdefault(str(info["broker_name"]), []).append((not is_master, endpoint))
+        if not members:
+            raise RoutesUnavailableError("option brokers: no endpoint answered broker_info ("
+                                         + "; ".join(failures) + ")")
+        for failure in failures:
+            logger.warning("option brokers: left out %s", failure)
         return tuple(sorted(ReplicaSet(name, tuple(endpoint for _, endpoint in sorted(entries)))
                             for name, entries in members.items()))
 

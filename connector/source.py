@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -48,9 +49,11 @@ from connector.routes import (
 __all__ = [
     "SOURCE_ARROW_SCHEMA",
     "SOURCE_DDL",
+    "check_positions",
     "discover",
     "read_range",
     "starting_offsets",
+    "strip_markers",
     "to_source_batch",
 ]
 
@@ -105,6 +108,18 @@ def discover(options: SourceOptions) -> tuple[dict[str, ReplicaSet], dict[QueueR
     return replica_sets, dict(sorted(bounds.items()))
 
 
+def check_positions(options: SourceOptions, positions: dict[QueueRef, int],
+                    bounds: dict[QueueRef, Bounds]) -> None:
+    """A query's position past a queue's end means the broker lost messages the query already
+    read (and will reuse those offsets): fail, or warn with failOnDataLoss=false."""
+    for ref, queue_offset in sorted(positions.items()):
+        known = bounds.get(ref)
+        if known is not None and queue_offset > known.max_queue_offset:
+            _lost(options, f"{ref.topic}/{ref.key}: the query is at queue offset "
+                  f"{queue_offset} but the queue ends at {known.max_queue_offset}; messages "
+                  "it read are gone and new ones will reuse their offsets")
+
+
 def starting_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet],
                      bounds: dict[QueueRef, Bounds], *, default: str) -> dict[QueueRef, int]:
     """First offsets: by timestamp when asked (per queue: the first message stored at or after
@@ -139,7 +154,7 @@ def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
     properties = batch.column("properties")
     if properties.null_count < count and pc.any(
             pc.equal(properties.keys, IDEMPOTENCE_PROPERTY)).as_py():
-        properties = _strip_markers(properties)
+        properties = strip_markers(properties)
     columns = [
         batch.column("topic"), pa.repeat(pa.scalar(broker_name, pa.string()), count),
         batch.column("queue_id"), batch.column("queue_offset"), batch.column("msg_id"),
@@ -150,14 +165,24 @@ def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
 
 
-def _strip_markers(properties: pa.Array) -> pa.Array:
-    """Drop the sink's idempotence markers: they are bookkeeping, not user properties."""
-    rows = []
-    for value in properties.to_pylist():
-        if value is not None:
-            value = [(k, v) for k, v in value if k != IDEMPOTENCE_PROPERTY] or None
-        rows.append(value)
-    return pa.array(rows, _PROPERTIES)
+def strip_markers(properties: pa.MapArray) -> pa.Array:
+    """Drop the sink's idempotence markers (bookkeeping, not user properties), vectorized: the
+    map entries are filtered and the offsets recounted; a map left empty becomes null."""
+    offsets = properties.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    keys, items = properties.keys, properties.items
+    if len(keys) != last - first:  # the whole child of a sliced map: cut our entries out
+        keys, items = keys.slice(first, last - first), items.slice(first, last - first)
+    keep = pc.not_equal(keys, IDEMPOTENCE_PROPERTY).fill_null(True).to_numpy(
+        zero_copy_only=False)
+    kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    new_offsets = kept_before[offsets - first]
+    counts = np.diff(new_offsets)
+    valid = np.asarray(properties.is_valid()) & (counts > 0)
+    mask = pa.array(~valid)
+    return pa.MapArray.from_arrays(pa.array(new_offsets.astype(np.int32)),
+                                   keys.filter(pa.array(keep)), items.filter(pa.array(keep)),
+                                   type=_PROPERTIES, mask=mask)
 
 
 def read_range(partition: QueueRangePartition, options: SourceOptions

@@ -32,6 +32,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
+
 __all__ = ["main"]
 
 STARTUP_TIMEOUT_S = 30.0
@@ -222,8 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--json", action="store_true")
     down = commands.add_parser("down")
     down.add_argument("--dir", required=True, type=Path)
+    up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
+                    help="a Raft group of controllers, started before the brokers "
+                    "(default: as many as the cluster already has)")
     args = parser.parse_args(argv)
     cluster = Cluster(args.dir)
+    controllers = LocalControllers(cluster.directory)
+    if args.command == "up":
+        for line in controllers.up(args.controllers):
+            print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
@@ -239,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "status":
         processes = cluster.status()
+        processes += controllers.status()
         if args.json:
             print(json.dumps({"dir": str(cluster.directory), "processes": processes}))
         else:
@@ -250,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for broker in cluster.load()["brokers"]:
         cluster.stop(broker)
+    controllers.stop_all()
     print(f"stopped {len(cluster.load()['brokers'])} process(es)")
     return 0
 

@@ -1,5 +1,9 @@
 """A framed HA link over a blocking TCP socket (the IO half of ha/frames.py).
 
+Timeouts: the socket keeps one timeout, `io_timeout_s`, for every send and receive (a peer that
+neither drains nor completes a frame within it is gone), and waiting for the next frame to start
+is a poll with its own idle timeout, so a reader's idle wait never shortens a writer's sends.
+
 Sending: whole frames under a per-link lock (a link's reader and writer threads may both send).
 A Transfer goes out as its prefix then the CommitLog bytes, so the data is never copied into a
 frame. Receiving: the 12-byte header first, checked (size against the limit) before the body
@@ -9,6 +13,7 @@ Transfer's data is a view into it, valid until the next receive.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 
@@ -29,8 +34,12 @@ SOCKET_BUFFER_BYTES = 4 << 20
 
 
 class FrameSocket:
-    def __init__(self, sock: socket.socket, *, body_bytes_max: int, peer: str) -> None:
+    def __init__(self, sock: socket.socket, *, body_bytes_max: int, peer: str,
+                 io_timeout_s: float) -> None:
         self._sock = sock
+        sock.settimeout(io_timeout_s)
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
         self._body_bytes_max = body_bytes_max
         self.peer = peer
         self._send_lock = threading.Lock()
@@ -52,18 +61,15 @@ class FrameSocket:
             self._sock.sendall(prefix)
             self._sock.sendall(data)
 
-    def recv_frame(self, *, idle_timeout_s: float, frame_timeout_s: float) -> Frame | None:
+    def recv_frame(self, *, idle_timeout_s: float) -> Frame | None:
         """The next frame; None when nothing at all arrived within `idle_timeout_s`. Once a
-        frame has started, the rest must arrive within `frame_timeout_s`."""
+        frame has started, each part must arrive within the socket's io timeout."""
         header = memoryview(self._header)
-        self._sock.settimeout(idle_timeout_s)
-        try:
-            first = self._sock.recv_into(header, FRAME_HEADER.size)
-        except TimeoutError:
+        if not self._poll.poll(int(idle_timeout_s * 1000)):
             return None
+        first = self._sock.recv_into(header, FRAME_HEADER.size)
         if first == 0:
             raise LinkClosedError(f"{self.peer} closed the link")
-        self._sock.settimeout(frame_timeout_s)
         self._recv_exact(header[first:])
         parsed = decode_header(header, self._body_bytes_max)
         size = parsed.body_size_bytes

@@ -22,8 +22,9 @@ SyncStateSet (master always in it):
 - join, on an ack: the slave's ack >= the confirm position and >= the start of the current epoch;
 - leave: its link closes (at once), or it has not been caught up (ack >= the log end as of the
   last send to it) for haMaxTimeSlaveNotCatchup.
-Quorum and confirm arithmetic: ha/quorum.py. ASYNC_MASTER never makes a put wait; its confirm
-position follows min(inSyncReplicas, |SSS|) replicas, so reads never stall on a missing slave.
+Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
+and the SSS members, for both master roles. ASYNC_MASTER never makes a put wait (its reads still
+stop at the confirm position, so a slave that may be elected later holds whatever was read).
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ class MasterReplication:
             logger.info("slave %d joins the SyncStateSet at log_position %d", link.broker_id,
                         position)
             effects.append(SyncStateSetChanged(self.sync_state_set))
-        return effects + self._recompute_confirm(log.end_log_position)
+        return effects + self._recompute_confirm()
 
     # -- shipping ---------------------------------------------------------------------------
     def next_send(self, link_id: int, log: MasterLog, *, now_ms: int) -> MasterEffect:
@@ -348,6 +349,9 @@ class MasterReplication:
             if link.state is LinkState.CLOSED:
                 continue
             silent_ms = now_ms - link.last_received_ms
+            if link.state is LinkState.TRANSFER and \
+                    link.acked_log_position >= log.end_log_position:
+                link.last_caught_up_ms = now_ms  # holds everything: caught up, however quiet
             if silent_ms >= self.settings.housekeeping_interval_ms:
                 effects += self._close(link.link_id, f"slave {link.broker_id} silent for "
                                        f"{silent_ms} ms (haHousekeepingInterval)")
@@ -359,7 +363,7 @@ class MasterReplication:
                                now_ms - link.last_caught_up_ms, link.acked_log_position,
                                log.end_log_position)
                 effects.append(SyncStateSetChanged(self.sync_state_set))
-        return effects + self._recompute_confirm(log.end_log_position)
+        return effects + self._recompute_confirm()
 
     # -- puts -------------------------------------------------------------------------------
     def plan_put(self, master_end: int) -> PutPlan:
@@ -368,12 +372,12 @@ class MasterReplication:
             return PutPlan(1, 1)
         return plan_put(self.settings.quorum, master_end, self._member_acks())
 
-    def local_durable(self, log_position: int, master_end: int) -> list[MasterEffect]:
+    def local_durable(self, log_position: int) -> list[MasterEffect]:
         """The master itself holds everything below `log_position` (written or fsynced)."""
         if log_position <= self._master_position:
             return []
         self._master_position = log_position
-        return self._recompute_confirm(master_end)
+        return self._recompute_confirm()
 
     def put_progress(self, log_position: int, need: int) -> PutProgress:
         acks = self._member_acks()
@@ -392,7 +396,7 @@ class MasterReplication:
             acks.append(link.acked_log_position)
         return acks
 
-    def _recompute_confirm(self, master_end: int) -> list[MasterEffect]:
+    def _recompute_confirm(self) -> list[MasterEffect]:
         confirm = confirm_position(self._master_position, self._member_acks(), self._confirm)
         if confirm > self._confirm:
             self._confirm = confirm

@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 TICK_INTERVAL_MS = 50
 ACCEPT_POLL_S = 0.2
-LINK_FRAME_TIMEOUT_S = 10.0  # once a frame has started, its rest must arrive within this
+LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
 
 
 def _now_ms() -> int:
@@ -138,8 +138,7 @@ class MasterService:
         """The master holds everything below `log_position`; wait until `need` replicas do."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._cond:
-            self._apply_locked(self._core.local_durable(log_position,
-                                                        self._store.end_log_position))
+            self._apply_locked(self._core.local_durable(log_position))
             self._cond.notify_all()  # senders: new data to ship
             while True:
                 progress = self._core.put_progress(log_position, need)
@@ -207,7 +206,8 @@ class MasterService:
                 raise
             link_id = next(self._link_ids)
             link = _LinkIO(link_id, FrameSocket(sock, body_bytes_max=body_max,
-                                                peer=f"{address[0]}:{address[1]}"))
+                                                peer=f"{address[0]}:{address[1]}",
+                                                io_timeout_s=LINK_IO_TIMEOUT_S))
             with self._cond:
                 self._links[link_id] = link
                 later = self._apply_locked(self._core.link_opened(link_id, now_ms=_now_ms()))
@@ -222,8 +222,7 @@ class MasterService:
         idle_s = self._config.heartbeat_interval_ms / 1000.0
         try:
             while not link.closed.is_set():
-                frame = link.sock.recv_frame(idle_timeout_s=idle_s,
-                                             frame_timeout_s=LINK_FRAME_TIMEOUT_S)
+                frame = link.sock.recv_frame(idle_timeout_s=idle_s)
                 if frame is None:
                     continue
                 with self._cond:

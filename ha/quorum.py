@@ -16,13 +16,10 @@ end position P is done when `need` replicas hold P: the master (its own position
 fsynced under SYNC_FLUSH) and SSS members whose ack >= P. Only SSS members count, never a slave
 that is still catching up, so a later election from the SSS (issue 5) cannot lose an acked put.
 
-The confirm position is the highest position held by *every* replica whose ack counts: the
-minimum over the master and the SSS members (DESIGN §5.2; RocketMQ's confirm offset is the
-minimum ack over the SyncStateSet). Not the need-th highest: a put may be acknowledged by
-`need` replicas, but an election may pick any alive SSS member (the controller sees max log
-positions only through heartbeats), so a consumer may only see what all of them hold. A
-member that lags holds the confirm position back until it leaves the SSS
-(`haMaxTimeSlaveNotCatchup`). It never moves back.
+The confirm position is the highest position held by every replica whose ack counts, i.e. the
+minimum over the master and the SSS members (DESIGN.md §5.2: any SSS member may be elected
+later, so a consumer must never see what one of them lacks); it never moves back. A lagging
+member holds it back until it leaves the SSS (haMaxTimeSlaveNotCatchup), as in RocketMQ.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_BACKOFF_FACTOR_MAX = 8
 CONNECT_TIMEOUT_S = 3.0
-LINK_FRAME_TIMEOUT_S = 10.0
+LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
 
 
 def _now_ms() -> int:
@@ -114,7 +114,8 @@ class SlaveService:
     def _follow(self, raw: socket.socket) -> bool:
         """Run one link until it ends; True when it got as far as receiving data."""
         peer = "%s:%d" % self._master
-        sock = FrameSocket(raw, body_bytes_max=self._config.frame_body_bytes_max, peer=peer)
+        sock = FrameSocket(raw, body_bytes_max=self._config.frame_body_bytes_max, peer=peer,
+                           io_timeout_s=LINK_IO_TIMEOUT_S)
         store = self._store
         local = LocalLog(store.min_log_position, store.end_log_position,
                          store.confirm_log_position, store.epochs.entries,
@@ -130,8 +131,7 @@ class SlaveService:
                 if self._apply(sock, effects):
                     break
                 reached = reached or self._core.state is SlaveState.TRANSFER
-                frame = sock.recv_frame(idle_timeout_s=idle_s,
-                                        frame_timeout_s=LINK_FRAME_TIMEOUT_S)
+                frame = sock.recv_frame(idle_timeout_s=idle_s)
                 with self._lock:
                     now_ms = _now_ms()
                     effects = [] if frame is None else self._core.on_frame(frame, now_ms=now_ms)

@@ -1,4 +1,5 @@
-"""Shared fixtures: one local SparkSession per test session (a session costs 5-12 s to start)."""
+"""Shared fixtures: one local SparkSession per test session (a session costs 5-12 s to start),
+one broker process per test module that asks for it (`python -m ha.broker`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.integration.broker_process import BrokerProcess
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,8 +23,8 @@ def spark() -> Iterator[SparkSession]:
     # Python workers (driver-side runners and executors) must import this checkout's code
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    # local[2,8]: two cores, and a failed task is retried (8 attempts), as on a cluster
-    session = (SparkSession.builder.master("local[2,8]").appName("rocketha-tests")
+    # local[2,20]: two cores, and a failed task is retried (20 attempts), as on a cluster
+    session = (SparkSession.builder.master("local[2,20]").appName("rocketha-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
@@ -31,3 +34,11 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("broker"),
+                            flushDiskType="ASYNC_FLUSH").start()
+    yield process
+    process.stop()

@@ -8,6 +8,8 @@ import pytest
 
 PACKAGES = ["storage_engine", "storage_engine.tiered", "connector", "connector.protocol", "ha", "ha.broker"]
 
+PACKAGES += ["controller", "controller.raft"]
+
 
 @pytest.mark.parametrize("name", PACKAGES)
 def test_all_is_sorted_and_complete(name: str) -> None:

@@ -42,6 +42,7 @@ class BrokerConfig:
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
+    idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
@@ -63,6 +64,7 @@ class BrokerConfig:
                               "other id a SLAVE")
         _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
         _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
+        _range("idempotenceRebuildWindowMs", self.idempotence_rebuild_window_ms, 0, 1 << 40)
 
     @property
     def store_dir(self) -> Path:
@@ -136,5 +138,6 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "putBatchBytesMax": ("put_batch_bytes_max", int),
     "idempotenceProducersMax": ("idempotence_producers_max", int),
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
+    "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS

@@ -10,7 +10,9 @@ one producer is always a prefix, and "sequence <= last stored" means "already st
     IdempotentPuts     shell: per-producer lock around check -> store -> record, so two
                        attempts of one task (Spark speculation) cannot both store a batch
     rebuild_table()    after a restart: the markers in the last `window_messages` messages of
-                       every queue, in store order
+                       every queue that are younger than `window_ms`, in store order (the
+                       window must cover the rows per queue of the largest micro-batch that
+                       may be replayed across a broker restart)
 
 Why the last row: a batch is one contiguous CommitLog append, and recovery keeps a prefix of
 the log, so if the last record of a batch survived a crash the whole batch did; a marker never
@@ -63,15 +65,17 @@ __all__ = [
 
 _LOCK_STRIPES = 64
 _REBUILD_READ_BYTES = 4 << 20
+_REBUILD_BLOCK_MESSAGES = 4096
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class IdempotenceConfig:
     producers_max: int = 100_000  # idempotenceProducersMax: producers remembered (LRU window)
     window_messages: int = 65_536  # idempotenceRebuildMessages: tail of each queue read at start
+    window_ms: int = 86_400_000  # idempotenceRebuildWindowMs: markers older than this are not read
 
     def __post_init__(self) -> None:
-        assert self.producers_max >= 1 and self.window_messages >= 0
+        assert self.producers_max >= 1 and self.window_messages >= 0 and self.window_ms >= 0
 
 
 class IdempotenceTable:
@@ -166,29 +170,52 @@ class IdempotentPuts:
             return reply
 
 
-def rebuild_table(store: MessageStore, config: IdempotenceConfig,
+def rebuild_table(store: MessageStore, config: IdempotenceConfig, *, now_ms: int,
                   queues: Iterable[tuple[str, int]] | None = None) -> IdempotenceTable:
-    """The table as the markers in the tail of every queue describe it (store-time order)."""
-    found: list[tuple[int, int, PutIdempotence]] = []  # (store ms, log position, key)
+    """The table as the markers in the tail of every queue describe it (store-time order).
+
+    Each queue is read backwards, a block at a time, until `window_messages` were read or a
+    block starts before `now_ms - window_ms`, so idle queues cost one block read."""
+    found: list[tuple[int, int, PutIdempotence]] = []  # (store ms, log end, key)
+    oldest_ms = now_ms - config.window_ms
     for topic, queue_id in (store.queues() if queues is None else queues):
-        end = store.max_queue_offset(topic, queue_id)
-        cursor = max(store.min_queue_offset(topic, queue_id), end - config.window_messages)
-        while cursor < end:  # bounded: every pass moves the cursor or stops
-            block = store.get_message_block(topic, queue_id, cursor, max_count=end - cursor,
-                                            max_bytes=_REBUILD_READ_BYTES)
-            if block.status is not GetStatus.FOUND or len(block.sizes) == 0:
-                if block.next_queue_offset <= cursor:
-                    break
-                cursor = block.next_queue_offset
-                continue
-            batch = block_to_batch(block.data, block.sizes, topic)
-            stored_ms = batch.column("store_timestamp").cast(pa.int64())
-            positions = batch.column("log_position")
-            ends = pc.add(positions.cast(pa.int64()), pa.array(block.sizes, pa.int64()))
-            for index, key in markers_in(batch.column("properties")):
-                found.append((stored_ms[index].as_py(), ends[index].as_py(), key))
-            cursor = block.next_queue_offset
+        low = max(store.min_queue_offset(topic, queue_id),
+                  store.max_queue_offset(topic, queue_id) - config.window_messages)
+        block_end = store.max_queue_offset(topic, queue_id)
+        while block_end > low:  # bounded: block_end only decreases, by >= 1 per pass
+            block_start = max(low, block_end - _REBUILD_BLOCK_MESSAGES)
+            first_ms = _scan_markers(store, topic, queue_id, block_start, block_end, found)
+            if first_ms is None or first_ms < oldest_ms:
+                break
+            block_end = block_start
     table = IdempotenceTable(config.producers_max)
-    for _, end, key in sorted(found, key=lambda item: (item[0], item[1])):
-        table.record(key, end)
+    for stored_ms, end, key in sorted(found, key=lambda item: (item[0], item[1])):
+        if stored_ms >= oldest_ms:
+            table.record(key, end)
     return table
+
+
+def _scan_markers(store: MessageStore, topic: str, queue_id: int, start: int, end: int,
+                  found: list[tuple[int, int, PutIdempotence]]) -> int | None:
+    """Markers of [start, end) into `found`; returns the first message's store ms (None when
+    nothing could be read)."""
+    first_ms = None
+    cursor = start
+    while cursor < end:  # bounded: every pass moves the cursor forward or stops
+        block = store.get_message_block(topic, queue_id, cursor, max_count=end - cursor,
+                                        max_bytes=_REBUILD_READ_BYTES)
+        if block.status is not GetStatus.FOUND or len(block.sizes) == 0:
+            if block.next_queue_offset <= cursor:
+                break
+            cursor = block.next_queue_offset
+            continue
+        batch = block_to_batch(block.data, block.sizes, topic)
+        stored_ms = batch.column("store_timestamp").cast(pa.int64())
+        if first_ms is None:
+            first_ms = stored_ms[0].as_py()
+        ends = pc.add(batch.column("log_position").cast(pa.int64()),
+                      pa.array(block.sizes, pa.int64()))
+        for index, key in markers_in(batch.column("properties")):
+            found.append((stored_ms[index].as_py(), ends[index].as_py(), key))
+        cursor = block.next_queue_offset
+    return first_ms

@@ -130,7 +130,8 @@ class BrokerService(flight.FlightServerBase):
                                        topics=self.topics, offsets=self.offsets)
         self.idempotence = IdempotentPuts(rebuild_table(store, IdempotenceConfig(
             producers_max=config.idempotence_producers_max,
-            window_messages=config.idempotence_rebuild_messages)))
+            window_messages=config.idempotence_rebuild_messages,
+            window_ms=config.idempotence_rebuild_window_ms), now_ms=int(time.time() * 1000)))
         self._actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,

@@ -26,6 +26,7 @@ from connector.sink import (
     to_produce_batch,
     with_marker,
 )
+from connector.source import strip_markers
 
 OPTIONS = parse_sink_options({"brokers": "h:1", "topic": "t"})
 NO_TOPIC = parse_sink_options({"brokers": "h:1"})
@@ -103,3 +104,19 @@ def test_commit_message_pickles() -> None:
     message = SinkCommitMessage(3, 10, (QueueWriteStats("t", "broker-a", 0, 10, 5, 14),),
                                 (("PUT_OK", 10),), 0)
     assert pickle.loads(pickle.dumps(message)) == message
+
+
+ENTRY = st.tuples(st.sampled_from(["a", "b", IDEMPOTENCE_PROPERTY]), st.sampled_from(["1", "p/2"]))
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(ENTRY, max_size=3)), min_size=1, max_size=12),
+       st.integers(0, 12), st.integers(0, 12))
+def test_readsstrip_markers_like_the_row_by_row_rule(rows, start: int, length: int) -> None:
+    """The vectorized strip (source.py) equals the plain rule, also on sliced arrays."""
+    array = pa.array(rows, PROPS).slice(min(start, len(rows) - 1), length)
+    expected = []
+    for value in array.to_pylist():
+        kept = [(k, v) for k, v in value or () if k != IDEMPOTENCE_PROPERTY]
+        expected.append(kept or None)
+    assert strip_markers(array).to_pylist() == expected

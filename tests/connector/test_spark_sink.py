@@ -6,7 +6,7 @@ is written, naming the problem; a status outside acceptStatuses fails the task; 
 task that fails after writing part of its rows is retried and the topic still holds exactly N;
 a query restarted from its checkpoint after a crash between write and commit (the commit log
 entry removed, and the broker SIGKILLed and restarted in between) adds no duplicates.
-Method: real broker processes, a real SparkSession with task retries (local[2,8]); the broker
+Method: real broker processes, a real SparkSession with task retries (local[2,20]); the broker
 is SIGKILLed while write tasks are half way, and restarted after the sink's send deadline.
 """
 

@@ -104,9 +104,12 @@ def test_available_now_target_and_pattern_discovery(broker) -> None:  # type: ig
     start = tailing.initialOffset()
     admin.create_topic("srp_b", queues=1)
     produce(broker, "srp_b", 3, queues=1)
-    end = tailing.latestOffset(start, tailing.getDefaultReadLimit())
+    joined = tailing.latestOffset(start, tailing.getDefaultReadLimit())
+    assert joined == {"srp_a": {"broker-a:0": 10}, "srp_b": {"broker-a:0": 0}}  # at earliest
+    assert bodies(tailing, start, joined) == []
+    end = tailing.latestOffset(joined, tailing.getDefaultReadLimit())
     assert end == {"srp_a": {"broker-a:0": 10}, "srp_b": {"broker-a:0": 3}}
-    assert bodies(tailing, start, end) == [f"srp_b-{i}" for i in range(3)]
+    assert bodies(tailing, joined, end) == [f"srp_b-{i}" for i in range(3)]
 
 
 def test_fail_on_data_loss_false_warns(broker, caplog) -> None:  # type: ignore
@@ -160,3 +163,16 @@ def test_complete_mode_and_overwrite_are_refused() -> None:
         source.streamWriter(schema, True)
     with pytest.raises(Exception, match="append-only"):
         source.writer(schema, True)
+
+
+def test_position_past_the_queue_end_is_data_loss(broker, caplog) -> None:  # type: ignore
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("sr_lost", queues=1)
+    produce(broker, "sr_lost", 2, queues=1)
+    ahead = {"sr_lost": {"broker-a:0": 9}}  # as if the broker lost 7 messages the query read
+    strict = reader(broker, subscribe="sr_lost")
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.latestOffset(ahead, strict.getDefaultReadLimit())
+    lenient = reader(broker, subscribe="sr_lost", failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING, logger="connector.source"):
+        assert lenient.latestOffset(ahead, lenient.getDefaultReadLimit()) == ahead
+    assert "queue ends at 2" in caplog.text

@@ -66,7 +66,10 @@ class ReplicaSet:
         return pid
 
     def signal(self, index: int, signum: int) -> None:
-        os.kill(self.pid(index), signum)
+        pid = self.pid(index)
+        os.kill(pid, signum)
+        if signum == signal.SIGSTOP:  # delivery is asynchronous: wait until every thread stops
+            wait_for(lambda: _all_threads_stopped(pid), 10, "the broker's threads to stop")
         if signum == signal.SIGKILL:
             wait_for(lambda: self.cluster.pid_of(self.brokers[index]) is None, 10,
                      "the killed broker to exit")
@@ -177,3 +180,13 @@ def _log_bytes(store: MessageStore, start: int, end: int) -> bytes:
         out += chunk
         position += len(chunk)
     return bytes(out)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` is in state T (stopped), per /proc/<pid>/task/*/stat."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return bool(states) and all(state in ("T", "t") for state in states)

@@ -10,6 +10,7 @@ store callable, and a real MessageStore in a temporary directory, reopened.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -107,9 +108,12 @@ def test_concurrent_attempts_store_once() -> None:
     assert sorted(stored) == list(range(20))
 
 
-@pytest.mark.parametrize("window_messages, remembered", [(1000, {"p1": 1, "p2": 0}),
-                                                         (2, {"p2": 0})])
-def test_rebuild_from_queue_tails(tmp_path: Path, window_messages: int,
+@pytest.mark.parametrize("window_messages, window_ms, remembered", [
+    (1000, 3_600_000, {"p1": 1, "p2": 0}),
+    (2, 3_600_000, {"p2": 0}),
+    (1000, -3_600_000, {}),  # every marker older than the window
+])
+def test_rebuild_from_queue_tails(tmp_path: Path, window_messages: int, window_ms: int,
                                   remembered: dict[str, int]) -> None:
     with MessageStore(tmp_path, CONFIG) as store:
         for queue_id, marker in ((0, "p1/0"), (1, "p1/1"), (0, None), (1, "p2/0")):
@@ -118,7 +122,9 @@ def test_rebuild_from_queue_tails(tmp_path: Path, window_messages: int,
                 topic="t", bodies=[b"a", b"b"], queue_ids=[queue_id] * 2,
                 properties=properties)).status.stored
     with MessageStore(tmp_path, CONFIG) as store:
-        table = rebuild_table(store, IdempotenceConfig(window_messages=window_messages))
+        config = IdempotenceConfig(window_messages=window_messages, window_ms=abs(window_ms))
+        now_ms = int(time.time() * 1000) + (0 if window_ms > 0 else 2 * abs(window_ms))
+        table = rebuild_table(store, config, now_ms=now_ms)
     assert {p: table.last_sequence(p) for p in ("p1", "p2") if table.last_sequence(p)
             is not None} == remembered
 
@@ -144,3 +150,19 @@ def test_duplicate_of_an_unconfirmed_batch_waits_for_its_quorum() -> None:
     done = puts.put(batch_with("p/0"), ok_reply, settle("PUT_OK"))
     assert (done.status, done.duplicate) == ("PUT_OK", True)
     assert settled == [4096, 4096]
+
+
+def test_rebuild_reads_back_across_blocks(tmp_path: Path) -> None:
+    count = 10_000  # more than one backwards block
+    with MessageStore(tmp_path, CONFIG) as store:
+        for first in range(0, count, 1000):
+            properties: list[dict[str, str] | None] = [None] * 1000
+            properties[-1] = {IDEMPOTENCE_PROPERTY: f"task{first // 1000}/0"}
+            assert store.put_messages(MessageBatch(topic="t", bodies=[b"x"] * 1000,
+                                                   queue_ids=[0] * 1000,
+                                                   properties=properties)).status.stored
+        now_ms = int(time.time() * 1000)
+        full = rebuild_table(store, IdempotenceConfig(window_messages=count), now_ms=now_ms)
+        short = rebuild_table(store, IdempotenceConfig(window_messages=500), now_ms=now_ms)
+    assert len(full) == 10 and full.last_sequence("task0") == 0
+    assert len(short) == 1 and short.last_sequence("task9") == 0

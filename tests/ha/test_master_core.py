@@ -89,11 +89,11 @@ def test_quorum_join_ack_confirm_and_heartbeat() -> None:
     core.next_send(1, snapshot, now_ms=1)
     effects = core.on_frame(1, Ack(3000), snapshot, now_ms=2)
     assert effects == [SyncStateSetChanged((0, 1))]  # confirm needs the master's own position
-    assert core.local_durable(3000, 3000) == [ConfirmTo(3000)]
+    assert core.local_durable(3000) == [ConfirmTo(3000)]
     plan = core.plan_put(3000)
     assert plan.need == 2 and not plan.refused
     # A put at 3500: master holds it, the slave not yet.
-    core.local_durable(3500, 3500)
+    core.local_durable(3500)
     assert core.put_progress(3500, 2) is PutProgress.WAITING
     snapshot = log(3500)
     send = core.next_send(1, snapshot, now_ms=3)
@@ -111,10 +111,10 @@ def test_link_drop_degrades_or_refuses() -> None:
     for auto, expected_need, refused in ((False, 2, True), (True, 1, False)):
         core = master(total=2, in_sync=2, auto=auto)
         snapshot = log(2500, epochs=(E(3, 0),))
-        core.local_durable(2500, 2500)
+        core.local_durable(2500)
         connect(core, 1, 1, 2500, snapshot)
         assert core.sync_state_set == (0, 1)
-        core.local_durable(2600, 2600)
+        core.local_durable(2600)
         assert core.put_progress(2600, 2) is PutProgress.WAITING
         assert core.link_closed(1, now_ms=10) == [SyncStateSetChanged((0,))]
         # The waiting put cannot be acked by two replicas any more: SLAVE_NOT_AVAILABLE.
@@ -145,7 +145,7 @@ def test_async_master_never_waits_and_confirm_follows_in_sync_members() -> None:
     core = master(total=2, in_sync=2, async_master=True)
     plan = core.plan_put(100)
     assert plan.need == 1 and not plan.refused
-    assert core.local_durable(100, 100) == [ConfirmTo(100)]  # no slave: the master alone
+    assert core.local_durable(100) == [ConfirmTo(100)]  # no slave: the master alone
 
 
 def test_hello_checks_and_metadata() -> None:
@@ -166,3 +166,20 @@ def test_hello_checks_and_metadata() -> None:
     connect(core, 4, 1, 3000, snapshot)
     live = [link for link in core.stats().links if link.state == "TRANSFER"]
     assert [(link.link_id, link.broker_id) for link in live] == [(4, 1)]
+
+
+def test_a_lagging_member_holds_the_confirm_back_until_it_leaves() -> None:
+    core = master(total=3, in_sync=2)
+    snapshot = log(2500, epochs=(E(3, 0),))
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot, now_ms=0)
+    connect(core, 2, 2, 2500, snapshot, now_ms=0)
+    grown = log(3000, epochs=(E(3, 0),))
+    assert core.local_durable(3000) == []  # the slaves lack it
+    core.next_send(1, grown, now_ms=10)
+    core.next_send(2, grown, now_ms=10)
+    assert core.on_frame(1, Ack(3000), grown, now_ms=20) == []
+    assert core.put_progress(3000, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
+    assert core.confirm_log_position == 2500  # but slave 2, electable later, does not
+    effects = core.on_tick(grown, now_ms=600)  # slave 2 not caught up for > 500 ms
+    assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3000)]

@@ -54,12 +54,11 @@ def test_holders_count_master_and_members() -> None:
 
 
 @pytest.mark.parametrize("master, acks, previous, expected", [
-    (500, [300, 400], 0, 300),  # every counted replica must hold it: the minimum
-    (500, [300], 0, 300),
-    (500, [], 100, 500),  # the master alone in the SyncStateSet
+    (500, [300, 400], 0, 300),  # every SSS member must hold it: the minimum
+    (500, [400], 0, 400),
+    (300, [500], 0, 300),  # the master's own position (fsynced, under SYNC_FLUSH) counts too
+    (500, [], 100, 500),  # the master alone
     (500, [50], 100, 100),  # never moves back
-    (200, [400, 300], 0, 200),  # a slave ahead of the master's durable position
 ])
-def test_confirm_position_is_the_minimum_over_the_sync_state_set(
-        master: int, acks: list[int], previous: int, expected: int) -> None:
+def test_confirm_position(master: int, acks: list[int], previous: int, expected: int) -> None:
     assert confirm_position(master, acks, previous) == expected

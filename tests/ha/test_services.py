@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ha.config import BrokerRole, HAConfig
+from ha.frames import Ack, MasterHello, SlaveHello, decode_stream, encode_frame
 from ha.master_service import MasterService
 from ha.slave_service import SlaveService
 from storage_engine import Message, MessageStore, PutStatus, StoreConfig
@@ -160,5 +161,58 @@ def test_a_slave_behind_the_masters_retention_restarts_at_its_min(tmp_path: Path
             assert slave_store.min_log_position == 3 * SEGMENT
             assert log_bytes(slave_store, end) == log_bytes(master_store, end)
             slave.close()
+        finally:
+            master.close()
+
+
+class ScriptedSlave:
+    """A slave played by the test over a real socket: handshake, then ack only when told."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buffer = b""
+
+    def send(self, frame: object) -> None:
+        self.sock.sendall(encode_frame(frame))  # type: ignore[arg-type]
+
+    def receive(self) -> object:
+        while True:
+            frames, _ = decode_stream(self.buffer, 1 << 24)
+            if frames:
+                first = frames[0]
+                self.buffer = self.buffer[len(encode_frame(first)):]  # type: ignore[arg-type]
+                return first
+            chunk = self.sock.recv(1 << 20)
+            assert chunk, "master closed the link"
+            self.buffer += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_put_statuses_when_the_only_slave_stops_acking(tmp_path: Path) -> None:
+    config = ha_config(BrokerRole.SYNC_MASTER, housekeeping_interval_ms=60_000)
+    with MessageStore(tmp_path / "m", STORE, auto_confirm=False) as store:
+        master = MasterService(store, config, broker_id=0, endpoint="h:1").start()
+        try:
+            slave = ScriptedSlave(master.listen_port)
+            slave.send(SlaveHello(1, 0, 0, 0, SEGMENT, ()))
+            hello = slave.receive()
+            assert isinstance(hello, MasterHello) and hello.master_epoch == 1
+            slave.send(Ack(0))
+            wait_for(lambda: master.stats().sync_state_set == (0, 1))
+            plan = master.plan_put()
+            assert plan.need == 2 and not plan.refused
+            result = store.append(Message(topic="T", body=b"unacked").as_batch())
+            # The slave receives the bytes but never acks: the put times out.
+            assert master.replicate(result.log_position_end, plan.need, 300) is \
+                PutStatus.FLUSH_SLAVE_TIMEOUT
+            assert store.confirm_log_position == 0  # nobody else holds it: invisible
+            slave.close()  # the link drops while a put waits: no one left to ack
+            result = store.append(Message(topic="T", body=b"orphan").as_batch())
+            assert master.replicate(result.log_position_end, plan.need, 5000) is \
+                PutStatus.SLAVE_NOT_AVAILABLE
+            wait_for(lambda: master.stats().sync_state_set == (0,))
+            assert master.plan_put().refused  # IN_SYNC_REPLICAS_NOT_ENOUGH, before writing
         finally:
             master.close()

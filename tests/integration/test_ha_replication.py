@@ -80,7 +80,9 @@ def test_three_replicas_in_sync_two_with_a_slave_stopped(make_set) -> None:
     replicas.signal(2, signal.SIGSTOP)
     stopped_acked: dict[tuple[int, int], bytes] = {}
     assert set(produce(replicas, "T3", 10, b"b", stopped_acked)) == {"PUT_OK"}
-    # Acked while broker 2 was frozen: the master and broker 1 must hold it.
+    # Acked while broker 2 was frozen: the master and broker 1 must hold it. Readers see it
+    # once broker 2 has left the SyncStateSet (the confirm position waits for every member).
+    replicas.wait_sync_state_set([0, 1])
     replicas.check_acked_readable({**acked, **stopped_acked}, [0, 1], "T3", QUEUES)
     replicas.signal(2, signal.SIGCONT)
     replicas.wait_sync_state_set([0, 1, 2])
@@ -117,6 +119,7 @@ def test_four_replicas_in_sync_three(make_set) -> None:
     assert set(produce(replicas, "T4", 5, b"a", acked)) == {"PUT_OK"}
     replicas.signal(3, signal.SIGSTOP)
     assert set(produce(replicas, "T4", 5, b"b", acked)) == {"PUT_OK"}
+    replicas.wait_sync_state_set([0, 1, 2])
     replicas.check_acked_readable(acked, [0, 1, 2], "T4", QUEUES)  # 3 of 4 hold every ack
     replicas.signal(2, signal.SIGSTOP)  # two slaves frozen: 2 replicas < inSyncReplicas=3
     statuses = produce(replicas, "T4", 3, b"c", acked)

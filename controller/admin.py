@@ -1,0 +1,129 @@
+"""`python -m controller.admin`: operate the controllers (cluster list, SyncStateSets, elections).
+
+    python -m controller.admin --controller 'H:P;H:P;H:P' status
+    python -m controller.admin --controller H:P cluster
+    python -m controller.admin --controller H:P replica broker-a
+    python -m controller.admin --controller H:P elect broker-a [--broker-id 2]
+    python -m controller.admin --controller H:P clean broker-a [--broker-id 3 ...]
+    python -m controller.admin --controller H:P routes TOPIC
+
+Each command prints the controller's JSON reply. Requests go to the first address and follow
+`NOT_LEADER` redirects (at most REDIRECTS_MAX hops, trying the next listed address when the
+leader is unknown, until --timeout-s). Exit status: 0 when the reply's status is OK (or
+MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or unreachable
+controllers. `status` asks every listed controller for its own view (no redirect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import pyarrow.flight as flight
+
+__all__ = ["main"]
+
+REDIRECTS_MAX = 16
+RETRY_INTERVAL_S = 0.1
+
+
+def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    client = flight.FlightClient(f"grpc://{endpoint}")
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        results = list(client.do_action(flight.Action(action, json.dumps(body).encode()),
+                                        options))
+        return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
+    finally:
+        client.close()
+
+
+def call_leader(addresses: list[str], action: str, body: dict[str, Any],
+                timeout_s: float) -> dict[str, Any]:
+    """Call the leader, following redirects. Raises ConnectionError when nobody answers."""
+    deadline = time.monotonic() + timeout_s
+    turn, endpoint = 0, addresses[0]
+    last: dict[str, Any] | str = "no reply"
+    for _ in range(REDIRECTS_MAX * len(addresses)):
+        if time.monotonic() >= deadline:
+            break
+        try:
+            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()))
+        except flight.FlightServerError:
+            raise  # a refused request (BAD_REQUEST...): no point in asking elsewhere
+        except flight.FlightError as err:
+            last = f"{endpoint}: {err}"
+            reply = {"status": "UNREACHABLE", "leader_address": None}
+        if reply["status"] not in ("NOT_LEADER", "UNREACHABLE", "BUSY"):
+            return reply
+        last = reply
+        if reply.get("leader_address") and reply["leader_address"] != endpoint:
+            endpoint = reply["leader_address"]
+            continue
+        turn += 1
+        endpoint = addresses[turn % len(addresses)]
+        time.sleep(RETRY_INTERVAL_S)
+    raise ConnectionError(f"no controller leader answered {action}: last {last}")
+
+
+def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    if args.command == "cluster":
+        return "cluster_list", {}
+    if args.command == "replica":
+        return "get_replica_info", {"broker_name": args.broker_name}
+    if args.command == "elect":
+        return "elect_master", {"broker_name": args.broker_name,
+                                "designated_broker_id": args.broker_id}
+    if args.command == "clean":
+        return "clean_broker_data", {"broker_name": args.broker_name,
+                                     "broker_ids": args.broker_id or []}
+    return "get_routes", {"topic": args.topic}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller.admin",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--controller", required=True,
+                        help="client address(es) of the controllers, ';'-separated")
+    parser.add_argument("--timeout-s", type=float, default=10.0)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("status")
+    commands.add_parser("cluster")
+    for name in ("replica", "elect", "clean"):
+        sub = commands.add_parser(name)
+        sub.add_argument("broker_name")
+        if name == "elect":
+            sub.add_argument("--broker-id", type=int, default=None)
+        if name == "clean":
+            sub.add_argument("--broker-id", type=int, action="append")
+    commands.add_parser("routes").add_argument("topic")
+    args = parser.parse_args(argv)
+    addresses = [a.strip() for a in args.controller.split(";") if a.strip()]
+    if not addresses:
+        parser.error("--controller names no address")
+    if args.command == "status":
+        views = []
+        for address in addresses:
+            try:
+                views.append({"address": address, **_call(address, "controller_status", {},
+                                                          args.timeout_s)})
+            except flight.FlightError as err:
+                views.append({"address": address, "status": "UNREACHABLE", "error": str(err)})
+        print(json.dumps(views, indent=1))
+        return 0 if all(v["status"] == "OK" for v in views) else 1
+    action, body = _request(args)
+    try:
+        reply = call_leader(addresses, action, body, args.timeout_s)
+    except (ConnectionError, flight.FlightServerError) as err:
+        print(f"controller.admin: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(reply, indent=1))
+    good = ("OK", "MASTER_STILL_EXIST") if args.command == "elect" else ("OK",)
+    return 0 if reply["status"] in good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""ControllerConfig: a controller's `key=value` properties file (RocketMQ's names where they exist).
+
+    controllerDLegerGroup=RocketHAController        name of the controller group (logs only)
+    controllerDLegerPeers=n1-127.0.0.1:9880;n2-127.0.0.1:9881;n3-127.0.0.1:9882
+                                                    Raft addresses of all 1, 3 or 5 controllers
+    controllerDLegerSelfId=n1                       which of them this process is
+    controllerAddr=127.0.0.1:9876;127.0.0.1:9877;127.0.0.1:9878
+                                                    client endpoints (Arrow Flight), in peer order
+    controllerStorePath=./store/controller-n1       Raft log, hard state and snapshots
+    controllerHeartbeatTimeoutMs=3000               a broker silent this long is dead
+    scanNotActiveBrokerIntervalMs=500               how often the leader looks for dead masters
+    enableElectUncleanMaster=false                  elect outside the SyncStateSet (may lose data)
+    raftTickIntervalMs=50                           one Raft tick
+    raftElectionTimeoutTicks=10                     followers campaign after 10-20 silent ticks
+    raftHeartbeatIntervalTicks=1
+    raftFrameBytesMax=8388608                       largest frame accepted from a peer
+    raftSendQueueMax=4096                           messages queued per peer (then dropped)
+    snapshotEveryEntries=10000                      compact the Raft log after this many entries
+    requestTimeoutMs=5000                           a client call waits this long for the log
+    liveBrokersMax=10000                            brokers in the liveness table
+
+Only entry points read files; an unknown key or a bad value raises ConfigError naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from controller.errors import ConfigError
+from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
+
+__all__ = ["ControllerConfig", "parse_properties"]
+
+_PEER = re.compile(r"^n(\d+)-([0-9A-Za-z.\-]+):(\d+)$")
+_ADDRESS = re.compile(r"^([0-9A-Za-z.\-]+):(\d+)$")
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return text.lower() == "true"
+
+
+def _address(text: str) -> tuple[str, int]:
+    match = _ADDRESS.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not host:port")
+    port = int(match.group(2))
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} out of range")
+    return match.group(1), port
+
+
+def _peers(text: str) -> tuple[tuple[int, str, int], ...]:
+    peers = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        match = _PEER.match(item)
+        if match is None:
+            raise ValueError(f"{item!r} is not n<id>-host:port")
+        host, port = _address(f"{match.group(2)}:{match.group(3)}")
+        peers.append((int(match.group(1)), host, port))
+    return tuple(peers)
+
+
+def _addresses(text: str) -> tuple[str, ...]:
+    items = tuple(filter(None, (part.strip() for part in text.split(";"))))
+    for item in items:
+        _address(item)
+    return items
+
+
+def _self_id(text: str) -> int:
+    if not re.match(r"^n\d+$", text):
+        raise ValueError("expected n<id>")
+    return int(text[1:])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerConfig:
+    group: str = "RocketHAController"
+    peers: tuple[tuple[int, str, int], ...] = ((1, "127.0.0.1", 9880),)
+    node_id: int = 1
+    client_addresses: tuple[str, ...] = ("127.0.0.1:9876",)
+    store_path: str = "./store/controller-n1"
+    heartbeat_timeout_ms: int = 3000
+    scan_interval_ms: int = 500
+    unclean_election_enabled: bool = False
+    tick_interval_ms: int = 50
+    election_timeout_ticks: int = 10
+    heartbeat_interval_ticks: int = 1
+    frame_bytes_max: int = 8 << 20
+    send_queue_max: int = 4096
+    snapshot_every_entries: int = 10_000
+    request_timeout_ms: int = 5000
+    live_brokers_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        ids = [peer[0] for peer in self.peers]
+        if len(ids) not in CLUSTER_SIZES or len(set(ids)) != len(ids) or min(ids) <= 0:
+            raise ConfigError("controllerDLegerPeers",
+                              f"must name {CLUSTER_SIZES} controllers with distinct ids > 0")
+        if self.node_id not in ids:
+            raise ConfigError("controllerDLegerSelfId", f"n{self.node_id} is not a peer")
+        if len(self.client_addresses) != len(self.peers):
+            raise ConfigError("controllerAddr", "must list one client address per peer")
+        for key, value, low, high in (
+            ("controllerHeartbeatTimeoutMs", self.heartbeat_timeout_ms, 100, 600_000),
+            ("scanNotActiveBrokerIntervalMs", self.scan_interval_ms, 10, 600_000),
+            ("raftTickIntervalMs", self.tick_interval_ms, 1, 10_000),
+            ("raftElectionTimeoutTicks", self.election_timeout_ticks, 2, 10_000),
+            ("raftHeartbeatIntervalTicks", self.heartbeat_interval_ticks, 1, 10_000),
+            ("raftFrameBytesMax", self.frame_bytes_max, 4096, SNAPSHOT_BYTES_MAX + 65536),
+            ("raftSendQueueMax", self.send_queue_max, 16, 1_000_000),
+            ("snapshotEveryEntries", self.snapshot_every_entries, 16, 10_000_000),
+            ("requestTimeoutMs", self.request_timeout_ms, 100, 600_000),
+            ("liveBrokersMax", self.live_brokers_max, 1, 1_000_000),
+        ):
+            if not low <= value <= high:
+                raise ConfigError(key, f"{value} is outside [{low}, {high}]")
+        if self.election_timeout_ticks <= self.heartbeat_interval_ticks:
+            raise ConfigError("raftElectionTimeoutTicks", "must be > raftHeartbeatIntervalTicks")
+
+    @property
+    def voter_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(peer[0] for peer in self.peers))
+
+    def raft_address(self, node_id: int) -> tuple[str, int]:
+        for peer_id, host, port in self.peers:
+            if peer_id == node_id:
+                return host, port
+        raise KeyError(node_id)
+
+    def client_address(self, node_id: int) -> str:
+        position = [peer[0] for peer in self.peers].index(node_id)
+        return self.client_addresses[position]
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
+        unknown = sorted(set(properties) - set(_KEYS))
+        if unknown:
+            raise ConfigError(unknown[0], "unknown configuration key (see "
+                              f"conf/controller.conf); all unknown: {unknown}")
+        kwargs: dict[str, Any] = {}
+        for key, (field, parse) in _KEYS.items():
+            if key in properties:
+                try:
+                    kwargs[field] = parse(properties[key].strip())
+                except ValueError as err:
+                    raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
+        return cls(**kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ControllerConfig:
+        return cls.from_properties(parse_properties(Path(path).read_text(), str(path)))
+
+
+_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "controllerDLegerGroup": ("group", str),
+    "controllerDLegerPeers": ("peers", _peers),
+    "controllerDLegerSelfId": ("node_id", _self_id),
+    "controllerAddr": ("client_addresses", _addresses),
+    "controllerStorePath": ("store_path", str),
+    "controllerHeartbeatTimeoutMs": ("heartbeat_timeout_ms", int),
+    "scanNotActiveBrokerIntervalMs": ("scan_interval_ms", int),
+    "enableElectUncleanMaster": ("unclean_election_enabled", _bool),
+    "raftTickIntervalMs": ("tick_interval_ms", int),
+    "raftElectionTimeoutTicks": ("election_timeout_ticks", int),
+    "raftHeartbeatIntervalTicks": ("heartbeat_interval_ticks", int),
+    "raftFrameBytesMax": ("frame_bytes_max", int),
+    "raftSendQueueMax": ("send_queue_max", int),
+    "snapshotEveryEntries": ("snapshot_every_entries", int),
+    "requestTimeoutMs": ("request_timeout_ms", int),
+    "liveBrokersMax": ("live_brokers_max", int),
+}
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    """RocketMQ-style `key=value` lines; `#` comments and blank lines are skipped."""
+    properties: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, separator, value = line.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(f"{source}:{number}", f"not key=value: {raw!r}")
+        properties[key.strip()] = value.strip()
+    return properties

@@ -1,0 +1,115 @@
+"""Broker liveness and the name service: soft state built from heartbeats (never in the Raft log).
+
+Each controller keeps its own `LiveTable`; brokers heartbeat every second (RocketMQ sends to
+every controller, so a new leader already knows who is alive). A broker is alive while its
+last heartbeat is younger than `heartbeat_timeout_ms`; `expire(now_ms)` forgets the others, and
+with them the topics they served, so a dead broker leaves the routes within the timeout.
+
+Time is passed in (`now_ms`, a monotonic clock read by the shell). The table is bounded:
+at most `brokers_max` brokers (the oldest entry is evicted first).
+
+Routes for a topic: every replica set with an alive broker that reports the topic; queue
+counts and permission come from the master's report when it is alive, else from any alive
+member; addresses come from the replicated ReplicaInfo (master) and the alive table (slaves).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from controller.api import (
+    BrokerHeartbeat,
+    QueueRoute,
+    ReplicaInfo,
+    ReplicaSetRoute,
+    RoutesReply,
+    TopicInfo,
+)
+from controller.election import BrokerLiveness
+
+__all__ = ["LiveBroker", "LiveTable"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LiveBroker:
+    heartbeat: BrokerHeartbeat
+    last_heartbeat_ms: int
+
+
+class LiveTable:
+    def __init__(self, *, heartbeat_timeout_ms: int, brokers_max: int) -> None:
+        assert heartbeat_timeout_ms > 0 and brokers_max > 0
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.brokers_max = brokers_max
+        self._brokers: dict[tuple[str, int], LiveBroker] = {}
+
+    def heartbeat(self, heartbeat: BrokerHeartbeat, now_ms: int) -> None:
+        key = (heartbeat.broker_name, heartbeat.broker_id)
+        self._brokers.pop(key, None)
+        if len(self._brokers) >= self.brokers_max:
+            oldest = min(self._brokers, key=lambda k: self._brokers[k].last_heartbeat_ms)
+            del self._brokers[oldest]
+        self._brokers[key] = LiveBroker(heartbeat, now_ms)
+
+    def forget(self, broker_name: str, broker_ids: Iterable[int] = ()) -> None:
+        ids = set(broker_ids)
+        for key in [k for k in self._brokers if k[0] == broker_name and (not ids or k[1] in ids)]:
+            del self._brokers[key]
+
+    def expire(self, now_ms: int) -> list[tuple[str, int]]:
+        """Forget brokers silent for the timeout; returns their (broker_name, broker_id)."""
+        dead = [key for key, live in self._brokers.items()
+                if now_ms - live.last_heartbeat_ms >= self.heartbeat_timeout_ms]
+        for key in dead:
+            del self._brokers[key]
+        return dead
+
+    def alive(self, replica: ReplicaInfo, now_ms: int) -> dict[int, BrokerLiveness]:
+        """The registered brokers of `replica` heard from within the timeout, at the address
+        the replicated state has for them."""
+        result = {}
+        for member in replica.brokers:
+            live = self._brokers.get((replica.broker_name, member.broker_id))
+            if live is None or now_ms - live.last_heartbeat_ms >= self.heartbeat_timeout_ms:
+                continue
+            beat = live.heartbeat
+            if beat.broker_address != member.broker_address:
+                continue
+            result[member.broker_id] = BrokerLiveness(
+                member.broker_id, beat.master_epoch, beat.max_log_position,
+                beat.election_priority,
+            )
+        return result
+
+    def is_alive(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> bool:
+        return broker_id is not None and broker_id in self.alive(replica, now_ms)
+
+    def routes(self, topic: str, replicas: Iterable[ReplicaInfo], now_ms: int) -> RoutesReply:
+        queues: list[QueueRoute] = []
+        sets: list[ReplicaSetRoute] = []
+        for replica in replicas:
+            alive = self.alive(replica, now_ms)
+            reports: dict[int, TopicInfo] = {}
+            for broker_id in alive:
+                beat = self._brokers[(replica.broker_name, broker_id)].heartbeat
+                for info in beat.topics:
+                    if info.topic == topic:
+                        reports[broker_id] = info
+            if not reports:
+                continue
+            master = replica.master_broker_id if replica.master_broker_id in alive else None
+            info = reports.get(master) if master is not None else None
+            info = info or reports[min(reports)]
+            queues.append(QueueRoute(replica.broker_name, info.read_queue_nums,
+                                     info.write_queue_nums, info.perm))
+            slaves = tuple(m.broker_address for m in replica.brokers
+                           if m.broker_id in alive and m.broker_id != master)
+            sets.append(ReplicaSetRoute(
+                replica.cluster_name, replica.broker_name,
+                replica.master_address if master is not None else None,
+                replica.master_epoch, slaves,
+            ))
+        if not queues:
+            return RoutesReply("TOPIC_NOT_FOUND", topic=topic)
+        return RoutesReply("OK", topic=topic, queues=tuple(queues), replica_sets=tuple(sets))

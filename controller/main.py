@@ -1,0 +1,75 @@
+"""`rocketha-controller --conf conf/controller.conf`: run one controller until SIGTERM/SIGINT.
+
+Start-up: refuse `python -O` (asserts guard invariants), read the properties file (an unknown
+key or a bad value exits 2 naming the key), lock and load the Raft store (a second controller
+on the same directory exits 2), start Raft between the controllers, then serve the client
+endpoint. Shutdown: stop the client endpoint (in-flight calls finish), then the Raft node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from controller.config import ControllerConfig
+from controller.errors import ConfigError, RaftStorageError, StoreLockedError
+from controller.node import ControllerNode
+from controller.service import ControllerService
+
+__all__ = ["main"]
+
+logger = logging.getLogger("rocketha.controller")
+
+
+async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+    stop_requested = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    async with asyncio.TaskGroup() as tasks:
+        running = tasks.create_task(node.run(started), name="controller-node")
+        await started.wait()
+        service = ControllerService(config, node, loop)
+        logger.info("%s serving clients on %s, Raft on %s:%d (peers %s)", node.prefix,
+                    config.client_address(config.node_id), *config.raft_address(config.node_id),
+                    config.voter_ids)
+        stopper = tasks.create_task(stop_requested.wait(), name="wait-signal")
+        await asyncio.wait([running, stopper], return_when=asyncio.FIRST_COMPLETED)
+        logger.info("%s shutting down", node.prefix)
+        await asyncio.to_thread(service.shutdown)
+        node.stop()
+        stopper.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    if not __debug__:
+        print("rocketha-controller: refusing to run with python -O (asserts guard invariants)",
+              file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog="rocketha-controller",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--conf", required=True, help="controller properties file (key=value)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = ControllerConfig.from_file(args.conf)
+    except (ConfigError, OSError) as err:
+        print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
+        return 2
+    try:
+        node = ControllerNode(config)
+    except (StoreLockedError, RaftStorageError) as err:
+        print(f"rocketha-controller: {err}", file=sys.stderr)
+        return 2
+    asyncio.run(_serve(config, node))
+    logger.info("ctrl-%d stopped cleanly", config.node_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

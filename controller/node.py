@@ -1,0 +1,487 @@
+"""ControllerNode: the asyncio shell around the Raft core, the state machine and the live table.
+
+Everything runs on one event loop (the core is not thread-safe; the Flight server hands
+requests over with `run_coroutine_threadsafe`). The Ready loop, after every tick, message and
+proposal (`_drain`), in this order, for the reason given in `controller.raft.core`:
+
+    1. persist the Ready's snapshot, entries and hard state with fsync (FileRaftStorage);
+    2. queue its messages to the peers;
+    3. apply its snapshot / committed entries to `ControllerState`, answer the proposals
+       waiting on those entries (only if the entry's term is the one proposed), and release
+       ReadIndex reads whose index is applied;
+    4. advance.
+
+Leader duties (`_scan`, every scanNotActiveBrokerIntervalMs, and at once when a heartbeat
+comes from a set without a master): a replica set whose master has been silent for
+controllerHeartbeatTimeoutMs gets a new master by `choose_master`; so does a set without a
+master once an eligible broker is alive. A new leader first waits one heartbeat timeout before
+it declares any master dead (its live table starts empty or stale).
+
+Requests (`handle(action, body)`) are answered by the leader only; other nodes reply
+`NOT_LEADER` with the leader's client address. Heartbeats are recorded by every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.api import (
+    ACTIONS,
+    AlterSyncStateSetReply,
+    AlterSyncStateSetRequest,
+    BrokerHeartbeat,
+    CleanBrokerDataRequest,
+    ClusterListReply,
+    ControllerMember,
+    ControllerStatusReply,
+    ElectMasterRequest,
+    GetReplicaInfoRequest,
+    GetRoutesRequest,
+    HeartbeatReply,
+    JsonMessage,
+    RegisterBrokerReply,
+    RegisterBrokerRequest,
+    ReplicaInfo,
+    ReplicaInfoReply,
+    ReplicaSetStatus,
+    role_of,
+)
+from controller.config import ControllerConfig
+from controller.election import choose_master, failover_decision
+from controller.errors import BusyError, CodecError, NotLeaderError, StoreLockedError
+from controller.liveness import LiveTable
+from controller.raft import (
+    Entry,
+    EntryKind,
+    FileRaftStorage,
+    Message,
+    ProposeStatus,
+    RaftConfig,
+    RaftNode,
+    ReadState,
+    Role,
+    save_ready,
+)
+from controller.state import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    ApplyResult,
+    CleanBrokerData,
+    Command,
+    ControllerState,
+    ElectMaster,
+    decode_command,
+    encode_command,
+)
+from controller.transport import RaftTransport
+
+__all__ = ["ControllerNode"]
+
+logger = logging.getLogger(__name__)
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerNode:
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        store = Path(config.store_path)
+        store.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(store / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            os.close(self._lock_fd)
+            raise StoreLockedError(f"{store} is in use by another controller") from err
+        self.storage = FileRaftStorage(store / "raft")
+        persisted = self.storage.load()
+        raft_config = RaftConfig(
+            node_id=config.node_id, voter_ids=config.voter_ids,
+            election_timeout_ticks=config.election_timeout_ticks,
+            heartbeat_interval_ticks=config.heartbeat_interval_ticks,
+        )
+        self.raft = RaftNode(raft_config, random.Random(int.from_bytes(os.urandom(8), "big")),
+                             hard_state=persisted.hard_state, snapshot=persisted.snapshot,
+                             entries=persisted.entries)
+        self.state = (ControllerState.restore(persisted.snapshot.data)
+                      if persisted.snapshot is not None else ControllerState())
+        self.live = LiveTable(heartbeat_timeout_ms=config.heartbeat_timeout_ms,
+                              brokers_max=config.live_brokers_max)
+        self._proposals: dict[int, tuple[int, asyncio.Future[ApplyResult]]] = {}
+        self._reads: dict[int, asyncio.Future[None]] = {}
+        self._read_waits: list[tuple[int, asyncio.Future[None]]] = []
+        self._next_read_id = 0
+        self._leader_since_ms: int | None = None
+        self._scan_wakeup: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
+        self._transport: RaftTransport | None = None
+        self._fatal: BaseException | None = None
+        self.prefix = f"ctrl-{config.node_id}"
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    async def run(self, started: asyncio.Event | None = None) -> None:
+        """Serve until `stop()`; the one long-running task group of the process."""
+        self._stopping = asyncio.Event()
+        self._scan_wakeup = asyncio.Event()
+        peers = {peer: (host, port) for peer, host, port in self.config.peers}
+        self._transport = RaftTransport(
+            self.config.node_id, peers, self._on_message,
+            frame_bytes_max=self.config.frame_bytes_max,
+            send_queue_max=self.config.send_queue_max,
+        )
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                await self._transport.start(tasks)
+                ticker = tasks.create_task(self._tick_loop(), name="raft-tick")
+                scanner = tasks.create_task(self._scan_loop(), name="scan")
+                if started is not None:
+                    started.set()
+                await self._stopping.wait()
+                ticker.cancel()
+                scanner.cancel()
+                await self._transport.close()
+                raise asyncio.CancelledError  # ends the senders too
+        except* asyncio.CancelledError:
+            pass
+        finally:
+            self.storage.close()
+            os.close(self._lock_fd)
+        if self._fatal is not None:
+            raise self._fatal  # a broken invariant stops the process (never limp on)
+
+    def _die(self, error: BaseException) -> None:
+        logger.critical("%s stops: %r", self.prefix, error, exc_info=error)
+        if self._fatal is None:
+            self._fatal = error
+        self.stop()
+
+    def stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def _tick_loop(self) -> None:
+        interval_s = self.config.tick_interval_ms / 1000
+        next_s = time.monotonic()
+        while True:  # the Raft clock, for the life of the node
+            next_s += interval_s
+            await asyncio.sleep(max(0.0, next_s - time.monotonic()))
+            self.raft.tick()
+            self._drain()
+
+    def _on_message(self, message: Message) -> None:
+        if self._fatal is not None:
+            return  # stopping after a broken invariant: touch nothing more
+        try:
+            self.raft.step(message)
+            self._drain()
+        except Exception as err:  # called from a connection task: stop the whole node
+            self._die(err)
+
+    # -- the Ready loop --------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        raft = self.raft
+        assert self._transport is not None
+        while raft.has_ready():
+            ready = raft.ready()
+            save_ready(self.storage, ready)  # fsync before anything is sent
+            for message in ready.messages:
+                self._transport.send(message)
+            if ready.snapshot is not None:
+                self.state = ControllerState.restore(ready.snapshot.data)
+            for entry in ready.committed:
+                self._apply(entry)
+            for read in ready.read_states:
+                self._on_read_state(read)
+            raft.advance(ready)
+            if ready.soft_state is not None:
+                self._on_soft_state(ready.soft_state.role)
+        self._release_reads()
+        self._maybe_compact()
+
+    def _apply(self, entry: Entry) -> None:
+        result = ApplyResult("OK")
+        if entry.kind is EntryKind.NORMAL:
+            try:
+                result = self.state.apply(decode_command(entry.data))
+            except CodecError as err:  # every node skips it the same way
+                logger.error("%s skips undecodable entry %d: %s", self.prefix,
+                             entry.entry_index, err)
+                result = ApplyResult("INVALID_REQUEST")
+        waiting = self._proposals.pop(entry.entry_index, None)
+        if waiting is not None and not waiting[1].done():
+            term, future = waiting
+            if term == entry.term:
+                future.set_result(result)
+            else:
+                future.set_exception(NotLeaderError(self.leader_address()))
+
+    def _on_read_state(self, read: ReadState) -> None:
+        future = self._reads.pop(read.request_id, None)
+        if future is not None:
+            self._read_waits.append((read.entry_index, future))
+
+    def _release_reads(self) -> None:
+        applied = self.raft.log.applied_index
+        still = []
+        for entry_index, future in self._read_waits:
+            if entry_index <= applied:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((entry_index, future))
+        self._read_waits = still
+
+    def _on_soft_state(self, role: Role) -> None:
+        logger.info("%s is %s at term %d (leader %s)", self.prefix, role.value, self.raft.term,
+                    self.raft.leader_id)
+        if role is Role.LEADER:
+            self._leader_since_ms = _monotonic_ms()
+            return
+        self._leader_since_ms = None
+        error = NotLeaderError(self.leader_address())
+        futures = [f for _, f in self._proposals.values()] + list(self._reads.values())
+        futures += [f for _, f in self._read_waits]
+        self._proposals.clear()
+        self._reads.clear()
+        self._read_waits.clear()
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
+
+    def _maybe_compact(self) -> None:
+        log, raft = self.raft.log, self.raft
+        if log.applied_index - log.snapshot.entry_index < self.config.snapshot_every_entries:
+            return
+        if raft.has_ready() or log.applied_index > log.stable_index:
+            return
+        snapshot = raft.compact(log.applied_index, self.state.snapshot())
+        self.storage.compact(snapshot)
+        logger.info("%s compacted its log up to %d", self.prefix, snapshot.entry_index)
+
+    # -- proposals and reads ---------------------------------------------------------------
+
+    def leader_address(self) -> str | None:
+        leader = self.raft.leader_id
+        return self.config.client_address(leader) if leader is not None else None
+
+    def _require_leader(self) -> None:
+        if self.raft.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_address())
+
+    async def propose(self, command: Command) -> ApplyResult:
+        result = self.raft.propose(encode_command(command))
+        if result.status is ProposeStatus.NOT_LEADER:
+            raise NotLeaderError(self.leader_address())
+        if result.status is ProposeStatus.DROPPED:
+            raise BusyError("the Raft log has too many uncommitted entries")
+        future: asyncio.Future[ApplyResult] = asyncio.get_running_loop().create_future()
+        self._proposals[result.entry_index] = (result.term, future)
+        self._drain()
+        return await self._wait(future, f"entry {result.entry_index}")
+
+    async def read_barrier(self) -> None:
+        """Return once this node's state is at least as new as any committed write (ReadIndex)."""
+        self._next_read_id += 1
+        request_id = self._next_read_id
+        result = self.raft.read_index(request_id)
+        if result.status is ProposeStatus.NOT_LEADER:
+            raise NotLeaderError(self.leader_address())
+        if result.status is ProposeStatus.DROPPED:
+            raise BusyError("too many pending reads")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reads[request_id] = future
+        self._drain()
+        await self._wait(future, f"read {request_id}")
+
+    async def _wait(self, future: asyncio.Future[Any], what: str) -> Any:
+        try:
+            async with asyncio.timeout(self.config.request_timeout_ms / 1000):
+                return await asyncio.shield(future)
+        except TimeoutError as err:
+            raise BusyError(f"{what} not done within requestTimeoutMs") from err
+
+    # -- leader duties ---------------------------------------------------------------------
+
+    async def _scan_loop(self) -> None:
+        assert self._scan_wakeup is not None
+        while True:  # the leader's failure detector, for the life of the node
+            try:
+                async with asyncio.timeout(self.config.scan_interval_ms / 1000):
+                    await self._scan_wakeup.wait()
+            except TimeoutError:
+                pass
+            self._scan_wakeup.clear()
+            if self.raft.role is Role.LEADER:
+                await self._scan()
+
+    async def _scan(self) -> None:
+        now_ms = _monotonic_ms()
+        self.live.expire(now_ms)
+        for replica in self.state.replica_infos():
+            try:
+                await self._maybe_elect(replica, now_ms)
+            except (NotLeaderError, BusyError) as err:
+                logger.info("%s could not elect for %s: %s", self.prefix, replica.broker_name,
+                            err)
+                return
+
+    async def _maybe_elect(self, replica: ReplicaInfo, now_ms: int) -> None:
+        since = self._leader_since_ms
+        decision = failover_decision(
+            replica, self.live.alive(replica, now_ms),
+            led_for_ms=0 if since is None else now_ms - since,
+            heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
+            unclean_enabled=self.config.unclean_election_enabled,
+        )
+        if decision is None:
+            return
+        logger.info("%s: %s has master %s (epoch %d), not alive or absent: proposes %s",
+                    self.prefix, replica.broker_name, replica.master_broker_id,
+                    replica.master_epoch, decision.broker_id)
+        await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
+                                       decision.broker_id))
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def handle(self, action: str, request: JsonMessage | None) -> JsonMessage:
+        """Answer one client request (already decoded); runs on the node's event loop."""
+        if action == "controller_status":
+            return self._status()
+        if action == "broker_heartbeat":
+            assert isinstance(request, BrokerHeartbeat)
+            self.live.heartbeat(request, _monotonic_ms())
+        try:
+            self._require_leader()
+            return await getattr(self, f"_{action}")(request)
+        except NotLeaderError as err:
+            return _not_leader(action, err.leader_address)
+        except BusyError:
+            return _reply_type(action)(status="BUSY", leader_address=self.leader_address())
+        except Exception as err:  # a bug or a storage failure: stop rather than limp on
+            self._die(err)
+            raise
+
+    def _status(self) -> ControllerStatusReply:
+        raft = self.raft
+        digest = hashlib.blake2b(self.state.snapshot(), digest_size=8).hexdigest()
+        return ControllerStatusReply(
+            "OK", raft.node_id, raft.role.value, raft.term, raft.leader_id,
+            self.leader_address(), raft.log.committed_index, raft.log.applied_index,
+            raft.log.snapshot.entry_index, digest,
+        )
+
+    async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
+        result = await self.propose(ApplyBrokerId(request.cluster_name, request.broker_name,
+                                                  request.broker_address))
+        return RegisterBrokerReply(result.status, None, result.broker_id, result.replica)
+
+    async def _broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
+        replica = self.state.replica_info(request.broker_name)
+        if replica is None or request.broker_id not in {m.broker_id for m in replica.brokers}:
+            return HeartbeatReply("BROKER_NOT_REGISTERED")
+        if replica.master_broker_id is None and self._scan_wakeup is not None:
+            self._scan_wakeup.set()  # a set without a master: elect now, not at the next scan
+        return HeartbeatReply("OK", None, role_of(replica, request.broker_id))
+
+    async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
+        await self.read_barrier()
+        return self._replica_reply("OK", request.broker_name)
+
+    def _replica_reply(self, status: str, broker_name: str) -> ReplicaInfoReply:
+        replica = self.state.replica_info(broker_name)
+        if replica is None:
+            return ReplicaInfoReply("REPLICA_SET_NOT_FOUND" if status == "OK" else status)
+        alive = tuple(sorted(self.live.alive(replica, _monotonic_ms())))
+        return ReplicaInfoReply(status, None, replica, alive)
+
+    async def _alter_sync_state_set(
+        self, request: AlterSyncStateSetRequest
+    ) -> AlterSyncStateSetReply:
+        replica = self.state.replica_info(request.broker_name)
+        if replica is None:
+            return AlterSyncStateSetReply("REPLICA_SET_NOT_FOUND")
+        alive = self.live.alive(replica, _monotonic_ms())
+        if any(member not in alive for member in request.sync_state_set):
+            return AlterSyncStateSetReply("INVALID_REPLICAS", None, replica.sync_state_set,
+                                          replica.sync_state_set_epoch)
+        result = await self.propose(AlterSyncStateSet(
+            request.broker_name, request.master_broker_id, request.master_epoch,
+            request.sync_state_set, request.sync_state_set_epoch,
+        ))
+        info = result.replica
+        return AlterSyncStateSetReply(result.status, None, info.sync_state_set if info else (),
+                                      info.sync_state_set_epoch if info else 0)
+
+    async def _elect_master(self, request: ElectMasterRequest) -> ReplicaInfoReply:
+        await self.read_barrier()
+        replica = self.state.replica_info(request.broker_name)
+        if replica is None:
+            return ReplicaInfoReply("REPLICA_SET_NOT_FOUND")
+        election = choose_master(
+            replica, self.live.alive(replica, _monotonic_ms()),
+            designated_broker_id=request.designated_broker_id,
+            unclean_enabled=self.config.unclean_election_enabled,
+        )
+        if election.status == "OK" or (
+            election.status == "MASTER_NOT_AVAILABLE" and replica.master_broker_id is not None
+        ):
+            result = await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
+                                                    election.broker_id))
+            return self._replica_reply(result.status, request.broker_name)
+        return self._replica_reply(election.status, request.broker_name)
+
+    async def _clean_broker_data(self, request: CleanBrokerDataRequest) -> ReplicaInfoReply:
+        await self.read_barrier()
+        replica = self.state.replica_info(request.broker_name)
+        if replica is None:
+            return ReplicaInfoReply("REPLICA_SET_NOT_FOUND")
+        alive = self.live.alive(replica, _monotonic_ms())
+        targets = set(request.broker_ids) or {m.broker_id for m in replica.brokers}
+        if targets & set(alive):
+            return ReplicaInfoReply("BROKER_ALIVE", None, replica, tuple(sorted(alive)))
+        result = await self.propose(CleanBrokerData(request.broker_name, request.broker_ids))
+        if result.status == "OK":
+            self.live.forget(request.broker_name, request.broker_ids)
+        return self._replica_reply(result.status, request.broker_name) if result.replica else (
+            ReplicaInfoReply(result.status))
+
+    async def _get_routes(self, request: GetRoutesRequest) -> JsonMessage:
+        return self.live.routes(request.topic, self.state.replica_infos(), _monotonic_ms())
+
+    async def _cluster_list(self, request: None) -> ClusterListReply:
+        await self.read_barrier()
+        now_ms = _monotonic_ms()
+        controllers = []
+        for peer in self.config.voter_ids:
+            if peer == self.raft.node_id:
+                role = Role.LEADER.value
+            else:
+                progress = self.raft.progress.get(peer)
+                role = "follower" if progress and progress.match_index > 0 else "unknown"
+            controllers.append(ControllerMember(peer, self.config.client_address(peer), role))
+        sets = tuple(
+            ReplicaSetStatus(replica, tuple(sorted(self.live.alive(replica, now_ms))))
+            for replica in self.state.replica_infos()
+        )
+        return ClusterListReply("OK", None, tuple(controllers), sets)
+
+
+def _reply_type(action: str) -> type[Any]:
+    return ACTIONS[action][1]
+
+
+def _not_leader(action: str, leader_address: str | None) -> JsonMessage:
+    reply: JsonMessage = _reply_type(action)(status="NOT_LEADER", leader_address=leader_address)
+    return reply

@@ -1,0 +1,152 @@
+"""Wire codec of Raft messages: one UTF-8 JSON object per message (never pickle).
+
+Layout: `{"v": 1, "type": "<kind>", <field>: <value>, ...}` with the kinds and fields of
+`controller.raft.messages`. Byte strings (entry data, snapshot data) travel as base64 text;
+entries as `[entry_index, term, kind, data_b64]`; a snapshot as
+`{"entry_index", "term", "voter_ids", "data"}`. The framing (length prefix, CRC, maximum frame
+size checked before allocation) belongs to the transport; this module checks shapes and types
+and raises `CodecError` for anything else, so a bad peer cannot crash a node.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from controller.errors import CodecError
+from controller.raft.messages import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    Snapshot,
+    SnapshotRequest,
+    VoteRequest,
+    VoteResponse,
+)
+
+__all__ = ["CODEC_VERSION", "decode_message", "encode_message"]
+
+CODEC_VERSION = 1
+
+_KINDS: dict[str, type[Any]] = {
+    "vote": VoteRequest,
+    "vote_resp": VoteResponse,
+    "append": AppendRequest,
+    "append_resp": AppendResponse,
+    "heartbeat": HeartbeatRequest,
+    "heartbeat_resp": HeartbeatResponse,
+    "snapshot": SnapshotRequest,
+}
+_NAMES = {cls: name for name, cls in _KINDS.items()}
+_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(cls.__dataclass_fields__) for cls in _KINDS.values()
+}
+
+
+def encode_message(message: Message) -> bytes:
+    """The JSON bytes of `message`."""
+    kind = type(message)
+    body: dict[str, Any] = {"v": CODEC_VERSION, "type": _NAMES[kind]}
+    for name in _FIELDS[kind]:
+        value = getattr(message, name)
+        if name == "entries":
+            value = [_entry_to_json(entry) for entry in value]
+        elif name == "snapshot":
+            value = _snapshot_to_json(value)
+        body[name] = value
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_message(data: bytes) -> Message:
+    """Parse bytes from a peer. Raises CodecError naming what is wrong."""
+    try:
+        body = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CodecError("raft message", f"not JSON ({err})") from err
+    if not isinstance(body, dict):
+        raise CodecError("raft message", "not a JSON object")
+    if body.get("v") != CODEC_VERSION:
+        raise CodecError("raft message", f"unsupported version {body.get('v')!r}")
+    kind = _KINDS.get(body.get("type"))  # type: ignore[arg-type]
+    if kind is None:
+        raise CodecError("raft message", f"unknown type {body.get('type')!r}")
+    values: dict[str, Any] = {}
+    for name in _FIELDS[kind]:
+        if name not in body:
+            raise CodecError("raft message", f"{body['type']} lacks field {name!r}")
+        values[name] = _field(name, body[name])
+    return kind(**values)  # type: ignore[no-any-return]
+
+
+def _field(name: str, value: Any) -> Any:
+    if name == "entries":
+        if not isinstance(value, list):
+            raise CodecError("raft message", "entries is not a list")
+        return tuple(_entry_from_json(item) for item in value)
+    if name == "snapshot":
+        return _snapshot_from_json(value)
+    if name in ("pre_vote", "granted", "success"):
+        if not isinstance(value, bool):
+            raise CodecError("raft message", f"{name} is not a boolean")
+        return value
+    return _int(name, value)
+
+
+def _int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CodecError("raft message", f"{name} is not a non-negative integer: {value!r}")
+    return value
+
+
+def _bytes(name: str, value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise CodecError("raft message", f"{name} is not base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise CodecError("raft message", f"{name} is not valid base64") from err
+
+
+def _entry_to_json(entry: Entry) -> list[Any]:
+    return [entry.entry_index, entry.term, int(entry.kind), base64.b64encode(entry.data).decode()]
+
+
+def _entry_from_json(item: Any) -> Entry:
+    if not isinstance(item, list) or len(item) != 4:
+        raise CodecError("raft message", f"entry is not [index, term, kind, data]: {item!r}")
+    kind = _int("entry kind", item[2])
+    if kind not in tuple(EntryKind):
+        raise CodecError("raft message", f"unknown entry kind {kind}")
+    return Entry(
+        _int("entry_index", item[0]), _int("term", item[1]), EntryKind(kind),
+        _bytes("entry data", item[3]),
+    )
+
+
+def _snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "entry_index": snapshot.entry_index,
+        "term": snapshot.term,
+        "voter_ids": list(snapshot.voter_ids),
+        "data": base64.b64encode(snapshot.data).decode(),
+    }
+
+
+def _snapshot_from_json(value: Any) -> Snapshot:
+    if not isinstance(value, dict):
+        raise CodecError("raft message", "snapshot is not an object")
+    voters = value.get("voter_ids")
+    if not isinstance(voters, list):
+        raise CodecError("raft message", "snapshot voter_ids is not a list")
+    return Snapshot(
+        entry_index=_int("snapshot entry_index", value.get("entry_index")),
+        term=_int("snapshot term", value.get("term")),
+        voter_ids=tuple(_int("voter id", voter) for voter in voters),
+        data=_bytes("snapshot data", value.get("data")),
+    )

@@ -1,0 +1,600 @@
+"""RaftNode: Raft as a pure state machine in the shape of etcd's raft (tick/step/propose/ready).
+
+No clock, socket, file or global random in here: time is `tick()`, randomness is an injected
+`random.Random`, input is `step(message)` / `propose(data)` / `read_index(request_id)`, and
+every output is collected into a `Ready` that the shell drains:
+
+    while node.has_ready():
+        ready = node.ready()
+        storage.save(ready.snapshot, ready.entries, ready.hard_state)   # fsync before step 2
+        transport.send(ready.messages)
+        state_machine.apply(ready.snapshot, ready.committed); answer ready.read_states
+        node.advance(ready)
+
+**Persist before send.** The shell must make `ready.snapshot`, `ready.entries` and
+`ready.hard_state` durable (fsync) before it sends any of `ready.messages`, and it must not
+call `step`/`tick`/`propose` between `ready()` and `advance()`. Why: a vote grant or an append
+acknowledgement is a promise about what is on disk. If a node granted its vote, crashed before
+the vote reached the disk and restarted, it could grant a second vote in the same term (two
+leaders in one term); if a follower acknowledged entries that were still in memory, a leader
+could count it toward a majority, commit, and then the entries could vanish in a crash. The same
+rule makes the leader count itself toward a commit only for entries it has persisted: its own
+match index moves in `advance()`, never when it appends.
+
+Roles (role-as-handler: each `_become_*` swaps `_on_message` and `_on_tick`):
+
+                 election timeout            pre-vote majority          vote majority
+    FOLLOWER ------------------> PRE_CANDIDATE -----------> CANDIDATE -------------> LEADER
+       ^  ^                          |  (timeout: new pre-vote) |  (timeout: new term)  |
+       |  +--- lost / higher term ---+---------------------------+                      |
+       +---------- higher term, or no majority heard for an election timeout -----------+
+                   (check-quorum)
+
+- Pre-vote (thesis §9.6): a node first asks whether it *could* win, without raising its term,
+  so a node that was cut off does not disrupt a healthy leader when it comes back.
+- Leader stickiness: with check-quorum on, a node that heard from a leader within the election
+  timeout ignores vote requests of higher terms.
+- A new leader appends a NOOP entry; it commits by counting only entries of its own term
+  (§5.4.2); earlier entries commit with it.
+- ReadIndex (thesis §6.4): a read is answered with the commit index, once the leader has
+  committed an entry of its term and a heartbeat round started after the request was confirmed
+  by a majority.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+from collections.abc import Callable, Sequence
+
+from controller.raft.config import RaftConfig
+from controller.raft.log import RaftLog
+from controller.raft.messages import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    HardState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    ProposeResult,
+    ProposeStatus,
+    ReadState,
+    Ready,
+    Role,
+    Snapshot,
+    SnapshotRequest,
+    SoftState,
+    VoteRequest,
+    VoteResponse,
+)
+from controller.raft.progress import Progress, ProgressState, quorum_index
+
+__all__ = ["RaftNode"]
+
+logger = logging.getLogger(__name__)
+
+_FROM_LEADER = (AppendRequest, HeartbeatRequest, SnapshotRequest)
+
+
+class _PendingRead:
+    __slots__ = ("request_id", "read_seq", "entry_index")
+
+    def __init__(self, request_id: int, read_seq: int) -> None:
+        self.request_id = request_id
+        self.read_seq = read_seq
+        self.entry_index: int | None = None  # set once the leader committed in its term
+
+
+class RaftNode:
+    """One Raft peer. See the module docstring for the contract with the shell."""
+
+    def __init__(
+        self,
+        config: RaftConfig,
+        rng: random.Random,
+        *,
+        hard_state: HardState | None = None,
+        snapshot: Snapshot | None = None,
+        entries: Sequence[Entry] = (),
+    ) -> None:
+        self.config = config
+        self._rng = rng
+        hard_state = hard_state or HardState(term=0, voted_for=None, commit_index=0)
+        snapshot = snapshot or Snapshot(0, 0, config.voter_ids, b"")
+        commit_index = max(hard_state.commit_index, snapshot.entry_index)
+        self.log = RaftLog(snapshot, entries, commit_index)
+        self.term = hard_state.term
+        self.voted_for = hard_state.voted_for
+        self.leader_id: int | None = None
+        self.role = Role.FOLLOWER
+        self.election_elapsed_ticks = 0
+        self._heartbeat_elapsed_ticks = 0
+        self._randomized_timeout_ticks = config.election_timeout_ticks
+        self._votes: dict[int, bool] = {}
+        self.progress: dict[int, Progress] = {}
+        self._messages: list[Message] = []
+        self._read_states: list[ReadState] = []
+        self._pending_reads: collections.deque[_PendingRead] = collections.deque()
+        self._read_seq = 0
+        self._outstanding: Ready | None = None
+        self._on_message: Callable[[Message], None] = self._step_follower
+        self._on_tick: Callable[[], None] = self._tick_election
+        self._persisted_hard_state = HardState(self.term, self.voted_for, commit_index)
+        self._reported_soft_state: SoftState | None = None
+        self._become_follower(self.term, None)
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    def hard_state(self) -> HardState:
+        return HardState(self.term, self.voted_for, self.log.committed_index)
+
+    def soft_state(self) -> SoftState:
+        return SoftState(self.role, self.leader_id, self.term)
+
+    def tick(self) -> None:
+        """One unit of logical time has passed."""
+        assert self._outstanding is None, "advance() the last Ready before ticking"
+        self._on_tick()
+
+    def step(self, message: Message) -> None:
+        """Handle a message from a peer (already decoded; any term, possibly stale)."""
+        assert self._outstanding is None, "advance() the last Ready before stepping"
+        if message.to_id != self.node_id or message.from_id not in self.config.peer_ids:
+            logger.warning("node %d dropped a misaddressed message %r", self.node_id, message)
+            return
+        if message.term > self.term:
+            if not self._accept_higher_term(message):
+                return
+        elif message.term < self.term:
+            self._answer_stale(message)
+            return
+        if isinstance(message, VoteRequest):
+            self._handle_vote_request(message)
+        else:
+            self._on_message(message)
+
+    def propose(self, data: bytes) -> ProposeResult:
+        """Append a command to the log (leader only)."""
+        assert self._outstanding is None, "advance() the last Ready before proposing"
+        if self.role is not Role.LEADER:
+            return ProposeResult(ProposeStatus.NOT_LEADER, leader_id=self.leader_id)
+        if self.log.last_index - self.log.committed_index >= self.config.uncommitted_entries_max:
+            return ProposeResult(ProposeStatus.DROPPED, leader_id=self.node_id)
+        entry = Entry(self.log.last_index + 1, self.term, EntryKind.NORMAL, data)
+        self.log.append([entry])
+        for peer in self.config.peer_ids:
+            self._send_append(peer, send_empty=False)
+        return ProposeResult(ProposeStatus.ACCEPTED, entry.entry_index, self.term, self.node_id)
+
+    def read_index(self, request_id: int) -> ProposeResult:
+        """Start a linearizable read; its ReadState comes out of a later Ready (leader only)."""
+        assert self._outstanding is None, "advance() the last Ready before reading"
+        if self.role is not Role.LEADER:
+            return ProposeResult(ProposeStatus.NOT_LEADER, leader_id=self.leader_id)
+        if len(self._pending_reads) >= self.config.read_requests_max:
+            return ProposeResult(ProposeStatus.DROPPED, leader_id=self.node_id)
+        self._read_seq += 1
+        self._pending_reads.append(_PendingRead(request_id, self._read_seq))
+        self._broadcast_heartbeat()
+        self._release_reads()
+        return ProposeResult(ProposeStatus.ACCEPTED, 0, self.term, self.node_id)
+
+    def campaign(self) -> None:
+        """Start an election now instead of waiting for the timeout (tests, transfers)."""
+        assert self._outstanding is None
+        if self.role is not Role.LEADER:
+            self._campaign(pre_vote=self.config.pre_vote)
+
+    def compact(self, entry_index: int, data: bytes) -> Snapshot:
+        """Drop the log up to `entry_index`, replaced by `data` (the applied state there).
+
+        The caller persists the returned snapshot (`RaftStorage.compact`).
+        """
+        assert self._outstanding is None
+        term = self.log.term_at(entry_index)
+        assert term is not None, entry_index
+        snapshot = Snapshot(entry_index, term, self.config.voter_ids, data)
+        self.log.compact(snapshot)
+        return snapshot
+
+    def has_ready(self) -> bool:
+        log = self.log
+        return bool(
+            self._messages
+            or self._read_states
+            or log.pending_snapshot is not None
+            or log.stable_index < log.last_index
+            or self.hard_state() != self._persisted_hard_state
+            or self.soft_state() != self._reported_soft_state
+            or log.applied_index < min(log.committed_index, log.last_index)
+        )
+
+    def ready(self) -> Ready:
+        """Take the pending work. Call `advance(ready)` after handling it."""
+        assert self._outstanding is None, "advance() the last Ready first"
+        hard_state = self.hard_state()
+        soft_state = self.soft_state()
+        ready = Ready(
+            soft_state=None if soft_state == self._reported_soft_state else soft_state,
+            hard_state=None if hard_state == self._persisted_hard_state else hard_state,
+            entries=tuple(self.log.unstable_entries()),
+            snapshot=self.log.pending_snapshot,
+            committed=tuple(self.log.next_committed(self.config.apply_entries_max)),
+            messages=tuple(self._messages),
+            read_states=tuple(self._read_states),
+        )
+        self._messages = []
+        self._read_states = []
+        self._outstanding = ready
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The shell has persisted, sent and applied `ready`."""
+        assert ready is self._outstanding, "advance() takes the Ready last returned"
+        self._outstanding = None
+        if ready.soft_state is not None:
+            self._reported_soft_state = ready.soft_state
+        if ready.hard_state is not None:
+            self._persisted_hard_state = ready.hard_state
+        if ready.snapshot is not None:
+            self.log.snapshot_persisted()
+        if ready.entries:
+            self.log.stable_to(ready.entries[-1].entry_index)
+        if ready.committed:
+            self.log.applied_to(ready.committed[-1].entry_index)
+        if self.role is Role.LEADER:
+            # The leader's own entries count toward a majority only once they are on its disk.
+            if self.progress[self.node_id].maybe_update(self.log.stable_index):
+                self._maybe_commit_and_broadcast()
+
+    # -- role changes ----------------------------------------------------------------------
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.voted_for = None
+        self.leader_id = None
+        self.election_elapsed_ticks = 0
+        self._heartbeat_elapsed_ticks = 0
+        timeout = self.config.election_timeout_ticks
+        self._randomized_timeout_ticks = timeout + self._rng.randrange(timeout)
+        self._votes = {}
+        self.progress = {}
+        self._pending_reads.clear()  # callers time out and retry at the new leader
+
+    def _become_follower(self, term: int, leader_id: int | None) -> None:
+        self._reset(term)
+        self.leader_id = leader_id
+        self._set_role(Role.FOLLOWER, self._step_follower, self._tick_election)
+
+    def _become_pre_candidate(self) -> None:
+        # The term does not change and nobody is voted for: a pre-vote promises nothing.
+        self._votes = {}
+        self.leader_id = None
+        self._set_role(Role.PRE_CANDIDATE, self._step_candidate, self._tick_election)
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.voted_for = self.node_id
+        self._set_role(Role.CANDIDATE, self._step_candidate, self._tick_election)
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.leader_id = self.node_id
+        for voter in self.config.voter_ids:
+            self.progress[voter] = Progress(self.log.last_index + 1)
+        own = self.progress[self.node_id]
+        own.maybe_update(self.log.stable_index)
+        own.become_replicate()
+        self._set_role(Role.LEADER, self._step_leader, self._tick_heartbeat)
+        self.log.append([Entry(self.log.last_index + 1, self.term, EntryKind.NOOP, b"")])
+        self._broadcast_append()
+
+    def _set_role(
+        self, role: Role, on_message: Callable[[Message], None], on_tick: Callable[[], None]
+    ) -> None:
+        if role is not self.role:
+            logger.info("node %d became %s at term %d", self.node_id, role.value, self.term)
+        self.role = role
+        self._on_message = on_message
+        self._on_tick = on_tick
+
+    def _campaign(self, pre_vote: bool) -> None:
+        if pre_vote:
+            self._become_pre_candidate()
+            vote_term = self.term + 1
+        else:
+            self._become_candidate()
+            vote_term = self.term
+        if self._record_vote(self.node_id, granted=True):
+            return  # a single-node cluster wins at once
+        for peer in self.config.peer_ids:
+            self._send(VoteRequest(
+                self.node_id, peer, vote_term, pre_vote, self.log.last_index, self.log.last_term,
+            ))
+
+    def _record_vote(self, voter: int, *, granted: bool) -> bool:
+        """Count a vote; on a decision change role. Returns whether the campaign is decided."""
+        self._votes.setdefault(voter, granted)
+        quorum = self.config.quorum_size
+        granted_count = sum(1 for vote in self._votes.values() if vote)
+        if granted_count >= quorum:
+            if self.role is Role.PRE_CANDIDATE:
+                self._campaign(pre_vote=False)
+            else:
+                self._become_leader()
+            return True
+        if len(self._votes) - granted_count > len(self.config.voter_ids) - quorum:
+            self._become_follower(self.term, None)
+            return True
+        return False
+
+    # -- ticks -----------------------------------------------------------------------------
+
+    def _tick_election(self) -> None:
+        self.election_elapsed_ticks += 1
+        if self.election_elapsed_ticks >= self._randomized_timeout_ticks:
+            self.election_elapsed_ticks = 0
+            self._campaign(pre_vote=self.config.pre_vote)
+
+    def _tick_heartbeat(self) -> None:
+        config = self.config
+        self.election_elapsed_ticks += 1
+        self._heartbeat_elapsed_ticks += 1
+        if self.election_elapsed_ticks >= config.election_timeout_ticks:
+            self.election_elapsed_ticks = 0
+            if config.check_quorum:
+                if not self._quorum_active():
+                    logger.info("node %d lost contact with a majority", self.node_id)
+                    self._become_follower(self.term, None)
+                    return
+                for peer in config.peer_ids:
+                    self.progress[peer].recent_active = False
+        for peer in config.peer_ids:
+            progress = self.progress[peer]
+            if progress.state is ProgressState.SNAPSHOT:
+                progress.snapshot_elapsed_ticks += 1
+                if progress.snapshot_elapsed_ticks >= config.election_timeout_ticks:
+                    progress.become_probe()  # the snapshot may be lost: offer it again
+        if self._heartbeat_elapsed_ticks >= config.heartbeat_interval_ticks:
+            self._heartbeat_elapsed_ticks = 0
+            self._broadcast_heartbeat()
+
+    def _quorum_active(self) -> bool:
+        active = 1 + sum(1 for peer in self.config.peer_ids if self.progress[peer].recent_active)
+        return active >= self.config.quorum_size
+
+    # -- term rules and votes (every role) -------------------------------------------------
+
+    def _accept_higher_term(self, message: Message) -> bool:
+        """Apply the higher-term rule. Returns whether to go on handling the message."""
+        if isinstance(message, VoteRequest):
+            in_lease = (
+                self.config.check_quorum
+                and self.leader_id is not None
+                and self.election_elapsed_ticks < self.config.election_timeout_ticks
+            )
+            if in_lease:
+                return False  # we heard from a live leader: ignore the disruptive candidate
+            if message.pre_vote:
+                return True  # a pre-vote never changes anyone's term
+        elif isinstance(message, VoteResponse) and message.pre_vote and message.granted:
+            return True  # carries the term we would campaign in, not a newer term
+        leader = message.from_id if isinstance(message, _FROM_LEADER) else None
+        self._become_follower(message.term, leader)
+        return True
+
+    def _answer_stale(self, message: Message) -> None:
+        """A message of an older term: tell a stale leader or pre-candidate about our term."""
+        if isinstance(message, (AppendRequest, HeartbeatRequest)):
+            # Without this, a leader cut off by check-quorum/pre-vote could stay stuck (etcd).
+            self._send(AppendResponse(self.node_id, message.from_id, self.term, False, 0, 0, 0, 0))
+        elif isinstance(message, VoteRequest) and message.pre_vote:
+            self._send(VoteResponse(self.node_id, message.from_id, self.term, True, False))
+
+    def _can_vote(self, message: VoteRequest) -> bool:
+        return (
+            self.voted_for == message.from_id
+            or (self.voted_for is None and self.leader_id is None)
+            or (message.pre_vote and message.term > self.term)
+        )
+
+    def _handle_vote_request(self, message: VoteRequest) -> None:
+        if self._can_vote(message) and self.log.is_up_to_date(
+            message.last_index, message.last_term
+        ):
+            self._send(VoteResponse(self.node_id, message.from_id, message.term,
+                                    message.pre_vote, True))
+            if not message.pre_vote:
+                self.election_elapsed_ticks = 0
+                self.voted_for = message.from_id
+        else:
+            self._send(VoteResponse(self.node_id, message.from_id, self.term,
+                                    message.pre_vote, False))
+
+    # -- follower and candidates -----------------------------------------------------------
+
+    def _step_follower(self, message: Message) -> None:
+        if isinstance(message, _FROM_LEADER):
+            self.election_elapsed_ticks = 0
+            self.leader_id = message.from_id
+            if isinstance(message, AppendRequest):
+                self._handle_append(message)
+            elif isinstance(message, HeartbeatRequest):
+                self.log.commit_to(message.commit_index)
+                self._send(HeartbeatResponse(self.node_id, message.from_id, self.term,
+                                             message.read_seq))
+            else:
+                self._handle_snapshot(message)
+
+    def _step_candidate(self, message: Message) -> None:
+        if isinstance(message, _FROM_LEADER):
+            self._become_follower(self.term, message.from_id)  # someone won this term
+            self._step_follower(message)
+            return
+        if not isinstance(message, VoteResponse):
+            return
+        pre_candidate = self.role is Role.PRE_CANDIDATE
+        if message.pre_vote != pre_candidate:
+            return
+        if pre_candidate and message.granted and message.term != self.term + 1:
+            return  # a grant from an older pre-vote round
+        self._record_vote(message.from_id, granted=message.granted)
+
+    def _handle_append(self, message: AppendRequest) -> None:
+        log = self.log
+        if message.prev_index < log.committed_index:
+            self._send_append_response(message.from_id, log.committed_index)
+            return
+        last_new = log.maybe_append(
+            message.prev_index, message.prev_term, message.commit_index, message.entries
+        )
+        if last_new is not None:
+            self._send_append_response(message.from_id, last_new)
+            return
+        hint_index = log.find_conflict_by_term(message.prev_index, message.prev_term)
+        hint_term = log.term_at(hint_index)
+        assert hint_term is not None
+        self._send(AppendResponse(
+            self.node_id, message.from_id, self.term, False, 0, message.prev_index, hint_index,
+            hint_term,
+        ))
+
+    def _handle_snapshot(self, message: SnapshotRequest) -> None:
+        snapshot, log = message.snapshot, self.log
+        if snapshot.entry_index <= log.committed_index:
+            self._send_append_response(message.from_id, log.committed_index)
+        elif log.match_term(snapshot.entry_index, snapshot.term):
+            log.commit_to(snapshot.entry_index)  # we hold it already: just fast-forward
+            self._send_append_response(message.from_id, log.committed_index)
+        else:
+            logger.info("node %d installs snapshot at %d (term %d)", self.node_id,
+                        snapshot.entry_index, snapshot.term)
+            log.restore(snapshot)
+            self._send_append_response(message.from_id, log.last_index)
+
+    def _send_append_response(self, to_id: int, match_index: int) -> None:
+        self._send(AppendResponse(self.node_id, to_id, self.term, True, match_index, 0, 0, 0))
+
+    # -- leader ----------------------------------------------------------------------------
+
+    def _step_leader(self, message: Message) -> None:
+        if isinstance(message, AppendResponse):
+            self._handle_append_response(message)
+        elif isinstance(message, HeartbeatResponse):
+            progress = self.progress[message.from_id]
+            progress.recent_active = True
+            progress.probe_sent = False
+            progress.read_seq_acked = max(progress.read_seq_acked, message.read_seq)
+            if progress.state is ProgressState.REPLICATE and (
+                progress.match_index < self.log.last_index
+            ):
+                progress.become_probe()  # something was lost on the way: resend from match
+            if progress.match_index < self.log.last_index:
+                self._send_append(message.from_id, send_empty=True)
+            self._release_reads()
+        elif isinstance(message, _FROM_LEADER):
+            logger.warning("node %d (leader t%d) got %r", self.node_id, self.term, message)
+
+    def _handle_append_response(self, message: AppendResponse) -> None:
+        peer = message.from_id
+        progress = self.progress[peer]
+        progress.recent_active = True
+        if not message.success:
+            probe_index = message.hint_index
+            if message.hint_term > 0:
+                probe_index = self.log.find_conflict_by_term(message.hint_index, message.hint_term)
+            if progress.maybe_decrease(message.reject_index, probe_index):
+                if progress.state is ProgressState.REPLICATE:
+                    progress.become_probe()
+                self._send_append(peer, send_empty=True)
+            return
+        if not progress.maybe_update(message.match_index):
+            return
+        if progress.state is ProgressState.PROBE:
+            progress.become_replicate()
+        elif progress.state is ProgressState.SNAPSHOT and (
+            progress.match_index >= progress.pending_snapshot_index
+        ):
+            progress.become_probe()
+        if not self._maybe_commit_and_broadcast():
+            for _ in range(self.config.inflight_entries_max):
+                if not self._send_append(peer, send_empty=False):
+                    break
+
+    def _maybe_commit_and_broadcast(self) -> bool:
+        """Commit what a majority holds, if it is of this term (§5.4.2), and tell everyone."""
+        matches = (self.progress[voter].match_index for voter in self.config.voter_ids)
+        index = quorum_index(matches, self.config.quorum_size)
+        if index <= self.log.committed_index or self.log.term_at(index) != self.term:
+            return False
+        self.log.commit_to(index)
+        self._release_reads()
+        self._broadcast_append()
+        return True
+
+    def _broadcast_append(self) -> None:
+        for peer in self.config.peer_ids:
+            self._send_append(peer, send_empty=True)
+
+    def _broadcast_heartbeat(self) -> None:
+        for peer in self.config.peer_ids:
+            progress = self.progress[peer]
+            commit_index = min(progress.match_index, self.log.committed_index)
+            self._send(HeartbeatRequest(self.node_id, peer, self.term, commit_index,
+                                        self._read_seq))
+
+    def _send_append(self, peer: int, *, send_empty: bool) -> bool:
+        """Send the entries `peer` lacks (or the snapshot). Returns whether anything was sent."""
+        progress, log = self.progress[peer], self.log
+        if progress.is_paused(self.config.inflight_entries_max):
+            return False
+        prev_index = progress.next_index - 1
+        prev_term = log.term_at(prev_index)
+        if prev_term is None:  # the entries it needs are compacted into the snapshot
+            self._send(SnapshotRequest(self.node_id, peer, self.term, log.snapshot))
+            progress.become_snapshot(log.snapshot.entry_index)
+            return True
+        entries = log.entries_from(progress.next_index, self.config.append_entries_max)
+        if not entries and not send_empty:
+            return False
+        self._send(AppendRequest(
+            self.node_id, peer, self.term, prev_index, prev_term, tuple(entries),
+            log.committed_index,
+        ))
+        if progress.state is ProgressState.REPLICATE and entries:
+            progress.next_index = entries[-1].entry_index + 1
+        elif progress.state is ProgressState.PROBE:
+            progress.probe_sent = True
+        return True
+
+    def _release_reads(self) -> None:
+        """Answer pending reads whose heartbeat round a majority confirmed, in order."""
+        if self.role is not Role.LEADER or not self._pending_reads:
+            return
+        term_committed = self.log.term_at(self.log.committed_index) == self.term
+        quorum = self.config.quorum_size
+        while self._pending_reads:
+            read = self._pending_reads[0]
+            if read.entry_index is None:
+                if not term_committed:
+                    return
+                read.entry_index = self.log.committed_index
+            acked = 1 + sum(
+                1 for peer in self.config.peer_ids
+                if self.progress[peer].read_seq_acked >= read.read_seq
+            )
+            if acked < quorum:
+                return
+            self._pending_reads.popleft()
+            self._read_states.append(ReadState(read.request_id, read.entry_index))
+
+    def _send(self, message: Message) -> None:
+        self._messages.append(message)

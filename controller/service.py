@@ -1,0 +1,79 @@
+"""The controller's client endpoint: Arrow Flight `DoAction(type, JSON body)` -> one JSON reply.
+
+The actions and their messages are listed in `controller.api`. A handler thread decodes and
+checks the body (a malformed one fails that call alone with a Flight error whose text starts
+with `controller error BAD_REQUEST:`), hands the request to the node's event loop, and waits
+at most requestTimeoutMs (+1 s) for the reply; outcomes (NOT_LEADER, fenced epochs, BUSY...)
+are JSON replies with a `status`, never errors. At most `REQUESTS_INFLIGHT_MAX` calls wait on
+the node at once; beyond that a call is answered BUSY at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.flight as flight
+
+from controller.api import ACTIONS
+from controller.config import ControllerConfig
+from controller.errors import CodecError
+from controller.node import ControllerNode
+
+__all__ = ["ControllerService", "REQUEST_BODY_BYTES_MAX", "REQUESTS_INFLIGHT_MAX"]
+
+logger = logging.getLogger(__name__)
+
+REQUEST_BODY_BYTES_MAX = 16 << 20
+REQUESTS_INFLIGHT_MAX = 512
+
+
+def _bad_request(message: str, name: str = "BAD_REQUEST") -> flight.FlightServerError:
+    return flight.FlightServerError(f"controller error {name}: {message}")
+
+
+class ControllerService(flight.FlightServerBase):
+    def __init__(self, config: ControllerConfig, node: ControllerNode,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(f"grpc://{config.client_address(config.node_id)}")
+        self.config = config
+        self.node = node
+        self.loop = loop
+        self._slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        spec = ACTIONS.get(action.type)
+        if spec is None:
+            raise _bad_request(f"unknown action {action.type!r}; known: {sorted(ACTIONS)}",
+                               "UNKNOWN_ACTION")
+        request_type, reply_type = spec
+        body = action.body.to_pybytes() if action.body is not None else b""
+        if len(body) > REQUEST_BODY_BYTES_MAX:
+            raise _bad_request(f"body of {len(body)} bytes exceeds {REQUEST_BODY_BYTES_MAX}")
+        try:
+            parsed = json.loads(body or b"{}")
+            request = request_type.from_json(parsed) if request_type is not None else None
+        except (ValueError, CodecError) as err:  # JSONDecodeError is a ValueError
+            raise _bad_request(f"{action.type}: {err}") from err
+        if not self._slots.acquire(blocking=False):
+            return iter([json.dumps(reply_type(status="BUSY").to_json()).encode()])
+        try:
+            future = asyncio.run_coroutine_threadsafe(self.node.handle(action.type, request),
+                                                      self.loop)
+            try:
+                reply = future.result(timeout=self.config.request_timeout_ms / 1000 + 1)
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                reply = reply_type(status="BUSY")
+        finally:
+            self._slots.release()
+        return iter([json.dumps(reply.to_json()).encode()])
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [(name, (spec[0] or spec[1]).__doc__ or "") for name, spec in
+                sorted(ACTIONS.items())]

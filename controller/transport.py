@@ -1,0 +1,173 @@
+"""Raft messages between controllers over TCP: framing, bounded send queues, reconnects.
+
+Frame (big-endian, 12-byte header):
+
+    magic u16 0x5246 ('RF') | version u8 (1) | kind u8 (1 = Raft message) | length u32
+    | crc32 u32 over the payload | payload (the JSON of `controller.raft.encode_message`)
+
+The receiver checks magic, version and kind, refuses `length > frame_bytes_max` *before*
+reading (no allocation on a peer's word), checks the CRC, decodes the message, and closes the
+connection on any error (the peer reconnects; Raft tolerates the lost messages). Nothing read
+from a socket is ever unpickled.
+
+Sending: one asyncio.Queue per peer, bounded by `send_queue_max`; when it is full, the new
+message is dropped (counted), as a lossy network would. Each peer has one sender task that
+(re)connects with a capped backoff and writes frames in order; while the peer is unreachable
+its queue is emptied (those messages would be stale when it comes back: Raft resends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import zlib
+from collections.abc import Callable
+
+from controller.errors import CodecError
+from controller.raft import Message, decode_message, encode_message
+
+__all__ = ["FRAME_HEADER", "FrameError", "RaftTransport", "encode_frame", "read_frame"]
+
+logger = logging.getLogger(__name__)
+
+FRAME_HEADER = struct.Struct(">HBBII")
+FRAME_MAGIC = 0x5246
+FRAME_VERSION = 1
+KIND_RAFT = 1
+CONNECT_TIMEOUT_S = 1.0
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 1.0
+
+
+class FrameError(CodecError):
+    """A frame that breaks the format (bad magic, version, size or checksum)."""
+
+
+def encode_frame(payload: bytes, kind: int = KIND_RAFT) -> bytes:
+    return FRAME_HEADER.pack(FRAME_MAGIC, FRAME_VERSION, kind, len(payload),
+                             zlib.crc32(payload)) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int) -> bytes:
+    """The payload of the next frame. Raises FrameError, or IncompleteReadError at EOF."""
+    header = await reader.readexactly(FRAME_HEADER.size)
+    magic, version, kind, length, crc = FRAME_HEADER.unpack(header)
+    if magic != FRAME_MAGIC or version != FRAME_VERSION or kind != KIND_RAFT:
+        raise FrameError("frame", f"bad header magic={magic:#x} version={version} kind={kind}")
+    if length > frame_bytes_max:
+        raise FrameError("frame", f"{length} bytes exceeds raftFrameBytesMax {frame_bytes_max}")
+    payload = await reader.readexactly(length)
+    if zlib.crc32(payload) != crc:
+        raise FrameError("frame", "checksum mismatch")
+    return payload
+
+
+class RaftTransport:
+    def __init__(
+        self,
+        node_id: int,
+        peers: dict[int, tuple[str, int]],
+        on_message: Callable[[Message], None],
+        *,
+        frame_bytes_max: int,
+        send_queue_max: int,
+    ) -> None:
+        self.node_id = node_id
+        self._peers = {peer: address for peer, address in peers.items() if peer != node_id}
+        self._listen = peers[node_id]
+        self._on_message = on_message
+        self._frame_bytes_max = frame_bytes_max
+        self._queues: dict[int, asyncio.Queue[bytes]] = {
+            peer: asyncio.Queue(maxsize=send_queue_max) for peer in self._peers
+        }
+        self.dropped = 0
+        self.bad_frames = 0
+        self._server: asyncio.Server | None = None
+        self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    async def start(self, tasks: asyncio.TaskGroup) -> None:
+        host, port = self._listen
+        self._server = await asyncio.start_server(self._serve_connection, host, port)
+        for peer in self._peers:
+            tasks.create_task(self._sender(peer), name=f"raft-send-{peer}")
+
+    async def close(self) -> None:
+        """Stop listening and end every inbound connection (their handlers see EOF)."""
+        if self._server is not None:
+            self._server.close()
+        for writer in self._inbound.values():
+            writer.close()
+        if self._inbound:
+            await asyncio.wait(list(self._inbound), timeout=CONNECT_TIMEOUT_S)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def send(self, message: Message) -> None:
+        queue = self._queues.get(message.to_id)
+        if queue is None:
+            return
+        frame = encode_frame(encode_message(message))
+        if len(frame) - FRAME_HEADER.size > self._frame_bytes_max:
+            # The peer would refuse it (a snapshot outgrew the limit): say so, loudly.
+            logger.error("node %d cannot send a %d-byte %s to %d: raftFrameBytesMax is %d",
+                         self.node_id, len(frame), type(message).__name__, message.to_id,
+                         self._frame_bytes_max)
+            self.dropped += 1
+            return
+        try:
+            queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def _sender(self, peer: int) -> None:
+        host, port = self._peers[peer]
+        queue = self._queues[peer]
+        backoff_s = BACKOFF_MIN_S
+        while True:  # one sender per peer for the life of the node
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    _, writer = await asyncio.open_connection(host, port)
+            except (OSError, TimeoutError):
+                self._discard(queue)  # stale by the time the peer is back; Raft resends
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                continue
+            backoff_s = BACKOFF_MIN_S
+            try:
+                while True:  # until the connection breaks
+                    frame = await queue.get()
+                    writer.write(frame)
+                    while not queue.empty():
+                        writer.write(queue.get_nowait())
+                    await writer.drain()
+            except (OSError, ConnectionError) as err:
+                logger.debug("link %d->%d broke: %s", self.node_id, peer, err)
+            finally:
+                writer.close()
+
+    def _discard(self, queue: asyncio.Queue[bytes]) -> None:
+        while not queue.empty():
+            queue.get_nowait()
+            self.dropped += 1
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._inbound[task] = writer
+        try:
+            while True:  # until EOF or a bad frame
+                payload = await read_frame(reader, self._frame_bytes_max)
+                message = decode_message(payload)
+                if message.to_id != self.node_id:
+                    raise FrameError("raft message", f"addressed to {message.to_id}")
+                self._on_message(message)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except CodecError as err:
+            self.bad_frames += 1
+            logger.warning("node %d closes a peer connection: %s", self.node_id, err)
+        finally:
+            del self._inbound[task]
+            writer.close()

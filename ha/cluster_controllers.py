@@ -1,0 +1,199 @@
+"""The controllers of a local `rocketha-cluster` (1, 3 or 5 `python -m controller` processes).
+
+Under the cluster directory: `conf/controller-n<i>.conf` (Raft and client ports chosen once
+and kept in `cluster.json` under "controllers"), `data/controller-n<i>/` (the Raft store),
+`logs/controller-n<i>.log`, `run/controller-n<i>.pid`. Processes run detached (own session)
+and are stopped by their pid. Only controller.api-level facts are used (the JSON reply of the
+`controller_status` action), never controller internals (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.flight as flight
+
+__all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
+
+CONTROLLER_COUNTS = (0, 1, 3, 5)
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+POLL_INTERVAL_S = 0.05
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as dead
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return False
+    except ChildProcessError:
+        pass
+    try:  # so does someone else's zombie (a SIGKILLed orphan not yet reaped)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def controller_status(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    client = flight.FlightClient(f"grpc://{endpoint}")
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        results = list(client.do_action(flight.Action("controller_status", b"{}"), options))
+        return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
+    except (flight.FlightError, OSError, ValueError):
+        return None
+    finally:
+        client.close()
+
+
+class LocalControllers:
+    """Reads and writes the "controllers" list of the cluster's `cluster.json`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory.resolve()
+        self.manifest_path = self.directory / "cluster.json"
+
+    def _load(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {"brokers": []}
+        return json.loads(self.manifest_path.read_text())  # type: ignore[no-any-return]
+
+    def up(self, count: int | None) -> list[str]:
+        """Plan (keeping ports), start what is not running, wait for a leader; returns one
+        line per controller: name, client endpoint, role."""
+        manifest = self._load()
+        existing = len(manifest.get("controllers", []))
+        group = self.plan(manifest, existing if count is None else count, {})
+        if not group:
+            return []
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.manifest_path.write_text(json.dumps(manifest, indent=1))
+        self.start_missing(group)
+        leader = self.wait_leader(group)
+        return [f"{c['name']} 127.0.0.1:{c['port']} "
+                f"{'leader' if c is leader else 'follower'}" for c in group]
+
+    def stop_all(self) -> None:
+        for controller in self._load().get("controllers", []):
+            self.stop(controller)
+
+    def plan(self, manifest: dict[str, Any], count: int,
+             overrides: dict[str, str]) -> list[dict[str, Any]]:
+        """Add controllers up to `count` (never removes any) and (re)write their confs."""
+        controllers: list[dict[str, Any]] = manifest.setdefault("controllers", [])
+        if controllers and count and len(controllers) != count:
+            raise SystemExit(f"rocketha-cluster: this cluster has {len(controllers)} "
+                             f"controllers; it cannot become {count}")
+        for node_id in range(len(controllers) + 1, count + 1):
+            name = f"controller-n{node_id}"
+            controllers.append({
+                "name": name, "node_id": node_id, "raft_port": _free_port(),
+                "port": _free_port(), "conf": str(self.directory / "conf" / f"{name}.conf"),
+                "store_dir": str(self.directory / "data" / name),
+                "log_file": str(self.directory / "logs" / f"{name}.log"),
+                "pid_file": str(self.directory / "run" / f"{name}.pid"),
+            })
+        peers = ";".join(f"n{c['node_id']}-127.0.0.1:{c['raft_port']}" for c in controllers)
+        for controller in controllers:
+            settings = {
+                "controllerDLegerPeers": peers,
+                "controllerDLegerSelfId": f"n{controller['node_id']}",
+                "controllerAddr": self.addresses(manifest),
+                "controllerStorePath": controller["store_dir"],
+            }
+            settings.update(overrides)
+            lines = ["# written by rocketha-cluster (--controllers)"]
+            lines += [f"{key}={value}" for key, value in settings.items()]
+            Path(controller["conf"]).parent.mkdir(parents=True, exist_ok=True)
+            Path(controller["conf"]).write_text("\n".join(lines) + "\n")
+        return controllers
+
+    @staticmethod
+    def addresses(manifest: dict[str, Any]) -> str:
+        """The value brokers use as `controllerAddr`."""
+        return ";".join(f"127.0.0.1:{c['port']}" for c in manifest.get("controllers", []))
+
+    def pid_of(self, controller: dict[str, Any]) -> int | None:
+        try:
+            pid = int(Path(controller["pid_file"]).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def start_missing(self, controllers: list[dict[str, Any]]) -> None:
+        for controller in controllers:
+            if self.pid_of(controller) is not None:
+                continue
+            Path(controller["log_file"]).parent.mkdir(parents=True, exist_ok=True)
+            Path(controller["pid_file"]).parent.mkdir(parents=True, exist_ok=True)
+            with open(controller["log_file"], "ab") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "controller", "--conf", controller["conf"]],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
+                )
+            Path(controller["pid_file"]).write_text(f"{process.pid}\n")
+
+    def wait_leader(self, controllers: list[dict[str, Any]]) -> dict[str, Any]:
+        """Wait until every controller answers and one of them leads; returns the leader."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for controller in controllers:
+                if self.pid_of(controller) is None:
+                    tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
+                    raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
+                                     f"tail:\n{tail}")
+            statuses = [controller_status(f"127.0.0.1:{c['port']}", 1.0) for c in controllers]
+            leaders = [c for c, s in zip(controllers, statuses) if s and s["role"] == "leader"]
+            if all(statuses) and len(leaders) == 1:
+                return leaders[0]
+            time.sleep(POLL_INTERVAL_S)
+        raise SystemExit(f"rocketha-cluster: no controller leader within {STARTUP_TIMEOUT_S:.0f}s")
+
+    def status(self) -> list[dict[str, Any]]:
+        processes = []
+        for controller in self._load().get("controllers", []):
+            pid = self.pid_of(controller)
+            endpoint = f"127.0.0.1:{controller['port']}"
+            info = controller_status(endpoint) if pid is not None else None
+            processes.append({
+                "name": controller["name"], "kind": "controller", "pid": pid,
+                "role": (info or {}).get("role", "unknown" if pid else "DOWN"),
+                "broker_role": "",  # a column of `status` shared with brokers
+                "term": (info or {}).get("term"), "endpoint": endpoint,
+                "store_dir": controller["store_dir"], "log_file": controller["log_file"],
+                "alive": info is not None,
+            })
+        return processes
+
+    def stop(self, controller: dict[str, Any]) -> None:
+        pid = self.pid_of(controller)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(POLL_INTERVAL_S)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        Path(controller["pid_file"]).unlink(missing_ok=True)
