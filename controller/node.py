@@ -310,6 +310,7 @@ class ControllerNode:
             async with asyncio.timeout(self.config.request_timeout_ms / 1000):
                 return await asyncio.shield(future)
         except TimeoutError as err:
+            future.cancel()  # nobody waits any more: later outcomes are dropped quietly
             raise BusyError(f"{what} not done within requestTimeoutMs") from err
 
     # -- leader duties ---------------------------------------------------------------------

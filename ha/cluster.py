@@ -1,13 +1,16 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
-    rocketha-cluster up --dir DIR [--brokers N] [--replicas R] [--set key=value ...]
+    rocketha-cluster up --dir DIR [--brokers N] [--replicas R] [--controllers C]
+                        [--set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
 
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
 created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
-detached (own session), so this tool can exit. Later issues add controllers.
+detached (own session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft
+group of controllers, started before the brokers (ha/cluster_controllers.py); `status` lists
+them with their role (leader/follower). Brokers do not use them yet (controller mode).
 
 Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R brokers named
 `broker-x-<brokerId>`; brokerId 0 is the master (brokerRole SYNC_MASTER unless `--set
