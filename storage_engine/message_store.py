@@ -10,7 +10,8 @@ then under one lock assigns queue offsets, encodes and writes the records, and d
 ConsumeQueue entries right after the CommitLog bytes (the index is never ahead of the log).
 `put_messages` adds the durability wait of SYNC_FLUSH (group commit). Replication (ha/) builds on
 `append`, `read_log`, `append_replicated` + `dispatch_replicated`, `truncate_to`, `reset_to` and
-the confirm position.
+the confirm position; those replica methods live in replica_log.py and the tiered-storage hooks
+in tier_hooks.py (mixins sharing this class's state, to keep each module readable).
 
 Replica path: a slave appends the master's bytes as they arrive (`append_replicated`, which may
 end inside a record: batches are cut by size, not by record), acks, then indexes the complete
@@ -30,14 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import itertools
+import os
 import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -49,7 +49,6 @@ from storage_engine.epoch import EpochFile
 from storage_engine.errors import (
     CorruptFileError,
     StorageError,
-    TruncateBelowConfirmError,
 )
 from storage_engine.flush import FlushService
 from storage_engine.messages import (
@@ -64,19 +63,17 @@ from storage_engine.record_format import (
     HEADER,
     PROPERTIES_PAYLOAD_MAX_BYTES,
     TOPIC_PATTERN,
-    decode_properties,
     encode_host,
     encode_properties,
     java_string_hash,
 )
-from storage_engine.record_runs import RecordRun, group_entries, scan_run, walk_records
+from storage_engine.replica_log import ReplicaLogMixin
 from storage_engine.statuses import GetStatus, PutStatus
+from storage_engine.tier_hooks import ColdTier, TieredReadsMixin, cold_result, tag_matches
 
 __all__ = ["MessageStore", "StoreStats"]
 
 logger = logging.getLogger(__name__)
-
-BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexed one by one
 
 _STORE_TIMESTAMP_AT = 56
 _BYTES_TYPE = frozenset({bytes})
@@ -98,7 +95,7 @@ class StoreStats:
     last_recovery: RecoveryScan | None
 
 
-class MessageStore:
+class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     """An embedded message store over one directory. Thread-safe."""
 
     _tier: ColdTier | None = None  # set by attach_tier (storage_engine.tiered)
@@ -487,7 +484,7 @@ class MessageStore:
         queue, window = self._read_window(topic, queue_id, queue_offset)
         if isinstance(window, GetResult):
             cold = self._read_cold(topic, queue_id, queue_offset, window, max_count, max_bytes)
-            return window if cold is None else _cold_result(cold, tag_filter)
+            return window if cold is None else cold_result(cold, tag_filter)
         assert queue is not None
         min_offset, max_offset = window
         count_max = max(1, min(max_count, self.config.read_messages_max))
@@ -504,7 +501,7 @@ class MessageStore:
                 if records and total_bytes + size > bytes_max:
                     return GetResult(GetStatus.FOUND, cursor, min_offset, max_offset, records)
                 cursor += 1
-                if codes is not None and (code not in codes or not _tag_matches(
+                if codes is not None and (code not in codes or not tag_matches(
                         self._commit_log.read(log_position, size), tag_filter)):
                     continue
                 record = self._commit_log.read(log_position, size)
@@ -683,158 +680,6 @@ class MessageStore:
     def queues(self) -> list[tuple[str, int]]:
         return sorted(self._queues)
 
-    # -- replication surface ----------------------------------------------------------------
-    @property
-    def min_log_position(self) -> int:
-        return self._commit_log.min_log_position
-
-    @property
-    def end_log_position(self) -> int:
-        return self._commit_log.end_log_position
-
-    @property
-    def segment_size_bytes(self) -> int:
-        return self._commit_log.segment_size_bytes
-
-    @property
-    def dispatched_log_position(self) -> int:
-        """ConsumeQueues index every complete record below this position."""
-        return self._dispatched
-
-    def read_log(self, log_position: int, size_bytes_max: int) -> bytes:
-        """Raw CommitLog bytes from `log_position` (within one segment)."""
-        return self._commit_log.read_raw(log_position, size_bytes_max)
-
-    def append_replicated(self, log_position: int, data: bytes | memoryview) -> None:
-        """Append bytes shipped from the master at the same log positions (physical
-        replication). `data` may end inside a record; `dispatch_replicated` indexes the complete
-        ones. Raises StorageError when `log_position` is not the log's end."""
-        with self._lock:
-            if self._closed:
-                raise StorageError("store is closed")
-            if self._commit_log.end_log_position == 0 and not self._commit_log.segments:
-                if log_position:
-                    self._commit_log.start_at(log_position)
-                    self._dispatched = log_position
-            start = self._commit_log.end_log_position
-            if log_position != start:
-                raise StorageError(f"replicated data at {log_position}, log ends at {start}")
-            self._commit_log.append_raw(log_position, data)
-
-    def dispatch_replicated(self) -> int:
-        """Index the complete records appended since the last call; returns how many.
-        Single-topic runs take the bulk path (record_runs), others the per-record one."""
-        count = 0
-        with self._lock:
-            end = self._commit_log.end_log_position
-            while self._dispatched < end:
-                segment = self._commit_log.segment_for(self._dispatched)
-                base = segment.base_position
-                positions, sizes, stop, blank = walk_records(
-                    segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
-                if len(positions):
-                    count += self._dispatch_run(segment.map, positions, sizes, base)
-                segment_end = base + segment.size_bytes
-                if not blank or segment_end > end:
-                    self._dispatched = base + stop
-                    break
-                self._dispatched = segment_end
-        return count
-
-    def _dispatch_run(self, data: object, positions: np.ndarray, sizes: np.ndarray,
-                      base: int) -> int:
-        """Index complete records in bulk, one leading same-topic run at a time."""
-        done = 0
-        while done < len(positions):
-            run = scan_run(data, positions[done:], sizes[done:], base)
-            if len(run.log_positions) >= BULK_RECORDS_MIN:
-                self._dispatch_record_run(run)
-                done += len(run.log_positions)
-                continue
-            # Interleaved topics: the next records one by one (bulk set-up would cost more).
-            end = min(done + BULK_RECORDS_MIN * 8, len(positions))
-            self._dispatch_refs(self._commit_log.iter_records(
-                base + int(positions[done]), base + int(positions[end - 1] + sizes[end - 1])))
-            done = end
-        return done
-
-    def _dispatch_record_run(self, run: RecordRun) -> None:
-        offsets_of = self._next_queue_offsets.setdefault(run.topic, {})
-        for queue_id, queue_offsets, entries in group_entries(run):
-            queue = self._consume_queue(run.topic, queue_id)
-            expected = queue.max_queue_offset
-            fresh = queue_offsets >= expected
-            if not fresh.all():  # already indexed (recovery rebuilt them)
-                queue_offsets = queue_offsets[fresh]
-                entries = entries.reshape(-1, CONSUME_QUEUE_ENTRY.size)[fresh].reshape(-1)
-                if not len(queue_offsets):
-                    continue
-            first_offset = int(queue_offsets[0])
-            if first_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
-                raise StorageError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
-                                   f"but replicated records start at queue_offset "
-                                   f"{first_offset}")
-            if not (np.diff(queue_offsets) == 1).all():
-                raise StorageError(f"queue offsets of {run.topic}/{queue_id} are not "
-                                   f"contiguous in replicated records from {first_offset}")
-            queue.append(first_offset, entries.tobytes())
-            offsets_of[queue_id] = first_offset + len(queue_offsets)
-
-    def truncate_to(self, log_position: int) -> None:
-        """Cut the log (and its index and epochs) at `log_position`, crash-safely.
-
-        Raises TruncateBelowConfirmError below the confirm position (DESIGN.md §5.5)."""
-        with self._lock:
-            if log_position < self._confirm:
-                raise TruncateBelowConfirmError(log_position, self._confirm)
-            if log_position >= self._commit_log.end_log_position:
-                return
-            self._write_checkpoint(intent=log_position)
-            self._commit_log.truncate_to(log_position)
-            for queue in self._queues.values():
-                queue.truncate_from_log_position(log_position)
-            self._next_queue_offsets.clear()
-            self._dispatched = min(self._dispatched, log_position)
-            self.epochs.truncate_from(log_position)
-            self._write_checkpoint()
-            logger.warning("truncated the log to log_position %d", log_position)
-
-    def truncate_incomplete_tail(self) -> None:
-        """Cut bytes after the last complete record (a replica's log can end inside one,
-        as batches are cut by size); the confirm position comes down to that record's end if
-        it was inside the cut (no reader could see a partial record anyway)."""
-        with self._lock:
-            self.dispatch_replicated()
-            end = self._dispatched
-            if end < self._commit_log.end_log_position:
-                self._confirm = min(self._confirm, end)
-                self.truncate_to(end)
-
-    def reset_to(self, log_position: int) -> None:
-        """Drop the whole log (segments, ConsumeQueues, epochs) and start it empty at
-        `log_position`, a segment boundary at or past the log's end: a replica so far behind
-        that its master no longer holds the bytes it would need next.
-
-        Crash-safe: segments go newest first, so a crash leaves a prefix of the old log (the
-        next handshake decides again); ConsumeQueues are rebuilt against what remains."""
-        with self._lock:
-            end = self._commit_log.end_log_position
-            if log_position < end or log_position % self._commit_log.segment_size_bytes:
-                raise StorageError(f"reset_to({log_position}): must be a segment boundary at "
-                                   f"or past the log's end {end}")
-            self._commit_log.delete_all()
-            for queue in self._queues.values():
-                queue.delete_all()
-            self._queues.clear()
-            self._next_queue_offsets.clear()
-            shutil.rmtree(self.store_dir / "consumequeue", ignore_errors=True)
-            (self.store_dir / "consumequeue").mkdir()
-            self.epochs.truncate_from(-1)
-            self._commit_log.start_at(log_position)
-            self._dispatched = self._confirm = log_position
-            self._write_checkpoint()
-            logger.warning("log dropped; it restarts empty at log_position %d", log_position)
-
     # -- retention --------------------------------------------------------------------------
     def delete_expired(
         self, *, now_ms: int, floor_log_position: int, disk_used_ratio: float | None = None
@@ -873,77 +718,6 @@ class MessageStore:
                             deleted, log_min)
         return deleted
 
-    # -- tiered storage (storage_engine.tiered attaches here) -------------------------------
-    def attach_tier(self, tier: ColdTier | None) -> None:
-        """Serve reads below the local minimum from `tier`; from now on retention deletes only
-        segments the tier holds (verified uploads)."""
-        self._tier = tier
-
-    def _read_cold(self, topic: str, queue_id: int, queue_offset: int, window: GetResult,
-                   max_count: int, max_bytes: int) -> RecordBlock | None:
-        """A read the local store cannot serve because the offset is below its minimum: the
-        tier's records (same limits, never past the confirm position), or None."""
-        tier = self._tier
-        no_queue = window.status is GetStatus.NO_MATCHED_LOGIC_QUEUE
-        if tier is None or window.status not in _COLD_CANDIDATES or (
-                not no_queue and queue_offset >= window.min_queue_offset):
-            return None
-        try:
-            cold = tier.read_block(
-                topic, queue_id, queue_offset,
-                max_count=max(1, min(max_count, self.config.read_messages_max)),
-                max_bytes=max(1, min(max_bytes, self.config.read_bytes_max)),
-                confirm_log_position=self._confirm)
-        except StorageError:  # object store down (counted and logged by the tier): nothing
-            # is skipped, the reader retries at the same offset
-            return RecordBlock(GetStatus.OFFSET_FOUND_NULL, queue_offset,
-                               window.min_queue_offset, window.max_queue_offset)
-        if cold is None:
-            return None
-        high = cold.max_queue_offset if no_queue else window.max_queue_offset
-        return dataclasses.replace(cold, max_queue_offset=high)
-
-    def _cold_offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int,
-                                   local: int) -> int:
-        """The answer was the local minimum: an earlier message may match in the tier."""
-        if self._tier is None:
-            return local
-        try:
-            cold = self._tier.queue_offset_for_timestamp(topic, queue_id, timestamp_ms)
-        except StorageError as err:  # object store down: the local answer, logged
-            logger.warning("cold offset_for_timestamp %s/%d failed: %s", topic, queue_id, err)
-            return local
-        return local if cold is None else cold
-
-    def tier_segments(self) -> list[tuple[int, int, float]]:
-        """(base_log_position, size_bytes, mtime_s) of the sealed segments wholly below the
-        confirm position: what may be uploaded."""
-        with self._lock:
-            confirm = self._confirm
-            segments = list(self._commit_log.segments[:-1])
-        return [(s.base_position, s.size_bytes, os.stat(s.path).st_mtime) for s in segments
-                if s.base_position + s.size_bytes <= confirm]
-
-    def tier_queue_ranges(self, log_start: int, log_end: int) -> list[tuple[str, int, int, int]]:
-        """For each queue with records in [log_start, log_end), sorted: (topic, queue_id,
-        first_queue_offset, end_queue_offset) of those records (two binary searches each)."""
-        with self._lock:
-            queues = sorted(self._queues.values(), key=lambda q: (q.topic, q.queue_id))
-        found = []
-        for queue in queues:
-            first = _first_entry_at_or_after(queue, log_start)
-            end = _first_entry_at_or_after(queue, log_end)
-            if first < end:
-                found.append((queue.topic, queue.queue_id, first, end))
-        return found
-
-    def read_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
-                           count: int) -> bytes:
-        """Raw 20-byte ConsumeQueue entries from `queue_offset`: at most `count`, fewer at the
-        end of an index segment (call again from where it stopped); b"" when there are none."""
-        queue = self._queues.get((topic, queue_id))
-        return b"" if queue is None else queue.read_entries(queue_offset, count)
-
     # -- lifecycle --------------------------------------------------------------------------
     def stats(self) -> StoreStats:
         return StoreStats(
@@ -979,66 +753,3 @@ class MessageStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-class ColdTier(Protocol):
-    """What the store asks of tiered storage (storage_engine.tiered.TierReader)."""
-
-    def holds_segment(self, base_log_position: int, end_log_position: int) -> bool: ...
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int | None: ...
-
-    def queue_offset_for_timestamp(self, topic: str, queue_id: int,
-                                   timestamp_ms: int) -> int | None:
-        """The tier's first queue_offset stored at or after `timestamp_ms`; None when the tier
-        has none (the answer lies in the local store)."""
-
-    def read_block(self, topic: str, queue_id: int, queue_offset: int, *, max_count: int,
-                   max_bytes: int, confirm_log_position: int) -> RecordBlock | None:
-        """FOUND with records; OFFSET_TOO_SMALL below the tier's minimum; NO_MATCHED_MESSAGE
-        when nothing there is visible yet; None when the tier does not hold `queue_offset`."""
-
-
-_COLD_CANDIDATES = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.NO_MESSAGE_IN_QUEUE,
-                              GetStatus.NO_MATCHED_LOGIC_QUEUE})
-
-
-def _first_entry_at_or_after(queue: ConsumeQueue, log_position: int) -> int:
-    low, high = queue.min_queue_offset, queue.max_queue_offset
-    while low < high:
-        mid = (low + high) // 2
-        entry = queue.entry(mid)
-        if entry is not None and entry[0] < log_position:
-            low = mid + 1
-        else:
-            high = mid
-    return low
-
-
-def _cold_result(block: RecordBlock, tag_filter: TagFilter | None) -> GetResult:
-    """A cold block as get_messages returns it (records split, tag filter applied)."""
-    records, position = [], 0
-    for size in np.asarray(block.sizes).tolist():
-        record = block.data[position:position + size]
-        position += size
-        if tag_filter is None or _tag_matches(record, tag_filter):
-            records.append(record)
-    status = block.status
-    if status is GetStatus.FOUND and not records:
-        status = GetStatus.NO_MATCHED_MESSAGE
-    return GetResult(status, block.next_queue_offset, block.min_queue_offset,
-                     block.max_queue_offset, records)
-
-
-def _tag_matches(record: bytes | None, tag_filter: TagFilter | None) -> bool:
-    """Exact tag check after the tags_code matched (hash collisions are possible)."""
-    if record is None or tag_filter is None:
-        return record is not None
-    body_size = int.from_bytes(record[84:88], "big")
-    topic_at = 88 + body_size
-    props_at = topic_at + 1 + record[topic_at] + 2
-    try:
-        tags = decode_properties(record[props_at:len(record) - 20]).get("TAGS")
-    except ValueError:
-        return False
-    return tags in tag_filter.tags

@@ -186,7 +186,7 @@ def _read_span(file_io: FileIO, cache: BlockCache, broker_name: str, span: _Queu
 
 
 class TierReader:
-    """The store's cold path (storage_engine.message_store.ColdTier). Thread-safe."""
+    """The store's cold path (storage_engine.tier_hooks.ColdTier). Thread-safe."""
 
     def __init__(self, file_io: FileIO, manifests: ManifestStore, config: TieredStoreConfig,
                  *, clock_ms: Callable[[], int] | None = None) -> None:

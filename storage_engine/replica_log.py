@@ -1,0 +1,182 @@
+"""The store's replication surface: what ha/ uses to ship and apply CommitLog bytes.
+
+A mixin of MessageStore (it shares the store's lock, CommitLog, ConsumeQueues, dispatch cursor
+and checkpoint; see message_store's module docstring for the replica path): the master reads raw
+bytes (`read_log`), a slave appends them at the same log positions (`append_replicated`, which may
+end inside a record), indexes the complete records (`dispatch_replicated`: single-topic runs in
+bulk through record_runs, the rest one by one), and truncates at a fork point (`truncate_to`,
+never below the confirm position) or restarts empty past a far-ahead master's minimum
+(`reset_to`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import numpy as np
+
+from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY
+from storage_engine.errors import StorageError, TruncateBelowConfirmError
+from storage_engine.record_runs import RecordRun, group_entries, scan_run, walk_records
+
+__all__ = ["BULK_RECORDS_MIN", "ReplicaLogMixin"]
+
+logger = logging.getLogger("storage_engine.message_store")
+
+BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexed one by one
+
+
+class ReplicaLogMixin:
+    """Replication methods of MessageStore (not usable on its own)."""
+
+    @property
+    def min_log_position(self) -> int:
+        return self._commit_log.min_log_position
+
+    @property
+    def end_log_position(self) -> int:
+        return self._commit_log.end_log_position
+
+    @property
+    def segment_size_bytes(self) -> int:
+        return self._commit_log.segment_size_bytes
+
+    @property
+    def dispatched_log_position(self) -> int:
+        """ConsumeQueues index every complete record below this position."""
+        return self._dispatched
+
+    def read_log(self, log_position: int, size_bytes_max: int) -> bytes:
+        """Raw CommitLog bytes from `log_position` (within one segment)."""
+        return self._commit_log.read_raw(log_position, size_bytes_max)
+
+    def append_replicated(self, log_position: int, data: bytes | memoryview) -> None:
+        """Append bytes shipped from the master at the same log positions (physical
+        replication). `data` may end inside a record; `dispatch_replicated` indexes the complete
+        ones. Raises StorageError when `log_position` is not the log's end."""
+        with self._lock:
+            if self._closed:
+                raise StorageError("store is closed")
+            if self._commit_log.end_log_position == 0 and not self._commit_log.segments:
+                if log_position:
+                    self._commit_log.start_at(log_position)
+                    self._dispatched = log_position
+            start = self._commit_log.end_log_position
+            if log_position != start:
+                raise StorageError(f"replicated data at {log_position}, log ends at {start}")
+            self._commit_log.append_raw(log_position, data)
+
+    def dispatch_replicated(self) -> int:
+        """Index the complete records appended since the last call; returns how many.
+        Single-topic runs take the bulk path (record_runs), others the per-record one."""
+        count = 0
+        with self._lock:
+            end = self._commit_log.end_log_position
+            while self._dispatched < end:
+                segment = self._commit_log.segment_for(self._dispatched)
+                base = segment.base_position
+                positions, sizes, stop, blank = walk_records(
+                    segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
+                if len(positions):
+                    count += self._dispatch_run(segment.map, positions, sizes, base)
+                segment_end = base + segment.size_bytes
+                if not blank or segment_end > end:
+                    self._dispatched = base + stop
+                    break
+                self._dispatched = segment_end
+        return count
+
+    def _dispatch_run(self, data: object, positions: np.ndarray, sizes: np.ndarray,
+                      base: int) -> int:
+        """Index complete records in bulk, one leading same-topic run at a time."""
+        done = 0
+        while done < len(positions):
+            run = scan_run(data, positions[done:], sizes[done:], base)
+            if len(run.log_positions) >= BULK_RECORDS_MIN:
+                self._dispatch_record_run(run)
+                done += len(run.log_positions)
+                continue
+            # Interleaved topics: the next records one by one (bulk set-up would cost more).
+            end = min(done + BULK_RECORDS_MIN * 8, len(positions))
+            self._dispatch_refs(self._commit_log.iter_records(
+                base + int(positions[done]), base + int(positions[end - 1] + sizes[end - 1])))
+            done = end
+        return done
+
+    def _dispatch_record_run(self, run: RecordRun) -> None:
+        offsets_of = self._next_queue_offsets.setdefault(run.topic, {})
+        for queue_id, queue_offsets, entries in group_entries(run):
+            queue = self._consume_queue(run.topic, queue_id)
+            expected = queue.max_queue_offset
+            fresh = queue_offsets >= expected
+            if not fresh.all():  # already indexed (recovery rebuilt them)
+                queue_offsets = queue_offsets[fresh]
+                entries = entries.reshape(-1, CONSUME_QUEUE_ENTRY.size)[fresh].reshape(-1)
+                if not len(queue_offsets):
+                    continue
+            first_offset = int(queue_offsets[0])
+            if first_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
+                raise StorageError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
+                                   f"but replicated records start at queue_offset "
+                                   f"{first_offset}")
+            if not (np.diff(queue_offsets) == 1).all():
+                raise StorageError(f"queue offsets of {run.topic}/{queue_id} are not "
+                                   f"contiguous in replicated records from {first_offset}")
+            queue.append(first_offset, entries.tobytes())
+            offsets_of[queue_id] = first_offset + len(queue_offsets)
+
+    def truncate_to(self, log_position: int) -> None:
+        """Cut the log (and its index and epochs) at `log_position`, crash-safely.
+
+        Raises TruncateBelowConfirmError below the confirm position (DESIGN.md §5.5)."""
+        with self._lock:
+            if log_position < self._confirm:
+                raise TruncateBelowConfirmError(log_position, self._confirm)
+            if log_position >= self._commit_log.end_log_position:
+                return
+            self._write_checkpoint(intent=log_position)
+            self._commit_log.truncate_to(log_position)
+            for queue in self._queues.values():
+                queue.truncate_from_log_position(log_position)
+            self._next_queue_offsets.clear()
+            self._dispatched = min(self._dispatched, log_position)
+            self.epochs.truncate_from(log_position)
+            self._write_checkpoint()
+            logger.warning("truncated the log to log_position %d", log_position)
+
+    def truncate_incomplete_tail(self) -> None:
+        """Cut bytes after the last complete record (a replica's log can end inside one,
+        as batches are cut by size); the confirm position comes down to that record's end if
+        it was inside the cut (no reader could see a partial record anyway)."""
+        with self._lock:
+            self.dispatch_replicated()
+            end = self._dispatched
+            if end < self._commit_log.end_log_position:
+                self._confirm = min(self._confirm, end)
+                self.truncate_to(end)
+
+    def reset_to(self, log_position: int) -> None:
+        """Drop the whole log (segments, ConsumeQueues, epochs) and start it empty at
+        `log_position`, a segment boundary at or past the log's end: a replica so far behind
+        that its master no longer holds the bytes it would need next.
+
+        Crash-safe: segments go newest first, so a crash leaves a prefix of the old log (the
+        next handshake decides again); ConsumeQueues are rebuilt against what remains."""
+        with self._lock:
+            end = self._commit_log.end_log_position
+            if log_position < end or log_position % self._commit_log.segment_size_bytes:
+                raise StorageError(f"reset_to({log_position}): must be a segment boundary at "
+                                   f"or past the log's end {end}")
+            self._commit_log.delete_all()
+            for queue in self._queues.values():
+                queue.delete_all()
+            self._queues.clear()
+            self._next_queue_offsets.clear()
+            shutil.rmtree(self.store_dir / "consumequeue", ignore_errors=True)
+            (self.store_dir / "consumequeue").mkdir()
+            self.epochs.truncate_from(-1)
+            self._commit_log.start_at(log_position)
+            self._dispatched = self._confirm = log_position
+            self._write_checkpoint()
+            logger.warning("log dropped; it restarts empty at log_position %d", log_position)
