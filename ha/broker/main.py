@@ -18,6 +18,7 @@ from types import FrameType
 
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
+from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, StoreLockedError
 from storage_engine.tiered import TierService
@@ -70,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    link = _start_controller_link(config, service)
     try:
         _serve(service, tier)
     finally:
+        if link is not None:
+            link.stop()
         service.replication.close()
         store.close()
         logger.info("%s stopped cleanly", prefix)
@@ -89,6 +93,32 @@ def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None
                        epoch=lambda: getattr(store.epochs.last, "epoch", 0))
     tier.start()
     return tier
+
+
+def _start_controller_link(config: BrokerConfig, service: BrokerService
+                           ) -> ControllerLink | None:
+    """Controller mode: register and heartbeat (the link reports; roles stay as started)."""
+    if not config.enable_controller_mode:
+        return None
+    store = service.store
+
+    def report() -> HeartbeatState:
+        stats = store.stats()
+        state = HeartbeatState()
+        state.master_epoch = getattr(store.epochs.last, "epoch", 0)
+        state.max_log_position = stats.end_log_position
+        state.confirm_log_position = stats.confirm_log_position
+        return state
+
+    client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
+                              config.controller_redirects_max)
+    link = ControllerLink(client, cluster_name=config.broker_cluster_name,
+                          broker_name=config.broker_name, broker_address=service.endpoint,
+                          heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+                          report=report, on_role=lambda change: None)
+    service.controller_info = link.info
+    link.start()
+    return link
 
 
 def _serve(service: BrokerService, tier: TierService | None) -> None:
