@@ -1,0 +1,81 @@
+"""Brokers in controller mode + the connector's ControllerRoutes, as real processes.
+
+Goal: brokers started with enableControllerMode=true register with the controller group,
+become the master of their replica set (broker_info shows the id and role the controller
+gave), and `ControllerRoutes` (the connector's `controller` option) finds every replica set's
+alive endpoints, which then serve the topic look-ups; a dead broker drops out of the routes.
+Method: one controller process and two broker processes (replica sets a and b) on 127.0.0.1;
+conditions are waited for with deadlines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from connector.errors import RoutesUnavailableError
+from connector.routes import ControllerRoutes, ReplicaSet, route_provider, topic_queue_counts
+from tests.controller.controller_process import ControllerGroup, free_port
+from tests.integration.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+DEADLINE_S = 20.0
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_brokers_register_and_controller_routes_find_them(tmp_path: Path) -> None:
+    group = ControllerGroup(tmp_path / "controllers", 1).start()
+    brokers: list[BrokerProcess] = []
+    try:
+        group.wait_leader()
+        controller = group.endpoint(1)
+        for name in ("a", "b"):
+            brokers.append(BrokerProcess(
+                tmp_path / name, name=name, enableControllerMode="true",
+                controllerAddr=f"127.0.0.1:{free_port()},{controller}",
+                brokerHeartbeatInterval="200", controllerRequestTimeoutMs="500").start())
+
+        def roles() -> list[object]:
+            return [(broker.action("broker_info").get("controller") or {}).get("role")
+                    for broker in brokers]
+
+        _wait(lambda: roles() == ["master", "master"], "both brokers master of their set")
+        info = brokers[0].action("broker_info")["controller"]
+        assert info["broker_id"] == 1 and info["master_epoch"] >= 1
+        assert info["master_address"] == brokers[0].endpoint
+
+        routes = route_provider((), controller, 2000)
+        assert isinstance(routes, ControllerRoutes)
+        assert routes.replica_sets() == (ReplicaSet("a", (brokers[0].endpoint,)),
+                                         ReplicaSet("b", (brokers[1].endpoint,)))
+        brokers[0].action("create_topic", {"topic": "orders", "read_queue_nums": 4,
+                                               "write_queue_nums": 4})
+        counts = topic_queue_counts(routes.replica_sets()[0], 2000)
+        assert counts["orders"] == (4, 4)
+
+        brokers[1].kill()
+        _wait(lambda: [s.broker_name for s in routes.replica_sets()] == ["a"],
+              "the dead broker's set to leave the routes")
+    finally:
+        for broker in brokers:
+            if broker.process is not None and broker.process.poll() is None:
+                broker.kill()
+        group.stop_all()
+
+
+def test_controller_routes_without_any_controller_is_a_typed_error() -> None:
+    routes = ControllerRoutes(f"127.0.0.1:{free_port()}", 300)
+    with pytest.raises(RoutesUnavailableError, match="no controller answered"):
+        routes.replica_sets()
+    with pytest.raises(RoutesUnavailableError, match="names no HOST:PORT"):
+        ControllerRoutes(" , ", 300)
