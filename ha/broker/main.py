@@ -16,6 +16,7 @@ import sys
 import threading
 from types import FrameType
 
+from controller.api import ROLE_MASTER, ROLE_SLAVE, RoleChange
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
@@ -97,7 +98,9 @@ def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None
 
 def _start_controller_link(config: BrokerConfig, service: BrokerService
                            ) -> ControllerLink | None:
-    """Controller mode: register and heartbeat (the link reports; roles stay as started)."""
+    """Controller mode: register and heartbeat; a broker the controller does not name master
+    is fenced (writes NOT_MASTER). Promotion/demotion of the HA roles at runtime is not built
+    yet: the HA role stays as started (brokerRole)."""
     if not config.enable_controller_mode:
         return None
     store = service.store
@@ -115,10 +118,22 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService
     link = ControllerLink(client, cluster_name=config.broker_cluster_name,
                           broker_name=config.broker_name, broker_address=service.endpoint,
                           heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
-                          report=report, on_role=lambda change: None)
+                          report=report, on_role=lambda change: _on_role(service, change))
     service.controller_info = link.info
     link.start()
     return link
+
+
+def _on_role(service: BrokerService, change: RoleChange) -> None:
+    if change.role == ROLE_MASTER:
+        service.replication.fence(None)
+        if service.replication.slave is not None:
+            logger.warning("controller names this SLAVE master (epoch %d): runtime promotion "
+                           "is not built; it stays a slave", change.master_epoch)
+    elif change.role == ROLE_SLAVE:
+        service.replication.fence(f"the controller names broker {change.master_broker_id} at "
+                                  f"{change.master_address} master (epoch "
+                                  f"{change.master_epoch})")
 
 
 def _serve(service: BrokerService, tier: TierService | None) -> None:

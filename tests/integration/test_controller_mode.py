@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from connector.client import ClientConfig, Producer
 from connector.errors import RoutesUnavailableError
+from connector.protocol import RocketHAError
 from connector.routes import ControllerRoutes, ReplicaSet, route_provider, topic_queue_counts
 from tests.controller.controller_process import ControllerGroup, free_port
 from tests.integration.broker_process import BrokerProcess
@@ -79,3 +81,51 @@ def test_controller_routes_without_any_controller_is_a_typed_error() -> None:
         routes.replica_sets()
     with pytest.raises(RoutesUnavailableError, match="names no HOST:PORT"):
         ControllerRoutes(" , ", 300)
+
+
+def _send(endpoint: str) -> str:
+    """One send to one broker: PUT_OK, or the error name it ends with."""
+    config = ClientConfig(brokers=(endpoint,), request_timeout_ms=1000, send_deadline_ms=1500,
+                          retries_max=2)
+    producer = Producer(config)
+    try:
+        return producer.send("orders", b"x").status
+    except RocketHAError as err:
+        return err.name
+    finally:
+        producer.close()
+
+
+def test_only_the_broker_the_controller_names_master_takes_writes(tmp_path: Path) -> None:
+    # These two brokers do not replicate (HA roles at runtime are not built), so the master
+    # never grows its SyncStateSet: the controller may only elect the other one uncleanly.
+    group = ControllerGroup(tmp_path / "controllers", 1, enableElectUncleanMaster="true").start()
+    brokers: dict[str, BrokerProcess] = {}
+    try:
+        group.wait_leader()
+        for member in ("a1", "a2"):
+            brokers[member] = BrokerProcess(
+                tmp_path / member, name="a", enableControllerMode="true",
+                controllerAddr=group.endpoint(1), brokerHeartbeatInterval="200").start()
+
+        def role(member: str) -> object:
+            return (brokers[member].action("broker_info").get("controller") or {}).get("role")
+
+        _wait(lambda: {role("a1"), role("a2")} == {"master", "slave"}, "one master, one slave")
+        master, other = sorted(brokers, key=lambda m: role(m) != "master")
+        assert _send(brokers[master].endpoint) == "PUT_OK"
+        assert _send(brokers[other].endpoint) == "NOT_MASTER"
+
+        brokers[master].kill()  # the controller elects the other one after the liveness timeout
+        _wait(lambda: role(other) == "master", "the surviving broker to become master")
+        assert _send(brokers[other].endpoint) == "PUT_OK"
+
+        brokers[master].start()  # the old master comes back: a newer epoch names another master
+        _wait(lambda: role(master) == "slave", "the old master to learn it is deposed")
+        assert _send(brokers[master].endpoint) == "NOT_MASTER"
+        assert brokers[other].action("broker_info")["controller"]["master_epoch"] >= 2
+    finally:
+        for broker in brokers.values():
+            if broker.process is not None and broker.process.poll() is None:
+                broker.kill()
+        group.stop_all()
