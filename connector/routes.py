@@ -15,14 +15,11 @@ has to answer "which replica sets are there".
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import pyarrow.flight as flight
-
-from connector.client import Admin, ClientConfig
+from connector.client import Admin, ClientConfig, controller_addresses, controller_cluster_list
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 
@@ -39,7 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-CONTROLLER_REDIRECTS_MAX = 3  # NOT_LEADER hops followed per configured controller address
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -101,15 +97,14 @@ class ControllerRoutes:
     """Replica sets from the controller group's `cluster_list` (the `controller` option:
     HOST:PORT[,HOST:PORT...] of the controllers' client endpoints).
 
-    Any controller answers or names its leader (NOT_LEADER + leader_address, followed at most
-    CONTROLLER_REDIRECTS_MAX times per address). Each replica set's alive members become its
-    endpoints, the master first; a set with no alive member is left out with a warning; no
-    controller answering raises RoutesUnavailableError.
+    Any controller answers or names its leader (NOT_LEADER + leader_address, followed a
+    bounded number of times per address: connector.client.controller_cluster_list). Each
+    replica set's alive members become its endpoints, the master first; a set with no alive
+    member is left out with a warning; no controller answering raises RoutesUnavailableError.
     """
 
     def __init__(self, controller: str, request_timeout_ms: int) -> None:
-        self._addresses = tuple(part.strip() for part in controller.replace(";", ",").split(",")
-                                if part.strip())
+        self._addresses = controller_addresses(controller)
         if not self._addresses:
             raise RoutesUnavailableError(f"option controller={controller!r} names no HOST:PORT")
         self._request_timeout_ms = request_timeout_ms
@@ -137,40 +132,10 @@ class ControllerRoutes:
         return tuple(sorted(result))
 
     def _cluster_list(self) -> dict[str, Any]:
-        failures = []
-        for start in self._addresses:
-            address: str | None = start
-            for _ in range(CONTROLLER_REDIRECTS_MAX + 1):
-                if address is None:
-                    break
-                try:
-                    reply = _controller_call(address, "cluster_list", self._request_timeout_ms)
-                except (flight.FlightError, OSError, ValueError) as err:
-                    failures.append(f"{address}: {err}")
-                    break
-                if reply.get("status") == "OK":
-                    return reply
-                failures.append(f"{address}: {reply.get('status')}")
-                address = reply.get("leader_address") if reply.get("status") == "NOT_LEADER" \
-                    else None
-        raise RoutesUnavailableError("option controller: no controller answered cluster_list ("
-                                     + "; ".join(failures[-4:]) + ")")
-
-
-def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, Any]:
-    """One DoAction JSON call (the controller's client endpoint); the reply is one object."""
-    client = flight.FlightClient(f"grpc://{address}")
-    try:
-        options = flight.FlightCallOptions(timeout=timeout_ms / 1000.0)
-        results = list(client.do_action(flight.Action(action, b"{}"), options))
-        if len(results) != 1:
-            raise ValueError(f"{action}: {len(results)} results")
-        reply = json.loads(results[0].body.to_pybytes())
-        if not isinstance(reply, dict):
-            raise ValueError(f"{action}: reply is not a JSON object")
-        return reply
-    finally:
-        client.close()
+        try:
+            return controller_cluster_list(",".join(self._addresses), self._request_timeout_ms)
+        except RocketHAError as err:
+            raise RoutesUnavailableError(f"option controller: {err.message}") from err
 
 
 def route_provider(brokers: Sequence[str], controller: str | None,

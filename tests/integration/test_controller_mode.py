@@ -115,10 +115,23 @@ def test_only_the_broker_the_controller_names_master_takes_writes(tmp_path: Path
         master, other = sorted(brokers, key=lambda m: role(m) != "master")
         assert _send(brokers[master].endpoint) == "PUT_OK"
         assert _send(brokers[other].endpoint) == "NOT_MASTER"
+        # A client that knows only the controller (and one given both brokers) follow the master.
+        following = [Producer(ClientConfig(controller=group.endpoint(1), request_timeout_ms=1000,
+                                           send_deadline_ms=15_000, retries_max=40)),
+                     Producer(ClientConfig(brokers=(brokers["a2"].endpoint,
+                                                    brokers["a1"].endpoint),
+                                           request_timeout_ms=1000, send_deadline_ms=15_000,
+                                           retries_max=40))]
+        assert [producer.send("orders", b"before").status for producer in following] == [
+            "PUT_OK", "PUT_OK"]
 
         brokers[master].kill()  # the controller elects the other one after the liveness timeout
-        _wait(lambda: role(other) == "master", "the surviving broker to become master")
+        assert [producer.send("orders", b"after").status for producer in following] == [
+            "PUT_OK", "PUT_OK"]
+        assert role(other) == "master"
         assert _send(brokers[other].endpoint) == "PUT_OK"
+        for producer in following:
+            producer.close()
 
         brokers[master].start()  # the old master comes back: a newer epoch names another master
         _wait(lambda: role(master) == "slave", "the old master to learn it is deposed")
