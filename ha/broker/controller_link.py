@@ -5,8 +5,8 @@ Layout (threads and calls):
     ControllerLink thread (one per broker)
         register_broker ──> leader (NOT_LEADER -> leader_address, at most controllerRedirectsMax)
         every brokerHeartbeatInterval:
-            broker_heartbeat ──> every controller in controllerAddr (each keeps its own
-                                 liveness table); the leader's reply carries the RoleChange
+            broker_heartbeat ──> every controller in controllerAddr, in parallel (each keeps
+                                 its own liveness table); the leader's reply has the RoleChange
         on a RoleChange newer than the last one seen -> on_role(change) (the broker acts)
 
     ControllerClient.call(action, request, reply_type)
@@ -27,6 +27,7 @@ only reports; the broker keeps its last role until a newer epoch arrives. The li
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import threading
@@ -146,6 +147,9 @@ class ControllerLink:
         self.broker_id: int | None = None
         self.role: RoleChange | None = None
         self.heartbeats_ok = 0
+        self.heartbeats_failed = 0  # no answer from one controller (it is down or slow)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=len(client.addresses), thread_name_prefix="controller-heartbeat")
         self._stopping = threading.Event()
         self._registered = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-link", daemon=True)
@@ -156,6 +160,7 @@ class ControllerLink:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=10 * self._interval_s + 10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def wait_registered(self, timeout_s: float) -> bool:
         return self._registered.wait(timeout_s)
@@ -165,6 +170,7 @@ class ControllerLink:
         role = self.role
         return {"broker_id": self.broker_id, "leader": self.client.leader,
                 "heartbeats_ok": self.heartbeats_ok,
+                "heartbeats_failed": self.heartbeats_failed,
                 "role": role.role if role else None,
                 "master_epoch": role.master_epoch if role else None,
                 "master_address": role.master_address if role else None,
@@ -202,11 +208,16 @@ class ControllerLink:
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
                                   state.confirm_log_position)
-        for address in self.client.addresses:
+        # In parallel, so one stopped controller (a full request timeout) does not delay the
+        # heartbeats the others need to keep this broker alive.
+        futures = [self._pool.submit(self.client.call_one, address, "broker_heartbeat",
+                                     request, HeartbeatReply)
+                   for address in self.client.addresses]
+        for future in futures:
             try:
-                reply = self.client.call_one(address, "broker_heartbeat", request,
-                                             HeartbeatReply)
+                reply = future.result()
             except ControllerUnavailableError as err:
+                self.heartbeats_failed += 1
                 logger.debug("%s: heartbeat: %s", self._broker_name, err)
                 continue
             self._on_reply(reply)

@@ -137,6 +137,18 @@ def test_only_the_broker_the_controller_names_master_takes_writes(tmp_path: Path
         _wait(lambda: role(master) == "slave", "the old master to learn it is deposed")
         assert _send(brokers[master].endpoint) == "NOT_MASTER"
         assert brokers[other].action("broker_info")["controller"]["master_epoch"] >= 2
+
+        # Every controller gone (DESIGN 5.6): the set keeps the roles it had and takes writes.
+        group.kill(1)
+
+        def failed_heartbeats() -> int:
+            return int(brokers[other].action("broker_info")["controller"]["heartbeats_failed"])
+
+        failed = failed_heartbeats()
+        _wait(lambda: failed_heartbeats() >= failed + 3, "heartbeats to a dead controller")
+        assert _send(brokers[other].endpoint) == "PUT_OK"
+        assert _send(brokers[master].endpoint) == "NOT_MASTER"
+        assert role(other) == "master"
     finally:
         for broker in brokers.values():
             if broker.process is not None and broker.process.poll() is None:
