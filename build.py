@@ -31,6 +31,7 @@ BENCHES = {
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
+    "controller": "tests/bench/bench_controller.py",
 }
 
 

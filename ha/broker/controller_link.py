@@ -150,6 +150,8 @@ class ControllerLink:
         self.heartbeats_failed = 0  # no answer from one controller (it is down or slow)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=len(client.addresses), thread_name_prefix="controller-heartbeat")
+        self._in_flight: dict[str, concurrent.futures.Future[HeartbeatReply]] = {}
+        self._lock = threading.Lock()  # replies arrive on pool threads
         self._stopping = threading.Event()
         self._registered = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-link", daemon=True)
@@ -208,18 +210,29 @@ class ControllerLink:
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
                                   state.confirm_log_position)
-        # In parallel, so one stopped controller (a full request timeout) does not delay the
-        # heartbeats the others need to keep this broker alive.
-        futures = [self._pool.submit(self.client.call_one, address, "broker_heartbeat",
-                                     request, HeartbeatReply)
-                   for address in self.client.addresses]
-        for future in futures:
-            try:
-                reply = future.result()
-            except ControllerUnavailableError as err:
-                self.heartbeats_failed += 1
-                logger.debug("%s: heartbeat: %s", self._broker_name, err)
+        # In parallel and without waiting, so one stopped controller (a full request timeout)
+        # does not delay the heartbeats the others need; at most one call per controller is
+        # in flight (a slow one is skipped until its call ends).
+        for address in self.client.addresses:
+            previous = self._in_flight.get(address)
+            if previous is not None and not previous.done():
                 continue
+            future = self._pool.submit(self.client.call_one, address, "broker_heartbeat",
+                                       request, HeartbeatReply)
+            self._in_flight[address] = future
+            future.add_done_callback(self._on_done)
+
+    def _on_done(self, future: concurrent.futures.Future[HeartbeatReply]) -> None:
+        if future.cancelled():
+            return
+        try:
+            reply = future.result()
+        except ControllerUnavailableError as err:
+            with self._lock:
+                self.heartbeats_failed += 1
+            logger.debug("%s: heartbeat: %s", self._broker_name, err)
+            return
+        with self._lock:
             self._on_reply(reply)
 
     def _on_reply(self, reply: HeartbeatReply) -> None:

@@ -10,6 +10,7 @@ the broker_info report.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,3 +128,25 @@ def test_links_register_learn_roles_and_survive_the_leader_dying(
     finally:
         for link in links:
             link.stop()
+
+
+@pytest.mark.integration
+def test_a_stopped_controller_does_not_delay_heartbeats_to_the_others(
+        group: ControllerGroup) -> None:
+    leader = group.wait_leader()
+    follower = next(n for n in group.ids if n != leader)
+    link = _link(group, "x:1", leader, [])
+    # A call to the stopped node hangs for the whole request timeout (2 s, 10 heartbeats).
+    group.processes[follower].send_signal(signal.SIGSTOP)
+    link.start()
+    try:
+        assert link.wait_registered(DEADLINE_S)
+        _wait(lambda: link.heartbeats_failed >= 1, "a heartbeat to the stopped node to fail")
+        start_ok, start = link.heartbeats_ok, time.monotonic()
+        _wait(lambda: link.heartbeats_ok >= start_ok + 6, "heartbeats to the live nodes")
+        # 3 rounds of 2 live nodes; waiting for the stopped one would take 2 s per round.
+        assert time.monotonic() - start < 4.0
+        assert link.role is not None and link.role.role == ROLE_MASTER
+    finally:
+        group.processes[follower].send_signal(signal.SIGCONT)
+        link.stop()
