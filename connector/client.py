@@ -44,11 +44,15 @@ from connector.protocol import (
 __all__ = [
     "Admin",
     "Backoff",
+    "CONTROLLER_REDIRECTS_MAX",
     "ClientConfig",
     "Consumer",
     "Producer",
     "PullResult",
     "SendResult",
+    "controller_addresses",
+    "controller_cluster_list",
+    "controller_masters",
 ]
 
 logger = logging.getLogger(__name__)
