@@ -42,7 +42,9 @@ from controller.api import (
     JsonMessage,
     RegisterBrokerReply,
     RegisterBrokerRequest,
+    TOPICS_MAX,
     RoleChange,
+    TopicInfo,
 )
 from controller.errors import CodecError
 
@@ -122,12 +124,13 @@ class ControllerClient:
 class HeartbeatState:
     """What the broker reports each heartbeat (read by the link thread)."""
 
-    __slots__ = ("confirm_log_position", "master_epoch", "max_log_position")
+    __slots__ = ("confirm_log_position", "master_epoch", "max_log_position", "topics")
 
     def __init__(self) -> None:
         self.master_epoch = 0
         self.max_log_position = 0
         self.confirm_log_position = 0
+        self.topics: tuple[TopicInfo, ...] = ()  # at most controller.api.TOPICS_MAX
 
 
 class ControllerLink:
@@ -209,7 +212,7 @@ class ControllerLink:
         state = self._report()
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
-                                  state.confirm_log_position)
+                                  state.confirm_log_position, topics=state.topics[:TOPICS_MAX])
         # In parallel and without waiting, so one stopped controller (a full request timeout)
         # does not delay the heartbeats the others need; at most one call per controller is
         # in flight (a slow one is skipped until its call ends).

@@ -16,7 +16,7 @@ import sys
 import threading
 from types import FrameType
 
-from controller.api import ROLE_MASTER, ROLE_SLAVE, RoleChange
+from controller.api import ROLE_MASTER, ROLE_SLAVE, RoleChange, TopicInfo
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
@@ -111,6 +111,8 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService
         state.master_epoch = getattr(store.epochs.last, "epoch", 0)
         state.max_log_position = stats.end_log_position
         state.confirm_log_position = stats.confirm_log_position
+        state.topics = tuple(TopicInfo(topic.name, topic.read_queue_nums, topic.write_queue_nums,
+                                       topic.perm) for topic in service.topics.all())
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,

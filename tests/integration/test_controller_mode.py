@@ -65,6 +65,12 @@ def test_brokers_register_and_controller_routes_find_them(tmp_path: Path) -> Non
         counts = topic_queue_counts(routes.replica_sets()[0], 2000)
         assert counts["orders"] == (4, 4)
 
+        def queue_routes() -> list[object]:  # topics travel with the heartbeats
+            return group.call_leader("get_routes", {"topic": "orders"}).get("queues", [])
+
+        _wait(lambda: bool(queue_routes()), "the controller to route the new topic")
+        assert [(q["broker_name"], q["write_queue_nums"]) for q in queue_routes()] == [("a", 4)]
+
         brokers[1].kill()
         _wait(lambda: [s.broker_name for s in routes.replica_sets()] == ["a"],
               "the dead broker's set to leave the routes")
