@@ -10,7 +10,8 @@ the deadline has not passed; with several brokers, an unordered send moves to th
 when one is unreachable or answers NOT_MASTER. With `ClientConfig(controller=...)` the brokers
 are the alive masters the controller names (its `cluster_list`), fetched again after NOT_MASTER
 or a broken connection, so clients follow a failover. Non-retriable put statuses
-(MESSAGE_ILLEGAL...) come back as results; request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...) raise `FatalError`.
+(MESSAGE_ILLEGAL...) come back as results; request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...)
+raise `FatalError`.
 """
 
 from __future__ import annotations
