@@ -5,10 +5,18 @@ path and registers its `DefaultSource` under `DefaultSource.name()` ("rocketha")
 rocketha package into the Python that the driver and the executors use (`pip install
 rocketha[spark]`, or put it on PYTHONPATH / spark.executorEnv.PYTHONPATH); `--py-files` alone is
 not enough for streaming reads.
+
+Importing it also registers the tier reader for `readColdFromTier=true` (see connector.cold).
 """
 
 from __future__ import annotations
 
+from connector.cold import register_cold_reader
 from connector.datasource import RocketHADataSource as DefaultSource
+from rocketha_cold import TierObjectReader
 
 __all__ = ["DefaultSource"]
+
+# The composition root of the Spark side: the connector's cold reads (readColdFromTier) use
+# the tier's own reader, which the connector may not import itself (DESIGN §2).
+register_cold_reader(TierObjectReader())

@@ -345,6 +345,7 @@ class _Stream:
     schema: pa.Schema
     writer: flight.FlightStreamWriter
     reader: flight.FlightMetadataReader
+    rotate_at_s: float  # monotonic time after which no new batch goes on this stream
 
 
 class Producer(_Base):
@@ -421,15 +422,25 @@ class Producer(_Base):
         return reply
 
     def _stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
+        """The open DoPut stream for (topic, schema) on `endpoint`, or a new one.
+
+        gRPC's deadline covers a whole stream, so a stream lives 2 x request_timeout_ms and
+        takes no new batch after the first request_timeout_ms: every put gets its full
+        timeout, and a busy stream is never cut mid-batch (that made the client re-send a
+        batch the broker had stored)."""
         key = (topic, schema)
         stream = self._streams.get(key)
-        if stream is not None and stream.endpoint == endpoint:
+        now_s = time.monotonic()
+        if stream is not None and stream.endpoint == endpoint and now_s < stream.rotate_at_s:
             return stream
         if stream is not None:
             self._close_stream(topic, schema)
+        timeout_s = self.config.request_timeout_ms / 1000.0
         descriptor = flight.FlightDescriptor.for_command(produce_descriptor_command(topic))
-        writer, reader = _connection(endpoint).do_put(descriptor, schema, self._options())
-        stream = self._streams[key] = _Stream(endpoint, schema, writer, reader)
+        writer, reader = _connection(endpoint).do_put(
+            descriptor, schema, flight.FlightCallOptions(timeout=2 * timeout_s))
+        stream = self._streams[key] = _Stream(endpoint, schema, writer, reader,
+                                              now_s + timeout_s)
         return stream
 
     def _close_stream(self, topic: str, schema: pa.Schema) -> None:

@@ -49,6 +49,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from connector.client import Admin
+from connector.cold import read_cold, split_cold
 from connector.errors import OptionError, SinkSchemaError
 from connector.offsets import QueueRef, canonical, flatten, unflatten
 from connector.options import (
@@ -58,7 +59,7 @@ from connector.options import (
     parse_sink_options,
     parse_source_options,
 )
-from connector.partitions import QueueRangePartition, SinkCommitMessage
+from connector.partitions import ColdRangePartition, QueueRangePartition, SinkCommitMessage
 from connector.planning import (
     Bounds,
     QueueRange,
@@ -138,7 +139,11 @@ def read_endpoints(replica_set: ReplicaSet, read_from_replicas: bool) -> tuple[s
 
 def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
                 options: SourceOptions) -> list[InputPartition]:
-    return [QueueRangePartition(r.ref.topic, r.ref.broker_name,
+    cold: list[InputPartition] = []
+    if options.read_cold_from_tier:
+        cold_parts, ranges = split_cold(ranges, replica_sets, options)
+        cold = list(cold_parts)
+    return cold + [QueueRangePartition(r.ref.topic, r.ref.broker_name,
                                 read_endpoints(replica_sets[r.ref.broker_name],
                                                options.read_from_replicas),
                                 r.ref.queue_id, r.start_queue_offset, r.end_queue_offset)
@@ -148,6 +153,8 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
 def _read(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, QueueRangePartition):
         yield from read_range(partition, options)
+    elif isinstance(partition, ColdRangePartition):
+        yield from read_cold(partition, options)
 
 
 class BatchReader(DataSourceReader):

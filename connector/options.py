@@ -50,6 +50,7 @@ __all__ = [
     "MAX_TRIGGER_DELAY",
     "MIN_OFFSETS_PER_TRIGGER",
     "MIN_PARTITIONS",
+    "READ_COLD_FROM_TIER",
     "READ_FROM_REPLICAS",
     "READ_OPTIONS",
     "REQUEST_TIMEOUT_MS",
@@ -61,6 +62,7 @@ __all__ = [
     "SourceOptions",
     "SinkOptions",
     "TAG_FILTER",
+    "TIER_STORAGE_OPTIONS",
     "TOPIC",
     "WRITE_BATCH_BYTES",
     "WRITE_BATCH_ROWS",
@@ -90,6 +92,8 @@ GROUP_ID = "groupId"
 FETCH_MAX_MESSAGES = "fetchMaxMessages"
 FETCH_MAX_BYTES = "fetchMaxBytes"
 FETCH_TIMEOUT_MS = "fetchTimeoutMs"
+READ_COLD_FROM_TIER = "readColdFromTier"
+TIER_STORAGE_OPTIONS = "tierStorageOptions"
 TOPIC = "topic"
 ACCEPT_STATUSES = "acceptStatuses"
 EXACTLY_ONCE = "exactlyOnce"
@@ -101,7 +105,8 @@ READ_OPTIONS = frozenset(_COMMON + (
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
     MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, TAG_FILTER, READ_FROM_REPLICAS,
-    GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS))
+    GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
+    TIER_STORAGE_OPTIONS))
 WRITE_OPTIONS = frozenset(_COMMON + (
     TOPIC, ACCEPT_STATUSES, EXACTLY_ONCE, WRITE_BATCH_ROWS, WRITE_BATCH_BYTES))
 # Spark adds these itself (writeStream's checkpoint; load(path) becomes "path"): accepted, unused.
@@ -139,6 +144,8 @@ class SourceOptions:
     fetch_max_messages: int
     fetch_max_bytes: int
     fetch_timeout_ms: int
+    read_cold_from_tier: bool = False
+    tier_storage_options: tuple[tuple[str, str], ...] = ()  # for executors' object reads
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -344,10 +351,27 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         tag_filter=_tag_filter(values),
         read_from_replicas=_bool(values, READ_FROM_REPLICAS, False),
         group_id=None if group_id is None else _name(GROUP_ID, group_id),
-        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 8192, 1, 1 << 20),  # type: ignore
-        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 8 << 20, 1024, 1 << 30),  # type: ignore
+        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
+        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
         fetch_timeout_ms=_int(values, FETCH_TIMEOUT_MS, 60_000, 1),  # type: ignore[arg-type]
+        read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
+        tier_storage_options=_string_map(values, TIER_STORAGE_OPTIONS),
     )
+
+
+def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of strings (e.g. S3 endpoint and credentials), sorted key/value pairs."""
+    text = values.get(option)
+    if text is None:
+        return ()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise OptionError(f"option {option}: not JSON ({err})") from None
+    if not isinstance(parsed, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
+        raise OptionError(f"option {option}: expected a JSON object of strings")
+    return tuple(sorted(parsed.items()))
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:

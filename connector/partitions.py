@@ -1,7 +1,7 @@
 """What Spark pickles and ships to executors: partitions and commit messages, plain values only.
 
-A read task gets a `QueueRangePartition`: everything `read()` needs (topic, replica set name and
-endpoints, queue, [start, end)), because the executor sees the reader as the planner built it,
+A read task gets a `QueueRangePartition` (read through a broker) or a `ColdRangePartition` (read
+from the tier's objects): everything `read()` needs, because the executor sees the reader as the planner built it,
 not the driver's long-lived streaming reader. A write task returns a `SinkCommitMessage`.
 """
 
@@ -11,7 +11,7 @@ import dataclasses
 
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
-__all__ = ["QueueRangePartition", "QueueWriteStats", "SinkCommitMessage"]
+__all__ = ["ColdRangePartition", "QueueRangePartition", "QueueWriteStats", "SinkCommitMessage"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,3 +47,18 @@ class SinkCommitMessage(WriterCommitMessage):
     queues: tuple[QueueWriteStats, ...]
     statuses: tuple[tuple[str, int], ...]  # (status, rows) for every status seen
     duplicate_rows: int  # rows of batches the broker recognised as already written
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ColdRangePartition(InputPartition):
+    """Read messages of one queue in [start_queue_offset, end_queue_offset) straight from the
+    tier's objects (readColdFromTier): `pieces` are the cold reader's picklable plans."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    start_queue_offset: int
+    end_queue_offset: int
+    tier_url: str
+    tier_storage_options: tuple[tuple[str, str], ...]
+    pieces: tuple[object, ...]

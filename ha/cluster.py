@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import string
 import subprocess
 import sys
@@ -39,20 +36,15 @@ from typing import Any
 import pyarrow.flight as flight
 
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
+from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
 
 __all__ = ["main"]
 
 STARTUP_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 20.0
 BROKERS_MAX = 26
 REPLICAS_MAX = 8
-POLL_INTERVAL_S = 0.05
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _broker_info(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
@@ -67,17 +59,6 @@ def _broker_info(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None
         client.close()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours counts as dead
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return True
 
 
 class Cluster:
@@ -103,14 +84,14 @@ class Cluster:
         existing = {broker["name"] for broker in manifest["brokers"]}
         for index in range(broker_count):
             set_name = f"broker-{string.ascii_lowercase[index]}"
-            ha_port = _free_port() if replicas > 1 else 0
+            ha_port = free_port() if replicas > 1 else 0
             for broker_id in range(replicas):
                 name = set_name if replicas == 1 else f"{set_name}-{broker_id}"
                 if name in existing:
                     continue
                 manifest["brokers"].append({
                     "name": name, "set": set_name, "broker_id": broker_id,
-                    "port": _free_port(), "ha_port": ha_port,
+                    "port": free_port(), "ha_port": ha_port,
                     "conf": str(self.directory / "conf" / f"{name}.conf"),
                     "store_dir": str(self.directory / "data" / name),
                     "log_file": str(self.directory / "logs" / f"{name}.log"),
@@ -127,11 +108,7 @@ class Cluster:
         return manifest
 
     def pid_of(self, broker: dict[str, Any]) -> int | None:
-        try:
-            pid = int(Path(broker["pid_file"]).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return pid_from_file(broker["pid_file"])
 
     def start(self, broker: dict[str, Any]) -> int:
         log = open(broker["log_file"], "ab")
@@ -179,16 +156,7 @@ class Cluster:
         return processes
 
     def stop(self, broker: dict[str, Any]) -> None:
-        pid = self.pid_of(broker)
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and _pid_alive(pid):
-            time.sleep(POLL_INTERVAL_S)
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        Path(broker["pid_file"]).unlink(missing_ok=True)
+        stop_pid_file(broker["pid_file"])
 
 
 def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],

@@ -10,9 +10,6 @@ and are stopped by their pid. Only controller.api-level facts are used (the JSON
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,37 +18,16 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
+
 __all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
 
 CONTROLLER_COUNTS = (0, 1, 3, 5)
 STARTUP_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 20.0
-POLL_INTERVAL_S = 0.05
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours counts as dead
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return False
-    except ChildProcessError:
-        pass
-    try:  # so does someone else's zombie (a SIGKILLed orphan not yet reaped)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def controller_status(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
@@ -107,8 +83,8 @@ class LocalControllers:
         for node_id in range(len(controllers) + 1, count + 1):
             name = f"controller-n{node_id}"
             controllers.append({
-                "name": name, "node_id": node_id, "raft_port": _free_port(),
-                "port": _free_port(), "conf": str(self.directory / "conf" / f"{name}.conf"),
+                "name": name, "node_id": node_id, "raft_port": free_port(),
+                "port": free_port(), "conf": str(self.directory / "conf" / f"{name}.conf"),
                 "store_dir": str(self.directory / "data" / name),
                 "log_file": str(self.directory / "logs" / f"{name}.log"),
                 "pid_file": str(self.directory / "run" / f"{name}.pid"),
@@ -134,11 +110,7 @@ class LocalControllers:
         return ";".join(f"127.0.0.1:{c['port']}" for c in manifest.get("controllers", []))
 
     def pid_of(self, controller: dict[str, Any]) -> int | None:
-        try:
-            pid = int(Path(controller["pid_file"]).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return pid_from_file(controller["pid_file"])
 
     def start_missing(self, controllers: list[dict[str, Any]]) -> None:
         for controller in controllers:
@@ -187,13 +159,4 @@ class LocalControllers:
         return processes
 
     def stop(self, controller: dict[str, Any]) -> None:
-        pid = self.pid_of(controller)
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and _pid_alive(pid):
-            time.sleep(POLL_INTERVAL_S)
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        Path(controller["pid_file"]).unlink(missing_ok=True)
+        stop_pid_file(controller["pid_file"])

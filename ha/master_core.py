@@ -14,8 +14,10 @@ What the master ships (`next_send`): from the link's next position, one batch of
 haTransferBatchSize that never crosses an epoch boundary (next epoch entry's start) or a segment
 boundary (records never span segments; each batch is one slice of one file), carrying the
 master epoch (fencing token), the data's epoch and epoch start, and the confirm position. With
-nothing to ship it sends an empty Transfer (heartbeat) every haSendHeartbeatInterval, and at once
-when the confirm position moved since the link last heard it (slaves bound their reads by it).
+nothing to ship it sends an empty Transfer (heartbeat) every haSendHeartbeatInterval, and
+CONFIRM_PUSH_DELAY_MS after its last send when the confirm position moved since the link last
+heard it (slaves bound their reads by it; under steady produce the next batch carries it, which
+saves a wake-up on both ends per batch).
 Topic and offset metadata go out when their version changed, at most every haMetadataSyncInterval.
 
 SyncStateSet (master always in it):
@@ -57,6 +59,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+CONFIRM_PUSH_DELAY_MS = 5  # a confirm move waits this long after the last send for data to carry it
 
 
 class LinkState(enum.Enum):
@@ -307,7 +311,9 @@ class MasterReplication:
             self._sent(link, log, now_ms)
             return SendLog(link_id, transfer, size)
         heartbeat_due_ms = link.last_sent_ms + self.settings.heartbeat_interval_ms
-        if self._confirm > link.confirm_sent or now_ms >= heartbeat_due_ms:
+        if self._confirm > link.confirm_sent:  # push it soon, unless data carries it first
+            heartbeat_due_ms = min(heartbeat_due_ms, link.last_sent_ms + CONFIRM_PUSH_DELAY_MS)
+        if now_ms >= heartbeat_due_ms:
             epoch = log.epochs[-1] if log.epochs else EpochEntry(0, log.min_log_position)
             self._sent(link, log, now_ms)
             return SendFrame(link_id, Transfer(self.master_epoch, epoch.epoch,

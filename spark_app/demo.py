@@ -3,8 +3,8 @@
 What it runs, all on 127.0.0.1 with data under one directory (default `./demo-data`):
 
 1. `rocketha-cluster up --replicas 3`: one replica set (brokerId 0 SYNC_MASTER, two SLAVEs),
-   quorum inSyncReplicas=2 with adaptive degradation down to 1, slaves serving reads, 1 MiB
-   CommitLog segments tiered to `<dir>/tier` (file://, shared by the set).
+   quorum inSyncReplicas=2 with adaptive degradation down to 1, slaves serving reads, 256 KiB
+   CommitLog segments (small, so a short demo seals several) tiered to `<dir>/tier` (file://, shared by the set).
 2. `ingest_to_table` under real `spark-submit` streams the `orders` topic into a Delta table
    (deltalake engine: Maven is unreachable here) while orders are produced.
 3. Orders (keyed by customer, tagged by kind) go in through the client library; half way the
@@ -49,7 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 INGEST_SCRIPT = ROOT / "spark_app" / "ingest_to_table.py"
 CLUSTER_SETTINGS = (
     "flushDiskType=ASYNC_FLUSH", "inSyncReplicas=2", "enableAutoInSyncReplicas=true",
-    "minInSyncReplicas=1", "slaveReadEnable=true", "mappedFileSizeCommitLog=1048576",
+    "minInSyncReplicas=1", "slaveReadEnable=true", "mappedFileSizeCommitLog=262144",
+    "maxMessageSize=65536",
     "tieredStoreEnable=true", "tieredUploadIntervalMs=500",
 )
 INGEST_IDLE_S = 20.0  # default --ingest-idle-s: the ingest stops once caught up this long
@@ -96,9 +97,10 @@ def spark_submit(directory: Path, endpoints: list[str], trigger: str, log_name: 
             "--trigger", trigger, "--body-json-schema", BODY_SCHEMA,
             "--option", "readFromReplicas=true",
             "--idle-timeout-s", str(idle_s), "--timeout-s", str(INGEST_TIMEOUT_S)]
-    log = (directory / "logs" / log_name).open("wb")
-    print(f"spark-submit ingest_to_table ({trigger}), log in {log.name}", flush=True)
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    log_path = directory / "logs" / log_name
+    print(f"spark-submit ingest_to_table ({trigger}), log in {log_path}", flush=True)
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
 def kill_master_and_restart(directory: Path, master: dict[str, Any]) -> float:
@@ -142,10 +144,16 @@ def tier_stats(master: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for_tier(master: dict[str, Any], deadline_s: float) -> dict[str, Any]:
-    """Broker tier stats once at least one sealed segment is listed (or at the deadline)."""
+    """Broker tier stats once segments are listed and no sealed one waits (upload lag 0), or
+    at the deadline."""
     deadline = time.monotonic() + deadline_s
+
+    def caught_up(stats: dict[str, Any]) -> bool:
+        pending = stats.get("upload", {}).get("pending_segments", 1)
+        return stats.get("tier_segments", 0) >= 1 and pending == 0
+
     stats = tier_stats(master)
-    while stats.get("tier_segments", 0) < 1 and time.monotonic() < deadline:
+    while not caught_up(stats) and time.monotonic() < deadline:
         time.sleep(0.5)
         stats = tier_stats(master)
     return stats

@@ -37,6 +37,7 @@ from storage_engine.record_format import (
     make_msg_id,
     scan_record,
 )
+from storage_engine.retention import RetentionService
 from storage_engine.statuses import GetStatus, PutStatus
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "RECORD_HEADER",
     "RecordBlock",
     "RecoveryScan",
+    "RetentionService",
     "STORE_PROPERTY_KEYS",
     "StorageError",
     "StoreConfig",

@@ -45,6 +45,7 @@ class StoreConfig:
     file_reserved_time_hours: float = 72.0  # fileReservedTime
     disk_max_used_space_ratio: float = 0.75  # diskMaxUsedSpaceRatio (RocketMQ: percent)
     delete_segments_per_pass_max: int = 10  # deleteFileBatchMax
+    clean_resource_interval_ms: int = 10_000  # cleanResourceInterval: retention pass period
     read_messages_max: int = 4096  # one get_messages call, whatever the caller asks
     read_bytes_max: int = 64 * MiB
     consume_queue_tail_scan_entries_max: int = 1 << 20  # a sanity bound for visibility scans
@@ -69,6 +70,8 @@ class StoreConfig:
         _check_range("message_size_max_bytes", self.message_size_max_bytes, 1, 1 << 30)
         _check_range("batch_messages_max", self.batch_messages_max, 1, 1 << 24)
         _check_range("delete_segments_per_pass_max", self.delete_segments_per_pass_max, 1, 10_000)
+        _check_range("clean_resource_interval_ms", self.clean_resource_interval_ms, 10,
+                     24 * 3_600_000)
         _check_range("read_messages_max", self.read_messages_max, 1, 1 << 24)
         _check_range("read_bytes_max", self.read_bytes_max, 1024, 1 << 31)
         _check_range("consume_queue_tail_scan_entries_max",
@@ -129,6 +132,7 @@ _PROPERTY_MAP: dict[str, tuple[str, Any]] = {
     "fileReservedTime": ("file_reserved_time_hours", lambda text: float(text.strip())),
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", _parse_percent),
     "deleteFileBatchMax": ("delete_segments_per_pass_max", _parse_int),
+    "cleanResourceInterval": ("clean_resource_interval_ms", _parse_int),
 }
 _FIELD_TO_KEY = {field: key for key, (field, _) in _PROPERTY_MAP.items()}
 

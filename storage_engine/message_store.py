@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import itertools
 import shutil
 import threading
 import time
@@ -306,12 +307,19 @@ class MessageStore:
         if batch.tags is None and batch.keys is None and batch.properties is None:
             return None, ""
         encoded: list[bytes] = []
-        for index in range(len(batch.bodies)):
-            merged = dict(batch.properties[index] or {}) if batch.properties is not None else {}
-            if batch.tags is not None and batch.tags[index] is not None:
-                merged["TAGS"] = batch.tags[index]  # type: ignore[assignment]
-            if batch.keys is not None and batch.keys[index] is not None:
-                merged["KEYS"] = batch.keys[index]  # type: ignore[assignment]
+        count = len(batch.bodies)
+        users = batch.properties if batch.properties is not None else itertools.repeat(None, count)
+        tags = batch.tags if batch.tags is not None else itertools.repeat(None, count)
+        keys = batch.keys if batch.keys is not None else itertools.repeat(None, count)
+        for index, (user, tag, key) in enumerate(zip(users, tags, keys)):
+            if not user and tag is None and key is None:
+                encoded.append(b"")  # the common row of a marked batch: nothing to encode
+                continue
+            merged = dict(user or {})
+            if tag is not None:
+                merged["TAGS"] = tag
+            if key is not None:
+                merged["KEYS"] = key
             try:
                 payload = encode_properties(merged)
             except ValueError as err:
@@ -916,26 +924,25 @@ class MessageStore:
         return [(s.base_position, s.size_bytes, os.stat(s.path).st_mtime) for s in segments
                 if s.base_position + s.size_bytes <= confirm]
 
-    def tier_queue_entries(self, log_start: int, log_end: int
-                           ) -> list[tuple[str, int, int, bytes]]:
-        """For each queue with records in [log_start, log_end): (topic, queue_id,
-        first_queue_offset, its raw 20-byte ConsumeQueue entries of those records)."""
+    def tier_queue_ranges(self, log_start: int, log_end: int) -> list[tuple[str, int, int, int]]:
+        """For each queue with records in [log_start, log_end), sorted: (topic, queue_id,
+        first_queue_offset, end_queue_offset) of those records (two binary searches each)."""
         with self._lock:
             queues = sorted(self._queues.values(), key=lambda q: (q.topic, q.queue_id))
         found = []
         for queue in queues:
             first = _first_entry_at_or_after(queue, log_start)
             end = _first_entry_at_or_after(queue, log_end)
-            parts, cursor = [], first
-            while cursor < end:  # one pass per ConsumeQueue segment crossed
-                raw = queue.read_entries(cursor, end - cursor)
-                if not raw:
-                    break
-                parts.append(raw)
-                cursor += len(raw) // CONSUME_QUEUE_ENTRY.size
-            if parts:
-                found.append((queue.topic, queue.queue_id, first, b"".join(parts)))
+            if first < end:
+                found.append((queue.topic, queue.queue_id, first, end))
         return found
+
+    def read_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
+                           count: int) -> bytes:
+        """Raw 20-byte ConsumeQueue entries from `queue_offset`: at most `count`, fewer at the
+        end of an index segment (call again from where it stopped); b"" when there are none."""
+        queue = self._queues.get((topic, queue_id))
+        return b"" if queue is None else queue.read_entries(queue_offset, count)
 
     # -- lifecycle --------------------------------------------------------------------------
     def stats(self) -> StoreStats:

@@ -193,61 +193,88 @@ def encode_batch(
     record's pieces to `out_parts` (join them to get the bytes), its log_position to
     `out_positions` and its size to `out_sizes`.
 
-    This loop is the hot path of every put: per message one header pack and two CRC calls (the
-    body's, then the header's chained onto the CRC of the record's tail, which is computed once
-    per batch when there are no properties). See the module docstring for the coverage.
+    This is the hot path of every put. Messages go by runs of equal property payloads (the
+    whole batch without properties; with the Spark sink's idempotence marker, every row but the
+    last): within a run the record tail (topic, properties, checksum key) is the same, so a run
+    of at least `_VECTOR_BATCH_MIN` messages takes the array path, shorter ones the loop.
     """
-    if properties is None and len(bodies) - start_index >= _VECTOR_BATCH_MIN:
-        meta = topic_meta + _U16.pack(CRC_TAIL_SIZE_BYTES) + CRC_PROPERTY_KEY
-        return _encode_without_properties(
-            meta, bodies, queue_ids, queue_offsets, start_index, log_position, space_bytes,
-            store_timestamp_ms, store_host, born_timestamp_ms, born_host, flag,
-            out_parts, out_positions, out_sizes,
-        )
+    limit_position = log_position + space_bytes - BLANK_RECORD_SIZE_BYTES
+    end, index = len(bodies), start_index
+    while index < end:
+        props = b"" if properties is None else properties[index]
+        run_end = end if properties is None else _run_end(properties, index, end)
+        meta = topic_meta + _U16.pack(len(props) + CRC_TAIL_SIZE_BYTES) + props + CRC_PROPERTY_KEY
+        encode = _encode_uniform_tail if run_end - index >= _VECTOR_BATCH_MIN else _encode_loop
+        stopped = encode(meta, bodies, queue_ids, queue_offsets, index, run_end, log_position,
+                         limit_position, store_timestamp_ms, store_host, born_timestamp_ms,
+                         born_host, flag, out_parts, out_positions, out_sizes)
+        if stopped < run_end:
+            return stopped
+        if stopped > index:
+            log_position = out_positions[-1] + out_sizes[-1]
+        index = run_end
+    return end
+
+
+def _run_end(properties: Sequence[bytes], start: int, end: int) -> int:
+    """The end of the run of payloads equal to properties[start]."""
+    first = properties[start]
+    for index in range(start + 1, end):
+        if properties[index] != first:
+            return index
+    return end
+
+
+def _encode_loop(
+    meta: bytes, bodies: Sequence[bytes], queue_ids: Sequence[int], queue_offsets: Sequence[int],
+    start_index: int, stop_index: int, log_position: int, limit_position: int,
+    store_timestamp_ms: int, store_host: bytes, born_timestamp_ms: int, born_host: bytes,
+    flag: int, out_parts: list[bytes], out_positions: list[int], out_sizes: list[int],
+) -> int:
+    """Messages [start_index, stop_index) sharing the tail `meta`, one at a time: per message
+    one header pack and two CRC calls (the body's, then the header's chained onto the tail's).
+    Returns the index of the first message that did not fit below `limit_position`."""
     pack_header = HEADER.pack
-    pack_u16 = _U16.pack
     crc32 = zlib.crc32
-    limit = log_position + space_bytes - BLANK_RECORD_SIZE_BYTES
-    for index in range(start_index, len(bodies)):
+    meta_crc = crc32(meta)
+    fixed_size = HEADER_SIZE_BYTES + len(meta) + CRC_UNCOVERED_TAIL_BYTES
+    for index in range(start_index, stop_index):
         body = bodies[index]
-        props = properties[index] if properties is not None else b""
-        meta = topic_meta + pack_u16(len(props) + CRC_TAIL_SIZE_BYTES) + props + CRC_PROPERTY_KEY
-        total = HEADER_SIZE_BYTES + len(body) + len(meta) + CRC_UNCOVERED_TAIL_BYTES
-        if log_position + total > limit:
+        total = fixed_size + len(body)
+        if log_position + total > limit_position:
             return index
         head = pack_header(
             total, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_ids[index], flag,
             queue_offsets[index], log_position, 0, born_timestamp_ms, born_host,
             store_timestamp_ms, store_host, 0, 0, len(body),
         )
-        crc = crc32(head, crc32(meta))
-        out_parts += (head, body, meta, _checksum_tail(crc))
+        out_parts += (head, body, meta, _checksum_tail(crc32(head, meta_crc)))
         out_positions.append(log_position)
         out_sizes.append(total)
         log_position += total
-    return len(bodies)
+    return stop_index
 
 
-def _encode_without_properties(
+def _encode_uniform_tail(
     meta: bytes, bodies: Sequence[bytes], queue_ids: Sequence[int], queue_offsets: Sequence[int],
-    start_index: int, log_position: int, space_bytes: int, store_timestamp_ms: int,
-    store_host: bytes, born_timestamp_ms: int, born_host: bytes, flag: int,
-    out_parts: list[bytes], out_positions: list[int], out_sizes: list[int],
+    start_index: int, stop_index: int, log_position: int, limit_position: int,
+    store_timestamp_ms: int, store_host: bytes, born_timestamp_ms: int, born_host: bytes,
+    flag: int, out_parts: list[bytes], out_positions: list[int], out_sizes: list[int],
 ) -> int:
-    """encode_batch's fast path: the tail (topic + checksum key) is the same for every record,
-    so headers and tails are built as arrays: the headers are one big-endian structured array
-    filled column by column and the checksum digits are computed for all records at once. What
-    stays per record is the two CRC32 calls and two slices; bodies are not copied until the
-    caller joins the parts (copying them into an array first was slower for 1 KiB bodies).
+    """_encode_loop's array twin for runs of `_VECTOR_BATCH_MIN` or more: the tail is the same
+    for every record, so headers and tails are built as arrays: the headers are one big-endian
+    structured array filled column by column and the checksum digits are computed for all
+    records at once. What stays per record is the two CRC32 calls and two slices; bodies are not
+    copied until the caller joins the parts (copying them into an array first was slower for
+    1 KiB bodies).
     """
-    if start_index:
-        bodies, queue_ids = bodies[start_index:], queue_ids[start_index:]
-        queue_offsets = queue_offsets[start_index:]
+    bodies, queue_ids = bodies[start_index:stop_index], queue_ids[start_index:stop_index]
+    queue_offsets = queue_offsets[start_index:stop_index]
     count = len(bodies)
     body_sizes = np.fromiter(map(len, bodies), np.int64, count)
     sizes = body_sizes + (HEADER_SIZE_BYTES + len(meta) + CRC_UNCOVERED_TAIL_BYTES)
     ends = np.cumsum(sizes)
-    fitting = int(np.searchsorted(ends, space_bytes - BLANK_RECORD_SIZE_BYTES, side="right"))
+    fitting = int(np.searchsorted(ends, limit_position - log_position, side="right"))
     if fitting < count:
         bodies, queue_ids = bodies[:fitting], queue_ids[:fitting]
         queue_offsets, count = queue_offsets[:fitting], fitting

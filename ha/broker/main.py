@@ -21,7 +21,7 @@ from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
 from ha.broker.service import BrokerService
-from storage_engine import ConfigError, MessageStore, StoreLockedError
+from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
 from storage_engine.tiered import TierService
 
 __all__ = ["main"]
@@ -52,11 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rocketha-broker: {err}", file=sys.stderr)
         return 2
     tier = _start_tier(config, store)
+    retention = None if tier is not None else RetentionService(store).start()  # tier: its own
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
     except Exception:
         if tier is not None:
             tier.stop()
+        if retention is not None:
+            retention.stop()
         store.close()
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if link is not None:
             link.stop()
+        if retention is not None:
+            retention.stop()
         service.replication.close()
         store.close()
         logger.info("%s stopped cleanly", prefix)

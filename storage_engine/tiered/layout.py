@@ -51,7 +51,7 @@ import bisect
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from storage_engine.tiered.errors import TierManifestError
@@ -66,7 +66,6 @@ __all__ = [
     "manifest_prefix",
     "parse_manifest_version",
     "parse_segment_name",
-    "queue_ranges_from",
     "segment_key",
     "segment_name",
     "segments_prefix",
@@ -272,9 +271,3 @@ def _canonical(value: dict[str, Any]) -> bytes:
 
 def _checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(body)).hexdigest()
-
-
-def queue_ranges_from(entries: Sequence[tuple[str, int, int, bytes]]) -> tuple[QueueRange, ...]:
-    """QueueRanges of exported (topic, queue_id, first_queue_offset, raw_entries) tuples."""
-    return tuple(QueueRange(topic, queue_id, first, len(raw) // CQ_ENTRY_SIZE_BYTES)
-                 for topic, queue_id, first, raw in entries)

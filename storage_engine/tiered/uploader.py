@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import itertools
 import logging
 import threading
 import time
@@ -39,8 +40,8 @@ from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.layout import (
     CQ_ENTRY_SIZE_BYTES,
     Manifest,
+    QueueRange,
     SegmentEntry,
-    queue_ranges_from,
     segment_key,
     segments_prefix,
 )
@@ -60,8 +61,11 @@ class SegmentSource(Protocol):
 
     def tier_segments(self) -> list[tuple[int, int, float]]: ...
 
-    def tier_queue_entries(self, log_start: int, log_end: int
-                           ) -> list[tuple[str, int, int, bytes]]: ...
+    def tier_queue_ranges(self, log_start: int, log_end: int
+                          ) -> list[tuple[str, int, int, int]]: ...
+
+    def read_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
+                           count: int) -> bytes: ...
 
     def read_log(self, log_position: int, size_bytes_max: int) -> bytes: ...
 
@@ -231,27 +235,22 @@ class Uploader:
         if self.manifests.latest.epoch > epoch:
             raise TierFencedError(f"manifest epoch {self.manifests.latest.epoch} > ours {epoch}",
                                   url=self.file_io.url, operation="upload")
-        exported = self.source.tier_queue_entries(base, base + segment_size)
-        index = b"".join(raw for _, _, _, raw in exported)
-        entries = np.frombuffer(index, dtype=_ENTRY_DTYPE)
-        if entries.size:
-            ends = entries["log_position"].astype(np.int64) + entries["size_bytes"]
-            data_size = int(ends.max()) - base
-            first_ms = self._store_ms(int(entries["log_position"].min()))
-            last_ms = self._store_ms(int(entries["log_position"].max()))
-        else:
-            data_size, first_ms, last_ms = 0, 0, 0
+        queues = tuple(QueueRange(topic, queue_id, first, end - first) for topic, queue_id,
+                       first, end in self.source.tier_queue_ranges(base, base + segment_size))
+        data_size, first_ms, last_ms = self._extent(base, queues)
         assert 0 <= data_size <= segment_size, (base, data_size, segment_size)
+        index_size = CQ_ENTRY_SIZE_BYTES * sum(queue.count for queue in queues)
         key = segment_key(self.manifests.broker_name, base, epoch)
         digest = _Sha256()
-        written = self.file_io.write_atomic(key, digest.wrap(self._chunks(base, data_size, index)),
+        chunks = itertools.chain(self._data_chunks(base, data_size), self._index_chunks(queues))
+        written = self.file_io.write_atomic(key, digest.wrap(chunks),
                                             part_bytes=self.config.upload_chunk_bytes)
-        assert written == data_size + len(index), (written, data_size, len(index))
+        if written != data_size + index_size:  # the local index changed under us
+            raise TieredStorageError(f"segment {base}: wrote {written} bytes, expected "
+                                     f"{data_size + index_size}", operation="upload")
         self.file_io.verify(key, written, digest.hexdigest())
         entry = SegmentEntry(base, segment_size, data_size, written, digest.hexdigest(),
-                             epoch, self._clock_ms(), first_ms, last_ms,
-                             queue_ranges_from(exported))
-        assert entry.object_size_bytes == data_size + CQ_ENTRY_SIZE_BYTES * len(entries)
+                             epoch, self._clock_ms(), first_ms, last_ms, queues)
 
         def add(manifest: Manifest) -> Manifest:
             if manifest.find(base) is not None:  # another writer listed it: same bytes
@@ -260,14 +259,34 @@ class Uploader:
                                          now_ms=self._clock_ms())
 
         self._on_commit(self.manifests.commit(add, epoch=epoch))
-        logger.info("tiered segment %d (%d bytes, %d index entries)", base, written, len(entries))
+        logger.info("tiered segment %d (%d bytes, %d index entries)", base, written,
+                    index_size // CQ_ENTRY_SIZE_BYTES)
         return entry
+
+    def _entry(self, queue: QueueRange, queue_offset: int) -> tuple[int, int]:
+        raw = self.source.read_queue_entries(queue.topic, queue.queue_id, queue_offset, 1)
+        if len(raw) != CQ_ENTRY_SIZE_BYTES:
+            raise TieredStorageError(f"{queue.topic}/{queue.queue_id}: no index entry at "
+                                     f"{queue_offset}", operation="upload")
+        entry = np.frombuffer(raw, dtype=_ENTRY_DTYPE)[0]
+        return int(entry["log_position"]), int(entry["size_bytes"])
+
+    def _extent(self, base: int, queues: tuple[QueueRange, ...]) -> tuple[int, int, int]:
+        """(data_size, first_store_ms, last_store_ms) from each queue's first and last entry
+        (a queue's records are in log order): the data ends with the last record indexed."""
+        if not queues:
+            return 0, 0, 0
+        firsts = [self._entry(queue, queue.first_queue_offset)[0] for queue in queues]
+        lasts = [self._entry(queue, queue.end_queue_offset - 1) for queue in queues]
+        end = max(position + size for position, size in lasts)
+        return (end - base, self._store_ms(min(firsts)),
+                self._store_ms(max(position for position, _ in lasts)))
 
     def _store_ms(self, log_position: int) -> int:
         raw = self.source.read_log(log_position + _STORE_TIMESTAMP_AT, 8)
         return int.from_bytes(raw, "big") if len(raw) == 8 else 0
 
-    def _chunks(self, base: int, data_size: int, index: bytes) -> Iterator[bytes]:
+    def _data_chunks(self, base: int, data_size: int) -> Iterator[bytes]:
         position = 0
         step = self.config.upload_chunk_bytes
         while position < data_size:
@@ -278,10 +297,22 @@ class Uploader:
             self._pace(len(piece))
             yield piece
             position += len(piece)
-        for start in range(0, len(index), step):
-            piece = index[start:start + step]
-            self._pace(len(piece))
-            yield piece
+
+    def _index_chunks(self, queues: tuple[QueueRange, ...]) -> Iterator[bytes]:
+        """The index part, streamed (a segment of small messages has millions of entries)."""
+        step = max(1, self.config.upload_chunk_bytes // CQ_ENTRY_SIZE_BYTES)
+        for queue in queues:
+            cursor = queue.first_queue_offset
+            while cursor < queue.end_queue_offset:
+                piece = self.source.read_queue_entries(
+                    queue.topic, queue.queue_id, cursor,
+                    min(step, queue.end_queue_offset - cursor))
+                if not piece:
+                    raise TieredStorageError(f"{queue.topic}/{queue.queue_id}: index ended at "
+                                             f"{cursor}", operation="upload")
+                self._pace(len(piece))
+                yield piece
+                cursor += len(piece) // CQ_ENTRY_SIZE_BYTES
 
     def _pace(self, size_bytes: int) -> None:
         if self._stop.is_set():

@@ -10,15 +10,19 @@ bodies over 4 queues) under ./.bench-tmp, then
   2. uploads the same segments to moto's S3 server on 127.0.0.1 (a Python HTTP server: a
      floor for real S3, not a ceiling): upload_s3_MBps;
   3. reads every tiered row directly from the file:// tier with storage_engine.tiered.reader
-     (plan_tier_ranges + read_tier_range + block_columns), in this process, WITHOUT Spark
-     (the Spark connector will call the same functions from executors):
-     cold_direct_rows_per_s;
+     (plan_tier_ranges + read_tier_range + block_columns), in this process, WITHOUT Spark:
+     cold_direct_reader_rows_per_s;
   4. closes the store and starts a real broker on it (tiering off) and reads every row over
      Flight from queue_offset 0: hot_broker_rows_per_s; restarts it with tiering on and
      fileReservedTime=0, waits until the tiered segments are gone locally, and reads the same
-     rows again: cold_broker_rows_per_s (the broker's consume path, served from the tier
-     through its block cache).
-Same-run ratios printed: broker cold / direct, broker cold / hot.
+     rows again: cold_broker_flight_rows_per_s (the broker's consume path, served from the
+     tier through its block cache);
+  5. with that broker still up, a local[2] Spark session runs
+     `groupBy(queueId).agg(sum(length(body)))` over the topic twice (best of two each):
+     through the broker (cold_broker_rows_per_s) and with readColdFromTier=true, executors
+     reading the objects directly (cold_direct_rows_per_s).
+Same-run ratios printed: Spark direct / Spark via broker, broker cold / hot.
+Step 3's figure (no Spark) is cold_direct_reader_rows_per_s.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import time
 from pathlib import Path
 
 import pyarrow.flight as flight
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector.protocol import GetReply, GetTicket  # noqa: E402
@@ -117,10 +123,38 @@ def _read_everything(broker: BrokerProcess) -> tuple[int, float]:
     return rows, elapsed
 
 
+def spark_rows_per_s(broker: BrokerProcess, expected_rows: int) -> tuple[float, float]:
+    """(via broker, direct from the tier) rows/s of one aggregation over the whole topic."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors: this venv's packages
+    spark = (SparkSession.builder.master("local[2]").appName("bench-tier")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        figures = []
+        for cold in ("false", "true"):
+            best = 0.0
+            for _ in range(2):
+                frame = (spark.read.format("rocketha").option("brokers", broker.endpoint)
+                         .option("subscribe", TOPIC).option("readColdFromTier", cold).load())
+                start = time.perf_counter()
+                result = frame.groupBy("queueId").agg(
+                    F.count("*").alias("rows"), F.sum(F.length("body")).alias("bytes")).collect()
+                elapsed = time.perf_counter() - start
+                rows = sum(row["rows"] for row in result)
+                assert rows == expected_rows, (cold, rows, expected_rows)
+                best = max(best, rows / elapsed)
+            figures.append(best)
+        return figures[0], figures[1]
+    finally:
+        spark.stop()
+
+
 def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int
-                      ) -> tuple[float, float]:
-    """(hot, cold) rows/s: the same rows read through a broker from local segments, then,
-    after a restart with tiering on and the tiered segments deleted locally, from the tier."""
+                      ) -> tuple[float, float, float, float]:
+    """(hot, cold, Spark via broker, Spark direct) rows/s: the same rows read through a broker
+    from local segments, then, after a restart with tiering on and the tiered segments deleted
+    locally, from the tier; then through Spark both ways."""
     broker = BrokerProcess(directory, mappedFileSizeCommitLog=str(SEGMENT_BYTES),
                            maxMessageSize=str(MiB))
     shutil.move(str(store_dir), str(broker.store_dir))
@@ -148,7 +182,8 @@ def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int
         stats = broker.action("broker_info")["tiered"]
         assert stats["cold_reads"] > 0, stats
         assert rows == hot_rows >= expected_rows, (rows, hot_rows, expected_rows)
-        return hot_rows / hot_s, rows / elapsed
+        via_broker, direct = spark_rows_per_s(broker, rows)
+        return hot_rows / hot_s, rows / elapsed, via_broker, direct
     finally:
         broker.stop()
 
@@ -178,21 +213,26 @@ def main() -> int:
                 s3_secret_access_key=s3.secret_access_key)
             figures["upload_s3_MBps"], _ = upload_MBps(store, s3_config)
         url = f"file://{(work / 'store' / 'tier').resolve()}"
-        figures["cold_direct_rows_per_s"], direct_rows = direct_rows_per_s(url)
+        figures["cold_direct_reader_rows_per_s"], direct_rows = direct_rows_per_s(url)
         store.close()
-        figures["hot_broker_rows_per_s"], figures["cold_broker_rows_per_s"] = \
+        (figures["hot_broker_rows_per_s"], figures["cold_broker_flight_rows_per_s"],
+         figures["cold_broker_rows_per_s"], figures["cold_direct_rows_per_s"]) = \
             broker_rows_per_s(work / "broker", work / "store", direct_rows)
-        ratio = figures["cold_broker_rows_per_s"] / figures["cold_direct_rows_per_s"]
-        cold_hot = figures["cold_broker_rows_per_s"] / figures["hot_broker_rows_per_s"]
+        ratio = figures["cold_direct_rows_per_s"] / figures["cold_broker_rows_per_s"]
+        figures["cold_direct_vs_broker_ratio"] = ratio
+        cold_hot = figures["cold_broker_flight_rows_per_s"] / figures["hot_broker_rows_per_s"]
         print(f"data: {rows:,} rows of 200 B, {segments} sealed segments of 8 MiB tiered")
         print(f"upload file://          {figures['upload_file_MBps']:10.1f} MB/s")
         print(f"upload s3 (moto local)  {figures['upload_s3_MBps']:10.1f} MB/s")
-        print(f"cold direct (no Spark)  {figures['cold_direct_rows_per_s']:12,.0f} rows/s "
+        print(f"cold direct (no Spark)  {figures['cold_direct_reader_rows_per_s']:12,.0f} rows/s "
               f"({direct_rows:,} rows)")
         print(f"hot via broker          {figures['hot_broker_rows_per_s']:12,.0f} rows/s "
               "(same rows, local segments)")
-        print(f"cold via broker         {figures['cold_broker_rows_per_s']:12,.0f} rows/s")
-        print(f"broker cold / direct = {ratio:.2f}; broker cold / hot = {cold_hot:.2f}")
+        print(f"cold via broker         {figures['cold_broker_flight_rows_per_s']:12,.0f} rows/s")
+        print(f"Spark cold via broker   {figures['cold_broker_rows_per_s']:12,.0f} rows/s")
+        print(f"Spark cold direct       {figures['cold_direct_rows_per_s']:12,.0f} rows/s "
+              "(readColdFromTier=true)")
+        print(f"Spark direct / via broker = {ratio:.2f}; broker cold / hot = {cold_hot:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

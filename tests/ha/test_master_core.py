@@ -100,11 +100,13 @@ def test_quorum_join_ack_confirm_and_heartbeat() -> None:
     assert isinstance(send, SendLog) and send.transfer.confirm_log_position == 3000
     assert core.on_frame(1, Ack(3500), snapshot, now_ms=4) == [ConfirmTo(3500)]
     assert core.put_progress(3500, 2) is PutProgress.DONE
-    # Nothing left: the confirm move is pushed at once, then heartbeats every 100 ms.
-    beat = core.next_send(1, snapshot, now_ms=5)
+    # Nothing left: the confirm move is pushed 5 ms after the last send (data would have carried
+    # it), then heartbeats every 100 ms.
+    assert core.next_send(1, snapshot, now_ms=5) == Wait(3)
+    beat = core.next_send(1, snapshot, now_ms=8)
     assert isinstance(beat, SendFrame) and beat.frame == Transfer(3, 3, 2500, 3500, 3500)
-    assert core.next_send(1, snapshot, now_ms=50) == Wait(55)
-    assert isinstance(core.next_send(1, snapshot, now_ms=105), SendFrame)
+    assert core.next_send(1, snapshot, now_ms=50) == Wait(58)
+    assert isinstance(core.next_send(1, snapshot, now_ms=108), SendFrame)
 
 
 def test_link_drop_degrades_or_refuses() -> None:

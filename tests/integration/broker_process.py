@@ -58,10 +58,13 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited {self.process.returncode}: "
                                    f"{self.log.read_text()[-2000:]}")
             try:
-                self.action("broker_info")
-                return self
+                # another test's broker may hold the port (free_port races between processes):
+                # only our own process counts as started
+                if self.action("broker_info").get("pid") == self.process.pid:
+                    return self
             except flight.FlightError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise RuntimeError(f"broker did not answer within {STARTUP_TIMEOUT_S}s")
 
     def action(self, kind: str, body: dict | None = None) -> dict:  # type: ignore[type-arg]

@@ -1,17 +1,21 @@
 """The vectorized batch encoder writes exactly the bytes of the per-message encoder.
 
-Goal: the array path (no properties, >= _VECTOR_BATCH_MIN messages) is an optimisation only, so for any bodies
-(same size or not, empty ones included), hosts with zero bytes, a start index and a segment
-that fills up part-way, it must produce the same records, positions, sizes and stop index as
-the per-message loop, and every record must verify. Method: hypothesis; the loop path is forced
-by passing empty property payloads, which encode to the same record bytes.
+Goal: the array path (runs of >= _VECTOR_BATCH_MIN messages with equal property payloads) is an
+optimisation only, so for any bodies (same size or not, empty ones included), any properties
+(none, all empty, a marker on the last row as the Spark sink sends, random runs), hosts with
+zero bytes, a start index and a segment that fills up part-way, it must produce the same
+records, positions, sizes and stop index as the per-message loop, and every record must verify.
+Method: hypothesis; the reference forces the loop by raising _VECTOR_BATCH_MIN past any batch.
 """
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storage_engine import record_format
 from storage_engine.record_format import (
     _VECTOR_BATCH_MIN,
     encode_batch,
@@ -37,26 +41,47 @@ def _encode(bodies: list[bytes], properties: list[bytes] | None, start_index: in
     return stop, b"".join(parts), positions, sizes
 
 
+PROPERTY_SHAPES = ("none", "all_empty", "marker_last", "runs")
+
+
+def _properties(shape: str, count: int, run_sizes: list[int]) -> list[bytes] | None:
+    if shape == "none":
+        return None
+    if shape == "all_empty":
+        return [b""] * count
+    if shape == "marker_last":
+        return [b""] * (count - 1) + [b"__IDEM\x01task-7/3\x02"]
+    payloads, index = [], 0
+    while len(payloads) < count:
+        size = run_sizes[index % len(run_sizes)]
+        payloads += [b"K\x01v%d\x02" % (index % 3)] * size
+        index += 1
+    return payloads[:count]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     same_size=st.booleans(),
-    body_sizes=st.lists(st.integers(0, 300), min_size=_VECTOR_BATCH_MIN, max_size=2 * _VECTOR_BATCH_MIN),
+    body_sizes=st.lists(st.integers(0, 300), min_size=_VECTOR_BATCH_MIN,
+                        max_size=3 * _VECTOR_BATCH_MIN),
     start_fraction=st.floats(0, 0.5),
     space_bytes=st.integers(200, 60_000),
     port=st.sampled_from([0, 10911, 65535]),
+    shape=st.sampled_from(PROPERTY_SHAPES),
+    run_sizes=st.lists(st.integers(1, 2 * _VECTOR_BATCH_MIN), min_size=1, max_size=4),
 )
 def test_vector_path_equals_the_loop(same_size: bool, body_sizes: list[int],
-                                     start_fraction: float, space_bytes: int,
-                                     port: int) -> None:
+                                     start_fraction: float, space_bytes: int, port: int,
+                                     shape: str, run_sizes: list[int]) -> None:
     if same_size:
         body_sizes = [body_sizes[0]] * len(body_sizes)
     bodies = [bytes([index % 251]) * size for index, size in enumerate(body_sizes)]
     start_index = int(len(bodies) * start_fraction)
-    if len(bodies) - start_index < _VECTOR_BATCH_MIN:
-        start_index = 0
     host = encode_host("10.0.0.1", port)
-    vector = _encode(bodies, None, start_index, space_bytes, host)
-    loop = _encode(bodies, [b""] * len(bodies), start_index, space_bytes, host)
+    properties = _properties(shape, len(bodies), run_sizes)
+    vector = _encode(bodies, properties, start_index, space_bytes, host)
+    with mock.patch.object(record_format, "_VECTOR_BATCH_MIN", 1 << 30):
+        loop = _encode(bodies, properties, start_index, space_bytes, host)
     assert vector == loop
     stop, data, positions, sizes = vector
     assert stop - start_index == len(positions) == len(sizes)

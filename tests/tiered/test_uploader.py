@@ -102,8 +102,16 @@ def test_tier_then_delete_local_then_read_back(store: MessageStore, tmp_path: Pa
     tier = TierService(store, TIERED, broker_name="broker-a", writer="w")
     tier.attach()
     assert tier.run_retention(_soon_ms())[0] == 0  # nothing tiered yet
-    assert tier.uploader.run_pass(wait=True) == TIERED.upload_concurrency  # bounded per pass
-    assert tier.uploader.drain() == len(sealed) - TIERED.upload_concurrency
+    at_once: list[int] = []
+    upload = tier.uploader.upload_segment
+
+    def counting(base: int, size: int):  # noqa: ANN202 - a spy around the real upload
+        at_once.append(len(tier.uploader._in_flight))
+        return upload(base, size)
+
+    tier.uploader.upload_segment = counting  # type: ignore[method-assign]
+    assert tier.uploader.drain() == len(sealed)
+    assert len(at_once) == len(sealed) and max(at_once) <= TIERED.upload_concurrency
     manifest = tier.manifests.load()
     assert manifest.bases == [base for base, _, _ in sealed]
     for entry in manifest.segments:  # every listed object reads back with its checksum

@@ -1,0 +1,76 @@
+"""A Python data source with no IO at all, for bench_spark: Spark 4.2's own ceiling.
+
+`read()` yields the same pre-built Arrow batch again and again, either in rocketha's full
+11-column source schema (`narrow=0`) or as just `queueId INT, body BINARY` (`narrow=1`). What
+the aggregation reaches over it is what any Python source can reach on this machine: the cost
+of Python workers, the Arrow stream into the JVM and the Arrow -> row conversion, with nothing
+read. The gap between the two shapes is the cost of columns Spark cannot prune for Python
+sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from connector.source import SOURCE_ARROW_SCHEMA, SOURCE_DDL
+
+__all__ = ["CeilingSource"]
+
+BATCH_ROWS = 4096
+BODY_BYTES = 100
+
+
+class _Part(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+def _batch(rows: int, narrow: bool) -> pa.RecordBatch:
+    bodies = pa.array([b"x" * BODY_BYTES] * rows, pa.binary())
+    queue_ids = pa.array([0] * rows, pa.int32())
+    if narrow:
+        return pa.record_batch({"queueId": queue_ids, "body": bodies})
+    nulls = pa.nulls(rows, pa.string())
+    stamps = pa.array([0] * rows, pa.timestamp("us", "UTC"))
+    columns = [pa.array(["bench"] * rows), pa.array(["broker-a"] * rows), queue_ids,
+               pa.array(range(rows), pa.int64()), pa.array([f"{n:032X}" for n in range(rows)]),
+               nulls, nulls, bodies, pa.nulls(rows, pa.map_(pa.string(), pa.string())),
+               stamps, stamps]
+    return pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, rows: int, partitions: int, narrow: bool) -> None:
+        self.rows, self.partitions_count, self.narrow = rows, partitions, narrow
+
+    def partitions(self) -> list[InputPartition]:
+        share, extra = divmod(self.rows, self.partitions_count)
+        return [_Part(share + (1 if index < extra else 0))
+                for index in range(self.partitions_count)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Part)
+        batch = _batch(BATCH_ROWS, self.narrow)
+        left = partition.rows
+        while left > 0:
+            yield batch if left >= BATCH_ROWS else batch.slice(0, left)
+            left -= BATCH_ROWS
+
+
+class CeilingSource(DataSource):
+    """Options: rows, partitions, narrow ("1" for two columns)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketha_ceiling"
+
+    def schema(self) -> str:
+        return "queueId INT, body BINARY" if self.options.get("narrow") == "1" else SOURCE_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _Reader(int(self.options["rows"]), int(self.options.get("partitions", "8")),
+                       self.options.get("narrow") == "1")
