@@ -7,8 +7,11 @@ forked worker opens its own). Every retry loop is bounded by a count and a deadl
 Retry policy (pure, unit-tested): a call that fails with a retriable status or error (see
 connector.protocol.errors) is retried after `Backoff.delay_ms(attempt)` while attempts remain and
 the deadline has not passed; with several brokers, an unordered send moves to the next broker
-when one is unreachable. Non-retriable put statuses (MESSAGE_ILLEGAL...) come back as results;
-request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...) raise `FatalError`.
+when one is unreachable or answers NOT_MASTER. With `ClientConfig(controller=...)` the brokers
+are the alive masters the controller names (its `cluster_list`), fetched again after NOT_MASTER
+or a broken connection, so clients follow a failover. Non-retriable put statuses
+(MESSAGE_ILLEGAL...) come back as results; request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...)
+raise `FatalError`.
 """
 
 from __future__ import annotations
@@ -42,11 +45,15 @@ from connector.protocol import (
 __all__ = [
     "Admin",
     "Backoff",
+    "CONTROLLER_REDIRECTS_MAX",
     "ClientConfig",
     "Consumer",
     "Producer",
     "PullResult",
     "SendResult",
+    "controller_addresses",
+    "controller_cluster_list",
+    "controller_masters",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,7 +63,8 @@ logger = logging.getLogger(__name__)
 class ClientConfig:
     """Where the brokers are and how hard to try. Picklable (plain values only)."""
 
-    brokers: tuple[str, ...]  # "host:port" Arrow Flight endpoints
+    brokers: tuple[str, ...] = ()  # "host:port" Arrow Flight endpoints
+    controller: str | None = None  # or "host:port[,host:port...]" of the controllers
     request_timeout_ms: int = 10_000
     send_deadline_ms: int = 30_000  # a send gives up (raises) after this
     retries_max: int = 20
@@ -67,9 +75,10 @@ class ClientConfig:
         if isinstance(self.brokers, str):
             object.__setattr__(self, "brokers", tuple(
                 part.strip() for part in self.brokers.split(",") if part.strip()))
-        if not self.brokers:
-            raise ValueError("ClientConfig.brokers: at least one host:port is required")
-        for endpoint in self.brokers:
+        if not self.brokers and not self.controller:
+            raise ValueError("ClientConfig.brokers: at least one host:port is required "
+                             "(or ClientConfig.controller)")
+        for endpoint in self.brokers + controller_addresses(self.controller):
             host, sep, port = endpoint.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"ClientConfig.brokers: {endpoint!r} is not host:port")
@@ -79,6 +88,70 @@ class ClientConfig:
                 raise ValueError(f"ClientConfig.{name} must be > 0")
         if self.retries_max < 0:
             raise ValueError("ClientConfig.retries_max must be >= 0")
+
+
+def controller_addresses(controller: str | None) -> tuple[str, ...]:
+    """`host:port[,host:port...]` (`;` also separates) -> the addresses."""
+    return tuple(part.strip() for part in (controller or "").replace(";", ",").split(",")
+                 if part.strip())
+
+
+CONTROLLER_REDIRECTS_MAX = 3  # NOT_LEADER hops followed per configured controller address
+
+
+def controller_cluster_list(controller: str, timeout_ms: int) -> dict[str, Any]:
+    """The controller group's `cluster_list` reply (any node answers or names its leader:
+    NOT_LEADER + leader_address, followed at most CONTROLLER_REDIRECTS_MAX times per
+    address). Raises RetriableError SERVICE_NOT_AVAILABLE when no controller answers."""
+    failures = []
+    for start in controller_addresses(controller):
+        address: str | None = start
+        for _ in range(CONTROLLER_REDIRECTS_MAX + 1):
+            if address is None:
+                break
+            try:
+                reply = _controller_call(address, "cluster_list", timeout_ms)
+            except (flight.FlightError, OSError, ValueError) as err:
+                failures.append(f"{address}: {err}")
+                break
+            if reply.get("status") == "OK":
+                return reply
+            failures.append(f"{address}: {reply.get('status')}")
+            address = reply.get("leader_address") if reply.get("status") == "NOT_LEADER" \
+                else None
+    raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                         f"controller {controller}: no controller answered cluster_list ("
+                         + "; ".join(failures[-4:]) + ")")
+
+
+def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, Any]:
+    """One DoAction JSON call to a controller's client endpoint; the reply is one object."""
+    client = flight.FlightClient(f"grpc://{address}")
+    try:
+        options = flight.FlightCallOptions(timeout=timeout_ms / 1000.0)
+        results = list(client.do_action(flight.Action(action, b"{}"), options))
+        if len(results) != 1:
+            raise ValueError(f"{action}: {len(results)} results")
+        reply = json.loads(results[0].body.to_pybytes())
+        if not isinstance(reply, dict):
+            raise ValueError(f"{action}: reply is not a JSON object")
+        return reply
+    finally:
+        client.close()
+
+
+def controller_masters(controller: str, timeout_ms: int) -> tuple[str, ...]:
+    """The alive masters of every replica set the controller knows, by brokerName."""
+    masters = []
+    for status in controller_cluster_list(controller, timeout_ms).get("replica_sets", []):
+        replica = status["replica"]
+        if (replica.get("master_broker_id") in set(status.get("alive_broker_ids", []))
+                and replica.get("master_address")):
+            masters.append((str(replica["broker_name"]), str(replica["master_address"])))
+    if not masters:
+        raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                             f"controller {controller}: no replica set has an alive master")
+    return tuple(address for _, address in sorted(masters))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -164,10 +237,23 @@ class _Base:
         self.config = config
         self._backoff = Backoff(config.backoff_initial_ms, config.backoff_max_ms)
         self._broker_index = 0
+        self._endpoints: tuple[str, ...] = config.brokers
 
     @property
     def endpoint(self) -> str:
-        return self.config.brokers[self._broker_index % len(self.config.brokers)]
+        """The broker to call: from `brokers`, or (with `controller`) the masters the
+        controller names, fetched again after NOT_MASTER or a broken connection."""
+        if not self._endpoints:
+            assert self.config.controller is not None
+            self._endpoints = controller_masters(self.config.controller,
+                                                 self.config.request_timeout_ms)
+        return self._endpoints[self._broker_index % len(self._endpoints)]
+
+    def _refresh_route(self, endpoint: str) -> None:
+        _drop_connection(endpoint)
+        self._broker_index += 1
+        if self.config.controller is not None:
+            self._endpoints = ()
 
     def _options(self) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(timeout=self.config.request_timeout_ms / 1000.0)
@@ -176,14 +262,14 @@ class _Base:
         """Run `call(endpoint)` with the retry policy; returns its value."""
         deadline = time.monotonic() + self.config.send_deadline_ms / 1000.0
         for attempt in range(self.config.retries_max + 1):
-            endpoint = self.endpoint
+            endpoint = ""
             try:
+                endpoint = self.endpoint
                 return call(endpoint)
             except flight.FlightError as err:
                 error = as_rocketha_error(err)
                 if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
-                    _drop_connection(endpoint)
-                    self._broker_index += 1
+                    self._refresh_route(endpoint)
             except RetriableError as err:
                 error = err
             if not error.retriable or attempt == self.config.retries_max:

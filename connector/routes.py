@@ -4,8 +4,8 @@
 
 `StaticRoutes` is built from the `brokers` option: it asks every HOST:PORT for `broker_info` and
 groups the endpoints by the brokerName they report (a replica set's members share it; the one
-reporting role MASTER goes first). `ControllerRoutes` is the slot for the controller's name
-service (issue 5): this build has no controller, so it raises a clear error instead of guessing.
+reporting role MASTER goes first). `ControllerRoutes` asks the controller group (`controller`
+option) for `cluster_list`: each replica set's alive brokers, the current master first.
 
 The topic/queue look-ups below (`topic_queue_counts`, `queue_bounds`, ...) take a ReplicaSet and
 go through the client library's Admin (bounded retries, cached connections), so a provider only
@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from connector.client import Admin, ClientConfig
+from connector.client import Admin, ClientConfig, controller_addresses, controller_cluster_list
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 
@@ -94,16 +94,48 @@ class StaticRoutes:
 
 
 class ControllerRoutes:
-    """Routes from the controller's name service: not available in this build."""
+    """Replica sets from the controller group's `cluster_list` (the `controller` option:
+    HOST:PORT[,HOST:PORT...] of the controllers' client endpoints).
+
+    Any controller answers or names its leader (NOT_LEADER + leader_address, followed a
+    bounded number of times per address: connector.client.controller_cluster_list). Each
+    replica set's alive members become its endpoints, the master first; a set with no alive
+    member is left out with a warning; no controller answering raises RoutesUnavailableError.
+    """
 
     def __init__(self, controller: str, request_timeout_ms: int) -> None:
-        raise RoutesUnavailableError(
-            f"option controller={controller!r}: controller routes are not available in this "
-            "build of rocketha (the controller is not implemented yet); use "
-            "brokers=HOST:PORT,... instead")
+        self._addresses = controller_addresses(controller)
+        if not self._addresses:
+            raise RoutesUnavailableError(f"option controller={controller!r} names no HOST:PORT")
+        self._request_timeout_ms = request_timeout_ms
 
-    def replica_sets(self) -> tuple[ReplicaSet, ...]:  # pragma: no cover - never constructed
-        raise AssertionError("unreachable")
+    def replica_sets(self) -> tuple[ReplicaSet, ...]:
+        reply = self._cluster_list()
+        result = []
+        for status in reply.get("replica_sets", []):
+            replica = status["replica"]
+            alive = set(status.get("alive_broker_ids", []))
+            members = sorted((member["broker_id"] != replica.get("master_broker_id"),
+                              member["broker_address"])
+                             for member in replica.get("brokers", [])
+                             if member["broker_id"] in alive)
+            if not members:
+                logger.warning("option controller: replica set %s has no alive broker; left out",
+                               replica.get("broker_name"))
+                continue
+            result.append(ReplicaSet(str(replica["broker_name"]),
+                                     tuple(address for _, address in members)))
+        if not result:
+            raise RoutesUnavailableError(
+                f"option controller={','.join(self._addresses)}: no replica set has an alive "
+                "broker")
+        return tuple(sorted(result))
+
+    def _cluster_list(self) -> dict[str, Any]:
+        try:
+            return controller_cluster_list(",".join(self._addresses), self._request_timeout_ms)
+        except RocketHAError as err:
+            raise RoutesUnavailableError(f"option controller: {err.message}") from err
 
 
 def route_provider(brokers: Sequence[str], controller: str | None,

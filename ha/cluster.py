@@ -10,7 +10,10 @@ Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once
 created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
 detached (own session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft
 group of controllers, started before the brokers (ha/cluster_controllers.py); `status` lists
-them with their role (leader/follower). Brokers do not use them yet (controller mode).
+them with their role (leader/follower). With controllers, single-broker sets (R = 1) run in
+controller mode (enableControllerMode, controllerAddr): the controller names each set's master
+(`status --json`: replica_set, controller_role). Sets of R > 1 keep static roles (runtime
+role changes are not built yet).
 
 Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R brokers named
 `broker-x-<brokerId>`; brokerId 0 is the master (brokerRole SYNC_MASTER unless `--set
@@ -71,8 +74,8 @@ class Cluster:
     def save(self, manifest: dict[str, Any]) -> None:
         self.manifest_path.write_text(json.dumps(manifest, indent=1))
 
-    def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1
-             ) -> dict[str, Any]:
+    def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1,
+             controller_addr: str = "") -> dict[str, Any]:
         manifest = self.load()
         replicas = manifest.setdefault("replicas", replicas)
         # `--set` overrides are remembered, so a later `up` (a restart) keeps them.
@@ -97,7 +100,7 @@ class Cluster:
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         for broker in manifest["brokers"]:
-            settings = _broker_settings(broker, replicas, overrides)
+            settings = _broker_settings(broker, replicas, overrides, controller_addr)
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             Path(broker["conf"]).write_text("\n".join(lines) + "\n")
@@ -140,6 +143,8 @@ class Cluster:
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
                 "broker_id": broker.get("broker_id", 0),
+                "replica_set": broker.get("set", broker["name"]),
+                "controller_role": ((info or {}).get("controller") or {}).get("role"),
                 "role": (info or {}).get("role", "UNKNOWN" if pid else "DOWN"),
                 "broker_role": (info or {}).get("broker_role", ""),
                 "master_epoch": (info or {}).get("master_epoch", -1),
@@ -154,8 +159,8 @@ class Cluster:
         stop_pid_file(broker["pid_file"])
 
 
-def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str]
-                     ) -> dict[str, str]:
+def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],
+                     controller_addr: str = "") -> dict[str, str]:
     settings = {"brokerClusterName": "LocalCluster",
                 "brokerName": broker.get("set", broker["name"]),
                 "brokerId": str(broker.get("broker_id", 0)), "brokerIP1": "127.0.0.1",
@@ -163,6 +168,9 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
     if replicas > 1:
         settings["totalReplicas"] = str(replicas)
         settings["haListenPort"] = str(broker["ha_port"])
+    elif controller_addr:  # R > 1 stays static until HA roles change at runtime
+        settings["enableControllerMode"] = "true"
+        settings["controllerAddr"] = controller_addr
     settings.update(overrides)
     if replicas > 1 and broker["broker_id"] != 0:
         settings["brokerRole"] = "SLAVE"
@@ -209,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         if not 1 <= args.replicas <= REPLICAS_MAX:
             parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas)
+        controller_addr = ";".join(c["endpoint"] for c in controllers.status())
+        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas,
+                                controller_addr)
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)

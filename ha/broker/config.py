@@ -7,7 +7,9 @@ passed to `storage_engine.StoreConfig.from_properties`, replication keys (`broke
 `haListenPort`, `haMasterAddress`, `totalReplicas`, ...) to `ha.config.HAConfig`.
 
 Static roles: brokerId 0 is the master (brokerRole SYNC_MASTER or ASYNC_MASTER), any other id a
-SLAVE; a mismatch is a ConfigError naming brokerId.
+SLAVE; a mismatch is a ConfigError naming brokerId. Controller mode (`enableControllerMode=true`
+with `controllerAddr=host:port[,...]`): the controller assigns the broker id and the role
+(ha/broker/controller_link.py), so the brokerId/brokerRole check is skipped.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class BrokerConfig:
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
     idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+    enable_controller_mode: bool = False  # enableControllerMode
+    controller_addr: tuple[str, ...] = ()  # controllerAddr (host:port[,host:port...])
+    broker_heartbeat_interval_ms: int = 1000  # brokerHeartbeatInterval (to every controller)
+    controller_request_timeout_ms: int = 3000  # controllerRequestTimeoutMs (one call)
+    controller_redirects_max: int = 3  # controllerRedirectsMax (NOT_LEADER hops per call)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
     def __post_init__(self) -> None:
@@ -58,13 +65,28 @@ class BrokerConfig:
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
-        if self.ha.broker_role.is_master != (self.broker_id == 0):
+        self._check_controller_mode()
+        if not self.enable_controller_mode and (
+                self.ha.broker_role.is_master != (self.broker_id == 0)):
             raise ConfigError("brokerId", f"{self.broker_id} with brokerRole="
                               f"{self.ha.broker_role.value}: brokerId 0 is the master, any "
                               "other id a SLAVE")
         _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
         _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
         _range("idempotenceRebuildWindowMs", self.idempotence_rebuild_window_ms, 0, 1 << 40)
+
+    def _check_controller_mode(self) -> None:
+        _range("brokerHeartbeatInterval", self.broker_heartbeat_interval_ms, 10, 60_000)
+        _range("controllerRequestTimeoutMs", self.controller_request_timeout_ms, 10, 600_000)
+        _range("controllerRedirectsMax", self.controller_redirects_max, 0, 16)
+        if len(self.controller_addr) > 16:
+            raise ConfigError("controllerAddr", "more than 16 controller addresses")
+        for address in self.controller_addr:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError("controllerAddr", f"{address!r} is not host:port")
+        if self.enable_controller_mode and not self.controller_addr:
+            raise ConfigError("controllerAddr", "required with enableControllerMode=true")
 
     @property
     def store_dir(self) -> Path:
@@ -123,6 +145,11 @@ def _bool(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+def _addresses(text: str) -> tuple[str, ...]:
+    """`host:port[,host:port...]` (RocketMQ also accepts `;` between addresses)."""
+    return tuple(part.strip() for part in text.replace(";", ",").split(",") if part.strip())
+
+
 _KEYS: dict[str, tuple[str, Any]] = {
     "brokerClusterName": ("broker_cluster_name", str),
     "brokerName": ("broker_name", str),
@@ -139,5 +166,10 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "idempotenceProducersMax": ("idempotence_producers_max", int),
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
     "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
+    "enableControllerMode": ("enable_controller_mode", _bool),
+    "controllerAddr": ("controller_addr", _addresses),
+    "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
+    "controllerRequestTimeoutMs": ("controller_request_timeout_ms", int),
+    "controllerRedirectsMax": ("controller_redirects_max", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS

@@ -16,8 +16,10 @@ import sys
 import threading
 from types import FrameType
 
+from controller.api import ROLE_MASTER, ROLE_SLAVE, RoleChange, TopicInfo
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
+from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
 from storage_engine.tiered import TierService
@@ -73,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    link = _start_controller_link(config, service)
     try:
         _serve(service, tier)
     finally:
+        if link is not None:
+            link.stop()
         if retention is not None:
             retention.stop()
         service.replication.close()
@@ -94,6 +99,48 @@ def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None
                        epoch=lambda: getattr(store.epochs.last, "epoch", 0))
     tier.start()
     return tier
+
+
+def _start_controller_link(config: BrokerConfig, service: BrokerService
+                           ) -> ControllerLink | None:
+    """Controller mode: register and heartbeat; a broker the controller does not name master
+    is fenced (writes NOT_MASTER). Promotion/demotion of the HA roles at runtime is not built
+    yet: the HA role stays as started (brokerRole)."""
+    if not config.enable_controller_mode:
+        return None
+    store = service.store
+
+    def report() -> HeartbeatState:
+        stats = store.stats()
+        state = HeartbeatState()
+        state.master_epoch = getattr(store.epochs.last, "epoch", 0)
+        state.max_log_position = stats.end_log_position
+        state.confirm_log_position = stats.confirm_log_position
+        state.topics = tuple(TopicInfo(topic.name, topic.read_queue_nums, topic.write_queue_nums,
+                                       topic.perm) for topic in service.topics.all())
+        return state
+
+    client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
+                              config.controller_redirects_max)
+    link = ControllerLink(client, cluster_name=config.broker_cluster_name,
+                          broker_name=config.broker_name, broker_address=service.endpoint,
+                          heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+                          report=report, on_role=lambda change: _on_role(service, change))
+    service.controller_info = link.info
+    link.start()
+    return link
+
+
+def _on_role(service: BrokerService, change: RoleChange) -> None:
+    if change.role == ROLE_MASTER:
+        service.replication.fence(None)
+        if service.replication.slave is not None:
+            logger.warning("controller names this SLAVE master (epoch %d): runtime promotion "
+                           "is not built; it stays a slave", change.master_epoch)
+    elif change.role == ROLE_SLAVE:
+        service.replication.fence(f"the controller names broker {change.master_broker_id} at "
+                                  f"{change.master_address} master (epoch "
+                                  f"{change.master_epoch})")
 
 
 def _serve(service: BrokerService, tier: TierService | None) -> None:

@@ -58,6 +58,7 @@ class Replication:
         self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self.master: MasterService | None = None
         self.slave: SlaveService | None = None
+        self._fenced: str | None = None  # controller mode: why this broker takes no writes
         if not self._ha.replicated:
             return
         if self._ha.broker_role.is_master:
@@ -84,7 +85,18 @@ class Replication:
         endpoint = slave.master_endpoint if slave is not None else ""
         return endpoint or f"unknown yet (HA master at {self._ha.master_address})"
 
+    def fence(self, reason: str | None) -> None:
+        """Controller mode: refuse writes (NOT_MASTER, `reason` names the master) while the
+        controller says another broker is master; None lifts it (this broker is master)."""
+        if reason != self._fenced:
+            logger.warning("writes %s", f"fenced: {reason}" if reason else "accepted again")
+        self._fenced = reason
+
     def check_writable(self) -> None:
+        fenced = self._fenced
+        if fenced is not None:
+            raise NotMasterError(f"broker {self._config.broker_name} is not the master: "
+                                 f"{fenced}")
         if self.slave is not None:
             raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
                                  f"is a SLAVE; the master is {self._master_hint()}")
@@ -98,9 +110,9 @@ class Replication:
     # -- puts -------------------------------------------------------------------------------
     def put(self, batch: MessageBatch) -> PutResult:
         master = self.master
+        self.check_writable()
         if master is None:
-            self.check_writable()
-            return self._store.put_messages(batch)
+            return self._fenced_after(self._store.put_messages(batch))
         plan = master.plan_put()
         if plan.refused:
             return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, error=plan.refused)
@@ -113,10 +125,19 @@ class Replication:
             return dataclasses.replace(result, status=PutStatus.FLUSH_DISK_TIMEOUT)
         status = master.replicate(end, plan.need, timeout_ms)
         if status is PutStatus.PUT_OK:
-            return result
+            return self._fenced_after(result)
         return dataclasses.replace(result, status=status, error=(
             f"{plan.need} replica(s) needed (master included); SyncStateSet "
             f"{list(master.stats().sync_state_set)}"))
+
+    def _fenced_after(self, result: PutResult) -> PutResult:
+        """A put that completed while the broker was deposed is not acknowledged: its fate is
+        the new master's (truncated at the fork point or kept), so the client must retry."""
+        fenced = self._fenced
+        if fenced is None or result.status is not PutStatus.PUT_OK:
+            return result
+        return dataclasses.replace(result, status=PutStatus.FLUSH_SLAVE_TIMEOUT,
+                                   error=f"deposed during the put: {fenced}")
 
     def settle(self, log_position_end: int) -> str:
         """The status a put ending at `log_position_end`, already in the log, has now: the
@@ -127,11 +148,12 @@ class Replication:
             return PutStatus.FLUSH_DISK_TIMEOUT.name
         master = self.master
         if master is None:
-            return PutStatus.PUT_OK.name
+            return self._fenced_after(PutResult(PutStatus.PUT_OK)).status.name
         plan = master.plan_put()
         if plan.refused:
             return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.name
-        return master.replicate(log_position_end, plan.need, timeout_ms).name
+        status = master.replicate(log_position_end, plan.need, timeout_ms)
+        return self._fenced_after(PutResult(status)).status.name
 
     def annotate_reply(self, encoded: bytes) -> bytes:
         """Add `"replication": role` to a put reply's JSON on a replicated master."""

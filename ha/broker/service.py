@@ -118,6 +118,7 @@ class BrokerService(flight.FlightServerBase):
         self.config = config
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
+        self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode
         self.topics = TopicTable(config.store_dir / "config")
         self.offsets = ConsumerOffsets(config.store_dir / "config")
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -469,6 +470,7 @@ class BrokerService(flight.FlightServerBase):
             "confirm_log_position": stats.confirm_log_position,
             "flushed_log_position": stats.flushed_log_position,
             **self.replication.info(),
+            "controller": self.controller_info() if self.controller_info else None,
         }
 
     def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,15 @@ def test_config_pickles_and_validates() -> None:
         ClientConfig(brokers=("h:1",), request_timeout_ms=0)
 
 
+def test_config_takes_a_controller_instead_of_brokers() -> None:
+    config = ClientConfig(controller="127.0.0.1:1;127.0.0.1:2")
+    assert config.brokers == () and pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(ValueError, match="host:port"):
+        ClientConfig(controller="127.0.0.1:1,nohost")
+    with pytest.raises(ValueError, match="controller"):
+        ClientConfig()
+
+
 def test_backoff_doubles_up_to_the_cap() -> None:
     backoff = Backoff(initial_ms=20, max_ms=300)
     assert [backoff.delay_ms(attempt) for attempt in range(6)] == [20, 40, 80, 160, 300, 300]

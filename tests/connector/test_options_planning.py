@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import socket
 
 import pytest
 from hypothesis import given, settings
@@ -191,7 +192,12 @@ def test_trigger_waits_for_min_rows_until_delay() -> None:
     assert not trigger_waits(10, 10, 0, 1, 1000)
 
 
-def test_controller_routes_are_refused_clearly() -> None:
-    parsed = parse_source_options({"controller": "127.0.0.1:9878", "subscribe": "a"})
+def test_controller_routes_without_a_controller_fail_clearly() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    parsed = parse_source_options({"controller": address, "subscribe": "a",
+                                   "requestTimeoutMs": "300"})
+    routes = route_provider(parsed.brokers, parsed.controller, parsed.request_timeout_ms)
     with pytest.raises(RoutesUnavailableError, match="controller"):
-        route_provider(parsed.brokers, parsed.controller, parsed.request_timeout_ms)
+        routes.replica_sets()

@@ -46,6 +46,18 @@ def _wait_one_leader(directory: Path, timeout_s: float = 15.0) -> list[dict[str,
     raise AssertionError(f"no single leader: {_controllers(directory)}")
 
 
+def _wait_broker_master(directory: Path) -> dict[str, Any]:
+    """The broker in controller mode, once the controller has named it master of its set."""
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
+        status = json.loads(_tool("status", "--dir", str(directory), "--json"))
+        brokers = [p for p in status["processes"] if p["kind"] == "broker"]
+        if [b["controller_role"] for b in brokers] == ["master"]:
+            return brokers[0]  # type: ignore[no-any-return]
+        time.sleep(0.1)
+    raise AssertionError(f"the broker was never named master: {brokers}")
+
+
 def test_up_status_kill_and_down_with_three_controllers(tmp_path: Path) -> None:
     printed = _tool("up", "--dir", str(tmp_path), "--controllers", "3", "--brokers", "1",
                     "--set", "mappedFileSizeCommitLog=8388608")
@@ -54,6 +66,8 @@ def test_up_status_kill_and_down_with_three_controllers(tmp_path: Path) -> None:
         controllers = _wait_one_leader(tmp_path)
         assert [c["name"] for c in controllers] == [f"controller-n{i}" for i in (1, 2, 3)]
         assert all(c["alive"] and c["pid"] > 0 for c in controllers)
+        broker = _wait_broker_master(tmp_path)
+        assert broker["replica_set"] == "broker-a" and broker["role"] == "MASTER"
         leader = next(c for c in controllers if c["role"] == "leader")
         os.kill(leader["pid"], signal.SIGKILL)
         after = _wait_one_leader(tmp_path)

@@ -1,0 +1,264 @@
+"""A broker's link to the controller (controller mode): register, heartbeat, learn its role.
+
+Layout (threads and calls):
+
+    ControllerLink thread (one per broker)
+        register_broker ──> leader (NOT_LEADER -> leader_address, at most controllerRedirectsMax)
+        every brokerHeartbeatInterval:
+            broker_heartbeat ──> every controller in controllerAddr, in parallel (each keeps
+                                 its own liveness table); the leader's reply has the RoleChange
+        on a RoleChange newer than the last one seen -> on_role(change) (the broker acts)
+
+    ControllerClient.call(action, request, reply_type)
+        try the cached leader, then each configured address; follow NOT_LEADER redirects;
+        bounded by controllerRedirectsMax hops and controllerRequestTimeoutMs per call.
+
+States of the link:
+
+    UNREGISTERED --register OK--> REGISTERED (broker_id known; heartbeats flow)
+         ^  |                         |
+         |  +--no controller answers--+--> stays, retried every heartbeat interval
+         +---- BROKER_NOT_REGISTERED (the controller forgot us: register again)
+
+The controller being down, slow or partitioned never stops the broker (DESIGN §5.6): the link
+only reports; the broker keeps its last role until a newer epoch arrives. The link imports
+`controller.api` (messages) only, never controller internals (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pyarrow.flight as flight
+
+from controller.api import (
+    BrokerHeartbeat,
+    HeartbeatReply,
+    JsonMessage,
+    RegisterBrokerReply,
+    RegisterBrokerRequest,
+    TOPICS_MAX,
+    RoleChange,
+    TopicInfo,
+)
+from controller.errors import CodecError
+
+__all__ = ["ControllerClient", "ControllerLink", "ControllerUnavailableError", "HeartbeatState"]
+
+logger = logging.getLogger("rocketha.broker.controller")
+_R = TypeVar("_R", bound=JsonMessage)
+
+
+class ControllerUnavailableError(ConnectionError):
+    """No configured controller answered (or only with redirects past the bound)."""
+
+
+class ControllerClient:
+    """DoAction JSON calls to the controller group's leader, following NOT_LEADER."""
+
+    def __init__(self, addresses: Sequence[str], request_timeout_ms: int,
+                 redirects_max: int) -> None:
+        if not addresses:
+            raise ValueError("controllerAddr: no controller address")
+        self.addresses = tuple(addresses)
+        self._timeout_s = request_timeout_ms / 1000.0
+        self._redirects_max = redirects_max
+        self._leader: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def leader(self) -> str | None:
+        return self._leader
+
+    def call_one(self, address: str, action: str, request: JsonMessage | None,
+                 reply_type: type[_R]) -> _R:
+        """One call to one address; raises ControllerUnavailableError on any transport error
+        or a reply that does not decode."""
+        body = json.dumps(request.to_json() if request is not None else {}).encode()
+        client = flight.FlightClient(f"grpc://{address}")
+        try:
+            options = flight.FlightCallOptions(timeout=self._timeout_s)
+            results = list(client.do_action(flight.Action(action, body), options))
+            if len(results) != 1:
+                raise ControllerUnavailableError(f"{address} {action}: {len(results)} results")
+            return reply_type.from_json(json.loads(results[0].body.to_pybytes()))
+        except (flight.FlightError, OSError, ValueError, CodecError) as err:
+            raise ControllerUnavailableError(f"{address} {action}: {err}") from err
+        finally:
+            client.close()
+
+    def call(self, action: str, request: JsonMessage | None, reply_type: type[_R]) -> _R:
+        """Call the leader: the cached one first, then every address; a NOT_LEADER reply naming
+        a leader is followed (at most redirects_max hops per starting address)."""
+        with self._lock:
+            first = self._leader
+        order = ([first] if first else []) + [a for a in self.addresses if a != first]
+        failures: list[str] = []
+        for start in order:
+            address: str | None = start
+            for _ in range(self._redirects_max + 1):
+                if address is None:
+                    break
+                try:
+                    reply = self.call_one(address, action, request, reply_type)
+                except ControllerUnavailableError as err:
+                    failures.append(str(err))
+                    break
+                status = getattr(reply, "status", "OK")
+                if status != "NOT_LEADER":
+                    with self._lock:
+                        self._leader = address
+                    return reply
+                address = getattr(reply, "leader_address", None)
+                failures.append(f"{start} {action}: NOT_LEADER (leader {address})")
+        with self._lock:
+            self._leader = None
+        raise ControllerUnavailableError("; ".join(failures[-4:]) or "no controller")
+
+
+class HeartbeatState:
+    """What the broker reports each heartbeat (read by the link thread)."""
+
+    __slots__ = ("confirm_log_position", "master_epoch", "max_log_position", "topics")
+
+    def __init__(self) -> None:
+        self.master_epoch = 0
+        self.max_log_position = 0
+        self.confirm_log_position = 0
+        self.topics: tuple[TopicInfo, ...] = ()  # at most controller.api.TOPICS_MAX
+
+
+class ControllerLink:
+    """Registers this broker and heartbeats every controller; reports role changes."""
+
+    def __init__(self, client: ControllerClient, *, cluster_name: str, broker_name: str,
+                 broker_address: str, heartbeat_interval_ms: int,
+                 report: Callable[[], HeartbeatState],
+                 on_role: Callable[[RoleChange], None]) -> None:
+        self.client = client
+        self._cluster_name = cluster_name
+        self._broker_name = broker_name
+        self._address = broker_address
+        self._interval_s = heartbeat_interval_ms / 1000.0
+        self._report = report
+        self._on_role = on_role
+        self.broker_id: int | None = None
+        self.role: RoleChange | None = None
+        self.heartbeats_ok = 0
+        self.heartbeats_failed = 0  # no answer from one controller (it is down or slow)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=len(client.addresses), thread_name_prefix="controller-heartbeat")
+        self._in_flight: dict[str, concurrent.futures.Future[HeartbeatReply]] = {}
+        self._lock = threading.Lock()  # replies arrive on pool threads
+        self._stopping = threading.Event()
+        self._registered = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="controller-link", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10 * self._interval_s + 10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def wait_registered(self, timeout_s: float) -> bool:
+        return self._registered.wait(timeout_s)
+
+    def info(self) -> dict[str, Any]:
+        """For broker_info: the id and role the controller gave this broker."""
+        role = self.role
+        return {"broker_id": self.broker_id, "leader": self.client.leader,
+                "heartbeats_ok": self.heartbeats_ok,
+                "heartbeats_failed": self.heartbeats_failed,
+                "role": role.role if role else None,
+                "master_epoch": role.master_epoch if role else None,
+                "master_address": role.master_address if role else None,
+                "sync_state_set": list(role.sync_state_set) if role else None}
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self.broker_id is None:
+                    self._register()
+                if self.broker_id is not None:
+                    self._heartbeat_all()
+            except Exception:  # the link must outlive any one bad round
+                logger.exception("%s: controller round failed", self._broker_name)
+            self._stopping.wait(self._interval_s)
+
+    def _register(self) -> None:
+        request = RegisterBrokerRequest(self._cluster_name, self._broker_name, self._address)
+        try:
+            reply = self.client.call("register_broker", request, RegisterBrokerReply)
+        except ControllerUnavailableError as err:
+            logger.warning("%s: register_broker: %s", self._broker_name, err)
+            return
+        if reply.status != "OK":
+            logger.warning("%s: register_broker refused: %s", self._broker_name, reply.status)
+            return
+        self.broker_id = reply.broker_id
+        logger.info("%s: registered at %s as broker id %d", self._broker_name,
+                    self.client.leader, reply.broker_id)
+        self._registered.set()
+
+    def _heartbeat_all(self) -> None:
+        assert self.broker_id is not None
+        state = self._report()
+        request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
+                                  self._address, state.master_epoch, state.max_log_position,
+                                  state.confirm_log_position, topics=state.topics[:TOPICS_MAX])
+        # In parallel and without waiting, so one stopped controller (a full request timeout)
+        # does not delay the heartbeats the others need; at most one call per controller is
+        # in flight (a slow one is skipped until its call ends).
+        for address in self.client.addresses:
+            previous = self._in_flight.get(address)
+            if previous is not None and not previous.done():
+                continue
+            future = self._pool.submit(self.client.call_one, address, "broker_heartbeat",
+                                       request, HeartbeatReply)
+            self._in_flight[address] = future
+            future.add_done_callback(self._on_done)
+
+    def _on_done(self, future: concurrent.futures.Future[HeartbeatReply]) -> None:
+        if future.cancelled():
+            return
+        try:
+            reply = future.result()
+        except ControllerUnavailableError as err:
+            with self._lock:
+                self.heartbeats_failed += 1
+            logger.debug("%s: heartbeat: %s", self._broker_name, err)
+            return
+        with self._lock:
+            self._on_reply(reply)
+
+    def _on_reply(self, reply: HeartbeatReply) -> None:
+        if reply.status == "BROKER_NOT_REGISTERED":
+            self.broker_id = None
+            return
+        if reply.status != "OK":
+            return
+        self.heartbeats_ok += 1
+        change = reply.role
+        if change is None or change.broker_id != self.broker_id:
+            return
+        if self.role is None or _newer(change, self.role):
+            self.role = change
+            logger.info("%s: role %s (master %s, epoch %d, SyncStateSet %s epoch %d)",
+                        self._broker_name, change.role, change.master_address,
+                        change.master_epoch, list(change.sync_state_set),
+                        change.sync_state_set_epoch)
+            self._on_role(change)
+
+
+def _newer(change: RoleChange, current: RoleChange) -> bool:
+    """Epochs order role changes; within an epoch a newer SyncStateSet or a role learnt."""
+    key: Callable[[RoleChange], Any] = lambda c: (c.master_epoch, c.sync_state_set_epoch,
+                                                   c.role != "none")
+    return bool(key(change) > key(current))

@@ -1,0 +1,59 @@
+"""Controller-mode fence on the broker's replication hooks.
+
+Goal: while fenced (the controller names another master) a broker refuses puts and settles with
+NOT_MASTER naming that master, stores nothing, and a put that completed while the fence went
+up is not acknowledged (FLUSH_SLAVE_TIMEOUT); lifting the fence accepts writes again. Method: a
+real standalone store in a temporary directory behind `Replication`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ha.broker.config import BrokerConfig
+from ha.broker.metadata import ConsumerOffsets, TopicTable
+from ha.broker.replication import NotMasterError, Replication
+from storage_engine import MessageBatch, MessageStore, PutResult, PutStatus
+
+
+@pytest.fixture
+def replication(tmp_path: Path) -> Iterator[Replication]:
+    config = BrokerConfig.from_properties({"storePathRootDir": str(tmp_path / "store"),
+                                           "mappedFileSizeCommitLog": str(8 << 20),
+                                           "maxMessageSize": str(1 << 20)})
+    store = MessageStore(config.store_dir, config.store, auto_confirm=True)
+    try:
+        yield Replication(config, store, endpoint="h:1", topics=TopicTable(tmp_path / "c"),
+                          offsets=ConsumerOffsets(tmp_path / "c"))
+    finally:
+        store.close()
+
+
+def _batch() -> MessageBatch:
+    return MessageBatch(topic="t", bodies=[b"x"], queue_ids=[0])
+
+
+def test_a_fenced_broker_refuses_and_stores_nothing(replication: Replication) -> None:
+    first = replication.put(_batch())
+    assert first.status is PutStatus.PUT_OK
+    replication.fence("the controller names broker 2 at h:2 master (epoch 3)")
+    with pytest.raises(NotMasterError, match="h:2"):
+        replication.put(_batch())
+    with pytest.raises(NotMasterError, match="epoch 3"):
+        replication.settle(first.log_position_end)
+    replication.fence(None)
+    again = replication.put(_batch())
+    assert again.status is PutStatus.PUT_OK
+    assert again.queue_offsets[0] == first.queue_offsets[0] + 1  # nothing stored while fenced
+
+
+def test_a_put_completing_under_the_fence_is_not_acknowledged(
+        replication: Replication) -> None:
+    replication.fence("deposed")
+    completed = replication._fenced_after(PutResult(PutStatus.PUT_OK, 10))
+    assert completed.status is PutStatus.FLUSH_SLAVE_TIMEOUT and "deposed" in completed.error
+    refused = replication._fenced_after(PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 10))
+    assert refused.status is PutStatus.FLUSH_DISK_TIMEOUT
