@@ -10,16 +10,16 @@ Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once
 created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
 detached (own session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft
 group of controllers, started before the brokers (ha/cluster_controllers.py); `status` lists
-them with their role (leader/follower). With controllers, single-broker sets (R = 1) run in
-controller mode (enableControllerMode, controllerAddr): the controller names each set's master
-(`status --json`: replica_set, controller_role). Sets of R > 1 keep static roles (runtime
-role changes are not built yet).
+them with their role (leader/follower). With controllers, every broker runs in controller
+mode (enableControllerMode, controllerAddr): the controller names each set's master and
+changes it when the master dies (`status --json`: replica_set, role, controller_role).
 
 Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R brokers named
-`broker-x-<brokerId>`; brokerId 0 is the master (brokerRole SYNC_MASTER unless `--set
-brokerRole=ASYNC_MASTER`), the others are SLAVEs following the master's haListenPort.
-`totalReplicas` defaults to R; quorum keys (inSyncReplicas, minInSyncReplicas, ...) come from
-`--set` and apply to every member.
+`broker-x-<brokerId>`. Static roles (no controllers): brokerId 0 is the master (brokerRole
+SYNC_MASTER unless `--set brokerRole=ASYNC_MASTER`), the others are SLAVEs following the
+master's haListenPort. Controller mode: each broker has its own haListenPort, and roles come
+from the controller. `totalReplicas` defaults to R; quorum keys (inSyncReplicas,
+minInSyncReplicas, ...) come from `--set` and apply to every member.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
-
+from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
 
@@ -43,22 +42,6 @@ __all__ = ["main"]
 STARTUP_TIMEOUT_S = 30.0
 BROKERS_MAX = 26
 REPLICAS_MAX = 8
-
-
-
-
-def _broker_info(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
-    client = flight.FlightClient(f"grpc://{endpoint}")
-    try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
-        results = list(client.do_action(flight.Action("broker_info", b"{}"), options))
-        return json.loads(results[0].body.to_pybytes())
-    except (flight.FlightError, OSError, ValueError):
-        return None
-    finally:
-        client.close()
-
-
 
 
 class Cluster:
@@ -84,8 +67,11 @@ class Cluster:
         existing = {broker["name"] for broker in manifest["brokers"]}
         for index in range(broker_count):
             set_name = f"broker-{string.ascii_lowercase[index]}"
-            ha_port = free_port() if replicas > 1 else 0
+            shared_ha_port = free_port() if replicas > 1 else 0
             for broker_id in range(replicas):
+                # static roles: the master's port, known to its slaves; controller mode: any
+                # broker may become master, so each listens on its own
+                ha_port = free_port() if replicas > 1 and controller_addr else shared_ha_port
                 name = set_name if replicas == 1 else f"{set_name}-{broker_id}"
                 if name in existing:
                     continue
@@ -128,7 +114,7 @@ class Cluster:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
                 raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
-            if _broker_info(endpoint, timeout_s=1.0) is not None:
+            if broker_info(endpoint, timeout_s=1.0) is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
         raise SystemExit(f"rocketha-cluster: {broker['name']} did not answer on {endpoint} "
@@ -139,7 +125,7 @@ class Cluster:
         for broker in self.load()["brokers"]:
             pid = self.pid_of(broker)
             endpoint = f"127.0.0.1:{broker['port']}"
-            info = _broker_info(endpoint) if pid is not None else None
+            info = broker_info(endpoint) if pid is not None else None
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
                 "broker_id": broker.get("broker_id", 0),
@@ -168,11 +154,13 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
     if replicas > 1:
         settings["totalReplicas"] = str(replicas)
         settings["haListenPort"] = str(broker["ha_port"])
-    elif controller_addr:  # R > 1 stays static until HA roles change at runtime
+    if controller_addr:
         settings["enableControllerMode"] = "true"
         settings["controllerAddr"] = controller_addr
     settings.update(overrides)
-    if replicas > 1 and broker["broker_id"] != 0:
+    if controller_addr:
+        settings.setdefault("brokerRole", "SYNC_MASTER")  # the role itself comes at runtime
+    elif replicas > 1 and broker["broker_id"] != 0:
         settings["brokerRole"] = "SLAVE"
         settings["haMasterAddress"] = f"127.0.0.1:{broker['ha_port']}"
     elif replicas > 1:

@@ -27,6 +27,19 @@ SyncStateSet (master always in it):
 Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
 and the SSS members, for both master roles. ASYNC_MASTER never makes a put wait (its reads still
 stop at the confirm position, so a slave that may be elected later holds whatever was read).
+
+Controller mode (`accepted_sync_state_set` given): the set above is only this master's proposal
+(`local_sync_state_set`, sent to the controller by the shell); the controller elects from the set
+it accepted, so the two sets play different parts until they agree:
+
+    acks that count for a put      local members that the controller accepted (intersection):
+                                   an ack from a member the controller does not know yet could
+                                   make a put PUT_OK that an election then loses
+    confirm position               minimum over the master, the local members and the accepted
+                                   members (union): any accepted member may be elected; one
+                                   without a link holds the confirm position where it is until
+                                   the controller accepts a set without it (RocketMQ keeps the
+                                   old value too)
 """
 
 from __future__ import annotations
@@ -165,6 +178,7 @@ class MasterStats:
     need_ack_nums: int
     in_sync_replicas: int
     links: tuple[LinkStats, ...]
+    accepted_sync_state_set: tuple[int, ...] | None = None  # controller mode
 
 
 @dataclasses.dataclass(slots=True)
@@ -189,7 +203,7 @@ class MasterReplication:
 
     def __init__(self, settings: MasterSettings, *, broker_id: int, master_epoch: int,
                  endpoint: str, master_log_position: int, confirm_log_position: int,
-                 now_ms: int) -> None:
+                 now_ms: int, accepted_sync_state_set: tuple[int, ...] | None = None) -> None:
         self.settings = settings
         self.broker_id = broker_id
         self.master_epoch = master_epoch
@@ -201,6 +215,11 @@ class MasterReplication:
         self._confirm = confirm_log_position
         self._epoch_start = 0
         self._created_ms = now_ms
+        # Controller mode: the slaves of the SyncStateSet the controller accepted (None: static
+        # roles, the local set is authoritative).
+        self._accepted: frozenset[int] | None = None
+        if accepted_sync_state_set is not None:
+            self._accepted = frozenset(accepted_sync_state_set) - {broker_id}
 
     # -- links ------------------------------------------------------------------------------
     def link_opened(self, link_id: int, *, now_ms: int) -> list[MasterEffect]:
@@ -376,7 +395,7 @@ class MasterReplication:
         """needAckNums for a put about to be written, or why it is refused."""
         if self.settings.async_master:
             return PutPlan(1, 1)
-        return plan_put(self.settings.quorum, master_end, self._member_acks())
+        return plan_put(self.settings.quorum, master_end, self._counted_acks())
 
     def local_durable(self, log_position: int) -> list[MasterEffect]:
         """The master itself holds everything below `log_position` (written or fsynced)."""
@@ -386,7 +405,7 @@ class MasterReplication:
         return self._recompute_confirm()
 
     def put_progress(self, log_position: int, need: int) -> PutProgress:
-        acks = self._member_acks()
+        acks = self._counted_acks()
         if holders(log_position, self._master_position, acks) >= need:
             return PutProgress.DONE
         if 1 + len(acks) < need:
@@ -394,16 +413,26 @@ class MasterReplication:
         return PutProgress.WAITING
 
     # -- confirm and SSS --------------------------------------------------------------------
-    def _member_acks(self) -> list[int]:
-        acks = []
-        for broker_id in self._members:
-            link = self._links.get(self._by_broker.get(broker_id, -1))
-            assert link is not None and link.state is LinkState.TRANSFER, broker_id
-            acks.append(link.acked_log_position)
-        return acks
+    def _ack_of(self, broker_id: int) -> int | None:
+        """The acked position of a slave with a link in TRANSFER (None: no such link)."""
+        link = self._links.get(self._by_broker.get(broker_id, -1))
+        if link is None or link.state is not LinkState.TRANSFER:
+            return None
+        return link.acked_log_position
+
+    def _counted_acks(self) -> list[int]:
+        """Acks of the members whose ack counts towards a put's quorum."""
+        members = self._members if self._accepted is None else self._members & self._accepted
+        acks = [self._ack_of(broker_id) for broker_id in members]
+        assert None not in acks, members  # a member leaves the set when its link closes
+        return acks  # type: ignore[return-value]
 
     def _recompute_confirm(self) -> list[MasterEffect]:
-        confirm = confirm_position(self._master_position, self._member_acks(), self._confirm)
+        bound = self._members | (self._accepted or frozenset())
+        acks = [self._ack_of(broker_id) for broker_id in bound]
+        if None in acks:
+            return []  # an accepted member without a link: hold until the controller drops it
+        confirm = confirm_position(self._master_position, acks, self._confirm)  # type: ignore[arg-type]
         if confirm > self._confirm:
             self._confirm = confirm
             return [ConfirmTo(confirm)]
@@ -433,7 +462,21 @@ class MasterReplication:
 
     @property
     def sync_state_set(self) -> tuple[int, ...]:
+        """The local SyncStateSet (in controller mode: the set to propose), master first."""
         return (self.broker_id, *sorted(self._members))
+
+    @property
+    def accepted_sync_state_set(self) -> tuple[int, ...] | None:
+        """The set the controller accepted, master first (None: static roles)."""
+        if self._accepted is None:
+            return None
+        return (self.broker_id, *sorted(self._accepted))
+
+    def accept_sync_state_set(self, members: tuple[int, ...]) -> list[MasterEffect]:
+        """Controller mode: the controller now holds `members` as the SyncStateSet."""
+        assert self._accepted is not None, "static roles have no accepted set"
+        self._accepted = frozenset(members) - {self.broker_id}
+        return self._recompute_confirm()
 
     def stats(self) -> MasterStats:
         plan = self.plan_put(self._master_position)
@@ -443,4 +486,5 @@ class MasterReplication:
                                 and self._by_broker.get(link.broker_id) == link.link_id)
                       for link in self._links.values())
         return MasterStats(self.master_epoch, self._confirm, self._master_position,
-                           self.sync_state_set, plan.need, plan.in_sync, links)
+                           self.sync_state_set, plan.need, plan.in_sync, links,
+                           self.accepted_sync_state_set)

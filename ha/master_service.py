@@ -18,7 +18,11 @@ under SYNC_FLUSH) and waits on the condition for the quorum, up to syncFlushTime
 
 Start-up: the master opens a new term: its epoch is one above the last local epoch entry, which
 it appends at the log's end (a restarted master thus fences slaves of its previous term, and
-the Epoch-StartOffset rule reconciles them).
+the Epoch-StartOffset rule reconciles them). In controller mode the epoch is the controller's
+masterEpoch instead (appended unless the last entry already has it: a master restarted before
+the controller replaced it continues its term), and the SyncStateSet the controller accepted is
+passed in; `on_sync_state_set` hears every change of the local set (to propose it), and
+`accept_sync_state_set` applies the controller's answer.
 """
 
 from __future__ import annotations
@@ -87,18 +91,27 @@ class MasterService:
 
     def __init__(self, store: MessageStore, config: HAConfig, *, broker_id: int, endpoint: str,
                  metadata_source: Callable[[], bytes] | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", master_epoch: int | None = None,
+                 accepted_sync_state_set: tuple[int, ...] | None = None,
+                 on_sync_state_set: Callable[[tuple[int, ...]], None] | None = None,
+                 sync_master: bool | None = None) -> None:
         self._store = store
         self._config = config
         self._metadata_source = metadata_source
+        self._on_sync_state_set = on_sync_state_set
         self._metadata_payload = b""
         self._metadata_version = 0
         self._metadata_polled_ms = -(1 << 62)
         last = store.epochs.last
-        epoch = (last.epoch if last is not None else 0) + 1
-        store.epochs.append(epoch, store.end_log_position)
+        epoch = master_epoch if master_epoch is not None else (
+            (last.epoch if last is not None else 0) + 1)
+        assert last is None or last.epoch <= epoch, (last, epoch)
+        if last is None or last.epoch < epoch:
+            store.epochs.append(epoch, store.end_log_position)
+        self.sync = _is_sync(config) if sync_master is None else sync_master
         settings = MasterSettings(
-            quorum=quorum_settings(config), async_master=not _is_sync(config),
+            quorum=quorum_settings(config),
+            async_master=not self.sync,
             transfer_batch_bytes=config.transfer_batch_bytes,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             housekeeping_interval_ms=config.housekeeping_interval_ms,
@@ -108,7 +121,8 @@ class MasterService:
         self._core = MasterReplication(
             settings, broker_id=broker_id, master_epoch=epoch, endpoint=endpoint,
             master_log_position=store.end_log_position,
-            confirm_log_position=store.confirm_log_position, now_ms=_now_ms())
+            confirm_log_position=store.confirm_log_position, now_ms=_now_ms(),
+            accepted_sync_state_set=accepted_sync_state_set)
         self._cond = threading.Condition()
         self._links: dict[int, _LinkIO] = {}
         self._link_ids = itertools.count(1)
@@ -147,13 +161,24 @@ class MasterService:
                 if progress is PutProgress.UNREACHABLE:
                     return PutStatus.SLAVE_NOT_AVAILABLE
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._stopping.is_set():  # stopping: deposed or shut down
                     return PutStatus.FLUSH_SLAVE_TIMEOUT
                 self._cond.wait(remaining)
 
     def stats(self) -> MasterStats:
         with self._cond:
             return self._core.stats()
+
+    def sync_state_sets(self) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+        """(local set, accepted set): what to propose, and what the controller holds."""
+        with self._cond:
+            return self._core.sync_state_set, self._core.accepted_sync_state_set
+
+    def accept_sync_state_set(self, members: tuple[int, ...]) -> None:
+        """Controller mode: the controller accepted `members` as this set's SyncStateSet."""
+        with self._cond:
+            self._apply_locked(self._core.accept_sync_state_set(members))
+            self._cond.notify_all()
 
     # -- effects ----------------------------------------------------------------------------
     def _log(self) -> MasterLog:
@@ -175,6 +200,8 @@ class MasterService:
                     link.sock.shutdown()
             elif isinstance(effect, SyncStateSetChanged):
                 logger.info("SyncStateSet is now %s", list(effect.members))
+                if self._on_sync_state_set is not None:
+                    self._on_sync_state_set(effect.members)  # must not block: under the lock
             else:
                 later.append(effect)
         if effects:

@@ -209,13 +209,16 @@ class SlaveReplication:
     """One slave's link logic. Not thread-safe: the shell drives it from one thread."""
 
     def __init__(self, *, broker_id: int, heartbeat_interval_ms: int,
-                 housekeeping_interval_ms: int, fsync_before_ack: bool) -> None:
+                 housekeeping_interval_ms: int, fsync_before_ack: bool,
+                 master_epoch_min: int = 0) -> None:
+        """`master_epoch_min`: in controller mode, the epoch the controller named the master
+        in; a master of an older epoch (a deposed one still running) is refused."""
         self._broker_id = broker_id
         self._heartbeat_ms = heartbeat_interval_ms
         self._housekeeping_ms = housekeeping_interval_ms
         self._fsync = fsync_before_ack
         self.state = SlaveState.IDLE
-        self._master_epoch = 0
+        self._master_epoch = master_epoch_min
         self._master_endpoint = ""
         self._local: LocalLog | None = None
         self._end = 0

@@ -63,17 +63,28 @@ class SlaveService:
     """Follow the master at haMasterAddress into `store` (opened with auto_confirm=False)."""
 
     def __init__(self, store: MessageStore, config: HAConfig, *, broker_id: int,
-                 apply_metadata: Callable[[bytes], None] | None = None) -> None:
+                 apply_metadata: Callable[[bytes], None] | None = None,
+                 resolve_master: Callable[[], tuple[str, int] | None] | None = None,
+                 master_epoch_min: int = 0, master_endpoint: str = "") -> None:
+        """Static roles follow haMasterAddress; controller mode passes `resolve_master` (asked
+        before every connection attempt: the master's HA address, None while unknown) and the
+        epoch the controller named it in (`master_epoch_min`, older masters are refused)."""
         self._store = store
         self._config = config
         self._apply_metadata = apply_metadata
         fsync = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._core = SlaveReplication(
             broker_id=broker_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
-            housekeeping_interval_ms=config.housekeeping_interval_ms, fsync_before_ack=fsync)
-        host, _, port = config.master_address.rpartition(":")
-        self._master = (host, int(port))
-        self.master_endpoint = ""  # the master's client endpoint, once a handshake told us
+            housekeeping_interval_ms=config.housekeeping_interval_ms, fsync_before_ack=fsync,
+            master_epoch_min=master_epoch_min)
+        if resolve_master is None:
+            host, _, port = config.master_address.rpartition(":")
+            static = (host, int(port))
+            resolve_master = lambda: static  # noqa: E731
+        self._resolve_master = resolve_master
+        self._master = ("", 0)
+        # the master's client endpoint: from the controller, or once a handshake told us
+        self.master_endpoint = master_endpoint
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._sock: FrameSocket | None = None
@@ -102,12 +113,15 @@ class SlaveService:
         factor = 1
         while not self._stopping.is_set():
             reached_transfer = False
-            try:
-                raw = socket.create_connection(self._master, timeout=CONNECT_TIMEOUT_S)
-            except OSError as err:
-                logger.debug("cannot reach master %s:%d: %s", *self._master, err)
-            else:
-                reached_transfer = self._follow(raw)
+            master = self._resolve_master()
+            if master is not None:
+                self._master = master
+                try:
+                    raw = socket.create_connection(master, timeout=CONNECT_TIMEOUT_S)
+                except OSError as err:
+                    logger.debug("cannot reach master %s:%d: %s", *master, err)
+                else:
+                    reached_transfer = self._follow(raw)
             factor = 1 if reached_transfer else min(factor * 2, RECONNECT_BACKOFF_FACTOR_MAX)
             self._stopping.wait(base_s * factor)
 

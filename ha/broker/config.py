@@ -89,6 +89,12 @@ class BrokerConfig:
             raise ConfigError("controllerAddr", "required with enableControllerMode=true")
 
     @property
+    def runtime_roles(self) -> bool:
+        """Controller mode with replicas: the controller, not brokerRole, makes this broker
+        master or slave, and may change it while it runs (ha/broker/roles.py)."""
+        return self.enable_controller_mode and self.ha.replicated
+
+    @property
     def store_dir(self) -> Path:
         return Path(self.store_path_root_dir)
 

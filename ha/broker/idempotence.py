@@ -148,6 +148,12 @@ class IdempotentPuts:
         self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
         self.duplicates_dropped = 0
 
+    def replace_table(self, table: IdempotenceTable) -> None:
+        """Use a table rebuilt from the log (a promoted master: what it replicated as a slave
+        was never recorded, and a truncation may have removed what was)."""
+        with self._table_lock:
+            self.table = table
+
     def put(self, batch: pa.RecordBatch, store: Callable[[], PutReply],
             settle: Callable[[int], str] = lambda _end: "PUT_OK") -> PutReply:
         key = marker_of(batch)

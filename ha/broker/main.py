@@ -16,10 +16,11 @@ import sys
 import threading
 from types import FrameType
 
-from controller.api import ROLE_MASTER, ROLE_SLAVE, RoleChange, TopicInfo
+from controller.api import TopicInfo
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
+from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
 from storage_engine.tiered import TierService
@@ -75,12 +76,14 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    link = _start_controller_link(config, service)
+    link, roles = _start_controller_link(config, service, tier)
     try:
         _serve(service, tier)
     finally:
         if link is not None:
             link.stop()
+        if roles is not None:
+            roles.stop()
         if retention is not None:
             retention.stop()
         service.replication.close()
@@ -95,19 +98,20 @@ def _start_tier(config: BrokerConfig, store: MessageStore) -> TierService | None
         return None
     tier = TierService(store, config.store.tiered, broker_name=config.broker_name,
                        writer=f"{config.broker_name}-{config.broker_id}@{config.endpoint}",
-                       upload=config.ha.broker_role is not BrokerRole.SLAVE,
+                       upload=(config.ha.broker_role is not BrokerRole.SLAVE
+                               and not config.runtime_roles),  # roles.py starts it
                        epoch=lambda: getattr(store.epochs.last, "epoch", 0))
     tier.start()
     return tier
 
 
-def _start_controller_link(config: BrokerConfig, service: BrokerService
-                           ) -> ControllerLink | None:
-    """Controller mode: register and heartbeat; a broker the controller does not name master
-    is fenced (writes NOT_MASTER). Promotion/demotion of the HA roles at runtime is not built
-    yet: the HA role stays as started (brokerRole)."""
+def _start_controller_link(config: BrokerConfig, service: BrokerService,
+                           tier: TierService | None
+                           ) -> tuple[ControllerLink | None, RoleManager | None]:
+    """Controller mode: register and heartbeat; the roles the controller names are applied by
+    a RoleManager (ha/broker/roles.py): master, slave of another broker, or fenced."""
     if not config.enable_controller_mode:
-        return None
+        return None, None
     store = service.store
 
     def report() -> HeartbeatState:
@@ -122,25 +126,14 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
                               config.controller_redirects_max)
+    roles = RoleManager(service, client, tier).start()
     link = ControllerLink(client, cluster_name=config.broker_cluster_name,
                           broker_name=config.broker_name, broker_address=service.endpoint,
                           heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
-                          report=report, on_role=lambda change: _on_role(service, change))
-    service.controller_info = link.info
+                          report=report, on_role=roles.submit)
+    service.controller_info = lambda: {**link.info(), **roles.info()}
     link.start()
-    return link
-
-
-def _on_role(service: BrokerService, change: RoleChange) -> None:
-    if change.role == ROLE_MASTER:
-        service.replication.fence(None)
-        if service.replication.slave is not None:
-            logger.warning("controller names this SLAVE master (epoch %d): runtime promotion "
-                           "is not built; it stays a slave", change.master_epoch)
-    elif change.role == ROLE_SLAVE:
-        service.replication.fence(f"the controller names broker {change.master_broker_id} at "
-                                  f"{change.master_address} master (epoch "
-                                  f"{change.master_epoch})")
+    return link, roles
 
 
 def _serve(service: BrokerService, tier: TierService | None) -> None:

@@ -17,7 +17,19 @@ one-line call there):
 
 Metadata: a master serialises its topics and consumer-group offsets (JSON) and ships them when
 they change (at most every haMetadataSyncInterval); a slave replaces its own with them, so a
-slave promoted later (issue 5) has them.
+slave promoted later has them.
+
+Runtime roles (controller mode with replicas, `BrokerConfig.runtime_roles`): the broker starts
+with neither service and fenced; ha/broker/roles.py calls `become_master` / `become_slave` /
+`become_none` as the controller decides. Ordering that keeps the safety rules:
+- promotion: fence, stop following, cut a partial tail record, raise the confirm position to
+  the log's end (DESIGN §5.4), open the term at the controller's epoch, start the master
+  service; the caller lifts the fence only after the rest of the take-over (idempotence table);
+- demotion: fence first (no new put passes `check_writable`; a put already past it is answered
+  FLUSH_SLAVE_TIMEOUT by `_fenced_after`), then stop the master service (its waiting puts return
+  at once), then follow the new master, whose handshake truncates this log's fork.
+A put reads `self.master` after `check_writable`, so it never writes without the service that
+must replicate it.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ha.broker.config import BrokerConfig
@@ -34,11 +47,15 @@ from ha.master_service import MasterService
 from ha.slave_service import SlaveService
 from storage_engine import FlushDiskType, MessageBatch, MessageStore, PutResult, PutStatus
 
-__all__ = ["NotMasterError", "Replication"]
+__all__ = ["NotMasterError", "Replication", "RoleChangeError"]
 
 logger = logging.getLogger(__name__)
 
 METADATA_BYTES_MAX = 16 << 20
+
+
+class RoleChangeError(Exception):
+    """A role the controller asked for cannot be taken safely (the broker stays fenced)."""
 
 
 class NotMasterError(Exception):
@@ -56,9 +73,14 @@ class Replication:
         self._topics = topics
         self._offsets = offsets
         self._sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._endpoint = endpoint
         self.master: MasterService | None = None
         self.slave: SlaveService | None = None
         self._fenced: str | None = None  # controller mode: why this broker takes no writes
+        self._slave_epoch = -1  # runtime roles: the master epoch the slave service follows
+        if config.runtime_roles:
+            self._fenced = "waiting for the controller to name this replica set's master"
+            return
         if not self._ha.replicated:
             return
         if self._ha.broker_role.is_master:
@@ -74,10 +96,64 @@ class Replication:
         return self._ha.broker_role
 
     def close(self) -> None:
-        if self.master is not None:
-            self.master.close()
-        if self.slave is not None:
-            self.slave.close()
+        self._stop_master()
+        self._stop_slave()
+
+    def _stop_master(self) -> None:
+        master, self.master = self.master, None
+        if master is not None:
+            master.close()
+
+    def _stop_slave(self) -> None:
+        slave, self.slave = self.slave, None
+        self._slave_epoch = -1
+        if slave is not None:
+            slave.close()
+
+    # -- runtime roles (controller mode) -----------------------------------------------------
+    def become_master(self, *, broker_id: int, master_epoch: int,
+                      sync_state_set: tuple[int, ...],
+                      on_sync_state_set: Callable[[tuple[int, ...]], None]) -> MasterService:
+        """Take over as master of `master_epoch` (fenced until the caller lifts it)."""
+        assert self._config.runtime_roles
+        self.fence(f"taking over as master (epoch {master_epoch})")
+        self._stop_slave()
+        self._stop_master()  # a newer epoch for a master: a new term
+        store = self._store
+        store.truncate_incomplete_tail()  # a replica's log may end inside a record
+        store.set_confirm_log_position(store.end_log_position)
+        last = store.epochs.last
+        if last is not None and last.epoch > master_epoch:
+            raise RoleChangeError(f"the local epoch file ends at epoch {last.epoch}, newer than "
+                                  f"the controller's master epoch {master_epoch}")
+        self.master = MasterService(
+            store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
+            metadata_source=self._metadata, host=self._config.broker_ip,
+            master_epoch=master_epoch, accepted_sync_state_set=sync_state_set,
+            on_sync_state_set=on_sync_state_set,
+            sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER).start()
+        return self.master
+
+    def become_slave(self, *, broker_id: int, master_epoch: int, master_endpoint: str,
+                     resolve_master: Callable[[], tuple[str, int] | None]) -> None:
+        """Follow the master the controller named in `master_epoch` (fenced from now on)."""
+        assert self._config.runtime_roles
+        self.fence(f"the controller names {master_endpoint} master (epoch {master_epoch})")
+        self._stop_master()
+        if self.slave is not None and self._slave_epoch == master_epoch:
+            return
+        self._stop_slave()
+        self.slave = SlaveService(self._store, self._ha, broker_id=broker_id,
+                                  apply_metadata=self._apply_metadata,
+                                  resolve_master=resolve_master, master_epoch_min=master_epoch,
+                                  master_endpoint=master_endpoint).start()
+        self._slave_epoch = master_epoch
+
+    def become_none(self, reason: str) -> None:
+        """The set has no master (or this broker is not in it): take no writes; a slave keeps
+        trying its last master, a master stops serving its term."""
+        self.fence(reason)
+        self._stop_master()
 
     # -- roles ------------------------------------------------------------------------------
     def _master_hint(self) -> str:
@@ -102,16 +178,20 @@ class Replication:
                                  f"is a SLAVE; the master is {self._master_hint()}")
 
     def check_readable(self) -> None:
-        if self.slave is not None and not self._ha.slave_read_enable:
+        not_master = self.slave is not None or (self._config.runtime_roles
+                                                and self.master is None)
+        if not_master and not self._ha.slave_read_enable:
             raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
                                  f"is a SLAVE with slaveReadEnable=false; read from the master "
                                  f"{self._master_hint()}")
 
     # -- puts -------------------------------------------------------------------------------
     def put(self, batch: MessageBatch) -> PutResult:
-        master = self.master
         self.check_writable()
+        master = self.master  # read after the fence check: see the module docstring
         if master is None:
+            if self._config.runtime_roles:
+                raise NotMasterError(f"broker {self._config.broker_name} is changing role")
             return self._fenced_after(self._store.put_messages(batch))
         plan = master.plan_put()
         if plan.refused:
@@ -148,6 +228,8 @@ class Replication:
             return PutStatus.FLUSH_DISK_TIMEOUT.name
         master = self.master
         if master is None:
+            if self._config.runtime_roles:
+                raise NotMasterError(f"broker {self._config.broker_name} is changing role")
             return self._fenced_after(PutResult(PutStatus.PUT_OK)).status.name
         plan = master.plan_put()
         if plan.refused:
@@ -157,10 +239,12 @@ class Replication:
 
     def annotate_reply(self, encoded: bytes) -> bytes:
         """Add `"replication": role` to a put reply's JSON on a replicated master."""
-        if self.master is None:
+        master = self.master
+        if master is None:
             return encoded
         assert encoded.endswith(b"}"), encoded[-20:]
-        return encoded[:-1] + b', "replication": "' + self.role.value.encode() + b'"}'
+        role = BrokerRole.SYNC_MASTER if master.sync else BrokerRole.ASYNC_MASTER
+        return encoded[:-1] + b', "replication": "' + role.value.encode() + b'"}'
 
     # -- metadata ---------------------------------------------------------------------------
     def _metadata(self) -> bytes:
@@ -183,21 +267,27 @@ class Replication:
     def info(self) -> dict[str, Any]:
         """The replication fields of `broker info`: `role` is MASTER or SLAVE (as the controller
         will report it), `broker_role` the configured brokerRole."""
-        if self.master is not None:
-            stats = self.master.stats()
+        master = self.master
+        if master is not None:
+            stats = master.stats()
             return {
-                "role": "MASTER", "broker_role": self.role.value,
+                "role": "MASTER",
+                "broker_role": (BrokerRole.SYNC_MASTER if master.sync
+                                else BrokerRole.ASYNC_MASTER).value,
                 "master_epoch": stats.master_epoch,
                 "sync_state_set": list(stats.sync_state_set),
+                "accepted_sync_state_set": (None if stats.accepted_sync_state_set is None
+                                            else list(stats.accepted_sync_state_set)),
                 "need_ack_nums": stats.need_ack_nums, "in_sync_replicas": stats.in_sync_replicas,
-                "ha_listen_port": self.master.listen_port,
+                "ha_listen_port": master.listen_port,
                 "slaves": [{"broker_id": link.broker_id, "state": link.state,
                             "acked_log_position": link.acked_log_position,
                             "in_sync_state_set": link.in_sync_state_set}
                            for link in stats.links],
             }
-        if self.slave is not None:
-            slave_stats = self.slave.stats()
+        slave = self.slave
+        if slave is not None:
+            slave_stats = slave.stats()
             return {
                 "role": "SLAVE", "broker_role": "SLAVE",
                 "master_epoch": slave_stats.master_epoch,
@@ -208,5 +298,5 @@ class Replication:
                 "slave_read_enable": self._ha.slave_read_enable,
             }
         last = self._store.epochs.last
-        return {"role": "MASTER", "broker_role": self.role.value,
-                "master_epoch": last.epoch if last else 0}
+        return {"role": "NONE" if self._config.runtime_roles else "MASTER",
+                "broker_role": self.role.value, "master_epoch": last.epoch if last else 0}

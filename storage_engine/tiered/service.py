@@ -9,6 +9,9 @@
              delete their objects); every tieredManifestRefreshIntervalMs reload the manifest
              (a replica that does not upload sees what the master tiered)
     stop()   abort uploads in progress (nothing partial is listed), join the threads
+    set_uploading(on)  a role change (controller mode): a promoted master starts an uploader
+             (it resumes from the manifest and cleans up leftovers, as after a crash); a
+             deposed one stops its own (aborting what it had in flight)
 
 Nothing here runs on the store's write or read threads except the cold read itself; an object
 store that is down shows up in `stats()` (last_error, failure counters) and the logs.
@@ -51,9 +54,8 @@ class TierService:
                                        versions_kept=config.manifest_versions_kept,
                                        segments_max=config.manifest_segments_max)
         self.reader = TierReader(self.file_io, self.manifests, config, clock_ms=self._clock_ms)
-        self.uploader = Uploader(store, self.file_io, self.manifests, config, writer=writer,
-                                 epoch=self._epoch, clock_ms=self._clock_ms,
-                                 on_commit=self.reader.use) if upload else None
+        self._writer = writer
+        self.uploader = self._new_uploader() if upload else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -80,10 +82,31 @@ class TierService:
         logger.info("tiered storage on: %s (%s)", self.url,
                     "uploading" if self.uploader else "reading only")
 
+    def _new_uploader(self) -> Uploader:
+        return Uploader(self.store, self.file_io, self.manifests, self.config,
+                        writer=self._writer, epoch=self._epoch, clock_ms=self._clock_ms,
+                        on_commit=self.reader.use)
+
+    def set_uploading(self, upload: bool) -> None:
+        """Start or stop this broker's uploader (its role changed); idempotent."""
+        with self._lock:
+            current = self.uploader
+            if upload == (current is not None) or self._stop.is_set():
+                return
+            self.uploader = started = self._new_uploader() if upload else None
+        if started is not None:
+            started.start()
+        else:
+            assert current is not None
+            current.stop()
+        logger.info("tiered storage: %s", "uploading" if upload else "reading only")
+
     def stop(self) -> None:
         self._stop.set()
-        if self.uploader is not None:
-            self.uploader.stop()
+        with self._lock:
+            uploader = self.uploader
+        if uploader is not None:
+            uploader.stop()
         if self._thread is not None:
             self._thread.join()
         self.store.attach_tier(None)
@@ -119,6 +142,8 @@ class TierService:
         the manifest (readers stop asking for them), then their objects."""
         cutoff_ms = now_ms - self.config.file_reserved_time_hours * 3_600_000
         expired: list[SegmentEntry] = []
+        uploader = self.uploader  # a role change may stop it meanwhile
+        writer = uploader.writer if uploader is not None else self._writer
 
         def drop(manifest: Manifest) -> Manifest:
             expired.clear()
@@ -128,7 +153,6 @@ class TierService:
                 expired.append(segment)
             if not expired:
                 return manifest
-            writer = self.uploader.writer if self.uploader else ""
             return manifest.without_segments([s.base_log_position for s in expired],
                                              epoch=self._epoch(), writer=writer, now_ms=now_ms)
 
@@ -156,7 +180,8 @@ class TierService:
         """Everything an operator needs: where, how far, what failed last."""
         with self._lock:
             counters, last_error = dict(self._counters), self._last_error
-        upload = self.uploader.stats() if self.uploader is not None else {"state": "off"}
+        uploader = self.uploader
+        upload = uploader.stats() if uploader is not None else {"state": "off"}
         reader = self.reader.stats()
         errors = [e for e in (upload.get("last_error"), reader.pop("read_last_error"),
                               last_error) if e]

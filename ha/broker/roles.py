@@ -1,0 +1,258 @@
+"""Controller mode: turn the controller's RoleChanges into this broker's role, at runtime.
+
+    ControllerLink ──RoleChange (newer epoch / SyncStateSet)──> RoleManager.submit (never blocks)
+                                                                   │ latest one wins
+    thread role-change:                                            ▼
+        master, epoch E     become_master: fence, stop following, cut a partial tail, confirm
+                            := log end, epoch entry E, master service with the controller's
+                            SyncStateSet; rebuild the idempotence table from the log; start
+                            the tier uploader; lift the fence (writes accepted)
+        master, same E      adopt a newer accepted SyncStateSet
+        slave of X, E       fence; stop the master service and the uploader; follow X (its
+                            haListenPort from X's broker_info, only once X says it is master
+                            of E or newer); X's handshake truncates this log's fork
+        none                fence; stop a master service (a slave keeps trying its master)
+
+    thread sss-report (while master): when the local SyncStateSet differs from the accepted one,
+        alter_sync_state_set(master id, E, local set, syncStateSetEpoch) at the controller
+        leader; OK -> the master uses the accepted set; a fenced or refused answer -> refresh
+        with get_replica_info (adopt the controller's set when it still names us master of E),
+        then try again after SSS_RETRY_INTERVAL_MS.
+
+Single-broker sets (no replication) only fence and unfence, as before. The controller being
+down never changes a role: the last one stays (DESIGN §5.6).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from controller.api import (
+    ROLE_MASTER,
+    ROLE_SLAVE,
+    AlterSyncStateSetReply,
+    AlterSyncStateSetRequest,
+    GetReplicaInfoRequest,
+    ReplicaInfoReply,
+    RoleChange,
+)
+from ha.broker.controller_link import ControllerClient, ControllerUnavailableError
+from ha.broker.idempotence import IdempotenceConfig, rebuild_table
+from ha.broker.peer import broker_info
+from ha.broker.service import BrokerService
+from ha.master_service import MasterService
+from storage_engine.tiered import TierService
+
+__all__ = ["RoleManager"]
+
+logger = logging.getLogger("rocketha.broker.roles")
+
+SSS_RETRY_INTERVAL_MS = 200  # pause after a refused or failed SyncStateSet proposal
+SSS_POLL_INTERVAL_MS = 1000  # a proposal is also re-checked this often without a change
+MASTER_INFO_TIMEOUT_S = 1.0  # one broker_info call to the named master
+
+
+class RoleManager:
+    """Applies role changes on its own thread, so heartbeats never wait for a take-over."""
+
+    def __init__(self, service: BrokerService, client: ControllerClient,
+                 tier: TierService | None) -> None:
+        self._service = service
+        self._replication = service.replication
+        self._config = service.config
+        self._client = client
+        self._tier = tier
+        self._lock = threading.Condition()
+        self._pending: RoleChange | None = None
+        self._current: RoleChange | None = None  # the last one applied
+        self._master: MasterService | None = None  # the master service of this term
+        self._sss_epoch = 0
+        self._sss_wake = threading.Event()
+        self._stopping = threading.Event()
+        self.role_changes = 0
+        self.last_error = ""
+        self._threads = [threading.Thread(target=self._role_loop, name="role-change",
+                                          daemon=True)]
+        if self._config.runtime_roles:
+            self._threads.append(threading.Thread(target=self._sss_loop, name="sss-report",
+                                                  daemon=True))
+
+    def start(self) -> RoleManager:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._sss_wake.set()
+        with self._lock:
+            self._lock.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=15)
+
+    def submit(self, change: RoleChange) -> None:
+        """The link learned a newer role (called on its threads; returns at once)."""
+        with self._lock:
+            self._pending = change
+            self._lock.notify_all()
+
+    def info(self) -> dict[str, object]:
+        current = self._current
+        return {"applied_role": current.role if current else None,
+                "applied_master_epoch": current.master_epoch if current else None,
+                "sync_state_set_epoch": self._sss_epoch, "role_changes": self.role_changes,
+                "last_error": self.last_error}
+
+    # -- role changes -----------------------------------------------------------------------
+    def _role_loop(self) -> None:
+        while not self._stopping.is_set():
+            with self._lock:
+                while self._pending is None and not self._stopping.is_set():
+                    self._lock.wait(1.0)
+                change, self._pending = self._pending, None
+            if change is None:
+                continue
+            try:
+                self._apply(change)
+            except Exception as err:  # the broker stays fenced; the next change tries again
+                self.last_error = f"{type(err).__name__}: {err}"
+                logger.exception("role change to %s (epoch %d) failed", change.role,
+                                 change.master_epoch)
+
+    def _apply(self, change: RoleChange) -> None:
+        replication = self._replication
+        if not self._config.runtime_roles:  # one broker per set: nothing replicates
+            if change.role == ROLE_MASTER:
+                replication.fence(None)
+            else:
+                replication.fence(_not_master_reason(change))
+            self._current = change
+            return
+        current = self._current
+        same_term = (current is not None and current.role == change.role
+                     and current.master_epoch == change.master_epoch)
+        if change.role == ROLE_MASTER and same_term and self._master is not None:
+            self._adopt(change.sync_state_set, change.sync_state_set_epoch)
+        elif change.role == ROLE_MASTER:
+            self._take_over(change)
+        elif change.role == ROLE_SLAVE and change.master_address:
+            self._follow(change)
+        else:
+            self._master = None
+            if self._tier is not None:
+                self._tier.set_uploading(False)
+            replication.become_none(_not_master_reason(change))
+        self._current = change
+        self.role_changes += 1
+
+    def _take_over(self, change: RoleChange) -> None:
+        started = time.monotonic()
+        self._master = None
+        master = self._replication.become_master(
+            broker_id=change.broker_id, master_epoch=change.master_epoch,
+            sync_state_set=change.sync_state_set,
+            on_sync_state_set=lambda _members: self._sss_wake.set())
+        service, config = self._service, self._config
+        service.idempotence.replace_table(rebuild_table(service.store, IdempotenceConfig(
+            producers_max=config.idempotence_producers_max,
+            window_messages=config.idempotence_rebuild_messages,
+            window_ms=config.idempotence_rebuild_window_ms), now_ms=int(time.time() * 1000)))
+        if self._tier is not None:
+            self._tier.set_uploading(True)
+        self._sss_epoch = change.sync_state_set_epoch
+        self._master = master
+        self._replication.fence(None)
+        self._sss_wake.set()
+        logger.info("%s: master of epoch %d after a %.0f ms take-over (log end %d)",
+                    config.broker_name, change.master_epoch,
+                    (time.monotonic() - started) * 1000, service.store.end_log_position)
+
+    def _follow(self, change: RoleChange) -> None:
+        self._master = None
+        if self._tier is not None:
+            self._tier.set_uploading(False)
+        endpoint = change.master_address
+        assert endpoint is not None
+        epoch = change.master_epoch
+        host = endpoint.rpartition(":")[0]
+
+        def resolve() -> tuple[str, int] | None:
+            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S)
+            if (info is None or info.get("role") != "MASTER"
+                    or int(info.get("master_epoch", -1)) < epoch
+                    or not isinstance(info.get("ha_listen_port"), int)):
+                return None
+            return host, int(info["ha_listen_port"])
+
+        self._replication.become_slave(broker_id=change.broker_id, master_epoch=epoch,
+                                       master_endpoint=endpoint, resolve_master=resolve)
+
+    def _adopt(self, members: tuple[int, ...], sss_epoch: int) -> None:
+        """The controller holds `members` at `sss_epoch`: use it if newer than what we have."""
+        master = self._master
+        if master is None or sss_epoch <= self._sss_epoch:
+            return
+        self._sss_epoch = sss_epoch
+        master.accept_sync_state_set(members)
+        logger.info("SyncStateSet %s accepted (epoch %d)", list(members), sss_epoch)
+
+    # -- SyncStateSet reports ---------------------------------------------------------------
+    def _sss_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._sss_wake.wait(SSS_POLL_INTERVAL_MS / 1000.0)
+            self._sss_wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                if not self._report_once():
+                    self._stopping.wait(SSS_RETRY_INTERVAL_MS / 1000.0)
+                    self._sss_wake.set()
+            except Exception:  # the next round tries again
+                logger.exception("SyncStateSet report failed")
+                self._stopping.wait(SSS_RETRY_INTERVAL_MS / 1000.0)
+
+    def _report_once(self) -> bool:
+        """Propose the local set when it differs; True when nothing is left to do."""
+        master, current = self._master, self._current
+        if master is None or current is None:
+            return True
+        local, accepted = master.sync_state_sets()
+        if accepted is None or set(local) == set(accepted):
+            return True
+        request = AlterSyncStateSetRequest(self._config.broker_name, current.broker_id,
+                                           current.master_epoch, local, self._sss_epoch)
+        try:
+            reply = self._client.call("alter_sync_state_set", request, AlterSyncStateSetReply)
+        except ControllerUnavailableError as err:
+            logger.warning("SyncStateSet %s not reported: %s", list(local), err)
+            return False
+        if reply.status == "OK":
+            if self._master is master:
+                self._adopt(reply.sync_state_set, reply.sync_state_set_epoch)
+            return True
+        logger.info("SyncStateSet %s refused (%s): refreshing", list(local), reply.status)
+        self._refresh(master, current)
+        return False
+
+    def _refresh(self, master: MasterService, current: RoleChange) -> None:
+        try:
+            reply = self._client.call("get_replica_info",
+                                      GetReplicaInfoRequest(self._config.broker_name),
+                                      ReplicaInfoReply)
+        except ControllerUnavailableError:
+            return
+        replica = reply.replica
+        if (reply.status == "OK" and replica is not None and self._master is master
+                and replica.master_epoch == current.master_epoch
+                and replica.master_broker_id == current.broker_id):
+            self._adopt(replica.sync_state_set, replica.sync_state_set_epoch)
+
+
+def _not_master_reason(change: RoleChange) -> str:
+    if change.role == ROLE_SLAVE:
+        return (f"the controller names broker {change.master_broker_id} at "
+                f"{change.master_address} master (epoch {change.master_epoch})")
+    return f"replica set {change.broker_name} has no master (epoch {change.master_epoch})"
+
