@@ -1,6 +1,6 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
-    rocketha-cluster up --dir DIR [--brokers N] [--replicas R] [--controllers C]
+    rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
                         [--set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up")
     up.add_argument("--dir", required=True, type=Path)
-    up.add_argument("--brokers", type=int, default=1, help="replica sets")
+    up.add_argument("--brokers", "--replica-sets", dest="brokers", type=int, default=1,
+                    help="replica sets (broker-a, broker-b, ...)")
     up.add_argument("--replicas", type=int, default=1, help="brokers per replica set")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     status = commands.add_parser("status")
