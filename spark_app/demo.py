@@ -1,27 +1,40 @@
-"""The demo (`python3 build.py demo`): a replica set, an order stream, Spark ingest, tiering.
+"""The demo (`python3 build.py demo`): a controller-mode replica set, an order stream, Spark
+ingest, a master SIGKILL with automatic failover, tiering.
 
 What it runs, all on 127.0.0.1 with data under one directory (default `./demo-data`):
 
-1. `rocketha-cluster up --replicas 3`: one replica set (brokerId 0 SYNC_MASTER, two SLAVEs),
-   quorum inSyncReplicas=2 with adaptive degradation down to 1, slaves serving reads, 256 KiB
-   CommitLog segments (small, so a short demo seals several) tiered to `<dir>/tier` (file://, shared by the set).
+1. `rocketha-cluster up --controllers 1 --replica-sets 1 --replicas 3`: one controller and one
+   replica set of three brokers in controller mode (the controller names the master), quorum
+   inSyncReplicas=2 with adaptive degradation down to 1, slaves serving reads, 256 KiB
+   CommitLog segments (small, so a short demo seals several) tiered to `<dir>/tier` (file://,
+   shared by the set).
 2. `ingest_to_table` under real `spark-submit` streams the `orders` topic into a Delta table
-   (deltalake engine: Maven is unreachable here) while orders are produced.
-3. Orders (keyed by customer, tagged by kind) go in through the client library; half way the
-   master is SIGKILLed. Roles are static until the controller drives brokers (controller
-   mode, issue 5), so the master is restarted, not replaced: `failover_s` is the producer's
-   view, SIGKILL to the first PUT_OK afterwards.
-4. It waits for sealed segments to reach the tier, for the ingest to catch up and stop, then
-   reruns the ingest from its checkpoint (`available-now`) to show a restart adds nothing.
+   (deltalake engine: Maven is unreachable here), with its routes from the controller.
+3. Orders (keyed by customer, tagged by kind) go in through a controller-configured, idempotent
+   producer: each batch's last row carries its sequence marker, so a batch the dead master
+   had replicated but not acknowledged is not stored twice when it is sent again. Half way,
+   once the ingest has committed rows, the master is SIGKILLed with batches in flight and is
+   not restarted: the controller elects a slave of the SyncStateSet and the producer follows.
+   `failover_s` is the producer's view: SIGKILL to the first PUT_OK from the new master.
+   Three quarters in, the old broker is started again; it must rejoin as a SLAVE of the new
+   master (its fork truncated by the handshake) and catch up.
+4. The new master now runs the tier uploader: it waits until every sealed segment is in the
+   tier (upload lag 0), which must hold segments of the new master's epoch, for the ingest to
+   catch up and stop, then reruns the ingest from its checkpoint (`available-now`) to show a
+   restart adds nothing.
 
 The last line printed is one JSON object: `produced_acked`, `table_rows`,
-`table_distinct_orders`, `failover_s`, `tiered_segments`, `rerun_rows`, ... Exit status 0 only
-when every acknowledged order is in the table exactly once.
+`table_distinct_orders`, `failover_s`, `tiered_segments`, `master_before`, `master_after`,
+`old_master_rejoined_as`, `rerun_rows`, ... Exit status 0 only when every order was
+acknowledged and is in the table exactly once (after the rerun too), the old master rejoined
+as a SLAVE in sync, and the tier grew under the new master; each failed check is printed
+before the JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -29,14 +42,22 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from connector import Admin, ClientConfig, Producer
+from connector.protocol import (
+    IDEMPOTENCE_PROPERTY,
+    PutIdempotence,
+    RetriableError,
+    RocketHAError,
+)
 
 __all__ = ["main"]
 
@@ -44,6 +65,8 @@ KINDS = ("created", "paid", "shipped", "cancelled")
 CUSTOMERS = 500
 QUEUES = 4
 TOPIC = "orders"
+REPLICA_SET = "broker-a"
+REPLICAS = 3
 BODY_SCHEMA = "order BIGINT, customer STRING, kind STRING, amount_cents BIGINT"
 ROOT = Path(__file__).resolve().parents[1]
 INGEST_SCRIPT = ROOT / "spark_app" / "ingest_to_table.py"
@@ -55,124 +78,73 @@ CLUSTER_SETTINGS = (
 )
 INGEST_IDLE_S = 20.0  # default --ingest-idle-s: the ingest stops once caught up this long
 INGEST_TIMEOUT_S = 600.0  # and in any case after this long
+INGEST_START_WAIT_S = 300.0  # spark-submit until its first commit (a loaded 2-core machine)
+ROLES_WAIT_S = 60.0  # controller-named roles, a new master, a rejoined slave in sync
 TIER_WAIT_S = 60.0
+SEND_DEADLINE_MS = 60_000  # one send_batch call, retries included
+SEND_CALLS_MAX = 3  # send_batch calls per batch (same rows, same marker)
+PROBE_TIMEOUT_MS = 1_000
+KILL_DELAY_S = 0.1  # after the producer resumes, so the SIGKILL lands amid its batches
+POLL_S = 0.1
+
+T = TypeVar("T")
+
+
+# -- the cluster, seen from outside --------------------------------------------------------------
+def child_env() -> dict[str, str]:
+    """The environment of every process the demo starts: this tree first on PYTHONPATH, so
+    the cluster, spark-submit and its Python workers run the same code as the demo."""
+    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
 
 
 def cluster(*args: str) -> str:
     result = subprocess.run([sys.executable, "-m", "ha.cluster", *args], capture_output=True,
-                            text=True, timeout=180)
+                            text=True, timeout=180, cwd=ROOT, env=child_env())
     if result.returncode != 0:
         raise SystemExit(f"rocketha-cluster {' '.join(args)} failed: {result.stderr}")
     return result.stdout
 
 
-def brokers(directory: Path) -> list[dict[str, Any]]:
-    status = json.loads(cluster("status", "--dir", str(directory), "--json"))
-    return sorted((p for p in status["processes"] if p.get("kind") == "broker"),
-                  key=lambda p: p["broker_id"])
+def processes(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(brokers by brokerId, controllers) from `rocketha-cluster status --json`."""
+    status = json.loads(cluster("status", "--dir", str(directory), "--json"))["processes"]
+    brokers = sorted((p for p in status if p.get("kind") == "broker"),
+                     key=lambda p: p["broker_id"])
+    return brokers, [p for p in status if p.get("kind") == "controller"]
 
 
-def order_batch(rng: random.Random, first: int, count: int) -> list[dict[str, object]]:
-    rows = []
-    for seq in range(first, first + count):
-        customer = f"customer-{rng.randrange(CUSTOMERS)}"
-        kind = rng.choice(KINDS)
-        body = json.dumps({"order": seq, "customer": customer, "kind": kind,
-                           "amount_cents": rng.randrange(100, 100_000)}).encode()
-        rows.append({"body": body, "key": customer, "tags": kind})
-    return rows
-
-
-def spark_submit(directory: Path, endpoints: list[str], trigger: str, log_name: str,
-                 idle_s: float = INGEST_IDLE_S) -> subprocess.Popen[bytes]:
-    """ingest_to_table under spark-submit, output in <dir>/logs/<log_name>."""
-    venv_bin = Path(sys.executable).parent
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
-    argv = [str(venv_bin / "spark-submit"), "--master", "local[2,4]",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-            str(INGEST_SCRIPT), "--brokers", ",".join(endpoints), "--topics", TOPIC,
-            "--table", str(directory / "orders_table"),
-            "--checkpoint", str(directory / "checkpoints" / "orders_table"),
-            "--trigger", trigger, "--body-json-schema", BODY_SCHEMA,
-            "--option", "readFromReplicas=true",
-            "--idle-timeout-s", str(idle_s), "--timeout-s", str(INGEST_TIMEOUT_S)]
-    log_path = directory / "logs" / log_name
-    print(f"spark-submit ingest_to_table ({trigger}), log in {log_path}", flush=True)
-    with log_path.open("wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-
-
-def kill_master_and_restart(directory: Path, master: dict[str, Any]) -> float:
-    """SIGKILL the master; start it again (static roles). Returns the monotonic kill time."""
-    pid = int(master["pid"])
-    os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
-    print(f"SIGKILL master {master['name']} (pid {pid}) mid-stream", flush=True)
-    deadline = killed + 10
-    while time.monotonic() < deadline:  # the kernel frees its lock and ports once it is gone
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.02)
-    cluster("up", "--dir", str(directory))
-    return killed
-
-
-def produce(directory: Path, master: dict[str, Any], orders: int, batch: int
-            ) -> tuple[int, float]:
-    """All orders through the master, SIGKILL + restart half way; (acked, failover seconds)."""
-    config = ClientConfig(brokers=(master["endpoint"],), send_deadline_ms=60_000)
-    rng = random.Random(7)
-    acked, killed_at, failover_s = 0, None, 0.0
-    with Producer(config) as producer:
-        for first in range(0, orders, batch):
-            if killed_at is None and first >= orders // 2:
-                killed_at = kill_master_and_restart(directory, master)
-            results = producer.send_batch(TOPIC, order_batch(rng, first,
-                                                             min(batch, orders - first)))
-            acked += sum(result.ok for result in results)
-            if killed_at is not None and not failover_s and any(r.ok for r in results):
-                failover_s = time.monotonic() - killed_at
-                print(f"first PUT_OK {failover_s:.2f}s after the SIGKILL", flush=True)
-    return acked, failover_s
-
-
-def tier_stats(master: dict[str, Any]) -> dict[str, Any]:
-    return Admin(ClientConfig(brokers=(master["endpoint"],))).broker_info().get("tiered", {})
-
-
-def wait_for_tier(master: dict[str, Any], deadline_s: float) -> dict[str, Any]:
-    """Broker tier stats once segments are listed and no sealed one waits (upload lag 0), or
-    at the deadline."""
-    deadline = time.monotonic() + deadline_s
-
-    def caught_up(stats: dict[str, Any]) -> bool:
-        pending = stats.get("upload", {}).get("pending_segments", 1)
-        return stats.get("tier_segments", 0) >= 1 and pending == 0
-
-    stats = tier_stats(master)
-    while not caught_up(stats) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        stats = tier_stats(master)
-    return stats
-
-
-def table_counts(table: Path) -> tuple[int, int]:
-    """(rows, distinct orders) of the Delta table, read with deltalake."""
-    if not (table / "_delta_log").exists():
-        return 0, 0
-    orders = DeltaTable(str(table)).to_pyarrow_table(columns=["order"]).column("order")
-    return len(orders), len(pc.unique(orders))
-
-
-def wait_ingest(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+def probe(endpoint: str) -> dict[str, Any] | None:
+    """One quick broker_info call; None when the broker does not answer."""
+    config = ClientConfig(brokers=(endpoint,), request_timeout_ms=PROBE_TIMEOUT_MS,
+                          send_deadline_ms=PROBE_TIMEOUT_MS, retries_max=0)
     try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        return process.wait(timeout=30)
+        return Admin(config).broker_info()
+    except RocketHAError:
+        return None
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout_s: float) -> T:
+    """Poll `check()` until it returns something truthy; SystemExit naming `what` if not."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise SystemExit(f"demo: no {what} within {timeout_s:.0f}s")
+        time.sleep(POLL_S)
+
+
+def full_set_master(brokers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The broker_info of the master once the controller named one, the others follow it and
+    it counts all of them in its SyncStateSet; else None."""
+    infos = [probe(broker["endpoint"]) for broker in brokers]
+    masters = [info for info in infos if info and info.get("role") == "MASTER"]
+    slaves = [info for info in infos if info and info.get("role") == "SLAVE"]
+    if len(masters) != 1 or len(slaves) != len(brokers) - 1:
+        return None
+    return masters[0] if len(masters[0].get("sync_state_set", ())) == len(brokers) else None
 
 
 def fresh_directory(directory: Path) -> None:
@@ -187,6 +159,398 @@ def fresh_directory(directory: Path) -> None:
     shutil.rmtree(directory)
 
 
+# -- Spark -----------------------------------------------------------------------------------------
+def spark_submit(directory: Path, controller: str, trigger: str, log_name: str,
+                 idle_s: float = INGEST_IDLE_S) -> subprocess.Popen[bytes]:
+    """ingest_to_table under spark-submit, routes from the controller, output in
+    <dir>/logs/<log_name>."""
+    venv_bin = Path(sys.executable).parent
+    env = dict(child_env(), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    argv = [str(venv_bin / "spark-submit"), "--master", "local[2,4]",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
+            str(INGEST_SCRIPT), "--controller", controller, "--topics", TOPIC,
+            "--table", str(directory / "orders_table"),
+            "--checkpoint", str(directory / "checkpoints" / "orders_table"),
+            "--trigger", trigger, "--body-json-schema", BODY_SCHEMA,
+            "--option", "readFromReplicas=true",
+            "--idle-timeout-s", str(idle_s), "--timeout-s", str(INGEST_TIMEOUT_S)]
+    log_path = directory / "logs" / log_name
+    print(f"spark-submit ingest_to_table ({trigger}), log in {log_path}", flush=True)
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+def ingest_committed(process: subprocess.Popen[bytes], table: Path, log_path: Path) -> bool:
+    """True once the Delta table has a commit; SystemExit with the log's tail if the ingest
+    exited before that."""
+    if process.poll() is not None:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"demo: ingest exited {process.returncode} early:\n{tail}")
+    log = table / "_delta_log"
+    return log.exists() and any(log.glob("*.json"))
+
+
+def table_orders(table: Path) -> tuple[int, dict[int, int]]:
+    """(rows, order -> rows holding it) of the Delta table, read with deltalake."""
+    if not (table / "_delta_log").exists():
+        return 0, {}
+    orders = DeltaTable(str(table)).to_pyarrow_table(columns=["order"]).column("order")
+    return len(orders), {c["values"]: c["counts"] for c in pc.value_counts(orders).to_pylist()}
+
+
+def wait_ingest(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        return process.wait(timeout=30)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+
+
+# -- orders and the failover -----------------------------------------------------------------------
+def order_batch(rng: random.Random, first: int, count: int,
+                idempotence: PutIdempotence) -> list[dict[str, object]]:
+    """Orders first..first+count-1, keyed by customer and tagged by kind; the last row
+    carries the batch's idempotence marker."""
+    rows: list[dict[str, object]] = []
+    for seq in range(first, first + count):
+        customer = f"customer-{rng.randrange(CUSTOMERS)}"
+        kind = rng.choice(KINDS)
+        body = json.dumps({"order": seq, "customer": customer, "kind": kind,
+                           "amount_cents": rng.randrange(100, 100_000)}).encode()
+        rows.append({"body": body, "key": customer, "tags": kind})
+    rows[-1]["properties"] = {IDEMPOTENCE_PROPERTY: idempotence.marker()}
+    return rows
+
+
+def _pid_running(pid: int) -> bool:
+    """False once `pid` is gone or a zombie (a SIGKILLed orphan not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+class Failover:
+    """The chaos side, on its own thread so the producer keeps sending through it: SIGKILL
+    the master once `kill` is set, watch for the controller's new master, and start the old
+    broker again once `restart` is set. Nothing here helps the set recover."""
+
+    def __init__(self, directory: Path, brokers: list[dict[str, Any]],
+                 master: dict[str, Any]) -> None:
+        self.directory = directory
+        self.old = next(b for b in brokers if b["endpoint"] == master["endpoint"])
+        self.old_epoch = int(master["master_epoch"])
+        self.others = [b["endpoint"] for b in brokers if b is not self.old]
+        self.kill = threading.Event()
+        self.restart = threading.Event()
+        self.killed_at: float | None = None  # monotonic
+        self.tier_segments_at_kill = 0
+        self.new_master: dict[str, Any] | None = None  # its broker_info
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="failover", daemon=True)
+
+    def start(self) -> Failover:
+        self._thread.start()
+        return self
+
+    def join(self) -> None:
+        self.kill.set()
+        self.restart.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            self.kill.wait()
+            time.sleep(KILL_DELAY_S)
+            pid = int(self.old["pid"])
+            self.tier_segments_at_kill = len(tier_manifest(self.directory)["segments"])
+            os.kill(pid, signal.SIGKILL)
+            self.killed_at = time.monotonic()
+            print(f"SIGKILL master {self.old['name']} (pid {pid}) while orders stream in",
+                  flush=True)
+            self.new_master = wait_for("new master", self._elected, ROLES_WAIT_S)
+            print(f"  the controller made {self.new_master['endpoint']} master (epoch "
+                  f"{self.new_master['master_epoch']}) "
+                  f"{time.monotonic() - self.killed_at:.2f}s after the SIGKILL", flush=True)
+            self.restart.wait()
+            wait_for("exit of the killed master", lambda: not _pid_running(pid), 10.0)
+            cluster("up", "--dir", str(self.directory))  # starts what is down: the old master
+            print(f"restarted {self.old['name']} (the old master)", flush=True)
+        except BaseException as err:  # handed to the main thread by join()
+            self.error = err
+
+    def _elected(self) -> dict[str, Any] | None:
+        for endpoint in self.others:
+            info = probe(endpoint)
+            if info and info.get("role") == "MASTER" and info["master_epoch"] > self.old_epoch:
+                return info
+        return None
+
+
+@dataclasses.dataclass
+class ProduceReport:
+    acked: int = 0
+    failover_s: float = 0.0
+    new_master_endpoint: str = ""
+    send_calls_failed: int = 0  # send_batch calls that gave up (the batch was sent again)
+    seconds: float = 0.0
+
+
+def produce(controller: str, orders: int, batch: int, failover: Failover,
+            ingest_ready: Callable[[], bool]) -> ProduceReport:
+    """Every order through a controller-configured producer; the master is SIGKILLed half
+    way (once the ingest has committed rows) and restarted three quarters in."""
+    config = ClientConfig(controller=controller, send_deadline_ms=SEND_DEADLINE_MS)
+    rng = random.Random(7)
+    producer_id = f"demo-{os.getpid()}-{time.time_ns()}"
+    report = ProduceReport()
+    started = time.monotonic()
+    with Producer(config) as producer:
+        for sequence, first in enumerate(range(0, orders, batch)):
+            if first >= orders // 2 and not failover.kill.is_set():
+                producer.close()  # no stream idles past its deadline while the ingest starts
+                wait_for("Delta commit from the ingest", ingest_ready, INGEST_START_WAIT_S)
+                failover.kill.set()
+            if first >= orders * 3 // 4 and report.failover_s:
+                failover.restart.set()
+            rows = order_batch(rng, first, min(batch, orders - first),
+                               PutIdempotence(producer_id, sequence))
+            endpoint = send(producer, rows, report)
+            if not endpoint:
+                print(f"orders {first}.. not acknowledged: the producer stops", flush=True)
+                break  # an idempotent producer stops at its first failure
+            report.acked += len(rows)
+            killed_at = failover.killed_at
+            if killed_at is not None and not report.failover_s \
+                    and endpoint != failover.old["endpoint"]:
+                report.failover_s = time.monotonic() - killed_at
+                report.new_master_endpoint = endpoint
+                print(f"  first PUT_OK from the new master {endpoint} "
+                      f"{report.failover_s:.2f}s after the SIGKILL", flush=True)
+    report.seconds = time.monotonic() - started
+    failover.restart.set()
+    return report
+
+
+def send(producer: Producer, rows: list[dict[str, object]], report: ProduceReport) -> str:
+    """The endpoint that answered PUT_OK for every row, or "" if not. A call that gives up
+    (retriable errors past its deadline) is repeated with the same rows and marker."""
+    for call in range(SEND_CALLS_MAX):
+        try:
+            results = producer.send_batch(TOPIC, rows)
+        except RetriableError as err:
+            report.send_calls_failed += 1
+            print(f"  send gave up (call {call + 1}): {err}", flush=True)
+            continue
+        if not all(result.ok for result in results):
+            print(f"  send answered {sorted({r.status for r in results})}", flush=True)
+            return ""
+        return producer.endpoint
+    return ""
+
+
+# -- tier and rejoin --------------------------------------------------------------------------------
+def tier_manifest(directory: Path) -> dict[str, Any]:
+    """The newest manifest version of the replica set in the demo's file:// tier."""
+    versions = sorted((directory / "tier" / REPLICA_SET / "manifest").glob("*.json"))
+    return json.loads(versions[-1].read_text()) if versions else {"segments": []}
+
+
+def tier_by_epoch(manifest: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for segment in manifest["segments"]:
+        counts[str(segment["epoch"])] = counts.get(str(segment["epoch"]), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def wait_for_tier(endpoint: str, deadline_s: float) -> dict[str, Any]:
+    """The master's tier stats once segments are listed and no sealed one waits (upload lag
+    0), or as they are at the deadline."""
+    def caught_up() -> dict[str, Any] | None:
+        stats = (probe(endpoint) or {}).get("tiered", {})
+        pending = stats.get("upload", {}).get("pending_segments", 1)
+        return stats if stats.get("tier_segments", 0) >= 1 and pending == 0 else None
+
+    try:
+        return wait_for("tier upload lag 0", caught_up, deadline_s)
+    except SystemExit as err:
+        print(err, flush=True)
+        return (probe(endpoint) or {}).get("tiered", {})
+
+
+def wait_rejoined(old: dict[str, Any], master_endpoint: str) -> dict[str, Any]:
+    """The restarted old master's broker_info once it follows the new master, holds its whole
+    log and is back in its SyncStateSet (or as it is at the deadline)."""
+    def rejoined() -> dict[str, Any] | None:
+        info, master = probe(old["endpoint"]), probe(master_endpoint)
+        if (info and master and info.get("role") == "SLAVE"
+                and info["max_log_position"] == master["max_log_position"]
+                and len(master.get("sync_state_set", ())) == REPLICAS):
+            return info
+        return None
+
+    try:
+        return wait_for(f"{old['name']} back in sync", rejoined, ROLES_WAIT_S)
+    except SystemExit as err:
+        print(err, flush=True)
+        return probe(old["endpoint"]) or {"role": "DOWN"}
+
+
+def print_tier(manifest: dict[str, Any], writers: dict[int, str]) -> None:
+    print(f"tier {REPLICA_SET}: manifest version {manifest.get('version')}, "
+          f"{len(manifest['segments'])} segments (object name: base log_position.epoch)",
+          flush=True)
+    for segment in manifest["segments"]:
+        messages = sum(queue[3] for queue in segment.get("queues", ()))
+        print(f"  {segment['base_log_position']:020d}.{segment['epoch']:010d}.seg "
+              f"{segment['data_size_bytes']:>7} B {messages:>5} msgs  uploaded by "
+              f"{writers.get(segment['epoch'], '?')}", flush=True)
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def exactly_once_problems(orders: int, rows: int, counts: dict[int, int]) -> list[str]:
+    """What keeps the table from holding orders 0..orders-1 exactly once each."""
+    problems = []
+    missing = [order for order in range(orders) if order not in counts]
+    duplicated = sorted(order for order, count in counts.items() if count > 1)
+    strangers = sorted(order for order in counts if not 0 <= order < orders)
+    if missing:
+        problems.append(f"{len(missing)} acknowledged orders missing from the table "
+                        f"(first {missing[:10]})")
+    if duplicated:
+        problems.append(f"{len(duplicated)} orders more than once in the table "
+                        f"(first {duplicated[:10]})")
+    if strangers:
+        problems.append(f"{len(strangers)} unknown orders in the table (first {strangers[:10]})")
+    if rows != orders and not problems:
+        problems.append(f"table has {rows} rows for {orders} orders")
+    return problems
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What the run saw, for the checks and the summary."""
+
+    orders: int
+    report: ProduceReport
+    master_before: str
+    master_after: str
+    epochs: tuple[int, int]  # master epoch before, after
+    rejoined: dict[str, Any]
+    tier: dict[str, Any]
+    manifest: dict[str, Any]
+    tier_segments_at_kill: int
+    ingest: tuple[int, int, dict[int, int]]  # exit code, rows, counts
+    rerun: tuple[int, int, dict[int, int]]
+    duplicates_dropped: int | None
+
+    def problems(self) -> list[str]:
+        found = exactly_once_problems(self.orders, self.ingest[1], self.ingest[2])
+        found += [f"after the rerun: {problem}" for problem in
+                  exactly_once_problems(self.orders, self.rerun[1], self.rerun[2])]
+        if self.report.acked != self.orders:
+            found.append(f"only {self.report.acked} of {self.orders} orders acknowledged")
+        if self.rejoined.get("role") != "SLAVE":
+            found.append(f"the old master {self.master_before} is {self.rejoined.get('role')}, "
+                         "not a SLAVE")
+        by_epoch = tier_by_epoch(self.manifest)
+        if (not by_epoch.get(str(self.epochs[1]))
+                or len(self.manifest["segments"]) <= self.tier_segments_at_kill):
+            found.append(f"the tier did not grow under the new master (epoch "
+                         f"{self.epochs[1]}): {self.tier_segments_at_kill} segments at the "
+                         f"kill, now {by_epoch}")
+        if self.ingest[0] != 0 or self.rerun[0] != 0:
+            found.append(f"ingest exited {self.ingest[0]}, rerun exited {self.rerun[0]}")
+        return found
+
+    def summary(self, directory: Path, demo_s: float) -> dict[str, Any]:
+        segments = self.manifest["segments"]
+        return {
+            "produced_acked": self.report.acked, "orders": self.orders,
+            "table_rows": self.ingest[1], "table_distinct_orders": len(self.ingest[2]),
+            "failover_s": round(self.report.failover_s, 3),
+            "failover_mode": "controller election (master SIGKILLed, not restarted)",
+            "master_before": self.master_before, "master_after": self.master_after,
+            "master_epoch_before": self.epochs[0], "master_epoch_after": self.epochs[1],
+            "old_master_rejoined_as": self.rejoined.get("role"),
+            "duplicates_dropped": self.duplicates_dropped,
+            "send_calls_failed": self.report.send_calls_failed,
+            "tiered_segments": len(segments),
+            "tiered_bytes": sum(segment["data_size_bytes"] for segment in segments),
+            "tiered_segments_at_kill": self.tier_segments_at_kill,
+            "tier_segments_by_epoch": tier_by_epoch(self.manifest),
+            "tier_upload_pending": self.tier.get("upload", {}).get("pending_segments"),
+            "tier_url": self.tier.get("url"),
+            "ingest_exit": self.ingest[0], "rerun_exit": self.rerun[0],
+            "rerun_rows": self.rerun[1] - self.ingest[1],
+            "produce_s": round(self.report.seconds, 2), "demo_s": round(demo_s, 1),
+            "data_dir": str(directory),
+        }
+
+
+def run(args: argparse.Namespace, directory: Path,
+        spark_jobs: list[subprocess.Popen[bytes]]) -> Outcome:
+    """Steps 2-4 of the module docstring, on the cluster `main` started."""
+    brokers, controllers = processes(directory)
+    master = wait_for("master with a full SyncStateSet", lambda: full_set_master(brokers),
+                      ROLES_WAIT_S)
+    names = {broker["endpoint"]: broker["name"] for broker in brokers}
+    controller = controllers[0]["endpoint"]
+    print(f"controller {controller} named {names[master['endpoint']]} master (epoch "
+          f"{master['master_epoch']}), SyncStateSet {master['sync_state_set']}", flush=True)
+    Admin(ClientConfig(controller=controller)).create_topic(TOPIC, queues=QUEUES)
+    table, log_path = directory / "orders_table", directory / "logs" / "ingest.log"
+    ingest = spark_submit(directory, controller, "processing:2s", "ingest.log",
+                          args.ingest_idle_s)
+    spark_jobs.append(ingest)
+    failover = Failover(directory, brokers, master).start()
+    report = produce(controller, args.orders, args.batch, failover,
+                     lambda: ingest_committed(ingest, table, log_path))
+    failover.join()
+    new_master = failover.new_master
+    assert new_master is not None
+    print(f"{report.acked} of {args.orders} orders acknowledged in {report.seconds:.1f}s",
+          flush=True)
+    rejoined = wait_rejoined(failover.old, new_master["endpoint"])
+    print(f"{failover.old['name']} rejoined as {rejoined.get('role')} of "
+          f"{names[new_master['endpoint']]} (epoch {rejoined.get('master_epoch')}, log end "
+          f"{rejoined.get('max_log_position')})", flush=True)
+    tier = wait_for_tier(new_master["endpoint"], TIER_WAIT_S)
+    manifest = tier_manifest(directory)
+    print_tier(manifest, {master["master_epoch"]: names[master["endpoint"]],
+                          new_master["master_epoch"]: names[new_master["endpoint"]]})
+    ingest_rc = wait_ingest(ingest, INGEST_TIMEOUT_S)
+    rows, counts = table_orders(table)
+    print(f"ingest exited {ingest_rc}; table holds {rows} rows ({len(counts)} orders)",
+          flush=True)
+    rerun = spark_submit(directory, controller, "available-now", "ingest-rerun.log")
+    spark_jobs.append(rerun)
+    rerun_rc = wait_ingest(rerun, INGEST_TIMEOUT_S)
+    stats = Admin(ClientConfig(brokers=(new_master["endpoint"],))).broker_stats()
+    return Outcome(
+        orders=args.orders, report=report, master_before=names[master["endpoint"]],
+        master_after=names[new_master["endpoint"]],
+        epochs=(master["master_epoch"], new_master["master_epoch"]), rejoined=rejoined,
+        tier=tier, manifest=manifest, tier_segments_at_kill=failover.tier_segments_at_kill,
+        ingest=(ingest_rc, rows, counts), rerun=(rerun_rc, *table_orders(table)),
+        duplicates_dropped=stats.get("idempotence", {}).get("duplicates_dropped"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="demo", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path("demo-data"))
@@ -195,47 +559,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-idle-s", type=float, default=INGEST_IDLE_S,
                         help="the streaming ingest stops once it saw no rows for this long")
     args = parser.parse_args(argv)
+    if args.orders < 4 * args.batch:
+        parser.error("--orders must be at least 4 batches (kill at 1/2, restart at 3/4)")
     directory = args.dir.resolve()
     fresh_directory(directory)
+    started = time.monotonic()
     print(f"demo data under {directory}", flush=True)
-    cluster("up", "--dir", str(directory), "--replicas", "3",
+    cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
+            "--replicas", str(REPLICAS),
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
-    ingest: subprocess.Popen[bytes] | None = None
+    spark_jobs: list[subprocess.Popen[bytes]] = []
     try:
-        members = brokers(directory)
-        master, endpoints = members[0], [m["endpoint"] for m in members]
-        Admin(ClientConfig(brokers=(master["endpoint"],))).create_topic(TOPIC, queues=QUEUES)
-        ingest = spark_submit(directory, endpoints, "processing:2s", "ingest.log",
-                              args.ingest_idle_s)
-        started = time.monotonic()
-        acked, failover_s = produce(directory, master, args.orders, args.batch)
-        produce_s = time.monotonic() - started
-        print(f"{acked} of {args.orders} orders acknowledged in {produce_s:.1f}s", flush=True)
-        tier = wait_for_tier(master, TIER_WAIT_S)
-        ingest_rc = wait_ingest(ingest, INGEST_TIMEOUT_S)
-        rows, distinct = table_counts(directory / "orders_table")
-        print(f"ingest exited {ingest_rc}; table holds {rows} rows ({distinct} orders)",
-              flush=True)
-        rerun = spark_submit(directory, endpoints, "available-now", "ingest-rerun.log")
-        rerun_rc = wait_ingest(rerun, INGEST_TIMEOUT_S)
-        rerun_rows = table_counts(directory / "orders_table")[0] - rows
-        summary = {
-            "produced_acked": acked, "orders": args.orders, "table_rows": rows,
-            "table_distinct_orders": distinct, "failover_s": round(failover_s, 3),
-            "failover_mode": "static roles: master restarted (controller mode: issue 5)",
-            "tiered_segments": tier.get("tier_segments", 0),
-            "tiered_bytes": tier.get("tier_bytes", 0), "tier_url": tier.get("url"),
-            "ingest_exit": ingest_rc, "rerun_exit": rerun_rc, "rerun_rows": rerun_rows,
-            "produce_s": round(produce_s, 2), "data_dir": str(directory),
-        }
-        print(json.dumps(summary, sort_keys=True), flush=True)
-        exact = rows == distinct == acked == args.orders and rerun_rows == 0
-        return 0 if exact and ingest_rc == rerun_rc == 0 else 1
+        outcome = run(args, directory, spark_jobs)
     finally:
-        if ingest is not None and ingest.poll() is None:
-            ingest.kill()
+        for job in spark_jobs:
+            stop_process(job)
         cluster("down", "--dir", str(directory))
+    problems = outcome.problems()
+    for problem in problems:
+        print(f"FAILED: {problem}", flush=True)
+    print(json.dumps(outcome.summary(directory, time.monotonic() - started), sort_keys=True),
+          flush=True)
+    return 0 if not problems else 1
 
 
 if __name__ == "__main__":
