@@ -84,13 +84,20 @@ TIER_WAIT_S = 60.0
 SEND_DEADLINE_MS = 60_000  # one send_batch call, retries included
 SEND_CALLS_MAX = 3  # send_batch calls per batch (same rows, same marker)
 PROBE_TIMEOUT_MS = 1_000
-KILL_DELAY_S = 0.1  # after the producer resumes, so the SIGKILL lands amid its batches
+KILL_DELAY_S = 0.02  # after the producer resumes, so the SIGKILL lands amid its batches
 POLL_S = 0.1
 
 T = TypeVar("T")
 
+_started_at = time.monotonic()  # what say() counts from; reset by main()
 
-# -- the cluster, seen from outside --------------------------------------------------------------
+
+def say(text: str) -> None:
+    """One progress line, prefixed with the seconds since the demo started."""
+    print(f"[{time.monotonic() - _started_at:6.1f}s] {text}", flush=True)
+
+
+# -- the cluster, seen from outside ----------------------------------------------------------------
 def child_env() -> dict[str, str]:
     """The environment of every process the demo starts: this tree first on PYTHONPATH, so
     the cluster, spark-submit and its Python workers run the same code as the demo."""
@@ -176,7 +183,7 @@ def spark_submit(directory: Path, controller: str, trigger: str, log_name: str,
             "--option", "readFromReplicas=true",
             "--idle-timeout-s", str(idle_s), "--timeout-s", str(INGEST_TIMEOUT_S)]
     log_path = directory / "logs" / log_name
-    print(f"spark-submit ingest_to_table ({trigger}), log in {log_path}", flush=True)
+    say(f"spark-submit ingest_to_table ({trigger}), log in {log_path}")
     with log_path.open("wb") as log:  # the child keeps its own descriptor
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
@@ -281,16 +288,15 @@ class Failover:
             self.tier_segments_at_kill = len(tier_manifest(self.directory)["segments"])
             os.kill(pid, signal.SIGKILL)
             self.killed_at = time.monotonic()
-            print(f"SIGKILL master {self.old['name']} (pid {pid}) while orders stream in",
-                  flush=True)
+            say(f"SIGKILL master {self.old['name']} (pid {pid}) while orders stream in")
             self.new_master = wait_for("new master", self._elected, ROLES_WAIT_S)
-            print(f"  the controller made {self.new_master['endpoint']} master (epoch "
-                  f"{self.new_master['master_epoch']}) "
-                  f"{time.monotonic() - self.killed_at:.2f}s after the SIGKILL", flush=True)
+            say(f"  the controller made {self.new_master['endpoint']} master (epoch "
+                f"{self.new_master['master_epoch']}) "
+                f"{time.monotonic() - self.killed_at:.2f}s after the SIGKILL")
             self.restart.wait()
             wait_for("exit of the killed master", lambda: not _pid_running(pid), 10.0)
             cluster("up", "--dir", str(self.directory))  # starts what is down: the old master
-            print(f"restarted {self.old['name']} (the old master)", flush=True)
+            say(f"restarted {self.old['name']} (the old master)")
         except BaseException as err:  # handed to the main thread by join()
             self.error = err
 
@@ -324,6 +330,7 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
         for sequence, first in enumerate(range(0, orders, batch)):
             if first >= orders // 2 and not failover.kill.is_set():
                 producer.close()  # no stream idles past its deadline while the ingest starts
+                say(f"{report.acked} orders acknowledged; waiting for the ingest's first commit")
                 wait_for("Delta commit from the ingest", ingest_ready, INGEST_START_WAIT_S)
                 failover.kill.set()
             if first >= orders * 3 // 4 and report.failover_s:
@@ -332,7 +339,7 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
                                PutIdempotence(producer_id, sequence))
             endpoint = send(producer, rows, report)
             if not endpoint:
-                print(f"orders {first}.. not acknowledged: the producer stops", flush=True)
+                say(f"orders {first}.. not acknowledged: the producer stops")
                 break  # an idempotent producer stops at its first failure
             report.acked += len(rows)
             killed_at = failover.killed_at
@@ -340,8 +347,8 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
                     and endpoint != failover.old["endpoint"]:
                 report.failover_s = time.monotonic() - killed_at
                 report.new_master_endpoint = endpoint
-                print(f"  first PUT_OK from the new master {endpoint} "
-                      f"{report.failover_s:.2f}s after the SIGKILL", flush=True)
+                say(f"  first PUT_OK from the new master {endpoint} "
+                    f"{report.failover_s:.2f}s after the SIGKILL")
     report.seconds = time.monotonic() - started
     failover.restart.set()
     return report
@@ -355,16 +362,16 @@ def send(producer: Producer, rows: list[dict[str, object]], report: ProduceRepor
             results = producer.send_batch(TOPIC, rows)
         except RetriableError as err:
             report.send_calls_failed += 1
-            print(f"  send gave up (call {call + 1}): {err}", flush=True)
+            say(f"  send gave up (call {call + 1}): {err}")
             continue
         if not all(result.ok for result in results):
-            print(f"  send answered {sorted({r.status for r in results})}", flush=True)
+            say(f"  send answered {sorted({r.status for r in results})}")
             return ""
         return producer.endpoint
     return ""
 
 
-# -- tier and rejoin --------------------------------------------------------------------------------
+# -- tier and rejoin -------------------------------------------------------------------------------
 def tier_manifest(directory: Path) -> dict[str, Any]:
     """The newest manifest version of the replica set in the demo's file:// tier."""
     versions = sorted((directory / "tier" / REPLICA_SET / "manifest").glob("*.json"))
@@ -389,7 +396,7 @@ def wait_for_tier(endpoint: str, deadline_s: float) -> dict[str, Any]:
     try:
         return wait_for("tier upload lag 0", caught_up, deadline_s)
     except SystemExit as err:
-        print(err, flush=True)
+        say(str(err))
         return (probe(endpoint) or {}).get("tiered", {})
 
 
@@ -407,22 +414,21 @@ def wait_rejoined(old: dict[str, Any], master_endpoint: str) -> dict[str, Any]:
     try:
         return wait_for(f"{old['name']} back in sync", rejoined, ROLES_WAIT_S)
     except SystemExit as err:
-        print(err, flush=True)
+        say(str(err))
         return probe(old["endpoint"]) or {"role": "DOWN"}
 
 
 def print_tier(manifest: dict[str, Any], writers: dict[int, str]) -> None:
-    print(f"tier {REPLICA_SET}: manifest version {manifest.get('version')}, "
-          f"{len(manifest['segments'])} segments (object name: base log_position.epoch)",
-          flush=True)
+    say(f"tier {REPLICA_SET}: manifest version {manifest.get('version')}, "
+        f"{len(manifest['segments'])} segments (object name: base log_position.epoch)")
     for segment in manifest["segments"]:
         messages = sum(queue[3] for queue in segment.get("queues", ()))
-        print(f"  {segment['base_log_position']:020d}.{segment['epoch']:010d}.seg "
+        print(f"      {segment['base_log_position']:020d}.{segment['epoch']:010d}.seg "
               f"{segment['data_size_bytes']:>7} B {messages:>5} msgs  uploaded by "
               f"{writers.get(segment['epoch'], '?')}", flush=True)
 
 
-# -- the run ----------------------------------------------------------------------------------------
+# -- the run ---------------------------------------------------------------------------------------
 def exactly_once_problems(orders: int, rows: int, counts: dict[int, int]) -> list[str]:
     """What keeps the table from holding orders 0..orders-1 exactly once each."""
     problems = []
@@ -511,8 +517,8 @@ def run(args: argparse.Namespace, directory: Path,
                       ROLES_WAIT_S)
     names = {broker["endpoint"]: broker["name"] for broker in brokers}
     controller = controllers[0]["endpoint"]
-    print(f"controller {controller} named {names[master['endpoint']]} master (epoch "
-          f"{master['master_epoch']}), SyncStateSet {master['sync_state_set']}", flush=True)
+    say(f"controller {controller} named {names[master['endpoint']]} master (epoch "
+        f"{master['master_epoch']}), SyncStateSet {master['sync_state_set']}")
     Admin(ClientConfig(controller=controller)).create_topic(TOPIC, queues=QUEUES)
     table, log_path = directory / "orders_table", directory / "logs" / "ingest.log"
     ingest = spark_submit(directory, controller, "processing:2s", "ingest.log",
@@ -524,20 +530,22 @@ def run(args: argparse.Namespace, directory: Path,
     failover.join()
     new_master = failover.new_master
     assert new_master is not None
-    print(f"{report.acked} of {args.orders} orders acknowledged in {report.seconds:.1f}s",
-          flush=True)
+    say(f"{report.acked} of {args.orders} orders acknowledged in {report.seconds:.1f}s")
+    say(f"waiting for {failover.old['name']} to follow {names[new_master['endpoint']]} and "
+        "catch up")
     rejoined = wait_rejoined(failover.old, new_master["endpoint"])
-    print(f"{failover.old['name']} rejoined as {rejoined.get('role')} of "
-          f"{names[new_master['endpoint']]} (epoch {rejoined.get('master_epoch')}, log end "
-          f"{rejoined.get('max_log_position')})", flush=True)
+    say(f"{failover.old['name']} rejoined as {rejoined.get('role')} of "
+        f"{names[new_master['endpoint']]} (epoch {rejoined.get('master_epoch')}, log end "
+        f"{rejoined.get('max_log_position')})")
+    say("waiting for the new master's uploader (tier upload lag 0)")
     tier = wait_for_tier(new_master["endpoint"], TIER_WAIT_S)
     manifest = tier_manifest(directory)
     print_tier(manifest, {master["master_epoch"]: names[master["endpoint"]],
                           new_master["master_epoch"]: names[new_master["endpoint"]]})
+    say(f"waiting for the ingest to catch up and stop ({args.ingest_idle_s:.0f}s without rows)")
     ingest_rc = wait_ingest(ingest, INGEST_TIMEOUT_S)
     rows, counts = table_orders(table)
-    print(f"ingest exited {ingest_rc}; table holds {rows} rows ({len(counts)} orders)",
-          flush=True)
+    say(f"ingest exited {ingest_rc}; table holds {rows} rows ({len(counts)} orders)")
     rerun = spark_submit(directory, controller, "available-now", "ingest-rerun.log")
     spark_jobs.append(rerun)
     rerun_rc = wait_ingest(rerun, INGEST_TIMEOUT_S)
@@ -563,12 +571,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--orders must be at least 4 batches (kill at 1/2, restart at 3/4)")
     directory = args.dir.resolve()
     fresh_directory(directory)
-    started = time.monotonic()
-    print(f"demo data under {directory}", flush=True)
+    global _started_at
+    started = _started_at = time.monotonic()
+    say(f"demo data under {directory}")
     cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
             "--replicas", str(REPLICAS),
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
+    say("cluster up: controller-n1 and broker-a-0/1/2 (controller mode)")
     spark_jobs: list[subprocess.Popen[bytes]] = []
     try:
         outcome = run(args, directory, spark_jobs)
@@ -578,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster("down", "--dir", str(directory))
     problems = outcome.problems()
     for problem in problems:
-        print(f"FAILED: {problem}", flush=True)
+        say(f"FAILED: {problem}")
     print(json.dumps(outcome.summary(directory, time.monotonic() - started), sort_keys=True),
           flush=True)
     return 0 if not problems else 1

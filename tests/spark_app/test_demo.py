@@ -1,9 +1,12 @@
-"""The demo's pipeline end to end at small scale.
+"""The demo's pipeline end to end at small scale, through a controller-driven failover.
 
-Goal: with a master SIGKILLed mid-stream, every acknowledged order lands in the Delta table
-exactly once through ingest_to_table under real spark-submit, sealed segments reach the tier,
-a rerun from the checkpoint adds nothing, and every process the demo started is gone after.
-Method: `spark_app.demo.main` with a few thousand orders in tmp_path; its JSON summary line.
+Goal: with the master SIGKILLed mid-stream and replaced by the controller's election (not
+restarted), every acknowledged order lands in the Delta table exactly once through
+ingest_to_table under real spark-submit (routes from the controller), the producer follows the
+new master, the old master comes back as a SLAVE, the new master's uploader keeps the tier
+growing, a rerun from the checkpoint adds nothing, and every process the demo started is gone.
+Method: `spark_app.demo.main` with 4,000 orders in tmp_path; its printed checks and JSON
+summary line (the demo itself compares the table, order by order, with what was acknowledged).
 """
 
 from __future__ import annotations
@@ -17,17 +20,26 @@ from spark_app import demo
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
+ORDERS = 4000
 
-def test_demo_small_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_demo_small_scale_with_failover(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     directory = tmp_path / "demo"
-    code = demo.main(["--dir", str(directory), "--orders", "4000", "--batch", "100",
-                      "--ingest-idle-s", "8"])
+    code = demo.main(["--dir", str(directory), "--orders", str(ORDERS), "--batch", "100",
+                      "--ingest-idle-s", "10"])
     out = capsys.readouterr().out
     summary = json.loads(out.strip().splitlines()[-1])
     assert code == 0, out
-    assert summary["produced_acked"] == summary["table_rows"] == 4000
-    assert summary["table_distinct_orders"] == 4000
-    assert summary["rerun_rows"] == 0
-    assert summary["tiered_segments"] >= 1
+    assert "FAILED" not in out
+    assert summary["produced_acked"] == summary["table_rows"] == ORDERS
+    assert summary["table_distinct_orders"] == ORDERS
+    assert summary["rerun_rows"] == 0 and summary["rerun_exit"] == 0
     assert 0 < summary["failover_s"] < 30
+    assert summary["master_before"] != summary["master_after"]
+    assert summary["master_epoch_after"] > summary["master_epoch_before"]
+    assert summary["old_master_rejoined_as"] == "SLAVE"
+    by_epoch = summary["tier_segments_by_epoch"]
+    assert by_epoch.get(str(summary["master_epoch_after"]), 0) >= 1, by_epoch
+    assert summary["tiered_segments"] > summary["tiered_segments_at_kill"]
     assert not list((directory / "run").glob("*.pid")), "a process outlived the demo"
