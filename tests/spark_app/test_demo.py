@@ -27,7 +27,7 @@ def test_demo_small_scale_with_failover(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     directory = tmp_path / "demo"
     code = demo.main(["--dir", str(directory), "--orders", str(ORDERS), "--batch", "100",
-                      "--ingest-idle-s", "10"])
+                      "--ingest-idle-s", "15"])
     out = capsys.readouterr().out
     summary = json.loads(out.strip().splitlines()[-1])
     assert code == 0, out
