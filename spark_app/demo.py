@@ -429,10 +429,11 @@ def print_tier(manifest: dict[str, Any], writers: dict[int, str]) -> None:
 
 
 # -- the run ---------------------------------------------------------------------------------------
-def exactly_once_problems(orders: int, rows: int, counts: dict[int, int]) -> list[str]:
-    """What keeps the table from holding orders 0..orders-1 exactly once each."""
+def exactly_once_problems(orders: int, acked: int, counts: dict[int, int]) -> list[str]:
+    """What keeps the table from holding the acknowledged orders (0..acked-1: the producer
+    stops at its first failure) exactly once each, and nothing else."""
     problems = []
-    missing = [order for order in range(orders) if order not in counts]
+    missing = [order for order in range(acked) if order not in counts]
     duplicated = sorted(order for order, count in counts.items() if count > 1)
     strangers = sorted(order for order in counts if not 0 <= order < orders)
     if missing:
@@ -443,8 +444,6 @@ def exactly_once_problems(orders: int, rows: int, counts: dict[int, int]) -> lis
                         f"(first {duplicated[:10]})")
     if strangers:
         problems.append(f"{len(strangers)} unknown orders in the table (first {strangers[:10]})")
-    if rows != orders and not problems:
-        problems.append(f"table has {rows} rows for {orders} orders")
     return problems
 
 
@@ -456,6 +455,7 @@ class Outcome:
     report: ProduceReport
     master_before: str
     master_after: str
+    master_after_endpoint: str
     epochs: tuple[int, int]  # master epoch before, after
     rejoined: dict[str, Any]
     tier: dict[str, Any]
@@ -466,11 +466,16 @@ class Outcome:
     duplicates_dropped: int | None
 
     def problems(self) -> list[str]:
-        found = exactly_once_problems(self.orders, self.ingest[1], self.ingest[2])
+        acked = self.report.acked
+        found = exactly_once_problems(self.orders, acked, self.ingest[2])
         found += [f"after the rerun: {problem}" for problem in
-                  exactly_once_problems(self.orders, self.rerun[1], self.rerun[2])]
-        if self.report.acked != self.orders:
-            found.append(f"only {self.report.acked} of {self.orders} orders acknowledged")
+                  exactly_once_problems(self.orders, acked, self.rerun[2])]
+        if acked != self.orders:
+            found.append(f"only {acked} of {self.orders} orders acknowledged")
+        if self.report.new_master_endpoint != self.master_after_endpoint:
+            found.append(f"the first PUT_OK after the SIGKILL came from "
+                         f"{self.report.new_master_endpoint or 'nobody'}, not from the "
+                         f"elected master {self.master_after_endpoint}")
         if self.rejoined.get("role") != "SLAVE":
             found.append(f"the old master {self.master_before} is {self.rejoined.get('role')}, "
                          "not a SLAVE")
@@ -552,7 +557,7 @@ def run(args: argparse.Namespace, directory: Path,
     stats = Admin(ClientConfig(brokers=(new_master["endpoint"],))).broker_stats()
     return Outcome(
         orders=args.orders, report=report, master_before=names[master["endpoint"]],
-        master_after=names[new_master["endpoint"]],
+        master_after=names[new_master["endpoint"]], master_after_endpoint=new_master["endpoint"],
         epochs=(master["master_epoch"], new_master["master_epoch"]), rejoined=rejoined,
         tier=tier, manifest=manifest, tier_segments_at_kill=failover.tier_segments_at_kill,
         ingest=(ingest_rc, rows, counts), rerun=(rerun_rc, *table_orders(table)),
