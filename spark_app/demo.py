@@ -1,5 +1,7 @@
-"""The demo (`python3 build.py demo`): a controller-mode replica set, an order stream, Spark
-ingest, a master SIGKILL with automatic failover, tiering.
+"""The demo (`python3 build.py demo`): Spark ingest through an automatic master failover.
+
+A controller-mode replica set, an order stream, Spark ingest into Delta, a master SIGKILL the
+controller recovers from by election, the old master back as a slave, tiering.
 
 What it runs, all on 127.0.0.1 with data under one directory (default `./demo-data`):
 
