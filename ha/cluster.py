@@ -117,8 +117,10 @@ class Cluster:
             if broker_info(endpoint, timeout_s=1.0) is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
-        raise SystemExit(f"rocketha-cluster: {broker['name']} did not answer on {endpoint} "
-                         f"within {STARTUP_TIMEOUT_S:.0f}s")
+        tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
+        raise SystemExit(f"rocketha-cluster: {broker['name']} (pid {self.pid_of(broker)}) did "
+                         f"not answer on {endpoint} within {STARTUP_TIMEOUT_S:.0f}s; log "
+                         f"tail:\n{tail}")
 
     def status(self) -> list[dict[str, Any]]:
         processes = []

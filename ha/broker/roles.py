@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from controller.api import (
     ROLE_MASTER,
@@ -71,6 +72,7 @@ class RoleManager:
         self._sss_epoch = 0
         self._sss_wake = threading.Event()
         self._stopping = threading.Event()
+        self.on_master_lost: Callable[[], None] | None = None  # the link's wake(), set later
         self.role_changes = 0
         self.last_error = ""
         self._threads = [threading.Thread(target=self._role_loop, name="role-change",
@@ -187,7 +189,13 @@ class RoleManager:
             return host, int(info["ha_listen_port"])
 
         self._replication.become_slave(broker_id=change.broker_id, master_epoch=epoch,
-                                       master_endpoint=endpoint, resolve_master=resolve)
+                                       master_endpoint=endpoint, resolve_master=resolve,
+                                       on_link_down=self._master_lost)
+
+    def _master_lost(self) -> None:
+        wake = self.on_master_lost
+        if wake is not None:
+            wake()
 
     def _adopt(self, members: tuple[int, ...], sss_epoch: int) -> None:
         """The controller holds `members` at `sss_epoch`: use it if newer than what we have."""
