@@ -22,6 +22,11 @@ Topic and offset metadata go out when their version changed, at most every haMet
 
 SyncStateSet (master always in it):
 - join, on an ack: the slave's ack >= the confirm position and >= the start of the current epoch;
+- candidate: a slave not yet in the set whose ack reached the log end as of the last send to it
+  (caught up) bounds the confirm position like a member, so the position stops running ahead of
+  it and it can join under continuous load (else the confirm position, which follows the
+  master's writes while it is alone, stays ahead of every ack); a candidate not caught up for
+  haMaxTimeSlaveNotCatchup, or whose link closes, stops being one;
 - leave: its link closes (at once), or it has not been caught up (ack >= the log end as of the
   last send to it) for haMaxTimeSlaveNotCatchup.
 Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
@@ -210,6 +215,7 @@ class MasterReplication:
         self.endpoint = endpoint
         self._links: dict[int, _Link] = {}
         self._members: set[int] = set()  # SSS slaves, by broker id
+        self._candidates: set[int] = set()  # caught-up slaves about to join (bound confirm)
         self._by_broker: dict[int, int] = {}  # broker id -> link id
         self._master_position = master_log_position
         self._confirm = confirm_log_position
@@ -298,16 +304,20 @@ class MasterReplication:
 
     def _after_ack(self, link: _Link, log: MasterLog, now_ms: int) -> list[MasterEffect]:
         position = link.acked_log_position
-        if position >= link.end_at_last_send or position >= log.end_log_position:
+        caught_up = position >= link.end_at_last_send or position >= log.end_log_position
+        if caught_up:
             link.last_caught_up_ms = now_ms
         effects: list[MasterEffect] = []
         self._epoch_start = log.epochs[-1].start_log_position if log.epochs else 0
-        if (link.broker_id not in self._members and position >= self._confirm
-                and position >= self._epoch_start):
-            self._members.add(link.broker_id)
-            logger.info("slave %d joins the SyncStateSet at log_position %d", link.broker_id,
-                        position)
-            effects.append(SyncStateSetChanged(self.sync_state_set))
+        if link.broker_id not in self._members:
+            if position >= self._confirm and position >= self._epoch_start:
+                self._candidates.discard(link.broker_id)
+                self._members.add(link.broker_id)
+                logger.info("slave %d joins the SyncStateSet at log_position %d",
+                            link.broker_id, position)
+                effects.append(SyncStateSetChanged(self.sync_state_set))
+            elif caught_up and position >= self._epoch_start:
+                self._candidates.add(link.broker_id)
         return effects + self._recompute_confirm()
 
     # -- shipping ---------------------------------------------------------------------------
@@ -380,6 +390,9 @@ class MasterReplication:
             if silent_ms >= self.settings.housekeeping_interval_ms:
                 effects += self._close(link.link_id, f"slave {link.broker_id} silent for "
                                        f"{silent_ms} ms (haHousekeepingInterval)")
+            elif (link.broker_id in self._candidates and now_ms - link.last_caught_up_ms
+                  > self.settings.slave_not_catchup_max_ms):
+                self._candidates.discard(link.broker_id)  # it no longer holds confirm back
             elif (link.broker_id in self._members and now_ms - link.last_caught_up_ms
                   > self.settings.slave_not_catchup_max_ms):
                 self._members.discard(link.broker_id)
@@ -428,7 +441,7 @@ class MasterReplication:
         return acks  # type: ignore[return-value]
 
     def _recompute_confirm(self) -> list[MasterEffect]:
-        bound = self._members | (self._accepted or frozenset())
+        bound = self._members | self._candidates | (self._accepted or frozenset())
         acks = [self._ack_of(broker_id) for broker_id in bound]
         if None in acks:
             return []  # an accepted member without a link: hold until the controller drops it
@@ -441,6 +454,7 @@ class MasterReplication:
     def _drop_member_of(self, link: _Link, now_ms: int) -> list[MasterEffect]:
         if self._by_broker.get(link.broker_id) == link.link_id:
             del self._by_broker[link.broker_id]
+            self._candidates.discard(link.broker_id)
             if link.broker_id in self._members:
                 self._members.discard(link.broker_id)
                 logger.warning("slave %d leaves the SyncStateSet: link closed", link.broker_id)

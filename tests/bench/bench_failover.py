@@ -9,7 +9,8 @@ demo; `--set` changes any broker key). One producer thread sends single keyed me
 pause through a controller-configured client (it follows the master the controller names).
 Each trial: wait until the set is whole (3 alive brokers, an accepted SyncStateSet of 3), let
 the producer run, SIGKILL the current master, and take RTO = time from the SIGKILL to the first
-PUT_OK the producer receives afterwards (only the new master can send it). The killed broker is
+PUT_OK the producer receives for a send it started after the SIGKILL (only the new master can
+ack that; a reply already on its way from the old master does not count). The killed broker is
 then restarted (`rocketha-cluster up`) and must come back as SLAVE before the next trial. At the
 end every PUT_OK message is looked for on the final master: `lost_acked` counts those missing,
 `duplicated` those stored twice; both must be 0.
@@ -96,7 +97,7 @@ class _Load:
                                     retries_max=10_000, backoff_initial_ms=10,
                                     backoff_max_ms=100)
         self.acked: list[tuple[str, int, int]] = []  # (body, queue_id, queue_offset)
-        self.ok_times: list[float] = []  # monotonic time of each PUT_OK reply
+        self.ok_times: list[tuple[float, float]] = []  # (send started, PUT_OK received)
         self.other_statuses: collections.Counter[str] = collections.Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load", daemon=True)
@@ -109,17 +110,15 @@ class _Load:
         self._thread.join(timeout=RTO_TIMEOUT_S + 10)
 
     def first_ok_after(self, moment: float, timeout_s: float) -> float | None:
+        """When the first PUT_OK of a send started after `moment` arrived (None: timeout)."""
         deadline = time.monotonic() + timeout_s
+        checked = 0
         while time.monotonic() < deadline:
             times = self.ok_times
-            for index in range(len(times) - 1, -1, -1):
-                if times[index] <= moment:
-                    if index + 1 < len(times):
-                        return times[index + 1]
-                    break
-            else:
-                if times:
-                    return times[0]
+            for started, received in times[checked:]:
+                if started > moment:
+                    return received
+            checked = len(times)
             time.sleep(0.01)
         return None
 
@@ -129,6 +128,7 @@ class _Load:
                 if self._stop.is_set():
                     return
                 body = f"m{sequence}"
+                started = time.monotonic()
                 try:
                     result = producer.send(TOPIC, body.encode(), key=f"k{sequence % 97}")
                 except Exception as err:  # noqa: BLE001 - counted; the load goes on
@@ -136,7 +136,7 @@ class _Load:
                     continue
                 if result.status == "PUT_OK":
                     self.acked.append((body, result.queue_id, result.queue_offset))
-                    self.ok_times.append(time.monotonic())
+                    self.ok_times.append((started, time.monotonic()))
                 else:
                     self.other_statuses[result.status] += 1
 

@@ -185,3 +185,22 @@ def test_a_lagging_member_holds_the_confirm_back_until_it_leaves() -> None:
     assert core.confirm_log_position == 2500  # but slave 2, electable later, does not
     effects = core.on_tick(grown, now_ms=600)  # slave 2 not caught up for > 500 ms
     assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3000)]
+
+
+def test_a_caught_up_slave_joins_while_the_master_keeps_writing() -> None:
+    # Alone, the master confirms its own writes at once, so under continuous load the confirm
+    # position is always ahead of a slave's ack; a caught-up slave must hold it back to join.
+    core = master(total=2, in_sync=2, auto=True)
+    core.local_durable(2500)
+    snapshot = log(2500, epochs=(E(3, 0),))
+    assert connect(core, 1, 1, 2000, snapshot) == []
+    for end in range(3000, 6000, 500):
+        core.next_send(1, log(end, epochs=(E(3, 0),)), now_ms=end)  # ships up to `end`
+        core.local_durable(end + 250)  # the master writes on before the ack comes back
+        effects = core.on_frame(1, Ack(end), log(end + 250, epochs=(E(3, 0),)), now_ms=end)
+        if core.sync_state_set == (0, 1):
+            break
+        # caught up with what was sent: a candidate, so confirm stops at its ack
+        assert core.confirm_log_position <= end + 250
+    assert core.sync_state_set == (0, 1), "the slave never joined under load"
+    assert SyncStateSetChanged((0, 1)) in effects
