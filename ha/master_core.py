@@ -22,13 +22,13 @@ Topic and offset metadata go out when their version changed, at most every haMet
 
 SyncStateSet (master always in it):
 - join, on an ack: the slave's ack >= the confirm position and >= the start of the current epoch;
-- candidate: a slave not yet in the set whose ack reached the log end as of the last send to it
-  (caught up) bounds the confirm position like a member, so the position stops running ahead of
+- candidate: a slave not yet in the set that keeps up (its ack reached the log end as of the
+  last send to it, or is less than one transfer batch behind the log end) bounds the confirm position like a member, so the position stops running ahead of
   it and it can join under continuous load (else the confirm position, which follows the
   master's writes while it is alone, stays ahead of every ack); a candidate not caught up for
   haMaxTimeSlaveNotCatchup, or whose link closes, stops being one;
-- leave: its link closes (at once), or it has not been caught up (ack >= the log end as of the
-  last send to it) for haMaxTimeSlaveNotCatchup.
+- leave: its link closes (at once), or it has not kept up (as above) for
+  haMaxTimeSlaveNotCatchup.
 Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
 and the SSS members, for both master roles. ASYNC_MASTER never makes a put wait (its reads still
 stop at the confirm position, so a slave that may be elected later holds whatever was read).
@@ -304,7 +304,7 @@ class MasterReplication:
 
     def _after_ack(self, link: _Link, log: MasterLog, now_ms: int) -> list[MasterEffect]:
         position = link.acked_log_position
-        caught_up = position >= link.end_at_last_send or position >= log.end_log_position
+        caught_up = self._caught_up(link, position, log)
         if caught_up:
             link.last_caught_up_ms = now_ms
         effects: list[MasterEffect] = []
@@ -319,6 +319,13 @@ class MasterReplication:
             elif caught_up and position >= self._epoch_start:
                 self._candidates.add(link.broker_id)
         return effects + self._recompute_confirm()
+
+    def _caught_up(self, link: _Link, position: int, log: MasterLog) -> bool:
+        """Does a slave that acked `position` keep up? It holds all the master had when it last
+        shipped to it, or it is less than one transfer batch behind the log's end (under
+        continuous writes the next batch is always on its way before the last one is acked)."""
+        return (position >= link.end_at_last_send
+                or log.end_log_position - position <= self.settings.transfer_batch_bytes)
 
     # -- shipping ---------------------------------------------------------------------------
     def next_send(self, link_id: int, log: MasterLog, *, now_ms: int) -> MasterEffect:
@@ -385,8 +392,8 @@ class MasterReplication:
                 continue
             silent_ms = now_ms - link.last_received_ms
             if link.state is LinkState.TRANSFER and \
-                    link.acked_log_position >= log.end_log_position:
-                link.last_caught_up_ms = now_ms  # holds everything: caught up, however quiet
+                    self._caught_up(link, link.acked_log_position, log):
+                link.last_caught_up_ms = now_ms  # caught up, however quiet
             if silent_ms >= self.settings.housekeeping_interval_ms:
                 effects += self._close(link.link_id, f"slave {link.broker_id} silent for "
                                        f"{silent_ms} ms (haHousekeepingInterval)")

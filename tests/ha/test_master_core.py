@@ -176,15 +176,16 @@ def test_a_lagging_member_holds_the_confirm_back_until_it_leaves() -> None:
     core.local_durable(2500)
     connect(core, 1, 1, 2500, snapshot, now_ms=0)
     connect(core, 2, 2, 2500, snapshot, now_ms=0)
-    grown = log(3000, epochs=(E(3, 0),))
-    assert core.local_durable(3000) == []  # the slaves lack it
+    grown = log(3600, epochs=(E(3, 0),))  # more than one batch (1000) past slave 2's ack
+    assert core.local_durable(3600) == []  # the slaves lack it
+    core.next_send(1, grown, now_ms=10)
     core.next_send(1, grown, now_ms=10)
     core.next_send(2, grown, now_ms=10)
-    assert core.on_frame(1, Ack(3000), grown, now_ms=20) == []
-    assert core.put_progress(3000, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
+    assert core.on_frame(1, Ack(3600), grown, now_ms=20) == []
+    assert core.put_progress(3600, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
     assert core.confirm_log_position == 2500  # but slave 2, electable later, does not
     effects = core.on_tick(grown, now_ms=600)  # slave 2 not caught up for > 500 ms
-    assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3000)]
+    assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3600)]
 
 
 def test_a_caught_up_slave_joins_while_the_master_keeps_writing() -> None:
