@@ -37,6 +37,9 @@ Controller mode (`accepted_sync_state_set` given): the set above is only this ma
 (`local_sync_state_set`, sent to the controller by the shell); the controller elects from the set
 it accepted, so the two sets play different parts until they agree:
 
+    needAckNums                    from the accepted set's size (quorum.plan_put_controller): a
+                                   master that lost its slaves cannot degrade on its own say-so
+                                   (it may be deposed already: its acks would be cut later)
     acks that count for a put      local members that the controller accepted (intersection):
                                    an ack from a member the controller does not know yet could
                                    make a put PUT_OK that an election then loses
@@ -55,7 +58,14 @@ import enum
 import logging
 
 from ha.frames import Ack, Frame, MasterHello, Refuse, SlaveHello, Transfer
-from ha.quorum import PutPlan, QuorumSettings, confirm_position, holders, plan_put
+from ha.quorum import (
+    PutPlan,
+    QuorumSettings,
+    confirm_position,
+    holders,
+    plan_put,
+    plan_put_controller,
+)
 from storage_engine import EpochEntry
 
 __all__ = [
@@ -415,6 +425,8 @@ class MasterReplication:
         """needAckNums for a put about to be written, or why it is refused."""
         if self.settings.async_master:
             return PutPlan(1, 1)
+        if self._accepted is not None:
+            return plan_put_controller(self.settings.quorum, 1 + len(self._accepted))
         return plan_put(self.settings.quorum, master_end, self._counted_acks())
 
     def local_durable(self, log_position: int) -> list[MasterEffect]:
