@@ -54,6 +54,7 @@ QUEUES = 4
 BROKER_SETTINGS = {**FAST_TIMERS, "brokerHeartbeatInterval": "200",
                    "defaultTopicQueueNums": str(QUEUES)}
 INFO_TIMEOUT_S = 1.0
+FAILED_SEND_PAUSE_S = 0.05  # the load's pause after a send that did not end in PUT_OK
 
 
 def _env() -> dict[str, str]:
@@ -319,8 +320,8 @@ class Load:
                                           result.queue_offset, started, now)
                 if result is not None or not self.resend:
                     seq += 1
-                elif status not in ("PUT_OK",):
-                    self._stop.wait(0.05)  # the client backed off already, or it was a reply
+                if result is None:  # the client backed off already, or it was a reply
+                    self._stop.wait(FAILED_SEND_PAUSE_S)
         except BaseException as err:  # surfaced by stop() / wait_acks()
             self.error = err
         finally:

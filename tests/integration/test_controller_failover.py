@@ -21,9 +21,9 @@ CommitLog segment files are compared byte for byte. Every wait has a deadline.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -121,6 +121,76 @@ def test_sigkill_master_under_load(tmp_path: Path, quorum: dict[str, str]) -> No
         info = cluster.info(old)
         assert info is not None and info["role"] == "SLAVE"
         assert cluster.info(new)["master_epoch"] == new_epoch  # no election on the way back
+    finally:
+        if cluster is not None:
+            cluster.down()
+
+
+@pytest.mark.parametrize("controller_at_sigcont", ["up", "down"])
+def test_sigstop_master_past_the_heartbeat_timeout_then_sigcont(
+        tmp_path: Path, controller_at_sigcont: str) -> None:
+    """With the controller "down" at SIGCONT the old master cannot learn it was deposed, so
+    only its SyncStateSet rule (acks count only from members the controller accepted) keeps
+    it from acking alone, for as long as the controller stays away."""
+    cluster = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3, **QUORUM_AUTO)
+        old, old_info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(old, 3)
+        old_epoch = old_info["master_epoch"]
+        load = Load(_producer_config(cluster), "orders", _run_id()).start()
+        load.wait_acks(200)
+        # A producer that knows only the old master, without retries, and a timeout longer
+        # than the pause: the put it sends while the master is stopped is answered after
+        # SIGCONT, by a master that has not yet heard it was deposed.
+        direct = Load(ClientConfig(brokers=(cluster.endpoint(old),), request_timeout_ms=30_000,
+                                   send_deadline_ms=30_000, retries_max=0),
+                      "orders", _run_id(), resend=False).start()
+        direct.wait_acks(20)
+        stopped_at = time.monotonic()
+        cluster.pause(old)
+
+        new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1, exclude=[old],
+                                            timeout_s=ELECTION_DEADLINE_S)
+        new_epoch = new_info["master_epoch"]
+        load.wait_acks(len(load.acked) + 200, timeout_s=ELECTION_DEADLINE_S)
+        if controller_at_sigcont == "down":
+            cluster.kill("controller-n1")
+        resumed_at = time.monotonic()
+        cluster.resume(old)
+
+        window_s = 0.0 if controller_at_sigcont == "up" else 3.0
+        wait_for(lambda: (sum(1 for t, _, _ in direct.outcomes if t > resumed_at) >= 10
+                          and time.monotonic() > resumed_at + window_s), 20 + window_s,
+                 "the old master to answer the direct producer after SIGCONT")
+        direct.stop()
+        after_resume = [status for t, _, status in direct.outcomes if t > resumed_at]
+        if controller_at_sigcont == "down":
+            assert (cluster.info(old) or {}).get("role") == "MASTER"  # still believes it
+            cluster.up()
+        cluster.wait_slave(old, new_epoch)
+        load.wait_acks(len(load.acked) + 100, timeout_s=ELECTION_DEADLINE_S)
+        load.stop()
+        print(f"\nold master after SIGCONT answered {dict(Counter(after_resume))}; load "
+              f"{dict(counts(load))}")
+
+        # Report every broken rule, not only the first one.
+        problems = []
+        late = [(a.seq, round(a.sent_at - stopped_at, 2)) for a in direct.acks_after(stopped_at)]
+        if late:
+            problems.append(f"{len(late)} PUT_OK from the deposed master for puts sent after "
+                            f"SIGSTOP, e.g. (seq, s after SIGSTOP) {late[:4]}")
+        found = read_topic(cluster.endpoint(new), "orders")
+        for name, history in (("load", load), ("direct", direct)):
+            try:
+                _assert_exactly_once(history, found)
+            except AssertionError as err:
+                problems.append(f"{name}: {str(err).splitlines()[0]}")
+        try:
+            _assert_rejoined_identical(cluster, old, new, new_epoch)
+        except AssertionError as err:
+            problems.append(f"rejoin: {str(err).splitlines()[0][:300]}")
+        assert not problems, "\n".join(problems)
     finally:
         if cluster is not None:
             cluster.down()
