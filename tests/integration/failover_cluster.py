@@ -41,8 +41,7 @@ from typing import Any
 
 from connector import Admin, ClientConfig, Consumer, Producer
 from connector.client import controller_cluster_list
-from connector.protocol import IDEMPOTENCE_PROPERTY, RocketHAError
-from connector.protocol.wire import PutIdempotence
+from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, RocketHAError
 from ha.cluster_controllers import controller_status
 from ha.local_processes import pid_from_file
 from tests.ha.replica_set import FAST_TIMERS, _all_threads_stopped, wait_for
@@ -289,6 +288,10 @@ class Load:
         assert self.error is None, f"the load thread failed: {self.error!r}"
         return self
 
+    def abort(self) -> None:
+        """Ask the thread to end (teardown after a failure; `stop` also waits and checks)."""
+        self._stop.set()
+
     def wait_acks(self, count: int, timeout_s: float = 20.0) -> None:
         wait_for(lambda: len(self.acked) >= count or self.error is not None, timeout_s,
                  f"{count} acks (have {len(self.acked)}; last outcomes {self.outcomes[-3:]})")
@@ -336,6 +339,83 @@ class Load:
         except RocketHAError as err:
             return err.name, None
         return result.status, (result if result.status == "PUT_OK" else None)
+
+
+class Reader:
+    """One consumer thread: pulls every queue of `topic` in turn from where it left off
+    (long polls of `POLL_WAIT_MS`), recording (time, queue, offset, body). Bounded by
+    `duration_max_s`; errors from the client are counted, not raised (the client retries)."""
+
+    POLL_WAIT_MS = 50
+
+    def __init__(self, config: ClientConfig, topic: str, queues: int = QUEUES, *,
+                 duration_max_s: float = 60.0) -> None:
+        self.config = config
+        self.topic = topic
+        self.queues = queues
+        self.duration_max_s = duration_max_s
+        self.rows: list[tuple[float, int, int, bytes]] = []
+        self.errors: Counter[str] = Counter()
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"reader-{topic}", daemon=True)
+
+    def start(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Reader:
+        self._stop.set()
+        self._thread.join(timeout=self.config.send_deadline_ms / 1000.0 + 10)
+        assert not self._thread.is_alive(), "the reader thread did not stop"
+        assert self.error is None, f"the reader thread failed: {self.error!r}"
+        return self
+
+    def abort(self) -> None:
+        self._stop.set()
+
+    def rows_after(self, moment: float) -> int:
+        return sum(1 for row in self.rows if row[0] >= moment)
+
+    def wait_rows_after(self, moment: float, count: int, timeout_s: float = 20.0) -> None:
+        wait_for(lambda: self.rows_after(moment) >= count or self.error is not None, timeout_s,
+                 f"{count} rows read after t={moment:.1f} (errors {dict(self.errors)})")
+        assert self.error is None, f"the reader thread failed: {self.error!r}"
+
+    def _run(self) -> None:
+        consumer = Consumer(self.config)
+        next_offsets = [0] * self.queues
+        deadline = time.monotonic() + self.duration_max_s
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                for queue_id in range(self.queues):
+                    try:
+                        result = consumer.pull(self.topic, queue_id, next_offsets[queue_id],
+                                               max_messages=256, max_wait_ms=self.POLL_WAIT_MS)
+                    except RocketHAError as err:
+                        self.errors[err.name] += 1
+                        self._stop.wait(FAILED_SEND_PAUSE_S)
+                        continue
+                    now = time.monotonic()
+                    offsets = result.table.column("queue_offset").to_pylist()
+                    bodies = result.table.column("body").to_pylist()
+                    self.rows += [(now, queue_id, o, b) for o, b in zip(offsets, bodies)]
+                    next_offsets[queue_id] = max(next_offsets[queue_id],
+                                                 result.next_queue_offset)
+        except BaseException as err:  # surfaced by stop() / wait_rows_after()
+            self.error = err
+
+    def check_against(self, found: dict[tuple[int, int], bytes]) -> list[str]:
+        """What was read must be what the replica holds at those places, each queue read in
+        order without gaps (a consumer never reads past the confirm position)."""
+        problems = [f"{q}/{o}: read {b!r}, replica holds {found.get((q, o))!r}"
+                    for _, q, o, b in self.rows if found.get((q, o)) != b]
+        for queue_id in range(self.queues):
+            offsets = [o for _, q, o, _ in self.rows if q == queue_id]
+            if offsets != list(range(len(offsets))):
+                problems.append(f"queue {queue_id} read out of order or with gaps: "
+                                f"{offsets[:10]}...")
+        return problems
 
 
 # -- what a replica holds, and the checks -----------------------------------------------------

@@ -34,6 +34,7 @@ from tests.integration.failover_cluster import (
     QUEUES,
     FailoverCluster,
     Load,
+    Reader,
     check_history,
     commitlog_bytes,
     counts,
@@ -50,6 +51,9 @@ QUORUM_AUTO = {"inSyncReplicas": "2", "enableAutoInSyncReplicas": "true",
 QUORUM_ALL_ACK = {**QUORUM_AUTO, "allAckInSyncStateSet": "true"}
 # controllerHeartbeatTimeoutMs (3 s, not settable through rocketha-cluster) + scans + take-over
 ELECTION_DEADLINE_S = 15.0
+CONTROLLER_TIMEOUT_S = 3.0  # the controller's default controllerHeartbeatTimeoutMs
+CONTROLLER_ELECTION_MAX_S = 5.0  # Raft: 10-20 ticks of 50 ms, plus pre-vote
+ACK_GAP_MAX_S = 2.0  # longest pause in PUT_OKs that "writes continue" allows (2 shared cores)
 
 
 def _producer_config(cluster: FailoverCluster) -> ClientConfig:
@@ -192,5 +196,157 @@ def test_sigstop_master_past_the_heartbeat_timeout_then_sigcont(
             problems.append(f"rejoin: {str(err).splitlines()[0][:300]}")
         assert not problems, "\n".join(problems)
     finally:
+        if cluster is not None:
+            cluster.down()
+
+
+def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: Path) -> None:
+    cluster = None
+    load = reader = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=3, replicas=2, **QUORUM_AUTO)
+        master, info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(master, 2)
+        load = Load(_producer_config(cluster), "orders", _run_id()).start()
+        load.wait_acks(100)
+        reader = Reader(_producer_config(cluster), "orders").start()
+        reader.wait_rows_after(0.0, 50)
+
+        status = cluster.status()
+        leaders = [n for n, p in status.items() if p["kind"] == "controller"
+                   and p["role"] == "leader"]
+        assert len(leaders) == 1, status
+        killed_at = time.monotonic()
+        cluster.kill(leaders[0])
+        new_leader = cluster.wait_controller_leader(exclude=leaders, timeout_s=10)
+        election_s = time.monotonic() - killed_at
+        status = cluster.status()
+        assert status[leaders[0]]["role"] == "DOWN" and status[new_leader]["role"] == "leader"
+        assert [n for n, p in status.items() if p["role"] == "leader"] == [new_leader]
+        assert election_s < CONTROLLER_ELECTION_MAX_S, election_s
+        print(f"\ncontroller leader {leaders[0]} killed -> {new_leader} leads after "
+              f"{election_s:.2f}s")
+        # A client that knows only the controllers (the dead one listed first) finds the master.
+        fresh = Producer(ClientConfig(controller=",".join(
+            [cluster.endpoint(leaders[0])] + [cluster.endpoint(n) for n in cluster.controllers
+                                              if n != leaders[0]]), request_timeout_ms=3000))
+        try:
+            assert fresh.send("orders", b"fresh-client").status == "PUT_OK"
+        finally:
+            fresh.close()
+        _wait_data_plane(load, reader, killed_at)
+        state = cluster.replica_state(SET_A)
+
+        # Every controller gone (DESIGN §5.6): the replica set keeps serving as it was.
+        before = (cluster.info(master) or {})["controller"]["heartbeats_failed"]
+        all_down_at = time.monotonic()
+        for name in cluster.controllers:
+            if cluster.pid(name) is not None:
+                cluster.kill(name)
+        wait_for(lambda: (cluster.info(master) or {}).get("controller", {}).get(
+            "heartbeats_failed", 0) >= before + 6, 10, "heartbeats to dead controllers")
+        _wait_data_plane(load, reader, all_down_at, window_s=CONTROLLER_TIMEOUT_S + 1.0)
+        info = cluster.info(master)
+        assert info is not None and info["role"] == "MASTER"
+        assert info["master_epoch"] == state["master_epoch"]
+        assert info["accepted_sync_state_set"] == state["sync_state_set"]
+        config = ClientConfig(brokers=(cluster.endpoint(master),), request_timeout_ms=3000)
+        with Producer(config) as direct:
+            assert direct.send("orders", b"no-controller", queue_id=0).status == "PUT_OK"
+        assert Consumer(config).pull("orders", 0, 0, max_messages=10).table.num_rows > 0
+
+        # Controllers back: the replicated state is what it was, and stays so past a heartbeat
+        # timeout (a fresh leader must not take the master for dead before it heard from it).
+        restarted_at = time.monotonic()
+        cluster.up()
+        cluster.wait_controller_leader(timeout_s=20)
+        assert cluster.replica_state(SET_A) == state
+        _wait_data_plane(load, reader, restarted_at, window_s=CONTROLLER_TIMEOUT_S + 1.5)
+        assert cluster.replica_state(SET_A) == state
+        info = cluster.info(master)
+        assert info is not None and info["role"] == "MASTER"
+        assert info["controller"]["master_epoch"] == state["master_epoch"]
+
+        load.stop()
+        reader.stop()
+        found = read_topic(cluster.endpoint(master), "orders")
+        _assert_exactly_once(load, found)
+        assert not reader.check_against(found), reader.check_against(found)[:5]
+    finally:
+        for thread in (load, reader):
+            if thread is not None:
+                thread.abort()
+        if cluster is not None:
+            cluster.down()
+
+
+def _wait_data_plane(load: Load, reader: Reader, since: float, window_s: float = 2.0) -> None:
+    """Producing and consuming go on for `window_s` after `since`, without a long pause."""
+    wait_for(lambda: time.monotonic() >= since + window_s, window_s + 1, "the window")
+    load.wait_acks(len(load.acked) + 20)
+    reader.wait_rows_after(since + window_s / 2, 10)
+    gap_s = load.max_ack_gap_s(since, since + window_s)
+    assert gap_s < ACK_GAP_MAX_S, f"no ack for {gap_s:.2f}s after t={since:.1f}"
+
+
+def test_two_replica_sets_one_lost_unordered_sends_move_to_the_other(tmp_path: Path) -> None:
+    cluster = None
+    spread = keyed = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replica_sets=2,
+                                  replicas=2, **QUORUM_AUTO)
+        master_a, _ = cluster.wait_master("broker-a")
+        master_b, info_b = cluster.wait_master("broker-b")
+        cluster.wait_full_sync_state_set(master_a, 2)
+        cluster.wait_full_sync_state_set(master_b, 2)
+        # Unordered sends (no key, no queue): the controller-configured producer may use any
+        # set's master. A keyed producer that knows only set b's master watches b's service.
+        spread = Load(_producer_config(cluster), "spread", _run_id(), keys=0, idempotent=False,
+                      resend=False).start()
+        keyed = Load(ClientConfig(brokers=(cluster.endpoint(master_b),), request_timeout_ms=3000,
+                                  send_deadline_ms=10_000), "orders", _run_id()).start()
+        spread.wait_acks(100)
+        keyed.wait_acks(100)
+
+        killed_at = time.monotonic()
+        for name in cluster.members("broker-a"):
+            cluster.kill(name)
+        dead_at = time.monotonic()
+        spread.wait_acks(len(spread.acked) + 200, timeout_s=ELECTION_DEADLINE_S)
+        keyed.wait_acks(len(keyed.acked) + 100)
+        moved_s = min(a.acked_at for a in spread.acks_after(dead_at)) - killed_at
+        gap_s = keyed.max_ack_gap_s(killed_at, time.monotonic())
+        spread.stop()
+        keyed.stop()
+        print(f"\nset a killed: unordered sends PUT_OK on b after {moved_s:.2f}s; set b's "
+              f"longest pause {gap_s:.2f}s; spread {dict(counts(spread))}")
+        assert gap_s < ACK_GAP_MAX_S, f"set b paused {gap_s:.2f}s while set a died"
+        still = cluster.master_now("broker-b")
+        assert still is not None and still[0] == master_b
+        assert still[1]["master_epoch"] == info_b["master_epoch"]
+        on_b = read_topic(cluster.endpoint(master_b), "spread")
+        after = check_history(spread, on_b)
+        assert not after.unexpected and not after.order_violations, after.summary()
+        moved = [a.seq for a in spread.acks_after(dead_at)]
+        assert moved and not set(moved) & set(after.lost), after.summary()
+        _assert_exactly_once(keyed, read_topic(cluster.endpoint(master_b), "orders"))
+
+        # Set a back from a whole-set crash: every PUT_OK is on a or b, where its ack said.
+        cluster.up()
+        master_a2, _ = cluster.wait_master("broker-a", timeout_s=ELECTION_DEADLINE_S)
+        on_a = read_topic(cluster.endpoint(master_a2), "spread")
+        before = check_history(spread, on_a)
+        assert not before.unexpected and not before.order_violations, before.summary()
+        assert before.found > 0, "the unordered producer never used set a: nothing moved"
+        misplaced = [a.seq for a in spread.acked.values()
+                     if spread.body(a.seq) not in (on_a.get((a.queue_id, a.queue_offset)),
+                                                   on_b.get((a.queue_id, a.queue_offset)))]
+        assert not misplaced, (f"{len(misplaced)} PUT_OK not at their queue offset on either "
+                               f"set: {misplaced[:5]}; a: {before.summary()}; "
+                               f"b: {after.summary()}")
+    finally:
+        for thread in (spread, keyed):
+            if thread is not None:
+                thread.abort()
         if cluster is not None:
             cluster.down()
