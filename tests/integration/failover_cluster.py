@@ -181,7 +181,8 @@ class FailoverCluster:
                         timeout_s, f"a master of {replica_set} (epoch >= {min_epoch}, "
                         f"not {excluded})")
 
-    def wait_full_sync_state_set(self, master: str, size: int, timeout_s: float = 20.0) -> list[int]:
+    def wait_full_sync_state_set(self, master: str, size: int,
+                                 timeout_s: float = 20.0) -> list[int]:
         def full() -> list[int] | None:
             info = self.info(master) or {}
             accepted = info.get("accepted_sync_state_set") or []
