@@ -52,7 +52,7 @@ QUEUES = 4
 # FAST_TIMERS: HA link timers of a second or two; heartbeats to the controller every 200 ms
 BROKER_SETTINGS = {**FAST_TIMERS, "brokerHeartbeatInterval": "200",
                    "defaultTopicQueueNums": str(QUEUES)}
-INFO_TIMEOUT_S = 1.0
+INFO_TIMEOUT_S = 2.0  # one broker_info / controller_status call (2 busy shared cores)
 FAILED_SEND_PAUSE_S = 0.05  # the load's pause after a send that did not end in PUT_OK
 
 
@@ -157,6 +157,10 @@ class FailoverCluster:
             return Admin(config).broker_info()
         except RocketHAError:
             return None
+
+    def info_now(self, name: str, timeout_s: float = 10.0) -> dict[str, Any]:
+        """broker_info of a broker that is up (asked again until it answers)."""
+        return wait_for(lambda: self.info(name), timeout_s, f"{name} to answer broker_info")
 
     def master_now(self, replica_set: str, *, min_epoch: int = 0,
                    exclude: Iterable[str] = ()) -> tuple[str, dict[str, Any]] | None:
@@ -269,6 +273,7 @@ class Load:
         self.acked: dict[int, Ack] = {}
         self.outcomes: list[tuple[float, int, str]] = []  # (time, seq, status or error name)
         self.error: BaseException | None = None
+        self._lock = threading.Lock()  # the thread adds acks while the test reads them
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"load-{run}", daemon=True)
 
@@ -298,12 +303,17 @@ class Load:
                  f"{count} acks (have {len(self.acked)}; last outcomes {self.outcomes[-3:]})")
         assert self.error is None, f"the load thread failed: {self.error!r}"
 
+    def acks(self) -> list[Ack]:
+        """A snapshot of the acks so far (safe while the thread runs)."""
+        with self._lock:
+            return list(self.acked.values())
+
     def acks_after(self, moment: float) -> list[Ack]:
-        return [ack for ack in self.acked.values() if ack.sent_at >= moment]
+        return [ack for ack in self.acks() if ack.sent_at >= moment]
 
     def max_ack_gap_s(self, start: float, end: float) -> float:
         """The longest time in [start, end] without an ack."""
-        times = sorted(a.acked_at for a in self.acked.values() if start <= a.acked_at <= end)
+        times = sorted(a.acked_at for a in self.acks() if start <= a.acked_at <= end)
         edges = [start, *times, end]
         return max(b - a for a, b in zip(edges, edges[1:]))
 
@@ -320,8 +330,9 @@ class Load:
                 now = time.monotonic()
                 self.outcomes.append((now, seq, status))
                 if result is not None:
-                    self.acked[seq] = Ack(seq, self.key(seq), result.queue_id,
-                                          result.queue_offset, started, now)
+                    with self._lock:
+                        self.acked[seq] = Ack(seq, self.key(seq), result.queue_id,
+                                              result.queue_offset, started, now)
                 if result is not None or not self.resend:
                     seq += 1
                 if result is None:  # the client backed off already, or it was a reply

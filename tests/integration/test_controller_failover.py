@@ -79,9 +79,7 @@ def _assert_rejoined_identical(cluster: FailoverCluster, old: str, new: str,
     """`old` follows `new` in `new_epoch`, and their logs agree up to new's confirm position."""
     cluster.wait_slave(old, new_epoch)
     end = cluster.wait_converged(old, new)
-    master_info = cluster.info(new)
-    assert master_info is not None
-    confirm = master_info["confirm_log_position"]
+    confirm = cluster.info_now(new)["confirm_log_position"]
     assert 0 < confirm <= end
     old_epochs, new_epochs = (epoch_entries(cluster.store_dir(n)) for n in (old, new))
     assert old_epochs[-1][0] == new_epoch, old_epochs
@@ -125,9 +123,8 @@ def test_sigkill_master_under_load(tmp_path: Path, quorum: dict[str, str]) -> No
 
         cluster.up()  # the old master restarts: a newer epoch names another master
         _assert_rejoined_identical(cluster, old, new, new_epoch)
-        info = cluster.info(old)
-        assert info is not None and info["role"] == "SLAVE"
-        assert cluster.info(new)["master_epoch"] == new_epoch  # no election on the way back
+        assert cluster.info_now(old)["role"] == "SLAVE"
+        assert cluster.info_now(new)["master_epoch"] == new_epoch  # no election on the way back
     finally:
         if load is not None:
             load.abort()
@@ -249,7 +246,7 @@ def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: 
         state = cluster.replica_state(SET_A)
 
         # Every controller gone (DESIGN §5.6): the replica set keeps serving as it was.
-        before = (cluster.info(master) or {})["controller"]["heartbeats_failed"]
+        before = cluster.info_now(master)["controller"]["heartbeats_failed"]
         all_down_at = time.monotonic()
         for name in cluster.controllers:
             if cluster.pid(name) is not None:
@@ -258,8 +255,8 @@ def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: 
             "heartbeats_failed", 0) >= before + 6, 10, "heartbeats to dead controllers")
         gaps.append(_wait_data_plane(load, reader, all_down_at,
                                      window_s=CONTROLLER_TIMEOUT_S + 1.0))
-        info = cluster.info(master)
-        assert info is not None and info["role"] == "MASTER"
+        info = cluster.info_now(master)
+        assert info["role"] == "MASTER"
         assert info["master_epoch"] == state["master_epoch"]
         assert info["accepted_sync_state_set"] == state["sync_state_set"]
         config = ClientConfig(brokers=(cluster.endpoint(master),), request_timeout_ms=3000)
@@ -278,8 +275,8 @@ def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: 
         print(f"longest PUT_OK pauses: leader killed {gaps[0]:.2f}s, all controllers killed "
               f"{gaps[1]:.2f}s, controllers restarted {gaps[2]:.2f}s")
         assert cluster.replica_state(SET_A) == state
-        info = cluster.info(master)
-        assert info is not None and info["role"] == "MASTER"
+        info = cluster.info_now(master)
+        assert info["role"] == "MASTER"
         assert info["controller"]["master_epoch"] == state["master_epoch"]
 
         load.stop()
