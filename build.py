@@ -32,6 +32,7 @@ BENCHES = {
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
     "controller": "tests/bench/bench_controller.py",
+    "failover": "tests/bench/bench_failover.py",
 }
 
 

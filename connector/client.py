@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -29,10 +30,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from connector.protocol import (
+    IDEMPOTENCE_PROPERTY,
     PRODUCE_SCHEMA,
     FatalError,
     GetReply,
     GetTicket,
+    PutIdempotence,
     PutReply,
     RetriableError,
     RocketHAError,
@@ -54,6 +57,7 @@ __all__ = [
     "controller_addresses",
     "controller_cluster_list",
     "controller_masters",
+    "with_marker",
 ]
 
 logger = logging.getLogger(__name__)
@@ -339,6 +343,22 @@ class Admin(_Base):
         return self.action("broker_stats")
 
 
+def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.RecordBatch:
+    """The batch with the idempotence marker added to its last row's properties."""
+    count = batch.num_rows
+    if "properties" in batch.schema.names:
+        column = batch.column("properties")
+        last = column[count - 1].as_py() or []
+    else:
+        column, last = pa.nulls(count, PRODUCE_SCHEMA.field("properties").type), []
+    last = [(k, v) for k, v in last if k != IDEMPOTENCE_PROPERTY]
+    last.append((IDEMPOTENCE_PROPERTY, idempotence.marker()))
+    properties = pa.concat_arrays([column.slice(0, count - 1), pa.array([last], PRODUCE_SCHEMA.field("properties").type)])
+    names = [name for name in batch.schema.names if name != "properties"]
+    return pa.RecordBatch.from_arrays([batch.column(name) for name in names] + [properties],
+                                      names=names + ["properties"])
+
+
 @dataclasses.dataclass
 class _Stream:
     endpoint: str
@@ -351,12 +371,19 @@ class _Stream:
 class Producer(_Base):
     """Sends messages; keeps one DoPut stream per (topic, schema) open for low latency.
 
+    With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
+    retry of a batch the broker already stored (the reply was lost, e.g. its master died
+    after replicating it) is answered from the broker's idempotence table instead of being
+    stored twice; the table survives restarts and failover (rebuilt from the log).
+
     Not thread-safe: use one Producer per thread (they share connections).
     """
 
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, *, idempotent: bool = False) -> None:
         super().__init__(config)
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
+        self._producer_id = uuid.uuid4().hex if idempotent else None
+        self._sequence = 0
 
     def send(self, topic: str, body: bytes | str, *, key: str | None = None,
              tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -387,6 +414,9 @@ class Producer(_Base):
         return results
 
     def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
+        if self._producer_id is not None:
+            batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
+            self._sequence += 1
         reply = self.put(topic, batch)
         if not status_for(reply.status).stored:
             return [SendResult(reply.status, error=reply.error)] * batch.num_rows

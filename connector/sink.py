@@ -28,11 +28,11 @@ from collections.abc import Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.client import Producer
+from connector.client import Producer, with_marker
 from connector.errors import SinkSchemaError, SinkStatusError
 from connector.options import TOPIC, SinkOptions
 from connector.partitions import QueueWriteStats, SinkCommitMessage
-from connector.protocol import IDEMPOTENCE_PROPERTY, PRODUCE_SCHEMA, PutIdempotence, PutReply
+from connector.protocol import PRODUCE_SCHEMA, PutIdempotence, PutReply
 from connector.routes import ReplicaSet, client_config
 
 __all__ = [
@@ -51,7 +51,6 @@ _ALLOWED = {
     "tags": ("string",), "properties": ("map<string,string>",), "topic": ("string",),
     "queueId": ("int",),
 }
-_PROPERTIES = PRODUCE_SCHEMA.field("properties").type
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -134,22 +133,6 @@ def _fit(batch: pa.RecordBatch, bytes_max: int) -> Iterator[pa.RecordBatch]:
         half = current.num_rows // 2
         stack.append(current.slice(half))
         stack.append(current.slice(0, half))
-
-
-def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.RecordBatch:
-    """The batch with the idempotence marker added to its last row's properties."""
-    count = batch.num_rows
-    if "properties" in batch.schema.names:
-        column = batch.column("properties")
-        last = column[count - 1].as_py() or []
-    else:
-        column, last = pa.nulls(count, _PROPERTIES), []
-    last = [(k, v) for k, v in last if k != IDEMPOTENCE_PROPERTY]
-    last.append((IDEMPOTENCE_PROPERTY, idempotence.marker()))
-    properties = pa.concat_arrays([column.slice(0, count - 1), pa.array([last], _PROPERTIES)])
-    names = [name for name in batch.schema.names if name != "properties"]
-    return pa.RecordBatch.from_arrays([batch.column(name) for name in names] + [properties],
-                                      names=names + ["properties"])
 
 
 @dataclasses.dataclass

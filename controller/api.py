@@ -271,6 +271,9 @@ class BrokerHeartbeat(JsonMessage):
     confirm_log_position: int = 0
     election_priority: int = 2**31 - 1  # lower wins (brokerElectionPriority)
     topics: tuple[TopicInfo, ...] = ()
+    # A slave whose HA link to the master of this epoch is down (0: none): the leader probes
+    # that master at once instead of waiting for its heartbeats to time out.
+    master_unreachable_epoch: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

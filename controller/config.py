@@ -88,6 +88,7 @@ class ControllerConfig:
     store_path: str = "./store/controller-n1"
     heartbeat_timeout_ms: int = 3000
     scan_interval_ms: int = 500
+    master_probe_timeout_ms: int = 500
     unclean_election_enabled: bool = False
     tick_interval_ms: int = 50
     election_timeout_ticks: int = 10
@@ -110,6 +111,7 @@ class ControllerConfig:
         for key, value, low, high in (
             ("controllerHeartbeatTimeoutMs", self.heartbeat_timeout_ms, 100, 600_000),
             ("scanNotActiveBrokerIntervalMs", self.scan_interval_ms, 10, 600_000),
+            ("masterProbeTimeoutMs", self.master_probe_timeout_ms, 10, 60_000),
             ("raftTickIntervalMs", self.tick_interval_ms, 1, 10_000),
             ("raftElectionTimeoutTicks", self.election_timeout_ticks, 2, 10_000),
             ("raftHeartbeatIntervalTicks", self.heartbeat_interval_ticks, 1, 10_000),
@@ -166,6 +168,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "controllerStorePath": ("store_path", str),
     "controllerHeartbeatTimeoutMs": ("heartbeat_timeout_ms", int),
     "scanNotActiveBrokerIntervalMs": ("scan_interval_ms", int),
+    "masterProbeTimeoutMs": ("master_probe_timeout_ms", int),
     "enableElectUncleanMaster": ("unclean_election_enabled", _bool),
     "raftTickIntervalMs": ("tick_interval_ms", int),
     "raftElectionTimeoutTicks": ("election_timeout_ticks", int),

@@ -17,6 +17,13 @@ controllerHeartbeatTimeoutMs gets a new master by `choose_master`; so does a set
 master once an eligible broker is alive. A new leader first waits one heartbeat timeout before
 it declares any master dead (its live table starts empty or stale).
 
+Faster than the timeout, for a master that crashed: a slave whose HA link to the master broke
+says so in its next heartbeat (`master_unreachable_epoch`, sent at once). The leader then probes
+the master's client address with a TCP connect (masterProbeTimeoutMs): refused means no process
+listens there any more, so the master is forgotten from the live table and the scan elects
+now. A probe that connects or times out proves nothing (a stopped or busy process still
+accepts connections in the kernel), and the heartbeat timeout decides as before.
+
 Requests (`handle(action, body)`) are answered by the leader only; other nodes reply
 `NOT_LEADER` with the leader's client address. Heartbeats are recorded by every node.
 """
@@ -87,6 +94,8 @@ __all__ = ["ControllerNode"]
 
 logger = logging.getLogger(__name__)
 
+SUSPECTS_MAX = 1024  # replica sets with a master probe pending at once
+
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
@@ -123,6 +132,7 @@ class ControllerNode:
         self._next_read_id = 0
         self._leader_since_ms: int | None = None
         self._scan_wakeup: asyncio.Event | None = None
+        self._suspects: dict[str, int] = {}  # broker_name -> master epoch a slave lost
         self._stopping: asyncio.Event | None = None
         self._transport: RaftTransport | None = None
         self._fatal: BaseException | None = None
@@ -328,6 +338,7 @@ class ControllerNode:
                 await self._scan()
 
     async def _scan(self) -> None:
+        await self._probe_suspects()
         now_ms = _monotonic_ms()
         self.live.expire(now_ms)
         for replica in self.state.replica_infos():
@@ -337,6 +348,23 @@ class ControllerNode:
                 logger.info("%s could not elect for %s: %s", self.prefix, replica.broker_name,
                             err)
                 return
+
+    async def _probe_suspects(self) -> None:
+        """Probe masters a slave lost; forget those whose address refuses connections."""
+        suspects, self._suspects = self._suspects, {}
+        for broker_name, epoch in suspects.items():
+            replica = self.state.replica_info(broker_name)
+            if (replica is None or replica.master_epoch != epoch or replica.master_address is None
+                    or not self.live.is_alive(replica, replica.master_broker_id,
+                                              _monotonic_ms())):
+                continue
+            if await _refuses_connections(replica.master_address,
+                                          self.config.master_probe_timeout_ms):
+                assert replica.master_broker_id is not None
+                logger.info("%s: %s's master %d at %s refuses connections (a slave lost it): "
+                            "dead", self.prefix, broker_name, replica.master_broker_id,
+                            replica.master_address)
+                self.live.forget(broker_name, [replica.master_broker_id])
 
     async def _maybe_elect(self, replica: ReplicaInfo, now_ms: int) -> None:
         since = self._leader_since_ms
@@ -394,6 +422,12 @@ class ControllerNode:
             return HeartbeatReply("BROKER_NOT_REGISTERED")
         if replica.master_broker_id is None and self._scan_wakeup is not None:
             self._scan_wakeup.set()  # a set without a master: elect now, not at the next scan
+        elif (request.master_unreachable_epoch == replica.master_epoch
+              and request.broker_id in replica.sync_state_set
+              and request.broker_id != replica.master_broker_id
+              and self._scan_wakeup is not None and len(self._suspects) < SUSPECTS_MAX):
+            self._suspects[replica.broker_name] = replica.master_epoch
+            self._scan_wakeup.set()  # probe the master now
         return HeartbeatReply("OK", None, role_of(replica, request.broker_id))
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
@@ -481,6 +515,20 @@ class ControllerNode:
 
 def _reply_type(action: str) -> type[Any]:
     return ACTIONS[action][1]
+
+
+async def _refuses_connections(address: str, timeout_ms: int) -> bool:
+    """True only when a TCP connect to `address` is refused (nothing listens there)."""
+    host, _, port = address.rpartition(":")
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            _reader, writer = await asyncio.open_connection(host, int(port))
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError, ValueError):
+        return False
+    writer.close()
+    return False
 
 
 def _not_leader(action: str, leader_address: str | None) -> JsonMessage:

@@ -1,7 +1,7 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
-                        [--set key=value ...]
+                        [--set key=value ...] [--controller-set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
 
@@ -117,8 +117,10 @@ class Cluster:
             if broker_info(endpoint, timeout_s=1.0) is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
-        raise SystemExit(f"rocketha-cluster: {broker['name']} did not answer on {endpoint} "
-                         f"within {STARTUP_TIMEOUT_S:.0f}s")
+        tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
+        raise SystemExit(f"rocketha-cluster: {broker['name']} (pid {self.pid_of(broker)}) did "
+                         f"not answer on {endpoint} within {STARTUP_TIMEOUT_S:.0f}s; log "
+                         f"tail:\n{tail}")
 
     def status(self) -> list[dict[str, Any]]:
         processes = []
@@ -186,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--brokers", "--replica-sets", dest="brokers", type=int, default=1,
                     help="replica sets (broker-a, broker-b, ...)")
     up.add_argument("--replicas", type=int, default=1, help="brokers per replica set")
-    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker key for every broker")
+    up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a controller key for every controller")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
@@ -199,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(args.dir)
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
-        for line in controllers.up(args.controllers):
+        for line in controllers.up(args.controllers,
+                                   _parse_overrides(args.controller_set, parser)):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:

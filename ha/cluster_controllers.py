@@ -54,12 +54,15 @@ class LocalControllers:
             return {"brokers": []}
         return json.loads(self.manifest_path.read_text())  # type: ignore[no-any-return]
 
-    def up(self, count: int | None) -> list[str]:
+    def up(self, count: int | None, overrides: dict[str, str] | None = None) -> list[str]:
         """Plan (keeping ports), start what is not running, wait for a leader; returns one
-        line per controller: name, client endpoint, role."""
+        line per controller: name, client endpoint, role. `overrides` (controller keys, from
+        `--controller-set`) are remembered, so a later `up` keeps them."""
         manifest = self._load()
         existing = len(manifest.get("controllers", []))
-        group = self.plan(manifest, existing if count is None else count, {})
+        remembered = manifest.setdefault("controller_overrides", {})
+        remembered.update(overrides or {})
+        group = self.plan(manifest, existing if count is None else count, remembered)
         if not group:
             return []
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,13 @@ Topic and offset metadata go out when their version changed, at most every haMet
 
 SyncStateSet (master always in it):
 - join, on an ack: the slave's ack >= the confirm position and >= the start of the current epoch;
-- leave: its link closes (at once), or it has not been caught up (ack >= the log end as of the
-  last send to it) for haMaxTimeSlaveNotCatchup.
+- candidate: a slave not yet in the set that keeps up (its ack reached the log end as of the
+  last send to it, or is less than one transfer batch behind the log end) bounds the confirm position like a member, so the position stops running ahead of
+  it and it can join under continuous load (else the confirm position, which follows the
+  master's writes while it is alone, stays ahead of every ack); a candidate not caught up for
+  haMaxTimeSlaveNotCatchup, or whose link closes, stops being one;
+- leave: its link closes (at once), or it has not kept up (as above) for
+  haMaxTimeSlaveNotCatchup.
 Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
 and the SSS members, for both master roles. ASYNC_MASTER never makes a put wait (its reads still
 stop at the confirm position, so a slave that may be elected later holds whatever was read).
@@ -32,6 +37,9 @@ Controller mode (`accepted_sync_state_set` given): the set above is only this ma
 (`local_sync_state_set`, sent to the controller by the shell); the controller elects from the set
 it accepted, so the two sets play different parts until they agree:
 
+    needAckNums                    from the accepted set's size (quorum.plan_put_controller): a
+                                   master that lost its slaves cannot degrade on its own say-so
+                                   (it may be deposed already: its acks would be cut later)
     acks that count for a put      local members that the controller accepted (intersection):
                                    an ack from a member the controller does not know yet could
                                    make a put PUT_OK that an election then loses
@@ -50,7 +58,14 @@ import enum
 import logging
 
 from ha.frames import Ack, Frame, MasterHello, Refuse, SlaveHello, Transfer
-from ha.quorum import PutPlan, QuorumSettings, confirm_position, holders, plan_put
+from ha.quorum import (
+    PutPlan,
+    QuorumSettings,
+    confirm_position,
+    holders,
+    plan_put,
+    plan_put_controller,
+)
 from storage_engine import EpochEntry
 
 __all__ = [
@@ -210,6 +225,7 @@ class MasterReplication:
         self.endpoint = endpoint
         self._links: dict[int, _Link] = {}
         self._members: set[int] = set()  # SSS slaves, by broker id
+        self._candidates: set[int] = set()  # caught-up slaves about to join (bound confirm)
         self._by_broker: dict[int, int] = {}  # broker id -> link id
         self._master_position = master_log_position
         self._confirm = confirm_log_position
@@ -298,17 +314,28 @@ class MasterReplication:
 
     def _after_ack(self, link: _Link, log: MasterLog, now_ms: int) -> list[MasterEffect]:
         position = link.acked_log_position
-        if position >= link.end_at_last_send or position >= log.end_log_position:
+        caught_up = self._caught_up(link, position, log)
+        if caught_up:
             link.last_caught_up_ms = now_ms
         effects: list[MasterEffect] = []
         self._epoch_start = log.epochs[-1].start_log_position if log.epochs else 0
-        if (link.broker_id not in self._members and position >= self._confirm
-                and position >= self._epoch_start):
-            self._members.add(link.broker_id)
-            logger.info("slave %d joins the SyncStateSet at log_position %d", link.broker_id,
-                        position)
-            effects.append(SyncStateSetChanged(self.sync_state_set))
+        if link.broker_id not in self._members:
+            if position >= self._confirm and position >= self._epoch_start:
+                self._candidates.discard(link.broker_id)
+                self._members.add(link.broker_id)
+                logger.info("slave %d joins the SyncStateSet at log_position %d",
+                            link.broker_id, position)
+                effects.append(SyncStateSetChanged(self.sync_state_set))
+            elif caught_up and position >= self._epoch_start:
+                self._candidates.add(link.broker_id)
         return effects + self._recompute_confirm()
+
+    def _caught_up(self, link: _Link, position: int, log: MasterLog) -> bool:
+        """Does a slave that acked `position` keep up? It holds all the master had when it last
+        shipped to it, or it is less than one transfer batch behind the log's end (under
+        continuous writes the next batch is always on its way before the last one is acked)."""
+        return (position >= link.end_at_last_send
+                or log.end_log_position - position <= self.settings.transfer_batch_bytes)
 
     # -- shipping ---------------------------------------------------------------------------
     def next_send(self, link_id: int, log: MasterLog, *, now_ms: int) -> MasterEffect:
@@ -375,11 +402,14 @@ class MasterReplication:
                 continue
             silent_ms = now_ms - link.last_received_ms
             if link.state is LinkState.TRANSFER and \
-                    link.acked_log_position >= log.end_log_position:
-                link.last_caught_up_ms = now_ms  # holds everything: caught up, however quiet
+                    self._caught_up(link, link.acked_log_position, log):
+                link.last_caught_up_ms = now_ms  # caught up, however quiet
             if silent_ms >= self.settings.housekeeping_interval_ms:
                 effects += self._close(link.link_id, f"slave {link.broker_id} silent for "
                                        f"{silent_ms} ms (haHousekeepingInterval)")
+            elif (link.broker_id in self._candidates and now_ms - link.last_caught_up_ms
+                  > self.settings.slave_not_catchup_max_ms):
+                self._candidates.discard(link.broker_id)  # it no longer holds confirm back
             elif (link.broker_id in self._members and now_ms - link.last_caught_up_ms
                   > self.settings.slave_not_catchup_max_ms):
                 self._members.discard(link.broker_id)
@@ -395,6 +425,8 @@ class MasterReplication:
         """needAckNums for a put about to be written, or why it is refused."""
         if self.settings.async_master:
             return PutPlan(1, 1)
+        if self._accepted is not None:
+            return plan_put_controller(self.settings.quorum, 1 + len(self._accepted))
         return plan_put(self.settings.quorum, master_end, self._counted_acks())
 
     def local_durable(self, log_position: int) -> list[MasterEffect]:
@@ -428,7 +460,7 @@ class MasterReplication:
         return acks  # type: ignore[return-value]
 
     def _recompute_confirm(self) -> list[MasterEffect]:
-        bound = self._members | (self._accepted or frozenset())
+        bound = self._members | self._candidates | (self._accepted or frozenset())
         acks = [self._ack_of(broker_id) for broker_id in bound]
         if None in acks:
             return []  # an accepted member without a link: hold until the controller drops it
@@ -441,6 +473,7 @@ class MasterReplication:
     def _drop_member_of(self, link: _Link, now_ms: int) -> list[MasterEffect]:
         if self._by_broker.get(link.broker_id) == link.link_id:
             del self._by_broker[link.broker_id]
+            self._candidates.discard(link.broker_id)
             if link.broker_id in self._members:
                 self._members.discard(link.broker_id)
                 logger.warning("slave %d leaves the SyncStateSet: link closed", link.broker_id)

@@ -11,6 +11,11 @@ applied here to a master that tracks its own SyncStateSet (SSS; the master is al
                                     need = max(min(need, in_sync), minInSyncReplicas)
                                 refuse when need > in_sync
 
+Controller mode (`plan_put_controller`): the set is the one the controller accepted, counted
+whole, linked or not, and haMaxGapNotInSync plays no part (as in RocketMQ): a member the master
+lost still counts until the controller accepts a set without it, so a master cut off from its
+slaves (perhaps already deposed) cannot degrade to acking alone on its own say-so.
+
 A refused put gets IN_SYNC_REPLICAS_NOT_ENOUGH before anything is written. An admitted put at
 end position P is done when `need` replicas hold P: the master (its own position: written, or
 fsynced under SYNC_FLUSH) and SSS members whose ack >= P. Only SSS members count, never a slave
@@ -28,7 +33,7 @@ import dataclasses
 from collections.abc import Sequence
 
 __all__ = ["PutPlan", "QuorumSettings", "confirm_position", "holders", "in_sync_count",
-           "plan_put"]
+           "plan_put", "plan_put_controller"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +80,25 @@ def plan_put(settings: QuorumSettings, master_end: int, member_acks: Sequence[in
                        f"minInSyncReplicas={settings.min_in_sync_replicas}, "
                        f"enableAutoInSyncReplicas={str(settings.auto_in_sync_replicas).lower()})")
     return PutPlan(need, in_sync)
+
+
+def plan_put_controller(settings: QuorumSettings, sync_state_set_size: int) -> PutPlan:
+    """needAckNums with the controller's accepted SyncStateSet (master included) as the
+    in-sync count; see the module docstring."""
+    size = sync_state_set_size
+    if settings.all_ack_in_sync_state_set:
+        if size < settings.min_in_sync_replicas:
+            return PutPlan(size, size, f"SyncStateSet has {size} replica(s), "
+                           f"minInSyncReplicas={settings.min_in_sync_replicas}")
+        return PutPlan(size, size)
+    need = settings.in_sync_replicas
+    if settings.auto_in_sync_replicas:
+        need = max(min(need, size), settings.min_in_sync_replicas)
+    if need > size:
+        return PutPlan(need, size, f"the controller's SyncStateSet has {size} replica(s), "
+                       f"{need} needed (inSyncReplicas={settings.in_sync_replicas}, "
+                       f"minInSyncReplicas={settings.min_in_sync_replicas})")
+    return PutPlan(need, size)
 
 
 def holders(log_position: int, master_position: int, member_acks: Sequence[int]) -> int:

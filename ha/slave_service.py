@@ -65,10 +65,13 @@ class SlaveService:
     def __init__(self, store: MessageStore, config: HAConfig, *, broker_id: int,
                  apply_metadata: Callable[[bytes], None] | None = None,
                  resolve_master: Callable[[], tuple[str, int] | None] | None = None,
-                 master_epoch_min: int = 0, master_endpoint: str = "") -> None:
+                 master_epoch_min: int = 0, master_endpoint: str = "",
+                 on_link_down: Callable[[], None] | None = None) -> None:
         """Static roles follow haMasterAddress; controller mode passes `resolve_master` (asked
         before every connection attempt: the master's HA address, None while unknown) and the
-        epoch the controller named it in (`master_epoch_min`, older masters are refused)."""
+        epoch the controller named it in (`master_epoch_min`, older masters are refused);
+        `on_link_down` hears every link that ends or cannot be opened (to tell the controller
+        at once: `master_unreachable`)."""
         self._store = store
         self._config = config
         self._apply_metadata = apply_metadata
@@ -82,6 +85,7 @@ class SlaveService:
             static = (host, int(port))
             resolve_master = lambda: static  # noqa: E731
         self._resolve_master = resolve_master
+        self._on_link_down = on_link_down
         self._master = ("", 0)
         # the master's client endpoint: from the controller, or once a handshake told us
         self.master_endpoint = master_endpoint
@@ -98,6 +102,12 @@ class SlaveService:
     def stats(self) -> SlaveStats:
         with self._lock:
             return self._core.stats()
+
+    @property
+    def master_unreachable(self) -> bool:
+        """No link to the master in TRANSFER right now."""
+        with self._lock:
+            return self._core.state is not SlaveState.TRANSFER
 
     def close(self) -> None:
         self._stopping.set()
@@ -122,6 +132,8 @@ class SlaveService:
                     logger.debug("cannot reach master %s:%d: %s", *master, err)
                 else:
                     reached_transfer = self._follow(raw)
+            if self._on_link_down is not None and not self._stopping.is_set():
+                self._on_link_down()
             factor = 1 if reached_transfer else min(factor * 2, RECONNECT_BACKOFF_FACTOR_MAX)
             self._stopping.wait(base_s * factor)
 

@@ -30,6 +30,10 @@ BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexe
 class ReplicaLogMixin:
     """Replication methods of MessageStore (not usable on its own)."""
 
+    # Times a truncation or reset removed indexed records since open: what is derived from the
+    # queues (a slave's idempotence table) is stale when this changed.
+    index_cuts = 0
+
     @property
     def min_log_position(self) -> int:
         return self._commit_log.min_log_position
@@ -135,6 +139,8 @@ class ReplicaLogMixin:
                 raise TruncateBelowConfirmError(log_position, self._confirm)
             if log_position >= self._commit_log.end_log_position:
                 return
+            if log_position < self._dispatched:
+                self.index_cuts += 1  # indexed records go: derived state must be rebuilt
             self._write_checkpoint(intent=log_position)
             self._commit_log.truncate_to(log_position)
             for queue in self._queues.values():
@@ -176,6 +182,7 @@ class ReplicaLogMixin:
             shutil.rmtree(self.store_dir / "consumequeue", ignore_errors=True)
             (self.store_dir / "consumequeue").mkdir()
             self.epochs.truncate_from(-1)
+            self.index_cuts += 1
             self._commit_log.start_at(log_position)
             self._dispatched = self._confirm = log_position
             self._write_checkpoint()

@@ -51,6 +51,10 @@ from controller.errors import CodecError
 __all__ = ["ControllerClient", "ControllerLink", "ControllerUnavailableError", "HeartbeatState"]
 
 logger = logging.getLogger("rocketha.broker.controller")
+
+# While a slave has lost its master it heartbeats this often (at most), so the role the
+# controller gives after the election arrives within this time, not brokerHeartbeatInterval.
+FAST_HEARTBEAT_INTERVAL_MS = 100
 _R = TypeVar("_R", bound=JsonMessage)
 
 
@@ -124,13 +128,15 @@ class ControllerClient:
 class HeartbeatState:
     """What the broker reports each heartbeat (read by the link thread)."""
 
-    __slots__ = ("confirm_log_position", "master_epoch", "max_log_position", "topics")
+    __slots__ = ("confirm_log_position", "master_epoch", "master_unreachable_epoch",
+                 "max_log_position", "topics")
 
     def __init__(self) -> None:
         self.master_epoch = 0
         self.max_log_position = 0
         self.confirm_log_position = 0
         self.topics: tuple[TopicInfo, ...] = ()  # at most controller.api.TOPICS_MAX
+        self.master_unreachable_epoch = 0  # a slave that lost its master (0: none)
 
 
 class ControllerLink:
@@ -156,14 +162,20 @@ class ControllerLink:
         self._in_flight: dict[str, concurrent.futures.Future[HeartbeatReply]] = {}
         self._lock = threading.Lock()  # replies arrive on pool threads
         self._stopping = threading.Event()
+        self._wake = threading.Event()
         self._registered = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller-link", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Heartbeat now (something the controller should hear at once happened)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         self._thread.join(timeout=10 * self._interval_s + 10)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -183,14 +195,17 @@ class ControllerLink:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            interval_s = self._interval_s
             try:
                 if self.broker_id is None:
                     self._register()
-                if self.broker_id is not None:
-                    self._heartbeat_all()
+                if self.broker_id is not None and self._heartbeat_all():
+                    # a slave without its master: the new role matters now, not in a second
+                    interval_s = min(interval_s, FAST_HEARTBEAT_INTERVAL_MS / 1000.0)
             except Exception:  # the link must outlive any one bad round
                 logger.exception("%s: controller round failed", self._broker_name)
-            self._stopping.wait(self._interval_s)
+            self._wake.wait(interval_s)
+            self._wake.clear()
 
     def _register(self) -> None:
         request = RegisterBrokerRequest(self._cluster_name, self._broker_name, self._address)
@@ -207,12 +222,14 @@ class ControllerLink:
                     self.client.leader, reply.broker_id)
         self._registered.set()
 
-    def _heartbeat_all(self) -> None:
+    def _heartbeat_all(self) -> bool:
+        """Send one heartbeat to every controller; True when it reports a lost master."""
         assert self.broker_id is not None
         state = self._report()
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
-                                  state.confirm_log_position, topics=state.topics[:TOPICS_MAX])
+                                  state.confirm_log_position, topics=state.topics[:TOPICS_MAX],
+                                  master_unreachable_epoch=state.master_unreachable_epoch)
         # In parallel and without waiting, so one stopped controller (a full request timeout)
         # does not delay the heartbeats the others need; at most one call per controller is
         # in flight (a slow one is skipped until its call ends).
@@ -224,6 +241,7 @@ class ControllerLink:
                                        request, HeartbeatReply)
             self._in_flight[address] = future
             future.add_done_callback(self._on_done)
+        return state.master_unreachable_epoch > 0
 
     def _on_done(self, future: concurrent.futures.Future[HeartbeatReply]) -> None:
         if future.cancelled():

@@ -122,6 +122,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         state.confirm_log_position = stats.confirm_log_position
         state.topics = tuple(TopicInfo(topic.name, topic.read_queue_nums, topic.write_queue_nums,
                                        topic.perm) for topic in service.topics.all())
+        state.master_unreachable_epoch = service.replication.master_unreachable_epoch()
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
@@ -131,6 +132,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
                           broker_name=config.broker_name, broker_address=service.endpoint,
                           heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
                           report=report, on_role=roles.submit)
+    roles.on_master_lost = link.wake
     service.controller_info = lambda: {**link.info(), **roles.info()}
     link.start()
     return link, roles

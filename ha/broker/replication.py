@@ -135,7 +135,8 @@ class Replication:
         return self.master
 
     def become_slave(self, *, broker_id: int, master_epoch: int, master_endpoint: str,
-                     resolve_master: Callable[[], tuple[str, int] | None]) -> None:
+                     resolve_master: Callable[[], tuple[str, int] | None],
+                     on_link_down: Callable[[], None] | None = None) -> None:
         """Follow the master the controller named in `master_epoch` (fenced from now on)."""
         assert self._config.runtime_roles
         self.fence(f"the controller names {master_endpoint} master (epoch {master_epoch})")
@@ -146,8 +147,17 @@ class Replication:
         self.slave = SlaveService(self._store, self._ha, broker_id=broker_id,
                                   apply_metadata=self._apply_metadata,
                                   resolve_master=resolve_master, master_epoch_min=master_epoch,
-                                  master_endpoint=master_endpoint).start()
+                                  master_endpoint=master_endpoint,
+                                  on_link_down=on_link_down).start()
         self._slave_epoch = master_epoch
+
+    def master_unreachable_epoch(self) -> int:
+        """Runtime roles: the epoch of the master this slave follows while it has no link to
+        it in TRANSFER (0 otherwise), for the controller's heartbeat."""
+        slave = self.slave
+        if slave is None or self._slave_epoch <= 0 or not slave.master_unreachable:
+            return 0
+        return self._slave_epoch
 
     def become_none(self, reason: str) -> None:
         """The set has no master (or this broker is not in it): take no writes; a slave keeps

@@ -5,7 +5,8 @@
     thread role-change:                                            ▼
         master, epoch E     become_master: fence, stop following, cut a partial tail, confirm
                             := log end, epoch entry E, master service with the controller's
-                            SyncStateSet; rebuild the idempotence table from the log; start
+                            SyncStateSet; bring the idempotence table up to the log's end (a
+                            slave keeps it current every second: IdempotenceFollower); start
                             the tier uploader; lift the fence (writes accepted)
         master, same E      adopt a newer accepted SyncStateSet
         slave of X, E       fence; stop the master service and the uploader; follow X (its
@@ -28,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from controller.api import (
     ROLE_MASTER,
@@ -39,7 +41,7 @@ from controller.api import (
     RoleChange,
 )
 from ha.broker.controller_link import ControllerClient, ControllerUnavailableError
-from ha.broker.idempotence import IdempotenceConfig, rebuild_table
+from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower, rebuild_table
 from ha.broker.peer import broker_info
 from ha.broker.service import BrokerService
 from ha.master_service import MasterService
@@ -49,6 +51,7 @@ __all__ = ["RoleManager"]
 
 logger = logging.getLogger("rocketha.broker.roles")
 
+FOLLOWER_PASS_INTERVAL_MS = 1000  # a slave updates its idempotence table this often
 SSS_RETRY_INTERVAL_MS = 200  # pause after a refused or failed SyncStateSet proposal
 SSS_POLL_INTERVAL_MS = 1000  # a proposal is also re-checked this often without a change
 MASTER_INFO_TIMEOUT_S = 1.0  # one broker_info call to the named master
@@ -68,9 +71,11 @@ class RoleManager:
         self._pending: RoleChange | None = None
         self._current: RoleChange | None = None  # the last one applied
         self._master: MasterService | None = None  # the master service of this term
+        self._follower: IdempotenceFollower | None = None  # as slave: the table, kept current
         self._sss_epoch = 0
         self._sss_wake = threading.Event()
         self._stopping = threading.Event()
+        self.on_master_lost: Callable[[], None] | None = None  # the link's wake(), set later
         self.role_changes = 0
         self.last_error = ""
         self._threads = [threading.Thread(target=self._role_loop, name="role-change",
@@ -109,10 +114,11 @@ class RoleManager:
     def _role_loop(self) -> None:
         while not self._stopping.is_set():
             with self._lock:
-                while self._pending is None and not self._stopping.is_set():
-                    self._lock.wait(1.0)
+                if self._pending is None and not self._stopping.is_set():
+                    self._lock.wait(FOLLOWER_PASS_INTERVAL_MS / 1000.0)
                 change, self._pending = self._pending, None
             if change is None:
+                self._follower_pass()
                 continue
             try:
                 self._apply(change)
@@ -147,6 +153,23 @@ class RoleManager:
         self._current = change
         self.role_changes += 1
 
+    def _idempotence_config(self) -> IdempotenceConfig:
+        config = self._config
+        return IdempotenceConfig(producers_max=config.idempotence_producers_max,
+                                 window_messages=config.idempotence_rebuild_messages,
+                                 window_ms=config.idempotence_rebuild_window_ms)
+
+    def _follower_pass(self) -> None:
+        """As slave: bring the idempotence table up to date (so a take-over reads little)."""
+        follower = self._follower
+        if follower is None or self._replication.slave is None:
+            return
+        try:
+            follower.catch_up(now_ms=int(time.time() * 1000))
+        except Exception:  # the take-over rebuilds what is missing; never stop the thread
+            logger.exception("idempotence follower pass failed")
+            self._follower = None
+
     def _take_over(self, change: RoleChange) -> None:
         started = time.monotonic()
         self._master = None
@@ -155,10 +178,11 @@ class RoleManager:
             sync_state_set=change.sync_state_set,
             on_sync_state_set=lambda _members: self._sss_wake.set())
         service, config = self._service, self._config
-        service.idempotence.replace_table(rebuild_table(service.store, IdempotenceConfig(
-            producers_max=config.idempotence_producers_max,
-            window_messages=config.idempotence_rebuild_messages,
-            window_ms=config.idempotence_rebuild_window_ms), now_ms=int(time.time() * 1000)))
+        now_ms = int(time.time() * 1000)
+        follower, self._follower = self._follower, None
+        service.idempotence.replace_table(
+            follower.catch_up(now_ms=now_ms) if follower is not None
+            else rebuild_table(service.store, self._idempotence_config(), now_ms=now_ms))
         if self._tier is not None:
             self._tier.set_uploading(True)
         self._sss_epoch = change.sync_state_set_epoch
@@ -171,6 +195,8 @@ class RoleManager:
 
     def _follow(self, change: RoleChange) -> None:
         self._master = None
+        if self._follower is None:
+            self._follower = IdempotenceFollower(self._service.store, self._idempotence_config())
         if self._tier is not None:
             self._tier.set_uploading(False)
         endpoint = change.master_address
@@ -187,7 +213,13 @@ class RoleManager:
             return host, int(info["ha_listen_port"])
 
         self._replication.become_slave(broker_id=change.broker_id, master_epoch=epoch,
-                                       master_endpoint=endpoint, resolve_master=resolve)
+                                       master_endpoint=endpoint, resolve_master=resolve,
+                                       on_link_down=self._master_lost)
+
+    def _master_lost(self) -> None:
+        wake = self.on_master_lost
+        if wake is not None:
+            wake()
 
     def _adopt(self, members: tuple[int, ...], sss_epoch: int) -> None:
         """The controller holds `members` at `sss_epoch`: use it if newer than what we have."""

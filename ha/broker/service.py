@@ -86,6 +86,8 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     """Map RequestError/ProtocolError to typed Flight errors; log unexpected ones."""
 
     def wrapper(self: BrokerService, *args: Any) -> Any:
+        if not getattr(self, "_ready", False):  # Flight serves before __init__ has finished
+            raise _flight_error("SERVICE_NOT_AVAILABLE", "the broker is starting")
         try:
             return method(self, *args)
         except (RequestError, NotMasterError) as err:
@@ -146,6 +148,7 @@ class BrokerService(flight.FlightServerBase):
             "queue_offsets": self._queue_offsets,
             "update_topic": self._update_topic,
         }
+        self._ready = True
 
     @property
     def endpoint(self) -> str:

@@ -176,12 +176,32 @@ def test_a_lagging_member_holds_the_confirm_back_until_it_leaves() -> None:
     core.local_durable(2500)
     connect(core, 1, 1, 2500, snapshot, now_ms=0)
     connect(core, 2, 2, 2500, snapshot, now_ms=0)
-    grown = log(3000, epochs=(E(3, 0),))
-    assert core.local_durable(3000) == []  # the slaves lack it
+    grown = log(3600, epochs=(E(3, 0),))  # more than one batch (1000) past slave 2's ack
+    assert core.local_durable(3600) == []  # the slaves lack it
+    core.next_send(1, grown, now_ms=10)
     core.next_send(1, grown, now_ms=10)
     core.next_send(2, grown, now_ms=10)
-    assert core.on_frame(1, Ack(3000), grown, now_ms=20) == []
-    assert core.put_progress(3000, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
+    assert core.on_frame(1, Ack(3600), grown, now_ms=20) == []
+    assert core.put_progress(3600, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
     assert core.confirm_log_position == 2500  # but slave 2, electable later, does not
     effects = core.on_tick(grown, now_ms=600)  # slave 2 not caught up for > 500 ms
-    assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3000)]
+    assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3600)]
+
+
+def test_a_caught_up_slave_joins_while_the_master_keeps_writing() -> None:
+    # Alone, the master confirms its own writes at once, so under continuous load the confirm
+    # position is always ahead of a slave's ack; a caught-up slave must hold it back to join.
+    core = master(total=2, in_sync=2, auto=True)
+    core.local_durable(2500)
+    snapshot = log(2500, epochs=(E(3, 0),))
+    assert connect(core, 1, 1, 2000, snapshot) == []
+    for end in range(3000, 6000, 500):
+        core.next_send(1, log(end, epochs=(E(3, 0),)), now_ms=end)  # ships up to `end`
+        core.local_durable(end + 250)  # the master writes on before the ack comes back
+        effects = core.on_frame(1, Ack(end), log(end + 250, epochs=(E(3, 0),)), now_ms=end)
+        if core.sync_state_set == (0, 1):
+            break
+        # caught up with what was sent: a candidate, so confirm stops at its ack
+        assert core.confirm_log_position <= end + 250
+    assert core.sync_state_set == (0, 1), "the slave never joined under load"
+    assert SyncStateSetChanged((0, 1)) in effects

@@ -73,3 +73,28 @@ def test_a_shrink_takes_effect_for_the_confirm_position_once_accepted() -> None:
     # ...but readers wait: slave 2 is still in the accepted set and may be elected.
     assert core.confirm_log_position == 2500
     assert core.accept_sync_state_set((0, 1)) == [ConfirmTo(3000)]
+
+
+def test_a_master_that_lost_its_slaves_degrades_only_once_the_controller_agrees() -> None:
+    # A master cut off from its slaves may already be deposed (SIGSTOP, then SIGCONT): until
+    # the controller accepts a smaller set it must not ack alone, or the new master's
+    # handshake would later cut what it acked.
+    plain = master(total=3, in_sync=2, auto=True)
+    core = MasterReplication(plain.settings, broker_id=0, master_epoch=3, endpoint="h:1",
+                             master_log_position=0, confirm_log_position=0, now_ms=0,
+                             accepted_sync_state_set=(0, 1, 2))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    connect(core, 2, 2, 2500, snapshot)
+    core.link_closed(1, now_ms=5)
+    core.link_closed(2, now_ms=5)
+    assert core.sync_state_set == (0,)  # the local view: alone
+    plan = core.plan_put(2500)
+    assert (plan.need, plan.refused) == (2, "")  # the controller's view: 3 members
+    core.local_durable(2600)
+    assert core.put_progress(2600, plan.need) is PutProgress.UNREACHABLE  # SLAVE_NOT_AVAILABLE
+    core.accept_sync_state_set((0,))
+    plan = core.plan_put(2600)
+    assert plan.need == 1
+    assert core.put_progress(2600, plan.need) is PutProgress.DONE
