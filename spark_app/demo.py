@@ -12,14 +12,14 @@ What it runs, all on 127.0.0.1 with data under one directory (default `./demo-da
    shared by the set).
 2. `ingest_to_table` under real `spark-submit` streams the `orders` topic into a Delta table
    (deltalake engine: Maven is unreachable here), with its routes from the controller.
-3. Orders (keyed by customer, tagged by kind) go in through a controller-configured, idempotent
-   producer: each batch's last row carries its sequence marker, so a batch the dead master
-   had replicated but not acknowledged is not stored twice when it is sent again. Half way,
-   once the ingest has committed rows, the master is SIGKILLed with batches in flight and is
-   not restarted: the controller elects a slave of the SyncStateSet and the producer follows.
-   `failover_s` is the producer's view: SIGKILL to the first PUT_OK from the new master.
-   Three quarters in, the old broker is started again; it must rejoin as a SLAVE of the new
-   master (its fork truncated by the handshake) and catch up.
+3. Orders (keyed by customer, tagged by kind) go in through a controller-configured,
+   idempotent producer (`Producer(idempotent=True)`: each batch carries its sequence, so a
+   batch the dead master had replicated but not acknowledged is not stored twice when it is
+   sent again). Half way, once the ingest has committed rows, the master is SIGKILLed while
+   orders stream in and is not restarted: the controller elects a slave of the SyncStateSet
+   and the producer follows. `failover_s` is the producer's view: SIGKILL to the first PUT_OK
+   from the new master. Three quarters in, the old broker is started again; it must rejoin as
+   a SLAVE of the new master (its fork truncated by the handshake) and catch up.
 4. The new master now runs the tier uploader: it waits until every sealed segment is in the
    tier (upload lag 0), which must hold segments of the new master's epoch, for the ingest to
    catch up and stop, then reruns the ingest from its checkpoint (`available-now`) to show a
@@ -54,12 +54,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from connector import Admin, ClientConfig, Producer
-from connector.protocol import (
-    IDEMPOTENCE_PROPERTY,
-    PutIdempotence,
-    RetriableError,
-    RocketHAError,
-)
+from connector.protocol import RocketHAError
 
 __all__ = ["main"]
 
@@ -83,8 +78,7 @@ INGEST_TIMEOUT_S = 600.0  # and in any case after this long
 INGEST_START_WAIT_S = 300.0  # spark-submit until its first commit (a loaded 2-core machine)
 ROLES_WAIT_S = 60.0  # controller-named roles, a new master, a rejoined slave in sync
 TIER_WAIT_S = 60.0
-SEND_DEADLINE_MS = 60_000  # one send_batch call, retries included
-SEND_CALLS_MAX = 3  # send_batch calls per batch (same rows, same marker)
+SEND_DEADLINE_MS = 60_000  # one send_batch call, its retries through the failover included
 PROBE_TIMEOUT_MS = 1_000
 KILL_DELAY_S = 0.02  # after the producer resumes, so the SIGKILL lands amid its batches
 POLL_S = 0.1
@@ -228,10 +222,8 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 
 # -- orders and the failover -----------------------------------------------------------------------
-def order_batch(rng: random.Random, first: int, count: int,
-                idempotence: PutIdempotence) -> list[dict[str, object]]:
-    """Orders first..first+count-1, keyed by customer and tagged by kind; the last row
-    carries the batch's idempotence marker."""
+def order_batch(rng: random.Random, first: int, count: int) -> list[dict[str, object]]:
+    """Orders first..first+count-1, keyed by customer and tagged by kind."""
     rows: list[dict[str, object]] = []
     for seq in range(first, first + count):
         customer = f"customer-{rng.randrange(CUSTOMERS)}"
@@ -239,7 +231,6 @@ def order_batch(rng: random.Random, first: int, count: int,
         body = json.dumps({"order": seq, "customer": customer, "kind": kind,
                            "amount_cents": rng.randrange(100, 100_000)}).encode()
         rows.append({"body": body, "key": customer, "tags": kind})
-    rows[-1]["properties"] = {IDEMPOTENCE_PROPERTY: idempotence.marker()}
     return rows
 
 
@@ -315,21 +306,22 @@ class ProduceReport:
     acked: int = 0
     failover_s: float = 0.0
     new_master_endpoint: str = ""
-    send_calls_failed: int = 0  # send_batch calls that gave up (the batch was sent again)
+    send_error: str = ""  # why the producer stopped early
     seconds: float = 0.0
 
 
 def produce(controller: str, orders: int, batch: int, failover: Failover,
             ingest_ready: Callable[[], bool]) -> ProduceReport:
-    """Every order through a controller-configured producer; the master is SIGKILLed half
-    way (once the ingest has committed rows) and restarted three quarters in."""
+    """Every order through a controller-configured, idempotent producer (a retry of a batch
+    the dead master had replicated is answered from the new master's idempotence table, not
+    stored twice); the master is SIGKILLed half way (once the ingest has committed rows) and
+    restarted three quarters in."""
     config = ClientConfig(controller=controller, send_deadline_ms=SEND_DEADLINE_MS)
     rng = random.Random(7)
-    producer_id = f"demo-{os.getpid()}-{time.time_ns()}"
     report = ProduceReport()
     started = time.monotonic()
-    with Producer(config) as producer:
-        for sequence, first in enumerate(range(0, orders, batch)):
+    with Producer(config, idempotent=True) as producer:
+        for first in range(0, orders, batch):
             if first >= orders // 2 and not failover.kill.is_set():
                 producer.close()  # no stream idles past its deadline while the ingest starts
                 say(f"{report.acked} orders acknowledged; waiting for the ingest's first commit")
@@ -337,11 +329,11 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
                 failover.kill.set()
             if first >= orders * 3 // 4 and report.failover_s:
                 failover.restart.set()
-            rows = order_batch(rng, first, min(batch, orders - first),
-                               PutIdempotence(producer_id, sequence))
+            rows = order_batch(rng, first, min(batch, orders - first))
             endpoint = send(producer, rows, report)
             if not endpoint:
-                say(f"orders {first}.. not acknowledged: the producer stops")
+                say(f"orders {first}.. not acknowledged ({report.send_error}): the producer "
+                    "stops")
                 break  # an idempotent producer stops at its first failure
             report.acked += len(rows)
             killed_at = failover.killed_at
@@ -357,20 +349,17 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
 
 
 def send(producer: Producer, rows: list[dict[str, object]], report: ProduceReport) -> str:
-    """The endpoint that answered PUT_OK for every row, or "" if not. A call that gives up
-    (retriable errors past its deadline) is repeated with the same rows and marker."""
-    for call in range(SEND_CALLS_MAX):
-        try:
-            results = producer.send_batch(TOPIC, rows)
-        except RetriableError as err:
-            report.send_calls_failed += 1
-            say(f"  send gave up (call {call + 1}): {err}")
-            continue
-        if not all(result.ok for result in results):
-            say(f"  send answered {sorted({r.status for r in results})}")
-            return ""
-        return producer.endpoint
-    return ""
+    """The endpoint that answered PUT_OK for every row, or "" (and `report.send_error`).
+    Sending again after a failure would give the rows a new sequence, so the caller stops."""
+    try:
+        results = producer.send_batch(TOPIC, rows)
+    except RocketHAError as err:  # retriable errors past the deadline, or a fatal one
+        report.send_error = f"{type(err).__name__}: {err}"
+        return ""
+    if not all(result.ok for result in results):
+        report.send_error = f"statuses {sorted({result.status for result in results})}"
+        return ""
+    return producer.endpoint
 
 
 # -- tier and rejoin -------------------------------------------------------------------------------
@@ -502,7 +491,7 @@ class Outcome:
             "master_epoch_before": self.epochs[0], "master_epoch_after": self.epochs[1],
             "old_master_rejoined_as": self.rejoined.get("role"),
             "duplicates_dropped": self.duplicates_dropped,
-            "send_calls_failed": self.report.send_calls_failed,
+            "send_error": self.report.send_error,
             "tiered_segments": len(segments),
             "tiered_bytes": sum(segment["data_size_bytes"] for segment in segments),
             "tiered_segments_at_kill": self.tier_segments_at_kill,
