@@ -76,6 +76,12 @@ def summarize(progress: Mapping[str, Any]) -> BatchProgress:
     )
 
 
+def _batch_running(query: Any) -> bool:
+    """Is a micro-batch with data in progress now (Spark's StreamingQuery.status)?"""
+    status = getattr(query, "status", None) or {}
+    return bool(status.get("isTriggerActive") and status.get("isDataAvailable"))
+
+
 def watch(query: Any, *, timeout_s: float | None, idle_timeout_s: float | None = None,
           emit: Callable[[str], None] = print, poll_s: float = POLL_INTERVAL_S,
           clock: Callable[[], float] = time.monotonic) -> list[BatchProgress]:
@@ -105,5 +111,7 @@ def watch(query: Any, *, timeout_s: float | None, idle_timeout_s: float | None =
             break
         if idle_timeout_s is not None and last_rows_at is not None \
                 and now - last_rows_at >= idle_timeout_s:
+            if _batch_running(query):
+                continue  # a long batch with data is not idleness: stopping would cut it
             break
     return [seen[batch_id] for batch_id in sorted(seen)]

@@ -133,15 +133,20 @@ def test_lag_is_latest_minus_end_per_queue() -> None:
 
 class _FakeQuery:
     """A streaming query stand-in at the IO boundary: each wait advances a fake clock and may
-    finish a batch (rows per wait from `script`)."""
+    finish a batch (rows per wait from `script`; None: a batch with data is still running)."""
 
-    def __init__(self, script: list[int], clock: list[float]) -> None:
+    def __init__(self, script: list[int | None], clock: list[float]) -> None:
         self.script, self.clock, self.recentProgress = script, clock, []  # noqa: N815
+        self.status = {"isTriggerActive": False, "isDataAvailable": False}
 
     def awaitTermination(self, timeout_s: float) -> bool:  # noqa: N802 - Spark's name
         self.clock[0] += timeout_s
         if self.script:
             rows = self.script.pop(0)
+            running = rows is None
+            self.status = {"isTriggerActive": running, "isDataAvailable": running}
+            if running:
+                return False
             self.recentProgress.append({"batchId": len(self.recentProgress), "numInputRows": rows,
                                         "durationMs": {"triggerExecution": 5}, "sources": []})
         return False
@@ -151,12 +156,13 @@ class _FakeQuery:
     ([0, 0, 5, 3, 0, 0, 0, 0, 7], 2.5, 100.0, 7),  # idle only counts after the first rows
     ([0] * 50, 2.0, 10.0, 10),  # no rows ever: the overall timeout ends it
     ([4] * 50, 2.0, 6.0, 6),  # busy: the overall timeout ends it
+    ([5] + [None] * 12 + [4], 10.0, 100.0, 2),  # a 12 s batch is not idleness
 ])
-def test_watch_stops_when_caught_up_or_timed_out(script: list[int], idle_s: float,
+def test_watch_stops_when_caught_up_or_timed_out(script: list[int | None], idle_s: float,
                                                  timeout_s: float, batches: int) -> None:
     clock = [0.0]
     query = _FakeQuery(list(script), clock)
     seen = watch(query, timeout_s=timeout_s, idle_timeout_s=idle_s, emit=lambda _: None,
                  poll_s=1.0, clock=lambda: clock[0])
     assert len(seen) == batches
-    assert [b.rows for b in seen] == script[:batches]
+    assert [b.rows for b in seen] == [rows for rows in script if rows is not None][:batches]
