@@ -10,6 +10,7 @@ record of that queue. A second opener while the writer runs must get StoreLocked
 from __future__ import annotations
 
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from storage_engine import FlushDiskType, GetStatus, MessageStore, StoreConfig, StoreLockedError
 
 WRITER = Path(__file__).with_name("crash_writer.py")
+FIRST_ACK_TIMEOUT_S = 60.0
 CONFIG = StoreConfig(commit_log_segment_size_bytes=128 * 1024, message_size_max_bytes=8192,
                      consume_queue_segment_entries=100, flush_disk_type=FlushDiskType.SYNC_FLUSH)
 
@@ -29,9 +31,15 @@ def run_and_kill(store_dir: Path, seed: int, delay_s: float) -> list[tuple[int, 
     process = subprocess.Popen([sys.executable, str(WRITER), str(store_dir), str(seed)],
                                stdout=subprocess.PIPE, text=True,
                                cwd=Path(__file__).resolve().parents[2])
+    # The delay counts from the first acknowledgement, not from the start: on a loaded machine
+    # the interpreter and its imports alone can take longer than the whole delay.
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], FIRST_ACK_TIMEOUT_S)
+    first = process.stdout.readline() if ready else ""
     time.sleep(delay_s)
     process.send_signal(signal.SIGKILL)
     output, _ = process.communicate(timeout=30)
+    output = first + output
     acked = []
     for line in output.splitlines():
         parts = line.split()
