@@ -4,8 +4,9 @@ Goal: a query with a checkpoint, stopped and restarted while messages keep arriv
 every message exactly once; Trigger.AvailableNow drains what exists and stops by itself;
 maxOffsetsPerTrigger bounds every micro-batch; groupId records progress as consumer-group
 offsets; a declared schema (`readStream.schema(...)`) delivers just those columns, and a wrong
-one fails the query naming the column. Method: a real broker process, a real SparkSession, a Parquet file sink (itself
-exactly-once through its metadata log) read back and compared with what was produced.
+one fails the query naming the column. Method: a real broker process, a real SparkSession, a
+Parquet file sink (itself exactly-once through its metadata log) read back and compared with
+what was produced.
 """
 
 from __future__ import annotations
