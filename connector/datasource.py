@@ -6,7 +6,8 @@ planning.py (pure offset arithmetic) and sink.py (writes).
 Who runs what (see /work/shared/reference/pyspark-datasource.md §3):
 
     driver, planner      DataSource(options) -> reader()/streamReader()/writer()/streamWriter()
-                         options parsed once into frozen SourceOptions/SinkOptions
+                         options parsed once into frozen SourceOptions/SinkOptions, a
+                         declared read schema checked once into SourceColumns
     driver, stream runner one long-lived StreamReader per query run: initialOffset,
                          latestOffset(start, limit), partitions(start, end), commit(end)
     executors            read(partition) / write(batches), from the pickled planner objects
