@@ -14,7 +14,7 @@ every executor) registers `rocketha_cold.TierObjectReader`, built on `storage_en
 
 Rows are the broker path's rows: the tier holds sealed segments below the confirm position,
 the same records in the same order; the sink's idempotence markers are stripped by the same
-`to_source_batch`.
+`to_source_batch`, which also builds only the columns the query declared.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from connector.options import READ_COLD_FROM_TIER, SourceOptions
 from connector.partitions import ColdRangePartition
 from connector.planning import QueueRange
 from connector.routes import ReplicaSet, client_config
-from connector.source import to_source_batch
+from connector.source import SourceColumns, to_source_batch
 
 __all__ = [
     "ColdPiece",
@@ -142,8 +142,10 @@ def _tag_filter(expression: str | None) -> pa.Array | None:
     return pa.array(sorted({tag.strip() for tag in expression.split("||")}), pa.string())
 
 
-def read_cold(partition: ColdRangePartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
-    """The partition's messages in the source schema, tagFilter applied as the broker does."""
+def read_cold(partition: ColdRangePartition, options: SourceOptions, columns: SourceColumns
+              ) -> Iterator[pa.RecordBatch]:
+    """The partition's messages as batches of `columns`, tagFilter applied as the broker
+    does."""
     reader = cold_reader()
     location = TierLocation(partition.tier_url, partition.tier_storage_options)
     wanted = _tag_filter(options.tag_filter)
@@ -153,4 +155,4 @@ def read_cold(partition: ColdRangePartition, options: SourceOptions) -> Iterator
             if wanted is not None:
                 batch = batch.filter(pc.is_in(batch.column("tags"), value_set=wanted))
             if batch.num_rows:
-                yield to_source_batch(batch, partition.broker_name)
+                yield to_source_batch(batch, partition.broker_name, columns)

@@ -6,7 +6,8 @@ planning.py (pure offset arithmetic) and sink.py (writes).
 Who runs what (see /work/shared/reference/pyspark-datasource.md §3):
 
     driver, planner      DataSource(options) -> reader()/streamReader()/writer()/streamWriter()
-                         options parsed once into frozen SourceOptions/SinkOptions
+                         options parsed once into frozen SourceOptions/SinkOptions, a
+                         declared read schema checked once into SourceColumns
     driver, stream runner one long-lived StreamReader per query run: initialOffset,
                          latestOffset(start, limit), partitions(start, end), commit(end)
     executors            read(partition) / write(batches), from the pickled planner objects
@@ -31,6 +32,8 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.errors import PySparkException
+from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -46,11 +49,11 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType
 
 from connector.client import Admin
 from connector.cold import read_cold, split_cold
-from connector.errors import OptionError, SinkSchemaError
+from connector.errors import SinkSchemaError
 from connector.offsets import QueueRef, canonical, flatten, unflatten
 from connector.options import (
     ENDING_OFFSETS,
@@ -73,10 +76,12 @@ from connector.protocol import RocketHAError
 from connector.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
 from connector.source import (
-    SOURCE_ARROW_SCHEMA,
+    ALL_SOURCE_COLUMNS,
     SOURCE_DDL,
+    SourceColumns,
     check_positions,
     discover,
+    project_columns,
     read_range,
     starting_offsets,
 )
@@ -97,10 +102,10 @@ class RocketHADataSource(DataSource):
         return SOURCE_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(_source_options(self.options, schema))
+        return BatchReader(*_source_setup(self.options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(_source_options(self.options, schema))
+        return StreamReader(*_source_setup(self.options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         options, columns = _sink_setup(self.options, schema, overwrite, "mode('overwrite')")
@@ -112,11 +117,23 @@ class RocketHADataSource(DataSource):
         return StreamWriter(options, columns)
 
 
-def _source_options(raw: object, schema: StructType) -> SourceOptions:
-    expected = [field.name for field in SOURCE_ARROW_SCHEMA]
-    if [field.name for field in schema.fields] != expected:
-        raise OptionError(f"rocketha has a fixed schema ({SOURCE_DDL}); do not pass .schema()")
-    return parse_source_options(raw)  # type: ignore[arg-type]
+def _source_setup(raw: object, schema: StructType) -> tuple[SourceOptions, SourceColumns]:
+    """Options, and the columns to produce: the schema is SOURCE_DDL unless the user declared
+    one (`.schema(...)`), which projects the source onto those columns (see connector.source).
+    Both are checked here, on the driver, so a bad one fails before any task reads."""
+    options = parse_source_options(raw)  # type: ignore[arg-type]
+    declared = [(field.name, _arrow_type(field.dataType), field.nullable,
+                 field.dataType.simpleString().upper()) for field in schema.fields]
+    return options, project_columns(declared)
+
+
+def _arrow_type(data_type: DataType) -> pa.DataType | None:
+    """The Arrow type Spark's Python worker checks `read()`'s batches against (its own
+    conversion, timezone UTC), or None for a type it cannot convert."""
+    try:
+        return to_arrow_type(data_type, timezone="UTC")
+    except (PySparkException, TypeError, ValueError):
+        return None
 
 
 def _sink_setup(raw: object, schema: StructType, overwrite: bool, what: str
@@ -150,18 +167,21 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
             for r in split_ranges(ranges, options.min_partitions)]
 
 
-def _read(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns
+          ) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, QueueRangePartition):
-        yield from read_range(partition, options)
+        yield from read_range(partition, options, columns)
     elif isinstance(partition, ColdRangePartition):
-        yield from read_cold(partition, options)
+        yield from read_cold(partition, options, columns)
 
 
 class BatchReader(DataSourceReader):
     """[startingOffsets, endingOffsets) of every selected queue, split by minPartitions."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions,
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
         self.options = options
+        self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
         replica_sets, bounds = discover(self.options)
@@ -172,14 +192,16 @@ class BatchReader(DataSourceReader):
         return _partitions(ranges, replica_sets, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options)
+        return _read(partition, self.options, self.columns)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over queue offsets (see the module's state machine)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions,
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
         self.options = options
+        self.columns = columns
         self._replica_sets: dict[str, ReplicaSet] | None = None  # runner-side caches
         self._latest: dict[QueueRef, int] | None = None
         self._available_now: dict[QueueRef, int] | None = None
@@ -249,7 +271,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(ranges, self._replica_sets or {}, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options)
+        return _read(partition, self.options, self.columns)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         self._commit_group(flatten(end))

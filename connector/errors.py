@@ -5,6 +5,8 @@
     ├── RoutesUnavailableError      routes cannot be resolved (unreachable brokers, no controller)
     ├── DataLossError               offsets behind retention, or a topic/queue that went away,
     │                               with failOnDataLoss=true
+    ├── SourceSchemaError           a declared read schema (`.schema(...)`) with an unknown
+    │                               column or a wrong type (names the column and the type)
     ├── SinkSchemaError             sink input columns unknown or of the wrong type
     └── SinkStatusError             a write came back with a status not in acceptStatuses
 
@@ -20,6 +22,7 @@ __all__ = [
     "RoutesUnavailableError",
     "SinkSchemaError",
     "SinkStatusError",
+    "SourceSchemaError",
 ]
 
 
@@ -37,6 +40,10 @@ class RoutesUnavailableError(ConnectorError, RuntimeError):
 
 class DataLossError(ConnectorError, RuntimeError):
     """The query's offsets point at messages that no longer exist."""
+
+
+class SourceSchemaError(ConnectorError, ValueError):
+    """A schema declared for a read names a column the source lacks, or types one wrongly."""
 
 
 class SinkSchemaError(ConnectorError, ValueError):

@@ -2,7 +2,8 @@
 
     discover(options)            -> replica sets by brokerName, Bounds per QueueRef
     starting_offsets(...)        -> QueueRef -> first queue offset (startingOffsets / timestamps)
-    read_range(partition, ...)   -> Arrow batches in SOURCE_ARROW_SCHEMA, exactly [start, end)
+    project_columns(declared)    -> SourceColumns: a user's `.schema(...)`, checked at planning
+    read_range(partition, ...)   -> Arrow batches of those columns, exactly [start, end)
 
 A range read is deterministic: it returns the messages with start <= queueOffset < end (those
 matching tagFilter), never anything past `end`, and it waits (up to fetchTimeoutMs) for messages
@@ -13,20 +14,32 @@ Output schema (Spark DDL, and the exact Arrow form `read()` must yield):
     topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, key STRING,
     tags STRING, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP,
     storeTimestamp TIMESTAMP          (timestamps: Arrow timestamp[us, tz=UTC])
+
+Projection: Spark 4.2 prunes no columns of Python sources, so every column `read()` yields
+crosses the Python worker -> Arrow -> JVM path even when the query uses two. A user who declares
+`.schema("queueId INT, body BINARY")` gets only those columns, in that order: any subset of the
+11, each with the type above (NOT NULL only on columns that are never null). Columns not asked
+for are never built (no brokerName repeat, no timestamp casts, no idempotence-marker strip).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.client import Admin, Consumer
-from connector.errors import DataLossError, OptionError, RoutesUnavailableError
+from connector.errors import (
+    DataLossError,
+    OptionError,
+    RoutesUnavailableError,
+    SourceSchemaError,
+)
 from connector.offsets import QueueRef, flatten
 from connector.options import (
     ASSIGN,
@@ -47,10 +60,13 @@ from connector.routes import (
 )
 
 __all__ = [
+    "ALL_SOURCE_COLUMNS",
     "SOURCE_ARROW_SCHEMA",
     "SOURCE_DDL",
+    "SourceColumns",
     "check_positions",
     "discover",
+    "project_columns",
     "read_range",
     "starting_offsets",
     "strip_markers",
@@ -59,18 +75,27 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SOURCE_DDL = (
-    "topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, "
-    "key STRING, tags STRING, body BINARY, properties MAP<STRING,STRING>, "
-    "bornTimestamp TIMESTAMP, storeTimestamp TIMESTAMP")
 _PROPERTIES = pa.map_(pa.string(), pa.string())
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
-SOURCE_ARROW_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("brokerName", pa.string()), ("queueId", pa.int32()),
-    ("queueOffset", pa.int64()), ("msgId", pa.string()), ("key", pa.string()),
-    ("tags", pa.string()), ("body", pa.binary()), ("properties", _PROPERTIES),
-    ("bornTimestamp", _TIMESTAMP), ("storeTimestamp", _TIMESTAMP),
-])
+# (column, Spark DDL type, Arrow type Spark expects, consume-batch column it comes from)
+_SOURCE_COLUMNS = (
+    ("topic", "STRING", pa.string(), "topic"),
+    ("brokerName", "STRING", pa.string(), None),
+    ("queueId", "INT", pa.int32(), "queue_id"),
+    ("queueOffset", "BIGINT", pa.int64(), "queue_offset"),
+    ("msgId", "STRING", pa.string(), "msg_id"),
+    ("key", "STRING", pa.string(), "key"),
+    ("tags", "STRING", pa.string(), "tags"),
+    ("body", "BINARY", pa.binary(), "body"),
+    ("properties", "MAP<STRING,STRING>", _PROPERTIES, "properties"),
+    ("bornTimestamp", "TIMESTAMP", _TIMESTAMP, "born_timestamp"),
+    ("storeTimestamp", "TIMESTAMP", _TIMESTAMP, "store_timestamp"),
+)
+_DDL_TYPE = {name: ddl for name, ddl, _, _ in _SOURCE_COLUMNS}
+_FROM_CONSUME = {name: consume for name, _, _, consume in _SOURCE_COLUMNS}
+_MAYBE_NULL = frozenset({"key", "tags", "properties"})  # the others always have a value
+SOURCE_DDL = ", ".join(f"{name} {ddl}" for name, ddl, _, _ in _SOURCE_COLUMNS)
+SOURCE_ARROW_SCHEMA = pa.schema([(name, arrow) for name, _, arrow, _ in _SOURCE_COLUMNS])
 _GONE = ("NO_MATCHED_LOGIC_QUEUE",)
 _POLL_WAIT_MS_MAX = 1000
 
@@ -148,21 +173,71 @@ def _admin(replica_set: ReplicaSet, options: SourceOptions) -> Admin:
     return Admin(client_config(replica_set.endpoints, options.request_timeout_ms))
 
 
-def to_source_batch(batch: pa.RecordBatch, broker_name: str) -> pa.RecordBatch:
-    """A consume batch (CONSUME_SCHEMA) as the source's Arrow schema."""
-    count = batch.num_rows
-    properties = batch.column("properties")
-    if properties.null_count < count and pc.any(
-            pc.equal(properties.keys, IDEMPOTENCE_PROPERTY)).as_py():
-        properties = strip_markers(properties)
-    columns = [
-        batch.column("topic"), pa.repeat(pa.scalar(broker_name, pa.string()), count),
-        batch.column("queue_id"), batch.column("queue_offset"), batch.column("msg_id"),
-        batch.column("key"), batch.column("tags"), batch.column("body"), properties,
-        batch.column("born_timestamp").cast(_TIMESTAMP),
-        batch.column("store_timestamp").cast(_TIMESTAMP),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
+@dataclasses.dataclass(frozen=True, slots=True)
+class SourceColumns:
+    """The columns a query reads, in its declared order, with the nullability it declared
+    (Spark rejects a batch whose Arrow schema differs from the declared one in any of these)."""
+
+    names: tuple[str, ...]
+    nullable: tuple[bool, ...]
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([SOURCE_ARROW_SCHEMA.field(name).with_nullable(nullable)
+                          for name, nullable in zip(self.names, self.nullable)])
+
+
+ALL_SOURCE_COLUMNS = SourceColumns(tuple(SOURCE_ARROW_SCHEMA.names),
+                                   (True,) * len(SOURCE_ARROW_SCHEMA))
+
+
+def project_columns(declared: Sequence[tuple[str, pa.DataType | None, bool, str]]
+                    ) -> SourceColumns:
+    """Check a user-declared schema against the source's columns, on the driver, before any
+    read: `declared` holds (name, the Arrow type Spark will expect or None if it has none,
+    nullable, the declared type as text). Raises SourceSchemaError naming the column."""
+    if not declared:
+        raise SourceSchemaError(f"rocketha: the declared schema has no columns; declare any "
+                                f"of: {SOURCE_DDL}")
+    seen: set[str] = set()
+    for name, arrow_type, nullable, type_text in declared:
+        if name not in _DDL_TYPE:
+            raise SourceSchemaError(f"rocketha: unknown column {name!r} in the declared "
+                                    f"schema; the source's columns are: {SOURCE_DDL}")
+        if name in seen:
+            raise SourceSchemaError(f"rocketha: column {name!r} is declared twice")
+        seen.add(name)
+        expected = SOURCE_ARROW_SCHEMA.field(name).type
+        if arrow_type is None or not arrow_type.equals(expected):
+            nested = (f" (in Arrow: {arrow_type}, the source yields {expected})"
+                      if type_text == _DDL_TYPE[name] else "")  # e.g. map values NOT NULL
+            raise SourceSchemaError(f"rocketha: column {name!r} is declared {type_text}; "
+                                    f"expected {_DDL_TYPE[name]}{nested}")
+        if not nullable and name in _MAYBE_NULL:
+            raise SourceSchemaError(f"rocketha: column {name!r} is declared NOT NULL but may "
+                                    f"be null; declare it {_DDL_TYPE[name]} (nullable)")
+    return SourceColumns(tuple(name for name, _, _, _ in declared),
+                         tuple(nullable for _, _, nullable, _ in declared))
+
+
+def to_source_batch(batch: pa.RecordBatch, broker_name: str, columns: SourceColumns
+                    ) -> pa.RecordBatch:
+    """A consume batch (CONSUME_SCHEMA) as the source's Arrow batch of `columns` only."""
+    arrays = [_source_column(batch, name, broker_name) for name in columns.names]
+    return pa.RecordBatch.from_arrays(arrays, schema=columns.arrow_schema())
+
+
+def _source_column(batch: pa.RecordBatch, name: str, broker_name: str) -> pa.Array:
+    if name == "brokerName":
+        return pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows)
+    column = batch.column(_FROM_CONSUME[name])
+    if name == "properties":
+        if column.null_count < batch.num_rows and pc.any(
+                pc.equal(column.keys, IDEMPOTENCE_PROPERTY)).as_py():
+            return strip_markers(column)
+        return column
+    if name in ("bornTimestamp", "storeTimestamp"):
+        return column.cast(_TIMESTAMP)
+    return column
 
 
 def strip_markers(properties: pa.MapArray) -> pa.Array:
@@ -185,9 +260,10 @@ def strip_markers(properties: pa.MapArray) -> pa.Array:
                                    type=_PROPERTIES, mask=mask)
 
 
-def read_range(partition: QueueRangePartition, options: SourceOptions
+def read_range(partition: QueueRangePartition, options: SourceOptions, columns: SourceColumns
                ) -> Iterator[pa.RecordBatch]:
-    """Messages of one queue with start <= queueOffset < end, in order (see module doc)."""
+    """Messages of one queue with start <= queueOffset < end, in order (see module doc), as
+    batches of `columns`."""
     consumer = Consumer(client_config(partition.endpoints, options.request_timeout_ms))
     where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
     cursor, end = partition.start_queue_offset, partition.end_queue_offset
@@ -218,7 +294,7 @@ def read_range(partition: QueueRangePartition, options: SourceOptions
             if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= end:
                 batch = batch.filter(pc.less(batch.column("queue_offset"), end))
             if batch.num_rows:
-                yield to_source_batch(batch, partition.broker_name)
+                yield to_source_batch(batch, partition.broker_name, columns)
         if result.next_queue_offset > cursor:
             cursor = result.next_queue_offset
             deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0

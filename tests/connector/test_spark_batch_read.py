@@ -2,7 +2,9 @@
 
 Goal: a batch read returns exactly the stored messages with the promised schema and values;
 startingOffsets/endingOffsets JSON select [start, end) per queue; tagFilter, minPartitions and
-startingTimestamp work; bad options fail with errors naming the option. Method: a real broker
+startingTimestamp work; bad options fail with errors naming the option. A declared schema
+(`.schema(...)`, any subset of the columns in any order) returns exactly those columns of the
+full read, and an unknown column or a wrong type fails naming the column. Method: a real broker
 process, messages written with the client library, a real local SparkSession, chispa for
 DataFrame equality.
 """
@@ -41,8 +43,11 @@ def loaded(broker) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return {"before_ms": before_ms, "after_ms": int(time.time() * 1000)}
 
 
-def read(spark, broker, **options: str):  # type: ignore[no-untyped-def]
+def read(spark, broker, schema: str | None = None,  # type: ignore[no-untyped-def]
+         **options: str):
     reader = spark.read.format("rocketha").option("brokers", broker.endpoint)
+    if schema is not None:
+        reader = reader.schema(schema)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -112,3 +117,39 @@ def test_empty_topic_reads_no_rows(spark, broker, loaded) -> None:
 def test_bad_options_name_the_option(spark, broker, loaded, options, named) -> None:
     with pytest.raises(Exception, match=named):
         read(spark, broker, **options).collect()
+
+
+def test_declared_schema_projects_the_columns(spark, broker, loaded) -> None:
+    projected = read(spark, broker, "queueId INT, body BINARY", subscribe=TOPIC)
+    assert [(f.name, f.dataType.simpleString()) for f in projected.schema.fields] == [
+        ("queueId", "int"), ("body", "binary")]
+    full = read(spark, broker, subscribe=TOPIC)
+    assert projected.count() == QUEUES * PER_QUEUE
+    assert_df_equality(projected, full.select("queueId", "body"), ignore_row_order=True)
+
+
+def test_declared_schema_in_another_order(spark, broker, loaded) -> None:
+    ddl = ("storeTimestamp TIMESTAMP, properties MAP<STRING,STRING>, queueOffset BIGINT NOT NULL, "
+           "tags STRING, brokerName STRING, msgId STRING, topic STRING")
+    columns = [part.split()[0] for part in ddl.split(", ")]
+    projected = read(spark, broker, ddl, subscribe=TOPIC, startingOffsets=json.dumps(
+        {TOPIC: {"broker-a:1": 4}}), endingOffsets=json.dumps({TOPIC: {"broker-a:0": 0}}))
+    assert projected.columns == columns
+    full = read(spark, broker, subscribe=TOPIC, startingOffsets=json.dumps(
+        {TOPIC: {"broker-a:1": 4}}), endingOffsets=json.dumps({TOPIC: {"broker-a:0": 0}}))
+    as_json = F.to_json("properties").alias("properties")  # maps don't sort
+    got = projected.select(*[as_json if c == "properties" else c for c in columns])
+    want = full.select(*[as_json if c == "properties" else c for c in columns])
+    assert got.count() == (PER_QUEUE - 4) + PER_QUEUE  # queue 0 empty, 1 from 4, 2 whole
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("ddl, named", [
+    ("queueId INT, colour STRING", "unknown column 'colour'"),
+    ("body BINARY, queueId STRING", "column 'queueId' is declared STRING; expected INT"),
+    ("bornTimestamp BIGINT", "column 'bornTimestamp' is declared BIGINT; expected TIMESTAMP"),
+    ("key STRING NOT NULL", "column 'key' is declared NOT NULL"),
+])
+def test_bad_declared_schema_names_the_column(spark, broker, loaded, ddl, named) -> None:
+    with pytest.raises(Exception, match=named):
+        read(spark, broker, ddl, subscribe=TOPIC).collect()

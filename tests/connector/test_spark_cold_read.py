@@ -89,6 +89,19 @@ def test_cold_read_equals_the_broker_read(spark, tiered_broker: BrokerProcess,
     assert from_tier == through_broker
 
 
+def test_cold_read_with_a_declared_schema(spark, tiered_broker: BrokerProcess) -> None:
+    ddl = "tags STRING, body BINARY, queueOffset BIGINT, msgId STRING"
+    options = _options(tiered_broker, readColdFromTier="true", tagFilter="even")
+    projected = spark.read.format("rocketha").schema(ddl).options(**options).load()
+    assert projected.columns == ["tags", "body", "queueOffset", "msgId"]
+    got = sorted(tuple(row) for row in projected.collect())
+    full = spark.read.format("rocketha").options(**_options(tiered_broker)).load()
+    want = sorted(tuple(row) for row in full.where("tags = 'even'").select(
+        "tags", "body", "queueOffset", "msgId").collect())
+    assert len(got) == MESSAGES // 2
+    assert got == want
+
+
 def test_no_registered_reader_names_the_option(tiered_broker: BrokerProcess,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cold, "_READERS", [])

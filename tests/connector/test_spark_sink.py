@@ -2,22 +2,29 @@
 
 Goal: a batch append writes every row once with its key/tags/properties (the idempotence
 marker never shows up in reads); bad input columns and overwrite/complete fail before anything
-is written, naming the problem; a status outside acceptStatuses fails the task; a streaming
+is written, naming the problem; a status outside acceptStatuses fails the task, and a stored
+status listed in it (FLUSH_SLAVE_TIMEOUT from a replica set whose quorum cannot answer) lets the
+task succeed with the rows stored; a streaming
 task that fails after writing part of its rows is retried and the topic still holds exactly N;
 a query restarted from its checkpoint after a crash between write and commit (the commit log
 entry removed, and the broker SIGKILLed and restarted in between) adds no duplicates.
 Method: real broker processes, a real SparkSession with task retries (local[2,20]); the broker
-is SIGKILLed while write tasks are half way, and restarted after the sink's send deadline.
+is SIGKILLed while write tasks are half way, and restarted after the sink's send deadline; for
+acceptStatuses, a 2-replica SYNC_MASTER set (inSyncReplicas=2) whose slave is SIGSTOPped but
+kept in the SyncStateSet, so every put is stored and times out waiting for its second ack.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import time
+
 import pytest
 from pyspark.sql import functions as F
 
 from connector import Admin, ClientConfig, Producer
+from tests.ha.replica_set import ReplicaSet
 from tests.integration.broker_process import BrokerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -88,6 +95,37 @@ def test_rejected_status_fails_the_task(spark, broker) -> None:
         (too_big.write.format("rocketha").option("brokers", broker.endpoint)
          .option("topic", "sink_illegal").mode("append").save())
     assert stored_count(broker, "sink_illegal") == 0
+
+
+def test_accepted_stored_status_lets_the_task_succeed(spark, tmp_path) -> None:
+    # the slave stays in the SyncStateSet (long housekeeping / not-catchup limits) while frozen,
+    # so inSyncReplicas=2 admits each put, and its wait for the second ack times out
+    replicas = ReplicaSet(tmp_path / "set", 2, inSyncReplicas="2", syncFlushTimeout="300",
+                          haHousekeepingInterval="120000", haMaxTimeSlaveNotCatchup="120000")
+    try:
+        master = replicas.endpoints[0]
+        Admin(ClientConfig(brokers=(master,))).create_topic("sink_accept", queues=2)
+        replicas.wait_sync_state_set([0, 1])
+        replicas.signal(1, signal.SIGSTOP)
+        assert replicas.put("sink_accept", [b"probe"])["status"] == "FLUSH_SLAVE_TIMEOUT"
+        before = replicas.info(0)
+        df = spark.createDataFrame([(f"a{i}", i % 2) for i in range(30)],
+                                   "value STRING, queueId INT")
+        (df.write.format("rocketha").option("brokers", master).option("topic", "sink_accept")
+         .option("acceptStatuses", "PUT_OK,FLUSH_SLAVE_TIMEOUT").mode("append").save())
+        after = replicas.info(0)
+        assert after["max_log_position"] > before["max_log_position"], "nothing was stored"
+        assert after["confirm_log_position"] == before["confirm_log_position"], \
+            "the writes were acknowledged by the quorum: the status was not FLUSH_SLAVE_TIMEOUT"
+        replicas.signal(1, signal.SIGCONT)  # the quorum confirms them: now readable
+        wait_until(lambda: replicas.info(0)["confirm_log_position"]
+                   == after["max_log_position"], 30, "the slave to confirm the writes")
+        bodies = (spark.read.format("rocketha").option("brokers", master)
+                  .option("subscribe", "sink_accept").load()
+                  .select(F.col("body").cast("string").alias("body")).collect())
+        assert sorted(r.body for r in bodies) == sorted(["probe"] + [f"a{i}" for i in range(30)])
+    finally:
+        replicas.down()
 
 
 def fill(broker: BrokerProcess, topic: str, count: int) -> None:

@@ -3,8 +3,10 @@
 Goal: a query with a checkpoint, stopped and restarted while messages keep arriving, delivers
 every message exactly once; Trigger.AvailableNow drains what exists and stops by itself;
 maxOffsetsPerTrigger bounds every micro-batch; groupId records progress as consumer-group
-offsets. Method: a real broker process, a real SparkSession, a Parquet file sink (itself
-exactly-once through its metadata log) read back and compared with what was produced.
+offsets; a declared schema (`readStream.schema(...)`) delivers just those columns, and a wrong
+one fails the query naming the column. Method: a real broker process, a real SparkSession, a
+Parquet file sink (itself exactly-once through its metadata log) read back and compared with
+what was produced.
 """
 
 from __future__ import annotations
@@ -87,3 +89,41 @@ def test_latest_start_and_tag_filter(spark, broker, tmp_path) -> None:
         query.stop()
     rows = sorted((r.body, r.tags) for r in spark.read.parquet(str(out)).collect())
     assert rows == sorted((f"new{i}", "ABC"[i % 3]) for i in range(9) if i % 3 != 2)
+
+
+def declared_stream(spark, broker, topic: str, ddl: str):  # type: ignore[no-untyped-def]
+    return (spark.readStream.format("rocketha").schema(ddl).option("brokers", broker.endpoint)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "10").load())
+
+
+def test_declared_schema_streams_only_those_columns(spark, broker, tmp_path) -> None:
+    topic = "stream_projected"
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic(topic, queues=QUEUES)
+    produce(broker, topic, 0, 25)
+    stream = declared_stream(spark, broker, topic, "queueOffset BIGINT, body BINARY, queueId INT")
+    assert stream.columns == ["queueOffset", "body", "queueId"]
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = (stream.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "AvailableNow did not stop by itself"
+    assert query.exception() is None
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [10, 10, 5]
+    written = spark.read.parquet(str(out))
+    assert written.columns == ["queueOffset", "body", "queueId"]
+    rows = sorted((r.queueId, r.queueOffset, bytes(r.body)) for r in written.collect())
+    # produce() puts message i on queue i % QUEUES, so it is that queue's (i // QUEUES)-th
+    assert rows == sorted((i % QUEUES, i // QUEUES, f"m{i}".encode()) for i in range(25))
+
+
+def test_bad_declared_schema_fails_the_query_naming_the_column(spark, broker, tmp_path) -> None:
+    topic = "stream_bad_schema"
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic(topic, queues=QUEUES)
+    produce(broker, topic, 0, 4)
+    stream = declared_stream(spark, broker, topic, "body BINARY, queueId BIGINT")
+    with pytest.raises(Exception, match="column 'queueId' is declared BIGINT; expected INT"):
+        query = (stream.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.parquet"))

@@ -19,15 +19,33 @@ import pickle
 import pytest
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from connector import Admin, ClientConfig, Producer
 from connector.datasource import RocketHADataSource, StreamReader, read_endpoints
 from connector.options import parse_source_options
 from connector.routes import ReplicaSet
-from connector.source import SOURCE_ARROW_SCHEMA
+from connector.source import ALL_SOURCE_COLUMNS
 
 pytestmark = pytest.mark.integration
+
+# the source's schema built by hand (StructType.fromDDL would need a SparkSession)
+FULL_SCHEMA = StructType(
+    [StructField(name, StringType()) for name in ("topic", "brokerName")]
+    + [StructField("queueId", IntegerType()), StructField("queueOffset", LongType())]
+    + [StructField(name, StringType()) for name in ("msgId", "key", "tags")]
+    + [StructField("body", BinaryType()),
+       StructField("properties", MapType(StringType(), StringType()))]
+    + [StructField(name, TimestampType()) for name in ("bornTimestamp", "storeTimestamp")])
 
 
 def produce(broker, topic: str, count: int, queues: int = 2) -> None:  # type: ignore
@@ -125,15 +143,17 @@ def test_everything_spark_pickles_round_trips(broker) -> None:  # type: ignore
     options = CaseInsensitiveDict({"brokers": broker.endpoint, "subscribe": "sr_pickle",
                                    "startingOffsets": "earliest"})
     source = pickle.loads(pickle.dumps(RocketHADataSource(options)))
-    # the reader checks column names; fromDDL would need a SparkSession
-    schema = StructType([StructField(name, StringType()) for name in SOURCE_ARROW_SCHEMA.names])
-    batch_reader = pickle.loads(pickle.dumps(source.reader(schema)))
+    batch_reader = pickle.loads(pickle.dumps(source.reader(FULL_SCHEMA)))
+    assert batch_reader.columns == ALL_SOURCE_COLUMNS
     partitions = pickle.loads(pickle.dumps(batch_reader.partitions()))
     assert sum(b.num_rows for p in partitions for b in batch_reader.read(p)) == 3
-    stream = source.streamReader(schema)
+    stream = source.streamReader(FULL_SCHEMA)
     stream.initialOffset()  # runner-side caches must not stop the planner copy pickling
     assert pickle.loads(pickle.dumps(stream)).options == stream.options
-    with pytest.raises(Exception, match="fixed schema"):
+    narrow = StructType([StructField("body", BinaryType()), StructField("queueId", IntegerType())])
+    projected = pickle.loads(pickle.dumps(source.streamReader(narrow)))
+    assert projected.columns.names == ("body", "queueId")
+    with pytest.raises(Exception, match="unknown column 'a'"):
         source.reader(StructType([StructField("a", StringType())]))
 
 

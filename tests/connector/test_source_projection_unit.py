@@ -1,0 +1,95 @@
+"""The source's projection with no Spark and no broker: declared-schema checks, projected batches.
+
+Goal: a declared schema is accepted exactly when Spark would accept the batches built for it
+(same Arrow types, order, nullability), every refusal names the column and the expected type,
+and a projected batch holds only the declared columns, equal to the same columns of the full
+batch (idempotence markers stripped from properties the same way). Method: direct calls on a
+consume batch built in CONSUME_SCHEMA; the Arrow types come from pyspark's own conversion.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from connector.errors import SourceSchemaError
+from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY
+from connector.source import (
+    ALL_SOURCE_COLUMNS,
+    SourceColumns,
+    project_columns,
+    to_source_batch,
+)
+
+
+def declared(name: str, spark_type: DataType, nullable: bool = True
+             ) -> tuple[str, pa.DataType, bool, str]:
+    return (name, to_arrow_type(spark_type, timezone="UTC"), nullable,
+            spark_type.simpleString().upper())
+
+
+def consume_batch() -> pa.RecordBatch:
+    marker = [("n", "1"), (IDEMPOTENCE_PROPERTY, "p/0")]
+    return pa.RecordBatch.from_pydict({
+        "topic": ["t", "t"], "queue_id": [3, 3], "queue_offset": [7, 8],
+        "log_position": [0, 100], "body": [b"a", b"b"], "key": ["k", None],
+        "tags": [None, "T"], "properties": [None, marker],
+        "born_timestamp": [1000, 2000], "store_timestamp": [1500, 2500],
+        "msg_id": ["m7", "m8"]}, schema=CONSUME_SCHEMA)
+
+
+def test_projected_batch_is_the_declared_columns_of_the_full_batch() -> None:
+    columns = project_columns([declared("properties", MapType(StringType(), StringType())),
+                               declared("queueId", IntegerType(), nullable=False),
+                               declared("brokerName", StringType()),
+                               declared("storeTimestamp", TimestampType())])
+    projected = to_source_batch(consume_batch(), "broker-a", columns)
+    full = to_source_batch(consume_batch(), "broker-a", ALL_SOURCE_COLUMNS)
+    assert projected.schema.names == ["properties", "queueId", "brokerName", "storeTimestamp"]
+    assert not projected.schema.field("queueId").nullable
+    assert projected.schema.equals(columns.arrow_schema())
+    for name in projected.schema.names:
+        assert projected.column(name).equals(full.column(name)), name
+    assert projected.column("properties").to_pylist() == [None, [("n", "1")]]
+
+
+def test_all_columns_in_source_order_is_the_full_schema() -> None:
+    full = to_source_batch(consume_batch(), "broker-a", ALL_SOURCE_COLUMNS)
+    assert full.num_columns == 11 and full.num_rows == 2
+    assert full.column("msgId").to_pylist() == ["m7", "m8"]
+    assert ALL_SOURCE_COLUMNS == SourceColumns(tuple(full.schema.names), (True,) * 11)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ([declared("body", BinaryType()), declared("partition", IntegerType())],
+     "unknown column 'partition'"),
+    ([declared("queueOffset", IntegerType())], "'queueOffset' is declared INT; expected BIGINT"),
+    ([declared("body", StringType())], "'body' is declared STRING; expected BINARY"),
+    ([declared("bornTimestamp", TimestampNTZType())], "expected TIMESTAMP"),
+    ([declared("properties", MapType(StringType(), StringType(), False))],
+     "'properties' is declared MAP<STRING,STRING>; expected MAP<STRING,STRING> \\(in Arrow"),
+    ([declared("tags", StringType(), nullable=False)], "'tags' is declared NOT NULL"),
+    ([declared("queueId", IntegerType()), declared("queueId", IntegerType())], "twice"),
+    ([("queueId", None, True, "VARIANT")], "'queueId' is declared VARIANT; expected INT"),
+    ([], "no columns"),
+])
+def test_bad_declared_schema_names_the_column(fields, message) -> None:  # type: ignore
+    with pytest.raises(SourceSchemaError, match=message):
+        project_columns(fields)
+
+
+def test_not_null_is_accepted_where_values_always_exist() -> None:
+    columns = project_columns([declared("queueOffset", LongType(), nullable=False),
+                               declared("body", BinaryType(), nullable=False)])
+    assert columns.nullable == (False, False)
