@@ -30,7 +30,7 @@ member holds it back until it leaves the SSS (haMaxTimeSlaveNotCatchup), as in R
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["PutPlan", "QuorumSettings", "confirm_position", "holders", "in_sync_count",
            "plan_put", "plan_put_controller"]
@@ -64,41 +64,34 @@ def in_sync_count(settings: QuorumSettings, master_end: int, member_acks: Sequen
 def plan_put(settings: QuorumSettings, master_end: int, member_acks: Sequence[int]) -> PutPlan:
     """needAckNums for the next put, or the reason it is refused (IN_SYNC_REPLICAS_NOT_ENOUGH).
     `member_acks` are the acked positions of the slaves in the SyncStateSet."""
-    sss_size = 1 + len(member_acks)
-    if settings.all_ack_in_sync_state_set:
-        if sss_size < settings.min_in_sync_replicas:
-            return PutPlan(sss_size, sss_size, f"SyncStateSet has {sss_size} replica(s), "
-                           f"minInSyncReplicas={settings.min_in_sync_replicas}")
-        return PutPlan(sss_size, sss_size)
-    in_sync = in_sync_count(settings, master_end, member_acks)
-    need = settings.in_sync_replicas
-    if settings.auto_in_sync_replicas:
-        need = max(min(need, in_sync), settings.min_in_sync_replicas)
-    if need > in_sync:
-        return PutPlan(need, in_sync, f"{in_sync} replica(s) in sync (master included), "
-                       f"{need} needed (inSyncReplicas={settings.in_sync_replicas}, "
-                       f"minInSyncReplicas={settings.min_in_sync_replicas}, "
-                       f"enableAutoInSyncReplicas={str(settings.auto_in_sync_replicas).lower()})")
-    return PutPlan(need, in_sync)
+    return _plan(settings, 1 + len(member_acks),
+                 lambda: in_sync_count(settings, master_end, member_acks), "in sync")
 
 
 def plan_put_controller(settings: QuorumSettings, sync_state_set_size: int) -> PutPlan:
     """needAckNums with the controller's accepted SyncStateSet (master included) as the
     in-sync count; see the module docstring."""
-    size = sync_state_set_size
+    return _plan(settings, sync_state_set_size, lambda: sync_state_set_size,
+                 "in the controller's SyncStateSet")
+
+
+def _plan(settings: QuorumSettings, sss_size: int, in_sync_of: Callable[[], int],
+          where: str) -> PutPlan:
     if settings.all_ack_in_sync_state_set:
-        if size < settings.min_in_sync_replicas:
-            return PutPlan(size, size, f"SyncStateSet has {size} replica(s), "
+        if sss_size < settings.min_in_sync_replicas:
+            return PutPlan(sss_size, sss_size, f"SyncStateSet has {sss_size} replica(s), "
                            f"minInSyncReplicas={settings.min_in_sync_replicas}")
-        return PutPlan(size, size)
+        return PutPlan(sss_size, sss_size)
+    in_sync = in_sync_of()
     need = settings.in_sync_replicas
     if settings.auto_in_sync_replicas:
-        need = max(min(need, size), settings.min_in_sync_replicas)
-    if need > size:
-        return PutPlan(need, size, f"the controller's SyncStateSet has {size} replica(s), "
+        need = max(min(need, in_sync), settings.min_in_sync_replicas)
+    if need > in_sync:
+        return PutPlan(need, in_sync, f"{in_sync} replica(s) {where} (master included), "
                        f"{need} needed (inSyncReplicas={settings.in_sync_replicas}, "
-                       f"minInSyncReplicas={settings.min_in_sync_replicas})")
-    return PutPlan(need, size)
+                       f"minInSyncReplicas={settings.min_in_sync_replicas}, "
+                       f"enableAutoInSyncReplicas={str(settings.auto_in_sync_replicas).lower()})")
+    return PutPlan(need, in_sync)
 
 
 def holders(log_position: int, master_position: int, member_acks: Sequence[int]) -> int:
