@@ -51,6 +51,7 @@ __all__ = ["RoleManager"]
 
 logger = logging.getLogger("rocketha.broker.roles")
 
+ROLE_RETRY_INTERVAL_MS = 1000  # a failed role change is tried again after this
 FOLLOWER_PASS_INTERVAL_MS = 1000  # a slave updates its idempotence table this often
 SSS_RETRY_INTERVAL_MS = 200  # pause after a refused or failed SyncStateSet proposal
 SSS_POLL_INTERVAL_MS = 1000  # a proposal is also re-checked this often without a change
@@ -122,10 +123,14 @@ class RoleManager:
                 continue
             try:
                 self._apply(change)
-            except Exception as err:  # the broker stays fenced; the next change tries again
+            except Exception as err:  # the broker stays fenced; try again unless superseded
                 self.last_error = f"{type(err).__name__}: {err}"
-                logger.exception("role change to %s (epoch %d) failed", change.role,
-                                 change.master_epoch)
+                logger.exception("role change to %s (epoch %d) failed; retrying in %d ms",
+                                 change.role, change.master_epoch, ROLE_RETRY_INTERVAL_MS)
+                self._stopping.wait(ROLE_RETRY_INTERVAL_MS / 1000.0)
+                with self._lock:
+                    if self._pending is None:
+                        self._pending = change  # the link sends a role only when it is new
 
     def _apply(self, change: RoleChange) -> None:
         replication = self._replication
