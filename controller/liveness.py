@@ -82,6 +82,15 @@ class LiveTable:
             )
         return result
 
+    def reported_master_lost(self, replica: ReplicaInfo, now_ms: int) -> set[int]:
+        """Alive brokers whose latest heartbeat says they lost the master of this epoch."""
+        result = set()
+        for broker_id in self.alive(replica, now_ms):
+            beat = self._brokers[(replica.broker_name, broker_id)].heartbeat
+            if beat.master_unreachable_epoch == replica.master_epoch:
+                result.add(broker_id)
+        return result
+
     def is_alive(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> bool:
         return broker_id is not None and broker_id in self.alive(replica, now_ms)
 

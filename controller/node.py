@@ -62,7 +62,7 @@ from controller.api import (
     role_of,
 )
 from controller.config import ControllerConfig
-from controller.election import choose_master, failover_decision
+from controller.election import choose_master, failover_decision, positions_final
 from controller.errors import BusyError, CodecError, NotLeaderError, StoreLockedError
 from controller.liveness import LiveTable
 from controller.raft import (
@@ -133,6 +133,9 @@ class ControllerNode:
         self._leader_since_ms: int | None = None
         self._scan_wakeup: asyncio.Event | None = None
         self._suspects: dict[str, int] = {}  # broker_name -> master epoch a slave lost
+        # broker_name -> (master epoch, when a probe found its master dead): the election
+        # waits for the slaves' final positions (election.positions_final)
+        self._found_dead: dict[str, tuple[int, int]] = {}
         self._stopping: asyncio.Event | None = None
         self._transport: RaftTransport | None = None
         self._fatal: BaseException | None = None
@@ -365,11 +368,21 @@ class ControllerNode:
                             "dead", self.prefix, broker_name, replica.master_broker_id,
                             replica.master_address)
                 self.live.forget(broker_name, [replica.master_broker_id])
+                self._found_dead[broker_name] = (epoch, _monotonic_ms())
 
     async def _maybe_elect(self, replica: ReplicaInfo, now_ms: int) -> None:
         since = self._leader_since_ms
+        alive = self.live.alive(replica, now_ms)
+        found = self._found_dead.get(replica.broker_name)
+        if found is not None and found[0] == replica.master_epoch:
+            if not positions_final(replica, alive, self.live.reported_master_lost(replica, now_ms),
+                                   waited_ms=now_ms - found[1],
+                                   wait_max_ms=self.config.heartbeat_timeout_ms):
+                return  # a slave's position may be stale: wait for its lost-master report
+        elif found is not None:
+            del self._found_dead[replica.broker_name]
         decision = failover_decision(
-            replica, self.live.alive(replica, now_ms),
+            replica, alive,
             led_for_ms=0 if since is None else now_ms - since,
             heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
             unclean_enabled=self.config.unclean_election_enabled,
@@ -427,7 +440,7 @@ class ControllerNode:
               and request.broker_id != replica.master_broker_id
               and self._scan_wakeup is not None and len(self._suspects) < SUSPECTS_MAX):
             self._suspects[replica.broker_name] = replica.master_epoch
-            self._scan_wakeup.set()  # probe the master now
+            self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
         return HeartbeatReply("OK", None, role_of(replica, request.broker_id))
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:

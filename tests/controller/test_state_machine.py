@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from controller.api import ReplicaInfo
-from controller.election import BrokerLiveness, choose_master, failover_decision
+from controller.election import BrokerLiveness, choose_master, failover_decision, positions_final
 from controller.errors import CodecError
 from controller.state import (
     AlterSyncStateSet,
@@ -211,3 +211,16 @@ def test_failover_decision(replica: ReplicaInfo, alive: dict[int, BrokerLiveness
     decision = failover_decision(replica, alive, led_for_ms=led_for_ms,
                                  heartbeat_timeout_ms=3000, unclean_enabled=False)
     assert (None if decision is None else (decision.status, decision.broker_id)) == expected
+
+
+def test_an_early_election_waits_for_every_slave_final_position() -> None:
+    # Master 1 found dead by a probe; slaves 2 and 3 alive, in the set. Slave 2 reported the
+    # loss (final position); slave 3's last heartbeat predates it and may understate its log.
+    replica = _replica(1, 4, (1, 2, 3))
+    alive = _alive((2, 4, 900, 0), (3, 4, 800, 0))
+    assert not positions_final(replica, alive, {2}, waited_ms=50, wait_max_ms=3000)
+    assert positions_final(replica, alive, {2, 3}, waited_ms=50, wait_max_ms=3000)
+    assert positions_final(replica, alive, {2}, waited_ms=3000, wait_max_ms=3000)  # bounded
+    # A member outside the set or not alive is not waited for.
+    assert positions_final(_replica(1, 4, (1, 2)), alive, {2}, waited_ms=0, wait_max_ms=3000)
+    assert positions_final(replica, _alive((2, 4, 900, 0)), {2}, waited_ms=0, wait_max_ms=3000)
