@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 SET_A = "broker-a"
 TOPIC = "spark_failover"
 QUEUES = 4
-FILES = 12
+FILES = 8
 ROWS_PER_FILE = 300
 FILES_PER_TRIGGER = 2
 ROWS_PER_TRIGGER = FILES_PER_TRIGGER * ROWS_PER_FILE
@@ -123,37 +123,70 @@ def _query_alive(query: Any, name: str) -> bool:
     return True
 
 
-def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path) -> None:
+def _start_read(spark: Any, cluster: FailoverCluster, tmp_path: Path) -> Any:
+    return (spark.readStream.format("rocketha")
+            .option("controller", cluster.controller_addr).option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest").load()
+            .select(F.col("body").cast("string").alias("body"), "key", "queueId", "queueOffset")
+            .writeStream.format("parquet").queryName("failover_read")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "read-checkpoint"))
+            .trigger(processingTime="500 milliseconds").start())
+
+
+def _start_write(spark: Any, cluster: FailoverCluster, tmp_path: Path) -> Any:
+    source = (spark.readStream.schema("value STRING, key STRING")
+              .option("maxFilesPerTrigger", str(FILES_PER_TRIGGER)).json(str(tmp_path / "input")))
+    return (source.writeStream.format("rocketha").queryName("failover_write")
+            .option("controller", cluster.controller_addr).option("topic", TOPIC)
+            .option("exactlyOnce", "true").option("writeBatchRows", str(WRITE_BATCH_ROWS))
+            .option("checkpointLocation", str(tmp_path / "write-checkpoint"))
+            .trigger(availableNow=True).start())
+
+
+def _failover_log(cluster: FailoverCluster) -> str:
+    """The brokers' and the controller's lines about the election and the logs' fork points."""
+    words = ("proposes", "take-over", "forked", "truncated", "refuses connections")
+    lines = []
+    for name, entry in [*cluster.brokers.items(), *cluster.controllers.items()]:
+        text = Path(entry["log_file"]).read_text(errors="replace")
+        lines += [f"{name}: {line}" for line in text.splitlines()
+                  if any(word in line for word in words)]
+    return "\n".join(lines[-20:])
+
+
+def _assert_exactly(bodies: list[str], where: str, cluster: FailoverCluster) -> None:
+    expected = [_body(i) for i in range(ROWS)]
+    counts = Counter(bodies)
+    duplicated = sorted(b for b, n in counts.items() if n > 1)
+    missing = sorted(set(expected) - set(counts))
+    unexpected = sorted(set(counts) - set(expected))
+    assert not (duplicated or missing or unexpected), (
+        f"{where}: {len(bodies)} rows of {ROWS}; {len(duplicated)} duplicated {duplicated[:5]}, "
+        f"{len(missing)} missing {missing[:12]}, {len(unexpected)} unexpected "
+        f"{unexpected[:3]}\n{_failover_log(cluster)}")
+
+
+@pytest.mark.parametrize("quorum", [
+    pytest.param(QUORUM_AUTO, id="auto-isr"),
+    # every SyncStateSet member acks (need = |SSS|): the control, kept out of the default run
+    pytest.param({**QUORUM_AUTO, "allAckInSyncStateSet": "true"}, id="all-ack",
+                 marks=pytest.mark.slow),
+])
+def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path,
+                                                        quorum: dict[str, str]) -> None:
     cluster = write_query = read_query = None
-    input_dir, out_dir = tmp_path / "input", tmp_path / "out"
-    _write_input(input_dir)
+    _write_input(tmp_path / "input")
     try:
-        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
-                                  **QUORUM_AUTO)
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3, **quorum)
         old, old_info = cluster.wait_master(SET_A)
         cluster.wait_full_sync_state_set(old, 3)
         Admin(ClientConfig(controller=cluster.controller_addr)).create_topic(TOPIC, queues=QUEUES)
-
-        # the read runs first (its runner polls an empty topic), then the write
-        read_query = (spark.readStream.format("rocketha")
-                      .option("controller", cluster.controller_addr).option("subscribe", TOPIC)
-                      .option("startingOffsets", "earliest").load()
-                      .select(F.col("body").cast("string").alias("body"), "key", "queueId",
-                              "queueOffset")
-                      .writeStream.format("parquet").queryName("failover_read")
-                      .option("path", str(out_dir))
-                      .option("checkpointLocation", str(tmp_path / "read-checkpoint"))
-                      .trigger(processingTime="500 milliseconds").start())
+        # the read runs first (its runner polls the empty topic), then the write
+        read_query = _start_read(spark, cluster, tmp_path)
         _wait(lambda: _query_alive(read_query, "read") and read_query.recentProgress,
               QUERY_DEADLINE_S, "the read query's first trigger")
-        source = (spark.readStream.schema("value STRING, key STRING")
-                  .option("maxFilesPerTrigger", str(FILES_PER_TRIGGER)).json(str(input_dir)))
-        write_query = (source.writeStream.format("rocketha").queryName("failover_write")
-                       .option("controller", cluster.controller_addr).option("topic", TOPIC)
-                       .option("exactlyOnce", "true")
-                       .option("writeBatchRows", str(WRITE_BATCH_ROWS))
-                       .option("checkpointLocation", str(tmp_path / "write-checkpoint"))
-                       .trigger(availableNow=True).start())
+        write_query = _start_write(spark, cluster, tmp_path)
         old_endpoint = cluster.endpoint(old)
 
         def mid_batch() -> bool:
@@ -165,8 +198,7 @@ def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path) -
             return stored is not None and stored % ROWS_PER_TRIGGER != 0
         _wait(mid_batch, KILL_DEADLINE_S,
               "a write task half way, after 2 committed write micro-batches and a read one")
-        stored_at_kill = _stored(old_endpoint)
-        read_at_kill = _input_rows(read_query)
+        stored_at_kill, read_at_kill = _stored(old_endpoint), _input_rows(read_query)
         cluster.kill(old)
         killed_at = time.monotonic()
         new, new_info = cluster.wait_master(SET_A, min_epoch=old_info["master_epoch"] + 1,
@@ -175,6 +207,11 @@ def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path) -
         assert write_query.awaitTermination(QUERY_DEADLINE_S), "the write query did not finish"
         assert write_query.exception() is None, write_query.exception()
         write_done_s = time.monotonic() - killed_at
+        topic_rows = (spark.read.format("rocketha").option("controller", cluster.controller_addr)
+                      .option("subscribe", TOPIC).load()
+                      .select(F.col("body").cast("string").alias("body")).collect())
+        _assert_exactly([row.body for row in topic_rows], "the topic", cluster)
+
         _wait(lambda: _query_alive(read_query, "read") and _input_rows(read_query) >= ROWS,
               QUERY_DEADLINE_S, f"the read query to have {ROWS} rows")
         read_done_s = time.monotonic() - killed_at
@@ -184,26 +221,10 @@ def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path) -
               f"{new} (epoch {new_info['master_epoch']}); write done {write_done_s:.1f}s and "
               f"read done {read_done_s:.1f}s after the kill; failed tasks: write "
               f"{_failed_tasks(spark, write_query)}, read {_failed_tasks(spark, read_query)}; "
-              "micro-batches: write "
-              f"{_batches(write_query)}; read {_batches(read_query)}; "
+              f"micro-batches: write {_batches(write_query)}; read {_batches(read_query)}; "
               f"duplicates dropped by the new master {_duplicates_dropped(cluster.endpoint(new))}")
-
-        expected = sorted(_body(i) for i in range(ROWS))
-        topic_rows = (spark.read.format("rocketha").option("controller", cluster.controller_addr)
-                      .option("subscribe", TOPIC).load()
-                      .select(F.col("body").cast("string").alias("body")).collect())
-        topic_bodies = sorted(row.body for row in topic_rows)
-        duplicated = {b: n for b, n in Counter(topic_bodies).items() if n > 1}
-        assert not duplicated, f"{len(duplicated)} rows twice in the topic: {list(duplicated)[:5]}"
-        assert topic_bodies == expected, \
-            f"topic: {len(topic_bodies)} rows, missing {sorted(set(expected) - set(topic_bodies))[:5]}"
-
-        output = spark.read.parquet(str(out_dir)).collect()
-        out_bodies = sorted(row.body for row in output)
-        duplicated = {b: n for b, n in Counter(out_bodies).items() if n > 1}
-        assert not duplicated, f"{len(duplicated)} rows twice in the output: {list(duplicated)[:5]}"
-        assert out_bodies == expected, \
-            f"output: {len(out_bodies)} rows, missing {sorted(set(expected) - set(out_bodies))[:5]}"
+        output = spark.read.parquet(str(tmp_path / "out")).select("body").collect()
+        _assert_exactly([row.body for row in output], "the read query's output", cluster)
     finally:
         for query in (write_query, read_query):
             if query is not None and query.isActive:
