@@ -13,6 +13,12 @@ query runs Trigger.AvailableNow with maxFilesPerTrigger, so it takes several mic
 known size; its chunks are small so that a task spends a while writing. The kill is triggered
 by what the master holds: once two micro-batches are committed and the topic holds a count
 that is not a micro-batch boundary (a task is writing). Every wait polls with a deadline.
+
+Known product issue (reported, not in connector/): with inSyncReplicas=2 of 3 the controller may
+elect the SyncStateSet member whose log lacks puts the old master acknowledged with the other
+slave (it ranks members by heartbeat-reported log positions); the topic then misses those rows
+and the failure message shows the election and the other slave's "log forked: cut" line. The
+all-ack variant (every SyncStateSet member acks) is the control.
 """
 
 from __future__ import annotations
