@@ -109,8 +109,9 @@ READ_OPTIONS = frozenset(_COMMON + (
     TIER_STORAGE_OPTIONS))
 WRITE_OPTIONS = frozenset(_COMMON + (
     TOPIC, ACCEPT_STATUSES, EXACTLY_ONCE, WRITE_BATCH_ROWS, WRITE_BATCH_BYTES))
-# Spark adds these itself (writeStream's checkpoint; load(path) becomes "path"): accepted, unused.
-_SPARK_OPTIONS = frozenset({"checkpointlocation"})
+# Spark adds these itself (writeStream's checkpoint, and its queryName: DataStreamWriter
+# passes both to the sink as options): accepted, unused.
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
 _NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # the broker's topic/group rule
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")

@@ -33,6 +33,7 @@ __all__ = [
 class Bounds:
     min_queue_offset: int
     max_queue_offset: int
+    from_master: bool = True  # False: read from a slave while the master did not answer
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)

@@ -10,6 +10,26 @@ option) for `cluster_list`: each replica set's alive brokers, the current master
 The topic/queue look-ups below (`topic_queue_counts`, `queue_bounds`, ...) take a ReplicaSet and
 go through the client library's Admin (bounded retries, cached connections), so a provider only
 has to answer "which replica sets are there".
+
+Failover (controller mode, the master dies while a query runs). Every client built with
+`client_config(replica_set.endpoints)` knows all the set's alive members, master first; a call
+the master cannot answer (connection refused, NOT_MASTER, SERVICE_NOT_AVAILABLE) moves to the
+next member after a backoff, round and round, until the elected master (or, for reads, a
+member that serves them) answers or the deadline passes. So:
+- a sink task's puts reach the newly elected master within the same attempt (its producer id
+  and sequences unchanged, so chunks the old master had replicated are answered as
+  duplicates); a put answered with a status outside acceptStatuses fails the task, and Spark's
+  retry re-sends the same chunks with the same markers;
+- a read task reads its range from the next member: a slave with slaveReadEnable=true serves
+  it up to the confirm position it holds (the range read waits for the rest, which a member of
+  the SyncStateSet has, and the new master raises its confirm position to its log end when it
+  takes over), a slave without it answers NOT_MASTER and the read moves on to the new master;
+- queue bounds for planning may then come from a slave, whose confirm position can trail the
+  master's: `QueueBounds.from_master` says whether the member the routes name master answered,
+  and only such bounds can prove data loss (connector.source.check_positions); a query never
+  moves a queue backwards (connector.datasource latestOffset).
+Routes are asked again for each micro-batch (source) and each write task (sink), so a member
+that was down when a task was planned is only reached by the next batch or task attempt.
 """
 
 from __future__ import annotations
@@ -49,6 +69,7 @@ class QueueBounds:
     queue_id: int
     min_queue_offset: int
     max_queue_offset: int  # next offset to be written that readers may see (confirmed)
+    from_master: bool = True  # False: a slave answered (the master did not), max may trail
 
 
 class RouteProvider(Protocol):
@@ -161,7 +182,13 @@ def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int
 
 def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int
                  ) -> list[QueueBounds]:
-    """Min and max queue offsets of every readable queue of `topic` on one replica set."""
+    """Min and max queue offsets of every readable queue of `topic` on one replica set, from
+    its master, or from the next member that answers when the master does not (failover)."""
     admin = Admin(client_config(replica_set.endpoints, request_timeout_ms))
+    queues = admin.queue_offsets(topic)
+    from_master = admin.endpoint == replica_set.endpoints[0]  # the member that answered
+    if not from_master:
+        logger.info("replica set %s: queue bounds of %s from %s (%s did not answer)",
+                    replica_set.broker_name, topic, admin.endpoint, replica_set.endpoints[0])
     return [QueueBounds(int(queue["queue_id"]), int(queue["min_queue_offset"]),
-                        int(queue["max_queue_offset"])) for queue in admin.queue_offsets(topic)]
+                        int(queue["max_queue_offset"]), from_master) for queue in queues]

@@ -120,7 +120,7 @@ def discover(options: SourceOptions) -> tuple[dict[str, ReplicaSet], dict[QueueR
             topics_seen.add(topic)
             for queue in queue_bounds(replica_set, topic, timeout_ms):
                 bounds[QueueRef(topic, name, queue.queue_id)] = Bounds(
-                    queue.min_queue_offset, queue.max_queue_offset)
+                    queue.min_queue_offset, queue.max_queue_offset, queue.from_master)
     if options.subscribe:
         for topic in sorted(set(options.subscribe) - topics_seen):
             _lost(options, f"option {SUBSCRIBE}: topic {topic!r} does not exist on any of "
@@ -136,10 +136,12 @@ def discover(options: SourceOptions) -> tuple[dict[str, ReplicaSet], dict[QueueR
 def check_positions(options: SourceOptions, positions: dict[QueueRef, int],
                     bounds: dict[QueueRef, Bounds]) -> None:
     """A query's position past a queue's end means the broker lost messages the query already
-    read (and will reuse those offsets): fail, or warn with failOnDataLoss=false."""
+    read (and will reuse those offsets): fail, or warn with failOnDataLoss=false. Only the
+    master's bounds tell: a slave answering during a failover may not have the last confirm
+    position yet (connector.routes)."""
     for ref, queue_offset in sorted(positions.items()):
         known = bounds.get(ref)
-        if known is not None and queue_offset > known.max_queue_offset:
+        if known is not None and queue_offset > known.max_queue_offset and known.from_master:
             _lost(options, f"{ref.topic}/{ref.key}: the query is at queue offset "
                   f"{queue_offset} but the queue ends at {known.max_queue_offset}; messages "
                   "it read are gone and new ones will reuse their offsets")

@@ -114,6 +114,12 @@ def test_sink_defaults() -> None:
     assert parsed.exactly_once and parsed.topic is None
 
 
+def test_options_spark_adds_to_a_stream_writer_are_accepted() -> None:
+    # writeStream.queryName(...) and the checkpoint reach the sink as options (any case)
+    parsed = parse_sink_options({"brokers": "h:1", "queryName": "q", "checkpointLocation": "/c"})
+    assert parsed.brokers == ("h:1",)
+
+
 # -- offsets -----------------------------------------------------------------------------------
 def test_canonical_offsets_sort_keys_and_round_trip() -> None:
     messy = {"b": {"broker-a:10": 3, "broker-a:2": 1}, "a": {"broker-b:0": 7}}
