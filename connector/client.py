@@ -515,9 +515,12 @@ class Consumer(_Base):
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, *, max_messages: int = 1024,
              max_bytes: int = 8 << 20, tag_filter: str | None = None,
-             max_wait_ms: int = 0) -> PullResult:
+             max_wait_ms: int = 0, columns: Sequence[str] | None = None) -> PullResult:
+        """Messages from `queue_offset` on. `columns` (CONSUME_SCHEMA names, None: all) are
+        the only columns the broker builds and sends, in CONSUME_SCHEMA's order; an unknown
+        name raises FatalError BAD_REQUEST."""
         ticket = GetTicket(topic, queue_id, queue_offset, max_messages, max_bytes, tag_filter,
-                           max_wait_ms)
+                           max_wait_ms, None if columns is None else tuple(columns))
         timeout_s = (self.config.request_timeout_ms + max_wait_ms) / 1000.0
 
         def call(endpoint: str) -> PullResult:

@@ -19,7 +19,11 @@ Projection: Spark 4.2 prunes no columns of Python sources, so every column `read
 crosses the Python worker -> Arrow -> JVM path even when the query uses two. A user who declares
 `.schema("queueId INT, body BINARY")` gets only those columns, in that order: any subset of the
 11, each with the type above (NOT NULL only on columns that are never null). Columns not asked
-for are never built (no brokerName repeat, no timestamp casts, no idempotence-marker strip).
+for are never built (no brokerName repeat, no timestamp casts, no idempotence-marker strip),
+and a range read asks the broker only for the consume columns the projection is built from
+(`consume_columns`): topic, brokerName and queueId come from the partition, body from `body`,
+msgId from `msg_id`, and so on; the broker then skips msg_id formatting and properties decoding
+for a `queueId, body` query.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from connector.options import (
 )
 from connector.partitions import QueueRangePartition
 from connector.planning import Bounds, resolve_offsets
-from connector.protocol import IDEMPOTENCE_PROPERTY, RocketHAError
+from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY, RocketHAError
 from connector.routes import (
     ReplicaSet,
     client_config,
@@ -65,6 +69,7 @@ __all__ = [
     "SOURCE_DDL",
     "SourceColumns",
     "check_positions",
+    "consume_columns",
     "discover",
     "project_columns",
     "read_range",
@@ -94,6 +99,7 @@ _SOURCE_COLUMNS = (
 _DDL_TYPE = {name: ddl for name, ddl, _, _ in _SOURCE_COLUMNS}
 _FROM_CONSUME = {name: consume for name, _, _, consume in _SOURCE_COLUMNS}
 _MAYBE_NULL = frozenset({"key", "tags", "properties"})  # the others always have a value
+_FROM_PARTITION = frozenset({"topic", "brokerName", "queueId"})  # one value per range read
 SOURCE_DDL = ", ".join(f"{name} {ddl}" for name, ddl, _, _ in _SOURCE_COLUMNS)
 SOURCE_ARROW_SCHEMA = pa.schema([(name, arrow) for name, _, arrow, _ in _SOURCE_COLUMNS])
 _GONE = ("NO_MATCHED_LOGIC_QUEUE",)
@@ -221,16 +227,36 @@ def project_columns(declared: Sequence[tuple[str, pa.DataType | None, bool, str]
                          tuple(nullable for _, _, nullable, _ in declared))
 
 
-def to_source_batch(batch: pa.RecordBatch, broker_name: str, columns: SourceColumns
-                    ) -> pa.RecordBatch:
-    """A consume batch (CONSUME_SCHEMA) as the source's Arrow batch of `columns` only."""
-    arrays = [_source_column(batch, name, broker_name) for name in columns.names]
+def consume_columns(columns: SourceColumns, *, tag_filter: str | None) -> tuple[str, ...]:
+    """The consume columns (CONSUME_SCHEMA order) a range read of `columns` asks the broker
+    for: those they are built from, less what the partition knows (topic, brokerName,
+    queueId); plus queue_offset with a tag filter (the broker may then scan past the range's
+    end, and the rows past it are cut by queue offset) or when nothing else is asked (a pull
+    returns at least one column)."""
+    wanted = {_FROM_CONSUME[name] for name in columns.names if name not in _FROM_PARTITION}
+    if tag_filter is not None or not wanted:
+        wanted.add("queue_offset")
+    return tuple(name for name in CONSUME_SCHEMA.names if name in wanted)
+
+
+def to_source_batch(batch: pa.RecordBatch, broker_name: str, columns: SourceColumns, *,
+                    topic: str | None = None, queue_id: int | None = None) -> pa.RecordBatch:
+    """A consume batch as the source's Arrow batch of `columns` only. `topic` and `queue_id`,
+    when given, fill those columns (the batch then need not carry them: see
+    consume_columns); otherwise they come from the batch."""
+    arrays = [_source_column(batch, name, broker_name, topic, queue_id)
+              for name in columns.names]
     return pa.RecordBatch.from_arrays(arrays, schema=columns.arrow_schema())
 
 
-def _source_column(batch: pa.RecordBatch, name: str, broker_name: str) -> pa.Array:
+def _source_column(batch: pa.RecordBatch, name: str, broker_name: str, topic: str | None,
+                   queue_id: int | None) -> pa.Array:
     if name == "brokerName":
         return pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows)
+    if name == "topic" and topic is not None:
+        return pa.repeat(pa.scalar(topic, pa.string()), batch.num_rows)
+    if name == "queueId" and queue_id is not None:
+        return pa.repeat(pa.scalar(queue_id, pa.int32()), batch.num_rows)
     column = batch.column(_FROM_CONSUME[name])
     if name == "properties":
         if column.null_count < batch.num_rows and pc.any(
@@ -270,6 +296,7 @@ def read_range(partition: QueueRangePartition, options: SourceOptions, columns: 
     where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
     cursor, end = partition.start_queue_offset, partition.end_queue_offset
     deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+    wanted = consume_columns(columns, tag_filter=options.tag_filter)
     while cursor < end:
         wait_ms = max(0, min(_POLL_WAIT_MS_MAX, int((deadline - time.monotonic()) * 1000)))
         try:
@@ -277,7 +304,7 @@ def read_range(partition: QueueRangePartition, options: SourceOptions, columns: 
                 partition.topic, partition.queue_id, cursor,
                 max_messages=min(options.fetch_max_messages, end - cursor),
                 max_bytes=options.fetch_max_bytes, tag_filter=options.tag_filter,
-                max_wait_ms=wait_ms)
+                max_wait_ms=wait_ms, columns=wanted)
         except RocketHAError as err:
             if err.name == "TOPIC_NOT_EXIST":
                 _lost(options, f"{where}: topic deleted while reading [{cursor}, {end})")
@@ -292,11 +319,16 @@ def read_range(partition: QueueRangePartition, options: SourceOptions, columns: 
         if result.status in _GONE:
             _lost(options, f"{where}: the queue no longer exists; [{cursor}, {end}) unread")
             return
-        for batch in result.table.to_batches():
-            if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= end:
+        table = result.table
+        if "queue_offset" not in wanted:  # no tag filter: the rows are cursor, cursor + 1...
+            table = table.slice(0, end - cursor)
+        for batch in table.to_batches():
+            if "queue_offset" in wanted and batch.num_rows and \
+                    batch.column("queue_offset")[-1].as_py() >= end:
                 batch = batch.filter(pc.less(batch.column("queue_offset"), end))
             if batch.num_rows:
-                yield to_source_batch(batch, partition.broker_name, columns)
+                yield to_source_batch(batch, partition.broker_name, columns,
+                                      topic=partition.topic, queue_id=partition.queue_id)
         if result.next_queue_offset > cursor:
             cursor = result.next_queue_offset
             deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0

@@ -28,6 +28,7 @@ from connector.protocol.wire import (
     ProtocolError,
     PutIdempotence,
     PutReply,
+    consume_schema,
     decode_json_object,
     produce_descriptor_command,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "RocketHAError",
     "StatusCode",
     "code_for",
+    "consume_schema",
     "decode_error_text",
     "decode_json_object",
     "encode_error_info",

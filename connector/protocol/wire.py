@@ -21,10 +21,21 @@ produce — `DoPut`
 
 consume — `DoGet`
     ticket      JSON (GetTicket): {"topic", "queue_id", "queue_offset", "max_messages",
-                "max_bytes", "tag_filter", "max_wait_ms"}
-    stream      CONSUME_SCHEMA batches; each carries app metadata JSON (GetReply):
+                "max_bytes", "tag_filter", "max_wait_ms"} and optionally "columns": a
+                non-empty list of CONSUME_SCHEMA column names, without repeats (absent or null:
+                every column). An unknown name is a BAD_REQUEST naming it.
+    stream      batches of CONSUME_SCHEMA restricted to the ticket's columns, in schema order
+                whatever the ticket's order (`consume_schema(columns)`; the stream's declared
+                schema is that one too). The broker builds only those: no msg_id formatting
+                unless msg_id is asked, no properties decoding unless key, tags or properties
+                is. tag_filter works whatever the columns (it is applied before). Each batch
+                carries app metadata JSON (GetReply):
                 {"status": "FOUND", "code": 40, "next_queue_offset", "min_queue_offset",
-                 "max_queue_offset"}; an empty batch when nothing was found.
+                 "max_queue_offset"}; an empty batch when nothing was found. Rows are the
+                matching messages with queue offsets in [ticket queue_offset,
+                next_queue_offset) of the last reply, in order; without tag_filter that is
+                every message of that range, so a client that does not ask for queue_offset
+                can still number the rows.
 
 topics — `GetFlightInfo(for_path(topic))`: one endpoint per readable queue, each ticket a
 GetTicket from the queue's minimum; `ListFlights`: one FlightInfo per topic.
@@ -51,6 +62,7 @@ __all__ = [
     "ProtocolError",
     "PutIdempotence",
     "PutReply",
+    "consume_schema",
     "decode_json_object",
     "produce_descriptor_command",
 ]
@@ -83,6 +95,16 @@ CONSUME_SCHEMA = pa.schema([
     pa.field("store_timestamp", pa.timestamp("ms")),
     pa.field("msg_id", pa.string()),
 ])
+CONSUME_COLUMNS = tuple(CONSUME_SCHEMA.names)
+
+
+def consume_schema(columns: tuple[str, ...] | None) -> pa.Schema:
+    """CONSUME_SCHEMA restricted to `columns` (None: all), in CONSUME_SCHEMA's order."""
+    if columns is None:
+        return CONSUME_SCHEMA
+    wanted = set(columns)
+    assert wanted <= set(CONSUME_COLUMNS), sorted(wanted - set(CONSUME_COLUMNS))
+    return pa.schema([field for field in CONSUME_SCHEMA if field.name in wanted])
 
 ACTIONS = (
     "broker_info",
@@ -145,9 +167,19 @@ class GetTicket:
     max_bytes: int = 8 << 20
     tag_filter: str | None = None
     max_wait_ms: int = 0
+    columns: tuple[str, ...] | None = None  # CONSUME_SCHEMA names wanted; None: all
 
     def encode(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        obj = dataclasses.asdict(self)
+        if self.columns is None:  # the ticket of a full read is the same as before columns
+            del obj["columns"]
+        else:
+            obj["columns"] = list(self.columns)
+        return json.dumps(obj, sort_keys=True).encode()
+
+    def schema(self) -> pa.Schema:
+        """The schema of the batches this ticket's stream carries."""
+        return consume_schema(self.columns)
 
     @classmethod
     def decode(cls, raw: bytes) -> GetTicket:
@@ -164,6 +196,7 @@ class GetTicket:
             max_bytes=_field(obj, "max_bytes", int, what, 8 << 20),
             tag_filter=_field(obj, "tag_filter", str, what, None),
             max_wait_ms=_field(obj, "max_wait_ms", int, what, 0),
+            columns=_columns(obj.get("columns")),
         )
         for name in ("queue_id", "queue_offset", "max_wait_ms"):
             if getattr(ticket, name) < 0:
@@ -172,6 +205,22 @@ class GetTicket:
             if getattr(ticket, name) < 1:
                 raise ProtocolError(f"ticket: {name} must be >= 1")
         return ticket
+
+
+def _columns(value: Any) -> tuple[str, ...] | None:
+    """A ticket's `columns`: None, or a non-empty list of distinct CONSUME_SCHEMA names."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ProtocolError(f"ticket: field 'columns' must be a non-empty list of column "
+                            f"names (omit it for every column), got {value!r:.80}")
+    for name in value:
+        if not isinstance(name, str) or name not in CONSUME_COLUMNS:
+            raise ProtocolError(f"ticket: columns: unknown column {name!r:.80}; known: "
+                                f"{', '.join(CONSUME_COLUMNS)}")
+    if len(set(value)) != len(value):
+        raise ProtocolError(f"ticket: columns: a column is named twice in {value!r:.200}")
+    return tuple(value)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)

@@ -1,9 +1,11 @@
 """Between the store's records and the wire's Arrow batches (both directions).
 
-`records_to_batch` decodes raw CommitLog records (storage_engine's layout) into a
-CONSUME_SCHEMA batch; `rows_from_batch` validates a produce batch against PRODUCE_COLUMNS and
-returns plain Python columns for a MessageBatch. Bad input raises `BadBatch` with the column
-name in the message.
+`records_to_batch` and `block_to_batch` decode raw CommitLog records (storage_engine's layout)
+into a batch of CONSUME_SCHEMA, or of the columns a consume ticket asked for
+(`consume_schema(columns)`): a column not asked for is not built at all (no msg_id hex
+formatting, no properties decoding unless key, tags or properties is asked); `rows_from_batch`
+validates a produce batch against PRODUCE_COLUMNS and returns plain Python columns for a
+MessageBatch. Bad input raises `BadBatch` with the column name in the message.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from itertools import repeat
 import numpy as np
 import pyarrow as pa
 
-from connector.protocol import CONSUME_SCHEMA, PRODUCE_COLUMNS
+from connector.protocol import CONSUME_SCHEMA, PRODUCE_COLUMNS, consume_schema
 from storage_engine import (
     RECORD_CHECKSUM_PAIR_BYTES,
     RECORD_HEADER,
@@ -32,56 +34,76 @@ __all__ = [
 ]
 
 
-
 _BODY_AT = 88  # RECORD_HEADER.size: the body follows the header
 _BARE_RECORD_BYTES = 91 + RECORD_CHECKSUM_PAIR_BYTES  # a record with no properties, less body+topic
 assert RECORD_HEADER.size == _BODY_AT
+_FROM_PROPERTIES = frozenset({"key", "tags", "properties"})  # decoded from the properties field
 
 
 class BadBatch(ValueError):
     """A produce batch that does not follow PRODUCE_SCHEMA."""
 
 
-def records_to_batch(records: list[bytes], topic: str) -> pa.RecordBatch:
-    """Decode raw records of `topic` into one Arrow batch of CONSUME_SCHEMA.
+def records_to_batch(records: list[bytes], topic: str,
+                     columns: tuple[str, ...] | None = None) -> pa.RecordBatch:
+    """Decode raw records of `topic` into one Arrow batch of `consume_schema(columns)`.
 
     The common case (records without properties, one store host) runs on C-level iterators:
     one header unpack per record, bodies sliced by map, message ids formatted by map; only
-    records that carry properties are decoded one by one.
+    records that carry properties are decoded one by one, and only when key, tags or
+    properties is asked.
     """
+    schema = consume_schema(columns)
+    names = set(schema.names)
     count = len(records)
     headers = list(map(RECORD_HEADER.unpack_from, records))
     (totals, _, _, queue_ids, _, queue_offsets, positions, _, born, _, stored, hosts, _, _,
      body_sizes) = zip(*headers)
-    bodies = list(map(bytes.__getitem__, records, map(slice, repeat(_BODY_AT),
-                                                      map(_BODY_AT.__add__, body_sizes))))
+    built: dict[str, object] = {"queue_id": queue_ids, "queue_offset": queue_offsets,
+                                "log_position": positions, "born_timestamp": born,
+                                "store_timestamp": stored}
+    if "topic" in names:
+        built["topic"] = pa.array([topic] * count, pa.string())
+    if "body" in names:
+        built["body"] = list(map(bytes.__getitem__, records, map(
+            slice, repeat(_BODY_AT), map(_BODY_AT.__add__, body_sizes))))
+    if names & _FROM_PROPERTIES:
+        built["key"], built["tags"], built["properties"] = _record_properties(
+            records, totals, body_sizes, topic)
+    if "msg_id" in names:
+        if len(set(hosts)) == 1:
+            built["msg_id"] = list(map((hosts[0].hex().upper() + "%016X").__mod__, positions))
+        else:
+            built["msg_id"] = list(map(make_msg_id, hosts, positions))
+    arrays = [column if isinstance(column, pa.Array) else pa.array(column, type=field.type)
+              for column, field in ((built[field.name], field) for field in schema)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _record_properties(records: list[bytes], totals: tuple[int, ...],
+                       body_sizes: tuple[int, ...], topic: str
+                       ) -> tuple[list[str | None], list[str | None],
+                                  list[list[tuple[str, str]] | None]]:
+    """keys, tags and the other properties of each record (None where it has none)."""
+    count = len(records)
     bare_size = _BARE_RECORD_BYTES + len(topic)
-    with_properties = [index for index, (total, body_size) in enumerate(zip(totals, body_sizes))
-                       if total - body_size != bare_size]
     keys: list[str | None] = [None] * count
     tags: list[str | None] = [None] * count
     properties: list[list[tuple[str, str]] | None] = [None] * count
-    for index in with_properties:
-        record = records[index]
-        props_at = _BODY_AT + body_sizes[index] + 3 + len(topic)
-        props = decode_properties(record[props_at:totals[index] - RECORD_CHECKSUM_PAIR_BYTES])
+    for index, (total, body_size) in enumerate(zip(totals, body_sizes)):
+        if total - body_size == bare_size:
+            continue
+        props_at = _BODY_AT + body_size + 3 + len(topic)
+        props = decode_properties(records[index][props_at:total - RECORD_CHECKSUM_PAIR_BYTES])
         keys[index] = props.pop("KEYS", None)
         tags[index] = props.pop("TAGS", None)
         properties[index] = list(props.items()) if props else None
-    if len(set(hosts)) == 1:
-        msg_ids = list(map((hosts[0].hex().upper() + "%016X").__mod__, positions))
-    else:
-        msg_ids = list(map(make_msg_id, hosts, positions))
-    columns = [pa.array([topic] * count, pa.string()), queue_ids, queue_offsets, positions,
-               bodies, keys, tags, properties, born, stored, msg_ids]
-    arrays = [column if isinstance(column, pa.Array) else pa.array(column, type=field.type)
-              for column, field in zip(columns, CONSUME_SCHEMA)]
-    return pa.RecordBatch.from_arrays(arrays, schema=CONSUME_SCHEMA)
+    return keys, tags, properties
 
 
-def empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in CONSUME_SCHEMA],
-                                      schema=CONSUME_SCHEMA)
+def empty_batch(columns: tuple[str, ...] | None = None) -> pa.RecordBatch:
+    schema = consume_schema(columns)
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,20 +154,34 @@ _HEADER_DTYPE = np.dtype([
     ("reconsume", ">i4"), ("prepared", ">i8"), ("body_size", ">i4"),
 ])
 assert _HEADER_DTYPE.itemsize == RECORD_HEADER.size
+# (consume column, header field, native dtype, Arrow type): the columns read from the header
+_HEADER_COLUMNS = (
+    ("queue_id", "queue_id", np.int32, pa.int32()),
+    ("queue_offset", "queue_offset", np.int64, pa.int64()),
+    ("log_position", "log_position", np.int64, pa.int64()),
+    ("born_timestamp", "born_ms", np.int64, pa.timestamp("ms")),
+    ("store_timestamp", "store_ms", np.int64, pa.timestamp("ms")),
+)
+assert all(CONSUME_SCHEMA.field(name).type == arrow_type for name, _, _, arrow_type
+           in _HEADER_COLUMNS)
 _HEX_PAIRS = np.array([f"{value:02X}".encode() for value in range(256)], dtype="S2")
 _MSG_ID_CHARS = 32  # store host (8 bytes) + log position (8 bytes), hex
 
 
-def block_to_batch(data: bytes, sizes: np.ndarray, topic: str) -> pa.RecordBatch:
+def block_to_batch(data: bytes, sizes: np.ndarray, topic: str,
+                   columns: tuple[str, ...] | None = None) -> pa.RecordBatch:
     """Decode records stored back to back in `data` (int64 sizes in `sizes`) into
-    CONSUME_SCHEMA.
+    `consume_schema(columns)` (None: every column of CONSUME_SCHEMA).
 
     Every fixed field comes from the 88-byte headers viewed as a big-endian structured array;
     bodies land in one values buffer; message ids are hex-formatted by table look-up. Only
     records with properties are decoded one by one. When every record has the same size (a
     batch of same-size bodies without properties, the common bulk case) the block is a 2-D
     array and headers and bodies are plain column slices; otherwise they are gathered by index.
+    Columns not asked for are not built.
     """
+    schema = consume_schema(columns)
+    names = set(schema.names)
     count = len(sizes)
     raw = np.frombuffer(data, dtype=np.uint8)
     size_array = np.asarray(sizes, dtype=np.int64)
@@ -159,25 +195,26 @@ def block_to_batch(data: bytes, sizes: np.ndarray, topic: str) -> pa.RecordBatch
         header_bytes = raw[starts[:, None] + np.arange(_BODY_AT)]
     headers = np.ascontiguousarray(header_bytes).view(_HEADER_DTYPE).reshape(count)
     body_sizes = headers["body_size"].astype(np.int64)
-    if uniform and (body_sizes == body_sizes[0]).all():
-        body_size = int(body_sizes[0])
-        values = raw.reshape(count, record_size)[:, _BODY_AT:_BODY_AT + body_size]
-        bodies = _binary_array(np.ascontiguousarray(values).reshape(-1), body_sizes)
-    else:
-        bodies = _gather_bodies(raw, starts + _BODY_AT, body_sizes)
-    keys, tags, properties = _decode_properties_column(data, starts, headers, body_sizes, topic)
-    msg_ids = _msg_ids(header_bytes)
-    columns = [
-        pa.array([topic] * count, pa.string()),
-        pa.array(headers["queue_id"].astype(np.int32)),
-        pa.array(headers["queue_offset"].astype(np.int64)),
-        pa.array(headers["log_position"].astype(np.int64)),
-        bodies, keys, tags, properties,
-        pa.array(headers["born_ms"].astype(np.int64)).cast(pa.timestamp("ms")),
-        pa.array(headers["store_ms"].astype(np.int64)).cast(pa.timestamp("ms")),
-        msg_ids,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=CONSUME_SCHEMA)
+    built: dict[str, pa.Array] = {}
+    if "topic" in names:
+        built["topic"] = pa.array([topic] * count, pa.string())
+    for name, header_field, dtype, arrow_type in _HEADER_COLUMNS:
+        if name in names:
+            array = pa.array(headers[header_field].astype(dtype))
+            built[name] = array if array.type == arrow_type else array.cast(arrow_type)
+    if "body" in names:
+        if uniform and (body_sizes == body_sizes[0]).all():
+            body_size = int(body_sizes[0])
+            values = raw.reshape(count, record_size)[:, _BODY_AT:_BODY_AT + body_size]
+            built["body"] = _binary_array(np.ascontiguousarray(values).reshape(-1), body_sizes)
+        else:
+            built["body"] = _gather_bodies(raw, starts + _BODY_AT, body_sizes)
+    if names & _FROM_PROPERTIES:
+        built["key"], built["tags"], built["properties"] = _decode_properties_column(
+            data, starts, headers, body_sizes, topic)
+    if "msg_id" in names:
+        built["msg_id"] = _msg_ids(header_bytes)
+    return pa.RecordBatch.from_arrays([built[name] for name in schema.names], schema=schema)
 
 
 def _gather_bodies(raw: np.ndarray, body_starts: np.ndarray, body_sizes: np.ndarray

@@ -274,7 +274,8 @@ class BrokerService(flight.FlightServerBase):
         except ValueError as err:
             raise RequestError("BAD_REQUEST", f"ticket: tag_filter: {err}") from err
         self._count("get_requests")
-        return flight.GeneratorStream(CONSUME_SCHEMA, self._read(request, tag_filter))
+        # the stream's declared schema is the one every batch of _read has: the ticket's columns
+        return flight.GeneratorStream(request.schema(), self._read(request, tag_filter))
 
     def _read(self, request: GetTicket, tag_filter: TagFilter | None
               ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
@@ -287,7 +288,7 @@ class BrokerService(flight.FlightServerBase):
             reply = GetReply(result.status.name, code_for(result.status.name),
                              result.next_queue_offset, result.min_queue_offset,
                              result.max_queue_offset)
-            batch, size_bytes = _to_batch(result, request.topic)
+            batch, size_bytes = _to_batch(result, request.topic, request.columns)
             self._count("get_messages", batch.num_rows)
             yield batch, pa.py_buffer(reply.encode())
             remaining_count -= batch.num_rows
@@ -502,15 +503,18 @@ class BrokerService(flight.FlightServerBase):
         }
 
 
-def _to_batch(result: GetResult | RecordBlock, topic: str) -> tuple[pa.RecordBatch, int]:
-    """The Arrow batch of a read result and the record bytes it came from."""
+def _to_batch(result: GetResult | RecordBlock, topic: str, columns: tuple[str, ...] | None
+              ) -> tuple[pa.RecordBatch, int]:
+    """The Arrow batch (of the ticket's `columns`) of a read result and the record bytes it
+    came from."""
     if isinstance(result, RecordBlock):
         if len(result.sizes) == 0:
-            return empty_batch(), 0
-        return block_to_batch(result.data, result.sizes, topic), len(result.data)
+            return empty_batch(columns), 0
+        return block_to_batch(result.data, result.sizes, topic, columns), len(result.data)
     if not result.records:
-        return empty_batch(), 0
-    return records_to_batch(list(result.records), topic), sum(map(len, result.records))
+        return empty_batch(columns), 0
+    return (records_to_batch(list(result.records), topic, columns),
+            sum(map(len, result.records)))
 
 
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:

@@ -3,20 +3,20 @@
     python3 build.py bench spark [--json] [--rows N | --full] [--repeat R]
 
 Method: one real broker process (ASYNC_FLUSH, 1 GiB segments) on 127.0.0.1 and a local[2]
-SparkSession in this process. N messages of 100 B bodies (default 1 M, --full 10 M) are
-produced into a topic of 8 queues, and the same rows (queueId, queueOffset, body, ...) are
-written to a local Parquet file. Read case: `groupBy(queueId).agg(sum(length(body)))` over
-`spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each, in
-the same run (count() alone is no measure: Parquet answers it from footers). Spark prunes no
-columns of Python sources, so the full-schema read moves all 11 columns; the projected read
-declares `.schema("queueId INT, body BINARY")`, and the source then builds and ships only those
-two (the broker still sends every field). Sink case: a streaming query (Trigger
-AvailableNow) from the Parquet directory into a fresh topic with exactlyOnce=true, then the same
-with exactlyOnce=false, after one warm-up query; rows/s over the query's wall time (start to
-termination, including Spark's per-query start-up). Ceiling case: the same aggregation over
-`tests/bench/spark_ceiling.py`, a Python source that reads nothing and yields pre-built batches
-(same row count, 8 partitions) in rocketha's 11 columns and in 2 columns: what any Python data
-source can reach here, so the rocketha figure can be read against it.
+SparkSession in this process. N messages of 100 B bodies (default 1 M, --full 10 M) are produced
+into a topic of 8 queues, and the same rows (queueId, queueOffset, body, ...) are written to a
+local Parquet file. Read case: `groupBy(queueId).agg(sum(length(body)))` over
+`spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each, in the
+same run (count() alone is no measure: Parquet answers it from footers). Spark prunes no columns
+of Python sources, so the full-schema read moves all 11 columns; the projected read declares
+`.schema("queueId INT, body BINARY")`, and the source then builds and ships only those two and
+pulls only `body` from the broker (which builds no other column). Sink case: a streaming query
+(Trigger AvailableNow) from the Parquet directory into a fresh topic with exactlyOnce=true, then
+the same with exactlyOnce=false, after one warm-up query; rows/s over the query's wall time
+(start to termination, including Spark's per-query start-up). Ceiling case: the same aggregation
+over `tests/bench/spark_ceiling.py`, a Python source that reads nothing and yields pre-built
+batches (same row count, 8 partitions) in rocketha's 11 columns and in 2 columns: what any
+Python data source can reach here, so the rocketha figure can be read against it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Client pieces that need no broker: config validation and pickling, backoff, reply mapping,
-ticket validation, and error decoding."""
+ticket validation (columns included), and error decoding."""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pyarrow.flight as flight
@@ -12,11 +13,13 @@ from connector import Backoff, ClientConfig
 from connector.client import as_rocketha_error
 from connector.protocol import (
     CODES,
+    CONSUME_SCHEMA,
     FatalError,
     GetTicket,
     ProtocolError,
     PutReply,
     RetriableError,
+    consume_schema,
     encode_error_info,
     status_for,
 )
@@ -67,6 +70,31 @@ def test_ticket_errors_name_the_field(raw: bytes, field: str) -> None:
     with pytest.raises(ProtocolError, match=field):
         GetTicket.decode(raw)
     assert GetTicket.decode(GetTicket("t", 1, 5).encode()) == GetTicket("t", 1, 5)
+
+
+def test_ticket_columns_round_trip_and_give_the_reply_schema() -> None:
+    ticket = GetTicket("t", 1, 5, tag_filter="A", columns=("msg_id", "body", "queue_offset"))
+    assert GetTicket.decode(ticket.encode()) == ticket
+    assert ticket.schema().names == ["queue_offset", "body", "msg_id"]  # schema order
+    assert ticket.schema() == consume_schema(("body", "queue_offset", "msg_id"))
+    assert GetTicket("t", 1, 5).schema() == CONSUME_SCHEMA
+    assert b"columns" not in GetTicket("t", 1, 5).encode()  # a full read's ticket is unchanged
+    every = GetTicket("t", 0, 0, columns=tuple(CONSUME_SCHEMA.names))
+    assert GetTicket.decode(every.encode()).schema() == CONSUME_SCHEMA
+
+
+@pytest.mark.parametrize("columns, message", [
+    (["body", "colour"], "unknown column 'colour'"),
+    (["queueId"], "unknown column 'queueId'"),  # the Spark name is not a consume column
+    ([3], "unknown column 3"),
+    ([], "non-empty list"),
+    ("body", "non-empty list"),
+    (["body", "body"], "named twice"),
+])
+def test_ticket_columns_errors_name_the_column(columns: object, message: str) -> None:
+    raw = json.dumps({"topic": "t", "queue_id": 0, "queue_offset": 0, "columns": columns})
+    with pytest.raises(ProtocolError, match=message):
+        GetTicket.decode(raw.encode())
 
 
 def test_error_table_and_flight_error_decoding() -> None:

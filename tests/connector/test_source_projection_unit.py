@@ -3,8 +3,10 @@
 Goal: a declared schema is accepted exactly when Spark would accept the batches built for it
 (same Arrow types, order, nullability), every refusal names the column and the expected type,
 and a projected batch holds only the declared columns, equal to the same columns of the full
-batch (idempotence markers stripped from properties the same way). Method: direct calls on a
-consume batch built in CONSUME_SCHEMA; the Arrow types come from pyspark's own conversion.
+batch (idempotence markers stripped from properties the same way); a range read asks the
+broker only for the consume columns those are built from, and a batch of just those columns
+(topic and queueId from the partition) gives the same projected batch. Method: direct calls on
+a consume batch built in CONSUME_SCHEMA; the Arrow types come from pyspark's own conversion.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY
 from connector.source import (
     ALL_SOURCE_COLUMNS,
     SourceColumns,
+    consume_columns,
     project_columns,
     to_source_batch,
 )
@@ -93,3 +96,31 @@ def test_not_null_is_accepted_where_values_always_exist() -> None:
     columns = project_columns([declared("queueOffset", LongType(), nullable=False),
                                declared("body", BinaryType(), nullable=False)])
     assert columns.nullable == (False, False)
+
+
+@pytest.mark.parametrize("names, tag_filter, wanted", [
+    (("queueId", "body"), None, ("body",)),
+    (("body", "queueId"), "TagA", ("queue_offset", "body")),  # cut past the end by offset
+    (("topic", "brokerName", "queueId"), None, ("queue_offset",)),  # never an empty ticket
+    (("msgId", "queueOffset"), None, ("queue_offset", "msg_id")),
+    (("key", "bornTimestamp", "storeTimestamp"), None,
+     ("key", "born_timestamp", "store_timestamp")),
+    (("properties",), None, ("properties",)),
+    (tuple(ALL_SOURCE_COLUMNS.names), None, ("queue_offset", "body", "key", "tags",
+                                              "properties", "born_timestamp",
+                                              "store_timestamp", "msg_id")),
+])
+def test_consume_columns_are_what_the_projection_is_built_from(names, tag_filter,  # type: ignore
+                                                               wanted) -> None:
+    columns = SourceColumns(names, (True,) * len(names))
+    assert consume_columns(columns, tag_filter=tag_filter) == wanted
+
+
+def test_narrow_consume_batch_gives_the_same_projected_batch() -> None:
+    """Built from only the consume columns it needs, topic and queueId from the partition."""
+    for names in (("queueId", "body"), ("topic", "properties", "msgId", "queueId"),
+                  tuple(ALL_SOURCE_COLUMNS.names)):
+        columns = SourceColumns(names, (True,) * len(names))
+        narrow = consume_batch().select(list(consume_columns(columns, tag_filter=None)))
+        got = to_source_batch(narrow, "broker-a", columns, topic="t", queue_id=3)
+        assert got.equals(to_source_batch(consume_batch(), "broker-a", columns)), names

@@ -4,7 +4,8 @@ Goal: a batch read returns exactly the stored messages with the promised schema 
 startingOffsets/endingOffsets JSON select [start, end) per queue; tagFilter, minPartitions and
 startingTimestamp work; bad options fail with errors naming the option. A declared schema
 (`.schema(...)`, any subset of the columns in any order) returns exactly those columns of the
-full read, and an unknown column or a wrong type fails naming the column. Method: a real broker
+full read — also cut by endingOffsets or tagFilter when the broker is not asked for queue
+offsets — and an unknown column or a wrong type fails naming the column. Method: a real broker
 process, messages written with the client library, a real local SparkSession, chispa for
 DataFrame equality.
 """
@@ -142,6 +143,23 @@ def test_declared_schema_in_another_order(spark, broker, loaded) -> None:
     want = full.select(*[as_json if c == "properties" else c for c in columns])
     assert got.count() == (PER_QUEUE - 4) + PER_QUEUE  # queue 0 empty, 1 from 4, 2 whole
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("ddl, options", [
+    ("queueId INT, body BINARY", {"endingOffsets": json.dumps(
+        {TOPIC: {"broker-a:0": 12, "broker-a:2": 3}}), "fetchMaxMessages": "5"}),
+    ("body BINARY, queueId INT", {"tagFilter": "TagB", "endingOffsets": json.dumps(
+        {TOPIC: {"broker-a:1": 9}}), "fetchMaxMessages": "3"}),
+    ("topic STRING, queueId INT", {"startingOffsets": json.dumps({TOPIC: {"broker-a:2": 7}})}),
+])
+def test_projection_cut_at_the_range_end(spark, broker, loaded, ddl, options) -> None:
+    """The broker sends only what the projection needs (here no queue offsets without a
+    tag filter); rows past endingOffsets are still cut, ranges still end exactly."""
+    columns = [part.split()[0] for part in ddl.split(", ")]
+    projected = read(spark, broker, ddl, subscribe=TOPIC, **options)
+    full = read(spark, broker, subscribe=TOPIC, **options).select(*columns)
+    assert projected.count() == full.count() > 0
+    assert_df_equality(projected, full, ignore_row_order=True, ignore_nullable=True)
 
 
 @pytest.mark.parametrize("ddl, named", [

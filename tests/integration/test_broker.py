@@ -1,7 +1,8 @@
 """Broker service end to end: real `python -m ha.broker` processes on 127.0.0.1, raw Flight.
 
 Goal: the client protocol does what connector/protocol/wire.py promises — every column round
-trips, per-queue and per-key order holds, long polls wake on arrival, acknowledged messages
+trips, a ticket's `columns` gets exactly those columns with the full read's values (tag filter
+too), per-queue and per-key order holds, long polls wake on arrival, acknowledged messages
 survive SIGTERM restarts and SIGKILL crashes (SYNC_FLUSH), malformed requests fail alone, and
 concurrent producers/consumers neither lose nor duplicate. Method: start brokers through the
 user entry point with small segments, talk to them with pyarrow.flight only.
@@ -20,11 +21,15 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
+from connector import ClientConfig, Consumer
 from connector.protocol import (
+    CONSUME_SCHEMA,
     PRODUCE_SCHEMA,
+    FatalError,
     GetReply,
     GetTicket,
     PutReply,
+    consume_schema,
     decode_error_text,
     produce_descriptor_command,
 )
@@ -111,6 +116,61 @@ def test_every_column_round_trips(broker: BrokerProcess) -> None:
     assert positions == sorted(positions) and len(set(positions)) == 3
     tagged, _ = consume(broker, GetTicket("rt", 1, 0, tag_filter="TagB || TagC"))
     assert [row["queue_offset"] for row in tagged] == [1]
+
+
+def consume_table(broker: BrokerProcess, ticket: GetTicket) -> tuple[pa.Table, GetReply]:
+    """The whole stream of `ticket` as one table (its declared schema checked against the
+    ticket's columns) and the last reply."""
+    client = client_for(broker)
+    reader = client.do_get(flight.Ticket(ticket.encode()))
+    assert reader.schema == consume_schema(ticket.columns)
+    batches, reply = [], None
+    for chunk in reader:
+        assert chunk.data.schema == consume_schema(ticket.columns)
+        batches.append(chunk.data)
+        reply = GetReply.decode(chunk.app_metadata.to_pybytes())
+    client.close()
+    assert reply is not None
+    return pa.Table.from_batches(batches, consume_schema(ticket.columns)), reply
+
+
+def test_pull_columns_are_the_full_pull_columns(broker: BrokerProcess) -> None:
+    """Same-size bulk records (the 2-D decode path), records with properties, tag filters:
+    a pull naming columns gets those columns in schema order, equal to the full pull's."""
+    broker.action("create_topic", {"topic": "cols", "read_queue_nums": 1,
+                                   "write_queue_nums": 1})
+    produce(broker, "cols", bodies_table([b"%06d" % n for n in range(500)]))
+    produce(broker, "cols", pa.table({
+        "body": pa.array([b"a", b"bb", b"", b"dddd"], pa.binary()),
+        "key": pa.array(["k1", None, "k3", None], pa.string()),
+        "tags": pa.array(["TagA", "TagB", None, "TagA"], pa.string()),
+        "properties": pa.array([[("p", "1")], None, None, [("q", "")]], PROPS),
+    }))
+    for tag_filter in (None, "TagA"):
+        full, full_reply = consume_table(broker, GetTicket("cols", 0, 0, max_messages=10_000,
+                                                           tag_filter=tag_filter))
+        assert full.num_rows == (504 if tag_filter is None else 2)
+        for columns in (("body",), ("msg_id", "queue_offset"), ("tags", "body", "key"),
+                        ("properties",), ("store_timestamp", "topic", "born_timestamp"),
+                        tuple(reversed(CONSUME_SCHEMA.names))):
+            ticket = GetTicket("cols", 0, 0, max_messages=10_000, tag_filter=tag_filter,
+                               columns=columns)
+            got, reply = consume_table(broker, ticket)
+            assert got.column_names == [n for n in CONSUME_SCHEMA.names if n in columns]
+            assert got.equals(full.select(got.column_names)), (tag_filter, columns)
+            assert reply == full_reply
+    consumer = Consumer(ClientConfig(brokers=(broker.endpoint,)))
+    pulled = consumer.pull("cols", 0, 498, columns=["body"], tag_filter="TagA || TagB")
+    assert pulled.table.column_names == ["body"]
+    assert pulled.table.column("body").to_pylist() == [b"a", b"bb", b"dddd"]
+    assert pulled.next_queue_offset == 504
+    with pytest.raises(FatalError, match="unknown column 'bodies'") as info:
+        consumer.pull("cols", 0, 0, columns=["body", "bodies"])
+    assert info.value.name == "BAD_REQUEST"
+    error = flight_error(lambda: client_for(broker).do_get(flight.Ticket(json.dumps(
+        {"topic": "cols", "queue_id": 0, "queue_offset": 0, "columns": ["msgId"]}).encode())
+        ).read_all())
+    assert error.name == "BAD_REQUEST" and "'msgId'" in error.message  # type: ignore
 
 
 def test_order_per_queue_and_per_key(broker: BrokerProcess) -> None:
