@@ -12,6 +12,7 @@ import socket
 import threading
 
 BUFFER_BYTES = 65536
+CONNECT_TIMEOUT_S = 1.0
 
 
 class LinkProxy:
@@ -46,16 +47,23 @@ class LinkProxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
-                return
+                if self._closed:
+                    return
+                continue  # a connection reset before accept(): keep serving the others
             with self._lock:
                 if self._cut:
                     _close(client)
                     continue
             try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), 1.0)
+                upstream = socket.create_connection(("127.0.0.1", self.target_port),
+                                                    CONNECT_TIMEOUT_S)
             except OSError:
                 _close(client)
                 continue
+            # The connect timeout must not stay on the socket: Raft links carry nothing back,
+            # and a 1 s recv timeout in the return pump closed every link after 1 s, losing
+            # frames (all three controllers once sat in pre-vote for 15 s in CI).
+            upstream.settimeout(None)
             with self._lock:
                 self._sockets |= {client, upstream}
             for source, sink in ((client, upstream), (upstream, client)):
