@@ -76,10 +76,11 @@ class TierObjectReader:
                 for r in plan_tier_ranges(manifest, topic, queue_id, start_queue_offset,
                                           end_queue_offset)]
 
-    def read(self, location: TierLocation, piece: ColdPiece) -> Iterator[pa.RecordBatch]:
+    def read(self, location: TierLocation, piece: ColdPiece,
+             columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
         tier_range = piece.plan
         assert isinstance(tier_range, TierRange), tier_range
         for block in read_tier_range(file_io_for(location), tier_range,
                                      rows_per_block=ROWS_PER_BATCH):
             # the broker's own decoder: the same rows as a broker-served read, vectorized
-            yield block_to_batch(block.data, block.sizes, tier_range.topic)
+            yield block_to_batch(block.data, block.sizes, tier_range.topic, columns)

@@ -33,12 +33,18 @@ from connector.options import READ_COLD_FROM_TIER, SourceOptions
 from connector.partitions import ColdRangePartition
 from connector.planning import QueueRange
 from connector.routes import ReplicaSet, client_config
-from connector.source import SourceColumns, to_source_batch
+from connector.source import (
+    ALL_SOURCE_COLUMNS,
+    SourceColumns,
+    consume_columns,
+    to_source_batch,
+)
 
 __all__ = [
     "ColdPiece",
     "ColdReader",
     "TierLocation",
+    "cold_columns",
     "cold_reader",
     "read_cold",
     "register_cold_reader",
@@ -69,8 +75,10 @@ class ColdReader(Protocol):
         """The tier's part of [start, end) as pieces in queue order (may be empty)."""
         ...
 
-    def read(self, location: TierLocation, piece: ColdPiece) -> Iterator[pa.RecordBatch]:
-        """The piece's messages as batches of the broker's consume schema, in order."""
+    def read(self, location: TierLocation, piece: ColdPiece,
+             columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
+        """The piece's messages, in order, as batches of the broker's consume schema cut to
+        `columns` (None: every column), as a broker builds them for a ticket's columns."""
         ...
 
 
@@ -142,17 +150,30 @@ def _tag_filter(expression: str | None) -> pa.Array | None:
     return pa.array(sorted({tag.strip() for tag in expression.split("||")}), pa.string())
 
 
+def cold_columns(columns: SourceColumns, tag_filter: str | None) -> tuple[str, ...]:
+    """The consume columns a cold read of `columns` decodes: those of a broker pull (the
+    partition supplies topic, brokerName and queueId), plus `tags` when a tag filter needs
+    them. A cold piece holds exactly its queue offsets, so no offset cut is needed."""
+    wanted = set(consume_columns(columns, tag_filter=None))
+    if _tag_filter(tag_filter) is not None:
+        wanted.add("tags")
+    return tuple(name for name in consume_columns(ALL_SOURCE_COLUMNS, tag_filter=None)
+                 if name in wanted)
+
+
 def read_cold(partition: ColdRangePartition, options: SourceOptions, columns: SourceColumns
               ) -> Iterator[pa.RecordBatch]:
     """The partition's messages as batches of `columns`, tagFilter applied as the broker
-    does."""
+    does; only the columns the query declared (and the tags a filter needs) are decoded."""
     reader = cold_reader()
     location = TierLocation(partition.tier_url, partition.tier_storage_options)
     wanted = _tag_filter(options.tag_filter)
+    decode = cold_columns(columns, options.tag_filter)
     for piece in partition.pieces:
         assert isinstance(piece, ColdPiece), piece
-        for batch in reader.read(location, piece):
+        for batch in reader.read(location, piece, decode):
             if wanted is not None:
                 batch = batch.filter(pc.is_in(batch.column("tags"), value_set=wanted))
             if batch.num_rows:
-                yield to_source_batch(batch, partition.broker_name, columns)
+                yield to_source_batch(batch, partition.broker_name, columns,
+                                      topic=partition.topic, queue_id=partition.queue_id)

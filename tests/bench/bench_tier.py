@@ -20,7 +20,9 @@ bodies over 4 queues) under ./.bench-tmp, then
   5. with that broker still up, a local[2] Spark session runs
      `groupBy(queueId).agg(sum(length(body)))` over the topic twice (best of two each):
      through the broker (cold_broker_rows_per_s) and with readColdFromTier=true, executors
-     reading the objects directly (cold_direct_rows_per_s).
+     reading the objects directly (cold_direct_rows_per_s); then both again with
+     `.schema("queueId INT, body BINARY")` (cold_broker_projected_rows_per_s,
+     cold_direct_projected_rows_per_s: only body is pulled or decoded).
 Same-run ratios printed: Spark direct / Spark via broker, broker cold / hot.
 Step 3's figure (no Spark) is cold_direct_reader_rows_per_s.
 """
@@ -123,36 +125,45 @@ def _read_everything(broker: BrokerProcess) -> tuple[int, float]:
     return rows, elapsed
 
 
-def spark_rows_per_s(broker: BrokerProcess, expected_rows: int) -> tuple[float, float]:
-    """(via broker, direct from the tier) rows/s of one aggregation over the whole topic."""
+PROJECTED_DDL = "queueId INT, body BINARY"  # the columns the aggregation uses
+
+
+def spark_rows_per_s(broker: BrokerProcess, expected_rows: int) -> dict[str, float]:
+    """Rows/s of one aggregation over the whole topic, best of two: via the broker and direct
+    from the tier, each with the full schema and with the declared PROJECTED_DDL."""
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors: this venv's packages
     spark = (SparkSession.builder.master("local[2]").appName("bench-tier")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    cases = {"cold_broker_rows_per_s": ("false", None),
+             "cold_direct_rows_per_s": ("true", None),
+             "cold_broker_projected_rows_per_s": ("false", PROJECTED_DDL),
+             "cold_direct_projected_rows_per_s": ("true", PROJECTED_DDL)}
     try:
-        figures = []
-        for cold in ("false", "true"):
+        figures = {}
+        for key, (cold, ddl) in cases.items():
             best = 0.0
             for _ in range(2):
-                frame = (spark.read.format("rocketha").option("brokers", broker.endpoint)
-                         .option("subscribe", TOPIC).option("readColdFromTier", cold).load())
+                reader = (spark.read.format("rocketha").option("brokers", broker.endpoint)
+                          .option("subscribe", TOPIC).option("readColdFromTier", cold))
+                frame = (reader if ddl is None else reader.schema(ddl)).load()
                 start = time.perf_counter()
                 result = frame.groupBy("queueId").agg(
                     F.count("*").alias("rows"), F.sum(F.length("body")).alias("bytes")).collect()
                 elapsed = time.perf_counter() - start
                 rows = sum(row["rows"] for row in result)
-                assert rows == expected_rows, (cold, rows, expected_rows)
+                assert rows == expected_rows, (key, rows, expected_rows)
                 best = max(best, rows / elapsed)
-            figures.append(best)
-        return figures[0], figures[1]
+            figures[key] = best
+        return figures
     finally:
         spark.stop()
 
 
 def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int
-                      ) -> tuple[float, float, float, float]:
-    """(hot, cold, Spark via broker, Spark direct) rows/s: the same rows read through a broker
+                      ) -> tuple[float, float, dict[str, float]]:
+    """(hot, cold, the Spark figures of spark_rows_per_s) rows/s: the same rows read through a broker
     from local segments, then, after a restart with tiering on and the tiered segments deleted
     locally, from the tier; then through Spark both ways."""
     broker = BrokerProcess(directory, mappedFileSizeCommitLog=str(SEGMENT_BYTES),
@@ -182,8 +193,7 @@ def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int
         stats = broker.action("broker_info")["tiered"]
         assert stats["cold_reads"] > 0, stats
         assert rows == hot_rows >= expected_rows, (rows, hot_rows, expected_rows)
-        via_broker, direct = spark_rows_per_s(broker, rows)
-        return hot_rows / hot_s, rows / elapsed, via_broker, direct
+        return hot_rows / hot_s, rows / elapsed, spark_rows_per_s(broker, rows)
     finally:
         broker.stop()
 
@@ -215,9 +225,9 @@ def main() -> int:
         url = f"file://{(work / 'store' / 'tier').resolve()}"
         figures["cold_direct_reader_rows_per_s"], direct_rows = direct_rows_per_s(url)
         store.close()
-        (figures["hot_broker_rows_per_s"], figures["cold_broker_flight_rows_per_s"],
-         figures["cold_broker_rows_per_s"], figures["cold_direct_rows_per_s"]) = \
+        figures["hot_broker_rows_per_s"], figures["cold_broker_flight_rows_per_s"], by_spark = \
             broker_rows_per_s(work / "broker", work / "store", direct_rows)
+        figures.update(by_spark)
         ratio = figures["cold_direct_rows_per_s"] / figures["cold_broker_rows_per_s"]
         figures["cold_direct_vs_broker_ratio"] = ratio
         cold_hot = figures["cold_broker_flight_rows_per_s"] / figures["hot_broker_rows_per_s"]
@@ -232,6 +242,9 @@ def main() -> int:
         print(f"Spark cold via broker   {figures['cold_broker_rows_per_s']:12,.0f} rows/s")
         print(f"Spark cold direct       {figures['cold_direct_rows_per_s']:12,.0f} rows/s "
               "(readColdFromTier=true)")
+        print(f"Spark cold, .schema(\"{PROJECTED_DDL}\"): via broker "
+              f"{figures['cold_broker_projected_rows_per_s']:,.0f}, direct "
+              f"{figures['cold_direct_projected_rows_per_s']:,.0f} rows/s")
         print(f"Spark direct / via broker = {ratio:.2f}; broker cold / hot = {cold_hot:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

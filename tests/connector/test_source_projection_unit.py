@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connector.cold import cold_columns
 from connector.errors import SourceSchemaError
 from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY
 from connector.source import (
@@ -124,3 +125,16 @@ def test_narrow_consume_batch_gives_the_same_projected_batch() -> None:
         narrow = consume_batch().select(list(consume_columns(columns, tag_filter=None)))
         got = to_source_batch(narrow, "broker-a", columns, topic="t", queue_id=3)
         assert got.equals(to_source_batch(consume_batch(), "broker-a", columns)), names
+
+
+@pytest.mark.parametrize("names, tag_filter, wanted", [
+    (("queueId", "body"), None, ("body",)),
+    (("queueId", "body"), "TagA || TagB", ("body", "tags")),  # the filter reads tags
+    (("queueId", "body"), "*", ("body",)),  # "*" filters nothing
+    (("topic", "queueId"), None, ("queue_offset",)),  # never an empty decode
+    (("tags", "msgId"), "TagA", ("tags", "msg_id")),
+])
+def test_cold_reads_decode_what_the_projection_and_the_filter_need(names, tag_filter,  # type: ignore
+                                                                   wanted) -> None:
+    columns = SourceColumns(names, (True,) * len(names))
+    assert cold_columns(columns, tag_filter) == wanted
