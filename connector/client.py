@@ -158,6 +158,30 @@ def controller_masters(controller: str, timeout_ms: int) -> tuple[str, ...]:
     return tuple(address for _, address in sorted(masters))
 
 
+def controller_members(controller: str, timeout_ms: int, broker_name: str | None
+                       ) -> tuple[str, ...]:
+    """The alive members of one replica set, its master first (when it has an alive one):
+    where a consumer reads, on from a slave while the set has no master. `broker_name` None
+    names the only replica set; with several, the consumer must say which (FatalError)."""
+    sets = controller_cluster_list(controller, timeout_ms).get("replica_sets", [])
+    names = sorted(str(status["replica"]["broker_name"]) for status in sets)
+    if broker_name is None and len(names) > 1:
+        raise FatalError(status_for("BAD_REQUEST"), f"controller {controller}: "
+                         f"{len(names)} replica sets {names}; name one (broker_name=...)")
+    for status in sets:
+        replica = status["replica"]
+        if broker_name is not None and replica["broker_name"] != broker_name:
+            continue
+        alive = set(status.get("alive_broker_ids", []))
+        members = sorted((member["broker_id"] != replica.get("master_broker_id"),
+                          str(member["broker_address"]))
+                         for member in replica.get("brokers", []) if member["broker_id"] in alive)
+        if members:
+            return tuple(address for _, address in members)
+    raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"controller {controller}: "
+                         f"replica set {broker_name or names} has no alive broker")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Backoff:
     """Exponential backoff with a cap: 1x, 2x, 4x ... initial, never above the cap."""
@@ -242,22 +266,32 @@ class _Base:
         self._backoff = Backoff(config.backoff_initial_ms, config.backoff_max_ms)
         self._broker_index = 0
         self._endpoints: tuple[str, ...] = config.brokers
+        self._routes_stale = False  # with `controller`: fetch the endpoints again first
 
     @property
     def endpoint(self) -> str:
         """The broker to call: from `brokers`, or (with `controller`) the masters the
         controller names, fetched again after NOT_MASTER or a broken connection."""
-        if not self._endpoints:
+        if not self._endpoints or self._routes_stale:
             assert self.config.controller is not None
-            self._endpoints = controller_masters(self.config.controller,
-                                                 self.config.request_timeout_ms)
+            self._routes_stale = False
+            try:
+                self._endpoints = self._controller_endpoints(self.config.controller)
+            except RetriableError:
+                if not self._endpoints:
+                    raise
+                # no controller answers: go on with the endpoints already known (DESIGN §5.6:
+                # the controller being down never stops a healthy replica set)
         return self._endpoints[self._broker_index % len(self._endpoints)]
+
+    def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
+        return controller_masters(controller, self.config.request_timeout_ms)
 
     def _refresh_route(self, endpoint: str) -> None:
         _drop_connection(endpoint)
         self._broker_index += 1
         if self.config.controller is not None:
-            self._endpoints = ()
+            self._routes_stale = True
 
     def _options(self) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(timeout=self.config.request_timeout_ms / 1000.0)
@@ -511,7 +545,19 @@ def _rows_to_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
 
 
 class Consumer(_Base):
-    """Pulls by (topic, queue, queue_offset), with long polling."""
+    """Pulls by (topic, queue, queue_offset), with long polling.
+
+    With `controller`, a consumer reads from one replica set (`broker_name`; None when the
+    cluster has only one): its master first, and its slaves after the master fails, so reads
+    go on during a failover (a slave serves up to its confirm position, never past it); the
+    members are fetched again after each failure, so the new master is found."""
+
+    def __init__(self, config: ClientConfig, *, broker_name: str | None = None) -> None:
+        super().__init__(config)
+        self.broker_name = broker_name
+
+    def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
+        return controller_members(controller, self.config.request_timeout_ms, self.broker_name)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, *, max_messages: int = 1024,
              max_bytes: int = 8 << 20, tag_filter: str | None = None,

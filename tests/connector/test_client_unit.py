@@ -10,6 +10,7 @@ import pyarrow.flight as flight
 import pytest
 
 from connector import Backoff, ClientConfig
+from connector import client
 from connector.client import as_rocketha_error
 from connector.protocol import (
     CODES,
@@ -108,3 +109,47 @@ def test_error_table_and_flight_error_decoding() -> None:
     assert error.refresh_route and "topic 'x'" in error.message
     transport = as_rocketha_error(flight.FlightUnavailableError("connection refused"))
     assert isinstance(transport, RetriableError) and transport.name == "SERVICE_NOT_AVAILABLE"
+
+
+def _cluster_list(*sets: tuple[str, int | None, list[int], list[int]]) -> dict:  # type: ignore
+    """A cluster_list reply: (broker_name, master id, member ids, alive ids) per set."""
+    return {"replica_sets": [
+        {"replica": {"broker_name": name, "master_broker_id": master,
+                     "brokers": [{"broker_id": i, "broker_address": f"{name}:{i}"}
+                                 for i in members]},
+         "alive_broker_ids": alive}
+        for name, master, members, alive in sets]}
+
+
+def test_a_consumer_reads_from_one_replica_set_master_first(monkeypatch) -> None:  # type: ignore
+    reply = _cluster_list(("b", 2, [1, 2, 3], [1, 2, 3]), ("a", 1, [1, 2], [2]))
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout: reply)
+    assert client.controller_members("c:1", 1000, "b") == ("b:2", "b:1", "b:3")
+    assert client.controller_members("c:1", 1000, "a") == ("a:2",)  # the master is dead
+    with pytest.raises(FatalError, match="name one"):
+        client.controller_members("c:1", 1000, None)  # two sets: which one?
+    with pytest.raises(RetriableError, match="no alive broker"):
+        client.controller_members("c:1", 1000, "z")
+    single = _cluster_list(("a", None, [1, 2], [1, 2]))
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout: single)
+    assert client.controller_members("c:1", 1000, None) == ("a:1", "a:2")
+
+
+def test_routes_fetched_again_after_a_failure_or_kept_without_a_controller(  # type: ignore
+        monkeypatch) -> None:
+    answers: list[object] = [("m:1", "s:2"), RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                                           "controllers down")]
+
+    def members(controller: str, timeout_ms: int, broker_name: str | None) -> tuple[str, ...]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    monkeypatch.setattr(client, "controller_members", members)
+    consumer = client.Consumer(ClientConfig(controller="c:1"))
+    assert consumer.endpoint == "m:1"
+    assert consumer.endpoint == "m:1"  # cached: no second controller call
+    consumer._refresh_route("m:1")  # the master failed; the controller does not answer
+    assert consumer.endpoint == "s:2"  # the known slave, next in turn
+    assert answers == []

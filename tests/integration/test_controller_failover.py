@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from connector import ClientConfig, Consumer, Producer
+from connector import Admin, ClientConfig, Consumer, Producer
+from connector.protocol.errors import RocketHAError
 from tests.integration.failover_cluster import (
     FailoverCluster,
     Load,
@@ -364,3 +365,58 @@ def test_two_replica_sets_one_lost_unordered_sends_move_to_the_other(tmp_path: P
                 thread.abort()
         if cluster is not None:
             cluster.down()
+
+
+def test_a_consumer_reads_on_from_a_slave_while_the_set_has_no_master(tmp_path: Path) -> None:
+    """Clients: consumers keep reading from slaves during a failover. With the controller
+    down no election can happen, so once its master is killed the set stays masterless; a
+    consumer that was told only the controller reads on from a slave (up to the slave's
+    confirm position), and reads the master's new writes once everything is back."""
+    cluster = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
+                                  **QUORUM_ALL_ACK, slaveReadEnable="true")
+        master, _ = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(master, 3)
+        config = _producer_config(cluster)
+        bodies = [b"m%03d" % i for i in range(200)]
+        with Producer(config) as producer:
+            for body in bodies:
+                assert producer.send("orders", body, queue_id=0).status == "PUT_OK"
+        for slave in (n for n in cluster.members(SET_A) if n != master):
+            wait_for(lambda s=slave: _confirmed(cluster.endpoint(s), "orders", 0) >= 200, 10,
+                     f"{slave} to confirm the 200 messages")
+        consumer = Consumer(config)
+        first = consumer.pull("orders", 0, 0, max_messages=100)
+        assert first.table.column("body").to_pylist() == bodies[:100]
+
+        for controller in cluster.controllers:
+            cluster.kill(controller)
+        cluster.kill(master)  # no master, and no controller to elect one
+        rest = consumer.pull("orders", 0, 100, max_messages=100)
+        assert rest.table.column("body").to_pylist() == bodies[100:]
+        assert consumer.endpoint != cluster.endpoint(master)
+        beyond = consumer.pull("orders", 0, 200, max_messages=10)
+        assert beyond.table.num_rows == 0  # nothing past the slave's confirm position
+
+        cluster.up()  # controller and old master back: the set takes writes again
+        current, _ = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(current, 3)  # allAck: every member must be back
+        with Producer(config) as producer:
+            assert producer.send("orders", b"after", queue_id=0).status == "PUT_OK"
+        wait_for(lambda: consumer.pull("orders", 0, 200, max_messages=10)
+                 .table.column("body").to_pylist() == [b"after"], 20,
+                 "the consumer to read the write made after the failover")
+    finally:
+        if cluster is not None:
+            cluster.down()
+
+
+def _confirmed(endpoint: str, topic: str, queue_id: int) -> int:
+    """The queue's max offset a reader of `endpoint` may see (0 while it does not answer)."""
+    try:
+        queues = Admin(ClientConfig(brokers=(endpoint,), retries_max=0,
+                                    request_timeout_ms=2000)).queue_offsets(topic)
+    except RocketHAError:
+        return 0
+    return next((q["max_queue_offset"] for q in queues if q["queue_id"] == queue_id), 0)
