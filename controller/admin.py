@@ -1,4 +1,4 @@
-"""`python -m controller.admin`: operate the controllers (cluster list, SyncStateSets, elections).
+"""`rocketha-admin --controller ...` (or `python -m controller.admin`): operate the controllers.
 
     python -m controller.admin --controller 'H:P;H:P;H:P' status
     python -m controller.admin --controller H:P cluster
@@ -83,11 +83,10 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return "get_routes", {"topic": args.topic}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controller.admin",
-                                     description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "python -m controller.admin") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True,
-                        help="client address(es) of the controllers, ';'-separated")
+                        help="client address(es) of the controllers, ';'- or ','-separated")
     parser.add_argument("--timeout-s", type=float, default=10.0)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status")
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             sub.add_argument("--broker-id", type=int, action="append")
     commands.add_parser("routes").add_argument("topic")
     args = parser.parse_args(argv)
-    addresses = [a.strip() for a in args.controller.split(";") if a.strip()]
+    addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
         parser.error("--controller names no address")
     if args.command == "status":
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         reply = call_leader(addresses, action, body, args.timeout_s)
     except (ConnectionError, flight.FlightServerError) as err:
-        print(f"controller.admin: {err}", file=sys.stderr)
+        print(f"{prog}: {err}", file=sys.stderr)
         return 2
     print(json.dumps(reply, indent=1))
     good = ("OK", "MASTER_STILL_EXIST") if args.command == "elect" else ("OK",)

@@ -56,13 +56,13 @@ def test_status_lists_live_brokers(cluster) -> None:  # type: ignore[no-untyped-
 def test_console_produce_then_consume(cluster) -> None:  # type: ignore[no-untyped-def]
     _, processes = cluster
     broker = processes[0]["endpoint"]
-    produced = tool("connector.admin_cli", "--broker", broker, "produce", "--topic", "cli",
+    produced = tool("rocketha_admin", "--broker", broker, "produce", "--topic", "cli",
                     "--count", "50", "--batch", "8", "--body-size", "32", "--json-lines")
     lines = [json.loads(line) for line in produced.stdout.splitlines()]
     assert [line["seq"] for line in lines] == list(range(50))
     assert all(line["status"] == "PUT_OK" for line in lines)
     assert "acked 50 of 50" in produced.stderr
-    consumed = tool("connector.admin_cli", "--broker", broker, "consume", "--topic", "cli",
+    consumed = tool("rocketha_admin", "--broker", broker, "consume", "--topic", "cli",
                     "--from", "earliest", "--until-idle-ms", "300", "--json-lines")
     rows = [json.loads(line) for line in consumed.stdout.splitlines()]
     by_seq = {int(row["body"].split(" ")[0]): row for row in rows}
@@ -71,10 +71,10 @@ def test_console_produce_then_consume(cluster) -> None:  # type: ignore[no-untyp
         row = by_seq[line["seq"]]
         assert (row["queue_id"], row["queue_offset"]) == (line["queue_id"], line["queue_offset"])
         assert len(row["body"]) == 32
-    missing = tool("connector.admin_cli", "--broker", broker, "topic", "describe", "--topic",
+    missing = tool("rocketha_admin", "--broker", broker, "topic", "describe", "--topic",
                    "absent", check=False)
     assert missing.returncode == 1 and "TOPIC_NOT_EXIST" in missing.stderr
-    misuse = tool("connector.admin_cli", "--broker", broker, "produce", "--topic", "cli",
+    misuse = tool("rocketha_admin", "--broker", broker, "produce", "--topic", "cli",
                   "--count", "0", check=False)
     assert misuse.returncode == 2
 
