@@ -54,9 +54,11 @@ __all__ = [
     "Producer",
     "PullResult",
     "SendResult",
+    "alive_members",
     "controller_addresses",
     "controller_cluster_list",
     "controller_masters",
+    "controller_members",
     "with_marker",
 ]
 
@@ -158,6 +160,16 @@ def controller_masters(controller: str, timeout_ms: int) -> tuple[str, ...]:
     return tuple(address for _, address in sorted(masters))
 
 
+def alive_members(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The addresses of a `cluster_list` replica-set entry's alive brokers, the master first."""
+    replica = status["replica"]
+    alive = set(status.get("alive_broker_ids", []))
+    members = sorted((member["broker_id"] != replica.get("master_broker_id"),
+                      str(member["broker_address"]))
+                     for member in replica.get("brokers", []) if member["broker_id"] in alive)
+    return tuple(address for _, address in members)
+
+
 def controller_members(controller: str, timeout_ms: int, broker_name: str | None
                        ) -> tuple[str, ...]:
     """The alive members of one replica set, its master first (when it has an alive one):
@@ -169,15 +181,11 @@ def controller_members(controller: str, timeout_ms: int, broker_name: str | None
         raise FatalError(status_for("BAD_REQUEST"), f"controller {controller}: "
                          f"{len(names)} replica sets {names}; name one (broker_name=...)")
     for status in sets:
-        replica = status["replica"]
-        if broker_name is not None and replica["broker_name"] != broker_name:
+        if broker_name is not None and status["replica"]["broker_name"] != broker_name:
             continue
-        alive = set(status.get("alive_broker_ids", []))
-        members = sorted((member["broker_id"] != replica.get("master_broker_id"),
-                          str(member["broker_address"]))
-                         for member in replica.get("brokers", []) if member["broker_id"] in alive)
+        members = alive_members(status)
         if members:
-            return tuple(address for _, address in members)
+            return members
     raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"controller {controller}: "
                          f"replica set {broker_name or names} has no alive broker")
 

@@ -39,7 +39,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from connector.client import Admin, ClientConfig, controller_addresses, controller_cluster_list
+from connector.client import (
+    Admin,
+    ClientConfig,
+    alive_members,
+    controller_addresses,
+    controller_cluster_list,
+)
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 
@@ -134,18 +140,13 @@ class ControllerRoutes:
         reply = self._cluster_list()
         result = []
         for status in reply.get("replica_sets", []):
-            replica = status["replica"]
-            alive = set(status.get("alive_broker_ids", []))
-            members = sorted((member["broker_id"] != replica.get("master_broker_id"),
-                              member["broker_address"])
-                             for member in replica.get("brokers", [])
-                             if member["broker_id"] in alive)
+            name = str(status["replica"]["broker_name"])
+            members = alive_members(status)
             if not members:
                 logger.warning("option controller: replica set %s has no alive broker; left out",
-                               replica.get("broker_name"))
+                               name)
                 continue
-            result.append(ReplicaSet(str(replica["broker_name"]),
-                                     tuple(address for _, address in members)))
+            result.append(ReplicaSet(name, members))
         if not result:
             raise RoutesUnavailableError(
                 f"option controller={','.join(self._addresses)}: no replica set has an alive "
