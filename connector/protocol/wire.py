@@ -46,6 +46,7 @@ admin — `DoAction(type, JSON body)` → one result, JSON. Types in ACTIONS.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any
 
@@ -96,10 +97,13 @@ CONSUME_SCHEMA = pa.schema([
     pa.field("msg_id", pa.string()),
 ])
 CONSUME_COLUMNS = tuple(CONSUME_SCHEMA.names)
+CONSUME_SCHEMAS_CACHED = 256  # distinct column selections remembered by consume_schema
 
 
+@functools.lru_cache(maxsize=CONSUME_SCHEMAS_CACHED)
 def consume_schema(columns: tuple[str, ...] | None) -> pa.Schema:
-    """CONSUME_SCHEMA restricted to `columns` (None: all), in CONSUME_SCHEMA's order."""
+    """CONSUME_SCHEMA restricted to `columns` (None: all), in CONSUME_SCHEMA's order. Cached:
+    a broker builds one batch per read block, and the schema was ~7% of a pull's CPU."""
     if columns is None:
         return CONSUME_SCHEMA
     wanted = set(columns)

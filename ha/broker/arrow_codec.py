@@ -193,14 +193,14 @@ def block_to_batch(data: bytes, sizes: np.ndarray, topic: str,
         header_bytes = raw.reshape(count, record_size)[:, :_BODY_AT]
     else:
         header_bytes = raw[starts[:, None] + np.arange(_BODY_AT)]
-    headers = np.ascontiguousarray(header_bytes).view(_HEADER_DTYPE).reshape(count)
-    body_sizes = headers["body_size"].astype(np.int64)
+    headers = _HeaderFields(header_bytes, copy_all=not uniform)
+    body_sizes = headers.field("body_size").astype(np.int64)
     built: dict[str, pa.Array] = {}
     if "topic" in names:
         built["topic"] = pa.array([topic] * count, pa.string())
     for name, header_field, dtype, arrow_type in _HEADER_COLUMNS:
         if name in names:
-            array = pa.array(headers[header_field].astype(dtype))
+            array = pa.array(headers.field(header_field).astype(dtype))
             built[name] = array if array.type == arrow_type else array.cast(arrow_type)
     if "body" in names:
         if uniform and (body_sizes == body_sizes[0]).all():
@@ -211,10 +211,30 @@ def block_to_batch(data: bytes, sizes: np.ndarray, topic: str,
             built["body"] = _gather_bodies(raw, starts + _BODY_AT, body_sizes)
     if names & _FROM_PROPERTIES:
         built["key"], built["tags"], built["properties"] = _decode_properties_column(
-            data, starts, headers, body_sizes, topic)
+            data, starts, headers.field("total"), body_sizes, topic)
     if "msg_id" in names:
         built["msg_id"] = _msg_ids(header_bytes)
     return pa.RecordBatch.from_arrays([built[name] for name in schema.names], schema=schema)
+
+
+class _HeaderFields:
+    """Fields of the records' 88-byte headers, given as a (count, 88) uint8 array (a strided
+    view into the block, or a gathered copy). `copy_all` makes one contiguous structured copy
+    up front (the gather path already copied); otherwise each field asked for is copied out of
+    the strided view alone, so a pull of `body` only copies 4 header bytes a record, not 88."""
+
+    def __init__(self, header_bytes: np.ndarray, *, copy_all: bool) -> None:
+        self._bytes = header_bytes
+        self._count = header_bytes.shape[0]
+        self._all = (np.ascontiguousarray(header_bytes).view(_HEADER_DTYPE).reshape(self._count)
+                     if copy_all else None)
+
+    def field(self, name: str) -> np.ndarray:
+        if self._all is not None:
+            return self._all[name]  # type: ignore[no-any-return]
+        dtype, at = _HEADER_DTYPE.fields[name][:2]
+        column = np.ascontiguousarray(self._bytes[:, at:at + dtype.itemsize])
+        return column.view(dtype).reshape(self._count)
 
 
 def _gather_bodies(raw: np.ndarray, body_starts: np.ndarray, body_sizes: np.ndarray
@@ -233,12 +253,12 @@ def _binary_array(values: np.ndarray, sizes: np.ndarray) -> pa.Array:
                                  [None, pa.py_buffer(offsets), pa.py_buffer(values)])
 
 
-def _decode_properties_column(data: bytes, starts: np.ndarray, headers: np.ndarray,
+def _decode_properties_column(data: bytes, starts: np.ndarray, total_sizes: np.ndarray,
                               body_sizes: np.ndarray, topic: str
                               ) -> tuple[pa.Array, pa.Array, pa.Array]:
     count = starts.size
     topic_size = len(topic.encode())
-    totals = headers["total"].astype(np.int64)
+    totals = total_sizes.astype(np.int64)
     with_properties = np.nonzero(totals - body_sizes - topic_size != _BARE_RECORD_BYTES)[0]
     if with_properties.size == 0:
         return (pa.nulls(count, pa.string()), pa.nulls(count, pa.string()),
