@@ -278,8 +278,9 @@ class _Base:
 
     @property
     def endpoint(self) -> str:
-        """The broker to call: from `brokers`, or (with `controller`) the masters the
-        controller names, fetched again after NOT_MASTER or a broken connection."""
+        """The broker to call: from `brokers`, or (with `controller`) those the controller
+        names (`_controller_endpoints`), fetched again after NOT_MASTER or a broken
+        connection."""
         if not self._endpoints or self._routes_stale:
             assert self.config.controller is not None
             self._routes_stale = False
@@ -388,14 +389,16 @@ class Admin(_Base):
 def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.RecordBatch:
     """The batch with the idempotence marker added to its last row's properties."""
     count = batch.num_rows
+    properties_type = PRODUCE_SCHEMA.field("properties").type
     if "properties" in batch.schema.names:
         column = batch.column("properties")
         last = column[count - 1].as_py() or []
     else:
-        column, last = pa.nulls(count, PRODUCE_SCHEMA.field("properties").type), []
+        column, last = pa.nulls(count, properties_type), []
     last = [(k, v) for k, v in last if k != IDEMPOTENCE_PROPERTY]
     last.append((IDEMPOTENCE_PROPERTY, idempotence.marker()))
-    properties = pa.concat_arrays([column.slice(0, count - 1), pa.array([last], PRODUCE_SCHEMA.field("properties").type)])
+    properties = pa.concat_arrays([column.slice(0, count - 1),
+                                   pa.array([last], properties_type)])
     names = [name for name in batch.schema.names if name != "properties"]
     return pa.RecordBatch.from_arrays([batch.column(name) for name in names] + [properties],
                                       names=names + ["properties"])

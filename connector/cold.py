@@ -32,13 +32,9 @@ from connector.errors import OptionError
 from connector.options import READ_COLD_FROM_TIER, SourceOptions
 from connector.partitions import ColdRangePartition
 from connector.planning import QueueRange
+from connector.protocol import CONSUME_SCHEMA
 from connector.routes import ReplicaSet, client_config
-from connector.source import (
-    ALL_SOURCE_COLUMNS,
-    SourceColumns,
-    consume_columns,
-    to_source_batch,
-)
+from connector.source import SourceColumns, consume_columns, to_source_batch
 
 __all__ = [
     "ColdPiece",
@@ -157,8 +153,7 @@ def cold_columns(columns: SourceColumns, tag_filter: str | None) -> tuple[str, .
     wanted = set(consume_columns(columns, tag_filter=None))
     if _tag_filter(tag_filter) is not None:
         wanted.add("tags")
-    return tuple(name for name in consume_columns(ALL_SOURCE_COLUMNS, tag_filter=None)
-                 if name in wanted)
+    return tuple(name for name in CONSUME_SCHEMA.names if name in wanted)
 
 
 def read_cold(partition: ColdRangePartition, options: SourceOptions, columns: SourceColumns

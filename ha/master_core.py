@@ -23,8 +23,8 @@ Topic and offset metadata go out when their version changed, at most every haMet
 SyncStateSet (master always in it):
 - join, on an ack: the slave's ack >= the confirm position and >= the start of the current epoch;
 - candidate: a slave not yet in the set that keeps up (its ack reached the log end as of the
-  last send to it, or is less than one transfer batch behind the log end) bounds the confirm position like a member, so the position stops running ahead of
-  it and it can join under continuous load (else the confirm position, which follows the
+  last send to it, or is less than one transfer batch behind the log end) bounds the confirm
+  position like a member, so the position stops running ahead of it and it can join under continuous load (else the confirm position, which follows the
   master's writes while it is alone, stays ahead of every ack); a candidate not caught up for
   haMaxTimeSlaveNotCatchup, or whose link closes, stops being one;
 - leave: its link closes (at once), or it has not kept up (as above) for

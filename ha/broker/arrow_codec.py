@@ -193,15 +193,15 @@ def block_to_batch(data: bytes, sizes: np.ndarray, topic: str,
         header_bytes = raw.reshape(count, record_size)[:, :_BODY_AT]
     else:
         header_bytes = raw[starts[:, None] + np.arange(_BODY_AT)]
-    headers = _HeaderFields(header_bytes, copy_all=not uniform)
+    header_columns = [column for column in _HEADER_COLUMNS if column[0] in names]
+    headers = _HeaderFields(header_bytes, copy_all=not uniform or bool(header_columns))
     body_sizes = headers.field("body_size").astype(np.int64)
     built: dict[str, pa.Array] = {}
     if "topic" in names:
         built["topic"] = pa.array([topic] * count, pa.string())
-    for name, header_field, dtype, arrow_type in _HEADER_COLUMNS:
-        if name in names:
-            array = pa.array(headers.field(header_field).astype(dtype))
-            built[name] = array if array.type == arrow_type else array.cast(arrow_type)
+    for name, header_field, dtype, arrow_type in header_columns:
+        array = pa.array(headers.field(header_field).astype(dtype))
+        built[name] = array if array.type == arrow_type else array.cast(arrow_type)
     if "body" in names:
         if uniform and (body_sizes == body_sizes[0]).all():
             body_size = int(body_sizes[0])
@@ -220,8 +220,9 @@ def block_to_batch(data: bytes, sizes: np.ndarray, topic: str,
 class _HeaderFields:
     """Fields of the records' 88-byte headers, given as a (count, 88) uint8 array (a strided
     view into the block, or a gathered copy). `copy_all` makes one contiguous structured copy
-    up front (the gather path already copied); otherwise each field asked for is copied out of
-    the strided view alone, so a pull of `body` only copies 4 header bytes a record, not 88."""
+    up front: right when several fields are read (one pass beats one strided pass per field)
+    or the headers were gathered anyway. Otherwise each field is copied out of the strided
+    view alone, so a pull of `body` only copies the 4-byte body size, not 88 bytes a record."""
 
     def __init__(self, header_bytes: np.ndarray, *, copy_all: bool) -> None:
         self._bytes = header_bytes

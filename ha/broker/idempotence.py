@@ -191,27 +191,29 @@ def rebuild_table(store: MessageStore, config: IdempotenceConfig, *, now_ms: int
         block_end = store.max_queue_offset(topic, queue_id)
         while block_end > low:  # bounded: block_end only decreases, by >= 1 per pass
             block_start = max(low, block_end - _REBUILD_BLOCK_MESSAGES)
-            first_ms = _scan_markers(store, topic, queue_id, block_start, block_end, found)
+            first_ms, _ = _scan_markers(store, topic, queue_id, block_start, block_end,
+                                        found)
             if first_ms is None or first_ms < oldest_ms:
                 break
             block_end = block_start
     table = IdempotenceTable(config.producers_max)
-    for stored_ms, end, key in sorted(found, key=lambda item: (item[0], item[1])):
-        if stored_ms >= oldest_ms:
-            table.record(key, end)
+    _record_found(table, found, oldest_ms)
     return table
 
 
+def _record_found(table: IdempotenceTable, found: list[tuple[int, int, PutIdempotence]],
+                  oldest_ms: int) -> None:
+    """Record the markers found (store ms, end position, key), oldest first, skipping those
+    stored before `oldest_ms`."""
+    for stored_ms, end, key in sorted(found, key=lambda item: (item[0], item[1])):
+        if stored_ms >= oldest_ms:
+            table.record(key, end)
+
+
 def _scan_markers(store: MessageStore, topic: str, queue_id: int, start: int, end: int,
-                  found: list[tuple[int, int, PutIdempotence]]) -> int | None:
+                  found: list[tuple[int, int, PutIdempotence]]) -> tuple[int | None, int]:
     """Markers of [start, end) into `found`; returns the first message's store ms (None when
-    nothing could be read)."""
-    return _scan_markers_to(store, topic, queue_id, start, end, found)[0]
-
-
-def _scan_markers_to(store: MessageStore, topic: str, queue_id: int, start: int, end: int,
-                     found: list[tuple[int, int, PutIdempotence]]) -> tuple[int | None, int]:
-    """As `_scan_markers`, also returning the queue offset the scan reached (<= end)."""
+    nothing could be read) and the queue offset the scan reached (<= end)."""
     first_ms = None
     cursor = start
     while cursor < end:  # bounded: every pass moves the cursor forward or stops
@@ -263,12 +265,9 @@ class IdempotenceFollower:
             if start is None or start > end:  # new, or deleted and created again
                 start = max(store.min_queue_offset(topic, queue_id), end - config.window_messages)
             if start < end:
-                _, reached = _scan_markers_to(store, topic, queue_id, start, end, found)
+                _, reached = _scan_markers(store, topic, queue_id, start, end, found)
                 self._next[(topic, queue_id)] = reached
             else:
                 self._next[(topic, queue_id)] = start
-        oldest_ms = now_ms - config.window_ms
-        for stored_ms, end_position, key in sorted(found, key=lambda item: (item[0], item[1])):
-            if stored_ms >= oldest_ms:
-                self._table.record(key, end_position)
+        _record_found(self._table, found, now_ms - config.window_ms)
         return self._table

@@ -163,9 +163,9 @@ def spark_rows_per_s(broker: BrokerProcess, expected_rows: int) -> dict[str, flo
 
 def broker_rows_per_s(directory: Path, store_dir: Path, expected_rows: int
                       ) -> tuple[float, float, dict[str, float]]:
-    """(hot, cold, the Spark figures of spark_rows_per_s) rows/s: the same rows read through a broker
-    from local segments, then, after a restart with tiering on and the tiered segments deleted
-    locally, from the tier; then through Spark both ways."""
+    """(hot, cold, the Spark figures of spark_rows_per_s) rows/s: the same rows read through a
+    broker from local segments, then, after a restart with tiering on and the tiered segments
+    deleted locally, from the tier; then through Spark both ways."""
     broker = BrokerProcess(directory, mappedFileSizeCommitLog=str(SEGMENT_BYTES),
                            maxMessageSize=str(MiB))
     shutil.move(str(store_dir), str(broker.store_dir))

@@ -36,14 +36,18 @@ FAST_TIMERS = {
 }
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float = 20.0, what: str = "") -> Any:
+def wait_for(condition: Callable[[], Any], timeout_s: float = 20.0, what: str = "", *,
+             interval_s: float = 0.05) -> Any:
+    """Poll `condition` (which may raise to end the wait early) until it returns something
+    truthy, which is returned; fails the test at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.05)
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s waiting for " \
+            f"{what or condition}"
+        time.sleep(interval_s)
 
 
 class ReplicaSet:

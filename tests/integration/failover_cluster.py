@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from connector import Admin, ClientConfig, Consumer, Producer
 from connector.client import controller_cluster_list
@@ -254,14 +254,42 @@ class Ack:
     acked_at: float
 
 
-class Load:
+class _Worker:
+    """A client thread a test starts, stops (joined and checked for an error) or aborts."""
+
+    def __init__(self, config: ClientConfig, name: str) -> None:
+        self.config = config
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Self:
+        self._stop.set()
+        self._thread.join(timeout=self.config.send_deadline_ms / 1000.0 + 10)
+        assert not self._thread.is_alive(), f"{self._thread.name} did not stop"
+        assert self.error is None, f"{self._thread.name} failed: {self.error!r}"
+        return self
+
+    def abort(self) -> None:
+        """Ask the thread to end (teardown after a failure; `stop` also waits and checks)."""
+        self._stop.set()
+
+
+class Load(_Worker):
     """One producer thread; see the module docstring."""
 
     def __init__(self, config: ClientConfig, topic: str, run: str, *, keys: int = 8,
                  idempotent: bool = True, resend: bool = True, messages_max: int = 20_000,
                  duration_max_s: float = 45.0) -> None:
         assert not resend or idempotent, "resending without a marker may store twice"
-        self.config = config
+        super().__init__(config, f"load-{run}")
         self.topic = topic
         self.run = run
         self.keys = keys
@@ -272,31 +300,13 @@ class Load:
         self.attempted: set[int] = set()
         self.acked: dict[int, Ack] = {}
         self.outcomes: list[tuple[float, int, str]] = []  # (time, seq, status or error name)
-        self.error: BaseException | None = None
         self._lock = threading.Lock()  # the thread adds acks while the test reads them
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"load-{run}", daemon=True)
 
     def body(self, seq: int) -> bytes:
         return f"{self.run}:{seq}".encode()
 
     def key(self, seq: int) -> str | None:
         return f"k{seq % self.keys}" if self.keys else None
-
-    def start(self) -> Load:
-        self._thread.start()
-        return self
-
-    def stop(self) -> Load:
-        self._stop.set()
-        self._thread.join(timeout=self.config.send_deadline_ms / 1000.0 + 10)
-        assert not self._thread.is_alive(), "the load thread did not stop"
-        assert self.error is None, f"the load thread failed: {self.error!r}"
-        return self
-
-    def abort(self) -> None:
-        """Ask the thread to end (teardown after a failure; `stop` also waits and checks)."""
-        self._stop.set()
 
     def wait_acks(self, count: int, timeout_s: float = 20.0) -> None:
         wait_for(lambda: len(self.acked) >= count or self.error is not None, timeout_s,
@@ -353,7 +363,7 @@ class Load:
         return result.status, (result if result.status == "PUT_OK" else None)
 
 
-class Reader:
+class Reader(_Worker):
     """One consumer thread: pulls every queue of `topic` in turn from where it left off
     (long polls of `POLL_WAIT_MS`), recording (time, queue, offset, body). Bounded by
     `duration_max_s`; errors from the client are counted, not raised (the client retries)."""
@@ -362,29 +372,12 @@ class Reader:
 
     def __init__(self, config: ClientConfig, topic: str, queues: int = QUEUES, *,
                  duration_max_s: float = 60.0) -> None:
-        self.config = config
+        super().__init__(config, f"reader-{topic}")
         self.topic = topic
         self.queues = queues
         self.duration_max_s = duration_max_s
         self.rows: list[tuple[float, int, int, bytes]] = []
         self.errors: Counter[str] = Counter()
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"reader-{topic}", daemon=True)
-
-    def start(self) -> Reader:
-        self._thread.start()
-        return self
-
-    def stop(self) -> Reader:
-        self._stop.set()
-        self._thread.join(timeout=self.config.send_deadline_ms / 1000.0 + 10)
-        assert not self._thread.is_alive(), "the reader thread did not stop"
-        assert self.error is None, f"the reader thread failed: {self.error!r}"
-        return self
-
-    def abort(self) -> None:
-        self._stop.set()
 
     def rows_after(self, moment: float) -> int:
         return sum(1 for row in self.rows if row[0] >= moment)

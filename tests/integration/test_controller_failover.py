@@ -61,6 +61,15 @@ def _producer_config(cluster: FailoverCluster) -> ClientConfig:
                         send_deadline_ms=10_000, retries_max=60, backoff_max_ms=300)
 
 
+def _tear_down(cluster: FailoverCluster | None, *workers: Load | Reader | None) -> None:
+    """End the client threads, then every process of the cluster (whatever got started)."""
+    for worker in workers:
+        if worker is not None:
+            worker.abort()
+    if cluster is not None:
+        cluster.down()
+
+
 def _run_id() -> str:
     return "r" + uuid.uuid4().hex[:8]
 
@@ -127,10 +136,7 @@ def test_sigkill_master_under_load(tmp_path: Path, quorum: dict[str, str]) -> No
         assert cluster.info_now(old)["role"] == "SLAVE"
         assert cluster.info_now(new)["master_epoch"] == new_epoch  # no election on the way back
     finally:
-        if load is not None:
-            load.abort()
-        if cluster is not None:
-            cluster.down()
+        _tear_down(cluster, load)
 
 
 @pytest.mark.parametrize("controller_at_sigcont", ["up", "down"])
@@ -202,11 +208,7 @@ def test_sigstop_master_past_the_heartbeat_timeout_then_sigcont(
             problems.append(f"rejoin: {str(err).splitlines()[0][:300]}")
         assert not problems, "\n".join(problems)
     finally:
-        for thread in (load, direct):
-            if thread is not None:
-                thread.abort()
-        if cluster is not None:
-            cluster.down()
+        _tear_down(cluster, load, direct)
 
 
 def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: Path) -> None:
@@ -286,11 +288,7 @@ def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: 
         _assert_exactly_once(load, found)
         assert not reader.check_against(found), reader.check_against(found)[:5]
     finally:
-        for thread in (load, reader):
-            if thread is not None:
-                thread.abort()
-        if cluster is not None:
-            cluster.down()
+        _tear_down(cluster, load, reader)
 
 
 def _wait_data_plane(load: Load, reader: Reader, since: float, window_s: float = 2.0) -> float:
@@ -360,11 +358,7 @@ def test_two_replica_sets_one_lost_unordered_sends_move_to_the_other(tmp_path: P
                                f"set: {misplaced[:5]}; a: {before.summary()}; "
                                f"b: {after.summary()}")
     finally:
-        for thread in (spread, keyed):
-            if thread is not None:
-                thread.abort()
-        if cluster is not None:
-            cluster.down()
+        _tear_down(cluster, spread, keyed)
 
 
 def test_a_consumer_reads_on_from_a_slave_while_the_set_has_no_master(tmp_path: Path) -> None:
@@ -408,8 +402,7 @@ def test_a_consumer_reads_on_from_a_slave_while_the_set_has_no_master(tmp_path: 
                  .table.column("body").to_pylist() == [b"after"], 20,
                  "the consumer to read the write made after the failover")
     finally:
-        if cluster is not None:
-            cluster.down()
+        _tear_down(cluster)
 
 
 def _confirmed(endpoint: str, topic: str, queue_id: int) -> int:

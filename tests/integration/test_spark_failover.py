@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 
 from connector import Admin, ClientConfig
 from connector.protocol import RocketHAError
+from tests.ha.replica_set import wait_for
 from tests.integration.failover_cluster import FailoverCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -112,17 +113,6 @@ def _failed_tasks(spark: Any, query: Any) -> int:
     return failed
 
 
-def _wait(condition: Any, timeout_s: float, what: str) -> Any:
-    """Poll `condition` (which may raise to end the wait early) until truthy or the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s waiting for {what}"
-        time.sleep(POLL_S)
-
-
 def _query_alive(query: Any, name: str) -> bool:
     error = query.exception()
     assert error is None, f"the {name} query failed: {error}"
@@ -190,8 +180,8 @@ def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path,
         Admin(ClientConfig(controller=cluster.controller_addr)).create_topic(TOPIC, queues=QUEUES)
         # the read runs first (its runner polls the empty topic), then the write
         read_query = _start_read(spark, cluster, tmp_path)
-        _wait(lambda: _query_alive(read_query, "read") and read_query.recentProgress,
-              QUERY_DEADLINE_S, "the read query's first trigger")
+        wait_for(lambda: _query_alive(read_query, "read") and read_query.recentProgress,
+                 QUERY_DEADLINE_S, "the read query's first trigger", interval_s=POLL_S)
         write_query = _start_write(spark, cluster, tmp_path)
         old_endpoint = cluster.endpoint(old)
 
@@ -202,8 +192,9 @@ def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path,
                 return False
             stored = _stored(old_endpoint)
             return stored is not None and stored % ROWS_PER_TRIGGER != 0
-        _wait(mid_batch, KILL_DEADLINE_S,
-              "a write task half way, after 2 committed write micro-batches and a read one")
+        wait_for(mid_batch, KILL_DEADLINE_S,
+                 "a write task half way, after 2 committed write micro-batches and a read one",
+                 interval_s=POLL_S)
         stored_at_kill, read_at_kill = _stored(old_endpoint), _input_rows(read_query)
         cluster.kill(old)
         killed_at = time.monotonic()
@@ -218,8 +209,8 @@ def test_sigkill_master_during_streaming_write_and_read(spark, tmp_path: Path,
                       .select(F.col("body").cast("string").alias("body")).collect())
         _assert_exactly([row.body for row in topic_rows], "the topic", cluster)
 
-        _wait(lambda: _query_alive(read_query, "read") and _input_rows(read_query) >= ROWS,
-              QUERY_DEADLINE_S, f"the read query to have {ROWS} rows")
+        wait_for(lambda: _query_alive(read_query, "read") and _input_rows(read_query) >= ROWS,
+                 QUERY_DEADLINE_S, f"the read query to have {ROWS} rows", interval_s=POLL_S)
         read_done_s = time.monotonic() - killed_at
         read_query.stop()
         assert read_query.exception() is None, read_query.exception()
