@@ -187,11 +187,16 @@ class FailoverCluster:
 
     def wait_full_sync_state_set(self, master: str, size: int,
                                  timeout_s: float = 20.0) -> list[int]:
+        """Until the controller's accepted set and the master's own (its linked, caught-up
+        slaves) both hold `size` members: a put needing all of them can then be acked. The
+        accepted set alone can be full while links are down (the controller was away)."""
         def full() -> list[int] | None:
             info = self.info(master) or {}
             accepted = info.get("accepted_sync_state_set") or []
-            return accepted if len(accepted) == size else None
-        return wait_for(full, timeout_s, f"{master}'s accepted SyncStateSet to hold {size}")
+            local = info.get("sync_state_set") or []
+            return accepted if len(accepted) == size == len(local) else None
+        return wait_for(full, timeout_s, f"{master}'s SyncStateSet to hold {size}, accepted "
+                        "and linked")
 
     def wait_slave(self, name: str, master_epoch: int, timeout_s: float = 30.0) -> dict[str, Any]:
         def slave() -> dict[str, Any] | None:
