@@ -19,6 +19,12 @@ Exactly once across restarts, on every path:
   reads the other's tables. The batch is collected on the driver: bound it with
   `--max-offsets-per-trigger` (default `DRIVER_BATCH_MESSAGES_DEFAULT` on this path).
 
+A zombie driver (a second driver of the query, running the same batch concurrently) adds
+nothing on the deltalake path: the commit is conditional on the app transaction version it
+read, so the loser re-reads and skips. On Parquet the loser fails on `_spark_metadata/<n>`
+(created without overwrite), so Spark readers see the batch once, but its data files stay in
+the directory, and the create is not atomic on S3. See `table_sink`'s module docstring.
+
 Prints one progress line per micro-batch (rows, lag from the source's latest offset, duration),
 then one JSON summary line. Exits 2 with one line on misuse.
 """
