@@ -282,6 +282,9 @@ class HeartbeatReply(JsonMessage):
     status: str
     leader_address: str | None = None
     role: RoleChange | None = None  # the leader's view, so a role change arrives within 1 s
+    # the controller's controllerHeartbeatTimeoutMs: a master's lease must end before it
+    # (0: not said, from an older controller)
+    heartbeat_timeout_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

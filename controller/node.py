@@ -441,7 +441,8 @@ class ControllerNode:
               and self._scan_wakeup is not None and len(self._suspects) < SUSPECTS_MAX):
             self._suspects[replica.broker_name] = replica.master_epoch
             self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
-        return HeartbeatReply("OK", None, role_of(replica, request.broker_id))
+        return HeartbeatReply("OK", None, role_of(replica, request.broker_id),
+                              heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
         await self.read_barrier()

@@ -48,6 +48,19 @@ it accepted, so the two sets play different parts until they agree:
                                    without a link holds the confirm position where it is until
                                    the controller accepts a set without it (RocketMQ keeps the
                                    old value too)
+
+Master lease (controller mode, DESIGN §5.7): `lease_until_ms` is renewed by every controller
+heartbeat reply that names this broker master of this epoch, to the heartbeat's *send* time plus
+the lease (shorter than the controller's controllerHeartbeatTimeoutMs, which it waits after the
+last heartbeat it received before it elects another master). While the lease holds, a put is
+DONE under the rule above. Once it has lapsed (the process was paused, or the controller has not
+answered for a while: this master may have been replaced without knowing), a put is DONE only
+when every slave of the accepted set and of the local set holds it: whichever of them an
+election picks took the put with it, since a slave stops following before it takes over. So a
+resumed or cut-off master acknowledges nothing that a new master lacks, and a healthy replica
+set with every slave linked keeps acking while no controller answers (DESIGN §5.6). The lease
+is read at the moment a put is answered (`now_ms`), so a put planned before a pause and answered
+after it is judged after it.
 """
 
 from __future__ import annotations
@@ -194,6 +207,7 @@ class MasterStats:
     in_sync_replicas: int
     links: tuple[LinkStats, ...]
     accepted_sync_state_set: tuple[int, ...] | None = None  # controller mode
+    lease_until_ms: int | None = None  # controller mode: acks need every slave after this
 
 
 @dataclasses.dataclass(slots=True)
@@ -218,7 +232,8 @@ class MasterReplication:
 
     def __init__(self, settings: MasterSettings, *, broker_id: int, master_epoch: int,
                  endpoint: str, master_log_position: int, confirm_log_position: int,
-                 now_ms: int, accepted_sync_state_set: tuple[int, ...] | None = None) -> None:
+                 now_ms: int, accepted_sync_state_set: tuple[int, ...] | None = None,
+                 lease_until_ms: int | None = None) -> None:
         self.settings = settings
         self.broker_id = broker_id
         self.master_epoch = master_epoch
@@ -236,6 +251,8 @@ class MasterReplication:
         self._accepted: frozenset[int] | None = None
         if accepted_sync_state_set is not None:
             self._accepted = frozenset(accepted_sync_state_set) - {broker_id}
+        # Controller mode: the master lease (module docstring); None: no lease (static roles).
+        self._lease_until_ms = lease_until_ms
 
     # -- links ------------------------------------------------------------------------------
     def link_opened(self, link_id: int, *, now_ms: int) -> list[MasterEffect]:
@@ -436,13 +453,36 @@ class MasterReplication:
         self._master_position = log_position
         return self._recompute_confirm()
 
-    def put_progress(self, log_position: int, need: int) -> PutProgress:
+    def renew_lease(self, until_ms: int) -> None:
+        """The controller confirmed this master of its epoch: the lease holds until `until_ms`
+        (never shortened: an older confirmation may be answered later than a newer one)."""
+        assert self._lease_until_ms is not None, "no lease without a controller"
+        self._lease_until_ms = max(self._lease_until_ms, until_ms)
+
+    def lease_lapsed(self, now_ms: int) -> bool:
+        return self._lease_until_ms is not None and now_ms >= self._lease_until_ms
+
+    def put_progress(self, log_position: int, need: int, *, now_ms: int) -> PutProgress:
+        """Is a put ending at `log_position` that needs `need` replicas done now?"""
+        if self.lease_lapsed(now_ms):  # maybe replaced: only a put every slave holds is safe
+            if self._held_by_every_slave(log_position):
+                return PutProgress.DONE
+            return PutProgress.WAITING  # until a renewed lease, the acks, or the deadline
         acks = self._counted_acks()
         if holders(log_position, self._master_position, acks) >= need:
             return PutProgress.DONE
         if 1 + len(acks) < need:
             return PutProgress.UNREACHABLE
         return PutProgress.WAITING
+
+    def _held_by_every_slave(self, log_position: int) -> bool:
+        """The master and every slave an election could pick (accepted or local members) hold
+        everything below `log_position`."""
+        if self._master_position < log_position:
+            return False
+        slaves = self._members | (self._accepted or frozenset())
+        acks = [self._ack_of(broker_id) for broker_id in slaves]
+        return all(ack is not None and ack >= log_position for ack in acks)
 
     # -- confirm and SSS --------------------------------------------------------------------
     def _ack_of(self, broker_id: int) -> int | None:
@@ -520,4 +560,4 @@ class MasterReplication:
                       for link in self._links.values())
         return MasterStats(self.master_epoch, self._confirm, self._master_position,
                            self.sync_state_set, plan.need, plan.in_sync, links,
-                           self.accepted_sync_state_set)
+                           self.accepted_sync_state_set, self._lease_until_ms)

@@ -22,7 +22,9 @@ the Epoch-StartOffset rule reconciles them). In controller mode the epoch is the
 masterEpoch instead (appended unless the last entry already has it: a master restarted before
 the controller replaced it continues its term), and the SyncStateSet the controller accepted is
 passed in; `on_sync_state_set` hears every change of the local set (to propose it), and
-`accept_sync_state_set` applies the controller's answer.
+`accept_sync_state_set` applies the controller's answer. `renew_lease` extends the master lease
+(ha/master_core.py) each time the controller confirms this master; a put reads the clock when
+it is judged, so one that waited through a pause is judged by the lease after it.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class MasterService:
                  host: str = "127.0.0.1", master_epoch: int | None = None,
                  accepted_sync_state_set: tuple[int, ...] | None = None,
                  on_sync_state_set: Callable[[tuple[int, ...]], None] | None = None,
-                 sync_master: bool | None = None) -> None:
+                 sync_master: bool | None = None, lease_until_ms: int | None = None) -> None:
         self._store = store
         self._config = config
         self._metadata_source = metadata_source
@@ -122,7 +124,7 @@ class MasterService:
             settings, broker_id=broker_id, master_epoch=epoch, endpoint=endpoint,
             master_log_position=store.end_log_position,
             confirm_log_position=store.confirm_log_position, now_ms=_now_ms(),
-            accepted_sync_state_set=accepted_sync_state_set)
+            accepted_sync_state_set=accepted_sync_state_set, lease_until_ms=lease_until_ms)
         self._cond = threading.Condition()
         self._links: dict[int, _LinkIO] = {}
         self._link_ids = itertools.count(1)
@@ -155,7 +157,7 @@ class MasterService:
             self._apply_locked(self._core.local_durable(log_position))
             self._cond.notify_all()  # senders: new data to ship
             while True:
-                progress = self._core.put_progress(log_position, need)
+                progress = self._core.put_progress(log_position, need, now_ms=_now_ms())
                 if progress is PutProgress.DONE:
                     return PutStatus.PUT_OK
                 if progress is PutProgress.UNREACHABLE:
@@ -164,6 +166,13 @@ class MasterService:
                 if remaining <= 0 or self._stopping.is_set():  # stopping: deposed or shut down
                     return PutStatus.FLUSH_SLAVE_TIMEOUT
                 self._cond.wait(remaining)
+
+    def renew_lease(self, until_ms: int) -> None:
+        """The controller named this broker master of its epoch in a reply to a heartbeat
+        sent at `until_ms - lease` (monotonic ms): waiting puts are judged again."""
+        with self._cond:
+            self._core.renew_lease(until_ms)
+            self._cond.notify_all()
 
     def stats(self) -> MasterStats:
         with self._cond:

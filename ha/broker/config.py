@@ -51,6 +51,9 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = 1000  # brokerHeartbeatInterval (to every controller)
     controller_request_timeout_ms: int = 3000  # controllerRequestTimeoutMs (one call)
     controller_redirects_max: int = 3  # controllerRedirectsMax (NOT_LEADER hops per call)
+    # masterLeaseMs: how long a controller's confirmation lets a master ack by its quorum rule;
+    # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/master_core.py)
+    master_lease_ms: int = 2000
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
     def __post_init__(self) -> None:
@@ -79,6 +82,7 @@ class BrokerConfig:
         _range("brokerHeartbeatInterval", self.broker_heartbeat_interval_ms, 10, 60_000)
         _range("controllerRequestTimeoutMs", self.controller_request_timeout_ms, 10, 600_000)
         _range("controllerRedirectsMax", self.controller_redirects_max, 0, 16)
+        _range("masterLeaseMs", self.master_lease_ms, 10, 600_000)
         if len(self.controller_addr) > 16:
             raise ConfigError("controllerAddr", "more than 16 controller addresses")
         for address in self.controller_addr:
@@ -177,5 +181,6 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
     "controllerRequestTimeoutMs": ("controller_request_timeout_ms", int),
     "controllerRedirectsMax": ("controller_redirects_max", int),
+    "masterLeaseMs": ("master_lease_ms", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS

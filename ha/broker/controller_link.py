@@ -8,6 +8,9 @@ Layout (threads and calls):
             broker_heartbeat ──> every controller in controllerAddr, in parallel (each keeps
                                  its own liveness table); the leader's reply has the RoleChange
         on a RoleChange newer than the last one seen -> on_role(change) (the broker acts)
+        on every leader's reply with this broker's role -> on_confirm(change, sent_ms,
+                                 controller timeout): the master lease, from the heartbeat's
+                                 send time (monotonic ms), never from the reply's arrival
 
     ControllerClient.call(action, request, reply_type)
         try the cached leader, then each configured address; follow NOT_LEADER redirects;
@@ -28,9 +31,11 @@ only reports; the broker keeps its last role until a newer epoch arrives. The li
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -145,7 +150,8 @@ class ControllerLink:
     def __init__(self, client: ControllerClient, *, cluster_name: str, broker_name: str,
                  broker_address: str, heartbeat_interval_ms: int,
                  report: Callable[[], HeartbeatState],
-                 on_role: Callable[[RoleChange], None]) -> None:
+                 on_role: Callable[[RoleChange], None],
+                 on_confirm: Callable[[RoleChange, int, int], None] | None = None) -> None:
         self.client = client
         self._cluster_name = cluster_name
         self._broker_name = broker_name
@@ -153,6 +159,7 @@ class ControllerLink:
         self._interval_s = heartbeat_interval_ms / 1000.0
         self._report = report
         self._on_role = on_role
+        self._on_confirm = on_confirm
         self.broker_id: int | None = None
         self.role: RoleChange | None = None
         self.heartbeats_ok = 0
@@ -237,13 +244,14 @@ class ControllerLink:
             previous = self._in_flight.get(address)
             if previous is not None and not previous.done():
                 continue
+            sent_ms = int(time.monotonic() * 1000)  # before the request leaves: see on_confirm
             future = self._pool.submit(self.client.call_one, address, "broker_heartbeat",
                                        request, HeartbeatReply)
             self._in_flight[address] = future
-            future.add_done_callback(self._on_done)
+            future.add_done_callback(functools.partial(self._on_done, sent_ms))
         return state.master_unreachable_epoch > 0
 
-    def _on_done(self, future: concurrent.futures.Future[HeartbeatReply]) -> None:
+    def _on_done(self, sent_ms: int, future: concurrent.futures.Future[HeartbeatReply]) -> None:
         if future.cancelled():
             return
         try:
@@ -254,9 +262,9 @@ class ControllerLink:
             logger.debug("%s: heartbeat: %s", self._broker_name, err)
             return
         with self._lock:
-            self._on_reply(reply)
+            self._on_reply(reply, sent_ms)
 
-    def _on_reply(self, reply: HeartbeatReply) -> None:
+    def _on_reply(self, reply: HeartbeatReply, sent_ms: int) -> None:
         if reply.status == "BROKER_NOT_REGISTERED":
             self.broker_id = None
             return
@@ -266,6 +274,8 @@ class ControllerLink:
         change = reply.role
         if change is None or change.broker_id != self.broker_id:
             return
+        if self._on_confirm is not None:
+            self._on_confirm(change, sent_ms, reply.heartbeat_timeout_ms)
         if self.role is None or _newer(change, self.role):
             self.role = change
             logger.info("%s: role %s (master %s, epoch %d, SyncStateSet %s epoch %d)",

@@ -131,7 +131,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
     link = ControllerLink(client, cluster_name=config.broker_cluster_name,
                           broker_name=config.broker_name, broker_address=service.endpoint,
                           heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
-                          report=report, on_role=roles.submit)
+                          report=report, on_role=roles.submit, on_confirm=roles.confirm)
     roles.on_master_lost = link.wake
     service.controller_info = lambda: {**link.info(), **roles.info()}
     link.start()

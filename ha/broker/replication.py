@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -113,8 +114,10 @@ class Replication:
     # -- runtime roles (controller mode) -----------------------------------------------------
     def become_master(self, *, broker_id: int, master_epoch: int,
                       sync_state_set: tuple[int, ...],
-                      on_sync_state_set: Callable[[tuple[int, ...]], None]) -> MasterService:
-        """Take over as master of `master_epoch` (fenced until the caller lifts it)."""
+                      on_sync_state_set: Callable[[tuple[int, ...]], None],
+                      lease_until_ms: int) -> MasterService:
+        """Take over as master of `master_epoch` (fenced until the caller lifts it), with the
+        master lease the controller's naming gave (ha/master_core.py)."""
         assert self._config.runtime_roles
         self.fence(f"taking over as master (epoch {master_epoch})")
         self._stop_slave()
@@ -130,7 +133,7 @@ class Replication:
             store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
             metadata_source=self._metadata, host=self._config.broker_ip,
             master_epoch=master_epoch, accepted_sync_state_set=sync_state_set,
-            on_sync_state_set=on_sync_state_set,
+            on_sync_state_set=on_sync_state_set, lease_until_ms=lease_until_ms,
             sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER).start()
         return self.master
 
@@ -286,6 +289,8 @@ class Replication:
                                 else BrokerRole.ASYNC_MASTER).value,
                 "master_epoch": stats.master_epoch,
                 "sync_state_set": list(stats.sync_state_set),
+                "master_lease_left_ms": (None if stats.lease_until_ms is None else max(
+                    0, stats.lease_until_ms - int(time.monotonic() * 1000))),
                 "accepted_sync_state_set": (None if stats.accepted_sync_state_set is None
                                             else list(stats.accepted_sync_state_set)),
                 "need_ack_nums": stats.need_ack_nums, "in_sync_replicas": stats.in_sync_replicas,

@@ -14,6 +14,12 @@
                             of E or newer); X's handshake truncates this log's fork
         none                fence; stop a master service (a slave keeps trying its master)
 
+    master lease (link threads): every leader's reply naming this broker master of epoch E
+        renews the lease of E's master service to the heartbeat's send time + masterLeaseMs
+        (at most 2/3 of the controller's controllerHeartbeatTimeoutMs); the latest one is kept
+        for a take-over of E that has not started its service yet (ha/master_core.py: a master
+        whose lease lapsed acks only what every slave holds)
+
     thread sss-report (while master): when the local SyncStateSet differs from the accepted one,
         alter_sync_state_set(master id, E, local set, syncStateSetEpoch) at the controller
         leader; OK -> the master uses the accepted set; a fenced or refused answer -> refresh
@@ -74,6 +80,8 @@ class RoleManager:
         self._master: MasterService | None = None  # the master service of this term
         self._follower: IdempotenceFollower | None = None  # as slave: the table, kept current
         self._sss_epoch = 0
+        self._lease_lock = threading.Lock()
+        self._lease: tuple[int, int] = (0, 0)  # (master epoch, lease until ms) confirmed last
         self._sss_wake = threading.Event()
         self._stopping = threading.Event()
         self.on_master_lost: Callable[[], None] | None = None  # the link's wake(), set later
@@ -103,6 +111,31 @@ class RoleManager:
         with self._lock:
             self._pending = change
             self._lock.notify_all()
+
+    def confirm(self, change: RoleChange, sent_ms: int, controller_timeout_ms: int) -> None:
+        """The controller leader answered a heartbeat sent at `sent_ms` (monotonic) with this
+        broker's role (called on the link's threads; never blocks on a role change)."""
+        if change.role != ROLE_MASTER:
+            return
+        lease_ms = self._config.master_lease_ms
+        if controller_timeout_ms > 0:
+            lease_ms = min(lease_ms, controller_timeout_ms * 2 // 3)
+        until_ms = sent_ms + lease_ms
+        with self._lease_lock:
+            epoch, until_before = self._lease
+            if change.master_epoch > epoch or (change.master_epoch == epoch
+                                               and until_ms > until_before):
+                self._lease = (change.master_epoch, until_ms)
+        master = self._replication.master
+        if master is not None and master.master_epoch == change.master_epoch:
+            master.renew_lease(until_ms)
+
+    def _lease_until_ms(self, master_epoch: int) -> int:
+        """The lease the controller's latest confirmation gives the master of `master_epoch`
+        (0: none yet, the lease has lapsed)."""
+        with self._lease_lock:
+            epoch, until_ms = self._lease
+        return until_ms if epoch == master_epoch else 0
 
     def info(self) -> dict[str, object]:
         current = self._current
@@ -181,7 +214,9 @@ class RoleManager:
         master = self._replication.become_master(
             broker_id=change.broker_id, master_epoch=change.master_epoch,
             sync_state_set=change.sync_state_set,
-            on_sync_state_set=lambda _members: self._sss_wake.set())
+            on_sync_state_set=lambda _members: self._sss_wake.set(),
+            lease_until_ms=self._lease_until_ms(change.master_epoch))
+        master.renew_lease(self._lease_until_ms(change.master_epoch))  # one that came meanwhile
         service, config = self._service, self._config
         now_ms = int(time.time() * 1000)
         follower, self._follower = self._follower, None

@@ -94,12 +94,12 @@ def test_quorum_join_ack_confirm_and_heartbeat() -> None:
     assert plan.need == 2 and not plan.refused
     # A put at 3500: master holds it, the slave not yet.
     core.local_durable(3500)
-    assert core.put_progress(3500, 2) is PutProgress.WAITING
+    assert core.put_progress(3500, 2, now_ms=0) is PutProgress.WAITING
     snapshot = log(3500)
     send = core.next_send(1, snapshot, now_ms=3)
     assert isinstance(send, SendLog) and send.transfer.confirm_log_position == 3000
     assert core.on_frame(1, Ack(3500), snapshot, now_ms=4) == [ConfirmTo(3500)]
-    assert core.put_progress(3500, 2) is PutProgress.DONE
+    assert core.put_progress(3500, 2, now_ms=0) is PutProgress.DONE
     # Nothing left: the confirm move is pushed 5 ms after the last send (data would have carried
     # it), then heartbeats every 100 ms.
     assert core.next_send(1, snapshot, now_ms=5) == Wait(3)
@@ -117,10 +117,10 @@ def test_link_drop_degrades_or_refuses() -> None:
         connect(core, 1, 1, 2500, snapshot)
         assert core.sync_state_set == (0, 1)
         core.local_durable(2600)
-        assert core.put_progress(2600, 2) is PutProgress.WAITING
+        assert core.put_progress(2600, 2, now_ms=0) is PutProgress.WAITING
         assert core.link_closed(1, now_ms=10) == [SyncStateSetChanged((0,))]
         # The waiting put cannot be acked by two replicas any more: SLAVE_NOT_AVAILABLE.
-        assert core.put_progress(2600, 2) is PutProgress.UNREACHABLE
+        assert core.put_progress(2600, 2, now_ms=0) is PutProgress.UNREACHABLE
         plan = core.plan_put(2600)
         assert (plan.need, bool(plan.refused)) == (expected_need, refused)
 
@@ -182,7 +182,7 @@ def test_a_lagging_member_holds_the_confirm_back_until_it_leaves() -> None:
     core.next_send(1, grown, now_ms=10)
     core.next_send(2, grown, now_ms=10)
     assert core.on_frame(1, Ack(3600), grown, now_ms=20) == []
-    assert core.put_progress(3600, 2) is PutProgress.DONE  # PUT_OK: two replicas hold it
+    assert core.put_progress(3600, 2, now_ms=0) is PutProgress.DONE  # PUT_OK: two replicas hold it
     assert core.confirm_log_position == 2500  # but slave 2, electable later, does not
     effects = core.on_tick(grown, now_ms=600)  # slave 2 not caught up for > 500 ms
     assert effects == [SyncStateSetChanged((0, 1)), ConfirmTo(3600)]

@@ -34,14 +34,14 @@ def test_a_member_counts_for_puts_only_once_the_controller_accepts_it() -> None:
     # Locally in sync, but the controller does not know: the put may not count its ack.
     assert core.plan_put(2500).refused
     core.local_durable(2600)
-    assert core.put_progress(2600, 2) is PutProgress.UNREACHABLE
+    assert core.put_progress(2600, 2, now_ms=0) is PutProgress.UNREACHABLE
     assert core.accept_sync_state_set((0, 1)) == []
     plan = core.plan_put(2600)
     assert (plan.need, plan.refused) == (2, "")
-    assert core.put_progress(2600, 2) is PutProgress.WAITING
+    assert core.put_progress(2600, 2, now_ms=0) is PutProgress.WAITING
     core.next_send(1, log(2600, epochs=EPOCHS), now_ms=1)
     assert core.on_frame(1, Ack(2600), log(2600, epochs=EPOCHS), now_ms=1) == [ConfirmTo(2600)]
-    assert core.put_progress(2600, 2) is PutProgress.DONE
+    assert core.put_progress(2600, 2, now_ms=0) is PutProgress.DONE
 
 
 def test_confirm_holds_while_an_accepted_member_has_no_link() -> None:
@@ -69,7 +69,7 @@ def test_a_shrink_takes_effect_for_the_confirm_position_once_accepted() -> None:
     core.next_send(1, grown, now_ms=6)
     # Slave 1 holds 3000 and its ack counts (it is accepted), so the put is done...
     assert core.on_frame(1, Ack(3000), grown, now_ms=7) == []
-    assert core.put_progress(3000, 2) is PutProgress.DONE
+    assert core.put_progress(3000, 2, now_ms=0) is PutProgress.DONE
     # ...but readers wait: slave 2 is still in the accepted set and may be elected.
     assert core.confirm_log_position == 2500
     assert core.accept_sync_state_set((0, 1)) == [ConfirmTo(3000)]
@@ -93,8 +93,88 @@ def test_a_master_that_lost_its_slaves_degrades_only_once_the_controller_agrees(
     plan = core.plan_put(2500)
     assert (plan.need, plan.refused) == (2, "")  # the controller's view: 3 members
     core.local_durable(2600)
-    assert core.put_progress(2600, plan.need) is PutProgress.UNREACHABLE  # SLAVE_NOT_AVAILABLE
+    assert core.put_progress(2600, plan.need, now_ms=0) is PutProgress.UNREACHABLE  # SLAVE_NOT_AVAILABLE
     core.accept_sync_state_set((0,))
     plan = core.plan_put(2600)
     assert plan.need == 1
-    assert core.put_progress(2600, plan.need) is PutProgress.DONE
+    assert core.put_progress(2600, plan.need, now_ms=0) is PutProgress.DONE
+
+
+# -- the master lease (issue 15: a master paused past its replacement acked puts after SIGCONT) --
+def leased_master(accepted: tuple[int, ...], lease_until_ms: int, *, in_sync: int,
+                  auto: bool = False) -> MasterReplication:
+    plain = master(total=3, in_sync=in_sync, auto=auto)
+    return MasterReplication(plain.settings, broker_id=0, master_epoch=3, endpoint="h:1",
+                             master_log_position=0, confirm_log_position=0, now_ms=0,
+                             accepted_sync_state_set=accepted, lease_until_ms=lease_until_ms)
+
+
+def test_a_master_resumed_past_its_lease_acks_nothing_its_slaves_lack() -> None:
+    # The interleaving of the fault run, replayed: inSyncReplicas=1 (need 1), slaves 1 and 2
+    # accepted and linked; a put is written at t=900 and the process is stopped until t=7000,
+    # long past its lease (confirmed until t=1000). Meanwhile the controller elected slave 1,
+    # which stopped following: the links close right after SIGCONT, and the put is judged then.
+    core = leased_master((0, 1, 2), lease_until_ms=1000, in_sync=1)
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    connect(core, 2, 2, 2500, snapshot)
+    plan = core.plan_put(2500)
+    assert (plan.need, plan.refused) == (1, "")
+    core.local_durable(2600)
+    assert core.put_progress(2600, plan.need, now_ms=900) is PutProgress.DONE  # leased: the rule
+    core.local_durable(2700)  # the put in flight at SIGSTOP
+    assert core.lease_lapsed(7000)
+    assert core.put_progress(2700, plan.need, now_ms=7000) is PutProgress.WAITING
+    core.link_closed(1, now_ms=7001)
+    core.link_closed(2, now_ms=7001)
+    for now_ms in (7001, 7002, 9000):  # and every put planned after SIGCONT alike
+        assert core.put_progress(2700, plan.need, now_ms=now_ms) is PutProgress.WAITING
+        assert core.put_progress(2700, core.plan_put(2700).need, now_ms=now_ms) \
+            is PutProgress.WAITING
+    # Only a renewal from the controller (it names this broker master of epoch 3 again in a
+    # reply to a heartbeat sent after the pause) restores the quorum rule.
+    core.renew_lease(9500)
+    assert core.put_progress(2700, plan.need, now_ms=9001) is PutProgress.DONE
+
+
+def test_after_the_lease_a_put_every_slave_holds_is_done_so_writes_go_on_without_controller(
+        ) -> None:
+    core = leased_master((0, 1, 2), lease_until_ms=1000, in_sync=2)
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    connect(core, 2, 2, 2500, snapshot)
+    core.local_durable(3000)
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=5000)
+    core.next_send(2, grown, now_ms=5000)
+    core.on_frame(1, Ack(3000), grown, now_ms=5001)
+    # Two replicas hold it (the rule's need), but the lease lapsed: slave 2 may have been elected.
+    assert core.put_progress(3000, 2, now_ms=5001) is PutProgress.WAITING
+    core.on_frame(2, Ack(3000), grown, now_ms=5002)
+    assert core.put_progress(3000, 2, now_ms=5002) is PutProgress.DONE  # every slave holds it
+
+
+def test_a_slave_in_the_local_set_only_must_hold_the_put_too_once_the_lease_lapsed() -> None:
+    # The controller may have accepted a growth whose reply never came back: slave 2 is in the
+    # local set but not (yet) in the accepted one, and may be elected from the controller's set.
+    core = leased_master((0, 1), lease_until_ms=1000, in_sync=2)
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    connect(core, 2, 2, 2500, snapshot)
+    assert core.sync_state_set == (0, 1, 2) and core.accepted_sync_state_set == (0, 1)
+    core.local_durable(3000)
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=2000)
+    core.on_frame(1, Ack(3000), grown, now_ms=2001)
+    assert core.put_progress(3000, 2, now_ms=999) is PutProgress.DONE
+    assert core.put_progress(3000, 2, now_ms=2001) is PutProgress.WAITING
+
+
+def test_a_renewal_never_shortens_the_lease() -> None:
+    core = leased_master((0,), lease_until_ms=5000, in_sync=1)
+    core.renew_lease(3000)  # an older heartbeat's reply, answered late
+    assert not core.lease_lapsed(4999) and core.lease_lapsed(5000)
+    assert core.stats().lease_until_ms == 5000
