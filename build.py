@@ -5,6 +5,7 @@
     python3 build.py test [ARGS...]   setup, then the default test suite (extra ARGS go to pytest)
     python3 build.py bench NAME [--json]   run a benchmark from tests/bench/ (e.g. `storage`)
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
+    python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
@@ -90,6 +91,12 @@ def sim(args: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT).returncode
 
 
+def faults(args: list[str]) -> int:
+    python = setup()
+    argv = [str(python), "-m", "tests.integration.fault_run", *args]
+    return subprocess.run(argv, cwd=ROOT).returncode
+
+
 def demo(args: list[str]) -> int:
     python = setup()
     return subprocess.run([str(python), "-m", "spark_app.demo", *args], cwd=ROOT).returncode
@@ -111,6 +118,8 @@ def main(argv: list[str]) -> int:
         return sim(rest)
     if command == "demo":
         return demo(rest)
+    if command == "faults":
+        return faults(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)
     return 2
 

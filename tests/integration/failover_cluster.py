@@ -218,6 +218,16 @@ class FailoverCluster:
             return end if ours["max_log_position"] == end and end > 0 else None
         return wait_for(same_end, timeout_s, f"{slave} to catch up with {master}")
 
+    def wait_confirm_at_end(self, name: str, timeout_s: float = 30.0) -> int:
+        """Until `name`'s confirm position reaches its log end (every slave of its set holds
+        what it acked: with inSyncReplicas=1 the last acks can be ahead of what reads show)."""
+        def at_end() -> int | None:
+            info = self.info(name)
+            if info is None or info["confirm_log_position"] != info["max_log_position"]:
+                return None
+            return int(info["max_log_position"]) or None
+        return wait_for(at_end, timeout_s, f"{name}'s confirm position to reach its log end")
+
     # -- controllers ------------------------------------------------------------------------
     def controller_role(self, name: str) -> str | None:
         if self.pid(name) is None:

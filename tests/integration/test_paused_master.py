@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.ha.replica_set import wait_for
 from tests.integration.failover_cluster import FailoverCluster, Load, counts, read_topic
 from tests.integration.test_controller_failover import (
     ELECTION_DEADLINE_S,
@@ -69,10 +68,7 @@ def _pause_cycles(tmp_path: Path, quorum: dict[str, str], *, controllers: int,
         load.wait_acks(len(load.acked) + ACKS_BEFORE_PAUSE)
         load.stop()
         print(f"load: {dict(counts(load))}")
-        # With inSyncReplicas=1 the last acks may be ahead of the confirm position, which
-        # bounds reads: wait until every slave holds them.
-        wait_for(lambda: (lambda i: i["confirm_log_position"] == i["max_log_position"])(
-            cluster.info_now(master)), 20, f"{master}'s confirm position to reach its log end")
+        cluster.wait_confirm_at_end(master)
         _assert_exactly_once(load, read_topic(cluster.endpoint(master), "orders"))
     finally:
         _tear_down(cluster, load)
