@@ -47,6 +47,7 @@ class PacedProducer:
         self._config = config
         self._interval_s = 1.0 / rate_per_s
         self.acks: dict[int, tuple[int, int]] = {}  # seq -> (queue_id, queue_offset)
+        self.acked_at: dict[int, float] = {}  # seq -> monotonic time the PUT_OK arrived
         self.outcomes: Counter[str] = Counter()
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -73,6 +74,7 @@ class PacedProducer:
                     status = result.status
                     if status == "PUT_OK" and result.queue_id >= 0:
                         self.acks[seq] = (result.queue_id, result.queue_offset)
+                        self.acked_at[seq] = time.monotonic()
                 except RocketHAError as err:
                     status = err.name
                 self.outcomes[status] += 1
@@ -116,6 +118,7 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
     cluster = FailoverCluster(directory, controllers=3, replicas=3, **quorum)
     producer = None
     injected: Counter[str] = Counter()
+    windows: list[tuple[float, float]] = []  # (fault began, healed), monotonic
     try:
         cluster.wait_master(SET_A, timeout_s=60)
         producer = PacedProducer(ClientConfig(controller=cluster.controller_addr),
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
         while time.monotonic() < end_s:
             time.sleep(FAULT_EVERY_S - HEAL_AFTER_S)
             fault = rng.choice(args.faults)
+            began_s = time.monotonic()
             victim = inject(cluster, fault, rng)
             print(f"{time.strftime('%H:%M:%S')} {fault} {victim} "
                   f"(acked so far {len(producer.acks)})", flush=True)
@@ -135,6 +139,7 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
                 cluster.resume(victim)
             else:
                 cluster.up()
+            windows.append((began_s, time.monotonic()))
         producer.stop()
         if producer.error is not None:
             raise producer.error
@@ -143,14 +148,31 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
         found = read_topic(cluster.endpoint(master), TOPIC)
         lost = sorted(seq for seq, place in producer.acks.items()
                       if found.get(place) != body_of(seq))
+        when = Counter(_when(producer.acked_at[seq], windows) for seq in lost)
         return {"minutes": args.minutes, "seed": args.seed, "in_sync_replicas": args.in_sync,
                 "faults": dict(injected), "acked": len(producer.acks),
                 "outcomes": dict(producer.outcomes), "lost_acked": len(lost),
+                "lost_acked_by_when": dict(when),
                 "lost_examples": [[seq, *producer.acks[seq]] for seq in lost[:10]]}
     finally:
         if producer is not None:
             producer.stop()
         cluster.down()
+
+
+def _when(acked_s: float, windows: list[tuple[float, float]]) -> str:
+    """Where an ack falls: within 1 s before a fault began (with inSyncReplicas=1 such an ack
+    may be on the master alone when it fails: lost by the rule, as after a crash), during a
+    fault, within 1 s after it healed (a resumed master's ack: the lease's business), or
+    elsewhere."""
+    for began_s, healed_s in windows:
+        if began_s - 1.0 <= acked_s < began_s:
+            return "before_fault"
+        if began_s <= acked_s < healed_s:
+            return "during_fault"
+        if healed_s <= acked_s < healed_s + 1.0:
+            return "after_heal"
+    return "elsewhere"
 
 
 def main(argv: list[str]) -> int:
