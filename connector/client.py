@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from connector.master_watch import RoundTrips, replacement_of
 from connector.protocol import (
     IDEMPOTENCE_PROPERTY,
     PRODUCE_SCHEMA,
@@ -76,6 +77,10 @@ class ClientConfig:
     retries_max: int = 20
     backoff_initial_ms: int = 20
     backoff_max_ms: int = 1_000
+    # An idempotent producer with `controller` asks the controller this often, while a put's
+    # reply is late, whether its master was replaced, and if so sends it to the new one
+    # (connector/master_watch.py).
+    master_check_interval_ms: int = 200
 
     def __post_init__(self) -> None:
         if isinstance(self.brokers, str):
@@ -89,7 +94,7 @@ class ClientConfig:
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"ClientConfig.brokers: {endpoint!r} is not host:port")
         for name in ("request_timeout_ms", "send_deadline_ms", "backoff_initial_ms",
-                     "backoff_max_ms"):
+                     "backoff_max_ms", "master_check_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be > 0")
         if self.retries_max < 0:
@@ -419,7 +424,10 @@ class Producer(_Base):
     With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
     retry of a batch the broker already stored (the reply was lost, e.g. its master died
     after replicating it) is answered from the broker's idempotence table instead of being
-    stored twice; the table survives restarts and failover (rebuilt from the log).
+    stored twice; the table survives restarts and failover (rebuilt from the log). With
+    `controller` too, a put whose master is replaced while it waits (the master was paused or
+    cut off) is sent again to the new master instead of waiting out the old one
+    (connector/master_watch.py).
 
     Not thread-safe: use one Producer per thread (they share connections).
     """
@@ -429,6 +437,8 @@ class Producer(_Base):
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
         self._producer_id = uuid.uuid4().hex if idempotent else None
         self._sequence = 0
+        self._round_trips = (RoundTrips(config.master_check_interval_ms / 1000.0)
+                             if idempotent and config.controller else None)
 
     def send(self, topic: str, body: bytes | str, *, key: str | None = None,
              tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -476,12 +486,17 @@ class Producer(_Base):
         def call(endpoint: str) -> PutReply:
             stream = self._stream(topic, batch.schema, endpoint)
             try:
-                stream.writer.write_batch(batch)
-                metadata = stream.reader.read()
-                if metadata is None:
-                    stream.writer.close()  # raises the server's error
-                    raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
-                                         "produce stream closed without a reply")
+                if self._round_trips is None:
+                    metadata = _round_trip(stream, batch)
+                else:
+                    metadata = self._round_trips.run(
+                        lambda: _round_trip(stream, batch),
+                        lambda: self._replaced(endpoint),
+                        lambda _: _close_quietly(stream))
+            except RoundTrips.Abandoned as abandoned:
+                self._streams.pop((topic, batch.schema), None)  # its worker closes it
+                self._routes_stale = True
+                raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
             except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
                 self._close_stream(topic, batch.schema)
                 raise
@@ -495,6 +510,21 @@ class Producer(_Base):
         except pa.ArrowException as err:
             raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
         return reply
+
+    def _replaced(self, endpoint: str) -> str | None:
+        """Why to give up on a put waiting on `endpoint`: the controller names another alive
+        master for its replica set (None: keep waiting, also when no controller answers)."""
+        assert self.config.controller is not None
+        try:
+            cluster = controller_cluster_list(self.config.controller,
+                                              self.config.master_check_interval_ms)
+        except RetriableError:
+            return None
+        replacement = replacement_of(cluster, endpoint)
+        if replacement is None:
+            return None
+        return (f"the controller replaced master {endpoint} by {replacement} while a put "
+                f"waited on it")
 
     def _stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
         """The open DoPut stream for (topic, schema) on `endpoint`, or a new one.
@@ -520,23 +550,39 @@ class Producer(_Base):
 
     def _close_stream(self, topic: str, schema: pa.Schema) -> None:
         stream = self._streams.pop((topic, schema), None)
-        if stream is None:
-            return
-        try:
-            stream.writer.done_writing()
-            stream.writer.close()
-        except (flight.FlightError, OSError, pa.ArrowException):
-            pass  # the stream is already broken; the error was (or will be) reported
+        if stream is not None:
+            _close_quietly(stream)
 
     def close(self) -> None:
         for topic, schema in list(self._streams):
             self._close_stream(topic, schema)
+        if self._round_trips is not None:
+            self._round_trips.close()
 
     def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _round_trip(stream: _Stream, batch: pa.RecordBatch) -> pa.Buffer:
+    """Write one batch on a produce stream and read the broker's reply to it."""
+    stream.writer.write_batch(batch)
+    metadata = stream.reader.read()
+    if metadata is None:
+        stream.writer.close()  # raises the server's error
+        raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                             "produce stream closed without a reply")
+    return metadata
+
+
+def _close_quietly(stream: _Stream) -> None:
+    try:
+        stream.writer.done_writing()
+        stream.writer.close()
+    except (flight.FlightError, OSError, pa.ArrowException):
+        pass  # the stream is already broken; the error was (or will be) reported
 
 
 def _rows_to_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:

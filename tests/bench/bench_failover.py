@@ -1,6 +1,7 @@
 """Failover benchmark: RTO of a replica set in controller mode, and acknowledged messages lost.
 
-    python3 build.py bench failover [--json] [--trials N] [--set key=value ...]
+    python3 build.py bench failover [--json] [--trials N] [--pauses N] [--pause-s S]
+                                    [--set key=value ...]
 
 Method: `rocketha-cluster up --controllers 1 --replica-sets 1 --replicas 3` on 127.0.0.1 with
 the default heartbeat settings (brokerHeartbeatInterval 1000 ms, controllerHeartbeatTimeoutMs
@@ -17,8 +18,18 @@ then restarted (`rocketha-cluster up`) and must come back as SLAVE before the ne
 end every PUT_OK message is looked for on the final master: `lost_acked` counts those missing,
 `duplicated` those stored twice; both must be 0.
 
+Pause mode (`--pauses N`, after the SIGKILL trials; 0 skips it): the master is stopped with
+SIGSTOP for `--pause-s` (default 6 s, as in the fault run of issue 15) instead of killed, then
+resumed with SIGCONT and must come back as a SLAVE. The producer's request timeout (2 s) is
+shorter than the pause, but what counts is when the first PUT_OK of a send started after the
+SIGSTOP comes back: the controller elects another master after controllerHeartbeatTimeoutMs,
+and an idempotent producer leaves the paused master once the controller names its replacement
+(connector/master_watch.py) instead of waiting for the pause to end. Goal: pause RTO <=
+controllerHeartbeatTimeoutMs + 1 s (4 s).
+
 With `--json` the last line is one JSON object with `trials`, `rto_p50_s`, `rto_max_s`,
-`lost_acked` (and more).
+`lost_acked`, `pause_trials`, `pause_rto_p50_s`, `pause_rto_max_s`, `pause_lost_acked` (the
+acknowledged messages lost over the whole run, the pauses included) and more.
 """
 
 from __future__ import annotations
@@ -95,7 +106,8 @@ class _Load:
 
     def __init__(self, controller: str, idempotent: bool) -> None:
         self._idempotent = idempotent
-        self._config = ClientConfig(controller=controller, request_timeout_ms=2000,
+        # the default request timeout (10 s): longer than a pause, as a user's would be
+        self._config = ClientConfig(controller=controller,
                                     send_deadline_ms=int(RTO_TIMEOUT_S * 1000),
                                     retries_max=10_000, backoff_initial_ms=10,
                                     backoff_max_ms=100)
@@ -163,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--run-s", type=float, default=1.0, help="load before each SIGKILL")
+    parser.add_argument("--run-s", type=float, default=1.0, help="load before each fault")
+    parser.add_argument("--pauses", type=int, default=5, help="SIGSTOP trials (0: none)")
+    parser.add_argument("--pause-s", type=float, default=6.0, help="SIGSTOP to SIGCONT")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--no-idempotent", dest="idempotent", action="store_false")
@@ -183,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
     controller = next(p["endpoint"] for p in _status(directory) if p.get("kind") != "broker")
     rtos: list[float] = []
+    pause_rtos: list[float] = []
     load = _Load(controller, args.idempotent)
     try:
         master = _wait_whole(directory, admin_info)
@@ -202,6 +217,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"({len(load.acked)} acked so far)", flush=True)
             _wait_gone(master["pid"])
             _cluster(directory, "up", "--replicas", "3")  # restart the killed broker
+        for trial in range(args.pauses):
+            master = _wait_whole(directory, admin_info)
+            time.sleep(args.run_s)
+            paused_at = time.monotonic()
+            os.kill(master["pid"], signal.SIGSTOP)
+            try:
+                first = load.first_ok_after(paused_at, RTO_TIMEOUT_S)
+                time.sleep(max(0.0, paused_at + args.pause_s - time.monotonic()))
+            finally:
+                os.kill(master["pid"], signal.SIGCONT)
+            if first is None:
+                raise SystemExit(f"pause {trial}: no PUT_OK within {RTO_TIMEOUT_S:.0f}s of the "
+                                 f"SIGSTOP of {master['name']}")
+            pause_rtos.append(first - paused_at)
+            print(f"pause {trial + 1}: stopped {master['name']} for {args.pause_s:.0f} s, RTO "
+                  f"{pause_rtos[-1]:.3f} s ({len(load.acked)} acked so far)", flush=True)
         final = _wait_whole(directory, admin_info)
         load.stop()
         stored = _stored(final["endpoint"])
@@ -211,15 +242,24 @@ def main(argv: list[str] | None = None) -> int:
     lost = sum(1 for body, _, _ in load.acked if stored[body] == 0)
     duplicated = sum(1 for count in stored.values() if count > 1)
     result = {
-        "trials": len(rtos), "rto_p50_s": round(statistics.median(rtos), 3),
-        "rto_max_s": round(max(rtos), 3), "rto_min_s": round(min(rtos), 3),
+        "trials": len(rtos), "rto_p50_s": round(statistics.median(rtos), 3) if rtos else None,
+        "rto_max_s": round(max(rtos), 3) if rtos else None,
+        "rto_min_s": round(min(rtos), 3) if rtos else None,
         "lost_acked": lost, "duplicated": duplicated, "acked": len(load.acked),
         "stored": sum(stored.values()), "other_statuses": dict(load.other_statuses),
         "idempotent_producer": args.idempotent, "settings": settings, "dir": str(directory),
+        "pause_trials": len(pause_rtos), "pause_s": args.pause_s,
+        "pause_rto_p50_s": round(statistics.median(pause_rtos), 3) if pause_rtos else None,
+        "pause_rto_max_s": round(max(pause_rtos), 3) if pause_rtos else None,
+        "pause_lost_acked": lost if pause_rtos else None,
     }
     print(f"RTO over {len(rtos)} SIGKILLs of the master: p50 {result['rto_p50_s']} s, max "
           f"{result['rto_max_s']} s (target p50 <= 2 s, max <= 4 s); acknowledged {len(load.acked)}"
           f", lost {lost}, duplicated {duplicated}")
+    if pause_rtos:
+        print(f"RTO over {len(pause_rtos)} SIGSTOPs of {args.pause_s:.0f} s: p50 "
+              f"{result['pause_rto_p50_s']} s, max {result['pause_rto_max_s']} s (target <= "
+              f"controllerHeartbeatTimeoutMs + 1 s = 4 s)")
     if args.json:
         print(json.dumps(result))
     return 0 if lost == 0 and (duplicated == 0 or not args.idempotent) else 1
