@@ -93,6 +93,14 @@ class HAConfig:
         return self.broker_role is BrokerRole.SLAVE or self.total_replicas > 1
 
     @property
+    def acks_on_master_alone(self) -> bool:
+        """Is a put of a replicated SYNC_MASTER acknowledged once the master alone holds it
+        (inSyncReplicas=1 without allAckInSyncStateSet)? Then a failover may lose the last
+        acknowledged puts, as with Kafka's acks=1: worth a warning at start-up."""
+        return (self.total_replicas > 1 and self.broker_role is not BrokerRole.SLAVE
+                and self.in_sync_replicas == 1 and not self.all_ack_in_sync_state_set)
+
+    @property
     def frame_body_bytes_max(self) -> int:
         """The largest frame body a link accepts (checked before anything is allocated)."""
         return self.transfer_batch_bytes + FRAME_OVERHEAD_BYTES
