@@ -409,6 +409,21 @@ def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.Record
                                       names=names + ["properties"])
 
 
+# Put statuses meaning "stored on this master, not (yet) acknowledged": an idempotent
+# producer retries them (the broker's idempotence table answers the retry once the batch is
+# as durable as an acknowledged one; a new master stores it if it never got it).
+STORED_NOT_ACKED = frozenset({"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE",
+                              "FLUSH_DISK_TIMEOUT"})
+
+
+class _StoredNotAcked(RetriableError):
+    """An idempotent producer's batch answered with a STORED_NOT_ACKED status."""
+
+    def __init__(self, reply: PutReply) -> None:
+        super().__init__(status_for(reply.status), reply.error or reply.status)
+        self.reply = reply
+
+
 @dataclasses.dataclass
 class _Stream:
     endpoint: str
@@ -427,7 +442,12 @@ class Producer(_Base):
     stored twice; the table survives restarts and failover (rebuilt from the log). With
     `controller` too, a put whose master is replaced while it waits (the master was paused or
     cut off) is sent again to the new master instead of waiting out the old one
-    (connector/master_watch.py).
+    (connector/master_watch.py). An idempotent producer also retries a batch answered with a
+    status that means "stored here, not acknowledged" (FLUSH_SLAVE_TIMEOUT,
+    SLAVE_NOT_AVAILABLE, FLUSH_DISK_TIMEOUT: e.g. a deposed master whose slaves left it) until
+    the send deadline: the retry is answered PUT_OK only once the batch is as durable as an
+    acknowledged one (on the new master if there is one), and never stored twice. When the
+    deadline passes the last such reply is returned, as without idempotence.
 
     Not thread-safe: use one Producer per thread (they share connections).
     """
@@ -503,10 +523,16 @@ class Producer(_Base):
             reply = PutReply.decode(metadata.to_pybytes())
             if not status_for(reply.status).stored and status_for(reply.status).retriable:
                 raise error_for_code(reply.code, reply.error or reply.status)
+            if self._producer_id is not None and reply.status in STORED_NOT_ACKED:
+                if self.config.controller is not None:
+                    self._routes_stale = True  # maybe a deposed master: ask who masters now
+                raise _StoredNotAcked(reply)
             return reply
 
         try:
             reply: PutReply = self._retry(call, f"send to {topic}")
+        except _StoredNotAcked as err:  # the deadline passed: the last answer stands
+            reply = err.reply
         except pa.ArrowException as err:
             raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
         return reply

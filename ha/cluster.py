@@ -19,8 +19,8 @@ Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R broke
 SYNC_MASTER unless `--set brokerRole=ASYNC_MASTER`), the others are SLAVEs following the
 master's haListenPort. Controller mode: each broker has its own haListenPort, and roles come
 from the controller. `totalReplicas` defaults to R; quorum keys (inSyncReplicas,
-minInSyncReplicas, ...) come from `--set` and apply to every member; without them a set of R > 1 acknowledges a put
-once a majority holds it, with adaptive degradation (`quorum_defaults`).
+minInSyncReplicas, ...) come from `--set` and apply to every member; when `--set` names none, a set of R > 1
+acknowledges a put once a majority holds it, with adaptive degradation (`quorum_defaults`).
 """
 
 from __future__ import annotations
@@ -161,9 +161,8 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
         settings["enableControllerMode"] = "true"
         settings["controllerAddr"] = controller_addr
     settings.update(overrides)
-    if replicas > 1:  # a majority quorum unless told otherwise (QUORUM_DEFAULTS)
-        for key, value in quorum_defaults(replicas).items():
-            settings.setdefault(key, value)
+    if replicas > 1 and not QUORUM_KEYS & overrides.keys():  # else exactly what was said
+        settings.update(quorum_defaults(replicas))
     if controller_addr:
         settings.setdefault("brokerRole", "SYNC_MASTER")  # the role itself comes at runtime
     elif replicas > 1 and broker["broker_id"] != 0:
@@ -174,8 +173,13 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
     return settings
 
 
+QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyncReplicas",
+                         "allAckInSyncStateSet"})
+
+
 def quorum_defaults(replicas: int) -> dict[str, str]:
-    """The quorum a replica set of `replicas` brokers gets when `--set` says nothing.
+    """The quorum a replica set of `replicas` brokers gets when `--set` names none of
+    QUORUM_KEYS (naming one means: the brokers' defaults for the others, as in RocketMQ).
 
     Why not the brokers' own defaults (RocketMQ's inSyncReplicas=1): with them a put is
     acknowledged once the master alone holds it, so any failover (a crash, a pause, a

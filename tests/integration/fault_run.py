@@ -126,7 +126,8 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
     cluster = FailoverCluster(directory, controllers=3, replicas=3, **quorum)
     producer = None
     injected: Counter[str] = Counter()
-    windows: list[tuple[float, float, str]] = []  # (fault began, healed, fault), monotonic
+    # (fault began, its victim was stopped, healed, fault), monotonic
+    windows: list[tuple[float, float, float, str]] = []
     try:
         cluster.wait_master(SET_A, timeout_s=60)
         producer = PacedProducer(ClientConfig(controller=cluster.controller_addr),
@@ -137,6 +138,7 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
             fault = rng.choice(args.faults)
             began_s = time.monotonic()
             victim = inject(cluster, fault, rng)
+            stopped_s = time.monotonic()  # a SIGSTOP is waited for until every thread stopped
             print(f"{time.strftime('%H:%M:%S')} {fault} {victim} "
                   f"(acked so far {len(producer.acks)})", flush=True)
             time.sleep(HEAL_AFTER_S)
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
                 cluster.resume(victim)
             else:
                 cluster.up()
-            windows.append((began_s, time.monotonic(), fault))
+            windows.append((began_s, stopped_s, time.monotonic(), fault))
         producer.stop()
         if producer.error is not None:
             raise producer.error
@@ -172,12 +174,12 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, object]:
         cluster.down()
 
 
-def _when(acked_s: float, windows: list[tuple[float, float, str]]) -> str:
+def _when(acked_s: float, windows: list[tuple[float, float, float, str]]) -> str:
     """Where an ack falls: within 1 s before a fault began (with inSyncReplicas=1 such an ack
     may be on the master alone when it fails: lost by the rule, as after a crash), during a
     fault, within 1 s after it healed (a resumed master's ack: the lease's business), or
     elsewhere; with the fault's name."""
-    for began_s, healed_s, fault in windows:
+    for began_s, _, healed_s, fault in windows:
         if began_s - 1.0 <= acked_s < began_s:
             return f"before {fault}"
         if began_s <= acked_s < healed_s:
@@ -187,13 +189,15 @@ def _when(acked_s: float, windows: list[tuple[float, float, str]]) -> str:
     return "elsewhere"
 
 
-def _sent_before_master_fault(sent_s: float, windows: list[tuple[float, float, str]]) -> bool:
-    """Was the send made in the second before the master was stopped or killed? With
-    inSyncReplicas=1 its PUT_OK may have been decided on the master alone before the fault
-    (the reply may still arrive after SIGCONT: it was decided, or already in the socket, before
-    the pause), so a failover may lose it by the rule."""
-    return any(began_s - 1.0 <= sent_s < began_s and fault in ("kill_master", "pause_master")
-               for began_s, _, fault in windows)
+def _sent_before_master_fault(sent_s: float,
+                              windows: list[tuple[float, float, float, str]]) -> bool:
+    """Was the send made in the second before the master was stopped or killed (until every
+    thread of it had stopped: a signal reaches threads one by one)? With inSyncReplicas=1 its
+    PUT_OK may have been decided on the master alone before the fault (the reply may still
+    arrive after SIGCONT: it was decided, or already in the socket, before the pause), so a
+    failover may lose it by the rule."""
+    return any(began_s - 1.0 <= sent_s < stopped_s and fault in ("kill_master", "pause_master")
+               for began_s, stopped_s, _, fault in windows)
 
 
 def main(argv: list[str]) -> int:
