@@ -285,6 +285,9 @@ class HeartbeatReply(JsonMessage):
     # the controller's controllerHeartbeatTimeoutMs: a master's lease must end before it
     # (0: not said, from an older controller)
     heartbeat_timeout_ms: int = 0
+    # the set's master has not heartbeated for half of controllerHeartbeatTimeoutMs: an
+    # election may come, so heartbeat often (the elected slave then learns its role at once)
+    master_silent: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

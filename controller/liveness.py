@@ -91,6 +91,22 @@ class LiveTable:
                 result.add(broker_id)
         return result
 
+    def silent_ms(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> int | None:
+        """How long `broker_id` of `replica` has not heartbeated (None: not in the table)."""
+        live = self._brokers.get((replica.broker_name, broker_id)) if broker_id is not None \
+            else None
+        return None if live is None else now_ms - live.last_heartbeat_ms
+
+    def next_master_expiry_ms(self, replicas: Iterable[ReplicaInfo]) -> int | None:
+        """When the first alive master of `replicas` will count as dead if it stays silent
+        (None: no alive master): the leader's scan runs then, not up to a scan interval
+        later."""
+        expiries = [live.last_heartbeat_ms + self.heartbeat_timeout_ms
+                    for replica in replicas
+                    if (live := self._brokers.get((replica.broker_name,
+                                                   replica.master_broker_id))) is not None]
+        return min(expiries, default=None)
+
     def is_alive(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> bool:
         return broker_id is not None and broker_id in self.alive(replica, now_ms)
 

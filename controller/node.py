@@ -331,8 +331,12 @@ class ControllerNode:
     async def _scan_loop(self) -> None:
         assert self._scan_wakeup is not None
         while True:  # the leader's failure detector, for the life of the node
+            wait_ms = self.config.scan_interval_ms
+            expiry_ms = self.live.next_master_expiry_ms(self.state.replica_infos())
+            if expiry_ms is not None:  # a master's timeout ends sooner: scan right then
+                wait_ms = max(1, min(wait_ms, expiry_ms - _monotonic_ms() + 1))
             try:
-                async with asyncio.timeout(self.config.scan_interval_ms / 1000):
+                async with asyncio.timeout(wait_ms / 1000):
                     await self._scan_wakeup.wait()
             except TimeoutError:
                 pass
@@ -441,8 +445,12 @@ class ControllerNode:
               and self._scan_wakeup is not None and len(self._suspects) < SUSPECTS_MAX):
             self._suspects[replica.broker_name] = replica.master_epoch
             self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
+        silent_ms = self.live.silent_ms(replica, replica.master_broker_id, _monotonic_ms())
         return HeartbeatReply("OK", None, role_of(replica, request.broker_id),
-                              heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)
+                              heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
+                              master_silent=(request.broker_id != replica.master_broker_id
+                                             and silent_ms is not None
+                                             and 2 * silent_ms >= self.config.heartbeat_timeout_ms))
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
         await self.read_barrier()

@@ -164,6 +164,7 @@ class ControllerLink:
         self.role: RoleChange | None = None
         self.heartbeats_ok = 0
         self.heartbeats_failed = 0  # no answer from one controller (it is down or slow)
+        self._master_silent = False  # the last reply said the master went quiet
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=len(client.addresses), thread_name_prefix="controller-heartbeat")
         self._in_flight: dict[str, concurrent.futures.Future[HeartbeatReply]] = {}
@@ -206,8 +207,10 @@ class ControllerLink:
             try:
                 if self.broker_id is None:
                     self._register()
-                if self.broker_id is not None and self._heartbeat_all():
-                    # a slave without its master: the new role matters now, not in a second
+                if self.broker_id is not None and (self._heartbeat_all()
+                                                   or self._master_silent):
+                    # a slave without its master, or whose master the controller has not
+                    # heard from for a while: the new role matters now, not in a second
                     interval_s = min(interval_s, FAST_HEARTBEAT_INTERVAL_MS / 1000.0)
             except Exception:  # the link must outlive any one bad round
                 logger.exception("%s: controller round failed", self._broker_name)
@@ -271,6 +274,7 @@ class ControllerLink:
         if reply.status != "OK":
             return
         self.heartbeats_ok += 1
+        self._master_silent = reply.master_silent
         change = reply.role
         if change is None or change.broker_id != self.broker_id:
             return

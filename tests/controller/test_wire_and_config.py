@@ -153,6 +153,24 @@ def test_liveness_expires_silent_brokers_and_routes_follow() -> None:
     assert table.routes("other", [replica], now_ms=0).status == "TOPIC_NOT_FOUND"
 
 
+def test_liveness_says_when_a_master_expires_and_how_long_it_was_silent() -> None:
+    """The leader scans when a master's timeout ends (not a scan interval later), and tells
+    slaves when their master has gone quiet (so they heartbeat often before the election)."""
+    members = (BrokerMember(1, "h:1"), BrokerMember(2, "h:2"))
+    set_a = ReplicaInfo("c", "a", 1, "h:1", 3, (1, 2), 2, members)
+    set_b = ReplicaInfo("c", "b", 2, "h:2", 3, (1, 2), 2, members)
+    headless = ReplicaInfo("c", "z", None, None, 0, (), 0, members)
+    table = LiveTable(heartbeat_timeout_ms=1000, brokers_max=10)
+    assert table.next_master_expiry_ms([set_a, set_b]) is None  # no master heard yet
+    table.heartbeat(_beat(1), now_ms=100)
+    table.heartbeat(BrokerHeartbeat("c", "b", 2, "h:2"), now_ms=40)
+    assert table.next_master_expiry_ms([set_a, set_b, headless]) == 1040
+    assert table.next_master_expiry_ms([set_a]) == 1100
+    assert table.silent_ms(set_a, 1, now_ms=700) == 600
+    assert table.silent_ms(set_a, 2, now_ms=700) is None  # never heard
+    assert table.silent_ms(headless, None, now_ms=700) is None
+
+
 def test_liveness_table_is_bounded() -> None:
     table = LiveTable(heartbeat_timeout_ms=1000, brokers_max=2)
     for broker_id in (1, 2, 3):

@@ -98,8 +98,9 @@ def test_many_pauses_lose_no_acknowledged_message(tmp_path: Path,
 
 
 PAUSE_S = CONTROLLER_TIMEOUT_S + 4.0  # long past the election: the producer must not wait it out
-MOVE_DEADLINE_S = CONTROLLER_TIMEOUT_S + 3.0  # election after the heartbeat timeout, + slack
+MOVE_DEADLINE_S = CONTROLLER_TIMEOUT_S + 2.0  # measured ~3.1 s; the goal is timeout + 1 s
 SENDS_MAX = 200_000  # the sender's loop bound
+LATE_REPLY_S = 0.1  # replies already in the kernel's socket buffer when the master stopped
 
 
 def test_an_idempotent_producer_leaves_a_paused_master_once_it_is_replaced(
@@ -142,18 +143,20 @@ def test_an_idempotent_producer_leaves_a_paused_master_once_it_is_replaced(
         assert len(acks) >= ACKS_BEFORE_PAUSE, f"no load before the pause: {errors}"
         paused_at = time.monotonic()
         cluster.pause(master)
-        new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[master],
-                                     timeout_s=ELECTION_DEADLINE_S)
+        # a reply the old master wrote before its last thread stopped may still arrive
+        stopped_at = time.monotonic() + LATE_REPLY_S
+        new, new_info = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1,
+                                            exclude=[master], timeout_s=ELECTION_DEADLINE_S)
         time.sleep(max(0.0, paused_at + PAUSE_S - time.monotonic()))
         resumed_at = time.monotonic()
-        moved = [ack for ack in acks if paused_at < ack[1] < resumed_at]
+        moved = [ack for ack in acks if stopped_at < ack[1] < resumed_at]
         cluster.resume(master)
         assert moved, (f"no PUT_OK between the pause and SIGCONT ({PAUSE_S:.0f} s): the "
                        f"producer waited out the paused master")
         first_s = moved[0][1] - paused_at
         print(f"first PUT_OK {first_s:.2f} s after SIGSTOP (election by {new})")
         assert first_s <= MOVE_DEADLINE_S
-        cluster.wait_slave(master, cluster.wait_master(SET_A)[1]["master_epoch"])
+        cluster.wait_slave(master, new_info["master_epoch"])
         stop.set()
         sender.join(timeout=60)
         assert not errors, errors
