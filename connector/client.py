@@ -523,9 +523,9 @@ class Producer(_Base):
             reply = PutReply.decode(metadata.to_pybytes())
             if not status_for(reply.status).stored and status_for(reply.status).retriable:
                 raise error_for_code(reply.code, reply.error or reply.status)
+            if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
+                self._routes_stale = True  # maybe a deposed or cut-off master: ask again
             if self._producer_id is not None and reply.status in STORED_NOT_ACKED:
-                if self.config.controller is not None:
-                    self._routes_stale = True  # maybe a deposed master: ask who masters now
                 raise _StoredNotAcked(reply)
             return reply
 

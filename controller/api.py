@@ -84,6 +84,7 @@ __all__ = [
     "RoutesReply",
     "STATUSES",
     "TopicInfo",
+    "lease_max_ms",
     "role_of",
 ]
 
@@ -210,6 +211,16 @@ class RoleChange(JsonMessage):
     master_address: str | None
     sync_state_set: tuple[int, ...]
     sync_state_set_epoch: int
+
+
+def lease_max_ms(heartbeat_timeout_ms: int) -> int:
+    """The longest master lease a controller reply can give (DESIGN §5.7, ha/master_core.py):
+    2/3 of controllerHeartbeatTimeoutMs past the heartbeat's send time, so it has lapsed
+    before the controller could replace a master that went silent, with a third to spare for
+    clock rates and a deposed Raft leader's last replies. The broker takes the smaller of
+    this and its masterLeaseMs; a controller that replaces a master which still heartbeats
+    (an operator's election) waits this long after its last reply naming it."""
+    return heartbeat_timeout_ms * 2 // 3
 
 
 def role_of(replica: ReplicaInfo, broker_id: int) -> RoleChange:

@@ -97,6 +97,16 @@ class LiveTable:
             else None
         return None if live is None else now_ms - live.last_heartbeat_ms
 
+    def position_heard_since(self, replica: ReplicaInfo, broker_id: int | None, since_ms: int
+                             ) -> tuple[int, int] | None:
+        """(max_log_position, received_ms) of `broker_id`'s latest heartbeat if it was
+        received at `since_ms` or later (None: not heard from since)."""
+        live = self._brokers.get((replica.broker_name, broker_id)) if broker_id is not None \
+            else None
+        if live is None or live.last_heartbeat_ms < since_ms:
+            return None
+        return live.heartbeat.max_log_position, live.last_heartbeat_ms
+
     def next_master_expiry_ms(self, replicas: Iterable[ReplicaInfo]) -> int | None:
         """When the first alive master of `replicas` will count as dead if it stays silent
         (None: no alive master): the leader's scan runs then, not up to a scan interval

@@ -59,10 +59,11 @@ from controller.api import (
     ReplicaInfo,
     ReplicaInfoReply,
     ReplicaSetStatus,
+    lease_max_ms,
     role_of,
 )
 from controller.config import ControllerConfig
-from controller.election import choose_master, failover_decision, positions_final
+from controller.election import Election, choose_master, failover_decision, positions_final
 from controller.errors import BusyError, CodecError, NotLeaderError, StoreLockedError
 from controller.liveness import LiveTable
 from controller.raft import (
@@ -95,6 +96,8 @@ __all__ = ["ControllerNode"]
 logger = logging.getLogger(__name__)
 
 SUSPECTS_MAX = 1024  # replica sets with a master probe pending at once
+LEASE_HOLD_MARGIN_MS = 100  # waited past the longest lease a reply gave (clock rates)
+HEARD_POLL_MS = 20  # how often an operator's election looks for the heartbeats it waits for
 
 
 def _monotonic_ms() -> int:
@@ -131,6 +134,8 @@ class ControllerNode:
         self._read_waits: list[tuple[int, asyncio.Future[None]]] = []
         self._next_read_id = 0
         self._leader_since_ms: int | None = None
+        # replica set -> monotonic ms until which its master's lease is not renewed
+        self._lease_holds: dict[str, int] = {}
         self._scan_wakeup: asyncio.Event | None = None
         self._suspects: dict[str, int] = {}  # broker_name -> master epoch a slave lost
         # broker_name -> (master epoch, when a probe found its master dead): the election
@@ -445,7 +450,13 @@ class ControllerNode:
               and self._scan_wakeup is not None and len(self._suspects) < SUSPECTS_MAX):
             self._suspects[replica.broker_name] = replica.master_epoch
             self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
-        silent_ms = self.live.silent_ms(replica, replica.master_broker_id, _monotonic_ms())
+        now_ms = _monotonic_ms()
+        if (request.broker_id == replica.master_broker_id
+                and self._lease_holds.get(request.broker_name, 0) > now_ms):
+            # an operator's election is waiting for this master's lease to lapse: no renewal
+            return HeartbeatReply("OK", None, None,
+                                  heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)
+        silent_ms = self.live.silent_ms(replica, replica.master_broker_id, now_ms)
         return HeartbeatReply("OK", None, role_of(replica, request.broker_id),
                               heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
                               master_silent=(request.broker_id != replica.master_broker_id
@@ -491,6 +502,9 @@ class ControllerNode:
             designated_broker_id=request.designated_broker_id,
             unclean_enabled=self.config.unclean_election_enabled,
         )
+        if (election.status == "OK" and election.broker_id != replica.master_broker_id
+                and self.live.is_alive(replica, replica.master_broker_id, _monotonic_ms())):
+            replica, election = await self._outlast_master_lease(replica, request)
         if election.status == "OK" or (
             election.status == "MASTER_NOT_AVAILABLE" and replica.master_broker_id is not None
         ):
@@ -498,6 +512,63 @@ class ControllerNode:
                                                     election.broker_id))
             return self._replica_reply(result.status, request.broker_name)
         return self._replica_reply(election.status, request.broker_name)
+
+    async def _outlast_master_lease(self, replica: ReplicaInfo, request: ElectMasterRequest
+                                    ) -> tuple[ReplicaInfo, Election]:
+        """Replacing a master that still heartbeats (an operator's election): stop renewing
+        its lease, wait until the longest lease our last reply could have given it has lapsed,
+        then choose again on the state as it is then.
+
+        Why (DESIGN §5.7): while its lease holds, a master acks by its quorum rule, with the
+        acks of slaves that have not heard of the election yet; a new master elected meanwhile
+        may lack those puts, and the slaves that hold them truncate them when they follow it.
+        Once the lease has lapsed the old master acks only what every slave holds, so it
+        stays safe until it learns it was replaced. Costs lease_max_ms (2 s by default) of
+        waiting per operator election; a crashed master is replaced without this wait (it
+        was silent for controllerHeartbeatTimeoutMs, longer than any lease)."""
+        hold_ms = lease_max_ms(self.config.heartbeat_timeout_ms) + LEASE_HOLD_MARGIN_MS
+        name = replica.broker_name
+        self._lease_holds[name] = _monotonic_ms() + hold_ms
+        logger.info("%s: %s: electing broker %s in place of master %s once its lease has "
+                    "lapsed (%d ms)", self.prefix, name, request.designated_broker_id,
+                    replica.master_broker_id, hold_ms)
+        failed = Election("ELECT_MASTER_FAILED", None)
+        try:
+            lapsed_ms = _monotonic_ms() + hold_ms
+            await asyncio.sleep(hold_ms / 1000)
+            await self.read_barrier()
+            current = self.state.replica_info(name)
+            if current is None or current.master_epoch != replica.master_epoch:
+                return replica, failed  # changed meanwhile
+            election = choose_master(
+                current, self.live.alive(current, _monotonic_ms()),
+                designated_broker_id=request.designated_broker_id,
+                unclean_enabled=self.config.unclean_election_enabled)
+            if election.status != "OK" or election.broker_id == current.master_broker_id:
+                return current, election
+            # Puts acked before the lapse were on a quorum, not necessarily on the chosen
+            # one: elect it only once it holds all the master had after the lapse.
+            master_heard = await self._heard_since(current, current.master_broker_id,
+                                                   lapsed_ms, 0)
+            if master_heard is None:
+                return current, failed  # silent master: the scan's failover takes over
+            chosen_heard = await self._heard_since(current, election.broker_id,
+                                                   master_heard[1], master_heard[0])
+            return current, election if chosen_heard is not None else failed
+        finally:
+            self._lease_holds.pop(name, None)
+
+    async def _heard_since(self, replica: ReplicaInfo, broker_id: int | None, since_ms: int,
+                           position_min: int) -> tuple[int, int] | None:
+        """Wait (at most controllerHeartbeatTimeoutMs) for a heartbeat of `broker_id`
+        received at `since_ms` or later that reports a log position >= `position_min`."""
+        deadline_ms = _monotonic_ms() + self.config.heartbeat_timeout_ms
+        while _monotonic_ms() < deadline_ms:
+            heard = self.live.position_heard_since(replica, broker_id, since_ms)
+            if heard is not None and heard[0] >= position_min:
+                return heard
+            await asyncio.sleep(HEARD_POLL_MS / 1000)
+        return None
 
     async def _clean_broker_data(self, request: CleanBrokerDataRequest) -> ReplicaInfoReply:
         await self.read_barrier()

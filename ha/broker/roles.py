@@ -45,6 +45,7 @@ from controller.api import (
     GetReplicaInfoRequest,
     ReplicaInfoReply,
     RoleChange,
+    lease_max_ms,
 )
 from ha.broker.controller_link import ControllerClient, ControllerUnavailableError
 from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower, rebuild_table
@@ -119,7 +120,7 @@ class RoleManager:
             return
         lease_ms = self._config.master_lease_ms
         if controller_timeout_ms > 0:
-            lease_ms = min(lease_ms, controller_timeout_ms * 2 // 3)
+            lease_ms = min(lease_ms, lease_max_ms(controller_timeout_ms))
         until_ms = sent_ms + lease_ms
         with self._lease_lock:
             epoch, until_before = self._lease

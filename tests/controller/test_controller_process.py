@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow.flight as flight
 import pytest
 
+from controller.api import lease_max_ms
 from tests.controller.controller_process import ControllerGroup, call
 
 pytestmark = pytest.mark.integration
@@ -216,6 +217,54 @@ def test_admin_elect_and_clean_are_checked(group3: ControllerGroup) -> None:
         listing = group3.call_leader("cluster_list")
         roles = sorted(c["role"] for c in listing["controllers"])
         assert roles.count("leader") == 1 and len(roles) == 3
+
+
+HEARTBEAT_TIMEOUT_MS = 1500  # tests/controller/controller_process.py
+
+
+def test_an_operator_election_outlasts_the_masters_lease_and_waits_for_its_log(
+        group3: ControllerGroup) -> None:
+    """Replacing a master that still heartbeats: its lease is not renewed, the election waits
+    until the longest lease has lapsed, and elects the slave only once it reports the log
+    position the master had after the lapse (issue 15: a master acks under its lease with
+    slaves that have not heard of the election; a new master lacking those puts would make
+    their holders truncate them)."""
+    group3.wait_leader()
+    for broker_id in (1, 2):
+        _register(group3, broker_id)
+    _wait(lambda: _heartbeat(group3, 1).get("role", {}).get("role") == "master", 5, "master")
+    _heartbeat(group3, 2, epoch=1, log_end=500)
+    grown = group3.call_leader("alter_sync_state_set", {
+        "broker_name": "a", "master_broker_id": 1, "master_epoch": 1,
+        "sync_state_set": [1, 2], "sync_state_set_epoch": 1})
+    assert grown["status"] == "OK", grown
+    slave_end = {"value": 500}  # behind the master's 1000 until the test lets it catch up
+    done = threading.Event()
+    master_roles: list[object] = []
+
+    def beat() -> None:
+        while not done.wait(0.1):
+            master_roles.append(_heartbeat(group3, 1, epoch=1, log_end=1000).get("role"))
+            _heartbeat(group3, 2, epoch=1, log_end=slave_end["value"])
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    to_two = {"broker_name": "a", "designated_broker_id": 2}
+    try:
+        started = time.monotonic()
+        lagging = group3.call_leader("elect_master", to_two)
+        waited_s = time.monotonic() - started
+        assert lagging["status"] == "ELECT_MASTER_FAILED", lagging  # 2 lacks 500..1000
+        assert waited_s >= lease_max_ms(HEARTBEAT_TIMEOUT_MS) / 1000
+        assert None in master_roles, "the master's lease was renewed during the hold"
+        assert _replica(group3)["master_broker_id"] == 1
+        slave_end["value"] = 1000
+        moved = group3.call_leader("elect_master", to_two)
+        assert moved["status"] == "OK", moved
+        assert (moved["replica"]["master_broker_id"], moved["replica"]["master_epoch"]) == (2, 2)
+    finally:
+        done.set()
+        beater.join(timeout=5)
 
 
 def test_followers_redirect_and_bad_requests_fail_alone(group3: ControllerGroup) -> None:
