@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
-    logger.info("%s serving on %s (store %s, %s, %s)", prefix, service.endpoint,
-                config.store_dir, config.store.flush_disk_type.value, config.ha.broker_role.value)
+    logger.info("%s serving on %s (bound to %s; store %s, %s, %s)", prefix, service.endpoint,
+                config.client_bind_host, config.store_dir, config.store.flush_disk_type.value, config.ha.broker_role.value)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
