@@ -200,7 +200,8 @@ class HostNetwork:
     """N test hosts on one bridge; see the module docstring. Use as a context manager or call
     `close()` (it never raises for things already gone)."""
 
-    def __init__(self, count: int, *, name: str | None = None, create: bool = True) -> None:
+    def __init__(self, count: int, *, name: str | None = None, create: bool = True,
+                 subnet: str | None = None) -> None:
         """Make `count` hosts (`create=False`: a handle on a network made before, see
         `attach`). `name`: `rh<pid hex>x<n hex>` by default (a test run's network, removed by
         `remove_leftovers` once that pid is gone); `rocketha-cluster` names its own `rc...`."""
@@ -218,7 +219,10 @@ class HostNetwork:
             self._attempted = count
             self._load(count)
             return
-        self.subnet = _free_subnet(int(match.group(1), 16) + int(match.group(2), 16) * 7919)
+        self.subnet = (ipaddress.ip_network(subnet) if subnet is not None else
+                       _free_subnet(int(match.group(1), 16) + int(match.group(2), 16) * 7919))
+        if not (self.subnet.prefixlen == 24 and BENCHMARK_BLOCK.supernet_of(self.subnet)):
+            raise ValueError(f"subnet {self.subnet}: a /24 of {BENCHMARK_BLOCK}")
         self.root_address = str(self.subnet.network_address + 1)
         self._up(count)
 
@@ -227,6 +231,15 @@ class HostNetwork:
         """A handle on the network `name` with `count` hosts, made earlier (maybe by another
         process, e.g. `rocketha-cluster up --hosts`): faults and `close()` work on it."""
         return cls(count, name=name, create=False)
+
+    @staticmethod
+    def remove(name: str, count: int) -> None:
+        """Remove whatever is left of network `name` with up to `count` hosts (its processes,
+        namespaces and links), without needing the network to be whole."""
+        network = HostNetwork.__new__(HostNetwork)
+        network.name, network.bridge = name, f"{name}b"
+        network._attempted, network.hosts = count, []
+        network.close()
 
     def _load(self, count: int) -> None:
         line = _run(["ip", "-o", "-4", "addr", "show", "dev", self.bridge]).stdout.split()
@@ -253,6 +266,12 @@ class HostNetwork:
         except BaseException:
             self.close()
             raise
+
+    def grow(self, count: int) -> None:
+        """Add hosts until there are `count` (the ones there keep running)."""
+        for index in range(len(self.hosts) + 1, count + 1):
+            self._attempted = max(self._attempted, index)
+            self.hosts.append(self._add_host(index))
 
     def _add_host(self, index: int) -> TestHost:
         namespace, veth = f"{self.name}h{index}", f"{self.name}v{index}"
