@@ -12,6 +12,11 @@ producer in the root namespace, which stays reachable from every host.
   controller's: it never shrinks it alone); heal: it rejoins as a slave, its fork is cut, and
   every acknowledged message is on the new master exactly once, at the offset its ack named,
   with the replicas byte-identical below the confirm position.
+- the controller leader's host loses its link: a new leader within seconds, no failover, and
+  producing and consuming never pause; it rejoins as a follower.
+- a slave cut off past haMaxTimeSlaveNotCatchup leaves the SyncStateSet and rejoins after the
+  heal, byte-identical below the confirm position; then a client that reaches only the slaves
+  reads every acknowledged message from them (the master served none of those reads).
 
 With inSyncReplicas=1 (the brokers' default) the master acks alone while its lease holds, and
 a cut-off master keeps doing so for the rest of its lease: those acks are lost at the failover.
@@ -41,10 +46,20 @@ from pathlib import Path
 
 import pytest
 
-from connector import Producer
+from connector import Admin, ClientConfig, Consumer, Producer
 from ha.local_hosts import HostNetwork
-from tests.integration.failover_cluster import FailoverCluster, Load, counts, read_topic
+from tests.ha.replica_set import wait_for
+from tests.integration.failover_cluster import (
+    QUEUES,
+    FailoverCluster,
+    Load,
+    Reader,
+    commitlog_bytes,
+    counts,
+    read_topic,
+)
 from tests.integration.test_controller_failover import (
+    CONTROLLER_ELECTION_MAX_S,
     QUORUM_AUTO,
     SET_A,
     _assert_exactly_once,
@@ -52,6 +67,7 @@ from tests.integration.test_controller_failover import (
     _producer_config,
     _run_id,
     _tear_down,
+    _wait_data_plane,
 )
 
 pytestmark = pytest.mark.integration
@@ -63,6 +79,7 @@ QUORUM_ONE = {"inSyncReplicas": "1"}  # the default: a put may be acked on the m
 ELECTION_DEADLINE_S = 20.0
 ACKS_BEFORE = 100  # the load runs at full speed when the cut comes
 ACKS_AFTER = 100  # the producer moved on to the new master
+CONTROLLER_CUT_WINDOW_S = 4.0  # produce and consume are watched this long after the cut
 PARTITION_HELD_S = 2.0  # the partition outlasts the election by this much
 IN_SYNC_ONE_LOSS = (
     "inSyncReplicas=1 acks a put on the master alone while its lease holds: a master cut off "
@@ -129,3 +146,125 @@ def test_cut_off_master_acknowledges_nothing_it_loses(
 def test_cut_off_master_with_in_sync_replicas_one(
         test_hosts: Callable[[int], HostNetwork], tmp_path: Path, action: str) -> None:
     _partitioned_master(tmp_path, action=action, quorum=QUORUM_ONE)
+
+
+def test_cut_off_controller_leader_never_stops_the_data_plane(
+        test_hosts: Callable[[int], HostNetwork], tmp_path: Path) -> None:
+    """The controller leader's host loses its link: a new leader within seconds, the master
+    keeps its term (no failover), producing and consuming never pause, and clients that list
+    the cut-off controller first still find the master; heal: it rejoins as a follower."""
+    cluster = load = reader = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=3, replicas=2, hosts=True,
+                                  controller_settings=CONTROLLER_FAST, **QUORUM_AUTO)
+        network = cluster.network
+        assert network is not None
+        master, _ = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(master, 2)
+        state = cluster.replica_state(SET_A)
+        load = Load(_producer_config(cluster), "orders", _run_id(),
+                    messages_max=1_000_000).start()
+        load.wait_acks(100)
+        reader = Reader(_producer_config(cluster), "orders").start()
+        reader.wait_rows_after(0.0, 50)
+        leader = cluster.wait_controller_leader()
+        cut_at = time.monotonic()
+        network.link_down(cluster.host(leader))
+        new_leader = cluster.wait_controller_leader(exclude=[leader], timeout_s=10)
+        election_s = time.monotonic() - cut_at
+        assert election_s < CONTROLLER_ELECTION_MAX_S, election_s
+        gap_s = _wait_data_plane(load, reader, cut_at, window_s=CONTROLLER_CUT_WINDOW_S)
+        fresh = Producer(ClientConfig(controller=",".join(
+            [cluster.endpoint(leader)] + [cluster.endpoint(n) for n in cluster.controllers
+                                          if n != leader]), request_timeout_ms=3000))
+        try:
+            assert fresh.send("orders", b"fresh-client").status == "PUT_OK"
+        finally:
+            fresh.close()
+        assert cluster.replica_state(SET_A) == state  # same master, epoch and SyncStateSet
+        assert cluster.info_now(master)["role"] == "MASTER"
+        network.heal()
+        wait_for(lambda: cluster.controller_role(leader) == "follower", 15,
+                 f"{leader} to rejoin as a follower")
+        load.stop()
+        reader.stop()
+        print(f"\ncontroller leader {leader} cut off -> {new_leader} leads after "
+              f"{election_s:.2f}s; longest PUT_OK pause {gap_s:.2f}s")
+        found = read_topic(cluster.endpoint(master), "orders")
+        _assert_exactly_once(load, found)
+        assert not reader.check_against(found), reader.check_against(found)[:5]
+    finally:
+        _tear_down(cluster, load, reader)
+
+
+def test_slave_cut_off_past_catchup_limit_then_reads_from_slaves_only(
+        test_hosts: Callable[[int], HostNetwork], tmp_path: Path) -> None:
+    """A slave cut off longer than haMaxTimeSlaveNotCatchup leaves the SyncStateSet (the
+    controller accepts the shrink; the master keeps acking with the rest), and after the heal
+    rejoins it, catches up and holds the master's bytes below the confirm position. Then a
+    client that reaches only the slaves (the root namespace blocked inside the master's host,
+    slaveReadEnable) reads every acknowledged message from them, up to their confirm
+    position."""
+    cluster = load = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3, hosts=True,
+                                  controller_settings=CONTROLLER_FAST, **QUORUM_AUTO)
+        network = cluster.network
+        assert network is not None
+        master, _ = cluster.wait_master(SET_A)
+        full = cluster.wait_full_sync_state_set(master, 3)
+        load = Load(_producer_config(cluster), "orders", _run_id(),
+                    messages_max=1_000_000).start()
+        load.wait_acks(100)
+        slave = next(name for name in cluster.members(SET_A) if name != master)
+        slave_id = cluster.info_now(slave)["controller"]["broker_id"]
+        network.isolate(cluster.host(slave), allow=[network.root_address], action="drop")
+        wait_for(lambda: slave_id not in cluster.replica_state(SET_A)["sync_state_set"],
+                 ELECTION_DEADLINE_S, f"{slave} to leave the accepted SyncStateSet")
+        load.wait_acks(len(load.acked) + ACKS_AFTER)  # the others ack without it
+        network.heal()
+        cluster.wait_full_sync_state_set(master, 3, timeout_s=ELECTION_DEADLINE_S)
+        assert sorted(cluster.replica_state(SET_A)["sync_state_set"]) == sorted(full)
+        load.wait_acks(len(load.acked) + ACKS_AFTER)
+        load.stop()
+        end = cluster.wait_confirm_at_end(master)
+        assert cluster.wait_converged(slave, master) == end
+        assert commitlog_bytes(cluster.store_dir(slave), end) == \
+            commitlog_bytes(cluster.store_dir(master), end)
+
+        # only the slaves are reachable from here: reads go on from them
+        reads_before = {name: _get_requests(cluster, name) for name in cluster.members(SET_A)}
+        network.block(cluster.host(master), network.root_address, action="drop")
+        consumer_config = ClientConfig(controller=cluster.controller_addr, retries_max=10,
+                                       request_timeout_ms=2000, backoff_max_ms=300)
+        found = _read_all(Consumer(consumer_config, broker_name=SET_A), "orders")
+        _assert_exactly_once(load, found)
+        network.heal()
+        reads = {name: _get_requests(cluster, name) - count
+                 for name, count in reads_before.items()}
+        assert reads[master] == 0 and sum(reads.values()) >= QUEUES, reads
+    finally:
+        _tear_down(cluster, load)
+
+
+def _read_all(consumer: Consumer, topic: str) -> dict[tuple[int, int], bytes]:
+    """Every message of `topic` the consumer can read, by (queue, offset), each queue pulled
+    from 0 until it returns nothing more."""
+    found: dict[tuple[int, int], bytes] = {}
+    for queue_id in range(QUEUES):
+        queue_offset = 0
+        for _ in range(10_000):  # bounded: each pull moves forward or the loop ends
+            result = consumer.pull(topic, queue_id, queue_offset, max_messages=1024)
+            offsets = result.table.column("queue_offset").to_pylist()
+            bodies = result.table.column("body").to_pylist()
+            found.update(((queue_id, o), b) for o, b in zip(offsets, bodies, strict=True))
+            if result.next_queue_offset <= queue_offset:
+                break
+            queue_offset = result.next_queue_offset
+    return found
+
+
+def _get_requests(cluster: FailoverCluster, name: str) -> int:
+    stats = Admin(ClientConfig(brokers=(cluster.endpoint(name),), retries_max=3,
+                               request_timeout_ms=3000)).action("broker_stats")
+    return int(stats["counters"].get("get_requests", 0))
