@@ -6,6 +6,8 @@
     controllerDLegerSelfId=n1                       which of them this process is
     controllerAddr=127.0.0.1:9876;127.0.0.1:9877;127.0.0.1:9878
                                                     client endpoints (Arrow Flight), in peer order
+    controllerBindAddress=0.0.0.0                   host both listeners bind (default: this
+                                                    node's own hosts in the two lists above)
     controllerStorePath=./store/controller-n1       Raft log, hard state and snapshots
     controllerHeartbeatTimeoutMs=3000               a broker silent this long is dead
     scanNotActiveBrokerIntervalMs=500               how often the leader looks for dead masters
@@ -19,12 +21,18 @@
     requestTimeoutMs=5000                           a client call waits this long for the log
     liveBrokersMax=10000                            brokers in the liveness table
 
+Addresses: the peer list and controllerAddr are advertised addresses, the ones other
+controllers, brokers and clients dial and the ones NOT_LEADER replies name; a wildcard host
+(0.0.0.0) there is a ConfigError naming the key. Where this node listens is its own entry's host,
+or controllerBindAddress (for both its Raft and client listeners) when set.
+
 Only entry points read files; an unknown key or a bad value raises ConfigError naming the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,6 +63,24 @@ def _address(text: str) -> tuple[str, int]:
     return match.group(1), port
 
 
+def _advertised(text: str) -> str:
+    """A host handed to other processes: never a wildcard (they could not dial it)."""
+    try:
+        wildcard = ipaddress.ip_address(text).is_unspecified
+    except ValueError:
+        wildcard = False
+    if wildcard:
+        raise ValueError(f"{text!r} is a wildcard: other processes cannot dial it; advertise "
+                         "this machine's address (bind to a wildcard with controllerBindAddress)")
+    return text
+
+
+def _bind_host(text: str) -> str:
+    if not re.match(r"^[0-9A-Za-z.\-]{1,253}$", text):
+        raise ValueError(f"{text!r} is not a host name or IPv4 address")
+    return text
+
+
 def _peers(text: str) -> tuple[tuple[int, str, int], ...]:
     peers = []
     for item in filter(None, (part.strip() for part in text.split(";"))):
@@ -62,14 +88,14 @@ def _peers(text: str) -> tuple[tuple[int, str, int], ...]:
         if match is None:
             raise ValueError(f"{item!r} is not n<id>-host:port")
         host, port = _address(f"{match.group(2)}:{match.group(3)}")
-        peers.append((int(match.group(1)), host, port))
+        peers.append((int(match.group(1)), _advertised(host), port))
     return tuple(peers)
 
 
 def _addresses(text: str) -> tuple[str, ...]:
     items = tuple(filter(None, (part.strip() for part in text.split(";"))))
     for item in items:
-        _address(item)
+        _advertised(_address(item)[0])
     return items
 
 
@@ -85,6 +111,7 @@ class ControllerConfig:
     peers: tuple[tuple[int, str, int], ...] = ((1, "127.0.0.1", 9880),)
     node_id: int = 1
     client_addresses: tuple[str, ...] = ("127.0.0.1:9876",)
+    bind_address: str = ""  # controllerBindAddress ("": each listener's advertised host)
     store_path: str = "./store/controller-n1"
     heartbeat_timeout_ms: int = 3000
     scan_interval_ms: int = 500
@@ -140,6 +167,16 @@ class ControllerConfig:
         position = [peer[0] for peer in self.peers].index(node_id)
         return self.client_addresses[position]
 
+    def raft_bind_address(self) -> tuple[str, int]:
+        """Where this node's Raft listener binds (its advertised port)."""
+        host, port = self.raft_address(self.node_id)
+        return self.bind_address or host, port
+
+    def client_bind_address(self) -> str:
+        """`host:port` this node's client endpoint binds (its advertised port)."""
+        host, _, port = self.client_address(self.node_id).rpartition(":")
+        return f"{self.bind_address or host}:{port}"
+
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
         unknown = sorted(set(properties) - set(_KEYS))
@@ -165,6 +202,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "controllerDLegerPeers": ("peers", _peers),
     "controllerDLegerSelfId": ("node_id", _self_id),
     "controllerAddr": ("client_addresses", _addresses),
+    "controllerBindAddress": ("bind_address", _bind_host),
     "controllerStorePath": ("store_path", str),
     "controllerHeartbeatTimeoutMs": ("heartbeat_timeout_ms", int),
     "scanNotActiveBrokerIntervalMs": ("scan_interval_ms", int),

@@ -153,6 +153,7 @@ class ControllerNode:
         self._stopping = asyncio.Event()
         self._scan_wakeup = asyncio.Event()
         peers = {peer: (host, port) for peer, host, port in self.config.peers}
+        peers[self.config.node_id] = self.config.raft_bind_address()  # its own: where to listen
         self._transport = RaftTransport(
             self.config.node_id, peers, self._on_message,
             frame_bytes_max=self.config.frame_bytes_max,

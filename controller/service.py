@@ -40,7 +40,9 @@ def _bad_request(message: str, name: str = "BAD_REQUEST") -> flight.FlightServer
 class ControllerService(flight.FlightServerBase):
     def __init__(self, config: ControllerConfig, node: ControllerNode,
                  loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(f"grpc://{config.client_address(config.node_id)}")
+        # binds controllerBindAddress (default: its advertised host); NOT_LEADER names the
+        # advertised client address (controllerAddr)
+        super().__init__(f"grpc://{config.client_bind_address()}")
         self.config = config
         self.node = node
         self.loop = loop

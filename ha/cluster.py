@@ -1,7 +1,7 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
-                        [--set key=value ...] [--controller-set key=value ...]
+                        [--set key=value ...] [--controller-set key=value ...] [--hosts]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
 
@@ -13,6 +13,10 @@ group of controllers, started before the brokers (ha/cluster_controllers.py); `s
 them with their role (leader/follower). With controllers, every broker runs in controller
 mode (enableControllerMode, controllerAddr): the controller names each set's master and
 changes it when the master dies (`status --json`: replica_set, role, controller_role).
+
+`--hosts` (root): each controller and broker runs on its own test host, a network namespace
+with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
+`status` is then that host's, and `down` removes the hosts.
 
 Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R brokers named
 `broker-x-<brokerId>`. Static roles (no controllers): brokerId 0 is the master (brokerRole
@@ -36,6 +40,7 @@ from typing import Any
 
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
+from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
 from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
 
 __all__ = ["main"]
@@ -59,8 +64,10 @@ class Cluster:
         self.manifest_path.write_text(json.dumps(manifest, indent=1))
 
     def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1,
-             controller_addr: str = "") -> dict[str, Any]:
+             controller_addr: str = "", *, hosts: bool = False) -> dict[str, Any]:
         manifest = self.load()
+        if hosts:
+            manifest.setdefault("hosts", {})
         replicas = manifest.setdefault("replicas", replicas)
         # `--set` overrides are remembered, so a later `up` (a restart) keeps them.
         manifest["overrides"] = {**manifest.get("overrides", {}), **overrides}
@@ -86,8 +93,12 @@ class Cluster:
                 })
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        if hosts_mode(manifest):
+            place_on_hosts(self.directory, manifest)
+        masters = {b["set"]: host_of(b) for b in manifest["brokers"] if b.get("broker_id") == 0}
         for broker in manifest["brokers"]:
-            settings = _broker_settings(broker, replicas, overrides, controller_addr)
+            settings = _broker_settings(broker, replicas, overrides, controller_addr,
+                                        masters.get(broker.get("set", "")))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             Path(broker["conf"]).write_text("\n".join(lines) + "\n")
@@ -100,7 +111,7 @@ class Cluster:
     def start(self, broker: dict[str, Any]) -> int:
         log = open(broker["log_file"], "ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "ha.broker", "--conf", broker["conf"]],
+            [*launcher_of(broker), sys.executable, "-m", "ha.broker", "--conf", broker["conf"]],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
         )
@@ -110,7 +121,7 @@ class Cluster:
 
     def wait_ready(self, broker: dict[str, Any]) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        endpoint = f"127.0.0.1:{broker['port']}"
+        endpoint = f"{host_of(broker)}:{broker['port']}"
         while time.monotonic() < deadline:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
@@ -127,7 +138,7 @@ class Cluster:
         processes = []
         for broker in self.load()["brokers"]:
             pid = self.pid_of(broker)
-            endpoint = f"127.0.0.1:{broker['port']}"
+            endpoint = f"{host_of(broker)}:{broker['port']}"
             info = broker_info(endpoint) if pid is not None else None
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
@@ -149,10 +160,11 @@ class Cluster:
 
 
 def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],
-                     controller_addr: str = "") -> dict[str, str]:
+                     controller_addr: str = "", master_host: str | None = None
+                     ) -> dict[str, str]:
     settings = {"brokerClusterName": "LocalCluster",
                 "brokerName": broker.get("set", broker["name"]),
-                "brokerId": str(broker.get("broker_id", 0)), "brokerIP1": "127.0.0.1",
+                "brokerId": str(broker.get("broker_id", 0)), "brokerIP1": host_of(broker),
                 "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
     if replicas > 1:
         settings["totalReplicas"] = str(replicas)
@@ -167,7 +179,7 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
         settings.setdefault("brokerRole", "SYNC_MASTER")  # the role itself comes at runtime
     elif replicas > 1 and broker["broker_id"] != 0:
         settings["brokerRole"] = "SLAVE"
-        settings["haMasterAddress"] = f"127.0.0.1:{broker['ha_port']}"
+        settings["haMasterAddress"] = f"{master_host or host_of(broker)}:{broker['ha_port']}"
     elif replicas > 1:
         settings.setdefault("brokerRole", "SYNC_MASTER")
     return settings
@@ -220,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--json", action="store_true")
     down = commands.add_parser("down")
     down.add_argument("--dir", required=True, type=Path)
+    up.add_argument("--hosts", action="store_true",
+                    help="each controller and broker on its own test host (a network "
+                    "namespace on a bridge, 198.18.0.0/15; needs root): ha/cluster_hosts.py")
     up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
                     help="a Raft group of controllers, started before the brokers "
                     "(default: as many as the cluster already has)")
@@ -228,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         for line in controllers.up(args.controllers,
-                                   _parse_overrides(args.controller_set, parser)):
+                                   _parse_overrides(args.controller_set, parser),
+                                   hosts=args.hosts):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
@@ -237,13 +253,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas,
-                                controller_addr)
+                                controller_addr, hosts=args.hosts)
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)
         for broker in manifest["brokers"]:
             cluster.wait_ready(broker)
-            print(f"{broker['name']} 127.0.0.1:{broker['port']}")
+            print(f"{broker['name']} {host_of(broker)}:{broker['port']}")
         return 0
     if args.command == "status":
         processes = cluster.status()
@@ -260,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     for broker in cluster.load()["brokers"]:
         cluster.stop(broker)
     controllers.stop_all()
+    remove_hosts(cluster.load())
     print(f"stopped {len(cluster.load()['brokers'])} process(es)")
     return 0
 

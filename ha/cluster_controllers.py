@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
 
 __all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
@@ -54,14 +55,18 @@ class LocalControllers:
             return {"brokers": []}
         return json.loads(self.manifest_path.read_text())  # type: ignore[no-any-return]
 
-    def up(self, count: int | None, overrides: dict[str, str] | None = None) -> list[str]:
+    def up(self, count: int | None, overrides: dict[str, str] | None = None, *,
+           hosts: bool = False) -> list[str]:
         """Plan (keeping ports), start what is not running, wait for a leader; returns one
         line per controller: name, client endpoint, role. `overrides` (controller keys, from
-        `--controller-set`) are remembered, so a later `up` keeps them."""
+        `--controller-set`) are remembered, so a later `up` keeps them. `hosts`: each on its
+        own test host (ha/cluster_hosts.py)."""
         manifest = self._load()
         existing = len(manifest.get("controllers", []))
         remembered = manifest.setdefault("controller_overrides", {})
         remembered.update(overrides or {})
+        if hosts:
+            manifest.setdefault("hosts", {})
         group = self.plan(manifest, existing if count is None else count, remembered)
         if not group:
             return []
@@ -69,7 +74,7 @@ class LocalControllers:
         self.manifest_path.write_text(json.dumps(manifest, indent=1))
         self.start_missing(group)
         leader = self.wait_leader(group)
-        return [f"{c['name']} 127.0.0.1:{c['port']} "
+        return [f"{c['name']} {host_of(c)}:{c['port']} "
                 f"{'leader' if c is leader else 'follower'}" for c in group]
 
     def stop_all(self) -> None:
@@ -92,7 +97,9 @@ class LocalControllers:
                 "log_file": str(self.directory / "logs" / f"{name}.log"),
                 "pid_file": str(self.directory / "run" / f"{name}.pid"),
             })
-        peers = ";".join(f"n{c['node_id']}-127.0.0.1:{c['raft_port']}" for c in controllers)
+        if hosts_mode(manifest):
+            place_on_hosts(self.directory, manifest)
+        peers = ";".join(f"n{c['node_id']}-{host_of(c)}:{c['raft_port']}" for c in controllers)
         for controller in controllers:
             settings = {
                 "controllerDLegerPeers": peers,
@@ -110,7 +117,7 @@ class LocalControllers:
     @staticmethod
     def addresses(manifest: dict[str, Any]) -> str:
         """The value brokers use as `controllerAddr`."""
-        return ";".join(f"127.0.0.1:{c['port']}" for c in manifest.get("controllers", []))
+        return ";".join(f"{host_of(c)}:{c['port']}" for c in manifest.get("controllers", []))
 
     def pid_of(self, controller: dict[str, Any]) -> int | None:
         return pid_from_file(controller["pid_file"])
@@ -123,7 +130,8 @@ class LocalControllers:
             Path(controller["pid_file"]).parent.mkdir(parents=True, exist_ok=True)
             with open(controller["log_file"], "ab") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "controller", "--conf", controller["conf"]],
+                    [*launcher_of(controller), sys.executable, "-m", "controller", "--conf",
+                     controller["conf"]],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
                 )
@@ -138,7 +146,7 @@ class LocalControllers:
                     tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
                     raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
                                      f"tail:\n{tail}")
-            statuses = [controller_status(f"127.0.0.1:{c['port']}", 1.0) for c in controllers]
+            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0) for c in controllers]
             leaders = [c for c, s in zip(controllers, statuses) if s and s["role"] == "leader"]
             if all(statuses) and len(leaders) == 1:
                 return leaders[0]
@@ -149,7 +157,7 @@ class LocalControllers:
         processes = []
         for controller in self._load().get("controllers", []):
             pid = self.pid_of(controller)
-            endpoint = f"127.0.0.1:{controller['port']}"
+            endpoint = f"{host_of(controller)}:{controller['port']}"
             info = controller_status(endpoint) if pid is not None else None
             processes.append({
                 "name": controller["name"], "kind": "controller", "pid": pid,

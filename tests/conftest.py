@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.integration.broker_process import BrokerProcess
+from tests.support.hosts import test_hosts  # noqa: F401 - a fixture for every test module
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,6 +6,13 @@ ignored). Store keys (`mappedFileSizeCommitLog`, `flushDiskType`, `maxMessageSiz
 passed to `storage_engine.StoreConfig.from_properties`, replication keys (`brokerRole`,
 `haListenPort`, `haMasterAddress`, `totalReplicas`, ...) to `ha.config.HAConfig`.
 
+Addresses (ha/broker/addresses.py): `brokerIP1` is the host this broker hands out for its
+client endpoint (registered with the controller, in routes and NOT_MASTER redirects), `brokerIP2`
+the host slaves dial for its haListenPort (default brokerIP1). Each listener binds to its own
+address, `bindAddress` (client endpoint, default brokerIP1) and `haBindAddress` (HA, default
+brokerIP2); `0.0.0.0` binds every interface. An advertised host must be one another machine can
+dial: a wildcard there is a ConfigError naming the key.
+
 Static roles: brokerId 0 is the master (brokerRole SYNC_MASTER or ASYNC_MASTER), any other id a
 SLAVE; a mismatch is a ConfigError naming brokerId. Controller mode (`enableControllerMode=true`
 with `controllerAddr=host:port[,...]`): the controller assigns the broker id and the role
@@ -20,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
@@ -33,7 +41,10 @@ class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"  # brokerClusterName
     broker_name: str = "broker-a"  # brokerName (the replica set)
     broker_id: int = 0  # brokerId (0 = master in static mode)
-    broker_ip: str = "127.0.0.1"  # brokerIP1
+    broker_ip: str = "127.0.0.1"  # brokerIP1 (advertised client host)
+    broker_ip2: str = ""  # brokerIP2 (advertised HA host; "" = brokerIP1)
+    bind_address: str = ""  # bindAddress (client listener; "" = brokerIP1)
+    ha_bind_address: str = ""  # haBindAddress (HA listener; "" = brokerIP2)
     listen_port: int = 10911  # listenPort (Arrow Flight, clients)
     store_path_root_dir: str = "store"  # storePathRootDir
     auto_create_topic_enable: bool = True  # autoCreateTopicEnable
@@ -62,6 +73,13 @@ class BrokerConfig:
             if not _NAME.match(value):
                 raise ConfigError(key, f"{value!r} must match {_NAME.pattern}")
         _range("brokerId", self.broker_id, 0, 1 << 20)
+        check_advertised_host("brokerIP1", self.broker_ip)
+        if self.broker_ip2:
+            check_advertised_host("brokerIP2", self.broker_ip2)
+        for key, value in (("bindAddress", self.bind_address),
+                           ("haBindAddress", self.ha_bind_address)):
+            if value:
+                check_bind_host(key, value)
         _range("listenPort", self.listen_port, 0, 65535)
         _range("defaultTopicQueueNums", self.default_topic_queue_nums, 1, 1024)
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
@@ -105,6 +123,19 @@ class BrokerConfig:
     @property
     def endpoint(self) -> str:
         return f"{self.broker_ip}:{self.listen_port}"
+
+    @property
+    def ha_host(self) -> str:
+        """The host slaves dial for this broker's haListenPort (brokerIP2)."""
+        return self.broker_ip2 or self.broker_ip
+
+    @property
+    def client_bind_host(self) -> str:
+        return self.bind_address or self.broker_ip
+
+    @property
+    def ha_bind_host(self) -> str:
+        return self.ha_bind_address or self.ha_host
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:
@@ -165,6 +196,9 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "brokerName": ("broker_name", str),
     "brokerId": ("broker_id", int),
     "brokerIP1": ("broker_ip", str),
+    "brokerIP2": ("broker_ip2", str),
+    "bindAddress": ("bind_address", str),
+    "haBindAddress": ("ha_bind_address", str),
     "listenPort": ("listen_port", int),
     "storePathRootDir": ("store_path_root_dir", str),
     "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),

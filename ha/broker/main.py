@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
-    logger.info("%s serving on %s (store %s, %s, %s)", prefix, service.endpoint,
-                config.store_dir, config.store.flush_disk_type.value, config.ha.broker_role.value)
+    logger.info("%s serving on %s (bound to %s; store %s, %s, %s)", prefix, service.endpoint,
+                config.client_bind_host, config.store_dir, config.store.flush_disk_type.value,
+                config.ha.broker_role.value)
     if config.ha.acks_on_master_alone and config.enable_controller_mode:
         logger.warning("%s: inSyncReplicas=1 of totalReplicas=%d: a PUT_OK is on the master "
                        "alone until the slaves fetch it, so a failover may lose the last "

@@ -87,7 +87,7 @@ class Replication:
         if self._ha.broker_role.is_master:
             self.master = MasterService(store, self._ha, broker_id=config.broker_id,
                                         endpoint=endpoint, metadata_source=self._metadata,
-                                        host=config.broker_ip).start()
+                                        host=config.ha_bind_host).start()
         else:
             self.slave = SlaveService(store, self._ha, broker_id=config.broker_id,
                                       apply_metadata=self._apply_metadata).start()
@@ -131,7 +131,7 @@ class Replication:
                                   f"the controller's master epoch {master_epoch}")
         self.master = MasterService(
             store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
-            metadata_source=self._metadata, host=self._config.broker_ip,
+            metadata_source=self._metadata, host=self._config.ha_bind_host,
             master_epoch=master_epoch, accepted_sync_state_set=sync_state_set,
             on_sync_state_set=on_sync_state_set, lease_until_ms=lease_until_ms,
             sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER).start()
@@ -295,6 +295,8 @@ class Replication:
                                             else list(stats.accepted_sync_state_set)),
                 "need_ack_nums": stats.need_ack_nums, "in_sync_replicas": stats.in_sync_replicas,
                 "ha_listen_port": master.listen_port,
+                # what slaves dial (brokerIP2), not the bind address (haBindAddress)
+                "ha_address": f"{self._config.ha_host}:{master.listen_port}",
                 "slaves": [{"broker_id": link.broker_id, "state": link.state,
                             "acked_log_position": link.acked_log_position,
                             "in_sync_state_set": link.in_sync_state_set}

@@ -10,8 +10,9 @@
                             the tier uploader; lift the fence (writes accepted)
         master, same E      adopt a newer accepted SyncStateSet
         slave of X, E       fence; stop the master service and the uploader; follow X (its
-                            haListenPort from X's broker_info, only once X says it is master
-                            of E or newer); X's handshake truncates this log's fork
+                            advertised HA address, brokerIP2:haListenPort, from X's
+                            broker_info, only once X says it is master of E or newer); X's
+                            handshake truncates this log's fork
         none                fence; stop a master service (a slave keeps trying its master)
 
     master lease (link threads): every leader's reply naming this broker master of epoch E
@@ -251,7 +252,10 @@ class RoleManager:
                     or int(info.get("master_epoch", -1)) < epoch
                     or not isinstance(info.get("ha_listen_port"), int)):
                 return None
-            return host, int(info["ha_listen_port"])
+            advertised = info.get("ha_address")  # brokerIP2:haListenPort
+            if isinstance(advertised, str) and advertised.rpartition(":")[0]:
+                return advertised.rpartition(":")[0], int(info["ha_listen_port"])
+            return host, int(info["ha_listen_port"])  # a master from before brokerIP2
 
         self._replication.become_slave(broker_id=change.broker_id, master_epoch=epoch,
                                        master_endpoint=endpoint, resolve_master=resolve,

@@ -38,6 +38,7 @@ from connector.protocol import (
     decode_json_object,
     encode_error_info,
 )
+from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
     BadBatch,
     block_to_batch,
@@ -115,8 +116,8 @@ class _Counters:
 class BrokerService(flight.FlightServerBase):
     def __init__(self, config: BrokerConfig, store: MessageStore, *,
                  tier_stats: Callable[[], dict[str, Any]] | None = None) -> None:
-        location = f"grpc://{config.broker_ip}:{config.listen_port}"
-        super().__init__(location)
+        # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
+        super().__init__(f"grpc://{join_host_port(config.client_bind_host, config.listen_port)}")
         self.config = config
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
@@ -466,6 +467,7 @@ class BrokerService(flight.FlightServerBase):
             "broker_name": self.config.broker_name,
             "broker_id": self.config.broker_id,
             "endpoint": self.endpoint,
+            "bind_address": self.config.client_bind_host,
             "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
             "tiered": self._tier_stats(),

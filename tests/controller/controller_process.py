@@ -44,9 +44,14 @@ def call(endpoint: str, action: str, body: dict[str, Any] | None = None,
 
 class ControllerGroup:
     def __init__(self, directory: Path, size: int, *, proxied: bool = False,
-                 **overrides: str) -> None:
+                 hosts: dict[int, str] | None = None,
+                 launchers: dict[int, list[str]] | None = None, **overrides: str) -> None:
+        """`hosts`: each node's advertised host (default 127.0.0.1); `launchers`: a command
+        prefix per node (`ip netns exec NS` runs it on a test host, tests/support/hosts.py)."""
         self.directory = directory
         self.ids = list(range(1, size + 1))
+        self.hosts = {n: (hosts or {}).get(n, "127.0.0.1") for n in self.ids}
+        self.launchers = {n: list((launchers or {}).get(n, [])) for n in self.ids}
         self.raft_ports = {n: free_port() for n in self.ids}
         self.client_ports = {n: free_port() for n in self.ids}
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -59,7 +64,8 @@ class ControllerGroup:
         directory.mkdir(parents=True, exist_ok=True)
         for n in self.ids:
             peers = ";".join(
-                f"n{m}-127.0.0.1:{self.links[(n, m)].port if (n, m) in self.links else port}"
+                f"n{m}-{self.hosts[m] if (n, m) not in self.links else '127.0.0.1'}:"
+                f"{self.links[(n, m)].port if (n, m) in self.links else port}"
                 for m, port in self.raft_ports.items()
             )
             settings = {
@@ -79,13 +85,14 @@ class ControllerGroup:
         return self.directory / f"controller-n{node_id}.log"
 
     def endpoint(self, node_id: int) -> str:
-        return f"127.0.0.1:{self.client_ports[node_id]}"
+        return f"{self.hosts[node_id]}:{self.client_ports[node_id]}"
 
     def start(self, node_id: int | None = None) -> ControllerGroup:
         for n in [node_id] if node_id is not None else self.ids:
             with open(self.log(n), "ab") as log:
                 self.processes[n] = subprocess.Popen(
-                    [sys.executable, "-m", "controller", "--conf", str(self.conf(n))],
+                    [*self.launchers[n], sys.executable, "-m", "controller", "--conf",
+                     str(self.conf(n))],
                     stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                 )
         for n in [node_id] if node_id is not None else self.ids:

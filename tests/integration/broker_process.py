@@ -25,14 +25,19 @@ def free_port() -> int:
 class BrokerProcess:
     """One `python -m ha.broker --conf FILE` subprocess with its own store directory."""
 
-    def __init__(self, directory: Path, *, name: str = "broker-a", **overrides: str) -> None:
+    def __init__(self, directory: Path, *, name: str = "broker-a", host: str = "127.0.0.1",
+                 launcher: list[str] | None = None, **overrides: str) -> None:
+        """`host`: brokerIP1 (advertised, and dialled by these helpers); `launcher`: a command
+        prefix (`ip netns exec NS` runs it on a test host, tests/support/hosts.py)."""
         self.directory = directory
+        self.host = host
+        self.launcher = list(launcher or [])
         self.port = free_port()
         self.store_dir = directory / "store"
         self.conf = directory / "broker.conf"
         self.log = directory / "broker.log"
         settings = {
-            "brokerName": name, "brokerId": "0", "listenPort": str(self.port),
+            "brokerName": name, "brokerId": "0", "brokerIP1": host, "listenPort": str(self.port),
             "storePathRootDir": str(self.store_dir), "mappedFileSizeCommitLog": str(8 << 20),
             "maxMessageSize": str(1 << 20),
         }
@@ -43,12 +48,12 @@ class BrokerProcess:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> BrokerProcess:
         log = open(self.log, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ha.broker", "--conf", str(self.conf)],
+            [*self.launcher, sys.executable, "-m", "ha.broker", "--conf", str(self.conf)],
             stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
         )
         log.close()

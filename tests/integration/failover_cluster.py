@@ -19,9 +19,10 @@ its processes, a producer load that keeps a history, and the history checks.
         what a replica holds, and the Jepsen total-queue checks over it (lost, unexpected,
         duplicated), per-queue order, and acked (queue, offset) pairs holding their body.
 
-The controllers' timers cannot be shortened through `rocketha-cluster` (`--set` reaches the
-brokers only; ha/cluster_controllers.py writes the controller confs without overrides), so a
-dead master is noticed after the controller's default controllerHeartbeatTimeoutMs (3 s).
+Controller keys go through `controller_settings` (`--controller-set`); without them a dead
+master is noticed after the controller's default controllerHeartbeatTimeoutMs (3 s). With
+`hosts=True` every process runs on its own test host (`up --hosts`) and `network` / `host(name)`
+give the network faults (ha/local_hosts.py); `down()` heals before stopping.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from connector import Admin, ClientConfig, Consumer, Producer
 from connector.client import controller_cluster_list
 from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, RocketHAError
 from ha.cluster_controllers import controller_status
+from ha.local_hosts import HostNetwork, TestHost
 from ha.local_processes import pid_from_file
 from tests.ha.replica_set import FAST_TIMERS, _all_threads_stopped, wait_for
 
@@ -73,11 +75,17 @@ def cluster_cli(*args: str) -> str:
 
 class FailoverCluster:
     def __init__(self, directory: Path, *, controllers: int, replica_sets: int = 1,
-                 replicas: int = 3, **settings: str) -> None:
+                 replicas: int = 3, hosts: bool = False,
+                 controller_settings: dict[str, str] | None = None, **settings: str) -> None:
+        """`hosts`: every process on its own test host (`up --hosts`; `self.network` then
+        offers the network faults of ha/local_hosts.py)."""
         self.directory = directory
         merged = {**BROKER_SETTINGS, **settings}
         args = ["up", "--dir", str(directory), "--controllers", str(controllers),
                 "--replica-sets", str(replica_sets), "--replicas", str(replicas)]
+        args += ["--hosts"] if hosts else []
+        for key, value in (controller_settings or {}).items():
+            args += ["--controller-set", f"{key}={value}"]
         for key, value in merged.items():
             args += ["--set", f"{key}={value}"]
         try:
@@ -92,8 +100,11 @@ class FailoverCluster:
         self.brokers: dict[str, dict[str, Any]] = {b["name"]: b for b in manifest["brokers"]}
         self.controllers: dict[str, dict[str, Any]] = {
             c["name"]: c for c in manifest["controllers"]}
-        self.controller_addr = ",".join(f"127.0.0.1:{c['port']}"
-                                        for c in self.controllers.values())
+        self.controller_addr = ",".join(self.endpoint(name) for name in self.controllers)
+        self.network: HostNetwork | None = None
+        if hosts:
+            self.network = HostNetwork.attach(manifest["hosts"]["network"],
+                                              manifest["hosts"]["count"])
 
     # -- processes --------------------------------------------------------------------------
     def _entry(self, name: str) -> dict[str, Any]:
@@ -124,6 +135,8 @@ class FailoverCluster:
         cluster_cli("up", "--dir", str(self.directory))
 
     def down(self) -> None:
+        if self.network is not None:
+            self.network.heal()  # processes stop cleanly; `down` removes the hosts
         for name in [*self.brokers, *self.controllers]:
             pid = self.pid(name)
             if pid is not None:
@@ -144,7 +157,13 @@ class FailoverCluster:
         return [name for name, b in self.brokers.items() if b["set"] == replica_set]
 
     def endpoint(self, name: str) -> str:
-        return f"127.0.0.1:{self._entry(name)['port']}"
+        entry = self._entry(name)
+        return f"{entry.get('host', '127.0.0.1')}:{entry['port']}"
+
+    def host(self, name: str) -> TestHost:
+        """The test host `name` runs on (a cluster made with `hosts=True`)."""
+        assert self.network is not None, "not a cluster on test hosts"
+        return self.network.host(self._entry(name)["host_index"])
 
     def store_dir(self, name: str) -> Path:
         return Path(self.brokers[name]["store_dir"])
