@@ -222,11 +222,13 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.run_s)
             paused_at = time.monotonic()
             os.kill(master["pid"], signal.SIGSTOP)
+            # SIGCONT when the pause is over, whether or not the producer has moved on
+            resume = threading.Timer(args.pause_s, os.kill, (master["pid"], signal.SIGCONT))
+            resume.start()
             try:
                 first = load.first_ok_after(paused_at, RTO_TIMEOUT_S)
-                time.sleep(max(0.0, paused_at + args.pause_s - time.monotonic()))
             finally:
-                os.kill(master["pid"], signal.SIGCONT)
+                resume.join()
             if first is None:
                 raise SystemExit(f"pause {trial}: no PUT_OK within {RTO_TIMEOUT_S:.0f}s of the "
                                  f"SIGSTOP of {master['name']}")
