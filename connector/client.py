@@ -81,6 +81,7 @@ class ClientConfig:
     # reply is late, whether its master was replaced, and if so sends it to the new one
     # (connector/master_watch.py).
     master_check_interval_ms: int = 200
+    master_check_after_ms: int = 1000  # ... once a reply is this late (then every interval)
 
     def __post_init__(self) -> None:
         if isinstance(self.brokers, str):
@@ -94,7 +95,7 @@ class ClientConfig:
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"ClientConfig.brokers: {endpoint!r} is not host:port")
         for name in ("request_timeout_ms", "send_deadline_ms", "backoff_initial_ms",
-                     "backoff_max_ms", "master_check_interval_ms"):
+                     "backoff_max_ms", "master_check_interval_ms", "master_check_after_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be > 0")
         if self.retries_max < 0:
@@ -153,16 +154,27 @@ def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, An
 
 def controller_masters(controller: str, timeout_ms: int) -> tuple[str, ...]:
     """The alive masters of every replica set the controller knows, by brokerName."""
+    return _masters_of(controller_cluster_list(controller, timeout_ms), controller)
+
+
+def _alive_masters(cluster: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(brokerName, master address) of each replica set whose master is alive, sorted."""
     masters = []
-    for status in controller_cluster_list(controller, timeout_ms).get("replica_sets", []):
+    for status in cluster.get("replica_sets", []):
         replica = status["replica"]
         if (replica.get("master_broker_id") in set(status.get("alive_broker_ids", []))
                 and replica.get("master_address")):
             masters.append((str(replica["broker_name"]), str(replica["master_address"])))
+    return sorted(masters)
+
+
+def _masters_of(cluster: Mapping[str, Any], controller: str) -> tuple[str, ...]:
+    """The alive masters' addresses in a cluster_list reply, by brokerName."""
+    masters = _alive_masters(cluster)
     if not masters:
         raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
                              f"controller {controller}: no replica set has an alive master")
-    return tuple(address for _, address in sorted(masters))
+    return tuple(address for _, address in masters)
 
 
 def alive_members(status: Mapping[str, Any]) -> tuple[str, ...]:
@@ -457,8 +469,14 @@ class Producer(_Base):
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
         self._producer_id = uuid.uuid4().hex if idempotent else None
         self._sequence = 0
-        self._round_trips = (RoundTrips(config.master_check_interval_ms / 1000.0)
+        self._round_trips = (RoundTrips(config.master_check_after_ms / 1000.0,
+                                        config.master_check_interval_ms / 1000.0)
                              if idempotent and config.controller else None)
+        # With `controller`: the replica set of each member address and the alive master of
+        # each set, from the last cluster_list (an idempotent batch is retried only in the
+        # set it was first sent to: the idempotence table is per set)
+        self._set_of_member: dict[str, str] = {}
+        self._master_of_set: dict[str, str] = {}
 
     def send(self, topic: str, body: bytes | str, *, key: str | None = None,
              tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -503,7 +521,10 @@ class Producer(_Base):
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
         the retry policy; non-stored statuses that are not retriable come back as replies."""
+        home: list[str] = []  # the replica set of the first attempt (idempotent batches)
+
         def call(endpoint: str) -> PutReply:
+            endpoint = self._pinned(endpoint, home)
             stream = self._stream(topic, batch.schema, endpoint)
             try:
                 if self._round_trips is None:
@@ -519,6 +540,9 @@ class Producer(_Base):
                 raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
             except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
                 self._close_stream(topic, batch.schema)
+                raise
+            except BaseException:  # interrupted: the stream may still be in a worker's hands
+                self._streams.pop((topic, batch.schema), None)
                 raise
             reply = PutReply.decode(metadata.to_pybytes())
             if not status_for(reply.status).stored and status_for(reply.status).retriable:
@@ -536,6 +560,34 @@ class Producer(_Base):
         except pa.ArrowException as err:
             raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
         return reply
+
+    def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
+        cluster = controller_cluster_list(controller, self.config.request_timeout_ms)
+        self._set_of_member = {str(member["broker_address"]): str(status["replica"]
+                                                                  ["broker_name"])
+                               for status in cluster.get("replica_sets", [])
+                               for member in status["replica"].get("brokers", [])}
+        self._master_of_set = dict(_alive_masters(cluster))
+        return _masters_of(cluster, controller)
+
+    def _pinned(self, endpoint: str, home: list[str]) -> str:
+        """Where an idempotent batch goes: on its first attempt `endpoint` (and its replica
+        set becomes `home`); on a retry, the current master of `home`, never another set's
+        (the idempotence table that recognises a retry is per replica set: a retry stored by
+        another set would be stored twice)."""
+        if self._producer_id is None or self.config.controller is None:
+            return endpoint
+        if not home:
+            name = self._set_of_member.get(endpoint)
+            if name is not None:
+                home.append(name)
+            return endpoint
+        master = self._master_of_set.get(home[0])
+        if master is None:
+            self._routes_stale = True
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                 f"replica set {home[0]} has no alive master yet")
+        return master
 
     def _replaced(self, endpoint: str) -> str | None:
         """Why to give up on a put waiting on `endpoint`: the controller names another alive

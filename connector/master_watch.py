@@ -7,8 +7,9 @@ elected another master after controllerHeartbeatTimeoutMs: the producer would st
 the whole pause (issue 15: 6 s in the fault run), then get an error from the old master.
 
 So a producer that is idempotent and configured with a controller runs each round trip on a
-worker thread (`RoundTrips`) and, every `ClientConfig.master_check_interval_ms` that the reply
-is late, asks the controller who masters the endpoint's replica set (`replacement_of`). Once
+worker thread (`RoundTrips`) and, once the reply is `ClientConfig.master_check_after_ms` late
+and then every `master_check_interval_ms`, asks the controller who masters the endpoint's
+replica set (`replacement_of`). Once
 the controller names another alive master, the put is abandoned where it waits and sent again
 to the new master. The retry carries the same (producer id, sequence), so a batch the old master
 had already replicated is answered as a duplicate, not stored twice; whatever the old master
@@ -23,6 +24,7 @@ producer starts a new worker for its next put.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 __all__ = ["RoundTrips", "replacement_of"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def replacement_of(cluster_list: Mapping[str, Any], endpoint: str) -> str | None:
@@ -51,6 +54,14 @@ def replacement_of(cluster_list: Mapping[str, Any], endpoint: str) -> str | None
             return str(master_address)
         return None
     return None
+
+
+def _ask(still_wanted: Callable[[], str | None]) -> str | None:
+    try:
+        return still_wanted()
+    except Exception:  # a controller reply we cannot read: keep waiting, as without one
+        logger.warning("asking whether a put's master was replaced failed", exc_info=True)
+        return None
 
 
 class _Worker:
@@ -88,16 +99,25 @@ class _Worker:
 class RoundTrips:
     """Runs one producer's round trips on a worker thread so that the caller can stop waiting.
 
-    `run(job, still_wanted)` returns the job's result, or raises what it raised; every
-    `check_interval_s` without a result it calls `still_wanted()`, and when that returns a
-    reason (a string), it abandons the job: `on_abandon` is attached to the job's future (to
-    close what the job holds once it ends), the worker is replaced, and `Abandoned` is raised
-    with the reason. Not thread-safe, like the Producer that owns it."""
+    `run(job, still_wanted)` returns the job's result, or raises what it raised; once it has
+    waited `check_after_s`, and then every `check_interval_s`, it calls `still_wanted()`, and
+    when that returns a reason (a string), it abandons the job: `on_abandon` is attached to
+    the job's future (to close what the job holds once it ends), the worker is replaced, and
+    `Abandoned` is raised with the reason. Anything else that ends the wait early (a
+    KeyboardInterrupt) abandons the job the same way before it propagates, so a job is never
+    left running on a worker that takes the next one. A `still_wanted` that raises counts as
+    "keep waiting". Not thread-safe, like the Producer that owns it.
+
+    Why wait `check_after_s` first: a put that waits on its quorum is normal (a lagging slave
+    makes every put wait up to syncFlushTimeout), and no controller replaces a master sooner
+    than its heartbeat timeout; asking at once would have every slow put of every producer
+    call the controller several times a second."""
 
     class Abandoned(Exception):
         pass
 
-    def __init__(self, check_interval_s: float) -> None:
+    def __init__(self, check_after_s: float, check_interval_s: float) -> None:
+        self._check_after_s = check_after_s
         self._check_interval_s = check_interval_s
         self._worker: _Worker | None = None
 
@@ -106,20 +126,33 @@ class RoundTrips:
         if self._worker is None:
             self._worker = _Worker()
         future = self._worker.submit(job)
-        while True:
-            try:
-                return future.result(timeout=self._check_interval_s)
-            except TimeoutError:
-                reason = still_wanted()
-                if reason is None:
-                    continue
-            # The job may have ended meanwhile; if so its result stands.
-            if future.done():
-                return future.result()
-            future.add_done_callback(on_abandon)
+        wait_s = self._check_after_s
+        try:
+            while True:
+                try:
+                    return future.result(timeout=wait_s)
+                except TimeoutError:
+                    if future.done():
+                        raise  # the job's own TimeoutError
+                    wait_s = self._check_interval_s
+                    reason = _ask(still_wanted)
+                    if reason is None:
+                        continue
+                # The job may have ended meanwhile; if so its result stands.
+                if future.done():
+                    return future.result()
+                self._abandon(future, on_abandon)
+                raise RoundTrips.Abandoned(reason)
+        except BaseException:
+            if not future.done():  # interrupted while waiting: never leave it on the worker
+                self._abandon(future, on_abandon)
+            raise
+
+    def _abandon(self, future: Future[T], on_abandon: Callable[[Future[T]], None]) -> None:
+        future.add_done_callback(on_abandon)
+        if self._worker is not None:
             self._worker.stop()  # it exits once the abandoned job ends
             self._worker = None
-            raise RoundTrips.Abandoned(reason)
 
     def close(self) -> None:
         if self._worker is not None:

@@ -285,6 +285,9 @@ class BrokerHeartbeat(JsonMessage):
     # A slave whose HA link to the master of this epoch is down (0: none): the leader probes
     # that master at once instead of waiting for its heartbeats to time out.
     master_unreachable_epoch: int = 0
+    # A master whose lease had lapsed (by its own clock) when this heartbeat was made; its
+    # positions were read after that (an operator's election waits for it)
+    master_lease_lapsed: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -97,24 +97,28 @@ class LiveTable:
             else None
         return None if live is None else now_ms - live.last_heartbeat_ms
 
-    def position_heard_since(self, replica: ReplicaInfo, broker_id: int | None, since_ms: int
-                             ) -> tuple[int, int] | None:
+    def position_heard_since(self, replica: ReplicaInfo, broker_id: int | None, since_ms: int,
+                             *, lease_lapsed: bool = False) -> tuple[int, int] | None:
         """(max_log_position, received_ms) of `broker_id`'s latest heartbeat if it was
-        received at `since_ms` or later (None: not heard from since)."""
+        received at `since_ms` or later (and, with `lease_lapsed`, says the broker's master
+        lease had lapsed when it was sent); None otherwise."""
         live = self._brokers.get((replica.broker_name, broker_id)) if broker_id is not None \
             else None
         if live is None or live.last_heartbeat_ms < since_ms:
             return None
+        if lease_lapsed and not live.heartbeat.master_lease_lapsed:
+            return None
         return live.heartbeat.max_log_position, live.last_heartbeat_ms
 
-    def next_master_expiry_ms(self, replicas: Iterable[ReplicaInfo]) -> int | None:
+    def next_master_expiry_ms(self, replicas: Iterable[ReplicaInfo], now_ms: int
+                              ) -> int | None:
         """When the first alive master of `replicas` will count as dead if it stays silent
-        (None: no alive master): the leader's scan runs then, not up to a scan interval
-        later."""
-        expiries = [live.last_heartbeat_ms + self.heartbeat_timeout_ms
-                    for replica in replicas
+        (None: none will after `now_ms`): the leader's scan runs then, not up to a scan
+        interval later. Expiries already past are the scan's business, not a wake-up."""
+        expiries = [expiry for replica in replicas
                     if (live := self._brokers.get((replica.broker_name,
-                                                   replica.master_broker_id))) is not None]
+                                                   replica.master_broker_id))) is not None
+                    and (expiry := live.last_heartbeat_ms + self.heartbeat_timeout_ms) > now_ms]
         return min(expiries, default=None)
 
     def is_alive(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> bool:

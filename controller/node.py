@@ -63,7 +63,7 @@ from controller.api import (
     role_of,
 )
 from controller.config import ControllerConfig
-from controller.election import Election, choose_master, failover_decision, positions_final
+from controller.election import choose_master, failover_decision, positions_final
 from controller.errors import BusyError, CodecError, NotLeaderError, StoreLockedError
 from controller.liveness import LiveTable
 from controller.raft import (
@@ -96,7 +96,6 @@ __all__ = ["ControllerNode"]
 logger = logging.getLogger(__name__)
 
 SUSPECTS_MAX = 1024  # replica sets with a master probe pending at once
-LEASE_HOLD_MARGIN_MS = 100  # waited past the longest lease a reply gave (clock rates)
 HEARD_POLL_MS = 20  # how often an operator's election looks for the heartbeats it waits for
 
 
@@ -134,8 +133,8 @@ class ControllerNode:
         self._read_waits: list[tuple[int, asyncio.Future[None]]] = []
         self._next_read_id = 0
         self._leader_since_ms: int | None = None
-        # replica set -> monotonic ms until which its master's lease is not renewed
-        self._lease_holds: dict[str, int] = {}
+        # replica set -> (master epoch, master id) whose lease an operator's election lets lapse
+        self._lease_holds: dict[str, tuple[int, int | None]] = {}
         self._scan_wakeup: asyncio.Event | None = None
         self._suspects: dict[str, int] = {}  # broker_name -> master epoch a slave lost
         # broker_name -> (master epoch, when a probe found its master dead): the election
@@ -338,9 +337,11 @@ class ControllerNode:
         assert self._scan_wakeup is not None
         while True:  # the leader's failure detector, for the life of the node
             wait_ms = self.config.scan_interval_ms
-            expiry_ms = self.live.next_master_expiry_ms(self.state.replica_infos())
-            if expiry_ms is not None:  # a master's timeout ends sooner: scan right then
-                wait_ms = max(1, min(wait_ms, expiry_ms - _monotonic_ms() + 1))
+            if self.raft.role is Role.LEADER:  # only the leader expires and elects
+                now_ms = _monotonic_ms()
+                expiry_ms = self.live.next_master_expiry_ms(self.state.replica_infos(), now_ms)
+                if expiry_ms is not None:  # a master's timeout ends sooner: scan right then
+                    wait_ms = max(1, min(wait_ms, expiry_ms - now_ms + 1))
             try:
                 async with asyncio.timeout(wait_ms / 1000):
                     await self._scan_wakeup.wait()
@@ -452,8 +453,7 @@ class ControllerNode:
             self._suspects[replica.broker_name] = replica.master_epoch
             self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
         now_ms = _monotonic_ms()
-        if (request.broker_id == replica.master_broker_id
-                and self._lease_holds.get(request.broker_name, 0) > now_ms):
+        if self._lease_held(replica, request.broker_id):
             # an operator's election is waiting for this master's lease to lapse: no renewal
             return HeartbeatReply("OK", None, None,
                                   heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)
@@ -498,6 +498,8 @@ class ControllerNode:
         replica = self.state.replica_info(request.broker_name)
         if replica is None:
             return ReplicaInfoReply("REPLICA_SET_NOT_FOUND")
+        if request.broker_name in self._lease_holds:  # one operator election per set at once
+            return self._replica_reply("BUSY", request.broker_name)
         election = choose_master(
             replica, self.live.alive(replica, _monotonic_ms()),
             designated_broker_id=request.designated_broker_id,
@@ -505,7 +507,7 @@ class ControllerNode:
         )
         if (election.status == "OK" and election.broker_id != replica.master_broker_id
                 and self.live.is_alive(replica, replica.master_broker_id, _monotonic_ms())):
-            replica, election = await self._outlast_master_lease(replica, request)
+            return await self._replace_live_master(replica, request)
         if election.status == "OK" or (
             election.status == "MASTER_NOT_AVAILABLE" and replica.master_broker_id is not None
         ):
@@ -514,58 +516,79 @@ class ControllerNode:
             return self._replica_reply(result.status, request.broker_name)
         return self._replica_reply(election.status, request.broker_name)
 
-    async def _outlast_master_lease(self, replica: ReplicaInfo, request: ElectMasterRequest
-                                    ) -> tuple[ReplicaInfo, Election]:
-        """Replacing a master that still heartbeats (an operator's election): stop renewing
-        its lease, wait until the longest lease our last reply could have given it has lapsed,
-        then choose again on the state as it is then.
+    async def _replace_live_master(self, replica: ReplicaInfo, request: ElectMasterRequest
+                                   ) -> ReplicaInfoReply:
+        """An operator's election that replaces a master which still heartbeats.
 
         Why (DESIGN §5.7): while its lease holds, a master acks by its quorum rule, with the
         acks of slaves that have not heard of the election yet; a new master elected meanwhile
         may lack those puts, and the slaves that hold them truncate them when they follow it.
-        Once the lease has lapsed the old master acks only what every slave holds, so it
-        stays safe until it learns it was replaced. Costs lease_max_ms (2 s by default) of
-        waiting per operator election; a crashed master is replaced without this wait (it
-        was silent for controllerHeartbeatTimeoutMs, longer than any lease)."""
-        hold_ms = lease_max_ms(self.config.heartbeat_timeout_ms) + LEASE_HOLD_MARGIN_MS
+        So: stop renewing its lease (its heartbeats get no role while the hold lasts, until
+        the election is committed), wait for a heartbeat in which the master itself says its
+        lease has lapsed (by its own clock; the position in it was read after the lapse, so
+        it covers every put the master acked under the lease), and elect the chosen slave
+        only once it reports that position. From the lapse on the old master acks only what
+        every slave holds, so it stays safe until it learns it was replaced. The election
+        is refused (BUSY) while this node has led for less than controllerHeartbeatTimeoutMs
+        (a deposed leader may still be renewing leases), and fails if leadership changes
+        meanwhile. Costs up to lease_max_ms (2 s by default); a crashed master is replaced
+        without it (it was silent for longer than any lease)."""
         name = replica.broker_name
-        self._lease_holds[name] = _monotonic_ms() + hold_ms
+        since = self._leader_since_ms
+        if since is None or _monotonic_ms() - since < self.config.heartbeat_timeout_ms:
+            return self._replica_reply("BUSY", name)
+        term = self.raft.term
+        self._lease_holds[name] = (replica.master_epoch, replica.master_broker_id)
         logger.info("%s: %s: electing broker %s in place of master %s once its lease has "
-                    "lapsed (%d ms)", self.prefix, name, request.designated_broker_id,
-                    replica.master_broker_id, hold_ms)
-        failed = Election("ELECT_MASTER_FAILED", None)
+                    "lapsed", self.prefix, name, request.designated_broker_id,
+                    replica.master_broker_id)
         try:
-            lapsed_ms = _monotonic_ms() + hold_ms
-            await asyncio.sleep(hold_ms / 1000)
+            held_at_ms = _monotonic_ms()
+            master_heard = await self._heard_since(
+                replica, replica.master_broker_id, held_at_ms, 0, lease_lapsed=True,
+                wait_max_ms=lease_max_ms(self.config.heartbeat_timeout_ms)
+                + self.config.heartbeat_timeout_ms)
+            if master_heard is None:  # silent, or its lease never lapsed
+                return self._replica_reply("ELECT_MASTER_FAILED", name)
             await self.read_barrier()
             current = self.state.replica_info(name)
-            if current is None or current.master_epoch != replica.master_epoch:
-                return replica, failed  # changed meanwhile
+            if (self.raft.term != term or current is None
+                    or current.master_epoch != replica.master_epoch):
+                return self._replica_reply("ELECT_MASTER_FAILED", name)  # changed meanwhile
             election = choose_master(
                 current, self.live.alive(current, _monotonic_ms()),
                 designated_broker_id=request.designated_broker_id,
                 unclean_enabled=self.config.unclean_election_enabled)
             if election.status != "OK" or election.broker_id == current.master_broker_id:
-                return current, election
-            # Puts acked before the lapse were on a quorum, not necessarily on the chosen
-            # one: elect it only once it holds all the master had after the lapse.
-            master_heard = await self._heard_since(current, current.master_broker_id,
-                                                   lapsed_ms, 0)
-            if master_heard is None:
-                return current, failed  # silent master: the scan's failover takes over
-            chosen_heard = await self._heard_since(current, election.broker_id,
-                                                   master_heard[1], master_heard[0])
-            return current, election if chosen_heard is not None else failed
+                return self._replica_reply(election.status, name)
+            # Puts acked before the lapse were on a quorum, not necessarily on the chosen one.
+            chosen_heard = await self._heard_since(
+                current, election.broker_id, master_heard[1], master_heard[0],
+                wait_max_ms=self.config.heartbeat_timeout_ms)
+            if chosen_heard is None or self.raft.term != term:
+                return self._replica_reply("ELECT_MASTER_FAILED", name)
+            result = await self.propose(ElectMaster(name, current.master_epoch,
+                                                    election.broker_id))
+            return self._replica_reply(result.status, name)
         finally:
-            self._lease_holds.pop(name, None)
+            self._lease_holds.pop(name, None)  # after the commit: the old master is a slave
+
+    def _lease_held(self, replica: ReplicaInfo, broker_id: int) -> bool:
+        """Is `broker_id` the master whose lease an operator's election is letting lapse?"""
+        hold = self._lease_holds.get(replica.broker_name)
+        return hold is not None and hold == (replica.master_epoch, broker_id) \
+            and broker_id == replica.master_broker_id
 
     async def _heard_since(self, replica: ReplicaInfo, broker_id: int | None, since_ms: int,
-                           position_min: int) -> tuple[int, int] | None:
-        """Wait (at most controllerHeartbeatTimeoutMs) for a heartbeat of `broker_id`
-        received at `since_ms` or later that reports a log position >= `position_min`."""
-        deadline_ms = _monotonic_ms() + self.config.heartbeat_timeout_ms
+                           position_min: int, *, wait_max_ms: int, lease_lapsed: bool = False
+                           ) -> tuple[int, int] | None:
+        """Wait (at most `wait_max_ms`) for a heartbeat of `broker_id` received at `since_ms`
+        or later that reports a log position >= `position_min` (and, with `lease_lapsed`,
+        that its master lease had lapsed); its (position, received_ms)."""
+        deadline_ms = _monotonic_ms() + wait_max_ms
         while _monotonic_ms() < deadline_ms:
-            heard = self.live.position_heard_since(replica, broker_id, since_ms)
+            heard = self.live.position_heard_since(replica, broker_id, since_ms,
+                                                   lease_lapsed=lease_lapsed)
             if heard is not None and heard[0] >= position_min:
                 return heard
             await asyncio.sleep(HEARD_POLL_MS / 1000)

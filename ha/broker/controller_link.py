@@ -133,8 +133,8 @@ class ControllerClient:
 class HeartbeatState:
     """What the broker reports each heartbeat (read by the link thread)."""
 
-    __slots__ = ("confirm_log_position", "master_epoch", "master_unreachable_epoch",
-                 "max_log_position", "topics")
+    __slots__ = ("confirm_log_position", "master_epoch", "master_lease_lapsed",
+                 "master_unreachable_epoch", "max_log_position", "topics")
 
     def __init__(self) -> None:
         self.master_epoch = 0
@@ -142,6 +142,7 @@ class HeartbeatState:
         self.confirm_log_position = 0
         self.topics: tuple[TopicInfo, ...] = ()  # at most controller.api.TOPICS_MAX
         self.master_unreachable_epoch = 0  # a slave that lost its master (0: none)
+        self.master_lease_lapsed = False  # a master whose lease had lapsed before the read
 
 
 class ControllerLink:
@@ -239,7 +240,8 @@ class ControllerLink:
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
                                   state.confirm_log_position, topics=state.topics[:TOPICS_MAX],
-                                  master_unreachable_epoch=state.master_unreachable_epoch)
+                                  master_unreachable_epoch=state.master_unreachable_epoch,
+                                  master_lease_lapsed=state.master_lease_lapsed)
         # In parallel and without waiting, so one stopped controller (a full request timeout)
         # does not delay the heartbeats the others need; at most one call per controller is
         # in flight (a slow one is skipped until its call ends).

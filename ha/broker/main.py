@@ -122,8 +122,11 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
     store = service.store
 
     def report() -> HeartbeatState:
-        stats = store.stats()
         state = HeartbeatState()
+        # first the lease, then the positions: a lapsed lease's report covers every put the
+        # master acked under it (an operator's election waits for such a report)
+        state.master_lease_lapsed = roles.master_lease_lapsed()
+        stats = store.stats()
         state.master_epoch = getattr(store.epochs.last, "epoch", 0)
         state.max_log_position = stats.end_log_position
         state.confirm_log_position = stats.confirm_log_position

@@ -153,3 +153,35 @@ def test_routes_fetched_again_after_a_failure_or_kept_without_a_controller(  # t
     consumer._refresh_route("m:1")  # the master failed; the controller does not answer
     assert consumer.endpoint == "s:2"  # the known slave, next in turn
     assert answers == []
+
+
+def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to(  # type: ignore
+        monkeypatch) -> None:
+    """The idempotence table that recognises a retry is per replica set: a retry that moved
+    to another set's master would be stored twice (issue 15 review)."""
+    def cluster(a_master: int | None) -> dict:  # type: ignore[type-arg]
+        reply = _cluster_list(("a", a_master, [1, 2], [1, 2]), ("b", 1, [1, 2], [1, 2]))
+        for status in reply["replica_sets"]:
+            replica = status["replica"]
+            master = replica["master_broker_id"]
+            replica["master_address"] = None if master is None else \
+                f"{replica['broker_name']}:{master}"
+        return reply
+
+    answers = [cluster(1)]
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout: answers[0])
+    producer = client.Producer(ClientConfig(controller="c:1"), idempotent=True)
+    plain = client.Producer(ClientConfig(controller="c:1"))
+    assert producer.endpoint == "a:1" and plain.endpoint == "a:1"
+    home: list[str] = []
+    assert producer._pinned("a:1", home) == "a:1" and home == ["a"]
+    answers[0] = cluster(2)  # set a failed over
+    producer._routes_stale = True
+    assert producer.endpoint in ("a:2", "b:1")
+    assert producer._pinned("b:1", home) == "a:2"  # never set b's master
+    answers[0] = cluster(None)  # set a has no master yet: wait for one
+    producer._routes_stale = True
+    producer.endpoint  # noqa: B018 - refreshes the routes
+    with pytest.raises(RetriableError, match="replica set a has no alive master"):
+        producer._pinned("b:1", home)
+    assert plain._pinned("b:1", []) == "b:1"  # no idempotence: nothing to pin

@@ -9,6 +9,7 @@ events (no sockets, no sleeps beyond the check interval).
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_a_replacement_is_another_alive_master_of_the_same_set() -> None:
 
 
 def test_a_job_that_answers_in_time_is_never_checked() -> None:
-    round_trips = RoundTrips(CHECK_INTERVAL_S)
+    round_trips = RoundTrips(CHECK_INTERVAL_S, CHECK_INTERVAL_S)
     checks: list[int] = []
     try:
         for value in range(3):
@@ -61,7 +62,7 @@ def _raise_value_error() -> int:
 
 
 def test_a_waiting_job_is_kept_while_its_master_holds_and_abandoned_once_replaced() -> None:
-    round_trips = RoundTrips(CHECK_INTERVAL_S)
+    round_trips = RoundTrips(CHECK_INTERVAL_S, CHECK_INTERVAL_S)
     release = threading.Event()
     abandoned_done = threading.Event()
     checks = 0
@@ -95,7 +96,7 @@ def test_a_waiting_job_is_kept_while_its_master_holds_and_abandoned_once_replace
 
 
 def test_a_job_that_ends_while_checked_keeps_its_result() -> None:
-    round_trips = RoundTrips(CHECK_INTERVAL_S)
+    round_trips = RoundTrips(CHECK_INTERVAL_S, CHECK_INTERVAL_S)
     release = threading.Event()
 
     def still_wanted() -> str:
@@ -109,3 +110,69 @@ def test_a_job_that_ends_while_checked_keeps_its_result() -> None:
     finally:
         release.set()
         round_trips.close()
+
+
+def test_a_failing_check_means_keep_waiting_and_a_jobs_own_timeout_is_its_result() -> None:
+    round_trips = RoundTrips(CHECK_INTERVAL_S, CHECK_INTERVAL_S)
+    release = threading.Event()
+    checks = 0
+
+    def broken_check() -> str | None:
+        nonlocal checks
+        checks += 1
+        if checks >= 3:
+            release.set()
+        raise AttributeError("a controller reply we cannot read")
+
+    def timed_out() -> str:
+        raise TimeoutError("the job's own socket timeout")
+
+    try:
+        assert round_trips.run(lambda: release.wait(JOB_WAIT_S) and "stored", broken_check,
+                               lambda _: None) == "stored"
+        assert checks >= 3
+        with pytest.raises(TimeoutError, match="socket timeout"):
+            round_trips.run(timed_out, lambda: None, lambda _: None)
+    finally:
+        release.set()
+        round_trips.close()
+
+
+def test_an_interrupted_wait_abandons_the_job_instead_of_leaving_it_on_the_worker() -> None:
+    round_trips = RoundTrips(CHECK_INTERVAL_S, CHECK_INTERVAL_S)
+    release = threading.Event()
+    closed = threading.Event()
+
+    def interrupt() -> str | None:
+        raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            round_trips.run(lambda: release.wait(JOB_WAIT_S) and "late", interrupt,
+                            lambda _: closed.set())
+        # the next job runs on a fresh worker at once, not behind the blocked one
+        assert round_trips.run(lambda: "next", lambda: None, lambda _: None) == "next"
+        release.set()
+        assert closed.wait(JOB_WAIT_S), "the interrupted job's stream is closed at its end"
+    finally:
+        release.set()
+        round_trips.close()
+
+
+def test_the_first_check_waits_for_check_after() -> None:
+    round_trips = RoundTrips(0.3, CHECK_INTERVAL_S)
+    asked: list[float] = []
+    started = time.monotonic()
+    release = threading.Event()
+
+    def still_wanted() -> str | None:
+        asked.append(time.monotonic() - started)
+        release.set()
+        return None
+
+    try:
+        round_trips.run(lambda: release.wait(JOB_WAIT_S) and "ok", still_wanted, lambda _: None)
+    finally:
+        release.set()
+        round_trips.close()
+    assert asked and asked[0] >= 0.3

@@ -33,13 +33,14 @@ pytestmark = pytest.mark.integration
 
 
 def _heartbeat(group: ControllerGroup, broker_id: int, *, epoch: int = 0, log_end: int = 0,
-               topics: tuple[str, ...] = ("orders",)) -> dict[str, Any]:
+               topics: tuple[str, ...] = ("orders",), lease_lapsed: bool = False
+               ) -> dict[str, Any]:
     """One heartbeat from fake broker `broker_id` of set `a`, sent to every node (as RocketMQ
     brokers do); returns the leader's reply."""
     body = {
         "cluster_name": "c", "broker_name": "a", "broker_id": broker_id,
         "broker_address": f"127.0.0.1:{20000 + broker_id}", "master_epoch": epoch,
-        "max_log_position": log_end,
+        "max_log_position": log_end, "master_lease_lapsed": lease_lapsed,
         "topics": [{"topic": t, "read_queue_nums": 4, "write_queue_nums": 4} for t in topics],
     }
     for node_id in list(group.processes):
@@ -52,15 +53,49 @@ def _heartbeat(group: ControllerGroup, broker_id: int, *, epoch: int = 0, log_en
     return {"status": "NO_LEADER"}
 
 
+HEARTBEAT_TIMEOUT_MS = 1500  # tests/controller/controller_process.py
+
+
+class _FakeLease:
+    """A fake broker's master lease, kept as a real broker keeps it: a reply that names it
+    master renews it to the heartbeat's send time + lease_max_ms; its heartbeats say when it
+    has lapsed (an operator's election waits for that)."""
+
+    def __init__(self) -> None:
+        self.until_s: dict[int, float] = {}
+        self.replies: list[dict[str, Any]] = []
+
+    def beat(self, group: ControllerGroup, broker_id: int, **fields: Any) -> dict[str, Any]:
+        sent_s = time.monotonic()
+        reply = _heartbeat(group, broker_id, lease_lapsed=sent_s >= self.until_s.get(
+            broker_id, 0.0), **fields)
+        self.replies.append(reply)
+        if (reply.get("role") or {}).get("role") == "master":
+            self.until_s[broker_id] = sent_s + lease_max_ms(HEARTBEAT_TIMEOUT_MS) / 1000
+        return reply
+
+
+def _elect(group: ControllerGroup, body: dict[str, Any]) -> dict[str, Any]:
+    """elect_master, again while the leader answers BUSY (it refuses to replace a live master
+    until it has led for controllerHeartbeatTimeoutMs)."""
+    deadline = time.monotonic() + 10
+    while True:
+        reply = group.call_leader("elect_master", body)
+        if reply["status"] != "BUSY" or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def _keep_alive(group: ControllerGroup, broker_ids: tuple[int, ...]) -> Iterator[None]:
     """Heartbeat these fake brokers every 300 ms (as real brokers do) while the block runs."""
     done = threading.Event()
+    lease = _FakeLease()
 
     def beat() -> None:
         while not done.wait(0.3):
             for broker_id in broker_ids:
-                _heartbeat(group, broker_id)
+                lease.beat(group, broker_id)
 
     thread = threading.Thread(target=beat, daemon=True)
     thread.start()
@@ -208,8 +243,8 @@ def test_admin_elect_and_clean_are_checked(group3: ControllerGroup) -> None:
             "broker_name": "a", "master_broker_id": 1, "master_epoch": 1,
             "sync_state_set": [1, 2], "sync_state_set_epoch": 1})
         assert grown["status"] == "OK", grown
-        moved = group3.call_leader("elect_master", to_two)
-        assert moved["status"] == "OK"
+        moved = _elect(group3, to_two)
+        assert moved["status"] == "OK", moved
         assert (moved["replica"]["master_broker_id"], moved["replica"]["master_epoch"]) == (2, 2)
         refused = group3.call_leader("clean_broker_data",
                                      {"broker_name": "a", "broker_ids": [1]})
@@ -219,16 +254,13 @@ def test_admin_elect_and_clean_are_checked(group3: ControllerGroup) -> None:
         assert roles.count("leader") == 1 and len(roles) == 3
 
 
-HEARTBEAT_TIMEOUT_MS = 1500  # tests/controller/controller_process.py
-
-
 def test_an_operator_election_outlasts_the_masters_lease_and_waits_for_its_log(
         group3: ControllerGroup) -> None:
-    """Replacing a master that still heartbeats: its lease is not renewed, the election waits
-    until the longest lease has lapsed, and elects the slave only once it reports the log
-    position the master had after the lapse (issue 15: a master acks under its lease with
-    slaves that have not heard of the election; a new master lacking those puts would make
-    their holders truncate them)."""
+    """Replacing a master that still heartbeats: its lease is not renewed from the request
+    until the election is committed, the election waits for the master to report its lease
+    lapsed, and elects the slave only once it reports the log position the master had then
+    (issue 15: a master acks under its lease with slaves that have not heard of the election;
+    a new master lacking those puts would make their holders truncate them)."""
     group3.wait_leader()
     for broker_id in (1, 2):
         _register(group3, broker_id)
@@ -240,28 +272,38 @@ def test_an_operator_election_outlasts_the_masters_lease_and_waits_for_its_log(
     assert grown["status"] == "OK", grown
     slave_end = {"value": 500}  # behind the master's 1000 until the test lets it catch up
     done = threading.Event()
-    master_roles: list[object] = []
+    lease = _FakeLease()
 
     def beat() -> None:
-        while not done.wait(0.1):
-            master_roles.append(_heartbeat(group3, 1, epoch=1, log_end=1000).get("role"))
-            _heartbeat(group3, 2, epoch=1, log_end=slave_end["value"])
+        while not done.wait(0.02):  # often: a renewal between hold and commit would show
+            lease.beat(group3, 1, epoch=1, log_end=1000)
+            lease.beat(group3, 2, epoch=1, log_end=slave_end["value"])
 
     beater = threading.Thread(target=beat, daemon=True)
     beater.start()
     to_two = {"broker_name": "a", "designated_broker_id": 2}
     try:
         started = time.monotonic()
-        lagging = group3.call_leader("elect_master", to_two)
-        waited_s = time.monotonic() - started
+        lagging = _elect(group3, to_two)
         assert lagging["status"] == "ELECT_MASTER_FAILED", lagging  # 2 lacks 500..1000
-        assert waited_s >= lease_max_ms(HEARTBEAT_TIMEOUT_MS) / 1000
-        assert None in master_roles, "the master's lease was renewed during the hold"
+        assert time.monotonic() - started >= lease_max_ms(HEARTBEAT_TIMEOUT_MS) / 1000
         assert _replica(group3)["master_broker_id"] == 1
         slave_end["value"] = 1000
-        moved = group3.call_leader("elect_master", to_two)
+        _wait(lambda: (lease.beat(group3, 1, epoch=1, log_end=1000).get("role") or {})
+              .get("role") == "master", 5, "the failed election to give the lease back")
+        lease.replies.clear()
+        moved = _elect(group3, to_two)
+        renewed_late = [r for r in lease.replies if (r.get("role") or {}).get("role") == "master"
+                        and r["role"]["broker_id"] == 1 and r["role"]["master_epoch"] == 1]
         assert moved["status"] == "OK", moved
         assert (moved["replica"]["master_broker_id"], moved["replica"]["master_epoch"]) == (2, 2)
+        # the lease was not renewed from the request to the commit (a few renewals may come
+        # before the leader took the request: at most those before the first held reply)
+        held = [i for i, r in enumerate(lease.replies) if r.get("status") == "OK"
+                and r.get("role") is None]
+        assert held, "the master's heartbeats were never held"
+        assert not [r for r in renewed_late if lease.replies.index(r) > held[0]], \
+            "the master's lease was renewed during the hold"
     finally:
         done.set()
         beater.join(timeout=5)

@@ -161,14 +161,23 @@ def test_liveness_says_when_a_master_expires_and_how_long_it_was_silent() -> Non
     set_b = ReplicaInfo("c", "b", 2, "h:2", 3, (1, 2), 2, members)
     headless = ReplicaInfo("c", "z", None, None, 0, (), 0, members)
     table = LiveTable(heartbeat_timeout_ms=1000, brokers_max=10)
-    assert table.next_master_expiry_ms([set_a, set_b]) is None  # no master heard yet
+    assert table.next_master_expiry_ms([set_a, set_b], now_ms=0) is None  # none heard yet
     table.heartbeat(_beat(1), now_ms=100)
     table.heartbeat(BrokerHeartbeat("c", "b", 2, "h:2"), now_ms=40)
-    assert table.next_master_expiry_ms([set_a, set_b, headless]) == 1040
-    assert table.next_master_expiry_ms([set_a]) == 1100
+    assert table.next_master_expiry_ms([set_a, set_b, headless], now_ms=500) == 1040
+    assert table.next_master_expiry_ms([set_a], now_ms=500) == 1100
+    # a timeout already past is the scan's business: no wake-up loop on it (followers)
+    assert table.next_master_expiry_ms([set_a, set_b], now_ms=1050) == 1100
+    assert table.next_master_expiry_ms([set_a, set_b], now_ms=60_000) is None
+    assert table.position_heard_since(set_a, 1, since_ms=100) == (100, 100)
+    assert table.position_heard_since(set_a, 1, since_ms=101) is None
+    assert table.position_heard_since(set_a, 1, since_ms=0, lease_lapsed=True) is None
     assert table.silent_ms(set_a, 1, now_ms=700) == 600
     assert table.silent_ms(set_a, 2, now_ms=700) is None  # never heard
     assert table.silent_ms(headless, None, now_ms=700) is None
+    table.heartbeat(BrokerHeartbeat("c", "a", 1, "h:1", 1, 700, master_lease_lapsed=True),
+                    now_ms=900)
+    assert table.position_heard_since(set_a, 1, since_ms=0, lease_lapsed=True) == (700, 900)
 
 
 def test_liveness_table_is_bounded() -> None:
