@@ -4,6 +4,8 @@
     python3 build.py setup            create or refresh .venv and install the project (+ extras)
     python3 build.py test [ARGS...]   setup, then the default test suite (extra ARGS go to pytest)
     python3 build.py bench NAME [--json]   run a benchmark from tests/bench/ (e.g. `storage`)
+    python3 build.py bench all [--json]    every benchmark, one after another; their JSON in one
+                                      file (.bench-tmp/bench-all-<UTC time>.json)
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
@@ -15,9 +17,11 @@ records a hash of pyproject.toml and skips the install when nothing changed.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -34,6 +38,7 @@ BENCHES = {
     "spark": "tests/bench/bench_spark.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
+    "peers": "tests/bench/bench_peers.py",
 }
 
 
@@ -76,9 +81,37 @@ def test(pytest_args: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT, env=env).returncode
 
 
+def bench_all(python: Path) -> int:
+    """Each benchmark with --json; the last line of each is its figures. One JSON file."""
+    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    results: dict[str, object] = {"started": started}
+    failed = 0
+    for name, script in BENCHES.items():
+        print(f"== bench {name}", flush=True)
+        done = subprocess.run([str(python), script, "--json"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, check=False)
+        print(done.stdout, end="", flush=True)
+        lines = done.stdout.strip().splitlines()
+        try:
+            results[name] = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            results[name] = None
+        if done.returncode != 0 or results[name] is None:
+            failed += 1
+            results[name] = {"exit_code": done.returncode, "figures": results[name]}
+    out = ROOT / ".bench-tmp" / f"bench-all-{started}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, sort_keys=True))
+    print(f"bench all: {len(BENCHES) - failed} of {len(BENCHES)} ran cleanly; JSON in {out}")
+    print(json.dumps(results, sort_keys=True))
+    return 1 if failed else 0
+
+
 def bench(args: list[str]) -> int:
+    if args and args[0] == "all":
+        return bench_all(setup())
     if not args or args[0] not in BENCHES:
-        print(f"usage: build.py bench {{{'|'.join(sorted(BENCHES))}}} [--json]", file=sys.stderr)
+        print(f"usage: build.py bench {{all|{'|'.join(sorted(BENCHES))}}} [--json]", file=sys.stderr)
         return 2
     python = setup()
     argv = [str(python), BENCHES[args[0]], *args[1:]]

@@ -25,6 +25,7 @@ Streaming offsets state machine (per query run, in the stream runner):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -33,16 +34,17 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.errors import PySparkException
-from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -53,6 +55,7 @@ from pyspark.sql.types import DataType, StructType
 
 from connector.client import Admin
 from connector.cold import read_cold, split_cold
+from connector.columns import source_ddl
 from connector.errors import SinkSchemaError
 from connector.offsets import QueueRef, canonical, flatten, unflatten
 from connector.options import (
@@ -73,14 +76,15 @@ from connector.planning import (
     trigger_waits,
 )
 from connector.protocol import RocketHAError
+from connector.pushdown import PushedFilters, push_filters, row_mask
 from connector.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
 from connector.source import (
     ALL_SOURCE_COLUMNS,
-    SOURCE_DDL,
     SourceColumns,
     check_positions,
     discover,
+    narrow_ranges,
     project_columns,
     read_range,
     starting_offsets,
@@ -99,7 +103,9 @@ class RocketHADataSource(DataSource):
         return "rocketha"
 
     def schema(self) -> str:
-        return SOURCE_DDL
+        """The lean default schema, or what includeProperties / includeMetadata / columns
+        ask for (connector.columns); used only when the user declared no `.schema(...)`."""
+        return source_ddl(parse_source_options(self.options).columns)  # type: ignore[arg-type]
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(*_source_setup(self.options, schema))
@@ -118,7 +124,7 @@ class RocketHADataSource(DataSource):
 
 
 def _source_setup(raw: object, schema: StructType) -> tuple[SourceOptions, SourceColumns]:
-    """Options, and the columns to produce: the schema is SOURCE_DDL unless the user declared
+    """Options, and the columns to produce: the schema is `schema()`'s unless the user declared
     one (`.schema(...)`), which projects the source onto those columns (see connector.source).
     Both are checked here, on the driver, so a bad one fails before any task reads."""
     options = parse_source_options(raw)  # type: ignore[arg-type]
@@ -167,32 +173,94 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
             for r in split_ranges(ranges, options.min_partitions)]
 
 
-def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns
-          ) -> Iterator[pa.RecordBatch]:
+def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns,
+          pushed: PushedFilters | None = None) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, QueueRangePartition):
-        yield from read_range(partition, options, columns)
+        batches = read_range(partition, options, columns)
     elif isinstance(partition, ColdRangePartition):
-        yield from read_cold(partition, options, columns)
+        batches = read_cold(partition, options, columns)
+    else:  # Spark's InputPartition(None) when partitions() planned none
+        return
+    for batch in batches:
+        mask = None if pushed is None else row_mask(batch, pushed)
+        if mask is not None:
+            batch = batch.filter(mask)
+        if batch.num_rows:
+            yield batch
+
+
+class _PushFilters:
+    """`BatchReader.pushFilters`, shaped so that Spark's planner sees the base class's.
+
+    Spark 4.2 calls pushFilters only when `spark.sql.python.filterPushdown.enabled` is true,
+    and when it is false it refuses to plan a reader that overrides pushFilters
+    (DATA_SOURCE_PUSHDOWN_DISABLED, checked as `reader.pushFilters.__func__ is not
+    DataSourceReader.pushFilters`), lest a source that relies on pushdown return unfiltered
+    rows. Our pushdown only saves work: without it Spark filters every row itself and the
+    result is the same. So the bound object below carries the base `__func__`: reads work with
+    the conf off (no pushdown) and push down with it on."""
+
+    def __get__(self, reader: BatchReader | None, owner: type | None = None
+                ) -> _BoundPushFilters:
+        assert reader is not None
+        return _BoundPushFilters(reader)
+
+
+class _BoundPushFilters:
+    __slots__ = ("_reader",)
+    __func__ = staticmethod(DataSourceReader.pushFilters)
+
+    def __init__(self, reader: BatchReader) -> None:
+        self._reader = reader
+
+    def __call__(self, filters: list[Filter]) -> list[Filter]:
+        return self._reader.push_filters(filters)
 
 
 class BatchReader(DataSourceReader):
-    """[startingOffsets, endingOffsets) of every selected queue, split by minPartitions."""
+    """[startingOffsets, endingOffsets) of every selected queue, split by minPartitions, less
+    what pushed filters rule out (connector.pushdown)."""
 
     def __init__(self, options: SourceOptions,
                  columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
         self.options = options
         self.columns = columns
+        self.pushed = PushedFilters()
+
+    pushFilters = _PushFilters()
+
+    def push_filters(self, filters: list[Filter]) -> list[Filter]:
+        """Keep what the broker can answer (connector.pushdown); return the rest to Spark.
+        The tag filter option and pushed tags are ANDed into the broker's tag expression."""
+        pushed, kept = push_filters(filters, self.columns.names)
+        if pushed.tags is not None and self.options.tag_filter is not None:
+            option_tags = frozenset(t.strip() for t in self.options.tag_filter.split("||"))
+            pushed = dataclasses.replace(pushed, tags=pushed.tags & option_tags)
+        self.pushed = pushed
+        if pushed.tags and not pushed.empty:
+            self.options = dataclasses.replace(
+                self.options, tag_filter=pushed.tag_filter(self.options.tag_filter))
+        if pushed.described:
+            logger.info("rocketha: pushed filters %s", ", ".join(pushed.described))
+        return kept
 
     def partitions(self) -> list[InputPartition]:
+        if self.pushed.empty:
+            return []
         replica_sets, bounds = discover(self.options)
+        if self.pushed.queue_ids is not None:
+            bounds = {ref: b for ref, b in bounds.items()
+                      if ref.queue_id in self.pushed.queue_ids}
         start = starting_offsets(self.options, replica_sets, bounds, default="earliest")
         end = resolve_offsets(self.options.ending, bounds, option=ENDING_OFFSETS,
                               default="latest")
-        ranges = [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds]
+        ranges = narrow_ranges(
+            [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds],
+            replica_sets, self.options, self.pushed)
         return _partitions(ranges, replica_sets, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options, self.columns)
+        return _read(partition, self.options, self.columns, self.pushed)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -12,6 +12,7 @@ the canonical spellings are the constants below.
     what:      subscribe | subscribePattern | assign                      (exactly one)
     from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp, endingOffsets
     how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions
+    columns:   includeProperties, includeMetadata | columns   (the default schema; columns.py)
     extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId, fetch*/requestTimeoutMs
     sink:      topic, acceptStatuses, exactlyOnce, writeBatchRows, writeBatchBytes
 """
@@ -24,6 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from connector.columns import ALL_COLUMN_NAMES, with_extras
 from connector.errors import OptionError
 from connector.offsets import (
     EARLIEST,
@@ -38,6 +40,7 @@ __all__ = [
     "ACCEPT_STATUSES",
     "ASSIGN",
     "BROKERS",
+    "COLUMNS",
     "CONTROLLER",
     "ENDING_OFFSETS",
     "EXACTLY_ONCE",
@@ -46,6 +49,8 @@ __all__ = [
     "FETCH_MAX_MESSAGES",
     "FETCH_TIMEOUT_MS",
     "GROUP_ID",
+    "INCLUDE_METADATA",
+    "INCLUDE_PROPERTIES",
     "MAX_OFFSETS_PER_TRIGGER",
     "MAX_TRIGGER_DELAY",
     "MIN_OFFSETS_PER_TRIGGER",
@@ -99,6 +104,9 @@ ACCEPT_STATUSES = "acceptStatuses"
 EXACTLY_ONCE = "exactlyOnce"
 WRITE_BATCH_ROWS = "writeBatchRows"
 WRITE_BATCH_BYTES = "writeBatchBytes"
+INCLUDE_PROPERTIES = "includeProperties"
+INCLUDE_METADATA = "includeMetadata"
+COLUMNS = "columns"
 
 _COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS)
 READ_OPTIONS = frozenset(_COMMON + (
@@ -106,7 +114,7 @@ READ_OPTIONS = frozenset(_COMMON + (
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
     MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, TAG_FILTER, READ_FROM_REPLICAS,
     GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
-    TIER_STORAGE_OPTIONS))
+    TIER_STORAGE_OPTIONS, INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
 WRITE_OPTIONS = frozenset(_COMMON + (
     TOPIC, ACCEPT_STATUSES, EXACTLY_ONCE, WRITE_BATCH_ROWS, WRITE_BATCH_BYTES))
 # Spark adds these itself (writeStream's checkpoint, and its queryName: DataStreamWriter
@@ -147,6 +155,7 @@ class SourceOptions:
     fetch_timeout_ms: int
     read_cold_from_tier: bool = False
     tier_storage_options: tuple[tuple[str, str], ...] = ()  # for executors' object reads
+    columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -357,7 +366,36 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         fetch_timeout_ms=_int(values, FETCH_TIMEOUT_MS, 60_000, 1),  # type: ignore[arg-type]
         read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
         tier_storage_options=_string_map(values, TIER_STORAGE_OPTIONS),
+        columns=_columns(values),
     )
+
+
+def _columns(values: dict[str, str]) -> tuple[str, ...]:
+    """The default schema's columns: `columns` (a list, or * for all), else the lean default
+    plus what includeProperties / includeMetadata add. `columns` excludes the other two."""
+    include_properties = _bool(values, INCLUDE_PROPERTIES, False)
+    include_metadata = _bool(values, INCLUDE_METADATA, False)
+    text = values.get(COLUMNS)
+    if text is None:
+        return with_extras(include_properties=include_properties,
+                           include_metadata=include_metadata)
+    if INCLUDE_PROPERTIES in values or INCLUDE_METADATA in values:
+        raise OptionError(f"option {COLUMNS} excludes {INCLUDE_PROPERTIES} and "
+                          f"{INCLUDE_METADATA} (list the columns instead)")
+    if text.strip() == "*":
+        return ALL_COLUMN_NAMES
+    names = tuple(part.strip() for part in text.split(","))
+    by_lower = {name.lower(): name for name in ALL_COLUMN_NAMES}
+    result: list[str] = []
+    for part in names:
+        name = by_lower.get(part.lower())
+        if name is None:
+            raise OptionError(f"option {COLUMNS}: unknown column {part!r}; the source's "
+                              f"columns are {', '.join(ALL_COLUMN_NAMES)} (or *)")
+        if name in result:
+            raise OptionError(f"option {COLUMNS}: column {name!r} is listed twice")
+        result.append(name)
+    return tuple(result)
 
 
 def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str], ...]:

@@ -10,15 +10,16 @@ matching tagFilter), never anything past `end`, and it waits (up to fetchTimeout
 below `end` that are not visible yet instead of returning fewer. The broker never serves a
 message above its confirm position, so a replayed range returns the same rows.
 
-Output schema (Spark DDL, and the exact Arrow form `read()` must yield):
+Output columns (Spark DDL, and the exact Arrow form `read()` must yield; connector.columns says
+which the default schema holds and which come on request):
     topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, key STRING,
     tags STRING, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP,
     storeTimestamp TIMESTAMP          (timestamps: Arrow timestamp[us, tz=UTC])
 
 Projection: Spark 4.2 prunes no columns of Python sources, so every column `read()` yields
-crosses the Python worker -> Arrow -> JVM path even when the query uses two. A user who declares
-`.schema("queueId INT, body BINARY")` gets only those columns, in that order: any subset of the
-11, each with the type above (NOT NULL only on columns that are never null). Columns not asked
+crosses the Python worker -> Arrow -> JVM path even when the query uses two. The schema in force
+(the lean default, the include options, `columns`, or the user's `.schema(...)`) is what a read
+yields: any subset of the 11, each with the type above (NOT NULL only on columns that are never null). Columns not asked
 for are never built (no brokerName repeat, no timestamp casts, no idempotence-marker strip),
 and a range read asks the broker only for the consume columns the projection is built from
 (`consume_columns`): topic, brokerName and queueId come from the partition, body from `body`,
@@ -32,12 +33,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.client import Admin, Consumer
+from connector.client import Admin, Consumer, PullResult
+from connector.columns import PROPERTIES_TYPE, SOURCE_COLUMNS, TIMESTAMP_TYPE
 from connector.errors import (
     DataLossError,
     OptionError,
@@ -53,8 +56,9 @@ from connector.options import (
     SourceOptions,
 )
 from connector.partitions import QueueRangePartition
-from connector.planning import Bounds, resolve_offsets
+from connector.planning import Bounds, QueueRange, resolve_offsets
 from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY, RocketHAError
+from connector.pushdown import PushedFilters
 from connector.routes import (
     ReplicaSet,
     client_config,
@@ -71,6 +75,7 @@ __all__ = [
     "check_positions",
     "consume_columns",
     "discover",
+    "narrow_ranges",
     "project_columns",
     "read_range",
     "starting_offsets",
@@ -80,22 +85,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_PROPERTIES = pa.map_(pa.string(), pa.string())
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-# (column, Spark DDL type, Arrow type Spark expects, consume-batch column it comes from)
-_SOURCE_COLUMNS = (
-    ("topic", "STRING", pa.string(), "topic"),
-    ("brokerName", "STRING", pa.string(), None),
-    ("queueId", "INT", pa.int32(), "queue_id"),
-    ("queueOffset", "BIGINT", pa.int64(), "queue_offset"),
-    ("msgId", "STRING", pa.string(), "msg_id"),
-    ("key", "STRING", pa.string(), "key"),
-    ("tags", "STRING", pa.string(), "tags"),
-    ("body", "BINARY", pa.binary(), "body"),
-    ("properties", "MAP<STRING,STRING>", _PROPERTIES, "properties"),
-    ("bornTimestamp", "TIMESTAMP", _TIMESTAMP, "born_timestamp"),
-    ("storeTimestamp", "TIMESTAMP", _TIMESTAMP, "store_timestamp"),
-)
+_PROPERTIES = PROPERTIES_TYPE
+_TIMESTAMP = TIMESTAMP_TYPE
+_SOURCE_COLUMNS = SOURCE_COLUMNS
 _DDL_TYPE = {name: ddl for name, ddl, _, _ in _SOURCE_COLUMNS}
 _FROM_CONSUME = {name: consume for name, _, _, consume in _SOURCE_COLUMNS}
 _MAYBE_NULL = frozenset({"key", "tags", "properties"})  # the others always have a value
@@ -174,6 +166,29 @@ def starting_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet]
             continue
         admin = _admin(replica_sets[ref.broker_name], options)
         result[ref] = admin.offset_for_timestamp(ref.topic, ref.queue_id, timestamp_ms)
+    return result
+
+
+def narrow_ranges(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
+                  options: SourceOptions, pushed: PushedFilters) -> list[QueueRange]:
+    """Each queue's range cut to what pushed filters allow: by queue offset, then by store
+    time (a seek per bound, the broker's offset_for_timestamp as startingTimestamp uses)."""
+    result = []
+    for queue_range in ranges:
+        ref = queue_range.ref
+        start = max(queue_range.start_queue_offset, pushed.queue_offset_min)
+        end = queue_range.end_queue_offset
+        if pushed.queue_offset_end is not None:
+            end = min(end, pushed.queue_offset_end)
+        if start < end and pushed.by_time:
+            admin = _admin(replica_sets[ref.broker_name], options)
+            if pushed.store_ms_min is not None:
+                start = max(start, admin.offset_for_timestamp(ref.topic, ref.queue_id,
+                                                              pushed.store_ms_min))
+            if start < end and pushed.store_ms_end is not None:
+                end = min(end, admin.offset_for_timestamp(ref.topic, ref.queue_id,
+                                                          pushed.store_ms_end))
+        result.append(QueueRange(ref, start, max(start, end)))
     return result
 
 
@@ -291,49 +306,76 @@ def strip_markers(properties: pa.MapArray) -> pa.Array:
 def read_range(partition: QueueRangePartition, options: SourceOptions, columns: SourceColumns
                ) -> Iterator[pa.RecordBatch]:
     """Messages of one queue with start <= queueOffset < end, in order (see module doc), as
-    batches of `columns`."""
+    batches of `columns`.
+
+    The next pull is sent while the batches of the current one are handed to Spark (one pull
+    ahead, on a helper thread: Flight's receive and Spark's Arrow writer both release the GIL),
+    so the broker builds the next block while the worker ships this one."""
     consumer = Consumer(client_config(partition.endpoints, options.request_timeout_ms))
     where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
     cursor, end = partition.start_queue_offset, partition.end_queue_offset
     deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
     wanted = consume_columns(columns, tag_filter=options.tag_filter)
-    while cursor < end:
-        wait_ms = max(0, min(_POLL_WAIT_MS_MAX, int((deadline - time.monotonic()) * 1000)))
-        try:
-            result = consumer.pull(
-                partition.topic, partition.queue_id, cursor,
-                max_messages=min(options.fetch_max_messages, end - cursor),
-                max_bytes=options.fetch_max_bytes, tag_filter=options.tag_filter,
-                max_wait_ms=wait_ms, columns=wanted)
-        except RocketHAError as err:
-            if err.name == "TOPIC_NOT_EXIST":
-                _lost(options, f"{where}: topic deleted while reading [{cursor}, {end})")
-                return
-            raise
-        if result.status == "OFFSET_TOO_SMALL":
-            low = result.reply.min_queue_offset
-            _lost(options, f"{where}: queue offsets [{cursor}, {min(low, end)}) were removed "
-                  "by retention before they were read")
-            cursor = min(low, end)
-            continue
-        if result.status in _GONE:
-            _lost(options, f"{where}: the queue no longer exists; [{cursor}, {end}) unread")
-            return
-        table = result.table
-        if "queue_offset" not in wanted:  # no tag filter: the rows are cursor, cursor + 1...
-            table = table.slice(0, end - cursor)
-        for batch in table.to_batches():
-            if "queue_offset" in wanted and batch.num_rows and \
-                    batch.column("queue_offset")[-1].as_py() >= end:
-                batch = batch.filter(pc.less(batch.column("queue_offset"), end))
-            if batch.num_rows:
-                yield to_source_batch(batch, partition.broker_name, columns,
-                                      topic=partition.topic, queue_id=partition.queue_id)
-        if result.next_queue_offset > cursor:
-            cursor = result.next_queue_offset
-            deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
-        elif time.monotonic() >= deadline:
-            raise RoutesUnavailableError(
-                f"{where}: queue offsets [{cursor}, {end}) were not readable within "
-                f"fetchTimeoutMs={options.fetch_timeout_ms} (status {result.status})")
 
+    def pull(at: int, until: float) -> PullResult:
+        wait_ms = max(0, min(_POLL_WAIT_MS_MAX, int((until - time.monotonic()) * 1000)))
+        return consumer.pull(
+            partition.topic, partition.queue_id, at,
+            max_messages=min(options.fetch_max_messages, end - at),
+            max_bytes=options.fetch_max_bytes, tag_filter=options.tag_filter,
+            max_wait_ms=wait_ms, columns=wanted)
+
+    prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketha-pull")
+    ahead: tuple[int, Future[PullResult]] | None = None
+    try:
+        while cursor < end:
+            try:
+                if ahead is not None and ahead[0] == cursor:
+                    result = ahead[1].result()
+                else:
+                    result = pull(cursor, deadline)
+                ahead = None
+            except RocketHAError as err:
+                if err.name == "TOPIC_NOT_EXIST":
+                    _lost(options, f"{where}: topic deleted while reading [{cursor}, {end})")
+                    return
+                raise
+            if result.status == "OFFSET_TOO_SMALL":
+                low = result.reply.min_queue_offset
+                _lost(options, f"{where}: queue offsets [{cursor}, {min(low, end)}) were "
+                      "removed by retention before they were read")
+                cursor = min(low, end)
+                continue
+            if result.status in _GONE:
+                _lost(options, f"{where}: the queue no longer exists; [{cursor}, {end}) unread")
+                return
+            if cursor < result.next_queue_offset < end:
+                next_deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+                ahead = (result.next_queue_offset,
+                         prefetch.submit(pull, result.next_queue_offset, next_deadline))
+            yield from _range_batches(result, cursor, end, wanted, partition, columns)
+            if result.next_queue_offset > cursor:
+                cursor = result.next_queue_offset
+                deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+            elif time.monotonic() >= deadline:
+                raise RoutesUnavailableError(
+                    f"{where}: queue offsets [{cursor}, {end}) were not readable within "
+                    f"fetchTimeoutMs={options.fetch_timeout_ms} (status {result.status})")
+    finally:
+        prefetch.shutdown(wait=False, cancel_futures=True)
+
+
+def _range_batches(result: PullResult, cursor: int, end: int, wanted: tuple[str, ...],
+                   partition: QueueRangePartition, columns: SourceColumns
+                   ) -> Iterator[pa.RecordBatch]:
+    """One pull's rows below `end`, as source batches."""
+    table = result.table
+    if "queue_offset" not in wanted:  # no tag filter: the rows are cursor, cursor + 1...
+        table = table.slice(0, end - cursor)
+    for batch in table.to_batches():
+        if "queue_offset" in wanted and batch.num_rows and \
+                batch.column("queue_offset")[-1].as_py() >= end:
+            batch = batch.filter(pc.less(batch.column("queue_offset"), end))
+        if batch.num_rows:
+            yield to_source_batch(batch, partition.broker_name, columns,
+                                  topic=partition.topic, queue_id=partition.queue_id)

@@ -35,6 +35,7 @@ from pyspark.sql import SparkSession
 
 from spark_app.ingest_to_table import IngestPlan, transform
 from spark_app.pipeline_cli import (
+    FILTER_PUSHDOWN_CONF,
     UsageError,
     add_source_arguments,
     key_value,
@@ -85,7 +86,8 @@ def _body(argv: Sequence[str] | None) -> int:
         except json.JSONDecodeError as exc:
             raise UsageError(f"--ending-offsets: not latest or JSON ({exc})") from None
     options["endingOffsets"] = ending
-    spark = SparkSession.builder.appName("rocketha-backfill").getOrCreate()
+    spark = (SparkSession.builder.appName("rocketha-backfill")
+             .config(FILTER_PUSHDOWN_CONF, "true").getOrCreate())
     shape = IngestPlan(
         source_options=options, table=args.table, checkpoint="", table_format=args.table_format,
         delta_engine="deltalake", trigger={}, body_as=args.body_as,

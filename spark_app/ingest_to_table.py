@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 
 from spark_app import progress
 from spark_app.pipeline_cli import (
+    FILTER_PUSHDOWN_CONF,
     UsageError,
     add_source_arguments,
     key_value,
@@ -193,7 +194,8 @@ def start_query(frame: DataFrame, ingest: IngestPlan, engine: str) -> Any:
 
 def _body(argv: Sequence[str] | None) -> int:
     ingest = plan(argv)
-    spark = SparkSession.builder.appName("rocketha-ingest_to_table").getOrCreate()
+    spark = (SparkSession.builder.appName("rocketha-ingest_to_table")
+             .config(FILTER_PUSHDOWN_CONF, "true").getOrCreate())
     engine = resolve_engine(spark, ingest)
     frame = transform(spark.readStream.format("rocketha").options(**ingest.source_options)
                       .load(), ingest)

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 __all__ = [
+    "FILTER_PUSHDOWN_CONF",
     "UsageError",
     "add_source_arguments",
     "key_value",
@@ -33,6 +34,11 @@ __all__ = [
 
 _PROCESSING_TIME = re.compile(r"^(?:processing:)?(\d+(?:\.\d+)?)\s*(ms|s|m)$")
 _UNIT_WORDS = {"ms": "milliseconds", "s": "seconds", "m": "minutes"}
+
+
+# Spark's switch for Python sources' pushFilters (off by default in Spark 4.2): batch reads
+# then skip queues, tags, offset and time ranges the query's filters rule out.
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 class UsageError(ValueError):

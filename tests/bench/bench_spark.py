@@ -1,22 +1,28 @@
 """Spark connector benchmark: batch read into an aggregation vs Parquet; exactly-once sink.
 
-    python3 build.py bench spark [--json] [--rows N | --full] [--repeat R]
+    python3 build.py bench spark [--json] [--rows N | --full] [--repeat R] [--no-sink]
 
 Method: one real broker process (ASYNC_FLUSH, 1 GiB segments) on 127.0.0.1 and a local[2]
 SparkSession in this process. N messages of 100 B bodies (default 1 M, --full 10 M) are produced
 into a topic of 8 queues, and the same rows (queueId, queueOffset, body, ...) are written to a
 local Parquet file. Read case: `groupBy(queueId).agg(sum(length(body)))` over
-`spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each, in the
-same run (count() alone is no measure: Parquet answers it from footers). Spark prunes no columns
-of Python sources, so the full-schema read moves all 11 columns; the projected read declares
-`.schema("queueId INT, body BINARY")`, and the source then builds and ships only those two and
-pulls only `body` from the broker (which builds no other column). Sink case: a streaming query
+`spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each, all
+cases taking turns within each repeat after one warm-up round (count() alone is no measure:
+Parquet answers it from footers). Spark prunes no columns of Python sources, so a read moves
+every column of its schema: the default case reads the lean default schema (7 columns), the
+`all` case `columns=*` (11), the projected case declares `.schema("queueId INT, body BINARY")`,
+and the source then builds and ships only those two and pulls only `body` from the broker.
+Each case's CPU time (JVM, Spark's Python workers, broker; from /proc, in its fastest run) is
+printed per row: where the microseconds go. Pushdown case (same turns): a selective
+`where(queueId = 3 AND queueOffset >= 1000)` read with spark.sql.python.filterPushdown.enabled
+on and off. Sink case: a streaming query
 (Trigger AvailableNow) from the Parquet directory into a fresh topic with exactlyOnce=true, then
 the same with exactlyOnce=false, after one warm-up query; rows/s over the query's wall time
-(start to termination, including Spark's per-query start-up). Ceiling case: the same aggregation
-over `tests/bench/spark_ceiling.py`, a Python source that reads nothing and yields pre-built
-batches (same row count, 8 partitions) in rocketha's 11 columns and in 2 columns: what any
-Python data source can reach here, so the rocketha figure can be read against it.
+(start to termination, including Spark's per-query start-up). Ceiling cases (in the same
+turns): the same aggregation over `tests/bench/spark_ceiling.py`, a Python source that reads
+nothing and yields pre-built batches (same row count, 8 partitions) in rocketha's 11, default 7
+and 2 columns: what any Python data source can reach here, so the rocketha figures can be read
+against it. `--no-sink` skips the sink cases.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ BODY_BYTES = 100
 PRODUCE_BATCH_ROWS = 8192
 ROWS_MAX = 20_000_000
 PROJECTED_DDL = "queueId INT, body BINARY"  # the columns the aggregation uses
+SELECTIVE = "queueId = 3 AND queueOffset >= 1000"  # a few % of the rows: what pushdown skips
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def load(broker: BrokerProcess, topic: str, rows: int, parquet_dir: Path) -> float:
@@ -92,14 +100,65 @@ def best_seconds(run, repeat: int) -> float:  # type: ignore[no-untyped-def]
     return min(times)
 
 
-def best_seconds_by_case(runs: dict[str, Callable[[], None]], repeat: int
-                         ) -> dict[str, float]:
-    """Best time of each case, the cases run in turn `repeat` times (drift hits all alike)."""
+def _proc_cpu_s(pid: int, *, reaped_children: bool) -> float:
+    """utime + stime of one process from /proc (with its reaped children's when asked)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(n) for n in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+class CpuMeter:
+    """CPU seconds of the JVM (its own threads), Spark's Python workers (the daemon under the
+    JVM, its workers and the workers it reaped) and the broker: where a read's time goes."""
+
+    def __init__(self, jvm_pid: int, broker_pid: int) -> None:
+        self.jvm_pid, self.broker_pid = jvm_pid, broker_pid
+
+    def sample(self) -> dict[str, float]:
+        python = 0.0
+        pending = _children(self.jvm_pid)
+        while pending:
+            pid = pending.pop()
+            python += _proc_cpu_s(pid, reaped_children=True)
+            pending += _children(pid)
+        return {"jvm": _proc_cpu_s(self.jvm_pid, reaped_children=False), "python": python,
+                "broker": _proc_cpu_s(self.broker_pid, reaped_children=False)}
+
+
+def best_seconds_by_case(runs: dict[str, Callable[[], None]], repeat: int,
+                         meter: CpuMeter | None = None
+                         ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Best time of each case, the cases run in turn `repeat` times (drift hits all alike),
+    and each case's CPU seconds per component in its fastest run."""
     best = {name: float("inf") for name in runs}
+    cpu: dict[str, dict[str, float]] = {}
+    for run in runs.values():  # warm-up: JIT, worker start-up, page cache
+        run()
     for _ in range(repeat):
         for name, run in runs.items():
-            best[name] = min(best[name], best_seconds(run, 1))
-    return best
+            before = meter.sample() if meter is not None else {}
+            elapsed = best_seconds(run, 1)
+            if elapsed < best[name]:
+                best[name] = elapsed
+                if meter is not None:
+                    after = meter.sample()
+                    cpu[name] = {part: after[part] - before[part] for part in after}
+    return best, cpu
 
 
 def agg(df, rows: int) -> None:  # type: ignore[no-untyped-def]
@@ -107,33 +166,85 @@ def agg(df, rows: int) -> None:  # type: ignore[no-untyped-def]
     assert sum(r.bytes for r in result) == rows * BODY_BYTES, "aggregate mismatch"
 
 
+READ_CASES = {  # case -> (what it reads, JSON key of rows/s, JSON key of the Parquet ratio)
+    "default": ("lean default schema, 7 columns", "read_agg_rows_per_s",
+                "read_vs_parquet_ratio"),
+    "projected": (f'.schema("{PROJECTED_DDL}")', "read_projected_agg_rows_per_s",
+                  "read_projected_vs_parquet_ratio"),
+    "all": ("columns=*, all 11 columns", "read_all_columns_agg_rows_per_s",
+            "read_all_columns_vs_parquet_ratio"),
+}
+
+
 def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # type: ignore
-               repeat: int, figures: dict[str, float]) -> None:
-    """The aggregation over rocketha (full schema, then projected) and over Parquet, taking
-    turns within each repeat, so the ratios compare like with like on a drifting machine."""
-    def rocketha(schema: str | None):  # type: ignore[no-untyped-def]
+               repeat: int, figures: dict[str, float], meter: CpuMeter | None) -> None:
+    """The aggregation over rocketha (default schema, projected, all columns) and over
+    Parquet, taking turns within each repeat, so the ratios compare like with like on a
+    drifting machine."""
+    def rocketha(schema: str | None, **options: str):  # type: ignore[no-untyped-def]
         reader = (spark.read.format("rocketha").option("brokers", broker.endpoint)
-                  .option("subscribe", "bench_read"))
+                  .option("subscribe", "bench_read").options(**options))
         return reader if schema is None else reader.schema(schema)  # schema() mutates
 
-    best = best_seconds_by_case({
-        "full": lambda: agg(rocketha(None).load(), rows),
+    def ceiling(shape: str):  # type: ignore[no-untyped-def]
+        return (spark.read.format("rocketha_ceiling").option("rows", str(rows))
+                .option("shape", shape).load())
+
+    spark.dataSource.register(CeilingSource)
+    selected_rows = spark.read.parquet(str(parquet_dir)).where(SELECTIVE).count()
+
+    def selective(pushdown: bool) -> None:
+        spark.conf.set(PUSHDOWN_CONF, str(pushdown).lower())
+        try:
+            got = rocketha(None).load().where(SELECTIVE).groupBy("queueId").agg(
+                F.count("body").alias("rows")).collect()
+        finally:
+            spark.conf.set(PUSHDOWN_CONF, "false")
+        assert sum(r.rows for r in got) == selected_rows, "selective read mismatch"
+
+    best, cpu = best_seconds_by_case({
+        "default": lambda: agg(rocketha(None).load(), rows),
         "projected": lambda: agg(rocketha(PROJECTED_DDL).load(), rows),
+        "all": lambda: agg(rocketha(None, columns="*").load(), rows),
         "parquet": lambda: agg(spark.read.parquet(str(parquet_dir)), rows),
-    }, repeat)
-    read_s, projected_s, parquet_s = best["full"], best["projected"], best["parquet"]
-    figures["read_agg_rows_per_s"] = rows / read_s
-    figures["read_projected_agg_rows_per_s"] = rows / projected_s
+        "ceiling_default": lambda: agg(ceiling("default"), rows),
+        "ceiling_narrow": lambda: agg(ceiling("narrow"), rows),
+        "ceiling_all": lambda: agg(ceiling("all"), rows),
+        "selective_pushdown": lambda: selective(True),
+        "selective_no_pushdown": lambda: selective(False),
+    }, repeat, meter)
+    parquet_s = best["parquet"]
     figures["parquet_agg_rows_per_s"] = rows / parquet_s
-    figures["read_vs_parquet_ratio"] = parquet_s / read_s
-    figures["read_projected_vs_parquet_ratio"] = parquet_s / projected_s
-    print(f"read agg  rocketha, 11 columns: {rows / read_s:12,.0f} rows/s ({read_s:.2f} s, best "
-          f"of {repeat})")
-    print(f"read agg  rocketha, projected : {rows / projected_s:12,.0f} rows/s "
-          f"({projected_s:.2f} s; .schema(\"{PROJECTED_DDL}\"))")
-    print(f"read agg  parquet             : {rows / parquet_s:12,.0f} rows/s ({parquet_s:.2f} s)")
-    print(f"rocketha / parquet = {parquet_s / read_s:.2f} (11 columns), "
-          f"{parquet_s / projected_s:.2f} (projected) (target >= 0.5)")
+    for case, (what, rate_key, ratio_key) in READ_CASES.items():
+        figures[rate_key] = rows / best[case]
+        figures[ratio_key] = parquet_s / best[case]
+        print(f"read agg  rocketha {case:9}: {rows / best[case]:12,.0f} rows/s "
+              f"({best[case]:.2f} s, best of {repeat}; {what}): "
+              f"{parquet_s / best[case]:.2f} x Parquet")
+    print(f"read agg  parquet          : {rows / parquet_s:12,.0f} rows/s ({parquet_s:.2f} s)")
+    for shape, key in (("all", "ceiling_agg_rows_per_s"),
+                       ("default", "ceiling_default_agg_rows_per_s"),
+                       ("narrow", "ceiling_narrow_agg_rows_per_s")):
+        figures[key] = rows / best[f"ceiling_{shape}"]
+        figures[f"{key[:-len('_agg_rows_per_s')]}_vs_parquet_ratio"] = \
+            parquet_s / best[f"ceiling_{shape}"]
+    print(f"no-IO Python source, same aggregation: {figures['ceiling_agg_rows_per_s']:,.0f} "
+          f"rows/s with 11 columns, {figures['ceiling_default_agg_rows_per_s']:,.0f} with "
+          f"the default 7, {figures['ceiling_narrow_agg_rows_per_s']:,.0f} with 2 (Spark "
+          "4.2 prunes no columns of Python sources)")
+    figures["selective_pushdown_s"] = best["selective_pushdown"]
+    figures["selective_no_pushdown_s"] = best["selective_no_pushdown"]
+    figures["pushdown_speedup"] = best["selective_no_pushdown"] / best["selective_pushdown"]
+    print(f"selective read ({SELECTIVE}, {selected_rows:,} of {rows:,} rows): "
+          f"{best['selective_pushdown']:.2f} s with filter pushdown, "
+          f"{best['selective_no_pushdown']:.2f} s without: "
+          f"{figures['pushdown_speedup']:.1f}x")
+    for case, parts in cpu.items():
+        for part, seconds in parts.items():
+            figures[f"cpu_{case}_{part}_us_per_row"] = seconds / rows * 1e6
+        print(f"CPU per row, {case:9}: " + ", ".join(
+            f"{part} {seconds / rows * 1e6:.2f} us" for part, seconds in parts.items())
+            + f"; wall {best[case] / rows * 1e6:.2f} us")
 
 
 def sink_case(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # type: ignore
@@ -165,6 +276,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--full", action="store_true", help="10 M rows (the issue's size)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-sink", action="store_true", help="read cases only")
     args = parser.parse_args(argv)
     rows = 10_000_000 if args.full else args.rows
     assert 0 < rows <= ROWS_MAX and args.repeat >= 1
@@ -180,6 +292,7 @@ def main(argv: list[str]) -> int:
                            ).start()
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, float] = {"rows": float(rows)}
@@ -188,17 +301,11 @@ def main(argv: list[str]) -> int:
         figures["produce_rows_per_s"] = load(broker, "bench_read", rows, parquet_dir)
         print(f"loaded {rows:,} rows of {BODY_BYTES} B: "
               f"{figures['produce_rows_per_s']:,.0f} rows/s produced")
-        read_cases(spark, broker, parquet_dir, rows, args.repeat, figures)
-        spark.dataSource.register(CeilingSource)
-        for narrow, key in (("0", "ceiling_agg_rows_per_s"),
-                            ("1", "ceiling_narrow_agg_rows_per_s")):
-            ceiling = (spark.read.format("rocketha_ceiling").option("rows", str(rows))
-                       .option("narrow", narrow))
-            figures[key] = rows / best_seconds(lambda c=ceiling: agg(c.load(), rows),
-                                               args.repeat)
-        print(f"no-IO Python source, same aggregation: {figures['ceiling_agg_rows_per_s']:,.0f} "
-              f"rows/s with the 11 source columns, {figures['ceiling_narrow_agg_rows_per_s']:,.0f}"
-              " with 2 (Spark 4.2 prunes no columns of Python sources)")
+        jvm = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
+        meter = CpuMeter(jvm.pid, broker.process.pid) if broker.process else None
+        read_cases(spark, broker, parquet_dir, rows, args.repeat, figures, meter)
+        if args.no_sink:
+            return _finish(figures, args.json)
         # the first streaming query of a session also pays worker start-ups: warm up first
         sink_case(spark, broker, parquet_dir, rows, work, "bench_sink_warm", False)
         figures["sink_rows_per_s"] = sink_case(spark, broker, parquet_dir, rows, work,
@@ -212,7 +319,11 @@ def main(argv: list[str]) -> int:
         spark.stop()
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    if args.json:
+    return _finish(figures, args.json)
+
+
+def _finish(figures: dict[str, float], as_json: bool) -> int:
+    if as_json:
         print(json.dumps({key: round(value, 4) for key, value in figures.items()},
                          sort_keys=True))
     return 0

@@ -1,7 +1,8 @@
 """A Python data source with no IO at all, for bench_spark: Spark 4.2's own ceiling.
 
-`read()` yields the same pre-built Arrow batch again and again, either in rocketha's full
-11-column source schema (`narrow=0`) or as just `queueId INT, body BINARY` (`narrow=1`). What
+`read()` yields the same pre-built Arrow batch again and again, in rocketha's 11 columns
+(`shape=all`), its lean default 7 (`shape=default`) or just `queueId INT, body BINARY`
+(`shape=narrow`). What
 the aggregation reaches over it is what any Python source can reach on this machine: the cost
 of Python workers, the Arrow stream into the JVM and the Arrow -> row conversion, with nothing
 read. The gap between the two shapes is the cost of columns Spark cannot prune for Python
@@ -16,12 +17,15 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from connector.source import SOURCE_ARROW_SCHEMA, SOURCE_DDL
+from connector.columns import ALL_COLUMN_NAMES, DEFAULT_COLUMN_NAMES, source_ddl
+from connector.source import SOURCE_ARROW_SCHEMA
 
 __all__ = ["CeilingSource"]
 
 BATCH_ROWS = 4096
 BODY_BYTES = 100
+SHAPES = {"all": ALL_COLUMN_NAMES, "default": DEFAULT_COLUMN_NAMES,
+          "narrow": ("queueId", "body")}
 
 
 class _Part(InputPartition):
@@ -29,23 +33,22 @@ class _Part(InputPartition):
         self.rows = rows
 
 
-def _batch(rows: int, narrow: bool) -> pa.RecordBatch:
+def _batch(rows: int, shape: str) -> pa.RecordBatch:
     bodies = pa.array([b"x" * BODY_BYTES] * rows, pa.binary())
     queue_ids = pa.array([0] * rows, pa.int32())
-    if narrow:
-        return pa.record_batch({"queueId": queue_ids, "body": bodies})
     nulls = pa.nulls(rows, pa.string())
     stamps = pa.array([0] * rows, pa.timestamp("us", "UTC"))
     columns = [pa.array(["bench"] * rows), pa.array(["broker-a"] * rows), queue_ids,
                pa.array(range(rows), pa.int64()), pa.array([f"{n:032X}" for n in range(rows)]),
                nulls, nulls, bodies, pa.nulls(rows, pa.map_(pa.string(), pa.string())),
                stamps, stamps]
-    return pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
+    full = pa.RecordBatch.from_arrays(columns, schema=SOURCE_ARROW_SCHEMA)
+    return full.select(list(SHAPES[shape]))
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, rows: int, partitions: int, narrow: bool) -> None:
-        self.rows, self.partitions_count, self.narrow = rows, partitions, narrow
+    def __init__(self, rows: int, partitions: int, shape: str) -> None:
+        self.rows, self.partitions_count, self.shape = rows, partitions, shape
 
     def partitions(self) -> list[InputPartition]:
         share, extra = divmod(self.rows, self.partitions_count)
@@ -54,7 +57,7 @@ class _Reader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Part)
-        batch = _batch(BATCH_ROWS, self.narrow)
+        batch = _batch(BATCH_ROWS, self.shape)
         left = partition.rows
         while left > 0:
             yield batch if left >= BATCH_ROWS else batch.slice(0, left)
@@ -62,15 +65,15 @@ class _Reader(DataSourceReader):
 
 
 class CeilingSource(DataSource):
-    """Options: rows, partitions, narrow ("1" for two columns)."""
+    """Options: rows, partitions, shape (all | default | narrow)."""
 
     @classmethod
     def name(cls) -> str:
         return "rocketha_ceiling"
 
     def schema(self) -> str:
-        return "queueId INT, body BINARY" if self.options.get("narrow") == "1" else SOURCE_DDL
+        return source_ddl(SHAPES[self.options.get("shape", "all")])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _Reader(int(self.options["rows"]), int(self.options.get("partitions", "8")),
-                       self.options.get("narrow") == "1")
+                       self.options.get("shape", "all"))

@@ -69,6 +69,10 @@ def source(**extra: str) -> dict[str, str]:
     ({"brokers": "127.0.0.1:1", "assign": "nope"}, "assign"),
     (source(startingTimestamp="1", startingOffsetsByTimestamp='{"orders": {"b:0": 1}}'),
      "startingTimestamp"),
+    (source(includeProperties="yes"), "includeProperties"),
+    (source(columns="body, colour"), "unknown column 'colour'"),
+    (source(columns="body,body"), "listed twice"),
+    (source(columns="body", includeMetadata="true"), "columns excludes"),
 ])
 def test_bad_source_option_names_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(OptionError, match=named):
@@ -85,6 +89,21 @@ def test_options_are_case_insensitive_and_pickle() -> None:
     assert parsed.starting == ""  # batch: earliest, streaming: latest (decided by the caller)
     assert pickle.loads(pickle.dumps(parsed)) == parsed
     assert parsed.topic_matches("a") and not parsed.topic_matches("c")
+
+
+def test_default_columns_are_lean_and_options_add_groups() -> None:
+    assert parse_source_options(source()).columns == (
+        "topic", "queueId", "queueOffset", "key", "tags", "body", "storeTimestamp")
+    assert parse_source_options(source(includeProperties="true")).columns == (
+        "topic", "queueId", "queueOffset", "key", "tags", "body", "properties",
+        "storeTimestamp")
+    everything = ("topic", "brokerName", "queueId", "queueOffset", "msgId", "key", "tags",
+                  "body", "properties", "bornTimestamp", "storeTimestamp")
+    assert parse_source_options(source(includeProperties="true",
+                                       includeMetadata="true")).columns == everything
+    assert parse_source_options(source(columns="*")).columns == everything
+    assert parse_source_options(source(columns=" BODY,queueid ")).columns == ("body",
+                                                                              "queueId")
 
 
 def test_pattern_and_assign_select_topics() -> None:

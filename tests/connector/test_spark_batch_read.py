@@ -62,8 +62,24 @@ def expected_rows(queue_ids: range, start: int, end: int, tags: tuple[str, ...] 
             if ("TagA" if i % 2 == 0 else "TagB") in tags]
 
 
-def test_batch_read_equals_the_stored_messages(spark, broker, loaded) -> None:
+def test_default_schema_is_lean(spark, broker, loaded) -> None:
+    """Like Spark's Kafka source: what most jobs read; the rest on request."""
     df = read(spark, broker, subscribe=TOPIC)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("topic", "string"), ("queueId", "int"), ("queueOffset", "bigint"), ("key", "string"),
+        ("tags", "string"), ("body", "binary"), ("storeTimestamp", "timestamp")]
+    full = read(spark, broker, subscribe=TOPIC, includeProperties="true",
+                includeMetadata="true")
+    assert_df_equality(df, full.select(*df.columns), ignore_row_order=True)
+    with_properties = read(spark, broker, subscribe=TOPIC, includeProperties="true")
+    assert with_properties.columns == df.columns[:-1] + ["properties", "storeTimestamp"]
+    picked = read(spark, broker, subscribe=TOPIC, columns="msgId, body")
+    assert picked.columns == ["msgId", "body"]
+    assert picked.select("msgId").distinct().count() == QUEUES * PER_QUEUE
+
+
+def test_batch_read_equals_the_stored_messages(spark, broker, loaded) -> None:
+    df = read(spark, broker, subscribe=TOPIC, includeProperties="true", includeMetadata="true")
     assert [f.name for f in df.schema.fields] == [
         "topic", "brokerName", "queueId", "queueOffset", "msgId", "key", "tags", "body",
         "properties", "bornTimestamp", "storeTimestamp"]
@@ -125,6 +141,7 @@ def test_declared_schema_projects_the_columns(spark, broker, loaded) -> None:
     assert [(f.name, f.dataType.simpleString()) for f in projected.schema.fields] == [
         ("queueId", "int"), ("body", "binary")]
     full = read(spark, broker, subscribe=TOPIC)
+    assert "brokerName" not in full.columns
     assert projected.count() == QUEUES * PER_QUEUE
     assert_df_equality(projected, full.select("queueId", "body"), ignore_row_order=True)
 
@@ -136,7 +153,7 @@ def test_declared_schema_in_another_order(spark, broker, loaded) -> None:
     projected = read(spark, broker, ddl, subscribe=TOPIC, startingOffsets=json.dumps(
         {TOPIC: {"broker-a:1": 4}}), endingOffsets=json.dumps({TOPIC: {"broker-a:0": 0}}))
     assert projected.columns == columns
-    full = read(spark, broker, subscribe=TOPIC, startingOffsets=json.dumps(
+    full = read(spark, broker, subscribe=TOPIC, columns="*", startingOffsets=json.dumps(
         {TOPIC: {"broker-a:1": 4}}), endingOffsets=json.dumps({TOPIC: {"broker-a:0": 0}}))
     as_json = F.to_json("properties").alias("properties")  # maps don't sort
     got = projected.select(*[as_json if c == "properties" else c for c in columns])

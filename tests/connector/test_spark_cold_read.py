@@ -58,7 +58,7 @@ def tiered_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
 
 
 def _options(broker: BrokerProcess, **extra: str) -> dict[str, str]:
-    return {"brokers": broker.endpoint, "subscribe": TOPIC, **extra}
+    return {"brokers": broker.endpoint, "subscribe": TOPIC, "columns": "*", **extra}
 
 
 def _rows(spark, options: dict[str, str]) -> list[tuple]:  # type: ignore[no-untyped-def]

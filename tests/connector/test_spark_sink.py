@@ -41,7 +41,7 @@ def stored_count(broker: BrokerProcess, topic: str) -> int:
 
 def read_topic(spark, broker: BrokerProcess, topic: str):  # type: ignore[no-untyped-def]
     return (spark.read.format("rocketha").option("brokers", broker.endpoint)
-            .option("subscribe", topic).load())
+            .option("subscribe", topic).option("includeProperties", "true").load())
 
 
 def duplicates_dropped(broker: BrokerProcess) -> int:
