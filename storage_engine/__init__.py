@@ -12,12 +12,15 @@ from storage_engine.errors import (
     ConfigError,
     CorruptFileError,
     CorruptRecordError,
+    InvalidNameError,
+    ReplicatedDataError,
     StorageError,
     StoreLockedError,
     TruncateBelowConfirmError,
 )
 from storage_engine.files import atomic_write_bytes
 from storage_engine.message_store import MessageStore, StoreStats
+from storage_engine.names import check_topic_name, topic_name_error
 from storage_engine.messages import (
     GetResult,
     Message,
@@ -49,6 +52,7 @@ __all__ = [
     "FlushDiskType",
     "GetResult",
     "GetStatus",
+    "InvalidNameError",
     "Message",
     "MessageBatch",
     "MessageStore",
@@ -58,6 +62,7 @@ __all__ = [
     "RECORD_HEADER",
     "RecordBlock",
     "RecoveryScan",
+    "ReplicatedDataError",
     "RetentionService",
     "STORE_PROPERTY_KEYS",
     "StorageError",
@@ -68,6 +73,7 @@ __all__ = [
     "TagFilter",
     "TruncateBelowConfirmError",
     "atomic_write_bytes",
+    "check_topic_name",
     "decode_properties",
     "decode_record",
     "encode_properties",
@@ -75,4 +81,5 @@ __all__ = [
     "java_string_hash",
     "make_msg_id",
     "scan_record",
+    "topic_name_error",
 ]

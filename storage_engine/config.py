@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage_engine.errors import ConfigError
+from storage_engine.names import QUEUE_ID_MAX, TOPIC_LENGTH_MAX
 
 __all__ = ["FlushDiskType", "STORE_PROPERTY_KEYS", "StoreConfig", "TieredStoreConfig"]
 
@@ -21,8 +22,6 @@ MiB = 1024 * 1024
 CONSUME_QUEUE_ENTRY_SIZE_BYTES = 20
 BLANK_RECORD_SIZE_BYTES = 8
 PROPERTIES_SIZE_MAX_BYTES = 32767  # Java Short.MAX_VALUE: the properties length is a 2-byte short
-TOPIC_LENGTH_MAX = 127
-QUEUE_ID_MAX = 65535
 
 
 class FlushDiskType(enum.Enum):

@@ -56,6 +56,7 @@ from storage_engine import (
     MessageStore,
     RecordBlock,
     TagFilter,
+    topic_name_error,
 )
 
 __all__ = ["BrokerService"]
@@ -63,7 +64,6 @@ __all__ = ["BrokerService"]
 logger = logging.getLogger(__name__)
 
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
-_TOPIC_NAME_MAX = 127
 _MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset"})
 
 
@@ -406,6 +406,7 @@ class BrokerService(flight.FlightServerBase):
     def _delete_topic(self, request: dict[str, Any]) -> dict[str, Any]:
         """Delete a topic's config and queues (records age out with retention)."""
         name = _string(request, "topic")
+        _check_topic_name(name)
         if not self.topics.delete(name):
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
         self.store.delete_topic(name)
@@ -530,9 +531,7 @@ def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
 
 
 def _check_topic_name(name: str) -> None:
-    from_storage_rule = name and len(name) <= _TOPIC_NAME_MAX and all(
-        ch.isascii() and (ch.isalnum() or ch in "%|_-") for ch in name)
-    if not from_storage_rule:
+    if topic_name_error(name) is not None:  # the store's rule (storage_engine.names)
         raise RequestError("BAD_REQUEST", f"topic/group name {name[:40]!r} must match "
                            "^[%|a-zA-Z0-9_-]+$ and be at most 127 characters")
 
