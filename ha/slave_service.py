@@ -58,7 +58,6 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_BACKOFF_FACTOR_MAX = 8
 CONNECT_TIMEOUT_S = 3.0
-LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
 
 
 def _now_ms() -> int:
@@ -147,7 +146,7 @@ class SlaveService:
         """Run one link until it ends; True when it got as far as receiving data."""
         peer = "%s:%d" % self._master
         sock = FrameSocket(raw, body_bytes_max=self._config.frame_body_bytes_max, peer=peer,
-                           io_timeout_s=LINK_IO_TIMEOUT_S)
+                           io_timeout_s=self._config.frame_timeout_ms / 1000)
         store = self._store
         local = LocalLog(store.min_log_position, store.end_log_position,
                          store.confirm_log_position, store.epochs.entries,

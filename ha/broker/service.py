@@ -40,6 +40,7 @@ from connector.protocol import (
 )
 from ha.broker.arrow_codec import (
     BadBatch,
+    check_produce_schema,
     block_to_batch,
     empty_batch,
     records_to_batch,
@@ -100,7 +101,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except Exception as err:  # shell boundary: report with context, fail this call only
             logger.exception("%s failed", method.__name__)
-            raise _flight_error("INTERNAL_ERROR", f"{type(err).__name__}: {err}") from err
+            raise _flight_error("INTERNAL_ERROR", type(err).__name__) from None
 
     wrapper.__name__ = method.__name__
     return wrapper
@@ -198,24 +199,35 @@ class BrokerService(flight.FlightServerBase):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
         self.replication.check_writable()
         topic = self._topic_for_write(name)
+        try:  # the schema message comes first: a bad stream ends before any batch is read
+            check_produce_schema(reader.schema)
+        except BadBatch as err:
+            raise RequestError("BAD_SCHEMA", str(err)) from err
         for chunk in reader:  # bounded by the client's stream; each batch bounded below
             if chunk.data is None:
                 continue
+            # Each batch is checked as it arrives, and the first one over a limit ends the
+            # stream (the rest is never read). gRPC hands over one IPC message whole: pyarrow
+            # offers no hook before that, so one message can still cost its size in memory.
+            self._check_batch_size(chunk.data)
             reply = self.idempotence.put(  # drops batches stored before
                 chunk.data, functools.partial(self._put_batch, topic, chunk.data),
                 self.replication.settle)
             writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
-    def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
-        if batch.num_rows == 0:
-            return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
-                            "empty batch")
+    def _check_batch_size(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows > self.config.put_rows_max:
             raise RequestError("BATCH_TOO_LARGE", f"{batch.num_rows} rows > putRowsMax "
                                f"{self.config.put_rows_max}")
         if batch.nbytes > self.config.put_batch_bytes_max:
             raise RequestError("BATCH_TOO_LARGE", f"{batch.nbytes} bytes > putBatchBytesMax "
                                f"{self.config.put_batch_bytes_max}")
+
+    def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
+        if batch.num_rows == 0:
+            return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
+                            "empty batch")
+        self._check_batch_size(batch)
         try:
             rows = rows_from_batch(batch)
         except BadBatch as err:
@@ -275,7 +287,22 @@ class BrokerService(flight.FlightServerBase):
             raise RequestError("BAD_REQUEST", f"ticket: tag_filter: {err}") from err
         self._count("get_requests")
         # the stream's declared schema is the one every batch of _read has: the ticket's columns
-        return flight.GeneratorStream(request.schema(), self._read(request, tag_filter))
+        return flight.GeneratorStream(request.schema(),
+                                      self._typed_errors(self._read(request, tag_filter)))
+
+    def _typed_errors(self, stream: Iterator[tuple[pa.RecordBatch, pa.Buffer]]
+                      ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
+        """A stream's errors as typed Flight errors (it runs after `_guarded` has returned:
+        an exception left as it is would reach the client with its Python traceback)."""
+        try:
+            yield from stream
+        except flight.FlightError:
+            raise
+        except (RequestError, NotMasterError) as err:
+            raise _flight_error(err.name, str(err)) from None
+        except Exception as err:  # noqa: BLE001 - shell boundary: this call fails alone
+            logger.exception("a read stream failed")
+            raise _flight_error("INTERNAL_ERROR", type(err).__name__) from None
 
     def _read(self, request: GetTicket, tag_filter: TagFilter | None
               ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
@@ -467,7 +494,6 @@ class BrokerService(flight.FlightServerBase):
             "broker_name": self.config.broker_name,
             "broker_id": self.config.broker_id,
             "endpoint": self.endpoint,
-            "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
             "tiered": self._tier_stats(),
             "min_log_position": stats.min_log_position,

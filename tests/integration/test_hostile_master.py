@@ -30,7 +30,7 @@ from ha.link import FrameSocket
 from storage_engine import EpochEntry
 from storage_engine.record_format import encode_host, encode_record
 from tests.ha.replica_set import FAST_TIMERS, SEGMENT_BYTES, wait_for
-from tests.integration.broker_process import BrokerProcess
+from tests.integration.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -152,3 +152,53 @@ def test_a_slave_refuses_a_fake_masters_records_and_lives_on(
         assert all(topic["name"] != "../../.." for topic in topics), topics
     finally:
         slave.stop()
+
+
+def test_idle_strangers_and_half_frames_do_not_hold_the_ha_port(tmp_path: Path) -> None:
+    """haConnectionsMax slots taken by strangers that never say SlaveHello free up after
+    haHandshakeTimeoutMs; links over the cap are closed at accept; a frame sent in part is cut
+    after haFrameTimeoutMs; then the real slave gets in and replicates."""
+    ha_port = free_port()
+    limits = {"haConnectionsMax": "2", "haHandshakeTimeoutMs": "400", "haFrameTimeoutMs": "400"}
+    master = BrokerProcess(tmp_path / "master", brokerRole="SYNC_MASTER", totalReplicas="2",
+                           haListenPort=str(ha_port), **{**FAST_TIMERS, **limits}).start()
+    slave: BrokerProcess | None = None
+    strangers: list[socket.socket] = []
+    try:
+        strangers = [socket.create_connection(("127.0.0.1", ha_port), timeout=5)
+                     for _ in range(5)]
+        time.sleep(0.2)
+        assert sum(1 for sock in strangers if _closed_within(sock, 0.05)) >= 3  # over the cap
+        started = time.monotonic()
+        assert all(_closed_within(sock, 5.0) for sock in strangers)
+        assert time.monotonic() - started < 2.5
+        with socket.create_connection(("127.0.0.1", ha_port), timeout=5) as half:
+            half.sendall(encode_frame(Metadata(1, b"x" * 100))[:20])  # 20 of 120 bytes
+            started = time.monotonic()
+            assert _closed_within(half, 5.0)
+            assert time.monotonic() - started < 2.5
+        slave = BrokerProcess(tmp_path / "slave", brokerId="1", brokerRole="SLAVE",
+                              haMasterAddress=f"127.0.0.1:{ha_port}", haListenPort="0",
+                              **{**FAST_TIMERS, **limits}).start()
+        wait_for(lambda: [link for link in master.action("broker_info")["slaves"]
+                          if link["state"] == "TRANSFER"], 20, "the slave's link")
+        log = master.log.read_text()
+        assert "haConnectionsMax" in log and "haHandshakeTimeoutMs" in log
+        assert "haFrameTimeoutMs" in log
+        assert master.process is not None and master.process.poll() is None
+    finally:
+        for sock in strangers:
+            sock.close()
+        if slave is not None:
+            slave.stop()
+        master.stop()
+
+
+def _closed_within(sock: socket.socket, timeout_s: float) -> bool:
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
