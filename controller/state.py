@@ -100,7 +100,8 @@ def decode_command(data: bytes) -> Command:
         body = json.loads(data)
     except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
         raise CodecError("controller command", f"not JSON ({str(err)[:200]})") from err
-    if not isinstance(body, dict) or body.get("command") not in _COMMANDS:
+    if not isinstance(body, dict) or not isinstance(body.get("command"), str) or (
+            body["command"] not in _COMMANDS):
         raise CodecError("controller command", f"unknown command in {data[:80]!r}")
     kind = _COMMANDS[body.pop("command")]
     return kind.from_json(body)  # type: ignore[no-any-return]

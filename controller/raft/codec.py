@@ -88,9 +88,10 @@ def decode_message(data: bytes) -> Message:
         raise CodecError("raft message", "not a JSON object")
     if body.get("v") != CODEC_VERSION:
         raise CodecError("raft message", f"unsupported version {body.get('v')!r}")
-    kind = _KINDS.get(body.get("type"))  # type: ignore[arg-type]
+    name = body.get("type")
+    kind = _KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise CodecError("raft message", f"unknown type {body.get('type')!r}")
+        raise CodecError("raft message", f"unknown type {str(name)[:40]!r}")
     values: dict[str, Any] = {}
     for name in _FIELDS[kind]:
         if name not in body:
