@@ -116,7 +116,7 @@ def fuzz(args: list[str]) -> int:
         names = listing.stdout.split()
     for name in names:
         result = subprocess.run([str(python), "tests/fuzz/run.py", name, *args[1:]], cwd=ROOT,
-                                capture_output=True, text=True)
+                                capture_output=True, text=True, check=False)
         runs = re.findall(r"stat::number_of_executed_units: (\d+)", result.stderr)
         seconds = re.findall(r"Done \d+ runs in (\d+) second", result.stderr)
         if result.returncode != 0:
@@ -133,7 +133,7 @@ def lint(args: list[str]) -> int:
     """ruff over the tree. Not yet part of `test`: the tree is not clean (DEBTS.md 8)."""
     python = setup()
     result = subprocess.run([str(python), "-m", "ruff", "check", ".", "--statistics", *args],
-                            cwd=ROOT)
+                            cwd=ROOT, check=False)
     return result.returncode
 
 

@@ -433,7 +433,7 @@ class ControllerNode:
             # a broken invariant or a storage failure: stop rather than limp on
             self._die(err)
             raise
-        except Exception:  # noqa: BLE001 - a request this handler did not foresee fails alone
+        except Exception:  # a request this handler did not foresee fails alone
             logger.exception("%s: %s failed", self.prefix, action)
             return _reply_type(action)(status="INTERNAL_ERROR",
                                        leader_address=self.leader_address())

@@ -171,7 +171,7 @@ class SlaveService:
             logger.error("HA link to %s refused: %s", peer, err)
         except (FrameError, LinkClosedError, OSError, StorageError) as err:
             logger.info("HA link to %s ends: %s", peer, err)
-        except Exception:  # noqa: BLE001 - shell boundary: the link ends, the thread lives on
+        except Exception:  # shell boundary: the link ends, the thread lives on
             logger.exception("HA link to %s ends on an unexpected error", peer)
         finally:
             with self._lock:

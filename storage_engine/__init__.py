@@ -20,7 +20,6 @@ from storage_engine.errors import (
 )
 from storage_engine.files import atomic_write_bytes
 from storage_engine.message_store import MessageStore, StoreStats
-from storage_engine.names import check_topic_name, topic_name_error
 from storage_engine.messages import (
     GetResult,
     Message,
@@ -29,6 +28,7 @@ from storage_engine.messages import (
     RecordBlock,
     TagFilter,
 )
+from storage_engine.names import check_topic_name, topic_name_error
 from storage_engine.record_format import CRC_TAIL_SIZE_BYTES as RECORD_CHECKSUM_PAIR_BYTES
 from storage_engine.record_format import HEADER as RECORD_HEADER
 from storage_engine.record_format import (

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from storage_engine.errors import CorruptRecordError
+from storage_engine.names import topic_name_error
 from storage_engine.record_format import (
     BLANK_RECORD_SIZE_BYTES,
     HEADER,
@@ -28,8 +30,6 @@ from storage_engine.record_format import (
     scan_record,
     tags_code_of,
 )
-from storage_engine.errors import CorruptRecordError
-from storage_engine.names import topic_name_error
 from storage_engine.segment import Segment, SegmentQueue, discard_tail
 
 __all__ = ["CommitLog", "RecoveryScan", "RecordRef"]

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage_engine.errors import ConfigError
-from storage_engine.names import QUEUE_ID_MAX, TOPIC_LENGTH_MAX
 
 __all__ = ["FlushDiskType", "STORE_PROPERTY_KEYS", "StoreConfig", "TieredStoreConfig"]
 

@@ -30,8 +30,8 @@ entries the checkpoint does not vouch for by parsing the CommitLog, and recomput
 from __future__ import annotations
 
 import dataclasses
-import logging
 import itertools
+import logging
 import os
 import shutil
 import threading
@@ -51,7 +51,6 @@ from storage_engine.errors import (
     StorageError,
 )
 from storage_engine.flush import FlushService
-from storage_engine.names import QUEUE_ID_MAX, queue_dir, topic_name_error
 from storage_engine.messages import (
     GetResult,
     Message,
@@ -60,6 +59,7 @@ from storage_engine.messages import (
     RecordBlock,
     TagFilter,
 )
+from storage_engine.names import QUEUE_ID_MAX, queue_dir, topic_name_error
 from storage_engine.record_format import (
     HEADER,
     PROPERTIES_PAYLOAD_MAX_BYTES,

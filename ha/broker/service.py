@@ -40,8 +40,8 @@ from connector.protocol import (
 )
 from ha.broker.arrow_codec import (
     BadBatch,
-    check_produce_schema,
     block_to_batch,
+    check_produce_schema,
     empty_batch,
     records_to_batch,
     rows_from_batch,
@@ -300,7 +300,7 @@ class BrokerService(flight.FlightServerBase):
             raise
         except (RequestError, NotMasterError) as err:
             raise _flight_error(err.name, str(err)) from None
-        except Exception as err:  # noqa: BLE001 - shell boundary: this call fails alone
+        except Exception as err:  # shell boundary: this call fails alone
             logger.exception("a read stream failed")
             raise _flight_error("INTERNAL_ERROR", type(err).__name__) from None
 

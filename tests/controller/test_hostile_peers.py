@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from controller.transport import FRAME_HEADER, encode_frame
 from tests.controller.controller_process import ControllerGroup, call

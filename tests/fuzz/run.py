@@ -11,7 +11,6 @@ Python traceback and a `crash-<sha1>` file holding the input (replay: pass the f
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 

@@ -39,7 +39,7 @@ def seeds(target: str) -> list[bytes]:
                             "row_queue_ids": None, "log_position_end": 9}).encode()]
     if target == "config_parsing":
         return [b"brokerName=broker-a\nbrokerId=0\nlistenPort=10911\n",
-                b"controllerDLegerPeers=n1-127.0.0.1:9880\ncontrollerDLegerSelfId=n1\n"
-                b"controllerAddr=127.0.0.1:9876\n",
+                (b"controllerDLegerPeers=n1-127.0.0.1:9880\ncontrollerDLegerSelfId=n1\n"
+                 b"controllerAddr=127.0.0.1:9876\n"),
                 b"brokers=127.0.0.1:1\nsubscribe=t\nstartingOffsets=earliest\n"]
     raise KeyError(target)

@@ -12,7 +12,7 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
     record_runs      a replica's record bytes: walk_records,          CorruptRecordError
                      scan_run, group_entries, the per-record path
     ha_frames        HA link frames (decode_stream), then the slave   FrameError
-                     core's handling of each decoded frame
+                     and master cores' handling of each decoded frame
     raft_codec       a Raft message (decode_message)                  CodecError
     raft_core        messages built from the bytes, through the       CodecError (codec only);
                      codec, stepped into a 3-node RaftNode with a     the core may raise nothing
@@ -62,6 +62,8 @@ from ha.broker.config import BrokerConfig
 from ha.broker.config import parse_properties as parse_broker_properties
 from ha.errors import FrameError
 from ha.frames import decode_stream
+from ha.master_core import MasterLog, MasterReplication, MasterSettings
+from ha.quorum import QuorumSettings
 from ha.slave_core import LocalLog, SlaveReplication
 from storage_engine import ConfigError as StoreConfigError
 from storage_engine import CorruptRecordError, EpochEntry, decode_record, scan_record
@@ -139,6 +141,7 @@ def ha_frames(data: bytes) -> None:
         frames, _used = decode_stream(data, FRAME_BODY_BYTES_MAX)
     except FrameError:
         return
+    _master_side(frames)
     core = SlaveReplication(broker_id=1, heartbeat_interval_ms=100,
                             housekeeping_interval_ms=1000, fsync_before_ack=False)
     local = LocalLog(0, 300, 100, (EpochEntry(1, 0), EpochEntry(2, 200)), SEGMENT_BYTES)
@@ -149,6 +152,22 @@ def ha_frames(data: bytes) -> None:
         if core.state.value == "CLOSED":
             core.link_down()
             core.link_up(local, now_ms=now_ms)
+
+
+def _master_side(frames: list[Any]) -> None:
+    """The same frames as a (hostile) slave's, into the master core of one link."""
+    quorum = QuorumSettings(total_replicas=3, in_sync_replicas=2, min_in_sync_replicas=1,
+                            auto_in_sync_replicas=True, gap_not_in_sync_bytes_max=1 << 20,
+                            all_ack_in_sync_state_set=False)
+    master = MasterReplication(MasterSettings(quorum=quorum, segment_size_bytes=SEGMENT_BYTES),
+                               broker_id=0, master_epoch=2, endpoint="127.0.0.1:1",
+                               master_log_position=400, confirm_log_position=100, now_ms=0)
+    log = MasterLog(0, 400, (EpochEntry(1, 0), EpochEntry(2, 200)))
+    master.link_opened(1, now_ms=0)
+    for now_ms, frame in enumerate(frames, start=1):
+        master.on_frame(1, frame, log, now_ms=now_ms)
+        master.next_send(1, log, now_ms=now_ms)
+        master.on_tick(log, now_ms=now_ms)
 
 
 # -- Raft ------------------------------------------------------------------------------------

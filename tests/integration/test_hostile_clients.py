@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector.protocol import PutReply, decode_error_text, produce_descriptor_command
 from tests.integration.broker_process import BrokerProcess
