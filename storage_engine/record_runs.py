@@ -139,8 +139,7 @@ def scan_run(data: object, positions: np.ndarray, sizes: np.ndarray, base_positi
     `base_position` + relative) that share the first record's topic: at least one."""
     raw = np.frombuffer(data, dtype=np.uint8)  # type: ignore[call-overload]
     body_sizes = _gather(raw, positions + _BODY_SIZE_AT, 4, ">i4")
-    _check(positions, (body_sizes < 0) | (body_sizes > sizes - (RECORD_SIZE_MIN_BYTES
-                                                                - HEADER_SIZE_BYTES)),
+    _check(positions, (body_sizes < 0) | (body_sizes > sizes - RECORD_SIZE_MIN_BYTES),
            "BODYLENGTH does not fit in TOTALSIZE")
     topic_at = positions + HEADER_SIZE_BYTES + body_sizes
     topic_sizes = raw[topic_at].astype(np.int64)

@@ -5,7 +5,8 @@ frames, Raft codec and core, controller API messages, Flight tickets and replies
 Spark options) survives arbitrary input: it returns, or raises the module's typed decode error.
 Method: the targets of tests/fuzz/targets.py (the same ones atheris drives, coverage-guided,
 with `build.py fuzz`) under hypothesis, with raw bytes and with inputs shaped like the format
-(JSON objects with the right keys, valid records, frames with valid headers), bounded examples.
+(JSON objects with the right keys, valid records, frames with valid headers), bounded examples;
+and every input atheris ever found a bug with (tests/fuzz/regressions/), replayed.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.targets import TARGETS
+
+REGRESSIONS = sorted((Path(__file__).parent / "fuzz" / "regressions").iterdir())
 
 EXAMPLES = 150
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
@@ -99,3 +103,9 @@ def test_shaped_input(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_hostile_classics(name: str, data: bytes) -> None:
     TARGETS[name](data)
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[path.name for path in REGRESSIONS])
+def test_fuzz_findings_stay_fixed(path: Path) -> None:
+    """Inputs atheris found (tests/fuzz/regressions/<target>-<sha>), replayed."""
+    TARGETS[path.name.rsplit("-", 1)[0]](path.read_bytes())
