@@ -10,6 +10,7 @@ exceptions below are for environmental failures and bad input at the API edge:
     ├── CorruptRecordError            bytes that do not decode as a record (names the position)
     │   └── ReplicatedDataError       a master's bytes a slave refused to index (cut, link ends)
     ├── InvalidNameError              a topic name / queue id no path may be built from
+    ├── QueueOffsetsError             records whose queue offsets do not continue their queue
     ├── CorruptFileError              a metadata file (checkpoint, epoch file) fails its checksum
     └── TruncateBelowConfirmError     a truncation would cut data below the confirm position
 
@@ -26,6 +27,7 @@ __all__ = [
     "CorruptFileError",
     "CorruptRecordError",
     "InvalidNameError",
+    "QueueOffsetsError",
     "ReplicatedDataError",
     "StorageError",
     "StoreLockedError",
@@ -74,6 +76,10 @@ class ReplicatedDataError(CorruptRecordError):
 
 class InvalidNameError(StorageError, ValueError):
     """A topic name or queue id that breaks the naming rule (storage_engine.names)."""
+
+
+class QueueOffsetsError(StorageError):
+    """Records to index whose queue offsets do not continue their ConsumeQueue."""
 
 
 class CorruptFileError(StorageError):

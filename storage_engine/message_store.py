@@ -48,6 +48,7 @@ from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY, ConsumeQueue
 from storage_engine.epoch import EpochFile
 from storage_engine.errors import (
     CorruptFileError,
+    QueueOffsetsError,
     StorageError,
 )
 from storage_engine.flush import FlushService
@@ -396,13 +397,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
                 if ref.queue_offset < expected:
                     continue  # already indexed
                 if ref.queue_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
-                    raise StorageError(
+                    raise QueueOffsetsError(
                         f"consume queue {ref.topic}/{ref.queue_id} ends at {expected} but the "
                         f"record at log_position {ref.log_position} has queue_offset "
                         f"{ref.queue_offset}")
                 group = pending[key] = (ref.queue_offset, [])
             elif ref.queue_offset != group[0] + len(group[1]):
-                raise StorageError(f"queue offsets of {key} are not contiguous at log_position "
+                raise QueueOffsetsError(f"queue offsets of {key} are not contiguous at log_position "
                                    f"{ref.log_position}")
             group[1].append(pack(ref.log_position, ref.size_bytes, ref.tags_code))
             count += 1

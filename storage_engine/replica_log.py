@@ -20,6 +20,7 @@ from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY
 from storage_engine.errors import (
     CorruptRecordError,
     InvalidNameError,
+    QueueOffsetsError,
     ReplicatedDataError,
     StorageError,
     TruncateBelowConfirmError,
@@ -82,12 +83,13 @@ class ReplicaLogMixin:
         Single-topic runs take the bulk path (record_runs), others the per-record one.
 
         Raises ReplicatedDataError when the master's bytes do not hold valid records (a bad
-        length, magic code or topic name): the log is cut back to the end of the last good
-        record (unless that is below the confirm position), so nothing unindexable stays."""
+        length, magic code or topic name, queue offsets that do not continue their queue): the
+        log is cut back to the end of the last good record (unless that is below the confirm
+        position), so nothing unindexable stays (recovery would stop on it at the next start)."""
         with self._lock:
             try:
                 return self._dispatch_replicated()
-            except (CorruptRecordError, InvalidNameError) as err:
+            except (CorruptRecordError, InvalidNameError, QueueOffsetsError) as err:
                 bad = self._dispatched
                 if isinstance(err, CorruptRecordError) and err.log_position >= 0:
                     bad = max(bad, err.log_position)
@@ -156,11 +158,11 @@ class ReplicaLogMixin:
                     continue
             first_offset = int(queue_offsets[0])
             if first_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
-                raise StorageError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
+                raise QueueOffsetsError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
                                    f"but replicated records start at queue_offset "
                                    f"{first_offset}")
             if not (np.diff(queue_offsets) == 1).all():
-                raise StorageError(f"queue offsets of {run.topic}/{queue_id} are not "
+                raise QueueOffsetsError(f"queue offsets of {run.topic}/{queue_id} are not "
                                    f"contiguous in replicated records from {first_offset}")
             queue.append(first_offset, entries.tobytes())
             offsets_of[queue_id] = first_offset + len(queue_offsets)

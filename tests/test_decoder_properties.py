@@ -69,6 +69,7 @@ _config_text = st.lists(st.tuples(st.sampled_from([
 SHAPED = {
     "record_codec": st.binary(max_size=600).map(lambda data: b"\x01" + data),
     "record_runs": st.binary(max_size=600).map(lambda data: b"\x01" + data),
+    "slave_indexer": st.binary(max_size=600).map(lambda data: b"\x01" + data),
     "ha_frames": _frames,
     "raft_codec": st.one_of(_raft_json, _shaped_json),
     "raft_core": st.binary(max_size=400),

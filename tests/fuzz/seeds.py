@@ -15,7 +15,7 @@ __all__ = ["seeds"]
 
 
 def seeds(target: str) -> list[bytes]:
-    if target in ("record_codec", "record_runs"):
+    if target in ("record_codec", "record_runs", "slave_indexer"):
         return [b"\x01", b"\x00"]
     if target == "ha_frames":
         hello = MasterHello(0, 2, 0, 400, 100, 1 << 20, "127.0.0.1:1",

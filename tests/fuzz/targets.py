@@ -11,6 +11,9 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
     record_codec     a CommitLog record (decode_record, scan_record)  CorruptRecordError
     record_runs      a replica's record bytes: walk_records,          CorruptRecordError
                      scan_run, group_entries, the per-record path
+    slave_indexer    a slave's MessageStore: append_replicated then   ReplicatedDataError
+                     dispatch_replicated (bad bytes cut, never below
+                     the confirm position)
     ha_frames        HA link frames (decode_stream), then the slave   FrameError
                      and master cores' handling of each decoded frame
     raft_codec       a Raft message (decode_message)                  CodecError
@@ -25,8 +28,12 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import random
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -66,7 +73,15 @@ from ha.master_core import MasterLog, MasterReplication, MasterSettings
 from ha.quorum import QuorumSettings
 from ha.slave_core import LocalLog, SlaveReplication
 from storage_engine import ConfigError as StoreConfigError
-from storage_engine import CorruptRecordError, EpochEntry, decode_record, scan_record
+from storage_engine import (
+    CorruptRecordError,
+    EpochEntry,
+    MessageStore,
+    ReplicatedDataError,
+    StoreConfig,
+    decode_record,
+    scan_record,
+)
 from storage_engine.commit_log import _record_ref
 from storage_engine.record_format import encode_host, encode_record
 from storage_engine.record_runs import group_entries, scan_run, walk_records
@@ -133,6 +148,46 @@ def record_runs(data: bytes) -> None:
             _record_ref(data, position, position, size)  # the per-record (interleaved) path
     except CorruptRecordError:
         return
+
+
+class _Slave:
+    """One store in /dev/shm (or the temp dir) reused across inputs: a fresh one costs 30 ms."""
+
+    store: MessageStore | None = None
+    directory = ""
+
+
+def _slave_store() -> MessageStore:
+    store = _Slave.store
+    if store is None or store.end_log_position > SEGMENT_BYTES // 2:
+        if store is not None:
+            store.close()
+            shutil.rmtree(_Slave.directory, ignore_errors=True)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        _Slave.directory = tempfile.mkdtemp(prefix="rocketha-fuzz-", dir=shm)
+        atexit.register(shutil.rmtree, _Slave.directory, True)
+        store = _Slave.store = MessageStore(_Slave.directory, StoreConfig(
+            commit_log_segment_size_bytes=SEGMENT_BYTES, message_size_max_bytes=4096,
+            consume_queue_segment_entries=1024), auto_confirm=False)
+    return store
+
+
+def slave_indexer(data: bytes) -> None:
+    """A slave's store: the master's bytes appended at its end, then indexed. Bad bytes are a
+    ReplicatedDataError and are cut (the confirm position, set from the input, is respected);
+    a partial record at the end waits for the next input."""
+    store = _slave_store()
+    payload = _mutated(data)[:8192]
+    if data[-1:] == b"\xff":  # sometimes confirm everything so far: a cut must stop there
+        store.set_confirm_log_position(store.dispatched_log_position)
+    confirm = store.confirm_log_position
+    store.append_replicated(store.end_log_position, payload)
+    try:
+        store.dispatch_replicated()
+    except ReplicatedDataError:
+        pass
+    assert store.confirm_log_position == confirm
+    assert confirm <= store.dispatched_log_position <= store.end_log_position
 
 
 # -- HA --------------------------------------------------------------------------------------
@@ -320,6 +375,7 @@ def _pairs(text: str) -> Iterator[tuple[str, str]]:
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "record_codec": record_codec,
     "record_runs": record_runs,
+    "slave_indexer": slave_indexer,
     "ha_frames": ha_frames,
     "raft_codec": raft_codec,
     "raft_core": raft_core,
