@@ -136,14 +136,18 @@ def test_forged_snapshots_do_not_replace_the_state(group: ControllerGroup) -> No
 
 
 def test_unchained_entries_are_rejected(group: ControllerGroup) -> None:
+    _assert_serving(group, "before-append")
     leader, follower, term = _roles(group)
-    bad = _counter(group, follower, "bad_frames")
-    entries = [[1, term, 0, ""], [1, term, 0, ""]]  # the same index twice: spun the Ready loop
-    _send(group, follower, _message("append", leader, follower, term, prev_index=0,
-                                    prev_term=0, entries=entries, commit_index=2))
-    backwards = [[5, term, 0, ""], [6, term - 1 if term > 1 else 0, 0, ""]]
-    _send(group, follower, _message("append", leader, follower, term, prev_index=4,
-                                    prev_term=0, entries=backwards, commit_index=0))
+    status = call(group.endpoint(follower), "controller_status")
+    bad, last = status["bad_frames"], status["commit_index"]  # idle: the last entry, this term
+    # The same index twice right after this node's log: both were appended, and the apply
+    # loop then waited for ever for an index that never came (the node stopped answering).
+    twice = [[last + 1, term, 0, ""], [last + 1, term, 0, ""]]
+    _send(group, follower, _message("append", leader, follower, term, prev_index=last,
+                                    prev_term=term, entries=twice, commit_index=last + 2))
+    backwards = [[last + 1, term, 0, ""], [last + 2, term - 1, 0, ""]]
+    _send(group, follower, _message("append", leader, follower, term, prev_index=last,
+                                    prev_term=term - 1, entries=backwards, commit_index=0))
     _assert_serving(group, "after-append")
     assert _counter(group, follower, "bad_frames") == bad + 2
 
