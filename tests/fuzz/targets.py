@@ -90,6 +90,7 @@ __all__ = ["TARGETS"]
 
 FRAME_BODY_BYTES_MAX = 1 << 20
 SEGMENT_BYTES = 1 << 20
+RAFT_CORE_INPUT_BYTES_MAX = 4096  # about 400 messages and ticks: enough for one scenario
 _HOST = encode_host("127.0.0.1", 1)
 
 
@@ -297,7 +298,7 @@ def _drain(node: RaftNode, storage: MemoryRaftStorage) -> None:
 def raft_core(data: bytes) -> None:
     """Messages built from the bytes go through the codec (as the transport does) and then
     into a node that holds a log; the core must neither raise nor spin."""
-    reader = _Bytes(data)
+    reader = _Bytes(data[:RAFT_CORE_INPUT_BYTES_MAX])
     storage = MemoryRaftStorage()
     entries = [Entry(i, 1 + i // 3, EntryKind.NORMAL, b"") for i in range(1, 7)]
     storage.save(snapshot=None, entries=entries, hard_state=HardState(2, None, 3))
