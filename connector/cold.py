@@ -53,7 +53,8 @@ class TierLocation:
     """Where a replica set's tier is and how to open it (plain values: pickled to executors)."""
 
     url: str
-    storage_options: tuple[tuple[str, str], ...] = ()
+    storage_options: tuple[tuple[str, str], ...] = dataclasses.field(default=(),
+                                                                      repr=False)  # secret
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -99,6 +99,11 @@ FETCH_MAX_BYTES = "fetchMaxBytes"
 FETCH_TIMEOUT_MS = "fetchTimeoutMs"
 READ_COLD_FROM_TIER = "readColdFromTier"
 TIER_STORAGE_OPTIONS = "tierStorageOptions"
+# The tier's S3 keys as options of their own: Spark's default spark.redaction.regex
+# ((?i)secret|password|token|access[.]?key) hides their values in plans and the UI, which it
+# cannot do for a "secret" inside tierStorageOptions' JSON.
+TIER_S3_ACCESS_KEY_ID = "tierS3AccessKeyId"
+TIER_S3_SECRET_ACCESS_KEY = "tierS3SecretAccessKey"
 TOPIC = "topic"
 ACCEPT_STATUSES = "acceptStatuses"
 EXACTLY_ONCE = "exactlyOnce"
@@ -114,7 +119,8 @@ READ_OPTIONS = frozenset(_COMMON + (
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
     MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, TAG_FILTER, READ_FROM_REPLICAS,
     GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
-    TIER_STORAGE_OPTIONS, INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
+    TIER_STORAGE_OPTIONS, TIER_S3_ACCESS_KEY_ID, TIER_S3_SECRET_ACCESS_KEY,
+    INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
 WRITE_OPTIONS = frozenset(_COMMON + (
     TOPIC, ACCEPT_STATUSES, EXACTLY_ONCE, WRITE_BATCH_ROWS, WRITE_BATCH_BYTES))
 # Spark adds these itself (writeStream's checkpoint, and its queryName: DataStreamWriter
@@ -154,7 +160,9 @@ class SourceOptions:
     fetch_max_bytes: int
     fetch_timeout_ms: int
     read_cold_from_tier: bool = False
-    tier_storage_options: tuple[tuple[str, str], ...] = ()  # for executors' object reads
+    # for executors' object reads; may hold the S3 secret: never in a repr
+    tier_storage_options: tuple[tuple[str, str], ...] = dataclasses.field(default=(),
+                                                                           repr=False)
     columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
 
     def topic_matches(self, topic: str) -> bool:
@@ -365,7 +373,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
         fetch_timeout_ms=_int(values, FETCH_TIMEOUT_MS, 60_000, 1),  # type: ignore[arg-type]
         read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
-        tier_storage_options=_string_map(values, TIER_STORAGE_OPTIONS),
+        tier_storage_options=_tier_storage_options(values),
         columns=_columns(values),
     )
 
@@ -398,6 +406,18 @@ def _columns(values: dict[str, str]) -> tuple[str, ...]:
     return tuple(result)
 
 
+def _tier_storage_options(values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """tierStorageOptions, with tierS3AccessKeyId / tierS3SecretAccessKey as `key`/`secret`."""
+    merged = dict(_string_map(values, TIER_STORAGE_OPTIONS))
+    for option, key in ((TIER_S3_ACCESS_KEY_ID, "key"), (TIER_S3_SECRET_ACCESS_KEY, "secret")):
+        if option in values:
+            if key in merged:
+                raise OptionError(f"option {option}: also given as {key!r} in "
+                                  f"{TIER_STORAGE_OPTIONS}; give it once")
+            merged[key] = values[option]
+    return tuple(sorted(merged.items()))
+
+
 def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str], ...]:
     """A JSON object of strings (e.g. S3 endpoint and credentials), sorted key/value pairs."""
     text = values.get(option)
@@ -405,8 +425,8 @@ def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str]
         return ()
     try:
         parsed = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise OptionError(f"option {option}: not JSON ({err})") from None
+    except (ValueError, RecursionError) as err:
+        raise OptionError(f"option {option}: not JSON ({str(err)[:100]})") from None
     if not isinstance(parsed, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
         raise OptionError(f"option {option}: expected a JSON object of strings")

@@ -60,5 +60,5 @@ class ColdRangePartition(InputPartition):
     start_queue_offset: int
     end_queue_offset: int
     tier_url: str
-    tier_storage_options: tuple[tuple[str, str], ...]
+    tier_storage_options: tuple[tuple[str, str], ...] = dataclasses.field(repr=False)  # secret
     pieces: tuple[object, ...]

@@ -24,7 +24,9 @@ the current one); `INVALID_MASTER` (the requester is not the current master); `I
 (a proposed SyncStateSet member is unknown, not alive, or the set lacks the master);
 `BROKER_NOT_REGISTERED`; `REPLICA_SET_NOT_FOUND`; `INVALID_REQUEST` (e.g. a set of another
 cluster, too many members); `BROKER_ALIVE` (refused to clean a broker that
-still heartbeats); `TOPIC_NOT_FOUND`; `BUSY` (the Raft log is full or slow: retry).
+still heartbeats); `TOPIC_NOT_FOUND`; `BUSY` (the Raft log is full or slow: retry);
+`INTERNAL_ERROR` (the request hit a case the controller did not foresee: it is logged there,
+the request failed alone, the controller keeps serving).
 
 How a broker in controller mode uses this (RocketMQ's ReplicasManager, simplified):
 1. `register_broker` with its client address at the leader (follow `NOT_LEADER` /
@@ -92,7 +94,7 @@ STATUSES = (
     "OK", "NOT_LEADER", "MASTER_STILL_EXIST", "MASTER_NOT_AVAILABLE", "ELECT_MASTER_FAILED",
     "FENCED_MASTER_EPOCH", "FENCED_SYNC_STATE_SET_EPOCH", "INVALID_MASTER", "INVALID_REPLICAS",
     "BROKER_NOT_REGISTERED", "REPLICA_SET_NOT_FOUND", "BROKER_ALIVE", "TOPIC_NOT_FOUND", "BUSY",
-    "INVALID_REQUEST",
+    "INVALID_REQUEST", "INTERNAL_ERROR",
 )
 ROLE_MASTER = "master"
 ROLE_SLAVE = "slave"
@@ -435,6 +437,11 @@ class ControllerStatusReply(JsonMessage):
     applied_index: int = 0
     snapshot_index: int = 0  # the log is compacted up to here
     state_digest: str = ""  # of the applied replicated state: equal on every caught-up node
+    # hostile or broken input since start (issue 16): Raft messages impossible for this node's
+    # log, frames that did not decode, inbound Raft connections refused or closed by a limit
+    rejected_messages: int = 0
+    bad_frames: int = 0
+    refused_connections: int = 0
 
 
 ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {

@@ -17,6 +17,11 @@
     raftHeartbeatIntervalTicks=1
     raftFrameBytesMax=8388608                       largest frame accepted from a peer
     raftSendQueueMax=4096                           messages queued per peer (then dropped)
+    raftConnectionsMax=16                           inbound Raft connections at once (more are
+                                                    closed at accept)
+    raftIdleTimeoutMs=60000                         an inbound connection silent this long is
+                                                    closed (a peer reconnects when it has news)
+    raftFrameTimeoutMs=5000                         a started frame must be whole within this
     snapshotEveryEntries=10000                      compact the Raft log after this many entries
     requestTimeoutMs=5000                           a client call waits this long for the log
     liveBrokersMax=10000                            brokers in the liveness table
@@ -122,6 +127,9 @@ class ControllerConfig:
     heartbeat_interval_ticks: int = 1
     frame_bytes_max: int = 8 << 20
     send_queue_max: int = 4096
+    connections_max: int = 16
+    idle_timeout_ms: int = 60_000
+    frame_timeout_ms: int = 5000
     snapshot_every_entries: int = 10_000
     request_timeout_ms: int = 5000
     live_brokers_max: int = 10_000
@@ -144,6 +152,9 @@ class ControllerConfig:
             ("raftHeartbeatIntervalTicks", self.heartbeat_interval_ticks, 1, 10_000),
             ("raftFrameBytesMax", self.frame_bytes_max, 4096, SNAPSHOT_BYTES_MAX + 65536),
             ("raftSendQueueMax", self.send_queue_max, 16, 1_000_000),
+            ("raftConnectionsMax", self.connections_max, 2, 4096),
+            ("raftIdleTimeoutMs", self.idle_timeout_ms, 100, 3_600_000),
+            ("raftFrameTimeoutMs", self.frame_timeout_ms, 10, 600_000),
             ("snapshotEveryEntries", self.snapshot_every_entries, 16, 10_000_000),
             ("requestTimeoutMs", self.request_timeout_ms, 100, 600_000),
             ("liveBrokersMax", self.live_brokers_max, 1, 1_000_000),
@@ -213,6 +224,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "raftHeartbeatIntervalTicks": ("heartbeat_interval_ticks", int),
     "raftFrameBytesMax": ("frame_bytes_max", int),
     "raftSendQueueMax": ("send_queue_max", int),
+    "raftConnectionsMax": ("connections_max", int),
+    "raftIdleTimeoutMs": ("idle_timeout_ms", int),
+    "raftFrameTimeoutMs": ("frame_timeout_ms", int),
     "snapshotEveryEntries": ("snapshot_every_entries", int),
     "requestTimeoutMs": ("request_timeout_ms", int),
     "liveBrokersMax": ("live_brokers_max", int),

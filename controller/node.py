@@ -64,7 +64,13 @@ from controller.api import (
 )
 from controller.config import ControllerConfig
 from controller.election import choose_master, failover_decision, positions_final
-from controller.errors import BusyError, CodecError, NotLeaderError, StoreLockedError
+from controller.errors import (
+    BusyError,
+    CodecError,
+    ControllerError,
+    NotLeaderError,
+    StoreLockedError,
+)
 from controller.liveness import LiveTable
 from controller.raft import (
     Entry,
@@ -76,6 +82,7 @@ from controller.raft import (
     RaftNode,
     ReadState,
     Role,
+    SnapshotRequest,
     save_ready,
 )
 from controller.state import (
@@ -157,6 +164,9 @@ class ControllerNode:
             self.config.node_id, peers, self._on_message,
             frame_bytes_max=self.config.frame_bytes_max,
             send_queue_max=self.config.send_queue_max,
+            connections_max=self.config.connections_max,
+            idle_timeout_ms=self.config.idle_timeout_ms,
+            frame_timeout_ms=self.config.frame_timeout_ms,
         )
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -200,6 +210,14 @@ class ControllerNode:
     def _on_message(self, message: Message) -> None:
         if self._fatal is not None:
             return  # stopping after a broken invariant: touch nothing more
+        if isinstance(message, SnapshotRequest) and message.term >= self.raft.term:
+            try:  # the core installs it whole: it must decode as a state first
+                ControllerState.restore(message.snapshot.data)
+            except CodecError as err:
+                self.raft.rejected_messages += 1
+                logger.warning("%s rejects a snapshot from %d: %s", self.prefix,
+                               message.from_id, err)
+                return
         try:
             self.raft.step(message)
             self._drain()
@@ -422,9 +440,14 @@ class ControllerNode:
             return _not_leader(action, err.leader_address)
         except BusyError:
             return _reply_type(action)(status="BUSY", leader_address=self.leader_address())
-        except Exception as err:  # a bug or a storage failure: stop rather than limp on
+        except (AssertionError, ControllerError, OSError) as err:
+            # a broken invariant or a storage failure: stop rather than limp on
             self._die(err)
             raise
+        except Exception:  # a request this handler did not foresee fails alone
+            logger.exception("%s: %s failed", self.prefix, action)
+            return _reply_type(action)(status="INTERNAL_ERROR",
+                                       leader_address=self.leader_address())
 
     def _status(self) -> ControllerStatusReply:
         raft = self.raft
@@ -432,7 +455,10 @@ class ControllerNode:
         return ControllerStatusReply(
             "OK", raft.node_id, raft.role.value, raft.term, raft.leader_id,
             self.leader_address(), raft.log.committed_index, raft.log.applied_index,
-            raft.log.snapshot.entry_index, digest,
+            raft.log.snapshot.entry_index, digest, raft.rejected_messages,
+            self._transport.bad_frames if self._transport else 0,
+            self._transport.refused_connections + self._transport.idle_closed
+            if self._transport else 0,
         )
 
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:

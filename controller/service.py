@@ -2,7 +2,9 @@
 
 The actions and their messages are listed in `controller.api`. A handler thread decodes and
 checks the body (a malformed one fails that call alone with a Flight error whose text starts
-with `controller error BAD_REQUEST:`), hands the request to the node's event loop, and waits
+with `controller error BAD_REQUEST:`; anything unforeseen with `controller error
+INTERNAL_ERROR:` and the exception's type, logged here: a client never gets a Python
+traceback), hands the request to the node's event loop, and waits
 at most requestTimeoutMs (+1 s) for the reply; outcomes (NOT_LEADER, fenced epochs, BUSY...)
 are JSON replies with a `status`, never errors. At most `REQUESTS_INFLIGHT_MAX` calls wait on
 the node at once; beyond that a call is answered BUSY at once.
@@ -49,9 +51,18 @@ class ControllerService(flight.FlightServerBase):
         self._slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        try:
+            return self._do_action(action)
+        except flight.FlightError:
+            raise
+        except Exception as err:  # shell boundary: this call fails alone, without a traceback
+            logger.exception("controller action %.40r failed", action.type)
+            raise _bad_request(type(err).__name__, "INTERNAL_ERROR") from None
+
+    def _do_action(self, action: flight.Action) -> Iterator[bytes]:
         spec = ACTIONS.get(action.type)
         if spec is None:
-            raise _bad_request(f"unknown action {action.type!r}; known: {sorted(ACTIONS)}",
+            raise _bad_request(f"unknown action {action.type[:40]!r}; known: {sorted(ACTIONS)}",
                                "UNKNOWN_ACTION")
         request_type, reply_type = spec
         body = action.body.to_pybytes() if action.body is not None else b""
@@ -60,8 +71,8 @@ class ControllerService(flight.FlightServerBase):
         try:
             parsed = json.loads(body or b"{}")
             request = request_type.from_json(parsed) if request_type is not None else None
-        except (ValueError, CodecError) as err:  # JSONDecodeError is a ValueError
-            raise _bad_request(f"{action.type}: {err}") from err
+        except (ValueError, RecursionError, CodecError) as err:  # JSONDecodeError: ValueError
+            raise _bad_request(f"{action.type}: {str(err)[:300]}") from None
         if not self._slots.acquire(blocking=False):
             return iter([json.dumps(reply_type(status="BUSY").to_json()).encode()])
         try:

@@ -98,9 +98,10 @@ def encode_command(command: Command) -> bytes:
 def decode_command(data: bytes) -> Command:
     try:
         body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CodecError("controller command", f"not JSON ({err})") from err
-    if not isinstance(body, dict) or body.get("command") not in _COMMANDS:
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
+        raise CodecError("controller command", f"not JSON ({str(err)[:200]})") from err
+    if not isinstance(body, dict) or not isinstance(body.get("command"), str) or (
+            body["command"] not in _COMMANDS):
         raise CodecError("controller command", f"unknown command in {data[:80]!r}")
     kind = _COMMANDS[body.pop("command")]
     return kind.from_json(body)  # type: ignore[no-any-return]
@@ -278,6 +279,8 @@ class ControllerState:
                     int(item["next_broker_id"]), info.master_broker_id, info.master_epoch,
                     info.sync_state_set, info.sync_state_set_epoch,
                 )
-        except (ValueError, KeyError, TypeError) as err:
-            raise CodecError("controller snapshot", str(err)) from err
+            if not isinstance(sets, list):
+                raise TypeError("replica_sets is not a list")
+        except (ValueError, KeyError, TypeError, RecursionError) as err:
+            raise CodecError("controller snapshot", str(err)[:200]) from err
         return state

@@ -10,6 +10,15 @@ reading (no allocation on a peer's word), checks the CRC, decodes the message, a
 connection on any error (the peer reconnects; Raft tolerates the lost messages). Nothing read
 from a socket is ever unpickled.
 
+Limits on the listener, so that strangers on the Raft port cannot use up the process (a
+controller once grew from 79 to 244 MB holding idle connections): at most `connections_max`
+inbound connections at once (raftConnectionsMax; one more is closed at accept, logged once per
+burst); a connection on which no frame starts within `idle_timeout_ms` is closed
+(raftIdleTimeoutMs: a real peer reconnects when it has something to say); a frame that has
+started must be complete within `frame_timeout_ms` (raftFrameTimeoutMs: a half-sent frame,
+one byte at a time, does not hold its buffer for ever). Memory held by inbound connections is
+thus at most connections_max x frame_bytes_max, for at most frame_timeout_ms at a time.
+
 Sending: one asyncio.Queue per peer, bounded by `send_queue_max`; when it is full, the new
 message is dropped (counted), as a lossy network would. Each peer has one sender task that
 (re)connects with a capped backoff and writes frames in order; while the peer is unreachable
@@ -41,7 +50,11 @@ BACKOFF_MAX_S = 1.0
 
 
 class FrameError(CodecError):
-    """A frame that breaks the format (bad magic, version, size or checksum)."""
+    """A frame that breaks the format (bad magic, version, size or checksum), or is cut short."""
+
+
+class IdleTimeoutError(Exception):
+    """No frame started on an inbound connection within raftIdleTimeoutMs."""
 
 
 def encode_frame(payload: bytes, kind: int = KIND_RAFT) -> bytes:
@@ -49,9 +62,28 @@ def encode_frame(payload: bytes, kind: int = KIND_RAFT) -> bytes:
                              zlib.crc32(payload)) + payload
 
 
-async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int) -> bytes:
-    """The payload of the next frame. Raises FrameError, or IncompleteReadError at EOF."""
-    header = await reader.readexactly(FRAME_HEADER.size)
+async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int,
+                     frame_timeout_s: float | None = None,
+                     idle_timeout_s: float | None = None) -> bytes:
+    """The payload of the next frame. Raises FrameError, or IncompleteReadError at EOF.
+
+    `idle_timeout_s`: the first byte must come within this (else IdleTimeoutError);
+    `frame_timeout_s`: once it is in, the whole frame must be within this (else FrameError)."""
+    try:
+        async with asyncio.timeout(idle_timeout_s):
+            first = await reader.readexactly(1)
+    except TimeoutError as err:
+        raise IdleTimeoutError(f"no frame within {idle_timeout_s} s (raftIdleTimeoutMs)") from err
+    try:
+        async with asyncio.timeout(frame_timeout_s):
+            return await _read_rest(reader, first, frame_bytes_max)
+    except TimeoutError as err:
+        raise FrameError("frame", f"not complete within {frame_timeout_s} s "
+                         "(raftFrameTimeoutMs)") from err
+
+
+async def _read_rest(reader: asyncio.StreamReader, first: bytes, frame_bytes_max: int) -> bytes:
+    header = first + await reader.readexactly(FRAME_HEADER.size - 1)
     magic, version, kind, length, crc = FRAME_HEADER.unpack(header)
     if magic != FRAME_MAGIC or version != FRAME_VERSION or kind != KIND_RAFT:
         raise FrameError("frame", f"bad header magic={magic:#x} version={version} kind={kind}")
@@ -72,6 +104,9 @@ class RaftTransport:
         *,
         frame_bytes_max: int,
         send_queue_max: int,
+        connections_max: int = 16,
+        idle_timeout_ms: int = 60_000,
+        frame_timeout_ms: int = 5000,
     ) -> None:
         self.node_id = node_id
         self._peers = {peer: address for peer, address in peers.items() if peer != node_id}
@@ -81,8 +116,13 @@ class RaftTransport:
         self._queues: dict[int, asyncio.Queue[bytes]] = {
             peer: asyncio.Queue(maxsize=send_queue_max) for peer in self._peers
         }
+        self._connections_max = connections_max
+        self._idle_timeout_s = idle_timeout_ms / 1000
+        self._frame_timeout_s = frame_timeout_ms / 1000
         self.dropped = 0
         self.bad_frames = 0
+        self.refused_connections = 0  # over connections_max
+        self.idle_closed = 0
         self._server: asyncio.Server | None = None
         self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
@@ -153,21 +193,39 @@ class RaftTransport:
 
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
+        if len(self._inbound) >= self._connections_max:
+            self.refused_connections += 1
+            if self.refused_connections & (self.refused_connections - 1) == 0:  # 1, 2, 4, ...
+                logger.warning("node %d refuses a Raft connection from %s: %d open "
+                               "(raftConnectionsMax; %d refused so far)", self.node_id,
+                               writer.get_extra_info("peername"), len(self._inbound),
+                               self.refused_connections)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._inbound[task] = writer
         try:
-            while True:  # until EOF or a bad frame
-                payload = await read_frame(reader, self._frame_bytes_max)
+            while True:  # until EOF, silence or a bad frame
+                payload = await read_frame(reader, self._frame_bytes_max,
+                                           self._frame_timeout_s, self._idle_timeout_s)
                 message = decode_message(payload)
                 if message.to_id != self.node_id:
                     raise FrameError("raft message", f"addressed to {message.to_id}")
                 self._on_message(message)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        except (asyncio.IncompleteReadError, OSError):
             pass
+        except IdleTimeoutError as err:
+            self.idle_closed += 1
+            logger.info("node %d closes a Raft connection from %s: %s", self.node_id,
+                        writer.get_extra_info("peername"), err)
         except CodecError as err:
             self.bad_frames += 1
-            logger.warning("node %d closes a peer connection: %s", self.node_id, err)
+            if self.bad_frames & (self.bad_frames - 1) == 0:  # 1, 2, 4, ...: no log flood
+                logger.warning("node %d closes a Raft connection from %s: %s (%d bad frames "
+                               "so far)", self.node_id, writer.get_extra_info("peername"), err,
+                               self.bad_frames)
         finally:
             del self._inbound[task]
             writer.close()
+

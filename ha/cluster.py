@@ -1,13 +1,15 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
-                        [--set key=value ...] [--controller-set key=value ...] [--hosts]
+                        [--set key=value ...] [--set-file FILE ...]
+                        [--controller-set key=value ...] [--hosts]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
 
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
-created, so a second `up` restarts what is not running and keeps data and ports). Brokers run
+created; it and the conf files are mode 0600, as they may hold `--set-file` secrets such as
+tieredS3SecretAccessKey, which `--set` refuses: a command line is visible to every user), so a second `up` restarts what is not running and keeps data and ports). Brokers run
 detached (own session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft
 group of controllers, started before the brokers (ha/cluster_controllers.py); `status` lists
 them with their role (leader/follower). With controllers, every broker runs in controller
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import string
 import subprocess
 import sys
@@ -41,11 +44,18 @@ from typing import Any
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
-from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
+from ha.local_processes import (
+    POLL_INTERVAL_S,
+    free_port,
+    pid_from_file,
+    stop_pid_file,
+    write_private_text,
+)
 
 __all__ = ["main"]
 
 STARTUP_TIMEOUT_S = 30.0
+SECRET_KEY = re.compile(r"(?i)secret|password|token")  # keys never taken from --set
 BROKERS_MAX = 26
 REPLICAS_MAX = 8
 
@@ -61,7 +71,7 @@ class Cluster:
         return json.loads(self.manifest_path.read_text())
 
     def save(self, manifest: dict[str, Any]) -> None:
-        self.manifest_path.write_text(json.dumps(manifest, indent=1))
+        write_private_text(self.manifest_path, json.dumps(manifest, indent=1))
 
     def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1,
              controller_addr: str = "", *, hosts: bool = False) -> dict[str, Any]:
@@ -101,7 +111,7 @@ class Cluster:
                                         masters.get(broker.get("set", "")))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
-            Path(broker["conf"]).write_text("\n".join(lines) + "\n")
+            write_private_text(broker["conf"], "\n".join(lines) + "\n")
         self.save(manifest)
         return manifest
 
@@ -205,13 +215,32 @@ def quorum_defaults(replicas: int) -> dict[str, str]:
             "minInSyncReplicas": "1"}
 
 
-def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser,
+                     files: list[Path] | None = None) -> dict[str, str]:
+    """`--set key=value` pairs, then the lines of each `--set-file` (which may hold secrets:
+    a secret key given with --set is refused, since `ps` shows every command line)."""
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             parser.error(f"--set expects key=value, got {pair!r}")
+        if SECRET_KEY.search(key):
+            parser.error(f"--set {key.strip()}=...: a secret on the command line is visible "
+                         "to every user (ps); put it in a file given with --set-file")
         overrides[key.strip()] = value.strip()
+    for path in files or []:
+        try:
+            text = path.read_text()
+        except OSError as err:
+            parser.error(f"--set-file {path}: {err.strerror}")
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip():
+                parser.error(f"--set-file {path}:{number}: not key=value")
+            overrides[key.strip()] = value.strip()
     return overrides
 
 
@@ -225,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--replicas", type=int, default=1, help="brokers per replica set")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker key for every broker")
+    up.add_argument("--set-file", action="append", default=[], type=Path, metavar="FILE",
+                    help="key=value lines for every broker, as --set (secrets go here: "
+                    "never on the command line)")
     up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a controller key for every controller")
     status = commands.add_parser("status")
@@ -252,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.replicas <= REPLICAS_MAX:
             parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas,
-                                controller_addr, hosts=args.hosts)
+        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
+                                args.replicas, controller_addr, hosts=args.hosts)
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)

@@ -19,7 +19,13 @@ from typing import Any
 import pyarrow.flight as flight
 
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts
-from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
+from ha.local_processes import (
+    POLL_INTERVAL_S,
+    free_port,
+    pid_from_file,
+    stop_pid_file,
+    write_private_text,
+)
 
 __all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
 
@@ -71,7 +77,7 @@ class LocalControllers:
         if not group:
             return []
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.manifest_path.write_text(json.dumps(manifest, indent=1))
+        write_private_text(self.manifest_path, json.dumps(manifest, indent=1))
         self.start_missing(group)
         leader = self.wait_leader(group)
         return [f"{c['name']} {host_of(c)}:{c['port']} "
@@ -111,7 +117,7 @@ class LocalControllers:
             lines = ["# written by rocketha-cluster (--controllers)"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             Path(controller["conf"]).parent.mkdir(parents=True, exist_ok=True)
-            Path(controller["conf"]).write_text("\n".join(lines) + "\n")
+            write_private_text(controller["conf"], "\n".join(lines) + "\n")
         return controllers
 
     @staticmethod

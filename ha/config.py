@@ -59,6 +59,11 @@ class HAConfig:
     reconnect_interval_ms: int = 1000  # haReconnectInterval (slave: pause between attempts)
     links_max: int = 16  # haConnectionsMax (slave links a master accepts at once)
     metadata_sync_interval_ms: int = 1000  # haMetadataSyncInterval (topics/offsets to slaves)
+    # a new link must say SlaveHello within this (idle strangers do not keep haConnectionsMax
+    # slots), and a started frame, or a send, must complete within haFrameTimeoutMs (a frame
+    # sent one byte at a time does not hold a link for ever)
+    handshake_timeout_ms: int = 5000  # haHandshakeTimeoutMs
+    frame_timeout_ms: int = 10_000  # haFrameTimeoutMs
 
     def __post_init__(self) -> None:
         if not isinstance(self.broker_role, BrokerRole):
@@ -81,6 +86,8 @@ class HAConfig:
         _range("haReconnectInterval", self.reconnect_interval_ms, 1, 3_600_000)
         _range("haConnectionsMax", self.links_max, 1, 1024)
         _range("haMetadataSyncInterval", self.metadata_sync_interval_ms, 1, 3_600_000)
+        _range("haHandshakeTimeoutMs", self.handshake_timeout_ms, 10, 3_600_000)
+        _range("haFrameTimeoutMs", self.frame_timeout_ms, 10, 3_600_000)
         if self.broker_role is BrokerRole.SLAVE:
             host, sep, port = self.master_address.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -154,5 +161,7 @@ _PROPERTY_MAP: dict[str, tuple[str, Any]] = {
     "haReconnectInterval": ("reconnect_interval_ms", int),
     "haConnectionsMax": ("links_max", int),
     "haMetadataSyncInterval": ("metadata_sync_interval_ms", int),
+    "haHandshakeTimeoutMs": ("handshake_timeout_ms", int),
+    "haFrameTimeoutMs": ("frame_timeout_ms", int),
 }
 HA_PROPERTY_KEYS = frozenset(_PROPERTY_MAP)

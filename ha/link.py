@@ -1,8 +1,11 @@
 """A framed HA link over a blocking TCP socket (the IO half of ha/frames.py).
 
-Timeouts: the socket keeps one timeout, `io_timeout_s`, for every send and receive (a peer that
-neither drains nor completes a frame within it is gone), and waiting for the next frame to start
-is a poll with its own idle timeout, so a reader's idle wait never shortens a writer's sends.
+Timeouts: the socket keeps one timeout, `io_timeout_s` (haFrameTimeoutMs), for every send (a
+peer that does not drain within it is gone); a frame, once its first byte is in, must be whole
+within the same time, measured from that byte (a deadline, not a per-recv timeout: a frame sent
+one byte at a time is cut); waiting for the next frame to start is a poll with its own idle
+timeout. Receiving polls instead of changing the socket's timeout, so a reader's waits never
+shorten a writer's sends.
 
 Sending: whole frames under a per-link lock (a link's reader and writer threads may both send).
 A Transfer goes out as its prefix then the CommitLog bytes, so the data is never copied into a
@@ -16,6 +19,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 
 from ha.errors import FrameError, LinkClosedError
 from ha.frames import (
@@ -37,6 +41,7 @@ class FrameSocket:
     def __init__(self, sock: socket.socket, *, body_bytes_max: int, peer: str,
                  io_timeout_s: float) -> None:
         self._sock = sock
+        self._io_timeout_s = io_timeout_s
         sock.settimeout(io_timeout_s)
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
@@ -70,17 +75,22 @@ class FrameSocket:
         first = self._sock.recv_into(header, FRAME_HEADER.size)
         if first == 0:
             raise LinkClosedError(f"{self.peer} closed the link")
-        self._recv_exact(header[first:])
+        deadline = time.monotonic() + self._io_timeout_s
+        self._recv_exact(header[first:], deadline)
         parsed = decode_header(header, self._body_bytes_max)
         size = parsed.body_size_bytes
         if len(self._buffer) < size:
             self._buffer = bytearray(max(size, min(2 * len(self._buffer), self._body_bytes_max)))
         body = memoryview(self._buffer)[:size]
-        self._recv_exact(body)
+        self._recv_exact(body, deadline)
         return decode_body(parsed, header[:8], body)
 
-    def _recv_exact(self, view: memoryview) -> None:
+    def _recv_exact(self, view: memoryview, deadline: float) -> None:
         while view:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0 or not self._poll.poll(remaining_ms):
+                raise FrameError(f"{self.peer}: frame not complete within "
+                                 f"{self._io_timeout_s:.1f} s (haFrameTimeoutMs)")
             try:
                 received = self._sock.recv_into(view)
             except TimeoutError as err:

@@ -3,7 +3,8 @@
 Each process it starts has a pid file; these helpers read it, tell whether that pid is still a
 live process (a zombie, ours or an unreaped orphan's, counts as dead: a SIGKILLed process
 lingers as one until reaped), stop it (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), and pick
-free ports.
+free ports. Files that may hold a secret (configurations, the manifest with `--set` values) are
+written with `write_private_text`: mode 0600, also when the file existed with another mode.
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ import time
 from pathlib import Path
 
 __all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "pid_alive", "pid_from_file",
-           "stop_pid_file"]
+           "stop_pid_file", "write_private_text"]
 
 STOP_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 0.05
+
+
+def write_private_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path`, readable by its owner only (0600, whatever it was before)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def free_port() -> int:

@@ -2,7 +2,10 @@
 
     threads                         what they do
     ha-accept                       accept slave links on haListenPort (bounded by haConnectionsMax
-                                    in the core), start a reader and a sender per link
+                                    here, before any thread starts, and in the core), start a
+                                    reader and a sender per link; a link that does not say
+                                    SlaveHello within haHandshakeTimeoutMs is closed, and every
+                                    started frame must be whole within haFrameTimeoutMs
     ha-read-<link>                  receive frames (SlaveHello, Ack, Refuse), feed the core, wake
                                     waiting puts
     ha-send-<link>                  ask the core what to send next (a CommitLog batch read from
@@ -64,7 +67,6 @@ logger = logging.getLogger(__name__)
 
 TICK_INTERVAL_MS = 50
 ACCEPT_POLL_S = 0.2
-LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
 
 
 def _now_ms() -> int:
@@ -128,6 +130,8 @@ class MasterService:
         self._cond = threading.Condition()
         self._links: dict[int, _LinkIO] = {}
         self._link_ids = itertools.count(1)
+        self.refused_links = 0  # over haConnectionsMax, closed at accept
+        self.handshake_timeouts = 0
         self._stopping = threading.Event()
         self._server = socket.create_server((host, config.listen_port), backlog=config.links_max)
         self._server.settimeout(ACCEPT_POLL_S)
@@ -240,10 +244,18 @@ class MasterService:
                 if self._stopping.is_set():
                     return
                 raise
+            if len(self._links) >= self._config.links_max:  # no threads for those over the cap
+                self.refused_links += 1
+                if self.refused_links & (self.refused_links - 1) == 0:  # 1, 2, 4, ...
+                    logger.warning("refusing an HA link from %s:%d: %d links open "
+                                   "(haConnectionsMax; %d refused so far)", address[0],
+                                   address[1], len(self._links), self.refused_links)
+                sock.close()
+                continue
             link_id = next(self._link_ids)
             link = _LinkIO(link_id, FrameSocket(sock, body_bytes_max=body_max,
                                                 peer=f"{address[0]}:{address[1]}",
-                                                io_timeout_s=LINK_IO_TIMEOUT_S))
+                                                io_timeout_s=self._config.frame_timeout_ms / 1000))
             with self._cond:
                 self._links[link_id] = link
                 later = self._apply_locked(self._core.link_opened(link_id, now_ms=_now_ms()))
@@ -256,11 +268,20 @@ class MasterService:
 
     def _read_loop(self, link: _LinkIO) -> None:
         idle_s = self._config.heartbeat_interval_ms / 1000.0
+        # a stranger that never says SlaveHello does not keep a haConnectionsMax slot
+        first_s: float | None = self._config.handshake_timeout_ms / 1000.0
         try:
             while not link.closed.is_set():
-                frame = link.sock.recv_frame(idle_timeout_s=idle_s)
+                frame = link.sock.recv_frame(idle_timeout_s=first_s or idle_s)
                 if frame is None:
+                    if first_s is not None:
+                        self.handshake_timeouts += 1
+                        logger.info("HA link %d (%s): no SlaveHello within %d ms "
+                                    "(haHandshakeTimeoutMs): closed", link.link_id,
+                                    link.sock.peer, self._config.handshake_timeout_ms)
+                        return
                     continue
+                first_s = None
                 with self._cond:
                     later = self._apply_locked(self._core.on_frame(
                         link.link_id, frame, self._log(), now_ms=_now_ms()))

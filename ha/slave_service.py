@@ -14,6 +14,12 @@
 Backoff: haReconnectInterval, doubled after each failed attempt up to RECONNECT_BACKOFF_FACTOR_MAX
 times it, reset once a link reaches TRANSFER. A handshake refusal (no common epoch, fork below
 confirm) is kept in `stats().last_refusal` for `broker info`, and retried at the slow rate.
+
+Nothing a master sends is trusted (issue 16): frames are checked by ha/frames.py, positions and
+epochs by the core, records by the store's dispatcher (`ReplicatedDataError`: the bad bytes are
+cut and the link is refused with an ERROR line), topic names before any path is built
+(storage_engine.names), metadata by `Replication._apply_metadata`. Any other error ends the
+link, logged with its traceback, and the loop reconnects: the thread never dies.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from ha.slave_core import (
     SlaveStats,
     Truncate,
 )
-from storage_engine import FlushDiskType, MessageStore, StorageError
+from storage_engine import FlushDiskType, MessageStore, ReplicatedDataError, StorageError
 
 __all__ = ["SlaveService"]
 
@@ -52,7 +58,6 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_BACKOFF_FACTOR_MAX = 8
 CONNECT_TIMEOUT_S = 3.0
-LINK_IO_TIMEOUT_S = 10.0  # a send, or the rest of a started frame, must finish within this
 
 
 def _now_ms() -> int:
@@ -169,7 +174,7 @@ class SlaveService:
         """Run one link until it ends; True when it got as far as receiving data."""
         peer = "%s:%d" % self._master
         sock = FrameSocket(raw, body_bytes_max=self._config.frame_body_bytes_max, peer=peer,
-                           io_timeout_s=LINK_IO_TIMEOUT_S)
+                           io_timeout_s=self._config.frame_timeout_ms / 1000)
         store = self._store
         local = LocalLog(store.min_log_position, store.end_log_position,
                          store.confirm_log_position, store.epochs.entries,
@@ -190,8 +195,12 @@ class SlaveService:
                     now_ms = _now_ms()
                     effects = [] if frame is None else self._core.on_frame(frame, now_ms=now_ms)
                     effects += self._core.on_tick(now_ms=now_ms)
+        except ReplicatedDataError as err:  # the master's bytes are not records: refuse them
+            logger.error("HA link to %s refused: %s", peer, err)
         except (FrameError, LinkClosedError, OSError, StorageError) as err:
             logger.info("HA link to %s ends: %s", peer, err)
+        except Exception:  # shell boundary: the link ends, the thread lives on
+            logger.exception("HA link to %s ends on an unexpected error", peer)
         finally:
             with self._lock:
                 self._core.link_down()

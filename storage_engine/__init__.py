@@ -12,6 +12,8 @@ from storage_engine.errors import (
     ConfigError,
     CorruptFileError,
     CorruptRecordError,
+    InvalidNameError,
+    ReplicatedDataError,
     StorageError,
     StoreLockedError,
     TruncateBelowConfirmError,
@@ -26,6 +28,7 @@ from storage_engine.messages import (
     RecordBlock,
     TagFilter,
 )
+from storage_engine.names import check_topic_name, topic_name_error
 from storage_engine.record_format import CRC_TAIL_SIZE_BYTES as RECORD_CHECKSUM_PAIR_BYTES
 from storage_engine.record_format import HEADER as RECORD_HEADER
 from storage_engine.record_format import (
@@ -49,6 +52,7 @@ __all__ = [
     "FlushDiskType",
     "GetResult",
     "GetStatus",
+    "InvalidNameError",
     "Message",
     "MessageBatch",
     "MessageStore",
@@ -58,6 +62,7 @@ __all__ = [
     "RECORD_HEADER",
     "RecordBlock",
     "RecoveryScan",
+    "ReplicatedDataError",
     "RetentionService",
     "STORE_PROPERTY_KEYS",
     "StorageError",
@@ -68,6 +73,7 @@ __all__ = [
     "TagFilter",
     "TruncateBelowConfirmError",
     "atomic_write_bytes",
+    "check_topic_name",
     "decode_properties",
     "decode_record",
     "encode_properties",
@@ -75,4 +81,5 @@ __all__ = [
     "java_string_hash",
     "make_msg_id",
     "scan_record",
+    "topic_name_error",
 ]

@@ -17,11 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from storage_engine.errors import CorruptRecordError
+from storage_engine.names import topic_name_error
 from storage_engine.record_format import (
     BLANK_RECORD_SIZE_BYTES,
     HEADER,
     HEADER_SIZE_BYTES,
     MESSAGE_MAGIC_CODE,
+    RECORD_SIZE_MIN_BYTES,
     encode_batch,
     encode_blank,
     scan_record,
@@ -238,12 +241,22 @@ class CommitLog:
 
 
 def _record_ref(data: object, relative: int, position: int, total: int) -> RecordRef:
+    """The dispatcher's fields of a record; its lengths and topic are checked (a replica's
+    records come from a master: CorruptRecordError rather than an IndexError or a bad path)."""
+    if total < RECORD_SIZE_MIN_BYTES:
+        raise CorruptRecordError(f"TOTALSIZE {total}", log_position=position)
     fields = HEADER.unpack_from(data, relative)  # type: ignore[arg-type]
     body_size = fields[14]
+    if not 0 <= body_size <= total - RECORD_SIZE_MIN_BYTES:
+        raise CorruptRecordError(f"BODYLENGTH {body_size} in TOTALSIZE {total}",
+                                 log_position=position)
     topic_at = relative + HEADER_SIZE_BYTES + body_size
-    raw = data[topic_at:relative + total]  # type: ignore[index]
+    raw = bytes(data[topic_at:relative + total])  # type: ignore[index]
     topic_size = raw[0]
-    topic = raw[1:1 + topic_size].decode("ascii")
+    topic = raw[1:1 + topic_size].decode("latin-1")
+    if 3 + topic_size > len(raw) or topic_name_error(topic) is not None:
+        raise CorruptRecordError(f"topic {topic[:40]!r} of {topic_size} bytes",
+                                 log_position=position)
     tags_code = tags_code_of(raw[3 + topic_size:])
     return RecordRef(position, total, topic, fields[3], fields[5], fields[10], tags_code)
 

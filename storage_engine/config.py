@@ -21,8 +21,6 @@ MiB = 1024 * 1024
 CONSUME_QUEUE_ENTRY_SIZE_BYTES = 20
 BLANK_RECORD_SIZE_BYTES = 8
 PROPERTIES_SIZE_MAX_BYTES = 32767  # Java Short.MAX_VALUE: the properties length is a 2-byte short
-TOPIC_LENGTH_MAX = 127
-QUEUE_ID_MAX = 65535
 
 
 class FlushDiskType(enum.Enum):

@@ -8,6 +8,9 @@ exceptions below are for environmental failures and bad input at the API edge:
     ├── ConfigError                   a StoreConfig field is invalid (names the key)
     ├── StoreLockedError              another process holds the store directory's lock file
     ├── CorruptRecordError            bytes that do not decode as a record (names the position)
+    │   └── ReplicatedDataError       a master's bytes a slave refused to index (cut, link ends)
+    ├── InvalidNameError              a topic name / queue id no path may be built from
+    ├── QueueOffsetsError             records whose queue offsets do not continue their queue
     ├── CorruptFileError              a metadata file (checkpoint, epoch file) fails its checksum
     └── TruncateBelowConfirmError     a truncation would cut data below the confirm position
 
@@ -23,6 +26,9 @@ __all__ = [
     "ConfigError",
     "CorruptFileError",
     "CorruptRecordError",
+    "InvalidNameError",
+    "QueueOffsetsError",
+    "ReplicatedDataError",
     "StorageError",
     "StoreLockedError",
     "TruncateBelowConfirmError",
@@ -62,6 +68,18 @@ class CorruptRecordError(StorageError):
         super().__init__(f"corrupt record{where}: {reason}")
         self.reason = reason
         self.log_position = log_position
+
+
+class ReplicatedDataError(CorruptRecordError):
+    """Bytes replicated from a master that do not hold valid records (a slave refuses them)."""
+
+
+class InvalidNameError(StorageError, ValueError):
+    """A topic name or queue id that breaks the naming rule (storage_engine.names)."""
+
+
+class QueueOffsetsError(StorageError):
+    """Records to index whose queue offsets do not continue their ConsumeQueue."""
 
 
 class CorruptFileError(StorageError):

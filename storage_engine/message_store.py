@@ -30,8 +30,8 @@ entries the checkpoint does not vouch for by parsing the CommitLog, and recomput
 from __future__ import annotations
 
 import dataclasses
-import logging
 import itertools
+import logging
 import os
 import shutil
 import threading
@@ -43,11 +43,12 @@ import numpy as np
 
 from storage_engine.checkpoint import Checkpoint, DirectoryLock, read_checkpoint, write_checkpoint
 from storage_engine.commit_log import CommitLog, RecordRef, RecoveryScan
-from storage_engine.config import QUEUE_ID_MAX, TOPIC_LENGTH_MAX, FlushDiskType, StoreConfig
+from storage_engine.config import FlushDiskType, StoreConfig
 from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY, ConsumeQueue
 from storage_engine.epoch import EpochFile
 from storage_engine.errors import (
     CorruptFileError,
+    QueueOffsetsError,
     StorageError,
 )
 from storage_engine.flush import FlushService
@@ -59,10 +60,10 @@ from storage_engine.messages import (
     RecordBlock,
     TagFilter,
 )
+from storage_engine.names import QUEUE_ID_MAX, queue_dir, topic_name_error
 from storage_engine.record_format import (
     HEADER,
     PROPERTIES_PAYLOAD_MAX_BYTES,
-    TOPIC_PATTERN,
     encode_host,
     encode_properties,
     java_string_hash,
@@ -182,10 +183,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         root = self.store_dir / "consumequeue"
         root.mkdir(exist_ok=True)
         for topic_dir in sorted(root.iterdir()):
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if not queue_dir.name.isdigit():
+            if topic_name_error(topic_dir.name) is not None or not topic_dir.is_dir():
+                logger.warning("ignoring %s: not a topic's ConsumeQueue directory", topic_dir)
+                continue
+            for directory in sorted(topic_dir.iterdir()):
+                if not directory.name.isdigit() or int(directory.name) > QUEUE_ID_MAX:
                     continue
-                queue = self._consume_queue(topic_dir.name, int(queue_dir.name))
+                queue = self._consume_queue(topic_dir.name, int(directory.name))
                 keep = self._last_trusted_entry(queue, trusted_below, log_end) + 1
                 queue.truncate_to_queue_offset(max(keep, queue.min_queue_offset))
 
@@ -219,8 +223,8 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     def _consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
         queue = self._queues.get(key)
-        if queue is None:
-            directory = self.store_dir / "consumequeue" / topic / str(queue_id)
+        if queue is None:  # the one place a queue's path is built: checked (names.py)
+            directory = queue_dir(self.store_dir / "consumequeue", topic, queue_id)
             queue = ConsumeQueue(directory, topic, queue_id,
                                  self.config.consume_queue_segment_entries)
             self._queues[key] = queue
@@ -278,11 +282,9 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         def illegal(reason: str) -> PutResult:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, error=reason)
 
-        topic = batch.topic
-        if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic):
-            return illegal(f"topic {topic!r} must match ^[%|a-zA-Z0-9_-]+$")
-        if len(topic) > TOPIC_LENGTH_MAX:
-            return illegal(f"topic {topic[:20]!r}... is {len(topic)} chars, max {TOPIC_LENGTH_MAX}")
+        reason = topic_name_error(batch.topic)
+        if reason is not None:
+            return illegal(reason)
         count = len(batch.bodies)
         if count == 0 or count > self.config.batch_messages_max:
             return illegal(f"batch of {count} messages, allowed 1..{self.config.batch_messages_max}")
@@ -395,13 +397,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
                 if ref.queue_offset < expected:
                     continue  # already indexed
                 if ref.queue_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
-                    raise StorageError(
+                    raise QueueOffsetsError(
                         f"consume queue {ref.topic}/{ref.queue_id} ends at {expected} but the "
                         f"record at log_position {ref.log_position} has queue_offset "
                         f"{ref.queue_offset}")
                 group = pending[key] = (ref.queue_offset, [])
             elif ref.queue_offset != group[0] + len(group[1]):
-                raise StorageError(f"queue offsets of {key} are not contiguous at log_position "
+                raise QueueOffsetsError(f"queue offsets of {key} are not contiguous at log_position "
                                    f"{ref.log_position}")
             group[1].append(pack(ref.log_position, ref.size_bytes, ref.tags_code))
             count += 1
@@ -668,13 +670,14 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
 
     def delete_topic(self, topic: str) -> int:
         """Drop a topic's ConsumeQueues (its records stay in the CommitLog until retention).
-        Returns the number of queues removed."""
+        Returns the number of queues removed. Raises InvalidNameError for a bad name."""
+        directory = queue_dir(self.store_dir / "consumequeue", topic)
         with self._lock:
             keys = [key for key in self._queues if key[0] == topic]
             for key in keys:
                 self._queues.pop(key).delete_all()
             self._next_queue_offsets.pop(topic, None)
-            shutil.rmtree(self.store_dir / "consumequeue" / topic, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
         return len(keys)
 
     def queues(self) -> list[tuple[str, int]]:

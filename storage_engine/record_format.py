@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import re
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
@@ -60,6 +59,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from storage_engine.errors import CorruptRecordError
+from storage_engine.names import TOPIC_PATTERN
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -103,7 +103,6 @@ _HEADER_DTYPE = np.dtype([  # HEADER as a numpy record, for the batch encoder
 ])
 assert _HEADER_DTYPE.itemsize == HEADER_SIZE_BYTES
 _DECIMAL_PLACES = 10 ** np.arange(10, dtype=np.int64)  # checksum digits, least significant first
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
 _BODY_CRC_AND_LEN = struct.Struct(">i")
@@ -342,6 +341,9 @@ def _check_record(buf: bytes | memoryview, pos: int, total: int) -> str | None:
     props_at = topic_at + 1 + topic_size + 2
     if props_at > pos + total:
         return f"topic length {topic_size} does not fit in TOTALSIZE {total}"
+    if not TOPIC_PATTERN.fullmatch(bytes(buf[topic_at + 1:topic_at + 1 + topic_size]).decode(
+            "latin-1")):
+        return "topic is not a valid name ([%|a-zA-Z0-9_-]{1,127})"
     (props_size,) = _U16.unpack_from(buf, props_at - 2)
     if 91 + body_size + topic_size + props_size != total:
         return f"lengths sum to {91 + body_size + topic_size + props_size}, TOTALSIZE {total}"

@@ -18,6 +18,14 @@ runs of equal-size records, see `walk_records`):
 
 `scan_run` takes the leading records that share one topic (a replica's batches are almost
 always one producer's topic); the caller repeats on the rest.
+
+The bytes come from a master, so nothing in them is trusted: the walk raises CorruptRecordError
+on a magic code that is neither a record's nor a BLANK's, or a TOTALSIZE below the smallest
+record; `scan_run` checks, for every record it returns and before it reads a field at an offset
+computed from another, that BODYLENGTH, TOPICLENGTH and PROPERTIESLENGTH add up to TOTALSIZE
+and that the topic is a valid name (storage_engine.names). Positions in the error are relative
+to `data`. (Checksums are verified only by recovery: a master that computes them can send any
+well-formed record, which without peer identity cannot be told from a real one.)
 """
 
 from __future__ import annotations
@@ -27,10 +35,14 @@ import struct
 
 import numpy as np
 
+from storage_engine.errors import CorruptRecordError
+from storage_engine.names import topic_name_error
 from storage_engine.record_format import (
+    BLANK_MAGIC_CODE,
     CRC_TAIL_SIZE_BYTES,
     HEADER_SIZE_BYTES,
     MESSAGE_MAGIC_CODE,
+    RECORD_SIZE_MIN_BYTES,
     tags_code_of,
 )
 
@@ -77,10 +89,13 @@ def walk_records(data: object, start: int, end: int
     step_until = 0  # walk one by one until this many singles were taken
     while position + 8 <= end:
         total, magic = unpack(data, position)  # type: ignore[arg-type]
-        if magic != MESSAGE_MAGIC_CODE:
+        if magic == BLANK_MAGIC_CODE:
             blank = True
             break
-        if total < HEADER_SIZE_BYTES or position + total > end:
+        if magic != MESSAGE_MAGIC_CODE or total < RECORD_SIZE_MIN_BYTES:
+            raise CorruptRecordError(f"magic code {magic:#010x}, TOTALSIZE {total}",
+                                     log_position=position)
+        if position + total > end:
             break
         count = (end - position) // total
         if len(singles) >= step_until and count >= STRIDE_RECORDS_MIN:
@@ -124,11 +139,22 @@ def scan_run(data: object, positions: np.ndarray, sizes: np.ndarray, base_positi
     `base_position` + relative) that share the first record's topic: at least one."""
     raw = np.frombuffer(data, dtype=np.uint8)  # type: ignore[call-overload]
     body_sizes = _gather(raw, positions + _BODY_SIZE_AT, 4, ">i4")
+    _check(positions, (body_sizes < 0) | (body_sizes > sizes - RECORD_SIZE_MIN_BYTES),
+           "BODYLENGTH does not fit in TOTALSIZE")
     topic_at = positions + HEADER_SIZE_BYTES + body_sizes
     topic_sizes = raw[topic_at].astype(np.int64)
+    properties_ends = topic_at + 3 + topic_sizes
+    _check(positions, properties_ends > positions + sizes, "TOPICLENGTH does not fit")
+    properties_sizes_all = _gather(raw, properties_ends - 2, 2, ">u2")
+    _check(positions, (properties_ends + properties_sizes_all != positions + sizes)
+           | (properties_sizes_all < CRC_TAIL_SIZE_BYTES),
+           "BODYLENGTH + TOPICLENGTH + PROPERTIESLENGTH != TOTALSIZE")
     first = int(topic_at[0])
     topic_size = int(topic_sizes[0])
     topic_bytes = bytes(raw[first + 1:first + 1 + topic_size])
+    reason = topic_name_error(topic_bytes.decode("latin-1"))
+    if reason is not None:
+        raise CorruptRecordError(reason, log_position=int(positions[0]))
     same = topic_sizes == topic_size
     if topic_size:
         candidates = np.nonzero(same)[0]
@@ -140,13 +166,18 @@ def scan_run(data: object, positions: np.ndarray, sizes: np.ndarray, base_positi
     queue_ids = _gather(raw, at + _QUEUE_ID_AT, 4, ">i4")
     queue_offsets = _gather(raw, at + _QUEUE_OFFSET_AT, 8, ">i8")
     properties_at = topic_at + 1 + topic_size
-    properties_sizes = _gather(raw, properties_at, 2, ">i2")
+    properties_sizes = properties_sizes_all[:count]
     tags_codes = np.zeros(count, dtype=np.int64)
     for index in np.nonzero(properties_sizes != CRC_TAIL_SIZE_BYTES)[0].tolist():
         start = int(properties_at[index]) + 2
         tags_codes[index] = tags_code_of(bytes(raw[start:start + int(properties_sizes[index])]))
     return RecordRun(topic_bytes.decode("ascii"), at + base_position, sizes[:count], queue_ids,
                      queue_offsets, tags_codes)
+
+
+def _check(positions: np.ndarray, bad: np.ndarray, reason: str) -> None:
+    if bad.any():
+        raise CorruptRecordError(reason, log_position=int(positions[int(np.argmax(bad))]))
 
 
 def group_entries(run: RecordRun) -> list[tuple[int, np.ndarray, np.ndarray]]:

@@ -17,7 +17,14 @@ import shutil
 import numpy as np
 
 from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY
-from storage_engine.errors import StorageError, TruncateBelowConfirmError
+from storage_engine.errors import (
+    CorruptRecordError,
+    InvalidNameError,
+    QueueOffsetsError,
+    ReplicatedDataError,
+    StorageError,
+    TruncateBelowConfirmError,
+)
 from storage_engine.record_runs import RecordRun, group_entries, scan_run, walk_records
 
 __all__ = ["BULK_RECORDS_MIN", "ReplicaLogMixin"]
@@ -73,15 +80,41 @@ class ReplicaLogMixin:
 
     def dispatch_replicated(self) -> int:
         """Index the complete records appended since the last call; returns how many.
-        Single-topic runs take the bulk path (record_runs), others the per-record one."""
+        Single-topic runs take the bulk path (record_runs), others the per-record one.
+
+        Raises ReplicatedDataError when the master's bytes do not hold valid records (a bad
+        length, magic code or topic name, queue offsets that do not continue their queue): the
+        log is cut back to the end of the last good record (unless that is below the confirm
+        position), so nothing unindexable stays (recovery would stop on it at the next start)."""
+        with self._lock:
+            try:
+                return self._dispatch_replicated()
+            except (CorruptRecordError, InvalidNameError, QueueOffsetsError) as err:
+                bad = self._dispatched
+                if isinstance(err, CorruptRecordError) and err.log_position >= 0:
+                    bad = max(bad, err.log_position)
+                cut = bad >= self._confirm
+                if cut:
+                    self.truncate_to(bad)
+                reason = err.reason if isinstance(err, CorruptRecordError) else str(err)
+                raise ReplicatedDataError(
+                    f"{reason} (replicated record; "
+                    f"{'cut there' if cut else 'below the confirm position: kept'})",
+                    log_position=bad) from err
+
+    def _dispatch_replicated(self) -> int:
         count = 0
         with self._lock:
             end = self._commit_log.end_log_position
             while self._dispatched < end:
                 segment = self._commit_log.segment_for(self._dispatched)
                 base = segment.base_position
-                positions, sizes, stop, blank = walk_records(
-                    segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
+                try:
+                    positions, sizes, stop, blank = walk_records(
+                        segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
+                except CorruptRecordError as err:
+                    raise CorruptRecordError(err.reason, log_position=base + err.log_position
+                                             ) from err
                 if len(positions):
                     count += self._dispatch_run(segment.map, positions, sizes, base)
                 segment_end = base + segment.size_bytes
@@ -96,7 +129,11 @@ class ReplicaLogMixin:
         """Index complete records in bulk, one leading same-topic run at a time."""
         done = 0
         while done < len(positions):
-            run = scan_run(data, positions[done:], sizes[done:], base)
+            try:
+                run = scan_run(data, positions[done:], sizes[done:], base)
+            except CorruptRecordError as err:
+                raise CorruptRecordError(err.reason, log_position=base + err.log_position
+                                         ) from err
             if len(run.log_positions) >= BULK_RECORDS_MIN:
                 self._dispatch_record_run(run)
                 done += len(run.log_positions)
@@ -121,11 +158,11 @@ class ReplicaLogMixin:
                     continue
             first_offset = int(queue_offsets[0])
             if first_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
-                raise StorageError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
+                raise QueueOffsetsError(f"consume queue {run.topic}/{queue_id} ends at {expected} "
                                    f"but replicated records start at queue_offset "
                                    f"{first_offset}")
             if not (np.diff(queue_offsets) == 1).all():
-                raise StorageError(f"queue offsets of {run.topic}/{queue_id} are not "
+                raise QueueOffsetsError(f"queue offsets of {run.topic}/{queue_id} are not "
                                    f"contiguous in replicated records from {first_offset}")
             queue.append(first_offset, entries.tobytes())
             offsets_of[queue_id] = first_offset + len(queue_offsets)

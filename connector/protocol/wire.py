@@ -41,6 +41,10 @@ topics — `GetFlightInfo(for_path(topic))`: one endpoint per readable queue, ea
 GetTicket from the queue's minimum; `ListFlights`: one FlightInfo per topic.
 
 admin — `DoAction(type, JSON body)` → one result, JSON. Types in ACTIONS.
+
+Decoding: every JSON decoder here raises ProtocolError, whatever the bytes (too deep, a
+5000-digit number, a missing key, an integer beyond 64 bits, a wrong type): never a
+RecursionError, KeyError or OverflowError (tests/connector/test_decoder_properties.py).
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ ACTIONS = (
 )
 
 JSON_BYTES_MAX = 1 << 20  # a ticket, descriptor or action body
+INT_LIMIT = 2**63  # integers in tickets and replies are signed 64-bit
 IDEMPOTENCE_PROPERTY = "__RH_IDEM"
 PRODUCER_ID_CHARS_MAX = 64
 
@@ -138,8 +143,8 @@ def decode_json_object(raw: bytes, what: str) -> dict[str, Any]:
         raise ProtocolError(f"{what} of {len(raw)} bytes exceeds {JSON_BYTES_MAX}")
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ProtocolError(f"{what} is not valid JSON: {err}") from err
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"{what} is not valid JSON: {str(err)[:200]}") from None
     if not isinstance(value, dict):
         raise ProtocolError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value
@@ -151,10 +156,12 @@ def _field(obj: dict[str, Any], name: str, kind: type, what: str, default: Any =
             raise ProtocolError(f"{what}: missing field {name!r}")
         return default
     value = obj[name]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ProtocolError(f"{what}: field {name!r} must be an integer, got {value!r}")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)
+                        or not -INT_LIMIT < value < INT_LIMIT):
+        raise ProtocolError(f"{what}: field {name!r} must be a 64-bit integer, got "
+                            f"{value!r:.40}")
     if kind is str and not isinstance(value, str):
-        raise ProtocolError(f"{what}: field {name!r} must be a string, got {value!r}")
+        raise ProtocolError(f"{what}: field {name!r} must be a string, got {value!r:.40}")
     return value
 
 
@@ -272,11 +279,23 @@ class PutReply:
 
     @classmethod
     def decode(cls, raw: bytes) -> PutReply:
-        obj = decode_json_object(raw, "put reply")
+        what = "put reply"
+        obj = decode_json_object(raw, what)
+        queues = obj.get("queues") or []
+        row_queue_ids = obj.get("row_queue_ids")
+        if not isinstance(queues, list) or not all(
+                isinstance(item, list) and len(item) == 3 and all(_is_int(v) for v in item)
+                for item in queues):
+            raise ProtocolError(f"{what}: queues must be [[queue_id, first, count], ...]")
+        if row_queue_ids is not None and (not isinstance(row_queue_ids, list) or not all(
+                _is_int(v) for v in row_queue_ids)):
+            raise ProtocolError(f"{what}: row_queue_ids must be a list of integers")
         return cls(
-            status=obj["status"], code=obj["code"], queues=obj.get("queues") or [],
-            row_queue_ids=obj.get("row_queue_ids"), log_position_end=obj.get("log_position_end", -1),
-            error=obj.get("error", ""), duplicate=bool(obj.get("duplicate", False)),
+            status=_field(obj, "status", str, what), code=_field(obj, "code", int, what),
+            queues=queues, row_queue_ids=row_queue_ids,
+            log_position_end=_field(obj, "log_position_end", int, what, -1),
+            error=_field(obj, "error", str, what, ""),
+            duplicate=bool(obj.get("duplicate", False)),
         )
 
     def row_offsets(self, row_count: int) -> list[tuple[int, int]]:
@@ -308,6 +327,13 @@ class GetReply:
 
     @classmethod
     def decode(cls, raw: bytes) -> GetReply:
-        obj = decode_json_object(raw, "get reply")
-        return cls(obj["status"], obj["code"], obj["next_queue_offset"], obj["min_queue_offset"],
-                   obj["max_queue_offset"])
+        what = "get reply"
+        obj = decode_json_object(raw, what)
+        return cls(_field(obj, "status", str, what), _field(obj, "code", int, what),
+                   _field(obj, "next_queue_offset", int, what),
+                   _field(obj, "min_queue_offset", int, what),
+                   _field(obj, "max_queue_offset", int, what))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -INT_LIMIT < value < INT_LIMIT

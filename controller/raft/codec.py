@@ -6,6 +6,19 @@ entries as `[entry_index, term, kind, data_b64]`; a snapshot as
 `{"entry_index", "term", "voter_ids", "data"}`. The framing (length prefix, CRC, maximum frame
 size checked before allocation) belongs to the transport; this module checks shapes and types
 and raises `CodecError` for anything else, so a bad peer cannot crash a node.
+
+What a decoded message must also satisfy (checked here, whatever the receiver's state; the
+core checks what depends on its own log, see `RaftNode.step`):
+- every number is below 2**63 (`VALUE_MAX`): the hard state stores terms and indexes as u64,
+  and a term of 2**64 once ended a controller in `struct.error`;
+- node ids are > 0 and a message is not addressed to its sender;
+- an AppendRequest's entries chain: entry i has index `prev_index + 1 + i`, terms never go
+  down, none is below `prev_term` nor above the message's term (an unchained list once made the
+  receiver's apply loop spin forever);
+- a snapshot's term is not above the message's term, its voter ids are distinct and > 0;
+- a vote request's last_term is not above its term.
+JSON that is too deep (RecursionError) or has a number too long for Python (ValueError) is a
+CodecError like any other undecodable payload.
 """
 
 from __future__ import annotations
@@ -30,9 +43,11 @@ from controller.raft.messages import (
     VoteResponse,
 )
 
-__all__ = ["CODEC_VERSION", "decode_message", "encode_message"]
+__all__ = ["CODEC_VERSION", "VALUE_MAX", "decode_message", "encode_message"]
 
 CODEC_VERSION = 1
+VALUE_MAX = 2**63 - 1  # terms, indexes, ids and sequence numbers from a peer
+VOTERS_MAX = 5  # CLUSTER_SIZES' largest
 
 _KINDS: dict[str, type[Any]] = {
     "vote": VoteRequest,
@@ -67,21 +82,54 @@ def decode_message(data: bytes) -> Message:
     """Parse bytes from a peer. Raises CodecError naming what is wrong."""
     try:
         body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CodecError("raft message", f"not JSON ({err})") from err
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
+        raise CodecError("raft message", f"not JSON ({str(err)[:200]})") from err
     if not isinstance(body, dict):
         raise CodecError("raft message", "not a JSON object")
     if body.get("v") != CODEC_VERSION:
         raise CodecError("raft message", f"unsupported version {body.get('v')!r}")
-    kind = _KINDS.get(body.get("type"))  # type: ignore[arg-type]
+    name = body.get("type")
+    kind = _KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise CodecError("raft message", f"unknown type {body.get('type')!r}")
+        raise CodecError("raft message", f"unknown type {str(name)[:40]!r}")
     values: dict[str, Any] = {}
     for name in _FIELDS[kind]:
         if name not in body:
             raise CodecError("raft message", f"{body['type']} lacks field {name!r}")
         values[name] = _field(name, body[name])
-    return kind(**values)  # type: ignore[no-any-return]
+    message: Message = kind(**values)
+    reason = _impossible(message)
+    if reason is not None:
+        raise CodecError("raft message", f"{body['type']} from {message.from_id}: {reason}")
+    return message
+
+
+def _impossible(message: Message) -> str | None:
+    """Why `message` cannot come from a correct peer whatever the receiver holds, or None."""
+    if message.from_id == 0 or message.to_id == 0 or message.from_id == message.to_id:
+        return f"node ids {message.from_id} -> {message.to_id}"
+    if isinstance(message, AppendRequest):
+        if message.prev_term > message.term:
+            return f"prev_term {message.prev_term} above term {message.term}"
+        previous_term = message.prev_term
+        for position, entry in enumerate(message.entries):
+            if entry.entry_index != message.prev_index + 1 + position:
+                return (f"entry {position} has index {entry.entry_index}, expected "
+                        f"{message.prev_index + 1 + position}: entries do not chain")
+            if not previous_term <= entry.term <= message.term:
+                return (f"entry {entry.entry_index} has term {entry.term}, outside "
+                        f"[{previous_term}, {message.term}]")
+            previous_term = entry.term
+    elif isinstance(message, SnapshotRequest):
+        snapshot = message.snapshot
+        if snapshot.term > message.term:
+            return f"snapshot term {snapshot.term} above term {message.term}"
+        voters = snapshot.voter_ids
+        if not voters or len(set(voters)) != len(voters) or min(voters) == 0:
+            return f"snapshot voter ids {voters!r}"
+    elif isinstance(message, VoteRequest) and message.last_term > message.term:
+        return f"last_term {message.last_term} above term {message.term}"
+    return None
 
 
 def _field(name: str, value: Any) -> Any:
@@ -99,8 +147,9 @@ def _field(name: str, value: Any) -> Any:
 
 
 def _int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CodecError("raft message", f"{name} is not a non-negative integer: {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= VALUE_MAX:
+        raise CodecError("raft message", f"{name} is not an integer in [0, 2**63): "
+                         f"{str(value)[:40]}")
     return value
 
 
@@ -142,7 +191,7 @@ def _snapshot_from_json(value: Any) -> Snapshot:
     if not isinstance(value, dict):
         raise CodecError("raft message", "snapshot is not an object")
     voters = value.get("voter_ids")
-    if not isinstance(voters, list):
+    if not isinstance(voters, list) or len(voters) > VOTERS_MAX:
         raise CodecError("raft message", "snapshot voter_ids is not a list")
     return Snapshot(
         entry_index=_int("snapshot entry_index", value.get("entry_index")),

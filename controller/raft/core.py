@@ -124,6 +124,7 @@ class RaftNode:
         self._on_tick: Callable[[], None] = self._tick_election
         self._persisted_hard_state = HardState(self.term, self.voted_for, commit_index)
         self._reported_soft_state: SoftState | None = None
+        self.rejected_messages = 0  # impossible for this node's log: dropped (see step)
         self._become_follower(self.term, None)
 
     # -- public API ------------------------------------------------------------------------
@@ -149,6 +150,14 @@ class RaftNode:
         if message.to_id != self.node_id or message.from_id not in self.config.peer_ids:
             logger.warning("node %d dropped a misaddressed message %r", self.node_id, message)
             return
+        reason = self._impossible(message)
+        if reason is not None:
+            self.rejected_messages += 1
+            if self.rejected_messages & (self.rejected_messages - 1) == 0:  # 1, 2, 4, ...
+                logger.warning("node %d (t%d) rejects a %s from %d: %s (%d rejected so far)",
+                               self.node_id, self.term, type(message).__name__,
+                               message.from_id, reason, self.rejected_messages)
+            return
         if message.term > self.term:
             if not self._accept_higher_term(message):
                 return
@@ -159,6 +168,33 @@ class RaftNode:
             self._handle_vote_request(message)
         else:
             self._on_message(message)
+
+    def _impossible(self, message: Message) -> str | None:
+        """Why a message (of any term) cannot come from a correct peer, given this node's log;
+        None when it may. The codec already checked what needs no state (numbers below 2**63,
+        entries that chain); what is left here would otherwise reach an assertion:
+
+        - a heartbeat's commit index is min(leader commit, what this node acknowledged), never
+          beyond this node's last index (acknowledged entries are persisted, and committed ones
+          are never truncated);
+        - a snapshot names the same static voter set;
+        - a successful append response cannot match beyond the leader's own last index.
+        """
+        if message.term < self.term:
+            return None  # stale: answered by the term rule, never applied
+        if isinstance(message, HeartbeatRequest) and message.commit_index > self.log.last_index:
+            return (f"heartbeat commit index {message.commit_index} is beyond this log's last "
+                    f"index {self.log.last_index}")
+        if isinstance(message, SnapshotRequest) and (
+                tuple(sorted(message.snapshot.voter_ids)) != tuple(sorted(self.config.voter_ids))):
+            return (f"snapshot voters {message.snapshot.voter_ids} are not "
+                    f"{self.config.voter_ids}")
+        if (isinstance(message, AppendResponse) and message.success
+                and message.term == self.term and self.role is Role.LEADER
+                and message.match_index > self.log.last_index):
+            return (f"match index {message.match_index} is beyond this log's last index "
+                    f"{self.log.last_index}")
+        return None
 
     def propose(self, data: bytes) -> ProposeResult:
         """Append a command to the log (leader only)."""

@@ -28,6 +28,7 @@ __all__ = [
     "BadBatch",
     "ProduceRows",
     "block_to_batch",
+    "check_produce_schema",
     "empty_batch",
     "records_to_batch",
     "rows_from_batch",
@@ -115,20 +116,27 @@ class ProduceRows:
     queue_ids: list[int | None] | None
 
 
-def rows_from_batch(batch: pa.RecordBatch) -> ProduceRows:
-    """Validate the schema and pull the columns out as Python lists."""
-    names = batch.schema.names
-    unknown = [name for name in names if name not in PRODUCE_COLUMNS]
+def check_produce_schema(schema: pa.Schema) -> None:
+    """Raise BadBatch unless `schema` has PRODUCE_COLUMNS only, with their types, and `body`.
+    A produce stream's schema arrives before any batch: it is checked before data is read."""
+    names = schema.names
+    unknown = [name[:40] for name in names if name not in PRODUCE_COLUMNS]
     if unknown:
-        raise BadBatch(f"unknown column(s) {unknown}; allowed: {sorted(PRODUCE_COLUMNS)}")
+        raise BadBatch(f"unknown column(s) {unknown[:8]}; allowed: {sorted(PRODUCE_COLUMNS)}")
     if len(set(names)) != len(names):
         raise BadBatch(f"duplicate columns in {names}")
     if "body" not in names:
         raise BadBatch("column 'body' (binary) is required")
-    for field in batch.schema:
+    for field in schema:
         if field.type not in PRODUCE_COLUMNS[field.name]:
             allowed = ", ".join(str(t) for t in PRODUCE_COLUMNS[field.name])
             raise BadBatch(f"column {field.name!r} has type {field.type}; allowed: {allowed}")
+
+
+def rows_from_batch(batch: pa.RecordBatch) -> ProduceRows:
+    """Validate the schema and pull the columns out as Python lists."""
+    check_produce_schema(batch.schema)
+    names = batch.schema.names
     body_column = batch.column("body")
     if body_column.null_count:
         raise BadBatch("column 'body' has null values")

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from storage_engine import atomic_write_bytes
+from storage_engine import atomic_write_bytes, check_topic_name
 
 __all__ = ["ConsumerOffsets", "PERM_READ", "PERM_WRITE", "TopicConfig", "TopicTable"]
 
@@ -24,6 +24,7 @@ PERM_READ = 4
 PERM_WRITE = 2
 QUEUE_NUMS_MAX = 1024
 GROUPS_MAX = 100_000
+TOPICS_MAX = 100_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,9 +79,22 @@ class TopicTable:
         return found
 
     def replace_all(self, topics: list[dict[str, Any]]) -> None:
-        """Take the master's table (a slave); raises TypeError/KeyError on a malformed one,
-        leaving the current table."""
-        table = {item["name"]: TopicConfig(**item) for item in topics}
+        """Take the master's table (a slave); raises TypeError/KeyError/ValueError on a
+        malformed one (a bad name, a count out of range), leaving the current table."""
+        if not isinstance(topics, list) or len(topics) > TOPICS_MAX:
+            raise TypeError(f"topics must be a list of at most {TOPICS_MAX}")
+        table = {}
+        for item in topics:
+            topic = TopicConfig(**item)
+            check_topic_name(topic.name)
+            for count in (topic.read_queue_nums, topic.write_queue_nums):
+                if isinstance(count, bool) or not isinstance(count, int) or \
+                        not 1 <= count <= QUEUE_NUMS_MAX:
+                    raise ValueError(f"topic {topic.name}: queue count {count!r:.20}")
+            if isinstance(topic.perm, bool) or not isinstance(topic.perm, int) or \
+                    not 0 <= topic.perm <= 7:
+                raise ValueError(f"topic {topic.name}: perm {topic.perm!r:.20}")
+            table[topic.name] = topic
         with self._lock:
             if table != self._topics:
                 self._topics = table

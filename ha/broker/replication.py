@@ -273,8 +273,8 @@ class Replication:
             decoded = json.loads(payload)
             self._topics.replace_all(decoded["topics"])
             self._offsets.replace_all(decoded["offsets"])
-        except (ValueError, KeyError, TypeError) as err:
-            logger.warning("ignoring malformed metadata from the master: %s", err)
+        except (ValueError, KeyError, TypeError, RecursionError) as err:
+            logger.warning("ignoring malformed metadata from the master: %.300s", err)
 
     # -- info -------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
     BadBatch,
     block_to_batch,
+    check_produce_schema,
     empty_batch,
     records_to_batch,
     rows_from_batch,
@@ -57,6 +58,7 @@ from storage_engine import (
     MessageStore,
     RecordBlock,
     TagFilter,
+    topic_name_error,
 )
 
 __all__ = ["BrokerService"]
@@ -64,7 +66,6 @@ __all__ = ["BrokerService"]
 logger = logging.getLogger(__name__)
 
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
-_TOPIC_NAME_MAX = 127
 _MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset"})
 
 
@@ -101,7 +102,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except Exception as err:  # shell boundary: report with context, fail this call only
             logger.exception("%s failed", method.__name__)
-            raise _flight_error("INTERNAL_ERROR", f"{type(err).__name__}: {err}") from err
+            raise _flight_error("INTERNAL_ERROR", type(err).__name__) from None
 
     wrapper.__name__ = method.__name__
     return wrapper
@@ -199,24 +200,35 @@ class BrokerService(flight.FlightServerBase):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
         self.replication.check_writable()
         topic = self._topic_for_write(name)
+        try:  # the schema message comes first: a bad stream ends before any batch is read
+            check_produce_schema(reader.schema)
+        except BadBatch as err:
+            raise RequestError("BAD_SCHEMA", str(err)) from err
         for chunk in reader:  # bounded by the client's stream; each batch bounded below
             if chunk.data is None:
                 continue
+            # Each batch is checked as it arrives, and the first one over a limit ends the
+            # stream (the rest is never read). gRPC hands over one IPC message whole: pyarrow
+            # offers no hook before that, so one message can still cost its size in memory.
+            self._check_batch_size(chunk.data)
             reply = self.idempotence.put(  # drops batches stored before
                 chunk.data, functools.partial(self._put_batch, topic, chunk.data),
                 self.replication.settle)
             writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
-    def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
-        if batch.num_rows == 0:
-            return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
-                            "empty batch")
+    def _check_batch_size(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows > self.config.put_rows_max:
             raise RequestError("BATCH_TOO_LARGE", f"{batch.num_rows} rows > putRowsMax "
                                f"{self.config.put_rows_max}")
         if batch.nbytes > self.config.put_batch_bytes_max:
             raise RequestError("BATCH_TOO_LARGE", f"{batch.nbytes} bytes > putBatchBytesMax "
                                f"{self.config.put_batch_bytes_max}")
+
+    def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
+        if batch.num_rows == 0:
+            return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
+                            "empty batch")
+        self._check_batch_size(batch)
         try:
             rows = rows_from_batch(batch)
         except BadBatch as err:
@@ -276,7 +288,22 @@ class BrokerService(flight.FlightServerBase):
             raise RequestError("BAD_REQUEST", f"ticket: tag_filter: {err}") from err
         self._count("get_requests")
         # the stream's declared schema is the one every batch of _read has: the ticket's columns
-        return flight.GeneratorStream(request.schema(), self._read(request, tag_filter))
+        return flight.GeneratorStream(request.schema(),
+                                      self._typed_errors(self._read(request, tag_filter)))
+
+    def _typed_errors(self, stream: Iterator[tuple[pa.RecordBatch, pa.Buffer]]
+                      ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
+        """A stream's errors as typed Flight errors (it runs after `_guarded` has returned:
+        an exception left as it is would reach the client with its Python traceback)."""
+        try:
+            yield from stream
+        except flight.FlightError:
+            raise
+        except (RequestError, NotMasterError) as err:
+            raise _flight_error(err.name, str(err)) from None
+        except Exception as err:  # shell boundary: this call fails alone
+            logger.exception("a read stream failed")
+            raise _flight_error("INTERNAL_ERROR", type(err).__name__) from None
 
     def _read(self, request: GetTicket, tag_filter: TagFilter | None
               ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
@@ -407,6 +434,7 @@ class BrokerService(flight.FlightServerBase):
     def _delete_topic(self, request: dict[str, Any]) -> dict[str, Any]:
         """Delete a topic's config and queues (records age out with retention)."""
         name = _string(request, "topic")
+        _check_topic_name(name)
         if not self.topics.delete(name):
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
         self.store.delete_topic(name)
@@ -468,7 +496,6 @@ class BrokerService(flight.FlightServerBase):
             "broker_id": self.config.broker_id,
             "endpoint": self.endpoint,
             "bind_address": self.config.client_bind_host,
-            "store_dir": str(self.config.store_dir),
             "pid": os.getpid(),
             "tiered": self._tier_stats(),
             "min_log_position": stats.min_log_position,
@@ -532,9 +559,7 @@ def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
 
 
 def _check_topic_name(name: str) -> None:
-    from_storage_rule = name and len(name) <= _TOPIC_NAME_MAX and all(
-        ch.isascii() and (ch.isalnum() or ch in "%|_-") for ch in name)
-    if not from_storage_rule:
+    if topic_name_error(name) is not None:  # the store's rule (storage_engine.names)
         raise RequestError("BAD_REQUEST", f"topic/group name {name[:40]!r} must match "
                            "^[%|a-zA-Z0-9_-]+$ and be at most 127 characters")
 
