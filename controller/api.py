@@ -66,6 +66,7 @@ __all__ = [
     "ControllerMember",
     "ControllerStatusReply",
     "ElectMasterRequest",
+    "ElectionRecord",
     "GetReplicaInfoRequest",
     "GetRoutesRequest",
     "HeartbeatReply",
@@ -404,6 +405,19 @@ class ClusterListReply(JsonMessage):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ElectionRecord(JsonMessage):
+    """A master election applied by the controller (for operators: console, status)."""
+
+    KIND: ClassVar[str] = "election record"
+    broker_name: str
+    master_epoch: int  # the epoch the election opened
+    master_broker_id: int | None  # None: the set was left without a master
+    master_address: str | None
+    entry_index: int  # the Raft entry that carried it
+    applied_at_ms: int  # wall clock of the node that reports it (display only)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ControllerStatusReply(JsonMessage):
     """This node's own view (no redirect): used to find the leader and by `status --json`."""
 
@@ -418,6 +432,10 @@ class ControllerStatusReply(JsonMessage):
     applied_index: int = 0
     snapshot_index: int = 0  # the log is compacted up to here
     state_digest: str = ""  # of the applied replicated state: equal on every caught-up node
+    # for operators (console, metrics): this node's last master elections applied, oldest
+    # first, and how often this node saw the Raft leader change
+    recent_elections: tuple[ElectionRecord, ...] = ()
+    leader_changes: int = 0
 
 
 ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {

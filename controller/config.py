@@ -18,6 +18,8 @@
     snapshotEveryEntries=10000                      compact the Raft log after this many entries
     requestTimeoutMs=5000                           a client call waits this long for the log
     liveBrokersMax=10000                            brokers in the liveness table
+    metricsPort=0                                   Prometheus /metrics (0 = off)
+    consolePort=0                                   read-only web console (0 = off)
 
 Only entry points read files; an unknown key or a bad value raises ConfigError naming the key.
 """
@@ -98,6 +100,8 @@ class ControllerConfig:
     snapshot_every_entries: int = 10_000
     request_timeout_ms: int = 5000
     live_brokers_max: int = 10_000
+    metrics_port: int = 0  # metricsPort, on the host of this node's client address
+    console_port: int = 0  # consolePort, on the host of this node's client address
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -120,6 +124,8 @@ class ControllerConfig:
             ("snapshotEveryEntries", self.snapshot_every_entries, 16, 10_000_000),
             ("requestTimeoutMs", self.request_timeout_ms, 100, 600_000),
             ("liveBrokersMax", self.live_brokers_max, 1, 1_000_000),
+            ("metricsPort", self.metrics_port, 0, 65535),
+            ("consolePort", self.console_port, 0, 65535),
         ):
             if not low <= value <= high:
                 raise ConfigError(key, f"{value} is outside [{low}, {high}]")
@@ -178,6 +184,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "snapshotEveryEntries": ("snapshot_every_entries", int),
     "requestTimeoutMs": ("request_timeout_ms", int),
     "liveBrokersMax": ("live_brokers_max", int),
+    "metricsPort": ("metrics_port", int),
+    "consolePort": ("console_port", int),
 }
 
 

@@ -91,6 +91,11 @@ class LiveTable:
                 result.add(broker_id)
         return result
 
+    def last_heartbeat(self, broker_name: str, broker_id: int) -> BrokerHeartbeat | None:
+        """The latest heartbeat of a broker still in the table (metrics and console)."""
+        live = self._brokers.get((broker_name, broker_id))
+        return None if live is None else live.heartbeat
+
     def is_alive(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> bool:
         return broker_id is not None and broker_id in self.alive(replica, now_ms)
 

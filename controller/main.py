@@ -14,8 +14,11 @@ import logging
 import signal
 import sys
 
+import pyarrow as pa
+
 from controller.config import ControllerConfig
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
+from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
 from controller.service import ControllerService
 
@@ -24,8 +27,33 @@ __all__ = ["main"]
 logger = logging.getLogger("rocketha.controller")
 
 
+class ListenError(Exception):
+    """A port of this controller cannot be bound (in use, or not an address of this host)."""
+
+
+def _start_metrics(config: ControllerConfig, node: ControllerNode,
+                   loop: asyncio.AbstractEventLoop) -> MetricsServer | None:
+    if not config.metrics_port:
+        return None
+    host = config.client_address(config.node_id).rpartition(":")[0]
+    try:
+        return serve_metrics(node, loop, host, config.metrics_port)
+    except OSError as err:
+        raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
+
+
 async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     loop = asyncio.get_running_loop()
+    metrics = _start_metrics(config, node, loop)
+    try:
+        await _serve_node(config, node, loop)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+async def _serve_node(config: ControllerConfig, node: ControllerNode,
+                      loop: asyncio.AbstractEventLoop) -> None:
     started = asyncio.Event()
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -33,7 +61,12 @@ async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(node.run(started), name="controller-node")
         await started.wait()
-        service = ControllerService(config, node, loop)
+        try:
+            service = ControllerService(config, node, loop)
+        except pa.ArrowException as err:
+            node.stop()
+            raise ListenError(f"controllerAddr {config.client_address(config.node_id)}: "
+                              f"{err}") from err
         logger.info("%s serving clients on %s, Raft on %s:%d (peers %s)", node.prefix,
                     config.client_address(config.node_id), *config.raft_address(config.node_id),
                     config.voter_ids)
@@ -66,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreLockedError, RaftStorageError) as err:
         print(f"rocketha-controller: {err}", file=sys.stderr)
         return 2
-    asyncio.run(_serve(config, node))
+    refused: list[BaseException] = []
+    try:
+        asyncio.run(_serve(config, node))
+    except* ListenError as group:  # one line, not a traceback
+        refused.extend(group.exceptions)
+    if refused:
+        print(f"rocketha-controller: cannot listen on {refused[0]}", file=sys.stderr)
+        return 2
     logger.info("ctrl-%d stopped cleanly", config.node_id)
     return 0
 

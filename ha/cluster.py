@@ -83,6 +83,8 @@ class Cluster:
                     "log_file": str(self.directory / "logs" / f"{name}.log"),
                     "pid_file": str(self.directory / "run" / f"{name}.pid"),
                 })
+        for broker in manifest["brokers"]:
+            broker.setdefault("metrics_port", free_port())  # kept across restarts
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         for broker in manifest["brokers"]:
@@ -140,11 +142,17 @@ class Cluster:
                 "confirm_log_position": (info or {}).get("confirm_log_position", -1),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
+                "metrics_endpoint": _metrics_endpoint(broker),
             })
         return processes
 
     def stop(self, broker: dict[str, Any]) -> None:
         stop_pid_file(broker["pid_file"])
+
+
+def _metrics_endpoint(process: dict[str, Any]) -> str | None:
+    port = process.get("metrics_port")
+    return f"http://127.0.0.1:{port}/metrics" if port else None
 
 
 def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],
@@ -153,6 +161,8 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
                 "brokerName": broker.get("set", broker["name"]),
                 "brokerId": str(broker.get("broker_id", 0)), "brokerIP1": "127.0.0.1",
                 "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
+    if broker.get("metrics_port"):
+        settings["metricsPort"] = str(broker["metrics_port"])
     if replicas > 1:
         settings["totalReplicas"] = str(replicas)
         settings["haListenPort"] = str(broker["ha_port"])

@@ -92,6 +92,8 @@ class LocalControllers:
                 "log_file": str(self.directory / "logs" / f"{name}.log"),
                 "pid_file": str(self.directory / "run" / f"{name}.pid"),
             })
+        for controller in controllers:  # ports kept across restarts
+            controller.setdefault("metrics_port", free_port())
         peers = ";".join(f"n{c['node_id']}-127.0.0.1:{c['raft_port']}" for c in controllers)
         for controller in controllers:
             settings = {
@@ -99,6 +101,7 @@ class LocalControllers:
                 "controllerDLegerSelfId": f"n{controller['node_id']}",
                 "controllerAddr": self.addresses(manifest),
                 "controllerStorePath": controller["store_dir"],
+                "metricsPort": str(controller["metrics_port"]),
             }
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
@@ -158,6 +161,8 @@ class LocalControllers:
                 "term": (info or {}).get("term"), "endpoint": endpoint,
                 "store_dir": controller["store_dir"], "log_file": controller["log_file"],
                 "alive": info is not None,
+                "metrics_endpoint": f"http://127.0.0.1:{controller['metrics_port']}/metrics"
+                if controller.get("metrics_port") else None,
             })
         return processes
 

@@ -54,6 +54,7 @@ class BrokerConfig:
     # masterLeaseMs: how long a controller's confirmation lets a master ack by its quorum rule;
     # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/master_core.py)
     master_lease_ms: int = 2000
+    metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
     def __post_init__(self) -> None:
@@ -63,6 +64,7 @@ class BrokerConfig:
                 raise ConfigError(key, f"{value!r} must match {_NAME.pattern}")
         _range("brokerId", self.broker_id, 0, 1 << 20)
         _range("listenPort", self.listen_port, 0, 65535)
+        _range("metricsPort", self.metrics_port, 0, 65535)
         _range("defaultTopicQueueNums", self.default_topic_queue_nums, 1, 1024)
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
@@ -182,5 +184,6 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "controllerRequestTimeoutMs": ("controller_request_timeout_ms", int),
     "controllerRedirectsMax": ("controller_redirects_max", int),
     "masterLeaseMs": ("master_lease_ms", int),
+    "metricsPort": ("metrics_port", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS

@@ -16,10 +16,13 @@ import sys
 import threading
 from types import FrameType
 
+import pyarrow as pa
+
 from controller.api import TopicInfo
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
+from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
@@ -54,14 +57,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tier = _start_tier(config, store)
     retention = None if tier is not None else RetentionService(store).start()  # tier: its own
+    service: BrokerService | None = None
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
-    except Exception:
+        metrics = (serve_metrics(service, config.broker_ip, config.metrics_port)
+                   if config.metrics_port else None)
+    except BaseException as err:
+        if service is not None:
+            service.replication.close()
         if tier is not None:
             tier.stop()
         if retention is not None:
             retention.stop()
         store.close()
+        if isinstance(err, OSError):  # a port in use: one line, not a traceback
+            print(f"rocketha-broker: cannot listen (haListenPort {config.ha.listen_port}, "
+                  f"metricsPort {config.metrics_port}): {err}", file=sys.stderr)
+            return 2
+        if isinstance(err, pa.ArrowException) and "did not start" in str(err):
+            print(f"rocketha-broker: cannot listen on listenPort {config.endpoint} (in use, "
+                  "or not an address of this host)", file=sys.stderr)
+            return 2
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
     logger.info("%s serving on %s (store %s, %s, %s)", prefix, service.endpoint,
@@ -80,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _serve(service, tier)
     finally:
+        if metrics is not None:
+            metrics.close()
         if link is not None:
             link.stop()
         if roles is not None:
