@@ -17,6 +17,7 @@ import sys
 import pyarrow as pa
 
 from controller.config import ControllerConfig
+from controller.console import ConsoleServer
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
@@ -42,14 +43,28 @@ def _start_metrics(config: ControllerConfig, node: ControllerNode,
         raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
 
 
+def _start_console(config: ControllerConfig) -> ConsoleServer | None:
+    """The read-only console (controller/console.py), gathering over the client endpoints."""
+    if not config.console_port:
+        return None
+    host = config.client_address(config.node_id).rpartition(":")[0]
+    try:
+        return ConsoleServer(list(config.client_addresses), host, config.console_port)
+    except OSError as err:
+        raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
+
+
 async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     loop = asyncio.get_running_loop()
     metrics = _start_metrics(config, node, loop)
+    console = None
     try:
+        console = _start_console(config)
         await _serve_node(config, node, loop)
     finally:
-        if metrics is not None:
-            metrics.close()
+        for server in (console, metrics):
+            if server is not None:
+                server.close()
 
 
 async def _serve_node(config: ControllerConfig, node: ControllerNode,

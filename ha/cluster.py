@@ -236,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         processes = cluster.status()
         processes += controllers.status()
         if args.json:
-            print(json.dumps({"dir": str(cluster.directory), "processes": processes}))
+            consoles = [p["console_url"] for p in processes
+                        if p["kind"] == "controller" and p["alive"] and p.get("console_url")]
+            print(json.dumps({"dir": str(cluster.directory),
+                              "console_url": consoles[0] if consoles else None,
+                              "processes": processes}))
         else:
             for process in processes:
                 state = "alive" if process["alive"] else "down"

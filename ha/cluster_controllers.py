@@ -94,6 +94,7 @@ class LocalControllers:
             })
         for controller in controllers:  # ports kept across restarts
             controller.setdefault("metrics_port", free_port())
+            controller.setdefault("console_port", free_port())
         peers = ";".join(f"n{c['node_id']}-127.0.0.1:{c['raft_port']}" for c in controllers)
         for controller in controllers:
             settings = {
@@ -102,6 +103,7 @@ class LocalControllers:
                 "controllerAddr": self.addresses(manifest),
                 "controllerStorePath": controller["store_dir"],
                 "metricsPort": str(controller["metrics_port"]),
+                "consolePort": str(controller["console_port"]),
             }
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
@@ -163,6 +165,8 @@ class LocalControllers:
                 "alive": info is not None,
                 "metrics_endpoint": f"http://127.0.0.1:{controller['metrics_port']}/metrics"
                 if controller.get("metrics_port") else None,
+                "console_url": f"http://127.0.0.1:{controller['console_port']}/"
+                if controller.get("console_port") else None,
             })
         return processes
 

@@ -144,6 +144,7 @@ class BrokerService(flight.FlightServerBase):
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,
             "commit_offset": self._commit_offset,
+            "consumer_groups": self._consumer_groups,
             "create_topic": self._create_topic,
             "delete_topic": self._delete_topic,
             "get_topic": self._get_topic,
@@ -474,6 +475,16 @@ class BrokerService(flight.FlightServerBase):
         except ValueError as err:
             raise RequestError("BUSY", str(err)) from err
         return {}
+
+    def _consumer_groups(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Every consumer group's committed offsets with each queue's end: lag per queue."""
+        groups: dict[str, Any] = {}
+        for group, topics in self.offsets.snapshot().items():
+            groups[group] = {topic: {queue_id: {
+                "committed": committed,
+                "max_queue_offset": self.store.max_queue_offset(topic, int(queue_id))}
+                for queue_id, committed in queues.items()} for topic, queues in topics.items()}
+        return {"groups": groups}
 
     def _query_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
         """A consumer group's committed offsets for a topic."""
