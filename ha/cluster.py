@@ -146,6 +146,24 @@ class Cluster:
             })
         return processes
 
+    def wait_masters(self) -> list[str]:
+        """Controller mode: wait until each replica set has one MASTER; one line per set."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            brokers = self.status()
+            sets = sorted({b["replica_set"] for b in brokers})
+            masters = {s: [b for b in brokers if b["replica_set"] == s and b["role"] == "MASTER"]
+                       for s in sets}
+            if all(len(found) == 1 for found in masters.values()):
+                return [f"{s} master {found[0]['name']} {found[0]['endpoint']}"
+                        for s, found in masters.items()]
+            if time.monotonic() >= deadline:
+                missing = [s for s, found in masters.items() if len(found) != 1]
+                raise SystemExit(f"rocketha-cluster: no master for {missing} within "
+                                 f"{STARTUP_TIMEOUT_S:.0f}s (see logs/; `up --no-wait` skips "
+                                 "this wait)")
+            time.sleep(POLL_INTERVAL_S * 4)
+
     def stop(self, broker: dict[str, Any]) -> None:
         stop_pid_file(broker["pid_file"])
 
@@ -190,6 +208,20 @@ def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser) -> dict[
     return overrides
 
 
+def _check_replicas(args: argparse.Namespace, cluster: Cluster,
+                    parser: argparse.ArgumentParser) -> None:
+    """`--replicas` defaults to what the cluster has; a different value cannot be honoured."""
+    existing = cluster.load().get("replicas")
+    if args.replicas is None:
+        args.replicas = existing or 1
+    if not 1 <= args.replicas <= REPLICAS_MAX:
+        parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
+    if existing is not None and args.replicas != existing:
+        raise SystemExit(f"rocketha-cluster: this cluster has {existing} broker(s) per "
+                         f"replica set; it cannot become {args.replicas} (down, then up in a "
+                         "new --dir)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketha-cluster", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -197,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", required=True, type=Path)
     up.add_argument("--brokers", "--replica-sets", dest="brokers", type=int, default=1,
                     help="replica sets (broker-a, broker-b, ...)")
-    up.add_argument("--replicas", type=int, default=1, help="brokers per replica set")
+    up.add_argument("--replicas", type=int, default=None,
+                    help="brokers per replica set (default 1, or what the cluster has)")
+    up.add_argument("--no-wait", action="store_true",
+                    help="with controllers: do not wait until every replica set has a master")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker key for every broker")
     up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
@@ -214,14 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(args.dir)
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
+        _check_replicas(args, cluster, parser)
         for line in controllers.up(args.controllers,
                                    _parse_overrides(args.controller_set, parser)):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
-        if not 1 <= args.replicas <= REPLICAS_MAX:
-            parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas,
                                 controller_addr)
@@ -231,8 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         for broker in manifest["brokers"]:
             cluster.wait_ready(broker)
             print(f"{broker['name']} 127.0.0.1:{broker['port']}")
+        if controller_addr and not args.no_wait:
+            for line in cluster.wait_masters():
+                print(line)
         return 0
     if args.command == "status":
+        if not cluster.manifest_path.exists():
+            raise SystemExit(f"rocketha-cluster: no cluster in {cluster.directory} (no "
+                             "cluster.json); start one with `rocketha-cluster up --dir ...`")
         processes = cluster.status()
         processes += controllers.status()
         if args.json:

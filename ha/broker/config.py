@@ -23,7 +23,8 @@ from typing import Any
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
-__all__ = ["BROKER_KEYS", "BrokerConfig", "parse_properties"]
+__all__ = ["BROKER_KEYS", "RUNTIME_KEYS", "BrokerConfig", "parse_properties", "runtime_update",
+           "top_level_properties"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -187,3 +188,38 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "metricsPort": ("metrics_port", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS
+
+
+# Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the
+# request handlers through `BrokerService.config` at every call, and by nothing built at
+# start-up. The change lives in memory only (the conf file is not rewritten).
+RUNTIME_KEYS = ("autoCreateTopicEnable", "defaultTopicQueueNums", "longPollingWaitMaxMs",
+                "putBatchBytesMax", "putRowsMax")
+
+
+def runtime_update(config: BrokerConfig, key: str, text: str) -> BrokerConfig:
+    """`config` with runtime key `key` set from `text` (validated like the file's value).
+
+    Raises ConfigError naming the key (not a runtime key, a bad or out-of-range value)."""
+    if key not in RUNTIME_KEYS:
+        raise ConfigError(key, f"not changeable at runtime (runtime keys: {list(RUNTIME_KEYS)});"
+                          " edit the conf file and restart")
+    field, parse = _KEYS[key]
+    try:
+        value = parse(text.strip())
+    except ValueError as err:
+        raise ConfigError(key, f"bad value {text!r}: {err}") from err
+    return dataclasses.replace(config, **{field: value})
+
+
+def top_level_properties(config: BrokerConfig) -> dict[str, str]:
+    """The broker's own keys (not the store's or replication's) with their current values."""
+    values = {}
+    for key, (field, _) in _KEYS.items():
+        value = getattr(config, field)
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, tuple):
+            value = ",".join(value)
+        values[key] = str(value)
+    return values

@@ -45,12 +45,13 @@ from ha.broker.arrow_codec import (
     records_to_batch,
     rows_from_batch,
 )
-from ha.broker.config import BrokerConfig
+from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
 from ha.broker.replication import NotMasterError, Replication
 from ha.broker.telemetry import Traffic
 from storage_engine import (
+    ConfigError,
     GetResult,
     GetStatus,
     MessageBatch,
@@ -67,7 +68,8 @@ logger = logging.getLogger(__name__)
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
 _TOPIC_NAME_MAX = 127
 _STORED_NAMES = frozenset(status.name for status in PutStatus if status.stored)
-_MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset"})
+_MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset",
+                                  "delete_group"})
 
 
 class RequestError(Exception):
@@ -145,6 +147,9 @@ class BrokerService(flight.FlightServerBase):
             "broker_stats": self._broker_stats,
             "commit_offset": self._commit_offset,
             "consumer_groups": self._consumer_groups,
+            "delete_group": self._delete_group,
+            "get_config": self._get_config,
+            "set_config": self._set_config,
             "create_topic": self._create_topic,
             "delete_topic": self._delete_topic,
             "get_topic": self._get_topic,
@@ -485,6 +490,29 @@ class BrokerService(flight.FlightServerBase):
                 "max_queue_offset": self.store.max_queue_offset(topic, int(queue_id))}
                 for queue_id, committed in queues.items()} for topic, queues in topics.items()}
         return {"groups": groups}
+
+    def _delete_group(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Forget a consumer group's committed offsets (GROUP_NOT_FOUND if it has none)."""
+        group = _string(request, "group")
+        if not self.offsets.delete_group(group):
+            raise RequestError("GROUP_NOT_FOUND", f"consumer group {group!r} has no offsets here")
+        return {"deleted": True}
+
+    def _get_config(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The broker's own keys and values, and which of them `set_config` may change."""
+        return {"values": top_level_properties(self.config), "runtime_keys": list(RUNTIME_KEYS)}
+
+    def _set_config(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Change one runtime key (in memory; the conf file is not rewritten)."""
+        key, value = _string(request, "key"), request.get("value")
+        if not isinstance(value, str):
+            raise RequestError("BAD_REQUEST", 'field "value" must be a string')
+        try:
+            self.config = runtime_update(self.config, key, value)
+        except ConfigError as err:
+            raise RequestError("BAD_REQUEST", str(err)) from err
+        logger.warning("runtime configuration: %s=%s (not written to the conf file)", key, value)
+        return {"key": key, "value": top_level_properties(self.config)[key]}
 
     def _query_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
         """A consumer group's committed offsets for a topic."""

@@ -1,0 +1,118 @@
+"""How `rocketha-admin` prints: aligned tables for people, `--json` / `--json-lines` for scripts.
+
+    Output(mode).rows(columns, rows, title=None)   a table; --json: one JSON array of objects;
+                                                    --json-lines: one object per line
+    Output(mode).document(value)                   a nested value (broker stats): --json as is,
+                                                    a table of flattened key/value otherwise
+    Output(mode).note(text)                        a summary line: stdout for tables, stderr
+                                                    with --json/--json-lines (stdout stays data)
+
+Errors are one line on stderr, `rocketha-admin: <what>`, and an exit code (1: the cluster
+answered with an error; 2: misuse or nothing to talk to).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["Output", "body_text", "fail", "iso_ms"]
+
+CELL_CHARS_MAX = 120  # a table cell is cut here (the JSON modes print everything)
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"rocketha-admin: {message}", file=sys.stderr)
+    return code
+
+
+def iso_ms(value: Any) -> str | None:
+    """A timestamp (datetime or ms since the epoch) as ISO-8601 UTC with milliseconds."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+    else:
+        moment = datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def body_text(body: bytes | None) -> dict[str, str]:
+    """{"body": text} when the body is UTF-8, else {"body_b64": base64}."""
+    if body is None:
+        return {"body": ""}
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body_b64": base64.b64encode(body).decode()}
+
+
+class Output:
+    def __init__(self, mode: str) -> None:
+        assert mode in ("table", "json", "json-lines"), mode
+        self.mode = mode
+
+    def rows(self, columns: Sequence[str], rows: Iterable[dict[str, Any]],
+             title: str | None = None) -> None:
+        rows = list(rows)
+        if self.mode == "json":
+            print(json.dumps(rows, sort_keys=False))
+            return
+        if self.mode == "json-lines":
+            for row in rows:
+                print(json.dumps(row))
+            return
+        if title:
+            print(title)
+        cells = [[_cell(row.get(column)) for column in columns] for row in rows]
+        widths = [max([len(column)] + [len(line[i]) for line in cells])
+                  for i, column in enumerate(columns)]
+        print("  ".join(column.upper().ljust(width) for column, width in zip(columns, widths))
+              .rstrip())
+        for line in cells:
+            print("  ".join(cell.rjust(width) if _numeric(cell) else cell.ljust(width)
+                            for cell, width in zip(line, widths)).rstrip())
+        if not rows:
+            print("(none)")
+
+    def document(self, value: dict[str, Any]) -> None:
+        if self.mode != "table":
+            print(json.dumps(value, sort_keys=True))
+            return
+        self.rows(["key", "value"], ({"key": key, "value": item}
+                                     for key, item in _flatten(value)))
+
+    def note(self, text: str) -> None:
+        print(text, file=sys.stdout if self.mode == "table" else sys.stderr)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        text = ", ".join(_cell(item) for item in value)
+    elif isinstance(value, dict):
+        text = ", ".join(f"{key}={_cell(item)}" for key, item in value.items())
+    else:
+        text = str(value)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= CELL_CHARS_MAX else text[:CELL_CHARS_MAX - 3] + "..."
+
+
+def _numeric(cell: str) -> bool:
+    return cell.lstrip("-").replace(".", "", 1).isdigit()
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, dict) and item:
+            yield from _flatten(item, name + ".")
+        else:
+            yield name, item
