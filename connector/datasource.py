@@ -53,7 +53,7 @@ from pyspark.sql.types import DataType, StructType
 
 from connector.client import Admin
 from connector.cold import read_cold, split_cold
-from connector.errors import SinkSchemaError
+from connector.errors import OptionError, SinkSchemaError
 from connector.offsets import QueueRef, canonical, flatten, unflatten
 from connector.options import (
     ENDING_OFFSETS,
@@ -80,6 +80,7 @@ from connector.source import (
     SOURCE_DDL,
     SourceColumns,
     check_positions,
+    check_starting,
     discover,
     project_columns,
     read_range,
@@ -105,6 +106,10 @@ class RocketHADataSource(DataSource):
         return BatchReader(*_source_setup(self.options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if ENDING_OFFSETS in self.options:  # as Spark's Kafka source: a stream has no end
+            raise OptionError(f"option {ENDING_OFFSETS} is for batch reads (spark.read); a "
+                              "streaming read has no end (use Trigger.AvailableNow to stop at "
+                              "the offsets available when the query starts)")
         return StreamReader(*_source_setup(self.options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
@@ -185,7 +190,8 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         replica_sets, bounds = discover(self.options)
-        start = starting_offsets(self.options, replica_sets, bounds, default="earliest")
+        start = check_starting(self.options, starting_offsets(
+            self.options, replica_sets, bounds, default="earliest"), bounds)
         end = resolve_offsets(self.options.ending, bounds, option=ENDING_OFFSETS,
                               default="latest")
         ranges = [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds]
@@ -217,7 +223,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = self._discover()
         start = starting_offsets(self.options, self._replica_sets or {}, bounds,
                                  default="latest")
-        return unflatten(start)
+        return unflatten(check_starting(self.options, start, bounds))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is None:
