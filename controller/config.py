@@ -20,6 +20,9 @@
     liveBrokersMax=10000                            brokers in the liveness table
     metricsPort=0                                   Prometheus /metrics (0 = off)
     consolePort=0                                   read-only web console (0 = off)
+    logFile=                                        log here, rotated by size (empty = stderr)
+    logFileBytesMax=104857600                       rotate past this size
+    logFilesKept=5                                  rotated files kept (logFile.1 ... .5)
 
 Only entry points read files; an unknown key or a bad value raises ConfigError naming the key.
 """
@@ -102,6 +105,9 @@ class ControllerConfig:
     live_brokers_max: int = 10_000
     metrics_port: int = 0  # metricsPort, on the host of this node's client address
     console_port: int = 0  # consolePort, on the host of this node's client address
+    log_file: str = ""  # logFile ("" = standard error)
+    log_file_bytes_max: int = 100 << 20  # logFileBytesMax
+    log_files_kept: int = 5  # logFilesKept
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -126,6 +132,8 @@ class ControllerConfig:
             ("liveBrokersMax", self.live_brokers_max, 1, 1_000_000),
             ("metricsPort", self.metrics_port, 0, 65535),
             ("consolePort", self.console_port, 0, 65535),
+            ("logFileBytesMax", self.log_file_bytes_max, 4096, 1 << 40),
+            ("logFilesKept", self.log_files_kept, 1, 1000),
         ):
             if not low <= value <= high:
                 raise ConfigError(key, f"{value} is outside [{low}, {high}]")
@@ -186,6 +194,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "liveBrokersMax": ("live_brokers_max", int),
     "metricsPort": ("metrics_port", int),
     "consolePort": ("console_port", int),
+    "logFile": ("log_file", str),
+    "logFileBytesMax": ("log_file_bytes_max", int),
+    "logFilesKept": ("log_files_kept", int),
 }
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import logging.handlers
 import signal
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -100,14 +102,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = argparse.ArgumentParser(prog="rocketha-controller",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", required=True, help="controller properties file (key=value)")
+    parser.add_argument("--conf", help="controller properties file (key=value)")
+    parser.add_argument("--example-conf", action="store_true",
+                        help="print the commented example controller.conf and exit")
     args = parser.parse_args(argv)
+    if args.example_conf:
+        return _print_example_conf()
+    if args.conf is None:
+        parser.error("--conf is required (--example-conf prints a commented example)")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = ControllerConfig.from_file(args.conf)
     except (ConfigError, OSError) as err:
         print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
+        return 2
+    try:
+        _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
+    except OSError as err:
+        print(f"rocketha-controller: logFile {config.log_file}: {err}", file=sys.stderr)
         return 2
     try:
         node = ControllerNode(config)
@@ -124,6 +137,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logger.info("ctrl-%d stopped cleanly", config.node_id)
     return 0
+
+
+
+def _print_example_conf() -> int:
+    """The example controller.conf: from the checkout's conf/, else from the wheel's data files."""
+    candidates = (Path(__file__).resolve().parents[1] / "conf" / "controller.conf",
+                  Path(sys.prefix) / "share" / "rocketha" / "conf" / "controller.conf")
+    for candidate in candidates:
+        if candidate.is_file():
+            sys.stdout.write(candidate.read_text())
+            return 0
+    print(f"rocketha-controller: no example controller.conf in {[str(c) for c in candidates]}", file=sys.stderr)
+    return 2
+
+
+def _configure_logging(log_file: str, bytes_max: int, kept: int) -> None:
+    """Standard error, or `log_file` rotated by size (logFile, logFileBytesMax, logFilesKept)."""
+    handler: logging.Handler = (logging.handlers.RotatingFileHandler(
+        log_file, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
+        if log_file else logging.StreamHandler())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,7 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
                 "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
     if broker.get("metrics_port"):
         settings["metricsPort"] = str(broker["metrics_port"])
+    settings["logFile"] = broker["log_file"]  # rotated by size (logFileBytesMax)
     if replicas > 1:
         settings["totalReplicas"] = str(replicas)
         settings["haListenPort"] = str(broker["ha_port"])

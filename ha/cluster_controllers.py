@@ -104,6 +104,7 @@ class LocalControllers:
                 "controllerStorePath": controller["store_dir"],
                 "metricsPort": str(controller["metrics_port"]),
                 "consolePort": str(controller["console_port"]),
+                "logFile": controller["log_file"],  # rotated by size (logFileBytesMax)
             }
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]

@@ -56,6 +56,9 @@ class BrokerConfig:
     # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/master_core.py)
     master_lease_ms: int = 2000
     metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
+    log_file: str = ""  # logFile: log here, rotated by size ("" = standard error)
+    log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
+    log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
     def __post_init__(self) -> None:
@@ -66,6 +69,8 @@ class BrokerConfig:
         _range("brokerId", self.broker_id, 0, 1 << 20)
         _range("listenPort", self.listen_port, 0, 65535)
         _range("metricsPort", self.metrics_port, 0, 65535)
+        _range("logFileBytesMax", self.log_file_bytes_max, 4096, 1 << 40)
+        _range("logFilesKept", self.log_files_kept, 1, 1000)
         _range("defaultTopicQueueNums", self.default_topic_queue_nums, 1, 1024)
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
@@ -186,6 +191,9 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "controllerRedirectsMax": ("controller_redirects_max", int),
     "masterLeaseMs": ("master_lease_ms", int),
     "metricsPort": ("metrics_port", int),
+    "logFile": ("log_file", str),
+    "logFileBytesMax": ("log_file_bytes_max", int),
+    "logFilesKept": ("log_files_kept", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS
 

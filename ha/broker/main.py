@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 import pyarrow as pa
@@ -39,8 +41,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     parser = argparse.ArgumentParser(prog="rocketha-broker", description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", required=True, help="broker properties file (key=value)")
+    parser.add_argument("--conf", help="broker properties file (key=value)")
+    parser.add_argument("--example-conf", action="store_true",
+                        help="print the commented example broker.conf and exit")
     args = parser.parse_args(argv)
+    if args.example_conf:
+        return _print_example_conf()
+    if args.conf is None:
+        parser.error("--conf is required (--example-conf prints a commented example)")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -48,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as err:
         print(f"rocketha-broker: bad configuration in {args.conf}: {err}", file=sys.stderr)
         return 2
+    try:
+        _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
+    except OSError as err:
+        print(f"rocketha-broker: logFile {config.log_file}: {err}", file=sys.stderr)
+        return 2
+    if not Path(config.store_path_root_dir).is_absolute():
+        logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
+                    config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
     try:
         store = MessageStore(config.store_dir, config.store,
                              store_host=(config.broker_ip, config.listen_port),
@@ -163,6 +179,28 @@ def _serve(service: BrokerService, tier: TierService | None) -> None:
     finally:
         if tier is not None:
             tier.stop()
+
+
+
+def _print_example_conf() -> int:
+    """The example broker.conf: from the checkout's conf/, else from the wheel's data files."""
+    candidates = (Path(__file__).resolve().parents[2] / "conf" / "broker.conf",
+                  Path(sys.prefix) / "share" / "rocketha" / "conf" / "broker.conf")
+    for candidate in candidates:
+        if candidate.is_file():
+            sys.stdout.write(candidate.read_text())
+            return 0
+    print(f"rocketha-broker: no example broker.conf in {[str(c) for c in candidates]}", file=sys.stderr)
+    return 2
+
+
+def _configure_logging(log_file: str, bytes_max: int, kept: int) -> None:
+    """Standard error, or `log_file` rotated by size (logFile, logFileBytesMax, logFilesKept)."""
+    handler: logging.Handler = (logging.handlers.RotatingFileHandler(
+        log_file, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
+        if log_file else logging.StreamHandler())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 if __name__ == "__main__":
