@@ -8,8 +8,8 @@ The data commands (connector/admin_cli.py) work against one broker (`--broker`) 
 controllers (`--controller`, the name service like `mqadmin -n`), against the current master
 of every replica set. The controller commands (controller/admin.py) show and steer the
 controller group: Raft status, replica sets, SyncStateSets, elections, cleaning, routes. The
-two live in packages that may not import each other (DESIGN §2), so this top-level module is
-the one that knows both.
+two live in packages that may not import each other (the dependency arrows in the README's
+Layout section), so this top-level module is the one that knows both.
 
 Before anything else the address is checked, so a mistake is one line and exit code 2: nothing
 listening there, a broker given to --controller, a controller given to --broker.

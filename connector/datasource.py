@@ -3,7 +3,7 @@
 Spark's camelCase method names live only in this module; the work is in source.py (reads),
 planning.py (pure offset arithmetic) and sink.py (writes).
 
-Who runs what (see /work/shared/reference/pyspark-datasource.md §3):
+Who runs what (observed with pyspark 4.2; Spark's python/pyspark/sql/datasource.py docstrings):
 
     driver, planner      DataSource(options) -> reader()/streamReader()/writer()/streamWriter()
                          options parsed once into frozen SourceOptions/SinkOptions, a
