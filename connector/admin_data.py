@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from connector.admin_output import Output, body_text, iso_ms
+from connector.admin_output import Output, Progress, body_text, iso_ms
 from connector.admin_target import Target
 from connector.client import ClientConfig, Consumer, Producer
 
@@ -39,6 +39,7 @@ def produce(config: ClientConfig, args: argparse.Namespace, properties: dict[str
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     sent = 0
+    progress = Progress("produced", args.count)
     with Producer(config) as producer:
         for seqs, messages in _batches(args, properties):
             if args.rate:
@@ -48,6 +49,7 @@ def produce(config: ClientConfig, args: argparse.Namespace, properties: dict[str
             results = producer.send_batch(args.topic, messages)
             now_ms = int(time.time() * 1000)
             sent += len(messages)
+            progress.add(len(messages))
             for seq, result in zip(seqs, results):
                 statuses[result.status] += 1
                 row = {"seq": seq, "status": result.status, "queue_id": result.queue_id,
@@ -56,6 +58,7 @@ def produce(config: ClientConfig, args: argparse.Namespace, properties: dict[str
                     out.rows([], [row])
                 elif len(rows) <= TABLE_ROWS_MAX:
                     rows.append(row)
+    progress.close()
     if out.mode != "json-lines" and (out.mode == "json" or len(rows) <= TABLE_ROWS_MAX):
         out.rows(["seq", "status", "queue_id", "queue_offset"], rows)
     acked = statuses.get("PUT_OK", 0)
@@ -133,6 +136,7 @@ def consume(target: Target, args: argparse.Namespace, out: Output) -> int:
             readers.append([replica_set.broker_name, consumer, queue["queue_id"], start])
     rows = []
     total = 0
+    progress = Progress("consumed")
     idle_since = time.monotonic()
     rounds = 0
     while readers and total < args.max_messages and \
@@ -156,9 +160,11 @@ def consume(target: Target, args: argparse.Namespace, out: Output) -> int:
                 else:
                     rows.append(shown)
             got += result.table.num_rows
+            progress.add(result.table.num_rows)
         total += got
         if got:
             idle_since = time.monotonic()
+    progress.close()
     if out.mode != "json-lines":
         out.rows(["replica_set", "queue_id", "queue_offset", "store_time", "key", "tags",
                   "properties", "body"], rows)
