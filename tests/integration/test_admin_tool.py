@@ -49,6 +49,12 @@ def test_admin_through_the_controller_across_a_failover(tmp_path: Path) -> None:
         assert header.split() == ["NAME", "REPLICA_SET", "READ_QUEUE_NUMS", "WRITE_QUEUE_NUMS",
                                   "PERM"] and row.split()[:2] == ["orders", "broker-a"]
 
+        sets = admin(*to, "cluster")  # a controller command: a table too, JSON on request
+        assert sets.returncode == 0 and sets.stdout.split()[:2] == ["REPLICA_SET",
+                                                                    "MASTER_BROKER_ID"]
+        assert master["endpoint"] in sets.stdout
+        assert json.loads(admin(*to, "cluster", "--json").stdout)["status"] == "OK"
+
         sent = lines(admin(*to, "produce", "--topic", "orders", "--key", "k1", "--tags", "TagA",
                            "--property", "origin=stdin", "--json-lines",
                            stdin="first\nsecond\nthird\n"))
