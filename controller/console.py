@@ -157,7 +157,9 @@ def _tier_summary(tier: dict[str, Any]) -> dict[str, Any]:
     upload = tier.get("upload") or {}
     return {"enabled": True, "url": tier.get("url"), "state": upload.get("state"),
             "pending_segments": upload.get("pending_segments"),
-            "segments_uploaded": tier.get("segments_uploaded", upload.get("segments_uploaded")),
+            "uploaded_segments": upload.get("uploaded_segments"),
+            "uploaded_bytes": upload.get("uploaded_bytes"),
+            "upload_failures": upload.get("upload_failures"),
             "last_error": (tier.get("last_error") or {}).get("message")}
 
 

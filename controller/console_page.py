@@ -136,8 +136,10 @@ function drawReplicaSets(view) {
     card.appendChild(table);
     const tier = rs.tier || {};
     card.appendChild(el("p", tier.enabled
-      ? "tier " + tier.url + ": " + (tier.state || "?") + ", " + (tier.pending_segments ?? 0) +
-        " segment(s) waiting" + (tier.last_error ? ", last error: " + tier.last_error : "")
+      ? "tier " + tier.url + ": " + (tier.state || "?") + ", " + (tier.uploaded_segments ?? 0) +
+        " segment(s) uploaded, " + (tier.pending_segments ?? 0) + " waiting, " +
+        (tier.upload_failures ?? 0) + " failed upload(s)" +
+        (tier.last_error ? ", last error: " + tier.last_error : "")
       : "tier: off", "muted"));
     box.appendChild(card);
   });

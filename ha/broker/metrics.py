@@ -30,6 +30,7 @@ and rocketha_* for the HA state operators alert on:
     rocketha_slave_in_sync_state_set{slave_broker_id}
     rocketha_slave_link_up                       slave only: 1 while the link transfers
     rocketha_tier_upload_backlog_segments        sealed segments waiting for upload
+    rocketha_tier_uploaded_segments_total / _uploaded_bytes_total / _upload_failures_total
     rocketha_long_poll_waiters                   consume calls parked in a long poll
     rocketha_put_batches_total{status}           produce batches by put status
     rocketha_rejected_requests_total{code}       calls refused with a wire error code
@@ -149,6 +150,15 @@ class BrokerCollector(Collector):
         if tier.get("enabled"):
             backlog.add_metric(base, int(upload.get("pending_segments") or 0))
         yield backlog
+        for name, key, doc in (
+            ("rocketha_tier_uploaded_segments", "uploaded_segments", "Segments uploaded"),
+            ("rocketha_tier_uploaded_bytes", "uploaded_bytes", "Bytes uploaded to the tier"),
+            ("rocketha_tier_upload_failures", "upload_failures", "Failed upload attempts"),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=_LABELS)
+            if tier.get("enabled"):
+                counter.add_metric(base, int(upload.get(key) or 0))
+            yield counter
         topics = GaugeMetricFamily("rocketha_topic_messages",
                                    "Messages held per topic (sum over queues of max - min)",
                                    labels=[*_LABELS, "topic"])

@@ -93,7 +93,9 @@ def test_metrics_follow_traffic_lag_and_a_failover(tmp_path: Path) -> None:
         assert value(on_successor, "rocketha_broker_role", role="MASTER") == 1
         assert value(on_successor, "rocketha_master_epoch") > first_epoch
         after = scrape(controller["metrics_endpoint"])
-        assert value(after, "rocketmq_election_total", replica_set="broker-a") == 2
+        # at least the failover's election (the leader may first leave the set without a master
+        # while it waits for the slaves' final positions)
+        assert value(after, "rocketmq_election_total", replica_set="broker-a") >= 2
         assert value(after, "rocketha_replica_set_master_epoch", replica_set="broker-a") \
             == value(on_successor, "rocketha_master_epoch")
     finally:
