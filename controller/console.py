@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 REFRESH_MS = 1000  # the page polls this often; gathering is cached for as long
 CALL_TIMEOUT_S = 2.0  # one Flight call to a controller or broker
 REQUESTS_INFLIGHT_MAX = 32  # HTTP requests served at once (then 503)
+CLIENT_IDLE_TIMEOUT_S = 10.0  # per socket operation of one HTTP connection
 TOPICS_SHOWN_MAX = 1000
 GROUPS_SHOWN_MAX = 1000
 
@@ -259,6 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
     slots: threading.BoundedSemaphore
     authorize: Authorize | None
     server_version = "rocketha-console"
+    timeout = CLIENT_IDLE_TIMEOUT_S  # a silent or slow client loses its connection (thread)
 
     def do_GET(self) -> None:
         if not self.slots.acquire(blocking=False):
