@@ -35,7 +35,13 @@ from typing import Any
 
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
-from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
+from ha.local_processes import (
+    POLL_INTERVAL_S,
+    free_port,
+    pid_from_file,
+    ports_in,
+    stop_pid_file,
+)
 
 __all__ = ["main"]
 
@@ -84,7 +90,8 @@ class Cluster:
                     "pid_file": str(self.directory / "run" / f"{name}.pid"),
                 })
         for broker in manifest["brokers"]:
-            broker.setdefault("metrics_port", free_port())  # kept across restarts
+            if not broker.get("metrics_port"):  # kept across restarts
+                broker["metrics_port"] = free_port(ports_in(manifest))
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         for broker in manifest["brokers"]:

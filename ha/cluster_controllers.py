@@ -18,7 +18,13 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from ha.local_processes import POLL_INTERVAL_S, free_port, pid_from_file, stop_pid_file
+from ha.local_processes import (
+    POLL_INTERVAL_S,
+    free_port,
+    pid_from_file,
+    ports_in,
+    stop_pid_file,
+)
 
 __all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
 
@@ -93,8 +99,9 @@ class LocalControllers:
                 "pid_file": str(self.directory / "run" / f"{name}.pid"),
             })
         for controller in controllers:  # ports kept across restarts
-            controller.setdefault("metrics_port", free_port())
-            controller.setdefault("console_port", free_port())
+            for key in ("metrics_port", "console_port"):
+                if not controller.get(key):
+                    controller[key] = free_port(ports_in(manifest))
         peers = ";".join(f"n{c['node_id']}-127.0.0.1:{c['raft_port']}" for c in controllers)
         for controller in controllers:
             settings = {
