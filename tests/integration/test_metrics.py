@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pyarrow import flight
 
-from connector import Admin, ClientConfig, Producer
+from connector import Admin, ClientConfig, Consumer, Producer
 from tests.integration.operated_cluster import OperatedCluster, scrape, value, wait_for
 
 pytestmark = pytest.mark.integration
@@ -41,6 +41,10 @@ def test_metrics_follow_traffic_lag_and_a_failover(tmp_path: Path) -> None:
         queues = {q["queue_id"]: q["max_queue_offset"] for q in admin.queue_offsets(TOPIC)}
         assert sum(queues.values()) == 60
         admin.commit_offset("readers", TOPIC, 0, 1)
+        consumer = Consumer(config)
+        pulled = sum(consumer.pull(TOPIC, queue_id, 0, max_messages=100).table.num_rows
+                     for queue_id in queues)
+        assert pulled == 60
         slave = next(b for b in cluster.brokers() if b["role"] == "SLAVE")
         with pytest.raises(flight.FlightError, match="NOT_MASTER"):
             client = flight.FlightClient(f"grpc://{slave['endpoint']}")
@@ -50,6 +54,8 @@ def test_metrics_follow_traffic_lag_and_a_failover(tmp_path: Path) -> None:
         on_master = scrape(master["metrics_endpoint"])
         assert value(on_master, "rocketmq_messages_in_total", topic=TOPIC) == 60
         assert value(on_master, "rocketmq_throughput_in_total", topic=TOPIC) >= 6000
+        assert value(on_master, "rocketmq_messages_out_total", topic=TOPIC) == 60
+        assert value(on_master, "rocketmq_throughput_out_total", topic=TOPIC) >= 6000
         assert value(on_master, "rocketha_put_batches_total", status="PUT_OK") == 6
         assert value(on_master, "rocketmq_rpc_latency_count", request="produce") == 6
         assert value(on_master, "rocketmq_rpc_latency_bucket", request="produce",
