@@ -14,7 +14,9 @@
     python3 build.py lint             ruff check of the whole tree (prints the count; exit 1 if any)
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
-records a hash of pyproject.toml and skips the install when nothing changed.
+records a hash of pyproject.toml and constraints.txt and skips the install when nothing
+changed. `setup` installs with `-c constraints.txt` (the exact versions the suite runs with);
+pyproject.toml states the ranges users get.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parent
 VENV_DIR = ROOT / ".venv"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
+CONSTRAINTS_FILE = ROOT / "constraints.txt"  # exact versions; pyproject.toml has the ranges
 EXTRAS = "spark,test,fuzz"
 BENCHES = {
     "tier": "tests/bench/bench_tier.py",
@@ -49,6 +52,7 @@ BENCHES = {
 def _install_fingerprint() -> str:
     digest = hashlib.sha256()
     digest.update((ROOT / "pyproject.toml").read_bytes())
+    digest.update(CONSTRAINTS_FILE.read_bytes())
     digest.update(EXTRAS.encode())
     digest.update(b"editable_mode=compat")
     digest.update(sys.version.encode())
@@ -72,7 +76,8 @@ def setup() -> Path:
     _run(pip + ["install", "--upgrade", "pip", "setuptools", "wheel"])
     # compat mode puts the checkout on sys.path, so packages added later import without a
     # reinstall (the default finder mode freezes the package list at install time).
-    _run(pip + ["install", "--config-settings", "editable_mode=compat", "-e", f".[{EXTRAS}]"])
+    _run(pip + ["install", "-c", str(CONSTRAINTS_FILE), "--config-settings",
+                "editable_mode=compat", "-e", f".[{EXTRAS}]"])
     STAMP_FILE.write_text(fingerprint)
     return VENV_PYTHON
 

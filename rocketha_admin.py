@@ -1,49 +1,120 @@
 """`rocketha-admin`: one operator tool for brokers and controllers (in the spirit of mqadmin).
 
-    rocketha-admin --broker HOST:PORT <topic|offsets|broker|produce|consume> ...
-    rocketha-admin --controller 'H:P;H:P;H:P' <status|cluster|replica|elect|clean|routes> ...
+    rocketha-admin --controller 'H:P;H:P' <topic|produce|consume|offsets|group|broker> ...
+    rocketha-admin --broker HOST:PORT     <topic|produce|consume|offsets|group|broker> ...
+    rocketha-admin --controller 'H:P;H:P' <status|cluster|replica|elect|clean|routes> ...
 
-With `--broker` the commands of `connector.admin_cli` run against one broker; with
-`--controller` those of `controller.admin` run against the controller group (cluster list,
-replica-set info with its SyncStateSet, elect a master, optionally a chosen broker, clean a
-broker's data, topic routes). The two tools live in packages that may not import each other
-(DESIGN §2), so this top-level module, outside every package, is the one that knows both.
+The data commands (connector/admin_cli.py) work against one broker (`--broker`) or, through the
+controllers (`--controller`, the name service like `mqadmin -n`), against the current master
+of every replica set. The controller commands (controller/admin.py) show and steer the
+controller group: Raft status, replica sets, SyncStateSets, elections, cleaning, routes. The
+two live in packages that may not import each other (the dependency arrows in the README's
+Layout section), so this top-level module is the one that knows both.
+
+Before anything else the address is checked, so a mistake is one line and exit code 2: nothing
+listening there, a broker given to --controller, a controller given to --broker.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+
+from pyarrow import flight
 
 __all__ = ["main"]
 
-USAGE = """usage: rocketha-admin --broker HOST:PORT {topic,offsets,broker,produce,consume} ...
+CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes"})
+DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
+PROBE_TIMEOUT_S = 5.0
+USAGE = """usage: rocketha-admin --controller 'H:P[;H:P...]' {topic,produce,consume,offsets,group,broker} ...
+       rocketha-admin --broker HOST:PORT {topic,produce,consume,offsets,group,broker} ...
        rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes} ...
-(add -h after either form for its commands)"""
+(add -h after a command for its options)"""
 
 
-def _names(argv: list[str], option: str) -> bool:
-    return any(arg == option or arg.startswith(option + "=") for arg in argv)
+def _option(argv: list[str], option: str) -> str | None:
+    for index, arg in enumerate(argv):
+        if arg == option and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _command(argv: list[str]) -> str | None:
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--broker", "--controller", "--timeout-s"):
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def probe(address: str, expected: str) -> str | None:
+    """None when `address` is a live `expected` ("broker" or "controller"), else the problem
+    in one line."""
+    action = "broker_info" if expected == "broker" else "controller_status"
+    client = flight.FlightClient(f"grpc://{address}")
+    try:
+        results = list(client.do_action(flight.Action(action, b"{}"),
+                                        flight.FlightCallOptions(timeout=PROBE_TIMEOUT_S)))
+        json.loads(results[0].body.to_pybytes())
+        return None
+    except flight.FlightError as err:
+        text = str(err)
+        if "UNKNOWN_ACTION" in text:
+            other = "controller" if expected == "broker" else "broker"
+            return (f"{address} is a {other}, not a {expected}: use --{other} {address}")
+        if "refused" in text.lower() or "failed to connect" in text.lower():
+            return f"cannot connect to {expected} {address}: connection refused"
+        if isinstance(err, flight.FlightTimedOutError) or "deadline" in text.lower():
+            return f"{expected} {address} did not answer within {PROBE_TIMEOUT_S:.0f}s"
+        return None  # it answered something: let the command report it
+    except (OSError, ValueError, IndexError) as err:
+        return f"{address}: not a rocketha {expected} ({err})"
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    to_broker, to_controller = _names(args, "--broker"), _names(args, "--controller")
-    if to_broker and to_controller:
+    broker, controller = _option(args, "--broker"), _option(args, "--controller")
+    if args in (["-h"], ["--help"]) or not args:
+        print(f"{USAGE}\n\n{__doc__}")
+        return 0 if args else 2
+    if broker is not None and controller is not None:
         print(f"rocketha-admin: give --broker or --controller, not both\n{USAGE}",
               file=sys.stderr)
         return 2
-    if to_controller:
-        from controller.admin import main as controller_main
-        return controller_main(args, prog="rocketha-admin")
-    if to_broker:
-        from connector.admin_cli import main as broker_main
-        return broker_main(args)
-    if args in (["-h"], ["--help"]):
-        print(f"{USAGE}\n\n{__doc__}")
-        return 0
-    print(f"rocketha-admin: name a broker (--broker) or the controllers (--controller)\n{USAGE}",
-          file=sys.stderr)
-    return 2
+    if broker is None and controller is None:
+        print(f"rocketha-admin: name a broker (--broker) or the controllers (--controller)\n"
+              f"{USAGE}", file=sys.stderr)
+        return 2
+    command = _command(args)
+    # a usage error (unknown command, -h) is the parser's to report, before any probe
+    help_asked = "-h" in args or "--help" in args or command not in (
+        DATA_COMMANDS | CONTROLLER_COMMANDS)
+    if controller is not None:
+        addresses = [a.strip() for a in controller.replace(",", ";").split(";") if a.strip()]
+        problems = [probe(address, "controller") for address in addresses] \
+            if addresses and not help_asked and command != "status" else []
+        if problems and all(problems):
+            print(f"rocketha-admin: {problems[0]}", file=sys.stderr)
+            return 2
+        if command in CONTROLLER_COMMANDS:
+            from controller.admin import main as controller_main
+            return controller_main(args, prog="rocketha-admin")
+    elif broker is not None and not help_asked:
+        problem = probe(broker, "broker")
+        if problem:
+            print(f"rocketha-admin: {problem}", file=sys.stderr)
+            return 2
+    from connector.admin_cli import main as data_main
+    return data_main(args)
 
 
 if __name__ == "__main__":

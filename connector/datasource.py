@@ -3,7 +3,7 @@
 Spark's camelCase method names live only in this module; the work is in source.py (reads),
 planning.py (pure offset arithmetic) and sink.py (writes).
 
-Who runs what (see /work/shared/reference/pyspark-datasource.md §3):
+Who runs what (observed with pyspark 4.2; Spark's python/pyspark/sql/datasource.py docstrings):
 
     driver, planner      DataSource(options) -> reader()/streamReader()/writer()/streamWriter()
                          options parsed once into frozen SourceOptions/SinkOptions, a
@@ -56,7 +56,7 @@ from pyspark.sql.types import DataType, StructType
 from connector.client import Admin
 from connector.cold import read_cold, split_cold
 from connector.columns import source_ddl
-from connector.errors import SinkSchemaError
+from connector.errors import OptionError, SinkSchemaError
 from connector.offsets import QueueRef, canonical, flatten, unflatten
 from connector.options import (
     ENDING_OFFSETS,
@@ -83,6 +83,7 @@ from connector.source import (
     ALL_SOURCE_COLUMNS,
     SourceColumns,
     check_positions,
+    check_starting,
     discover,
     narrow_ranges,
     project_columns,
@@ -111,6 +112,10 @@ class RocketHADataSource(DataSource):
         return BatchReader(*_source_setup(self.options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if ENDING_OFFSETS in self.options:  # as Spark's Kafka source: a stream has no end
+            raise OptionError(f"option {ENDING_OFFSETS} is for batch reads (spark.read); a "
+                              "streaming read has no end (use Trigger.AvailableNow to stop at "
+                              "the offsets available when the query starts)")
         return StreamReader(*_source_setup(self.options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
@@ -251,7 +256,8 @@ class BatchReader(DataSourceReader):
         if self.pushed.queue_ids is not None:
             bounds = {ref: b for ref, b in bounds.items()
                       if ref.queue_id in self.pushed.queue_ids}
-        start = starting_offsets(self.options, replica_sets, bounds, default="earliest")
+        start = check_starting(self.options, starting_offsets(
+            self.options, replica_sets, bounds, default="earliest"), bounds)
         end = resolve_offsets(self.options.ending, bounds, option=ENDING_OFFSETS,
                               default="latest")
         ranges = narrow_ranges(
@@ -285,7 +291,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = self._discover()
         start = starting_offsets(self.options, self._replica_sets or {}, bounds,
                                  default="latest")
-        return unflatten(start)
+        return unflatten(check_starting(self.options, start, bounds))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is None:

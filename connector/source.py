@@ -73,6 +73,7 @@ __all__ = [
     "SOURCE_DDL",
     "SourceColumns",
     "check_positions",
+    "check_starting",
     "consume_columns",
     "discover",
     "narrow_ranges",
@@ -143,6 +144,21 @@ def check_positions(options: SourceOptions, positions: dict[QueueRef, int],
             _lost(options, f"{ref.topic}/{ref.key}: the query is at queue offset "
                   f"{queue_offset} but the queue ends at {known.max_queue_offset}; messages "
                   "it read are gone and new ones will reuse their offsets")
+
+
+def check_starting(options: SourceOptions, start: dict[QueueRef, int],
+                   bounds: dict[QueueRef, Bounds]) -> dict[QueueRef, int]:
+    """A startingOffsets past a queue's end names messages that do not exist (yet, or any
+    more): fail, or with failOnDataLoss=false warn and start at the end, as Spark's Kafka
+    source does. Returns the offsets to start from."""
+    result = dict(start)
+    for ref, queue_offset in sorted(start.items()):
+        known = bounds.get(ref)
+        if known is not None and queue_offset > known.max_queue_offset and known.from_master:
+            _lost(options, f"option {STARTING_OFFSETS}: {ref.topic}/{ref.key} starts at queue "
+                  f"offset {queue_offset}, past the queue's end {known.max_queue_offset}")
+            result[ref] = known.max_queue_offset
+    return result
 
 
 def starting_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet],

@@ -7,7 +7,8 @@
     python -m controller.admin --controller H:P clean broker-a [--broker-id 3 ...]
     python -m controller.admin --controller H:P routes TOPIC
 
-Each command prints the controller's JSON reply. Requests go to the first address and follow
+Each command prints an aligned table (`--json`: the controller's JSON reply as it came,
+`--json-lines`: one object per row). Requests go to the first address and follow
 `NOT_LEADER` redirects (at most REDIRECTS_MAX hops, trying the next listed address when the
 leader is unknown, until --timeout-s). Exit status: 0 when the reply's status is OK (or
 MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or unreachable
@@ -22,7 +23,9 @@ import sys
 import time
 from typing import Any
 
-import pyarrow.flight as flight
+from pyarrow import flight
+
+from controller.admin_tables import print_reply
 
 __all__ = ["main"]
 
@@ -88,17 +91,23 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
     parser.add_argument("--controller", required=True,
                         help="client address(es) of the controllers, ';'- or ','-separated")
     parser.add_argument("--timeout-s", type=float, default=10.0)
+    output = argparse.ArgumentParser(add_help=False)
+    formats = output.add_mutually_exclusive_group()
+    formats.add_argument("--json", dest="output", action="store_const", const="json",
+                         default="table", help="the controller's reply as JSON")
+    formats.add_argument("--json-lines", dest="output", action="store_const",
+                         const="json-lines", help="one JSON object per table row")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("status")
-    commands.add_parser("cluster")
+    commands.add_parser("status", parents=[output])
+    commands.add_parser("cluster", parents=[output])
     for name in ("replica", "elect", "clean"):
-        sub = commands.add_parser(name)
+        sub = commands.add_parser(name, parents=[output])
         sub.add_argument("broker_name")
         if name == "elect":
             sub.add_argument("--broker-id", type=int, default=None)
         if name == "clean":
             sub.add_argument("--broker-id", type=int, action="append")
-    commands.add_parser("routes").add_argument("topic")
+    commands.add_parser("routes", parents=[output]).add_argument("topic")
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
@@ -111,7 +120,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
                                                           args.timeout_s)})
             except flight.FlightError as err:
                 views.append({"address": address, "status": "UNREACHABLE", "error": str(err)})
-        print(json.dumps(views, indent=1))
+        print_reply("status", views, args.output)
         return 0 if all(v["status"] == "OK" for v in views) else 1
     action, body = _request(args)
     try:
@@ -119,7 +128,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
     except (ConnectionError, flight.FlightServerError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(reply, indent=1))
+    print_reply(args.command, reply, args.output)
     good = ("OK", "MASTER_STILL_EXIST") if args.command == "elect" else ("OK",)
     return 0 if reply["status"] in good else 1
 

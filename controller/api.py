@@ -68,6 +68,7 @@ __all__ = [
     "ControllerMember",
     "ControllerStatusReply",
     "ElectMasterRequest",
+    "ElectionRecord",
     "GetReplicaInfoRequest",
     "GetRoutesRequest",
     "HeartbeatReply",
@@ -423,6 +424,19 @@ class ClusterListReply(JsonMessage):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ElectionRecord(JsonMessage):
+    """A master election applied by the controller (for operators: console, status)."""
+
+    KIND: ClassVar[str] = "election record"
+    broker_name: str
+    master_epoch: int  # the epoch the election opened
+    master_broker_id: int | None  # None: the set was left without a master
+    master_address: str | None
+    entry_index: int  # the Raft entry that carried it
+    applied_at_ms: int  # wall clock of the node that reports it (display only)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ControllerStatusReply(JsonMessage):
     """This node's own view (no redirect): used to find the leader and by `status --json`."""
 
@@ -442,6 +456,10 @@ class ControllerStatusReply(JsonMessage):
     rejected_messages: int = 0
     bad_frames: int = 0
     refused_connections: int = 0
+    # for operators (console, metrics): this node's last master elections applied, oldest
+    # first, and how often this node saw the Raft leader change
+    recent_elections: tuple[ElectionRecord, ...] = ()
+    leader_changes: int = 0
 
 
 ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {

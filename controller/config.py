@@ -25,6 +25,11 @@
     snapshotEveryEntries=10000                      compact the Raft log after this many entries
     requestTimeoutMs=5000                           a client call waits this long for the log
     liveBrokersMax=10000                            brokers in the liveness table
+    metricsPort=0                                   Prometheus /metrics (0 = off)
+    consolePort=0                                   read-only web console (0 = off)
+    logFile=                                        log here, rotated by size (empty = stderr)
+    logFileBytesMax=104857600                       rotate past this size
+    logFilesKept=5                                  rotated files kept (logFile.1 ... .5)
 
 Addresses: the peer list and controllerAddr are advertised addresses, the ones other
 controllers, brokers and clients dial and the ones NOT_LEADER replies name; a wildcard host
@@ -133,6 +138,11 @@ class ControllerConfig:
     snapshot_every_entries: int = 10_000
     request_timeout_ms: int = 5000
     live_brokers_max: int = 10_000
+    metrics_port: int = 0  # metricsPort, on the host of this node's client address
+    console_port: int = 0  # consolePort, on the host of this node's client address
+    log_file: str = ""  # logFile ("" = standard error)
+    log_file_bytes_max: int = 100 << 20  # logFileBytesMax
+    log_files_kept: int = 5  # logFilesKept
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -158,6 +168,10 @@ class ControllerConfig:
             ("snapshotEveryEntries", self.snapshot_every_entries, 16, 10_000_000),
             ("requestTimeoutMs", self.request_timeout_ms, 100, 600_000),
             ("liveBrokersMax", self.live_brokers_max, 1, 1_000_000),
+            ("metricsPort", self.metrics_port, 0, 65535),
+            ("consolePort", self.console_port, 0, 65535),
+            ("logFileBytesMax", self.log_file_bytes_max, 4096, 1 << 40),
+            ("logFilesKept", self.log_files_kept, 1, 1000),
         ):
             if not low <= value <= high:
                 raise ConfigError(key, f"{value} is outside [{low}, {high}]")
@@ -230,6 +244,11 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "snapshotEveryEntries": ("snapshot_every_entries", int),
     "requestTimeoutMs": ("request_timeout_ms", int),
     "liveBrokersMax": ("live_brokers_max", int),
+    "metricsPort": ("metrics_port", int),
+    "consolePort": ("console_port", int),
+    "logFile": ("log_file", str),
+    "logFileBytesMax": ("log_file_bytes_max", int),
+    "logFilesKept": ("log_files_kept", int),
 }
 
 

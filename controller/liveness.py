@@ -121,6 +121,11 @@ class LiveTable:
                     and (expiry := live.last_heartbeat_ms + self.heartbeat_timeout_ms) > now_ms]
         return min(expiries, default=None)
 
+    def last_heartbeat(self, broker_name: str, broker_id: int) -> BrokerHeartbeat | None:
+        """The latest heartbeat of a broker still in the table (metrics and console)."""
+        live = self._brokers.get((broker_name, broker_id))
+        return None if live is None else live.heartbeat
+
     def is_alive(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> bool:
         return broker_id is not None and broker_id in self.alive(replica, now_ms)
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import logging.handlers
 import signal
 import sys
+from pathlib import Path
+
+import pyarrow as pa
 
 from controller.config import ControllerConfig
+from controller.console import ConsoleServer
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
+from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
 from controller.service import ControllerService
 
@@ -24,8 +30,47 @@ __all__ = ["main"]
 logger = logging.getLogger("rocketha.controller")
 
 
+class ListenError(Exception):
+    """A port of this controller cannot be bound (in use, or not an address of this host)."""
+
+
+def _start_metrics(config: ControllerConfig, node: ControllerNode,
+                   loop: asyncio.AbstractEventLoop) -> MetricsServer | None:
+    if not config.metrics_port:
+        return None
+    host = config.client_address(config.node_id).rpartition(":")[0]
+    try:
+        return serve_metrics(node, loop, host, config.metrics_port)
+    except OSError as err:
+        raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
+
+
+def _start_console(config: ControllerConfig) -> ConsoleServer | None:
+    """The read-only console (controller/console.py), gathering over the client endpoints."""
+    if not config.console_port:
+        return None
+    host = config.client_address(config.node_id).rpartition(":")[0]
+    try:
+        return ConsoleServer(list(config.client_addresses), host, config.console_port)
+    except OSError as err:
+        raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
+
+
 async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     loop = asyncio.get_running_loop()
+    metrics = _start_metrics(config, node, loop)
+    console = None
+    try:
+        console = _start_console(config)
+        await _serve_node(config, node, loop)
+    finally:
+        for server in (console, metrics):
+            if server is not None:
+                server.close()
+
+
+async def _serve_node(config: ControllerConfig, node: ControllerNode,
+                      loop: asyncio.AbstractEventLoop) -> None:
     started = asyncio.Event()
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -33,7 +78,12 @@ async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(node.run(started), name="controller-node")
         await started.wait()
-        service = ControllerService(config, node, loop)
+        try:
+            service = ControllerService(config, node, loop)
+        except pa.ArrowException as err:
+            node.stop()
+            raise ListenError(f"controllerAddr {config.client_address(config.node_id)}: "
+                              f"{err}") from err
         logger.info("%s serving clients on %s, Raft on %s:%d (peers %s)", node.prefix,
                     config.client_address(config.node_id), *config.raft_address(config.node_id),
                     config.voter_ids)
@@ -52,8 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = argparse.ArgumentParser(prog="rocketha-controller",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", required=True, help="controller properties file (key=value)")
+    parser.add_argument("--conf", help="controller properties file (key=value)")
+    parser.add_argument("--example-conf", action="store_true",
+                        help="print the commented example controller.conf and exit")
     args = parser.parse_args(argv)
+    if args.example_conf:
+        return _print_example_conf()
+    if args.conf is None:
+        parser.error("--conf is required (--example-conf prints a commented example)")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -62,13 +118,47 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
         return 2
     try:
+        _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
+    except OSError as err:
+        print(f"rocketha-controller: logFile {config.log_file}: {err}", file=sys.stderr)
+        return 2
+    try:
         node = ControllerNode(config)
     except (StoreLockedError, RaftStorageError) as err:
         print(f"rocketha-controller: {err}", file=sys.stderr)
         return 2
-    asyncio.run(_serve(config, node))
+    refused: list[BaseException] = []
+    try:
+        asyncio.run(_serve(config, node))
+    except* ListenError as group:  # one line, not a traceback
+        refused.extend(group.exceptions)
+    if refused:
+        print(f"rocketha-controller: cannot listen on {refused[0]}", file=sys.stderr)
+        return 2
     logger.info("ctrl-%d stopped cleanly", config.node_id)
     return 0
+
+
+
+def _print_example_conf() -> int:
+    """The example controller.conf: from the checkout's conf/, else from the wheel's data files."""
+    candidates = (Path(__file__).resolve().parents[1] / "conf" / "controller.conf",
+                  Path(sys.prefix) / "share" / "rocketha" / "conf" / "controller.conf")
+    for candidate in candidates:
+        if candidate.is_file():
+            sys.stdout.write(candidate.read_text())
+            return 0
+    print(f"rocketha-controller: no example controller.conf in {[str(c) for c in candidates]}", file=sys.stderr)
+    return 2
+
+
+def _configure_logging(log_file: str, bytes_max: int, kept: int) -> None:
+    """Standard error, or `log_file` rotated by size (logFile, logFileBytesMax, logFilesKept)."""
+    handler: logging.Handler = (logging.handlers.RotatingFileHandler(
+        log_file, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
+        if log_file else logging.StreamHandler())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,7 @@ from controller.state import (
     decode_command,
     encode_command,
 )
+from controller.telemetry import ControllerTelemetry
 from controller.transport import RaftTransport
 
 __all__ = ["ControllerNode"]
@@ -151,6 +152,7 @@ class ControllerNode:
         self._transport: RaftTransport | None = None
         self._fatal: BaseException | None = None
         self.prefix = f"ctrl-{config.node_id}"
+        self.telemetry = ControllerTelemetry()  # metrics and console (controller/telemetry.py)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -250,7 +252,9 @@ class ControllerNode:
         result = ApplyResult("OK")
         if entry.kind is EntryKind.NORMAL:
             try:
-                result = self.state.apply(decode_command(entry.data))
+                command = decode_command(entry.data)
+                result = self.state.apply(command)
+                self.telemetry.on_applied(command, result, entry.entry_index)
             except CodecError as err:  # every node skips it the same way
                 logger.error("%s skips undecodable entry %d: %s", self.prefix,
                              entry.entry_index, err)
@@ -282,6 +286,7 @@ class ControllerNode:
     def _on_soft_state(self, role: Role) -> None:
         logger.info("%s is %s at term %d (leader %s)", self.prefix, role.value, self.raft.term,
                     self.raft.leader_id)
+        self.telemetry.on_role(role.value, self.raft.term, self.raft.leader_id)
         if role is Role.LEADER:
             self._leader_since_ms = _monotonic_ms()
             return
@@ -459,6 +464,7 @@ class ControllerNode:
             self._transport.bad_frames if self._transport else 0,
             self._transport.refused_connections + self._transport.idle_closed
             if self._transport else 0,
+            tuple(self.telemetry.recent_elections), self.telemetry.leader_changes,
         )
 
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:

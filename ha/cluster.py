@@ -48,6 +48,7 @@ from ha.local_processes import (
     POLL_INTERVAL_S,
     free_port,
     pid_from_file,
+    ports_in,
     stop_pid_file,
     write_private_text,
 )
@@ -101,6 +102,9 @@ class Cluster:
                     "log_file": str(self.directory / "logs" / f"{name}.log"),
                     "pid_file": str(self.directory / "run" / f"{name}.pid"),
                 })
+        for broker in manifest["brokers"]:
+            if not broker.get("metrics_port"):  # kept across restarts
+                broker["metrics_port"] = free_port(ports_in(manifest))
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         if hosts_mode(manifest):
@@ -162,11 +166,35 @@ class Cluster:
                 "confirm_log_position": (info or {}).get("confirm_log_position", -1),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
+                "metrics_endpoint": _metrics_endpoint(broker),
             })
         return processes
 
+    def wait_masters(self) -> list[str]:
+        """Controller mode: wait until each replica set has one MASTER; one line per set."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            brokers = self.status()
+            sets = sorted({b["replica_set"] for b in brokers})
+            masters = {s: [b for b in brokers if b["replica_set"] == s and b["role"] == "MASTER"]
+                       for s in sets}
+            if all(len(found) == 1 for found in masters.values()):
+                return [f"{s} master {found[0]['name']} {found[0]['endpoint']}"
+                        for s, found in masters.items()]
+            if time.monotonic() >= deadline:
+                missing = [s for s, found in masters.items() if len(found) != 1]
+                raise SystemExit(f"rocketha-cluster: no master for {missing} within "
+                                 f"{STARTUP_TIMEOUT_S:.0f}s (see logs/; `up --no-wait` skips "
+                                 "this wait)")
+            time.sleep(POLL_INTERVAL_S * 4)
+
     def stop(self, broker: dict[str, Any]) -> None:
         stop_pid_file(broker["pid_file"])
+
+
+def _metrics_endpoint(process: dict[str, Any]) -> str | None:
+    port = process.get("metrics_port")
+    return f"http://{host_of(process)}:{port}/metrics" if port else None
 
 
 def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],
@@ -176,6 +204,9 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
                 "brokerName": broker.get("set", broker["name"]),
                 "brokerId": str(broker.get("broker_id", 0)), "brokerIP1": host_of(broker),
                 "listenPort": str(broker["port"]), "storePathRootDir": broker["store_dir"]}
+    if broker.get("metrics_port"):
+        settings["metricsPort"] = str(broker["metrics_port"])
+    settings["logFile"] = broker["log_file"]  # rotated by size (logFileBytesMax)
     if replicas > 1:
         settings["totalReplicas"] = str(replicas)
         settings["haListenPort"] = str(broker["ha_port"])
@@ -244,6 +275,20 @@ def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser,
     return overrides
 
 
+def _check_replicas(args: argparse.Namespace, cluster: Cluster,
+                    parser: argparse.ArgumentParser) -> None:
+    """`--replicas` defaults to what the cluster has; a different value cannot be honoured."""
+    existing = cluster.load().get("replicas")
+    if args.replicas is None:
+        args.replicas = existing or 1
+    if not 1 <= args.replicas <= REPLICAS_MAX:
+        parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
+    if existing is not None and args.replicas != existing:
+        raise SystemExit(f"rocketha-cluster: this cluster has {existing} broker(s) per "
+                         f"replica set; it cannot become {args.replicas} (down, then up in a "
+                         "new --dir)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketha-cluster", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -251,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", required=True, type=Path)
     up.add_argument("--brokers", "--replica-sets", dest="brokers", type=int, default=1,
                     help="replica sets (broker-a, broker-b, ...)")
-    up.add_argument("--replicas", type=int, default=1, help="brokers per replica set")
+    up.add_argument("--replicas", type=int, default=None,
+                    help="brokers per replica set (default 1, or what the cluster has)")
+    up.add_argument("--no-wait", action="store_true",
+                    help="with controllers: do not wait until every replica set has a master")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker key for every broker")
     up.add_argument("--set-file", action="append", default=[], type=Path, metavar="FILE",
@@ -274,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(args.dir)
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
+        _check_replicas(args, cluster, parser)
         for line in controllers.up(args.controllers,
                                    _parse_overrides(args.controller_set, parser),
                                    hosts=args.hosts):
@@ -281,8 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
-        if not 1 <= args.replicas <= REPLICAS_MAX:
-            parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
                                 args.replicas, controller_addr, hosts=args.hosts)
@@ -292,12 +339,22 @@ def main(argv: list[str] | None = None) -> int:
         for broker in manifest["brokers"]:
             cluster.wait_ready(broker)
             print(f"{broker['name']} {host_of(broker)}:{broker['port']}")
+        if controller_addr and not args.no_wait:
+            for line in cluster.wait_masters():
+                print(line)
         return 0
     if args.command == "status":
+        if not cluster.manifest_path.exists():
+            raise SystemExit(f"rocketha-cluster: no cluster in {cluster.directory} (no "
+                             "cluster.json); start one with `rocketha-cluster up --dir ...`")
         processes = cluster.status()
         processes += controllers.status()
         if args.json:
-            print(json.dumps({"dir": str(cluster.directory), "processes": processes}))
+            consoles = [p["console_url"] for p in processes
+                        if p["kind"] == "controller" and p["alive"] and p.get("console_url")]
+            print(json.dumps({"dir": str(cluster.directory),
+                              "console_url": consoles[0] if consoles else None,
+                              "processes": processes}))
         else:
             for process in processes:
                 state = "alive" if process["alive"] else "down"

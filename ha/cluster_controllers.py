@@ -23,6 +23,7 @@ from ha.local_processes import (
     POLL_INTERVAL_S,
     free_port,
     pid_from_file,
+    ports_in,
     stop_pid_file,
     write_private_text,
 )
@@ -103,6 +104,10 @@ class LocalControllers:
                 "log_file": str(self.directory / "logs" / f"{name}.log"),
                 "pid_file": str(self.directory / "run" / f"{name}.pid"),
             })
+        for controller in controllers:  # ports kept across restarts
+            for key in ("metrics_port", "console_port"):
+                if not controller.get(key):
+                    controller[key] = free_port(ports_in(manifest))
         if hosts_mode(manifest):
             place_on_hosts(self.directory, manifest)
         peers = ";".join(f"n{c['node_id']}-{host_of(c)}:{c['raft_port']}" for c in controllers)
@@ -112,6 +117,9 @@ class LocalControllers:
                 "controllerDLegerSelfId": f"n{controller['node_id']}",
                 "controllerAddr": self.addresses(manifest),
                 "controllerStorePath": controller["store_dir"],
+                "metricsPort": str(controller["metrics_port"]),
+                "consolePort": str(controller["console_port"]),
+                "logFile": controller["log_file"],  # rotated by size (logFileBytesMax)
             }
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
@@ -172,6 +180,11 @@ class LocalControllers:
                 "term": (info or {}).get("term"), "endpoint": endpoint,
                 "store_dir": controller["store_dir"], "log_file": controller["log_file"],
                 "alive": info is not None,
+                "metrics_endpoint": f"http://{host_of(controller)}:{controller['metrics_port']}"
+                "/metrics"
+                if controller.get("metrics_port") else None,
+                "console_url": f"http://{host_of(controller)}:{controller['console_port']}/"
+                if controller.get("console_port") else None,
             })
         return processes
 

@@ -13,12 +13,15 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "pid_alive", "pid_from_file",
-           "stop_pid_file", "write_private_text"]
+           "ports_in", "stop_pid_file", "write_private_text"]
 
 STOP_TIMEOUT_S = 20.0
+PORT_PICKS_MAX = 100
 POLL_INTERVAL_S = 0.05
 
 
@@ -32,10 +35,17 @@ def write_private_text(path: str | Path, text: str) -> None:
         os.close(fd)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(taken: Iterable[int] = ()) -> int:
+    """A port free now and not in `taken` (the kernel may hand out a port again as soon as the
+    probing socket is closed, so ports chosen for one cluster are passed here)."""
+    avoid = set(taken)
+    for _ in range(PORT_PICKS_MAX):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
+    raise OSError(f"no free port outside {len(avoid)} taken ones in {PORT_PICKS_MAX} tries")
 
 
 def pid_alive(pid: int) -> bool:
@@ -77,3 +87,12 @@ def stop_pid_file(pid_file: str | Path) -> None:
         if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
     Path(pid_file).unlink(missing_ok=True)
+
+
+PORT_KEYS = ("port", "ha_port", "raft_port", "metrics_port", "console_port")
+
+
+def ports_in(manifest: dict[str, Any]) -> set[int]:
+    """Every port a cluster manifest (`cluster.json`) already gives to a process."""
+    processes = manifest.get("brokers", []) + manifest.get("controllers", [])
+    return {process[key] for process in processes for key in PORT_KEYS if process.get(key)}

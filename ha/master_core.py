@@ -195,6 +195,7 @@ class LinkStats:
     acked_log_position: int
     next_log_position: int
     in_sync_state_set: bool
+    last_caught_up_ms: int = -1  # the master's monotonic ms when it last held the log's end
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -556,7 +557,8 @@ class MasterReplication:
         links = tuple(LinkStats(link.link_id, link.broker_id, link.state.value,
                                 link.acked_log_position, link.next_log_position,
                                 link.broker_id in self._members
-                                and self._by_broker.get(link.broker_id) == link.link_id)
+                                and self._by_broker.get(link.broker_id) == link.link_id,
+                                link.last_caught_up_ms)
                       for link in self._links.values())
         return MasterStats(self.master_epoch, self._confirm, self._master_position,
                            self.sync_state_set, plan.need, plan.in_sync, links,

@@ -13,13 +13,21 @@ and prints each new batch once; the clock is a parameter so the stop rules test 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["BatchProgress", "lag_messages", "summarize", "watch"]
+from pyspark.sql.streaming import StreamingQueryListener
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BatchProgress", "OffsetsBehindLatestListener", "lag_messages",
+           "offsets_behind_latest", "summarize", "watch"]
 
 POLL_INTERVAL_S = 1.0
 
@@ -60,6 +68,90 @@ def lag_messages(end_offset: object, latest_offset: object) -> int | None:
     end = _queue_offsets(end_offset)
     latest = _queue_offsets(latest_offset)
     return sum(max(0, newest - end.get(queue, 0)) for queue, newest in latest.items())
+
+
+def offsets_behind_latest(end_offset: object, latest_offset: object) -> dict[str, str] | None:
+    """Spark's Kafka source metrics for one source of one batch: per queue, the newest offset
+    minus the batch's end, as `minOffsetsBehindLatest` / `maxOffsetsBehindLatest` /
+    `avgOffsetsBehindLatest` (strings, as Spark reports them); None when unknown."""
+    if latest_offset is None:
+        return None
+    end = _queue_offsets(end_offset)
+    behind = [max(0, newest - end.get(queue, 0))
+              for queue, newest in _queue_offsets(latest_offset).items()]
+    if not behind:
+        return None
+    return {"minOffsetsBehindLatest": str(min(behind)),
+            "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": str(sum(behind) / len(behind))}
+
+
+class OffsetsBehindLatestListener(StreamingQueryListener):
+    """Publishes the Kafka source's offsets-behind-latest numbers for rocketha sources.
+
+    PySpark's Python sources cannot report custom metrics (the progress `metrics` map stays
+    empty), so this listener computes them from each progress's `endOffset` and
+    `latestOffset` (which the source fills through reportLatestOffset):
+
+        listener = OffsetsBehindLatestListener()
+        spark.streams.addListener(listener)
+        ...
+        listener.latest(str(query.id))  # [{"batchId", "source", "minOffsetsBehindLatest", ...}]
+        listener.history(str(query.id))  # the same for the last BATCHES_KEPT batches
+
+    Each batch is also logged at INFO (logger `spark_app.progress`). At most QUERIES_KEPT
+    queries are remembered (the oldest is forgotten first).
+    """
+
+    QUERIES_KEPT = 256
+    BATCHES_KEPT = 100  # entries (one per source and batch) per query
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_query: dict[str, collections.deque[dict[str, Any]]] = {}
+
+    def onQueryStarted(self, event: Any) -> None:  # Spark's names
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = json.loads(event.progress.json)
+        found = []
+        for index, source in enumerate(progress.get("sources", [])):
+            try:
+                metrics = offsets_behind_latest(source.get("endOffset"),
+                                                source.get("latestOffset"))
+            except (ValueError, TypeError):
+                continue  # not rocketha's offset layout (another source of the query)
+            if metrics is None:
+                continue
+            found.append({"batchId": progress.get("batchId"), "source": index, **metrics})
+            logger.info("query %s batch %s source %d: %s", progress.get("id"),
+                        progress.get("batchId"), index, metrics)
+        if found:
+            query_id = str(progress.get("id"))
+            with self._lock:
+                kept = self._by_query.pop(query_id, None) or collections.deque(
+                    maxlen=self.BATCHES_KEPT)
+                kept.extend(found)
+                self._by_query[query_id] = kept  # re-inserted: the newest query is last
+                while len(self._by_query) > self.QUERIES_KEPT:
+                    del self._by_query[next(iter(self._by_query))]
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def latest(self, query_id: str) -> list[dict[str, Any]]:
+        """The numbers of the query's last batch that had any (one entry per source)."""
+        entries = self.history(query_id)
+        return [e for e in entries if e["batchId"] == entries[-1]["batchId"]] if entries else []
+
+    def history(self, query_id: str) -> list[dict[str, Any]]:
+        """The query's entries of its last batches, oldest first."""
+        with self._lock:
+            return list(self._by_query.get(query_id, ()))
 
 
 def summarize(progress: Mapping[str, Any]) -> BatchProgress:

@@ -70,6 +70,7 @@ _TABLE = (
     StatusCode(25, "NO_PERMISSION"),
     StatusCode(26, "BUSY", retriable=True),
     StatusCode(27, "INTERNAL_ERROR", retriable=True),
+    StatusCode(28, "GROUP_NOT_FOUND"),
     # read statuses (RocketMQ GetMessageStatus)
     StatusCode(40, "FOUND"),
     StatusCode(41, "NO_MATCHED_MESSAGE"),

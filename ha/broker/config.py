@@ -31,7 +31,8 @@ from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
-__all__ = ["BROKER_KEYS", "BrokerConfig", "parse_properties"]
+__all__ = ["BROKER_KEYS", "RUNTIME_KEYS", "BrokerConfig", "parse_properties", "runtime_update",
+           "top_level_properties"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -65,6 +66,10 @@ class BrokerConfig:
     # masterLeaseMs: how long a controller's confirmation lets a master ack by its quorum rule;
     # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/master_core.py)
     master_lease_ms: int = 2000
+    metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
+    log_file: str = ""  # logFile: log here, rotated by size ("" = standard error)
+    log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
+    log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
 
     def __post_init__(self) -> None:
@@ -81,6 +86,9 @@ class BrokerConfig:
             if value:
                 check_bind_host(key, value)
         _range("listenPort", self.listen_port, 0, 65535)
+        _range("metricsPort", self.metrics_port, 0, 65535)
+        _range("logFileBytesMax", self.log_file_bytes_max, 4096, 1 << 40)
+        _range("logFilesKept", self.log_files_kept, 1, 1000)
         _range("defaultTopicQueueNums", self.default_topic_queue_nums, 1, 1024)
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
@@ -216,5 +224,44 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "controllerRequestTimeoutMs": ("controller_request_timeout_ms", int),
     "controllerRedirectsMax": ("controller_redirects_max", int),
     "masterLeaseMs": ("master_lease_ms", int),
+    "metricsPort": ("metrics_port", int),
+    "logFile": ("log_file", str),
+    "logFileBytesMax": ("log_file_bytes_max", int),
+    "logFilesKept": ("log_files_kept", int),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS
+
+
+# Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the
+# request handlers through `BrokerService.config` at every call, and by nothing built at
+# start-up. The change lives in memory only (the conf file is not rewritten).
+RUNTIME_KEYS = ("autoCreateTopicEnable", "defaultTopicQueueNums", "longPollingWaitMaxMs",
+                "putBatchBytesMax", "putRowsMax")
+
+
+def runtime_update(config: BrokerConfig, key: str, text: str) -> BrokerConfig:
+    """`config` with runtime key `key` set from `text` (validated like the file's value).
+
+    Raises ConfigError naming the key (not a runtime key, a bad or out-of-range value)."""
+    if key not in RUNTIME_KEYS:
+        raise ConfigError(key, f"not changeable at runtime (runtime keys: {list(RUNTIME_KEYS)});"
+                          " edit the conf file and restart")
+    field, parse = _KEYS[key]
+    try:
+        value = parse(text.strip())
+    except ValueError as err:
+        raise ConfigError(key, f"bad value {text!r}: {err}") from err
+    return dataclasses.replace(config, **{field: value})
+
+
+def top_level_properties(config: BrokerConfig) -> dict[str, str]:
+    """The broker's own keys (not the store's or replication's) with their current values."""
+    values = {}
+    for key, (field, _) in _KEYS.items():
+        value = getattr(config, field)
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, tuple):
+            value = ",".join(value)
+        values[key] = str(value)
+    return values

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
+
+import pyarrow as pa
 
 from controller.api import TopicInfo
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
+from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
@@ -36,8 +41,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     parser = argparse.ArgumentParser(prog="rocketha-broker", description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", required=True, help="broker properties file (key=value)")
+    parser.add_argument("--conf", help="broker properties file (key=value)")
+    parser.add_argument("--example-conf", action="store_true",
+                        help="print the commented example broker.conf and exit")
     args = parser.parse_args(argv)
+    if args.example_conf:
+        return _print_example_conf()
+    if args.conf is None:
+        parser.error("--conf is required (--example-conf prints a commented example)")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -45,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as err:
         print(f"rocketha-broker: bad configuration in {args.conf}: {err}", file=sys.stderr)
         return 2
+    try:
+        _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
+    except OSError as err:
+        print(f"rocketha-broker: logFile {config.log_file}: {err}", file=sys.stderr)
+        return 2
+    if not Path(config.store_path_root_dir).is_absolute():
+        logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
+                    config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
     try:
         store = MessageStore(config.store_dir, config.store,
                              store_host=(config.broker_ip, config.listen_port),
@@ -54,14 +73,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tier = _start_tier(config, store)
     retention = None if tier is not None else RetentionService(store).start()  # tier: its own
+    service: BrokerService | None = None
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
-    except Exception:
+        metrics = (serve_metrics(service, config.broker_ip, config.metrics_port)
+                   if config.metrics_port else None)
+    except BaseException as err:
+        if service is not None:
+            service.replication.close()
         if tier is not None:
             tier.stop()
         if retention is not None:
             retention.stop()
         store.close()
+        if isinstance(err, OSError):  # a port in use: one line, not a traceback
+            print(f"rocketha-broker: cannot listen (haListenPort {config.ha.listen_port}, "
+                  f"metricsPort {config.metrics_port}): {err}", file=sys.stderr)
+            return 2
+        if isinstance(err, pa.ArrowException) and "did not start" in str(err):
+            print(f"rocketha-broker: cannot listen on listenPort {config.endpoint} (in use, "
+                  "or not an address of this host)", file=sys.stderr)
+            return 2
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
     logger.info("%s serving on %s (bound to %s; store %s, %s, %s)", prefix, service.endpoint,
@@ -87,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _serve(service, tier)
     finally:
+        if metrics is not None:
+            metrics.close()
         if link is not None:
             link.stop()
         if roles is not None:
@@ -155,6 +189,28 @@ def _serve(service: BrokerService, tier: TierService | None) -> None:
     finally:
         if tier is not None:
             tier.stop()
+
+
+
+def _print_example_conf() -> int:
+    """The example broker.conf: from the checkout's conf/, else from the wheel's data files."""
+    candidates = (Path(__file__).resolve().parents[2] / "conf" / "broker.conf",
+                  Path(sys.prefix) / "share" / "rocketha" / "conf" / "broker.conf")
+    for candidate in candidates:
+        if candidate.is_file():
+            sys.stdout.write(candidate.read_text())
+            return 0
+    print(f"rocketha-broker: no example broker.conf in {[str(c) for c in candidates]}", file=sys.stderr)
+    return 2
+
+
+def _configure_logging(log_file: str, bytes_max: int, kept: int) -> None:
+    """Standard error, or `log_file` rotated by size (logFile, logFileBytesMax, logFilesKept)."""
+    handler: logging.Handler = (logging.handlers.RotatingFileHandler(
+        log_file, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
+        if log_file else logging.StreamHandler())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 if __name__ == "__main__":

@@ -142,5 +142,14 @@ class ConsumerOffsets:
     def query(self, group: str, topic: str) -> dict[str, int]:
         return dict(self._offsets.get(group, {}).get(topic, {}))
 
+    def delete_group(self, group: str) -> bool:
+        """Forget a group's offsets (False: no such group)."""
+        with self._lock:
+            if group not in self._offsets:
+                return False
+            del self._offsets[group]
+            atomic_write_bytes(self._path, json.dumps({"offsets": self._offsets}).encode())
+            return True
+
     def groups(self) -> list[str]:
         return sorted(self._offsets)

@@ -47,15 +47,18 @@ from ha.broker.arrow_codec import (
     records_to_batch,
     rows_from_batch,
 )
-from ha.broker.config import BrokerConfig
+from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
 from ha.broker.replication import NotMasterError, Replication
+from ha.broker.telemetry import Traffic
 from storage_engine import (
+    ConfigError,
     GetResult,
     GetStatus,
     MessageBatch,
     MessageStore,
+    PutStatus,
     RecordBlock,
     TagFilter,
     topic_name_error,
@@ -66,7 +69,10 @@ __all__ = ["BrokerService"]
 logger = logging.getLogger(__name__)
 
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
-_MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset"})
+_TOPIC_NAME_MAX = 127
+_STORED_NAMES = frozenset(status.name for status in PutStatus if status.stored)
+_MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset",
+                                  "delete_group"})
 
 
 class RequestError(Exception):
@@ -93,15 +99,16 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args)
         except (RequestError, NotMasterError) as err:
-            self._count("request_errors")
+            self._count_error(err.name)
             raise _flight_error(err.name, str(err)) from err
         except ProtocolError as err:
-            self._count("request_errors")
+            self._count_error("BAD_REQUEST")
             raise _flight_error("BAD_REQUEST", str(err)) from err
         except flight.FlightError:
             raise
         except Exception as err:  # shell boundary: report with context, fail this call only
             logger.exception("%s failed", method.__name__)
+            self._count_error("INTERNAL_ERROR")
             raise _flight_error("INTERNAL_ERROR", type(err).__name__) from None
 
     wrapper.__name__ = method.__name__
@@ -129,6 +136,7 @@ class BrokerService(flight.FlightServerBase):
         self._arrivals = threading.Condition()
         self._long_poll_slots = threading.BoundedSemaphore(config.long_polling_max)
         self._counters = _Counters()
+        self.traffic = Traffic()  # per-batch counts for /metrics (ha/broker/telemetry.py)
         self._started_ms = int(time.time() * 1000)
         store.add_confirm_listener(self._on_confirm)
         self.replication = Replication(config, store, endpoint=self.endpoint,
@@ -141,6 +149,10 @@ class BrokerService(flight.FlightServerBase):
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,
             "commit_offset": self._commit_offset,
+            "consumer_groups": self._consumer_groups,
+            "delete_group": self._delete_group,
+            "get_config": self._get_config,
+            "set_config": self._set_config,
             "create_topic": self._create_topic,
             "delete_topic": self._delete_topic,
             "get_topic": self._get_topic,
@@ -159,6 +171,22 @@ class BrokerService(flight.FlightServerBase):
     def _count(self, name: str, amount: int = 1) -> None:
         with self._counters.lock:
             self._counters.values[name] = self._counters.values.get(name, 0) + amount
+
+    def _count_error(self, name: str) -> None:
+        """A request refused with wire error `name` (rejected requests by code, /metrics)."""
+        with self._counters.lock:
+            values = self._counters.values
+            values["request_errors"] = values.get("request_errors", 0) + 1
+            key = f"error:{name}"
+            values[key] = values.get(key, 0) + 1
+
+    def counters_snapshot(self) -> dict[str, int]:
+        """Request counters (`error:<CODE>` per refused call, long polls) for /metrics."""
+        with self._counters.lock:
+            return dict(self._counters.values)
+
+    def tier_stats(self) -> dict[str, Any]:
+        return self._tier_stats()
 
     def _on_confirm(self, log_position: int) -> None:
         with self._arrivals:
@@ -225,6 +253,7 @@ class BrokerService(flight.FlightServerBase):
                                f"{self.config.put_batch_bytes_max}")
 
     def _put_batch(self, topic: TopicConfig, batch: pa.RecordBatch) -> PutReply:
+        started_s = time.perf_counter()
         if batch.num_rows == 0:
             return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
                             "empty batch")
@@ -240,12 +269,11 @@ class BrokerService(flight.FlightServerBase):
             keys=rows.keys, properties=rows.properties,
             born_timestamp_ms=int(time.time() * 1000),
         ))
-        self._count("put_batches")
         status = result.status
+        self.traffic.put_done(topic.name, batch.num_rows, batch.nbytes, status.name,
+                              status.stored, time.perf_counter() - started_s)
         if not status.stored:
-            self._count("put_rejected")
             return PutReply(status.name, code_for(status.name), [], None, -1, result.error)
-        self._count("put_messages", batch.num_rows)
         ranges = ([[queue_ids[0], result.queue_offsets[0], len(queue_ids)]] if uniform
                   else _queue_ranges(queue_ids, result.queue_offsets))
         return PutReply(status.name, code_for(status.name), ranges,
@@ -317,7 +345,7 @@ class BrokerService(flight.FlightServerBase):
                              result.next_queue_offset, result.min_queue_offset,
                              result.max_queue_offset)
             batch, size_bytes = _to_batch(result, request.topic, request.columns)
-            self._count("get_messages", batch.num_rows)
+            self.traffic.get_done(request.topic, batch.num_rows, size_bytes)
             yield batch, pa.py_buffer(reply.encode())
             remaining_count -= batch.num_rows
             remaining_bytes -= size_bytes
@@ -345,8 +373,8 @@ class BrokerService(flight.FlightServerBase):
         if not self._long_poll_slots.acquire(blocking=False):
             self._count("long_poll_rejected")
             return result
+        self._count("long_polls")
         try:
-            self._count("long_polls")
             while result.status in _WAITABLE:
                 with self._arrivals:
                     if self.store.max_queue_offset(request.topic, request.queue_id) \
@@ -362,6 +390,7 @@ class BrokerService(flight.FlightServerBase):
             return result
         finally:
             self._long_poll_slots.release()
+            self._count("long_polls_done")
 
     # -- discovery --------------------------------------------------------------------------
     @_guarded
@@ -482,6 +511,39 @@ class BrokerService(flight.FlightServerBase):
             raise RequestError("BUSY", str(err)) from err
         return {}
 
+    def _consumer_groups(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Every consumer group's committed offsets with each queue's end: lag per queue."""
+        groups: dict[str, Any] = {}
+        for group, topics in self.offsets.snapshot().items():
+            groups[group] = {topic: {queue_id: {
+                "committed": committed,
+                "max_queue_offset": self.store.max_queue_offset(topic, int(queue_id))}
+                for queue_id, committed in queues.items()} for topic, queues in topics.items()}
+        return {"groups": groups}
+
+    def _delete_group(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Forget a consumer group's committed offsets (GROUP_NOT_FOUND if it has none)."""
+        group = _string(request, "group")
+        if not self.offsets.delete_group(group):
+            raise RequestError("GROUP_NOT_FOUND", f"consumer group {group!r} has no offsets here")
+        return {"deleted": True}
+
+    def _get_config(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The broker's own keys and values, and which of them `set_config` may change."""
+        return {"values": top_level_properties(self.config), "runtime_keys": list(RUNTIME_KEYS)}
+
+    def _set_config(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Change one runtime key (in memory; the conf file is not rewritten)."""
+        key, value = _string(request, "key"), request.get("value")
+        if not isinstance(value, str):
+            raise RequestError("BAD_REQUEST", 'field "value" must be a string')
+        try:
+            self.config = runtime_update(self.config, key, value)
+        except ConfigError as err:
+            raise RequestError("BAD_REQUEST", str(err)) from err
+        logger.warning("runtime configuration: %s=%s (not written to the conf file)", key, value)
+        return {"key": key, "value": top_level_properties(self.config)[key]}
+
     def _query_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
         """A consumer group's committed offsets for a topic."""
         group, topic = _string(request, "group"), _string(request, "topic")
@@ -510,6 +572,12 @@ class BrokerService(flight.FlightServerBase):
         """Request counters and store statistics."""
         with self._counters.lock:
             counters = dict(self._counters.values)
+        traffic = self.traffic.snapshot()
+        counters["put_batches"] = sum(traffic.put_batches.values())
+        counters["put_messages"] = sum(traffic.messages_in.values())
+        counters["put_rejected"] = sum(count for status, count in traffic.put_batches.items()
+                                       if status not in _STORED_NAMES)
+        counters["get_messages"] = sum(traffic.messages_out.values())
         stats = self.store.stats()
         return {
             "counters": counters,

@@ -127,3 +127,37 @@ def test_bad_declared_schema_fails_the_query_naming_the_column(spark, broker, tm
                  .trigger(availableNow=True).start())
         query.awaitTermination(120)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.parquet"))
+
+
+def test_offsets_behind_latest_through_the_listener(spark, broker, tmp_path) -> None:  # type: ignore
+    """Kafka's min/max/avgOffsetsBehindLatest, published by spark_app's listener (Python
+    sources cannot report source metrics): 30 messages on 2 queues read 12 per batch are 9,
+    3 and 0 behind per queue after the three batches."""
+    import time
+
+    from spark_app.progress import OffsetsBehindLatestListener
+
+    topic = "stream_behind"
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic(topic, queues=QUEUES)
+    produce(broker, topic, 0, 30)
+    listener = OffsetsBehindLatestListener()
+    spark.streams.addListener(listener)
+    try:
+        stream = (spark.readStream.format("rocketha").option("brokers", broker.endpoint)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "12").load().selectExpr("queueOffset"))
+        query = (stream.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="0.2 seconds").start())
+        seen: dict[int, dict] = {}  # type: ignore[type-arg]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and 2 not in seen:
+            for entry in listener.history(str(query.id)):
+                seen[entry["batchId"]] = entry
+            time.sleep(0.05)
+        query.stop()
+        assert [(seen[b]["minOffsetsBehindLatest"], seen[b]["maxOffsetsBehindLatest"],
+                 seen[b]["avgOffsetsBehindLatest"]) for b in (0, 1, 2)] == [
+            ("9", "9", "9.0"), ("3", "3", "3.0"), ("0", "0", "0.0")]
+    finally:
+        spark.streams.removeListener(listener)

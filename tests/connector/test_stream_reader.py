@@ -31,7 +31,7 @@ from pyspark.sql.types import (
 )
 
 from connector import Admin, ClientConfig, Producer
-from connector.datasource import RocketHADataSource, StreamReader, read_endpoints
+from connector.datasource import BatchReader, RocketHADataSource, StreamReader, read_endpoints
 from connector.options import parse_source_options
 from connector.routes import ReplicaSet
 from connector.source import ALL_SOURCE_COLUMNS
@@ -196,3 +196,26 @@ def test_position_past_the_queue_end_is_data_loss(broker, caplog) -> None:  # ty
     with caplog.at_level(logging.WARNING, logger="connector.source"):
         assert lenient.latestOffset(ahead, lenient.getDefaultReadLimit()) == ahead
     assert "queue ends at 2" in caplog.text
+
+
+def test_ending_offsets_on_a_stream_is_an_error() -> None:
+    source = RocketHADataSource(CaseInsensitiveDict({"brokers": "h:1", "subscribe": "t",
+                                                     "endingOffsets": "latest"}))
+    with pytest.raises(Exception, match="endingOffsets is for batch reads"):
+        source.streamReader(FULL_SCHEMA)
+
+
+def test_starting_offsets_past_the_end_follows_fail_on_data_loss(broker, caplog) -> None:  # type: ignore
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("sr_past", queues=1)
+    produce(broker, "sr_past", 3, queues=1)
+    past = json.dumps({"sr_past": {"broker-a:0": 10}})
+    with pytest.raises(Exception, match="past the queue's end 3.*failOnDataLoss"):
+        reader(broker, subscribe="sr_past", startingOffsets=past).initialOffset()
+    lenient = reader(broker, subscribe="sr_past", startingOffsets=past, failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING, logger="connector.source"):
+        assert lenient.initialOffset() == {"sr_past": {"broker-a:0": 3}}
+    assert "starts at queue offset 10" in caplog.text
+    batch = BatchReader(parse_source_options({"brokers": broker.endpoint, "subscribe": "sr_past",
+                                              "startingOffsets": past}))
+    with pytest.raises(Exception, match="past the queue's end 3"):
+        batch.partitions()

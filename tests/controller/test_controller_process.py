@@ -429,7 +429,7 @@ def test_an_isolated_leader_steps_down_and_rejoins_without_disruption(tmp_path: 
 def _admin(group: ControllerGroup, *args: str) -> tuple[int, Any]:
     addresses = ";".join(group.endpoint(n) for n in group.ids)
     result = subprocess.run(
-        [sys.executable, "-m", "rocketha_admin", "--controller", addresses, *args],
+        [sys.executable, "-m", "rocketha_admin", "--controller", addresses, *args, "--json"],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
     )
     return result.returncode, json.loads(result.stdout) if result.stdout else result.stderr

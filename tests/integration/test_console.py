@@ -1,0 +1,91 @@
+"""The web console in a real browser: Debian's Chromium, headless, driven by Selenium.
+
+Goal: what a person sees on the console started by `rocketha-cluster up` is the cluster's
+truth, and stays so across a failover: the Raft leader, the replica set's master, slaves and
+SyncStateSet, a topic with its message count, a consumer group's lag, the election list; after
+the master is SIGKILLed the page (refreshing itself, no reload) names the new master and the
+new election. Method: one controller and three brokers started by the tool, traffic through
+the client library, Chromium through chromium-driver; a screenshot is saved next to the test's
+temporary directory (its path is printed) to look at.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from connector import Admin, ClientConfig, Producer
+from tests.integration.operated_cluster import OperatedCluster, wait_for
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser():  # type: ignore[no-untyped-def]
+    assert CHROMIUM and CHROMEDRIVER, (  # not a skip: the console's test must run
+        "the console test needs Debian's chromium and chromium-driver: "
+        "apt-get install -y chromium chromium-driver (.ci/run does)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM  # type: ignore[assignment]
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-dev-shm-usage", "--window-size=1400,1800"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _text(driver, css: str) -> str:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return " | ".join(element.text for element in found)
+
+
+def test_console_shows_the_new_master_after_a_failover(tmp_path: Path, browser) -> None:  # type: ignore[no-untyped-def]
+    cluster = OperatedCluster(tmp_path / "cluster", defaultTopicQueueNums="2")
+    try:
+        master = cluster.wait_master()
+        config = ClientConfig(brokers=(master["endpoint"],), retries_max=3)
+        with Producer(config) as producer:
+            producer.send_batch("orders", [{"body": b"o" * 64}] * 30)
+        Admin(config).commit_offset("billing", "orders", 0, 5)
+        url = next(p for p in cluster.status() if p["kind"] == "controller")["console_url"]
+        assert url and url.startswith("http://127.0.0.1:")
+        browser.get(url)
+        master_css = '#replica-sets [data-replica-set="broker-a"] .master-address'
+        wait_for(lambda: _text(browser, master_css) == master["endpoint"], 20,
+                 "the console to name the master")
+        assert "Raft leader n1" in _text(browser, "#leader")
+        assert "leader" in _text(browser, "#controllers")
+        replica_set = _text(browser, '#replica-sets [data-replica-set="broker-a"]')
+        assert "SyncStateSet [" in replica_set and replica_set.count("SLAVE") == 2
+        wait_for(lambda: "orders" in _text(browser, "#topics")
+                 and " 30 " in f" {_text(browser, '#topics')} ", 10, "the topic and its count")
+        groups = _text(browser, "#groups")
+        assert "billing" in groups and "orders" in groups
+        assert "broker-a" in _text(browser, "#elections")
+
+        cluster.kill(master)
+        successor = cluster.wait_master(not_name=master["name"])
+        wait_for(lambda: _text(browser, master_css) == successor["endpoint"], 20,
+                 f"the console to name the new master {successor['endpoint']}")
+        wait_for(lambda: _text(browser, "#elections").count("broker-a") >= 2, 10,
+                 "the failover's election in the list")
+        down = _text(browser, '#replica-sets [data-replica-set="broker-a"]')
+        assert master["endpoint"] in down  # the dead broker is still listed, as not alive
+        shot = tmp_path / "console-after-failover.png"
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+    finally:
+        cluster.down()
