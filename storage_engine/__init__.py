@@ -12,11 +12,17 @@ from storage_engine.errors import (
     ConfigError,
     CorruptFileError,
     CorruptRecordError,
+    FsyncFailedError,
     StorageError,
     StoreLockedError,
     TruncateBelowConfirmError,
 )
-from storage_engine.files import atomic_write_bytes
+from storage_engine.files import (
+    FSYNC_FAILED_EXIT_CODE,
+    atomic_write_bytes,
+    exit_on_fsync_failure,
+    set_fsync_failure_handler,
+)
 from storage_engine.message_store import MessageStore, StoreStats
 from storage_engine.messages import (
     GetResult,
@@ -41,12 +47,17 @@ from storage_engine.retention import RetentionService
 from storage_engine.statuses import GetStatus, PutStatus
 
 __all__ = [
+    "FSYNC_FAILED_EXIT_CODE",
+    "RECORD_CHECKSUM_PAIR_BYTES",
+    "RECORD_HEADER",
+    "STORE_PROPERTY_KEYS",
     "ConfigError",
     "CorruptFileError",
     "CorruptRecordError",
     "EpochEntry",
     "EpochFile",
     "FlushDiskType",
+    "FsyncFailedError",
     "GetResult",
     "GetStatus",
     "Message",
@@ -54,12 +65,9 @@ __all__ = [
     "MessageStore",
     "PutResult",
     "PutStatus",
-    "RECORD_CHECKSUM_PAIR_BYTES",
-    "RECORD_HEADER",
     "RecordBlock",
     "RecoveryScan",
     "RetentionService",
-    "STORE_PROPERTY_KEYS",
     "StorageError",
     "StoreConfig",
     "StoreLockedError",
@@ -71,8 +79,10 @@ __all__ = [
     "decode_properties",
     "decode_record",
     "encode_properties",
+    "exit_on_fsync_failure",
     "find_consistent_point",
     "java_string_hash",
     "make_msg_id",
     "scan_record",
+    "set_fsync_failure_handler",
 ]
