@@ -221,3 +221,23 @@ def test_other_rules_do_not_wait_for_a_joining_slave() -> None:
     connect(core, 1, 1, 2000, snapshot)
     core.local_durable(3000)
     assert core.put_progress(3000, 1, now_ms=0) is PutProgress.DONE
+
+
+def test_all_ack_a_put_planned_before_the_set_grew_waits_for_the_new_member() -> None:
+    # Regression (tests/sim/cluster_sim.py seed 3): a put planned while the master was alone
+    # (need 1) was answered PUT_OK after the controller had accepted a slave that lacked it;
+    # the master died and that slave was elected.
+    core = all_ack_master(accepted=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    need = core.plan_put(2500).need
+    assert need == 1
+    connect(core, 1, 1, 2500, snapshot)
+    assert core.sync_state_set == (0, 1)
+    core.accept_sync_state_set((0, 1))
+    core.local_durable(3000)  # the put planned above, now durable on the master
+    assert core.put_progress(3000, need, now_ms=0) is PutProgress.WAITING
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=1)
+    core.on_frame(1, Ack(3000), grown, now_ms=1)
+    assert core.put_progress(3000, need, now_ms=1) is PutProgress.DONE
