@@ -7,6 +7,8 @@
     python3 build.py bench all [--json]    every benchmark, one after another; their JSON in one
                                       file (.bench-tmp/bench-all-<UTC time>.json)
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
+    python3 build.py sim --cluster [--seeds N | --minutes M] [--seed S --trace] [--json]
+                                      whole-cluster simulation (tests/sim/cluster_sim.py)
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
@@ -129,7 +131,11 @@ def bench(args: list[str]) -> int:
 
 def sim(args: list[str]) -> int:
     python = setup()
-    argv = [str(python), "-m", "tests.sim.raft_sim", *args]
+    module = "tests.sim.raft_sim"
+    if "--cluster" in args:
+        module = "tests.sim.cluster_sim"
+        args = [arg for arg in args if arg != "--cluster"]
+    argv = [str(python), "-m", module, *args]
     return subprocess.run(argv, cwd=ROOT).returncode
 
 

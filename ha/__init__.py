@@ -5,6 +5,7 @@ and connector.protocol only (DESIGN.md §2).
     ha/quorum.py          needAckNums, admission, confirm          pure functions
     ha/slave_core.py      handshake decision, transfer checks      sans-IO state machine
     ha/master_core.py     batching, heartbeats, SyncStateSet       sans-IO state machine
+    ha/role_core.py       controller-mode role decisions, lease   sans-IO (ha/broker/roles.py)
     ha/link.py            framed blocking socket                   IO
     ha/master_service.py  accept/read/send/tick threads, put wait  IO shell
     ha/slave_service.py   connect, follow, reconnect               IO shell

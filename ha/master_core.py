@@ -245,6 +245,8 @@ class MasterReplication:
         self._by_broker: dict[int, int] = {}  # broker id -> link id
         self._master_position = master_log_position
         self._confirm = confirm_log_position
+        # The highest put end answered DONE: a slave joins the SyncStateSet only holding it.
+        self._acked_high = confirm_log_position
         self._epoch_start = 0
         self._created_ms = now_ms
         # Controller mode: the slaves of the SyncStateSet the controller accepted (None: static
@@ -338,7 +340,9 @@ class MasterReplication:
         effects: list[MasterEffect] = []
         self._epoch_start = log.epochs[-1].start_log_position if log.epochs else 0
         if link.broker_id not in self._members:
-            if position >= self._confirm and position >= self._epoch_start:
+            if (position >= self._confirm and position >= self._epoch_start
+                    and (position >= self._acked_high
+                         or not self.settings.quorum.all_ack_in_sync_state_set)):
                 self._candidates.discard(link.broker_id)
                 self._members.add(link.broker_id)
                 logger.info("slave %d joins the SyncStateSet at log_position %d",
@@ -467,14 +471,47 @@ class MasterReplication:
         """Is a put ending at `log_position` that needs `need` replicas done now?"""
         if self.lease_lapsed(now_ms):  # maybe replaced: only a put every slave holds is safe
             if self._held_by_every_slave(log_position):
-                return PutProgress.DONE
+                return self._done(log_position)
             return PutProgress.WAITING  # until a renewed lease, the acks, or the deadline
         acks = self._counted_acks()
+        if self.settings.quorum.all_ack_in_sync_state_set and not self.settings.async_master:
+            # every member now, not only those of the set the put was planned under: a member
+            # that joined meanwhile may be elected (cluster simulation, seed 3)
+            members = self._accepted if self._accepted is not None else self._members
+            need = max(need, 1 + len(members))
         if holders(log_position, self._master_position, acks) >= need:
-            return PutProgress.DONE
+            if not self._held_by_joining(log_position):
+                return PutProgress.WAITING  # a joining slave first (or it stops joining)
+            return self._done(log_position)
         if 1 + len(acks) < need:
             return PutProgress.UNREACHABLE
         return PutProgress.WAITING
+
+    def _done(self, log_position: int) -> PutProgress:
+        self._acked_high = max(self._acked_high, log_position)
+        return PutProgress.DONE
+
+    def _held_by_joining(self, log_position: int) -> bool:
+        """allAckInSyncStateSet: slaves on their way into the SyncStateSet (candidates, and in
+        controller mode local members the controller has not accepted yet) hold everything
+        below `log_position`. That rule promises every member holds every acknowledged put,
+        and a member may be elected: so a slave joins only holding all acked so far
+        (`_acked_high`), and while it joins no put is acknowledged without it (RocketMQ counts
+        the growing local set the same way). Found by the cluster simulation
+        (tests/sim/cluster_sim.py, seeds 3, 15, 30, 66, 73): a master alone in its set acked
+        puts that a slave, joining at the confirm position it held back as a candidate,
+        lacked; elected after the master died, it lost them. Other rules need `need`
+        replicas only, and the election ranks by log position: unchanged."""
+        if not self.settings.quorum.all_ack_in_sync_state_set:
+            return True
+        joining = set(self._candidates)
+        if self._accepted is not None:
+            joining |= self._members - self._accepted
+        for broker_id in joining:
+            ack = self._ack_of(broker_id)
+            if ack is not None and ack < log_position:
+                return False
+        return True
 
     def _held_by_every_slave(self, log_position: int) -> bool:
         """The master and every slave an election could pick (accepted or local members) hold

@@ -12,13 +12,19 @@ from storage_engine.errors import (
     ConfigError,
     CorruptFileError,
     CorruptRecordError,
+    FsyncFailedError,
     InvalidNameError,
     ReplicatedDataError,
     StorageError,
     StoreLockedError,
     TruncateBelowConfirmError,
 )
-from storage_engine.files import atomic_write_bytes
+from storage_engine.files import (
+    FSYNC_FAILED_EXIT_CODE,
+    atomic_write_bytes,
+    exit_on_fsync_failure,
+    set_fsync_failure_handler,
+)
 from storage_engine.message_store import MessageStore, StoreStats
 from storage_engine.messages import (
     GetResult,
@@ -49,7 +55,9 @@ __all__ = [
     "CorruptRecordError",
     "EpochEntry",
     "EpochFile",
+    "FSYNC_FAILED_EXIT_CODE",
     "FlushDiskType",
+    "FsyncFailedError",
     "GetResult",
     "GetStatus",
     "InvalidNameError",
@@ -77,9 +85,11 @@ __all__ = [
     "decode_properties",
     "decode_record",
     "encode_properties",
+    "exit_on_fsync_failure",
     "find_consistent_point",
     "java_string_hash",
     "make_msg_id",
     "scan_record",
+    "set_fsync_failure_handler",
     "topic_name_error",
 ]

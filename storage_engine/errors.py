@@ -12,6 +12,7 @@ exceptions below are for environmental failures and bad input at the API edge:
     ├── InvalidNameError              a topic name / queue id no path may be built from
     ├── QueueOffsetsError             records whose queue offsets do not continue their queue
     ├── CorruptFileError              a metadata file (checkpoint, epoch file) fails its checksum
+    ├── FsyncFailedError              fsync failed: fail-stop (storage_engine/files.py), never retry
     └── TruncateBelowConfirmError     a truncation would cut data below the confirm position
 
 `retriable` tells a caller (later: the wire protocol's error table) whether the same request may
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "CorruptFileError",
     "CorruptRecordError",
+    "FsyncFailedError",
     "InvalidNameError",
     "QueueOffsetsError",
     "ReplicatedDataError",
@@ -87,6 +89,15 @@ class CorruptFileError(StorageError):
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"corrupt file {path}: {reason}")
+        self.path = path
+
+
+class FsyncFailedError(StorageError):
+    """fsync/fdatasync of a store file failed. Not retriable: the pages it should have written
+    may be gone (storage_engine/files.py); the process stops and recovers on restart."""
+
+    def __init__(self, path: str, err: OSError) -> None:
+        super().__init__(f"fsync of {path} failed: {err}")
         self.path = path
 
 

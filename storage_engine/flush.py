@@ -6,6 +6,11 @@ arrived meanwhile (group commit), publishes the new flushed position and wakes t
 whose deadline passes returns False (the store answers FLUSH_DISK_TIMEOUT). In ASYNC_FLUSH mode
 the thread flushes every `flush_interval_ms`. In both modes it writes the checkpoint every
 `checkpoint_interval_ms`.
+
+Fail-stop: a flush that raises (an fsync failed: storage_engine/files.py has already called the
+fsync failure handler, which in a broker ends the process) is never retried. The service marks
+itself failed, wakes every waiter with False (FLUSH_DISK_TIMEOUT, never PUT_OK), answers every
+later wait with False and flushes nothing more; the flushed position never moves again.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from storage_engine.errors import FsyncFailedError
 
 __all__ = ["FlushService"]
 
@@ -42,12 +49,18 @@ class FlushService:
         self._flushed = flushed_log_position
         self._stopping = False
         self._flush_count = 0
+        self._failed: BaseException | None = None  # fail-stop: set once, never cleared
         self.last_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     @property
     def flushed_log_position(self) -> int:
         return self._flushed
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The flush failure that stopped this service (None: it runs)."""
+        return self._failed
 
     @property
     def flush_count(self) -> int:
@@ -68,12 +81,14 @@ class FlushService:
         with self._condition:
             if self._flushed >= log_position:
                 return True
+            if self._failed is not None:
+                return False
             if log_position > self._requested:
                 self._requested = log_position
                 self._condition.notify_all()
             while self._flushed < log_position:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping:
+                if remaining <= 0 or self._stopping or self._failed is not None:
                     return False
                 self._condition.wait(remaining)
             return True
@@ -91,24 +106,35 @@ class FlushService:
                     self._condition.wait(self._flush_interval_s)
                 if self._stopping:
                     return
-            self._flush_once()
+            if not self._flush_once():
+                return  # fail-stop: never flush (or retry) again
             if time.monotonic() >= next_checkpoint:
                 next_checkpoint = time.monotonic() + self._checkpoint_interval_s
                 try:
                     self._checkpoint()
+                except FsyncFailedError as err:  # fail-stop, as for a flush
+                    logger.critical("checkpoint fsync failed, flushing stops for good: %s", err)
+                    with self._condition:
+                        self.last_error = self._failed = err
+                        self._condition.notify_all()
+                    return
                 except Exception as err:  # thread boundary: report, keep flushing
                     logger.error("checkpoint failed: %s", err)
                     self.last_error = err
 
-    def _flush_once(self) -> None:
+    def _flush_once(self) -> bool:
+        """One flush; False when it failed (the service is then failed for good)."""
         try:
             flushed = self._flush()
-        except Exception as err:  # thread boundary: waiters time out with FLUSH_DISK_TIMEOUT
-            logger.error("flush failed: %s", err)
-            self.last_error = err
-            return
+        except Exception as err:  # thread boundary: fail-stop, see the module docstring
+            logger.critical("flush failed, flushing stops for good (fail-stop): %s", err)
+            with self._condition:
+                self.last_error = self._failed = err
+                self._condition.notify_all()
+            return False
         with self._condition:
             if flushed > self._flushed:
                 self._flushed = flushed
                 self._flush_count += 1
             self._condition.notify_all()
+        return True

@@ -48,6 +48,7 @@ from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY, ConsumeQueue
 from storage_engine.epoch import EpochFile
 from storage_engine.errors import (
     CorruptFileError,
+    FsyncFailedError,
     QueueOffsetsError,
     StorageError,
 )
@@ -122,6 +123,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         self._topic_meta: dict[str, bytes] = {}
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._closed = False
+        self._fsync_failed: FsyncFailedError | None = None  # set once: nothing flushes after
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self._directory_lock = DirectoryLock(self.store_dir)
         self._crashed = self._directory_lock.acquire()
@@ -421,7 +423,14 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         return self._flush_commit_log()
 
     def _flush_commit_log(self) -> int:
-        flushed = self._commit_log.flush()
+        failed = self._fsync_failed
+        if failed is not None:  # fail-stop: a later fsync may "succeed" over lost pages
+            raise FsyncFailedError(failed.path, OSError(f"an earlier fsync failed: {failed}"))
+        try:
+            flushed = self._commit_log.flush()
+        except FsyncFailedError as err:
+            self._fsync_failed = err
+            raise
         if self._auto_confirm and self._sync_flush:
             with self._lock:
                 advanced = flushed > self._confirm and not self._closed
@@ -742,6 +751,9 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
                 return
             self._closed = True
         self._flush.stop()
+        if self._fsync_failed is not None or self._flush.failed is not None:
+            self._release(clean=False)  # no clean checkpoint over lost pages: recover on open
+            return
         self._write_checkpoint(clean=True)
         self._release(clean=True)
 

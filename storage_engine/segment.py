@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from storage_engine.errors import StorageError
-from storage_engine.files import fsync_directory
+from storage_engine.files import fsync_directory, fsync_file
 
 __all__ = ["Segment", "SegmentQueue", "discard_tail", "segment_file_name"]
 
@@ -81,7 +81,7 @@ class Segment:
         """fdatasync if anything is unflushed; returns the flushed relative position."""
         target = self.write_position
         if target > self.flushed_position:
-            os.fdatasync(self.fd)
+            fsync_file(self.fd, self.path, data_only=True)
             self.flushed_position = max(self.flushed_position, target)
         return self.flushed_position
 
@@ -93,7 +93,7 @@ class Segment:
             chunk = min(ZERO_CHUNK_BYTES, end - cursor)
             os.pwrite(self.fd, _ZEROS[:chunk], cursor)
             cursor += chunk
-        os.fdatasync(self.fd)
+        fsync_file(self.fd, self.path, data_only=True)
         self.write_position = position
         self.flushed_position = min(self.flushed_position, position)
 
@@ -243,5 +243,5 @@ def discard_tail(segment: Segment, relative: int) -> None:
     end of the file, however far stale bytes reach, by shrinking and re-growing the file."""
     os.ftruncate(segment.fd, relative)
     os.ftruncate(segment.fd, segment.size_bytes)
-    os.fdatasync(segment.fd)
+    fsync_file(segment.fd, segment.path, data_only=True)
     segment.write_position = segment.flushed_position = relative

@@ -52,6 +52,7 @@ from controller.api import (
     TopicInfo,
 )
 from controller.errors import CodecError
+from ha.role_core import newer
 
 __all__ = ["ControllerClient", "ControllerLink", "ControllerUnavailableError", "HeartbeatState"]
 
@@ -282,7 +283,7 @@ class ControllerLink:
             return
         if self._on_confirm is not None:
             self._on_confirm(change, sent_ms, reply.heartbeat_timeout_ms)
-        if self.role is None or _newer(change, self.role):
+        if newer(change, self.role):
             self.role = change
             logger.info("%s: role %s (master %s, epoch %d, SyncStateSet %s epoch %d)",
                         self._broker_name, change.role, change.master_address,
@@ -290,9 +291,3 @@ class ControllerLink:
                         change.sync_state_set_epoch)
             self._on_role(change)
 
-
-def _newer(change: RoleChange, current: RoleChange) -> bool:
-    """Epochs order role changes; within an epoch a newer SyncStateSet or a role learnt."""
-    key: Callable[[RoleChange], Any] = lambda c: (c.master_epoch, c.sync_state_set_epoch,
-                                                   c.role != "none")
-    return bool(key(change) > key(current))

@@ -29,6 +29,10 @@
 
 Single-broker sets (no replication) only fence and unfence, as before. The controller being
 down never changes a role: the last one stays (DESIGN §5.6).
+
+The decisions (which action a change means, the lease arithmetic, when to propose a set and
+whether to adopt the controller's) are ha/role_core.py's; this module is the shell that carries
+them out on threads (the simulator drives the same core: tests/sim/cluster_sim.py).
 """
 
 from __future__ import annotations
@@ -39,20 +43,18 @@ import time
 from collections.abc import Callable
 
 from controller.api import (
-    ROLE_MASTER,
-    ROLE_SLAVE,
     AlterSyncStateSetReply,
-    AlterSyncStateSetRequest,
     GetReplicaInfoRequest,
     ReplicaInfoReply,
     RoleChange,
-    lease_max_ms,
 )
 from ha.broker.controller_link import ControllerClient, ControllerUnavailableError
 from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower, rebuild_table
 from ha.broker.peer import broker_info
+from ha.broker.replication import RoleChangeError
 from ha.broker.service import BrokerService
 from ha.master_service import MasterService
+from ha.role_core import RoleAction, RoleCore, RolePlan
 from storage_engine.tiered import TierService
 
 __all__ = ["RoleManager"]
@@ -78,12 +80,12 @@ class RoleManager:
         self._tier = tier
         self._lock = threading.Condition()
         self._pending: RoleChange | None = None
-        self._current: RoleChange | None = None  # the last one applied
+        self._core = RoleCore(broker_name=self._config.broker_name,
+                              runtime_roles=self._config.runtime_roles,
+                              master_lease_ms=self._config.master_lease_ms)
         self._master: MasterService | None = None  # the master service of this term
         self._follower: IdempotenceFollower | None = None  # as slave: the table, kept current
-        self._sss_epoch = 0
-        self._lease_lock = threading.Lock()
-        self._lease: tuple[int, int] = (0, 0)  # (master epoch, lease until ms) confirmed last
+        self._lease_lock = threading.Lock()  # confirm() runs on the link's threads
         self._sss_wake = threading.Event()
         self._stopping = threading.Event()
         self.on_master_lost: Callable[[], None] | None = None  # the link's wake(), set later
@@ -117,17 +119,10 @@ class RoleManager:
     def confirm(self, change: RoleChange, sent_ms: int, controller_timeout_ms: int) -> None:
         """The controller leader answered a heartbeat sent at `sent_ms` (monotonic) with this
         broker's role (called on the link's threads; never blocks on a role change)."""
-        if change.role != ROLE_MASTER:
-            return
-        lease_ms = self._config.master_lease_ms
-        if controller_timeout_ms > 0:
-            lease_ms = min(lease_ms, lease_max_ms(controller_timeout_ms))
-        until_ms = sent_ms + lease_ms
         with self._lease_lock:
-            epoch, until_before = self._lease
-            if change.master_epoch > epoch or (change.master_epoch == epoch
-                                               and until_ms > until_before):
-                self._lease = (change.master_epoch, until_ms)
+            until_ms = self._core.confirm(change, sent_ms, controller_timeout_ms)
+        if until_ms is None:
+            return
         master = self._replication.master
         if master is not None and master.master_epoch == change.master_epoch:
             master.renew_lease(until_ms)
@@ -145,14 +140,14 @@ class RoleManager:
         """The lease the controller's latest confirmation gives the master of `master_epoch`
         (0: none yet, the lease has lapsed)."""
         with self._lease_lock:
-            epoch, until_ms = self._lease
-        return until_ms if epoch == master_epoch else 0
+            return self._core.lease_until_ms(master_epoch)
 
     def info(self) -> dict[str, object]:
-        current = self._current
+        current = self._core.current
         return {"applied_role": current.role if current else None,
                 "applied_master_epoch": current.master_epoch if current else None,
-                "sync_state_set_epoch": self._sss_epoch, "role_changes": self.role_changes,
+                "sync_state_set_epoch": self._core.sync_state_set_epoch,
+                "role_changes": self.role_changes,
                 "last_error": self.last_error}
 
     # -- role changes -----------------------------------------------------------------------
@@ -177,29 +172,27 @@ class RoleManager:
                         self._pending = change  # the link sends a role only when it is new
 
     def _apply(self, change: RoleChange) -> None:
-        replication = self._replication
-        if not self._config.runtime_roles:  # one broker per set: nothing replicates
-            if change.role == ROLE_MASTER:
-                replication.fence(None)
-            else:
-                replication.fence(_not_master_reason(change))
-            self._current = change
+        replication, core = self._replication, self._core
+        plan = core.plan(change)
+        action = plan.action
+        if action in (RoleAction.FENCE, RoleAction.UNFENCE):  # one broker: nothing replicates
+            replication.fence(plan.reason or None)
+            core.applied(plan)
             return
-        current = self._current
-        same_term = (current is not None and current.role == change.role
-                     and current.master_epoch == change.master_epoch)
-        if change.role == ROLE_MASTER and same_term and self._master is not None:
+        if action is RoleAction.ADOPT:
             self._adopt(change.sync_state_set, change.sync_state_set_epoch)
-        elif change.role == ROLE_MASTER:
-            self._take_over(change)
-        elif change.role == ROLE_SLAVE and change.master_address:
-            self._follow(change)
         else:
+            core.leaving()
             self._master = None
-            if self._tier is not None:
-                self._tier.set_uploading(False)
-            replication.become_none(_not_master_reason(change))
-        self._current = change
+            if action is RoleAction.TAKE_OVER:
+                self._take_over(plan)
+            elif action is RoleAction.FOLLOW:
+                self._follow(change)
+            else:
+                if self._tier is not None:
+                    self._tier.set_uploading(False)
+                replication.become_none(plan.reason)
+        core.applied(plan)
         self.role_changes += 1
 
     def _idempotence_config(self) -> IdempotenceConfig:
@@ -219,9 +212,14 @@ class RoleManager:
             logger.exception("idempotence follower pass failed")
             self._follower = None
 
-    def _take_over(self, change: RoleChange) -> None:
+    def _take_over(self, plan: RolePlan) -> None:
+        change = plan.change
         started = time.monotonic()
-        self._master = None
+        last = self._service.store.epochs.last
+        refusal = self._core.check_take_over(last.epoch if last else None, change.master_epoch)
+        if refusal is not None:
+            self._replication.fence(f"refusing to take over: {refusal}")
+            raise RoleChangeError(refusal)
         master = self._replication.become_master(
             broker_id=change.broker_id, master_epoch=change.master_epoch,
             sync_state_set=change.sync_state_set,
@@ -236,7 +234,6 @@ class RoleManager:
             else rebuild_table(service.store, self._idempotence_config(), now_ms=now_ms))
         if self._tier is not None:
             self._tier.set_uploading(True)
-        self._sss_epoch = change.sync_state_set_epoch
         self._master = master
         self._replication.fence(None)
         self._sss_wake.set()
@@ -245,7 +242,6 @@ class RoleManager:
                     (time.monotonic() - started) * 1000, service.store.end_log_position)
 
     def _follow(self, change: RoleChange) -> None:
-        self._master = None
         if self._follower is None:
             self._follower = IdempotenceFollower(self._service.store, self._idempotence_config())
         if self._tier is not None:
@@ -278,9 +274,8 @@ class RoleManager:
     def _adopt(self, members: tuple[int, ...], sss_epoch: int) -> None:
         """The controller holds `members` at `sss_epoch`: use it if newer than what we have."""
         master = self._master
-        if master is None or sss_epoch <= self._sss_epoch:
+        if master is None or not self._core.adopt(members, sss_epoch):
             return
-        self._sss_epoch = sss_epoch
         master.accept_sync_state_set(members)
         logger.info("SyncStateSet %s accepted (epoch %d)", list(members), sss_epoch)
 
@@ -301,14 +296,13 @@ class RoleManager:
 
     def _report_once(self) -> bool:
         """Propose the local set when it differs; True when nothing is left to do."""
-        master, current = self._master, self._current
+        master, current = self._master, self._core.current
         if master is None or current is None:
             return True
         local, accepted = master.sync_state_sets()
-        if accepted is None or set(local) == set(accepted):
+        request = self._core.proposal(local, accepted)
+        if request is None:
             return True
-        request = AlterSyncStateSetRequest(self._config.broker_name, current.broker_id,
-                                           current.master_epoch, local, self._sss_epoch)
         try:
             reply = self._client.call("alter_sync_state_set", request, AlterSyncStateSetReply)
         except ControllerUnavailableError as err:
@@ -329,16 +323,8 @@ class RoleManager:
                                       ReplicaInfoReply)
         except ControllerUnavailableError:
             return
-        replica = reply.replica
-        if (reply.status == "OK" and replica is not None and self._master is master
-                and replica.master_epoch == current.master_epoch
-                and replica.master_broker_id == current.broker_id):
+        replica = reply.replica if reply.status == "OK" else None
+        if self._master is master and self._core.refresh_adopts(replica, current):
+            assert replica is not None
             self._adopt(replica.sync_state_set, replica.sync_state_set_epoch)
-
-
-def _not_master_reason(change: RoleChange) -> str:
-    if change.role == ROLE_SLAVE:
-        return (f"the controller names broker {change.master_broker_id} at "
-                f"{change.master_address} master (epoch {change.master_epoch})")
-    return f"replica set {change.broker_name} has no master (epoch {change.master_epoch})"
 

@@ -8,10 +8,11 @@ driven by explicit events, as in test_master_core.py, with `accepted_sync_state_
 
 from __future__ import annotations
 
+import dataclasses
+
 from ha.frames import Ack
 from ha.master_core import ConfirmTo, MasterReplication, PutProgress, SyncStateSetChanged
 from storage_engine import EpochEntry as E
-
 from tests.ha.test_master_core import connect, log, master
 
 EPOCHS = (E(3, 0),)
@@ -178,3 +179,65 @@ def test_a_renewal_never_shortens_the_lease() -> None:
     core.renew_lease(3000)  # an older heartbeat's reply, answered late
     assert not core.lease_lapsed(4999) and core.lease_lapsed(5000)
     assert core.stats().lease_until_ms == 5000
+
+
+def all_ack_master(accepted: tuple[int, ...]) -> MasterReplication:
+    plain = master(total=3, in_sync=3)
+    settings = dataclasses.replace(plain.settings, quorum=dataclasses.replace(
+        plain.settings.quorum, all_ack_in_sync_state_set=True))
+    return MasterReplication(settings, broker_id=0, master_epoch=3, endpoint="h:1",
+                             master_log_position=0, confirm_log_position=0, now_ms=0,
+                             accepted_sync_state_set=accepted)
+
+
+def test_all_ack_a_joining_slave_holds_every_put_acknowledged_after_it_joins() -> None:
+    # Regression (tests/sim/cluster_sim.py seeds 3, 15, 30, 66, 73): a master alone in its
+    # set acked puts past the confirm position a catching-up slave held back; the slave joined
+    # at that confirm position, the controller accepted it, the master died, the slave was
+    # elected without those PUT_OKs. allAckInSyncStateSet promises every member holds them.
+    core = all_ack_master(accepted=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    assert core.put_progress(2500, 1, now_ms=0) is PutProgress.DONE  # alone: need 1
+    connect(core, 1, 1, 2000, snapshot)  # 500 behind (< one batch): a candidate
+    assert core.sync_state_set == (0,)
+    core.local_durable(3000)
+    # The candidate may join (and be elected) soon: the put waits for it.
+    assert core.put_progress(3000, 1, now_ms=0) is PutProgress.WAITING
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=1)
+    assert core.on_frame(1, Ack(2600), grown, now_ms=1) == [SyncStateSetChanged((0, 1)),
+                                                            ConfirmTo(2600)]
+    assert core.accepted_sync_state_set == (0,)  # proposed, not accepted yet
+    assert core.put_progress(3000, 1, now_ms=1) is PutProgress.WAITING  # joining: needs it
+    core.on_frame(1, Ack(3000), grown, now_ms=2)
+    assert core.put_progress(3000, 1, now_ms=2) is PutProgress.DONE
+
+
+def test_other_rules_do_not_wait_for_a_joining_slave() -> None:
+    core = controller_master(accepted=(0,), in_sync=1)
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2000, snapshot)
+    core.local_durable(3000)
+    assert core.put_progress(3000, 1, now_ms=0) is PutProgress.DONE
+
+
+def test_all_ack_a_put_planned_before_the_set_grew_waits_for_the_new_member() -> None:
+    # Regression (tests/sim/cluster_sim.py seed 3): a put planned while the master was alone
+    # (need 1) was answered PUT_OK after the controller had accepted a slave that lacked it;
+    # the master died and that slave was elected.
+    core = all_ack_master(accepted=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    need = core.plan_put(2500).need
+    assert need == 1
+    connect(core, 1, 1, 2500, snapshot)
+    assert core.sync_state_set == (0, 1)
+    core.accept_sync_state_set((0, 1))
+    core.local_durable(3000)  # the put planned above, now durable on the master
+    assert core.put_progress(3000, need, now_ms=0) is PutProgress.WAITING
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=1)
+    core.on_frame(1, Ack(3000), grown, now_ms=1)
+    assert core.put_progress(3000, need, now_ms=1) is PutProgress.DONE

@@ -1,0 +1,1102 @@
+"""Deterministic simulation of a whole cluster: 3 controllers, one replica set of 3 brokers.
+
+One seed fixes everything (fault rates, every delay, drop, partition, crash and put); time is a
+virtual millisecond clock and every event sits in one heap ordered by (time, sequence), so a
+run replays exactly. A failure prints its seed, the replay command and the last trace lines:
+
+    python3 build.py sim --cluster --seed S [--trace]
+    python3 build.py sim --cluster --seeds N [--json]
+
+What runs is the production decision code, driven here instead of by threads and sockets:
+- controllers: the Raft core (controller/raft), the replicated state machine
+  (controller/state.py), the liveness table (controller/liveness.py), the election policy
+  (controller/election.py: failover_decision) and role_of (controller/api.py);
+- brokers: the role core (ha/role_core.py: which role a controller reply means, the master
+  lease arithmetic, SyncStateSet proposals and adoption, the take-over epoch check), the
+  master core (ha/master_core.py: quorum, confirm position, SyncStateSet, lease) and the slave
+  core (ha/slave_core.py: fork-point truncation, acks, confirm).
+
+What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
+- the controller leader's request handling (controller/node.py: heartbeat replies, the scan
+  that elects, alter_sync_state_set) is written again in `SimController` in a few lines;
+- the broker's put path (ha/broker/replication.py: fence, plan, append, fsync, wait for the
+  quorum) and the take-over sequence (roles.py/replication.py/master_service.py: cut a partial
+  tail record, confirm := log end, epoch entry) are written again in `SimBroker`;
+- THE DISK IS A MODEL, NOT THE STORAGE ENGINE: `SimLog` holds the CommitLog as bytes with a
+  synced length, the epoch list (durable on append, as the epoch file is) and the confirm
+  position; a crash drops every unsynced byte (or keeps a random prefix of them: a torn
+  write). storage_engine has no file-system seam yet (segments use os.pwrite + mmap), so the
+  real store cannot run here; no decision is taken by this model.
+
+Network: controller requests and replies may be dropped, duplicated, delayed (so reordered);
+partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
+partition breaks it (both ends see it close). Clock: one virtual clock (no drift yet).
+
+Invariants checked after every event (`ClusterChecker`):
+- no acknowledged message is lost or changed: the serving master of the highest epoch holds
+  every PUT_OK'd record, byte for byte, where it was acknowledged;
+- replicas are identical below the confirm position (any two brokers agree below the smaller
+  of their confirm positions), and a broker's confirm never passes its log end (reads stop at
+  confirm, so no read ever sees bytes a failover can cut);
+- one master per epoch; a broker's epochs and (within one incarnation) its confirm position
+  never go backwards; the controller's master epoch never goes back;
+- every elected master was in the SyncStateSet of the epoch before (no unclean election);
+- the Raft invariants are raft_sim.py's business (its checker runs 200 seeds by default).
+At the end the network heals and the cluster must elect a master that holds every ack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import heapq
+import itertools
+import json
+import logging
+import random
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from controller.api import (
+    BrokerHeartbeat,
+    ReplicaInfo,
+    RoleChange,
+    role_of,
+)
+from controller.election import failover_decision
+from controller.liveness import LiveTable
+from controller.raft import (
+    EntryKind,
+    MemoryRaftStorage,
+    Message,
+    ProposeStatus,
+    RaftConfig,
+    RaftNode,
+    Role,
+)
+from controller.state import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    Command,
+    ControllerState,
+    ElectMaster,
+    decode_command,
+    encode_command,
+)
+from ha.frames import Frame, MasterHello, Transfer
+from ha.master_core import (
+    CloseLink as MasterCloseLink,
+)
+from ha.master_core import (
+    ConfirmTo,
+    MasterLog,
+    MasterReplication,
+    MasterSettings,
+    PutProgress,
+    SendLog,
+    SendMetadata,
+    SyncStateSetChanged,
+    Wait,
+)
+from ha.master_core import (
+    SendFrame as MasterSendFrame,
+)
+from ha.quorum import QuorumSettings
+from ha.role_core import RoleAction, RoleCore
+from ha.slave_core import (
+    AppendEpoch,
+    AppendLog,
+    ApplyMetadata,
+    DispatchLog,
+    LocalLog,
+    MasterKnown,
+    RestartLogAt,
+    SetConfirm,
+    SlaveReplication,
+    Truncate,
+)
+from ha.slave_core import (
+    CloseLink as SlaveCloseLink,
+)
+from ha.slave_core import SendFrame as SlaveSendFrame
+from storage_engine import EpochEntry
+
+SET = "broker-a"
+CLUSTER = "sim"
+CONTROLLERS = (1, 2, 3)
+BROKERS = ("b1", "b2", "b3")
+RECORD_BYTES = 16  # a record: msg id (8) + a checksum of it (8); batches may cut one in two
+TICK_MS = 10  # Raft tick
+HEARTBEAT_MS = 100  # brokerHeartbeatInterval
+HEARTBEAT_TIMEOUT_MS = 1000  # controllerHeartbeatTimeoutMs (lease max: 2/3 of it)
+MASTER_LEASE_MS = 600
+SCAN_MS = 100
+PUT_TIMEOUT_MS = 800  # syncFlushTimeout
+HEAL_MS = 4000  # after the faults: heal, then a master must hold every ack within this
+TRACE_KEPT = 60
+
+
+class SimFailure(AssertionError):
+    """An invariant broke; the message names the seed, the replay command and a trace."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    seed: int
+    duration_ms: int
+    drop_probability: float
+    duplicate_probability: float
+    long_delay_probability: float
+    partition_probability: float  # per fault event
+    crash_probability: float  # per fault event
+    torn_write_probability: float  # a crash keeps a random prefix of the unsynced bytes
+    transfer_batch_bytes: int
+    put_period_ms: int
+    disk_delay_ms: int
+
+    @classmethod
+    def from_seed(cls, seed: int, duration_ms: int) -> ClusterOptions:
+        rng = random.Random(seed ^ 0xC1A5)
+        return cls(seed=seed, duration_ms=duration_ms,
+                   drop_probability=rng.choice((0.0, 0.01, 0.05)),
+                   duplicate_probability=rng.choice((0.0, 0.05)),
+                   long_delay_probability=rng.choice((0.0, 0.05, 0.2)),
+                   partition_probability=rng.choice((0.0, 0.3, 0.5)),
+                   crash_probability=rng.choice((0.0, 0.3, 0.5)),
+                   torn_write_probability=rng.choice((0.0, 0.5)),
+                   transfer_batch_bytes=rng.choice((24, 40, 4096)),
+                   put_period_ms=rng.choice((5, 20, 50)),
+                   disk_delay_ms=rng.choice((0, 1, 5)))
+
+    def replay_command(self) -> str:
+        return (f"python3 build.py sim --cluster --seed {self.seed} "
+                f"--duration-ms {self.duration_ms} --trace")
+
+
+def make_record(msg_id: int) -> bytes:
+    digest = hashlib.blake2b(msg_id.to_bytes(8, "big"), digest_size=8).digest()
+    return struct.pack(">Q", msg_id) + digest
+
+
+# -- the disk model ---------------------------------------------------------------------------
+class SimLog:
+    """A MODEL of one broker's store (not storage_engine: see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.synced = 0
+        self.epochs: list[EpochEntry] = []  # durable at once (the epoch file fsyncs)
+        self.confirm = 0
+        self.confirm_durable = 0  # what a restart finds (checkpoint): at most `synced`
+        self.version = 0  # +1 whenever bytes are cut (truncation, crash): checks restart
+
+    @property
+    def end(self) -> int:
+        return len(self.data)
+
+    def append(self, position: int, data: bytes) -> None:
+        assert position == self.end, (position, self.end)
+        self.data += data
+
+    def sync(self) -> None:
+        self.synced = self.end
+        self.confirm_durable = min(self.confirm, self.synced)
+
+    def truncate(self, position: int) -> None:
+        assert position >= self.confirm or position >= self.end, (position, self.confirm)
+        del self.data[position:]
+        self.version += 1
+        self.synced = min(self.synced, position)
+        self.epochs = [e for e in self.epochs if e.start_log_position < position]
+        self.confirm = min(self.confirm, position)
+        self.confirm_durable = min(self.confirm_durable, position)
+
+    def set_confirm(self, position: int) -> None:
+        self.confirm = max(self.confirm, min(position, self.end))
+
+    def crash(self, rng: random.Random, torn_probability: float) -> None:
+        keep = self.synced
+        if self.end > self.synced and rng.random() < torn_probability:
+            keep = rng.randint(self.synced, self.end)  # a torn write: a random prefix stays
+        del self.data[keep:]
+        self.version += 1
+        self.synced = keep
+        self.epochs = [e for e in self.epochs if e.start_log_position <= keep]
+        self.confirm = min(self.confirm_durable, keep)
+
+    def complete_end(self) -> int:
+        return self.end - self.end % RECORD_BYTES
+
+
+# -- controllers ------------------------------------------------------------------------------
+class SimController:
+    """One controller process: the real Raft core, state machine, liveness table and election
+    policy; the request handling of controller/node.py, re-modelled."""
+
+    def __init__(self, sim: ClusterSim, node_id: int) -> None:
+        self.sim = sim
+        self.node_id = node_id
+        self.storage = MemoryRaftStorage()
+        self.incarnation = 0
+        self.alive = False
+        self.start()
+
+    def start(self) -> None:
+        sim = self.sim
+        persisted = self.storage.load()
+        config = RaftConfig(node_id=self.node_id, voter_ids=CONTROLLERS,
+                            election_timeout_ticks=10, heartbeat_interval_ticks=1)
+        self.raft = RaftNode(config, random.Random(sim.rng.getrandbits(32)),
+                             hard_state=persisted.hard_state, snapshot=persisted.snapshot,
+                             entries=persisted.entries)
+        self.state = ControllerState()
+        self.live = LiveTable(heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, brokers_max=16)
+        self.pending: dict[int, tuple[int, Callable[[Any], None]]] = {}
+        self.leader_since_ms: int | None = None
+        sim.checker.controller_epoch.pop(self.node_id, None)  # the state is rebuilt from the log
+        self.incarnation += 1
+        self.alive = True
+        sim.every(TICK_MS, self, self.tick)
+        sim.every(SCAN_MS, self, self.scan)
+
+    def crash(self) -> None:
+        self.alive = False
+        self.incarnation += 1
+
+    def tick(self) -> None:
+        self.raft.tick()
+        self.drain()
+
+    def on_raft(self, message: Message) -> None:
+        self.raft.step(message)
+        self.drain()
+
+    def drain(self) -> None:
+        raft = self.raft
+        while raft.has_ready():
+            ready = raft.ready()
+            self.storage.save(snapshot=ready.snapshot, entries=ready.entries,
+                              hard_state=ready.hard_state)
+            for message in ready.messages:
+                self.sim.send(f"c{message.from_id}", f"c{message.to_id}",
+                              ("raft", message))
+            for entry in ready.committed:
+                self.apply(entry.entry_index, entry.term, entry.kind, entry.data)
+            raft.advance(ready)
+        if raft.role is Role.LEADER and self.leader_since_ms is None:
+            self.leader_since_ms = self.sim.now_ms
+        elif raft.role is not Role.LEADER:
+            self.leader_since_ms = None
+            for _, (_, reply) in list(self.pending.items()):
+                reply(None)
+            self.pending.clear()
+
+    def apply(self, index: int, term: int, kind: EntryKind, data: bytes) -> None:
+        result = None
+        if kind is EntryKind.NORMAL:
+            command = decode_command(data)
+            before = self.state.replica_info(SET)
+            result = self.state.apply(command)
+            after = self.state.replica_info(SET)
+            self.sim.checker.on_controller_apply(self.node_id, command, before, after)
+        waiting = self.pending.pop(index, None)
+        if waiting is not None:
+            proposed_term, reply = waiting
+            reply(result if proposed_term == term else None)
+
+    def propose(self, command: Command, reply: Callable[[Any], None]) -> None:
+        result = self.raft.propose(encode_command(command))
+        if result.status is not ProposeStatus.ACCEPTED:
+            reply(None)
+            return
+        self.pending[result.entry_index] = (result.term, reply)
+        self.drain()
+
+    def scan(self) -> None:
+        if self.raft.role is not Role.LEADER or self.leader_since_ms is None:
+            return
+        now = self.sim.now_ms
+        self.live.expire(now)
+        replica = self.state.replica_info(SET)
+        if replica is None:
+            return
+        decision = failover_decision(replica, self.live.alive(replica, now),
+                                     led_for_ms=now - self.leader_since_ms,
+                                     heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                                     unclean_enabled=False)
+        if decision is not None:
+            self.sim.trace(f"c{self.node_id} elects {decision.broker_id} "
+                           f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
+            self.propose(ElectMaster(SET, replica.master_epoch, decision.broker_id),
+                         lambda result: None)
+
+    def on_request(self, src: str, request_id: int, kind: str, body: Any) -> None:
+        now = self.sim.now_ms
+        if kind == "heartbeat":
+            self.live.heartbeat(body, now)
+        if self.raft.role is not Role.LEADER:
+            return  # NOT_LEADER: the broker tries every controller anyway
+
+        def answer(reply: Any) -> None:
+            self.sim.send(f"c{self.node_id}", src, ("reply", request_id, reply))
+
+        if kind == "register":
+            self.propose(ApplyBrokerId(CLUSTER, SET, src),
+                         lambda r: answer(None if r is None else r.broker_id))
+        elif kind == "heartbeat":
+            replica = self.state.replica_info(SET)
+            if replica is None or body.broker_id not in {m.broker_id for m in replica.brokers}:
+                return
+            answer((role_of(replica, body.broker_id), HEARTBEAT_TIMEOUT_MS))
+        elif kind == "alter_sss":
+            replica = self.state.replica_info(SET)
+            alive = self.live.alive(replica, now) if replica else {}
+            if replica is None or any(m not in alive for m in body.sync_state_set):
+                answer(("INVALID_REPLICAS", None))
+                return
+            self.propose(AlterSyncStateSet(SET, body.master_broker_id, body.master_epoch,
+                                           body.sync_state_set, body.sync_state_set_epoch),
+                         lambda r: answer(None if r is None else (r.status, r.replica)))
+        elif kind == "replica_info":
+            answer(("OK", self.state.replica_info(SET)))
+
+
+# -- brokers ----------------------------------------------------------------------------------
+@dataclasses.dataclass(slots=True)
+class _Put:
+    request_id: int
+    src: str
+    msg_id: int
+    start: int
+    end: int
+    need: int
+    deadline_ms: int
+    durable: bool = False
+
+
+class SimBroker:
+    """One broker process: the real role, master and slave cores; the put path and the
+    take-over sequence of ha/broker, re-modelled; the disk is `SimLog` (a model)."""
+
+    def __init__(self, sim: ClusterSim, name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.log = SimLog()
+        self.incarnation = 0
+        self.alive = False
+        self.start()
+
+    def start(self) -> None:
+        self.broker_id: int | None = None
+        self.role = RoleCore(broker_name=SET, runtime_roles=True,
+                             master_lease_ms=MASTER_LEASE_MS)
+        self.master: MasterReplication | None = None
+        self.slave: SlaveReplication | None = None
+        self.master_of: str | None = None  # the broker this slave follows
+        self.fenced = True
+        self.puts: list[_Put] = []
+        self.requests: dict[int, str] = {}
+        self.links: dict[int, str] = {}  # as master: link id -> slave name
+        self.link_id: int | None = None  # as slave: the link to the master
+        self.confirm_seen = self.log.confirm
+        self.incarnation += 1
+        self.alive = True
+        self.sim.every(HEARTBEAT_MS, self, self.heartbeat)
+        self.sim.every(20, self, self.tick)
+
+    def crash(self) -> None:
+        self.alive = False
+        self.incarnation += 1
+        self.log.crash(self.sim.rng, self.sim.options.torn_write_probability)
+        self.master = None
+        self.slave = None
+
+    # controller link
+    def heartbeat(self) -> None:
+        if self.broker_id is None:
+            self.call_all("register", None)
+            return
+        last = self.log.epochs[-1].epoch if self.log.epochs else 0
+        lost = 0
+        if self.slave is not None and self.link_id is None and self.role.current is not None:
+            lost = self.role.current.master_epoch
+        body = BrokerHeartbeat(CLUSTER, SET, self.broker_id, self.name, last, self.log.end,
+                               self.log.confirm, master_unreachable_epoch=lost)
+        self.call_all("heartbeat", body)
+        if self.master is not None:
+            request = self.role.proposal(self.master.sync_state_set,
+                                         self.master.accepted_sync_state_set)
+            if request is not None:
+                self.call_all("alter_sss", request)
+
+    def call_all(self, kind: str, body: Any) -> None:
+        request_id = self.sim.next_id()
+        self.requests[request_id] = kind
+        for node_id in CONTROLLERS:
+            self.sim.send(self.name, f"c{node_id}",
+                          ("request", request_id, kind, body, self.sim.now_ms))
+
+    def on_reply(self, request_id: int, reply: Any) -> None:
+        kind = self.requests.get(request_id)
+        if kind is None or reply is None:
+            return
+        if kind == "register":
+            self.broker_id = reply
+        elif kind == "heartbeat":
+            change, timeout_ms = reply
+            sent_ms = self.sim.request_sent_ms.get(request_id, self.sim.now_ms)
+            until = self.role.confirm(change, sent_ms, timeout_ms)
+            if (until is not None and self.master is not None
+                    and self.master.master_epoch == change.master_epoch):
+                self.master.renew_lease(until)
+            if self.role.offer(change):
+                self.apply_role(change)
+        elif kind == "alter_sss":
+            status, replica = reply
+            if status == "OK" and replica is not None:
+                self.adopt(replica.sync_state_set, replica.sync_state_set_epoch)
+        self.after()
+
+    def adopt(self, members: tuple[int, ...], epoch: int) -> None:
+        if self.master is not None and self.role.adopt(members, epoch):
+            self.apply_master(self.master.accept_sync_state_set(members))
+
+    # role changes (roles.py / replication.py, re-modelled; the decisions are RoleCore's)
+    def apply_role(self, change: RoleChange) -> None:
+        plan = self.role.plan(change)
+        self.sim.trace(f"{self.name} {plan.action.value} epoch {change.master_epoch} "
+                       f"sss {change.sync_state_set}@{change.sync_state_set_epoch}")
+        if plan.action is RoleAction.ADOPT:
+            self.adopt(change.sync_state_set, change.sync_state_set_epoch)
+            self.role.applied(plan)
+            return
+        self.role.leaving()
+        self.fenced = True
+        self.fail_puts()
+        self.master = None
+        self.close_links()
+        if plan.action is RoleAction.TAKE_OVER:
+            self.take_over(change)
+        elif plan.action is RoleAction.FOLLOW:
+            self.follow(change)
+        self.role.applied(plan)
+
+    def take_over(self, change: RoleChange) -> None:
+        log = self.log
+        last = log.epochs[-1].epoch if log.epochs else None
+        refusal = RoleCore.check_take_over(last, change.master_epoch)
+        assert refusal is None, refusal  # the controller's epochs only grow
+        cut = log.complete_end()
+        if cut < log.end:
+            log.confirm = min(log.confirm, cut)
+            log.truncate(cut)
+        log.confirm = log.end
+        if last is None or last < change.master_epoch:
+            log.epochs.append(EpochEntry(change.master_epoch, log.end))
+        log.sync()
+        settings = MasterSettings(
+            quorum=QuorumSettings(total_replicas=3, in_sync_replicas=3, min_in_sync_replicas=1,
+                                  all_ack_in_sync_state_set=True),
+            transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
+            heartbeat_interval_ms=100, housekeeping_interval_ms=600,
+            slave_not_catchup_max_ms=400, segment_size_bytes=1 << 30)
+        self.master = MasterReplication(
+            settings, broker_id=change.broker_id, master_epoch=change.master_epoch,
+            endpoint=self.name, master_log_position=log.synced,
+            confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
+            accepted_sync_state_set=change.sync_state_set,
+            lease_until_ms=self.role.lease_until_ms(change.master_epoch))
+        self.fenced = False
+        self.sim.checker.on_serving(self, change.master_epoch)
+
+    def follow(self, change: RoleChange) -> None:
+        self.slave = SlaveReplication(broker_id=change.broker_id, heartbeat_interval_ms=100,
+                                      housekeeping_interval_ms=600, fsync_before_ack=True,
+                                      master_epoch_min=change.master_epoch)
+        self.master_of = change.master_address
+        self.link_id = None
+
+    # HA links (TCP streams over the simulated network)
+    def tick(self) -> None:
+        now = self.sim.now_ms
+        if self.slave is not None:
+            if self.link_id is None and self.master_of is not None:
+                self.link_id = self.sim.open_link(self.name, self.master_of)
+                log = self.log
+                self.apply_slave(self.slave.link_up(LocalLog(
+                    0, log.end, log.confirm, tuple(log.epochs), 1 << 30), now_ms=now))
+            else:
+                self.apply_slave(self.slave.on_tick(now_ms=now))
+        if self.master is not None:
+            self.apply_master(self.master.on_tick(self.master_log(), now_ms=now))
+        self.after()
+
+    def master_log(self) -> MasterLog:
+        return MasterLog(0, self.log.end, tuple(self.log.epochs))
+
+    def on_link_frame(self, link_id: int, src: str, frame: Frame) -> None:
+        now = self.sim.now_ms
+        if self.master is not None and not isinstance(frame, (MasterHello, Transfer)):
+            if link_id not in self.links:
+                self.links[link_id] = src
+                self.apply_master(self.master.link_opened(link_id, now_ms=now))
+            self.apply_master(self.master.on_frame(link_id, frame, self.master_log(),
+                                                   now_ms=now))
+        elif self.slave is not None and link_id == self.link_id:
+            if isinstance(frame, Transfer) and frame.data:
+                self.sim.checker.on_transfer(self, frame)
+            self.apply_slave(self.slave.on_frame(frame, now_ms=now))
+        else:
+            self.sim.close_link(link_id)
+        self.after()
+
+    def on_link_closed(self, link_id: int) -> None:
+        if self.master is not None and link_id in self.links:
+            self.apply_master(self.master.link_closed(link_id, now_ms=self.sim.now_ms))
+            self.links.pop(link_id, None)
+        if link_id == self.link_id:
+            self.link_id = None
+            if self.slave is not None:
+                self.slave.link_down()
+        self.after()
+
+    def close_links(self) -> None:
+        for link_id in list(self.links):
+            self.sim.close_link(link_id)
+        self.links.clear()
+        if self.link_id is not None:
+            self.sim.close_link(self.link_id)
+            self.link_id = None
+        self.slave = None
+        self.master_of = None
+
+    def apply_master(self, effects: list[Any]) -> None:
+        for effect in effects:
+            if isinstance(effect, ConfirmTo):
+                self.log.set_confirm(effect.log_position)
+            elif isinstance(effect, MasterCloseLink):
+                self.sim.close_link(effect.link_id)
+                self.links.pop(effect.link_id, None)
+            elif isinstance(effect, MasterSendFrame):
+                self.sim.link_send(effect.link_id, self.name, effect.frame)
+            elif isinstance(effect, SyncStateSetChanged):
+                pass  # proposed with the next heartbeat (roles.py wakes its thread)
+            else:
+                raise TypeError(effect)
+
+    def pump(self) -> None:
+        """The master's senders: ship until every link waits."""
+        master = self.master
+        if master is None:
+            return
+        for link_id in list(self.links):
+            for _ in range(64):
+                effect = master.next_send(link_id, self.master_log(), now_ms=self.sim.now_ms)
+                if isinstance(effect, Wait):
+                    break
+                if isinstance(effect, SendLog):
+                    start = effect.transfer.log_position
+                    data = bytes(self.log.data[start:start + effect.size_bytes])
+                    frame: Frame = dataclasses.replace(effect.transfer, data=data)
+                elif isinstance(effect, MasterSendFrame):
+                    frame = effect.frame
+                elif isinstance(effect, SendMetadata):
+                    continue
+                else:
+                    raise TypeError(effect)
+                self.sim.link_send(link_id, self.name, frame)
+
+    def apply_slave(self, effects: list[Any]) -> None:
+        log = self.log
+        for effect in effects:
+            if isinstance(effect, AppendLog):
+                log.append(effect.log_position, bytes(effect.data))
+                if effect.fsync:
+                    log.sync()
+            elif isinstance(effect, SlaveSendFrame):
+                if self.link_id is not None:
+                    self.sim.link_send(self.link_id, self.name, effect.frame)
+            elif isinstance(effect, SetConfirm):
+                log.set_confirm(effect.log_position)
+            elif isinstance(effect, AppendEpoch):
+                log.epochs.append(EpochEntry(effect.epoch, effect.start_log_position))
+            elif isinstance(effect, Truncate):
+                self.sim.trace(f"{self.name} truncates {log.end} -> {effect.log_position}")
+                log.truncate(effect.log_position)
+            elif isinstance(effect, RestartLogAt):
+                raise TypeError("segments are never deleted in the simulation")
+            elif isinstance(effect, SlaveCloseLink):
+                if self.link_id is not None:
+                    self.sim.close_link(self.link_id)
+                    self.link_id = None
+                    if self.slave is not None:
+                        self.slave.link_down()
+            elif isinstance(effect, (DispatchLog, ApplyMetadata, MasterKnown)):
+                pass
+            else:
+                raise TypeError(effect)
+
+    # puts (replication.py's put path, re-modelled)
+    def on_put(self, src: str, request_id: int, msg_id: int) -> None:
+        master = self.master
+        if self.fenced or master is None:
+            self.sim.send(self.name, src, ("put_reply", request_id, "NOT_MASTER", None))
+            return
+        plan = master.plan_put(self.log.end)
+        if plan.refused:
+            self.sim.send(self.name, src, ("put_reply", request_id,
+                                           "IN_SYNC_REPLICAS_NOT_ENOUGH", None))
+            return
+        start = self.log.end
+        self.log.append(start, make_record(msg_id))
+        put = _Put(request_id, src, msg_id, start, self.log.end, plan.need,
+                   self.sim.now_ms + PUT_TIMEOUT_MS)
+        self.puts.append(put)
+        self.sim.later(self.sim.options.disk_delay_ms, self, self.flushed)
+        self.after()
+
+    def flushed(self) -> None:
+        self.log.sync()
+        if self.master is not None:
+            self.apply_master(self.master.local_durable(self.log.synced))
+        for put in self.puts:
+            put.durable = put.durable or self.log.synced >= put.end
+        self.after()
+
+    def after(self) -> None:
+        """After every event: ship, then answer the puts that are decided."""
+        if not self.alive:
+            return
+        self.pump()
+        master, now = self.master, self.sim.now_ms
+        waiting: list[_Put] = []
+        for put in self.puts:
+            status = None
+            if master is None or self.fenced:
+                status = "FLUSH_SLAVE_TIMEOUT"
+            elif put.durable:
+                progress = master.put_progress(put.end, put.need, now_ms=now)
+                if progress is PutProgress.DONE:
+                    status = "PUT_OK"
+                elif progress is PutProgress.UNREACHABLE:
+                    status = "SLAVE_NOT_AVAILABLE"
+            if status is None and now >= put.deadline_ms:
+                status = "FLUSH_SLAVE_TIMEOUT" if put.durable else "FLUSH_DISK_TIMEOUT"
+            if status is None:
+                waiting.append(put)
+                continue
+            if status == "PUT_OK":
+                assert master is not None
+                self.sim.checker.on_ack(self, master.master_epoch, put.msg_id, put.start)
+            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status, put.start))
+        self.puts = waiting
+        self.sim.checker.check_broker(self)
+
+    def fail_puts(self) -> None:
+        for put in self.puts:
+            self.sim.send(self.name, put.src, ("put_reply", put.request_id,
+                                               "FLUSH_SLAVE_TIMEOUT", None))
+        self.puts = []
+
+
+# -- the checker ------------------------------------------------------------------------------
+class ClusterChecker:
+    def __init__(self, sim: ClusterSim) -> None:
+        self.sim = sim
+        self.acked: dict[int, tuple[int, int]] = {}  # msg id -> (log position, epoch)
+        self.masters: dict[int, str] = {}  # master epoch -> broker serving it
+        self.serving: dict[str, int] = {}  # broker -> epoch it serves (since take-over)
+        self.epoch_seen: dict[str, tuple[int, int]] = {}  # broker -> (log version, epoch)
+        self.controller_epoch: dict[int, int] = {}
+        self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
+
+    def fail(self, what: str) -> None:
+        self.sim.fail(what)
+
+    def on_controller_apply(self, node_id: int, command: Command, before: ReplicaInfo | None,
+                            after: ReplicaInfo | None) -> None:
+        if after is None:
+            return
+        if after.master_epoch < self.controller_epoch.get(node_id, 0):
+            self.fail(f"controller {node_id}: master epoch went back to {after.master_epoch}")
+        self.controller_epoch[node_id] = after.master_epoch
+        if (isinstance(command, ElectMaster) and before is not None
+                and after.master_epoch > before.master_epoch and before.master_epoch > 0
+                and command.new_master_broker_id is not None
+                and command.new_master_broker_id not in before.sync_state_set):
+            self.fail(f"controller {node_id} elected {command.new_master_broker_id}, not in "
+                      f"the SyncStateSet {before.sync_state_set} (epoch {before.master_epoch})")
+
+    def on_serving(self, broker: SimBroker, epoch: int) -> None:
+        known = self.masters.setdefault(epoch, broker.name)
+        if known != broker.name:
+            self.fail(f"two masters of epoch {epoch}: {known} and {broker.name}")
+        self.serving[broker.name] = epoch
+        self.check_acked(broker, f"{broker.name} took over epoch {epoch}")
+
+    def on_ack(self, broker: SimBroker, epoch: int, msg_id: int, position: int) -> None:
+        self.acked[msg_id] = (position, epoch)
+        self.sim.acks += 1
+        top = self.top_master()
+        if top is not None:  # a master of a newer epoch must hold it too, now
+            self.check_record(top, msg_id, position, epoch, f"{broker.name} acked it")
+
+    def top_master(self) -> SimBroker | None:
+        serving = [b for b in self.sim.brokers.values()
+                   if b.alive and b.master is not None and b.name in self.serving]
+        return max(serving, key=lambda b: self.serving[b.name], default=None)
+
+    def on_transfer(self, broker: SimBroker, frame: Transfer) -> None:
+        pass
+
+    def check_acked(self, broker: SimBroker, when: str) -> None:
+        for msg_id, (position, epoch) in self.acked.items():
+            self.check_record(broker, msg_id, position, epoch, when)
+
+    def check_record(self, broker: SimBroker, msg_id: int, position: int, epoch: int,
+                     when: str) -> None:
+        held = bytes(broker.log.data[position:position + RECORD_BYTES])
+        if held != make_record(msg_id):
+            self.fail(f"ACKNOWLEDGED MESSAGE LOST: message {msg_id} (log_position {position}, "
+                      f"acked in epoch {epoch}) lost or changed on {broker.name}, master of "
+                      f"epoch {self.serving.get(broker.name)}, when {when}: "
+                      f"{held.hex() or 'absent'}")
+
+    def check_broker(self, broker: SimBroker) -> None:
+        log = broker.log
+        if log.confirm > log.end:
+            self.fail(f"{broker.name}: confirm {log.confirm} past its log end {log.end}")
+        if log.confirm < broker.confirm_seen:
+            self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}")
+        broker.confirm_seen = log.confirm
+        # The epoch file only grows, except where bytes are cut (fork truncation, a crash
+        # that drops the data after an entry): then it restarts from what is left.
+        last = log.epochs[-1].epoch if log.epochs else 0
+        seen_version, seen_epoch = self.epoch_seen.get(broker.name, (log.version, 0))
+        if seen_version == log.version and last < seen_epoch:
+            self.fail(f"{broker.name}: epoch went back to {last}")
+        self.epoch_seen[broker.name] = (log.version, last)
+
+    def check_all(self) -> None:
+        """Replicas agree below the confirm position (incrementally: each pair remembers how
+        far it was compared, until either log is cut)."""
+        brokers = list(self.sim.brokers.values())
+        for i, a in enumerate(brokers):
+            for b in brokers[i + 1:]:
+                below = min(a.log.confirm, b.log.confirm)
+                key = (a.name, b.name)
+                versions, done = self.compared.get(key, ((-1, -1), 0))
+                if versions != (a.log.version, b.log.version):
+                    done = 0
+                if below > done and a.log.data[done:below] != b.log.data[done:below]:
+                    self.fail(f"{a.name} and {b.name} differ below the confirm position {below}")
+                self.compared[key] = ((a.log.version, b.log.version), max(done, below))
+
+
+# -- the simulation ---------------------------------------------------------------------------
+class ClusterSim:
+    def __init__(self, options: ClusterOptions, *, trace: bool = False) -> None:
+        self.options = options
+        self.rng = random.Random(options.seed)
+        self.now_ms = 0
+        self._heap: list[tuple[int, int, Callable[[], None]]] = []
+        self._seq = 0
+        self._ids = 0
+        self.events = 0
+        self.acks = 0
+        self.crashes = 0
+        self.partitions = 0
+        self._print = trace
+        self.trace_lines: deque[str] = deque(maxlen=TRACE_KEPT)
+        self.cuts: set[tuple[str, str]] = set()
+        self.faults_on = True
+        self.links: dict[int, tuple[str, str, int]] = {}  # id -> (a, b, deliver-after ms)
+        self.request_sent_ms: dict[int, int] = {}
+        self.checker = ClusterChecker(self)
+        self.controllers = {f"c{n}": SimController(self, n) for n in CONTROLLERS}
+        self.brokers = {name: SimBroker(self, name) for name in BROKERS}
+        self.producer_pending: dict[int, int] = {}
+        self.next_msg = 1
+        self.target = 0  # the producer's guess of the master
+        self.at(options.put_period_ms, self.produce)
+        self.at(200, self.fault)
+
+    # plumbing
+    def fail(self, what: str) -> None:
+        trace = "\n    ".join(self.trace_lines)
+        raise SimFailure(f"seed {self.options.seed}: {what} (at {self.now_ms} ms, event "
+                         f"{self.events})\n  options: {self.options}\n  last events:\n    "
+                         f"{trace}\n  replay: {self.options.replay_command()}")
+
+    def trace(self, text: str) -> None:
+        line = f"{self.now_ms:>6} ms  {text}"
+        self.trace_lines.append(line)
+        if self._print:
+            print(line)
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def at(self, delay_ms: int, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (self.now_ms + delay_ms, self._seq, action))
+
+    def later(self, delay_ms: int, process: Any, action: Callable[[], None]) -> None:
+        """`action` after `delay_ms`, unless `process` crashed meanwhile."""
+        incarnation = process.incarnation
+
+        def run() -> None:
+            if process.alive and process.incarnation == incarnation:
+                action()
+        self.at(delay_ms, run)
+
+    def every(self, period_ms: int, process: Any, action: Callable[[], None]) -> None:
+        incarnation = process.incarnation
+
+        def run() -> None:
+            if process.alive and process.incarnation == incarnation:
+                action()
+                self.at(period_ms, run)
+        self.at(self.rng.randint(1, period_ms), run)
+
+    def reachable(self, a: str, b: str) -> bool:
+        return (a, b) not in self.cuts
+
+    def delay(self) -> int:
+        if self.faults_on and self.rng.random() < self.options.long_delay_probability:
+            return self.rng.randint(20, 300)
+        return self.rng.randint(1, 5)
+
+    def process(self, name: str) -> Any:
+        if name in self.controllers:
+            return self.controllers[name]
+        return self.brokers.get(name)
+
+    def send(self, src: str, dst: str, payload: tuple[Any, ...]) -> None:
+        """A datagram (controller RPCs, Raft, puts): may be dropped, duplicated, reordered."""
+        if not self.reachable(src, dst):
+            return
+        if self.faults_on and self.rng.random() < self.options.drop_probability:
+            return
+        copies = 2 if (self.faults_on
+                       and self.rng.random() < self.options.duplicate_probability) else 1
+        if payload[0] == "request":
+            self.request_sent_ms.setdefault(payload[1], payload[4])
+        for _ in range(copies):
+            self.at(self.delay(), lambda: self.deliver(src, dst, payload))
+
+    def deliver(self, src: str, dst: str, payload: tuple[Any, ...]) -> None:
+        if not self.reachable(src, dst):
+            return
+        self.events += 1
+        kind = payload[0]
+        if dst == "producer":
+            self.on_put_reply(*payload[1:])
+            return
+        target = self.process(dst)
+        if target is None or not target.alive:
+            return
+        if kind == "raft":
+            target.on_raft(payload[1])
+        elif kind == "request":
+            target.on_request(src, payload[1], payload[2], payload[3])
+        elif kind == "reply":
+            target.on_reply(payload[1], payload[2])
+        elif kind == "put":
+            target.on_put(src, payload[1], payload[2])
+        self.check()
+
+    # HA links: in-order streams that break on a drop or a cut
+    def open_link(self, slave: str, master: str) -> int:
+        link_id = self.next_id()
+        self.links[link_id] = (slave, master, 0)
+        return link_id
+
+    def link_send(self, link_id: int, src: str, frame: Frame) -> None:
+        link = self.links.get(link_id)
+        if link is None:
+            return
+        a, b, after = link
+        dst = b if src == a else a
+        if (not self.reachable(src, dst)
+                or (self.faults_on and self.rng.random() < self.options.drop_probability / 4)):
+            self.close_link(link_id)
+            return
+        when = max(after, self.now_ms + self.delay())
+        self.links[link_id] = (a, b, when)
+
+        def deliver() -> None:
+            if link_id not in self.links:
+                return
+            target = self.brokers[dst]
+            if target.alive:
+                self.events += 1
+                target.on_link_frame(link_id, src, frame)
+                self.check()
+        self.at(when - self.now_ms, deliver)
+
+    def close_link(self, link_id: int) -> None:
+        link = self.links.pop(link_id, None)
+        if link is None:
+            return
+        a, b, _ = link
+        for name in (a, b):
+            broker = self.brokers[name]
+            if broker.alive:
+                self.later(self.delay(), broker, lambda n=broker: n.on_link_closed(link_id))
+
+    # the producer
+    def produce(self) -> None:
+        if self.now_ms < self.options.duration_ms + HEAL_MS:
+            self.at(self.options.put_period_ms, self.produce)
+        msg_id, self.next_msg = self.next_msg, self.next_msg + 1
+        request_id = self.next_id()
+        self.producer_pending[request_id] = msg_id
+        self.send("producer", BROKERS[self.target], ("put", request_id, msg_id))
+
+    def on_put_reply(self, request_id: int, status: str, position: int | None) -> None:
+        self.producer_pending.pop(request_id, None)
+        if status == "NOT_MASTER" or status != "PUT_OK" and self.rng.random() < 0.3:
+            self.target = (self.target + 1) % len(BROKERS)
+
+    # faults
+    def fault(self) -> None:
+        if not self.faults_on:
+            return
+        self.at(self.rng.randint(100, 600), self.fault)
+        options, rng = self.options, self.rng
+        roll = rng.random()
+        if roll < options.partition_probability:
+            names = [*self.controllers, *BROKERS]
+            victim = rng.choice(names)
+            if rng.random() < 0.5:  # most often the master: the interesting one
+                victim = next((b.name for b in self.brokers.values()
+                               if b.alive and b.master is not None), victim)
+            one_way = rng.random() < 0.3
+            producer_too = rng.random() < 0.5  # else the producer still reaches it
+            for other in [*names, *(["producer"] if producer_too else [])]:
+                if other != victim:
+                    self.cuts.add((victim, other))
+                    if not one_way:
+                        self.cuts.add((other, victim))
+            self.partitions += 1
+            self.trace(f"partition: {victim} cut off{' (one way)' if one_way else ''}"
+                       f"{'' if producer_too else ', the producer still reaches it'}")
+            self.at(rng.randint(200, 2000), self.heal_some)
+        elif roll < options.partition_probability + options.crash_probability:
+            name = rng.choice([*self.controllers, *BROKERS])
+            if rng.random() < 0.5:
+                name = next((b.name for b in self.brokers.values()
+                             if b.alive and b.master is not None), name)
+            target = self.process(name)
+            if target.alive:
+                self.trace(f"crash: {name}")
+                target.crash()
+                self.crashes += 1
+                for link_id, (a, b, _) in list(self.links.items()):
+                    if name in (a, b):
+                        self.close_link(link_id)
+                # back before the controller's heartbeat timeout, or after (a failover)
+                self.at(rng.choice((rng.randint(50, 800), rng.randint(1200, 2500))),
+                        lambda: self.restart(target))
+
+    def restart(self, target: Any) -> None:
+        if not target.alive:
+            self.trace(f"restart: {getattr(target, 'name', None) or target.node_id}")
+            target.start()
+
+    def heal_some(self) -> None:
+        self.cuts.clear()
+
+    def heal(self) -> None:
+        self.trace("heal: faults off, every process up, network whole")
+        self.faults_on = False
+        self.cuts.clear()
+        for process in [*self.controllers.values(), *self.brokers.values()]:
+            if not process.alive:
+                process.start()
+
+    def check(self) -> None:
+        self.checker.check_all()
+
+    def run(self) -> dict[str, int]:
+        self.at(self.options.duration_ms, self.heal)
+        end = self.options.duration_ms + HEAL_MS
+        while self._heap and self._heap[0][0] <= end:
+            when, _, action = heapq.heappop(self._heap)
+            self.now_ms = when
+            action()
+        self.check_end()
+        return {"seed": self.options.seed, "events": self.events, "acks": self.acks,
+                "crashes": self.crashes, "partitions": self.partitions,
+                "masters": len(self.checker.masters)}
+
+    def check_end(self) -> None:
+        """After healing: one master serves the newest epoch and holds every ack."""
+        serving = [b for b in self.brokers.values() if b.master is not None and not b.fenced]
+        if not serving:
+            self.fail(f"no master {HEAL_MS} ms after healing (liveness)")
+        top = max(serving, key=lambda b: b.master.master_epoch if b.master else 0)
+        self.checker.check_acked(top, "the run ended")
+
+
+def run_seed(seed: int, duration_ms: int, *, trace: bool = False) -> dict[str, int]:
+    """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        return ClusterSim(ClusterOptions.from_seed(seed, duration_ms), trace=trace).run()
+    finally:
+        logging.disable(previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="build.py sim --cluster")
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--first", type=int, default=1)
+    parser.add_argument("--duration-ms", type=int, default=3000)
+    parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="run seeds from --first on until this much time has passed")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        seeds: Iterable[int] = [args.seed]
+    elif args.minutes is not None:
+        seeds = itertools.count(args.first)
+    else:
+        seeds = range(args.first, args.first + args.seeds)
+    started = time.monotonic()
+    failures, steps, acks, count = [], 0, 0, 0
+    for seed in seeds:
+        if args.minutes is not None and time.monotonic() - started >= args.minutes * 60:
+            break
+        count += 1
+        try:
+            stats = run_seed(seed, args.duration_ms, trace=args.trace)
+            steps += stats["events"]
+            acks += stats["acks"]
+        except SimFailure as failure:
+            failures.append(seed)
+            print(failure, file=sys.stderr)
+    elapsed = time.monotonic() - started
+    print(f"{count} seeds, {len(failures)} failed, {steps} steps, {acks} acks, "
+          f"{elapsed:.1f} s ({count / elapsed:.1f} seeds/s)"
+          + (f"; failing seeds: {failures}" if failures else ""))
+    if args.json:
+        print(json.dumps({"seeds": count, "failures": len(failures),
+                          "failing_seeds": failures, "controllers": len(CONTROLLERS),
+                          "brokers": len(BROKERS), "steps": steps, "acks": acks,
+                          "seconds": round(elapsed, 1)}))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
