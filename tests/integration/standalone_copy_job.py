@@ -1,8 +1,10 @@
-"""A spark-submit job for tests/integration/test_spark_standalone.py: topic -> topic through
+"""The spark-submit job of tests/integration/test_spark_standalone.py (one driver, so one set of
+executor JVMs per test session): first the ingest_to_table pipeline as users run it
+(`spark_app.ingest_to_table.main`, its own arguments after `--ingest`), then topic -> topic through
 `format("rocketha")` on both sides (a streaming read and an exactly-once streaming write), run
 twice on one checkpoint with a crash between write and commit in between.
 
-    spark-submit standalone_copy_job.py CONTROLLER SOURCE TARGET CHECKPOINT
+    spark-submit standalone_copy_job.py CONTROLLER SOURCE TARGET CHECKPOINT --ingest ARGS...
 
 1. the copy query (Trigger.AvailableNow) from SOURCE's earliest offsets to TARGET;
 2. the last entry of the checkpoint's commit log removed (Spark wrote the batch and crashed
@@ -20,6 +22,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_app import ingest_to_table
+
 
 def copy(spark: SparkSession, controller: str, source: str, target: str,
          checkpoint: str) -> None:
@@ -36,8 +40,12 @@ def copy(spark: SparkSession, controller: str, source: str, target: str,
 
 
 def main(argv: list[str]) -> int:
-    controller, source, target, checkpoint = argv
-    spark = SparkSession.builder.appName("rocketha-standalone-copy").getOrCreate()
+    split = argv.index("--ingest")
+    controller, source, target, checkpoint = argv[:split]
+    spark = SparkSession.builder.appName("rocketha-standalone-jobs").getOrCreate()
+    ingest_rc = ingest_to_table.main(argv[split + 1:])  # its JSON summary line is printed
+    if ingest_rc != 0:
+        return ingest_rc
     copy(spark, controller, source, target, checkpoint)
     commits = sorted((Path(checkpoint) / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
     last = commits[-1]
