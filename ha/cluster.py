@@ -4,6 +4,8 @@
                         [--set key=value ...] [--controller-set key=value ...] [--hosts]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
+    rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR   (several
+                          machines: configs and systemd units to copy; ha/cluster_plan.py)
 
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
@@ -38,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ha import cluster_plan
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
@@ -238,7 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
                     help="a Raft group of controllers, started before the brokers "
                     "(default: as many as the cluster already has)")
+    cluster_plan.add_arguments(commands.add_parser("plan", help="configs and systemd units "
+                                                   "for several machines"))
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return cluster_plan.run(args)
     cluster = Cluster(args.dir)
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
