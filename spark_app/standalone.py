@@ -100,7 +100,9 @@ class StandaloneCluster:
         return dict(os.environ, SPARK_LOCAL_IP=self.host, SPARK_PUBLIC_DNS=self.host,
                     PYSPARK_PYTHON=self.python, PYSPARK_DRIVER_PYTHON=self.python,
                     PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)),
-                    SPARK_DAEMON_MEMORY=DAEMON_MEMORY, SPARK_NO_DAEMONIZE="1")
+                    SPARK_DAEMON_MEMORY=DAEMON_MEMORY, SPARK_NO_DAEMONIZE="1",
+                    # no REST submission server (it would take the fixed port 6066)
+                    SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
 
     submit_env = env
 
