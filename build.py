@@ -7,6 +7,7 @@
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
+                                      (`demo --hosts`: test hosts + a Spark standalone cluster)
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and skips the install when nothing changed.
