@@ -97,7 +97,7 @@ class LocalControllers:
                 "log_file": str(self.directory / "logs" / f"{name}.log"),
                 "pid_file": str(self.directory / "run" / f"{name}.pid"),
             })
-        if hosts_mode(manifest):
+        if hosts_mode(manifest) and controllers:  # brokers only: their plan places them
             place_on_hosts(self.directory, manifest)
         peers = ";".join(f"n{c['node_id']}-{host_of(c)}:{c['raft_port']}" for c in controllers)
         for controller in controllers:
