@@ -13,10 +13,13 @@ Each worker starts one executor JVM per application, and each executor its own P
 (`PYSPARK_PYTHON`, sent by the driver). So tasks run in processes that share nothing with the
 driver but the file system of this machine: no driver memory, no driver-local Python state.
 
-Addresses: everything Spark opens binds `host` (SPARK_LOCAL_IP; the driver's
+Addresses: the master and the driver bind `host` (SPARK_LOCAL_IP; the driver's
 `spark.driver.host` / `spark.driver.bindAddress` from `submit_conf()`), which for the demo and
 the tests is the root namespace's address on a test-host bridge (ha/local_hosts.py), so the
 executors reach the brokers on the test hosts only through their advertised addresses.
+`worker_hosts` puts each worker (and so its executors and their Python workers) on a machine
+of its own: `(address, launcher)`, e.g. a test host's address and `ip netns exec NS`; the
+worker binds that address, and inside its network stack 127.0.0.1 is its own loopback.
 
 Readiness: the master's web UI JSON (`http://H:W/json/`) lists its workers; `start()` waits
 until all are ALIVE. Each process runs in a session of its own: `stop()` ends the process
@@ -35,13 +38,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
 __all__ = ["StandaloneCluster", "StandaloneError", "spark_bin"]
 
 START_TIMEOUT_S = 180.0  # master up and every worker registered (JVM starts on 2 busy cores)
-STOP_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0  # then SIGKILL: the daemons hold nothing that must be kept
 POLL_S = 0.5
 HTTP_TIMEOUT_S = 2.0
 WORKER_CORES_DEFAULT = 1
@@ -72,11 +76,16 @@ class StandaloneCluster:
                  worker_cores: int = WORKER_CORES_DEFAULT,
                  worker_memory: str = WORKER_MEMORY_DEFAULT,
                  executor_memory: str = EXECUTOR_MEMORY_DEFAULT,
-                 python: str = sys.executable, pythonpath: tuple[str, ...] = ()) -> None:
+                 python: str = sys.executable, pythonpath: tuple[str, ...] = (),
+                 worker_hosts: Sequence[tuple[str, list[str]]] = ()) -> None:
         """`python`: the interpreter of every Python worker (PYSPARK_PYTHON; it needs pyarrow
-        and rocketha). `pythonpath`: put first on the executors' PYTHONPATH."""
+        and rocketha). `pythonpath`: put first on the executors' PYTHONPATH. `worker_hosts`:
+        one (address, launcher prefix) per worker (default: every worker on `host`)."""
         if workers < 1:
             raise ValueError(f"workers {workers}: at least 1")
+        if worker_hosts and len(worker_hosts) != workers:
+            raise ValueError(f"worker_hosts: {len(worker_hosts)} given for {workers} workers")
+        self.worker_hosts = list(worker_hosts) or [(host, [])] * workers
         self.work_dir = work_dir
         self.host = host
         self.workers = workers
@@ -93,18 +102,21 @@ class StandaloneCluster:
     def master_url(self) -> str:
         return f"spark://{self.host}:{self.master_port}"
 
-    def env(self) -> dict[str, str]:
-        """The environment of the daemons, the executors they fork, and spark-submit."""
+    def env(self, host: str | None = None) -> dict[str, str]:
+        """The environment of the daemons, the executors they fork, and spark-submit
+        (`host`: the address the process binds; default the master's)."""
+        host = host or self.host
         paths = [*self.pythonpath,
                  *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
-        return dict(os.environ, SPARK_LOCAL_IP=self.host, SPARK_PUBLIC_DNS=self.host,
+        return dict(os.environ, SPARK_LOCAL_IP=host, SPARK_PUBLIC_DNS=host,
                     PYSPARK_PYTHON=self.python, PYSPARK_DRIVER_PYTHON=self.python,
                     PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)),
                     SPARK_DAEMON_MEMORY=DAEMON_MEMORY, SPARK_NO_DAEMONIZE="1",
                     # no REST submission server (it would take the fixed port 6066)
                     SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
 
-    submit_env = env
+    def submit_env(self) -> dict[str, str]:
+        return self.env()
 
     def submit_conf(self) -> list[str]:
         """spark-submit flags for a driver on this machine using this cluster."""
@@ -127,14 +139,14 @@ class StandaloneCluster:
                                    "--host", self.host, "--port", str(self.master_port),
                                    "--webui-port", str(self.webui_port)])
             self._wait(lambda state: state is not None, "the master's web UI")
-            for index in range(1, self.workers + 1):
+            for index, (address, launcher) in enumerate(self.worker_hosts, start=1):
                 worker_dir = self.work_dir / f"worker-{index}"
                 worker_dir.mkdir(exist_ok=True)
                 self._spawn(f"worker-{index}", [
-                    "org.apache.spark.deploy.worker.Worker", "--host", self.host,
+                    "org.apache.spark.deploy.worker.Worker", "--host", address,
                     "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                    "--work-dir", str(worker_dir), "--webui-port", str(_free_port(self.host)),
-                    self.master_url])
+                    "--work-dir", str(worker_dir), "--webui-port", "0", self.master_url],
+                    host=address, launcher=launcher)
             self._wait(lambda state: state is not None and len(
                 [w for w in state.get("workers", ()) if w.get("state") == "ALIVE"]
             ) >= self.workers, f"{self.workers} ALIVE workers")
@@ -143,11 +155,13 @@ class StandaloneCluster:
             raise
         return self
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], *, host: str | None = None,
+               launcher: Sequence[str] = ()) -> None:
         with (self.work_dir / f"{name}.log").open("ab") as log:
             self._processes.append(subprocess.Popen(
-                [str(spark_bin("spark-class")), *args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True))
+                [*launcher, str(spark_bin("spark-class")), *args], stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(host),
+                start_new_session=True))
 
     def state(self) -> dict[str, Any] | None:
         """The master's JSON state (workers, active and completed apps); None if it does not

@@ -11,7 +11,9 @@ batch whose commit it lost (the brokers drop the resent rows); tasks ran in the 
 executors.
 
 Method: one FailoverCluster(hosts=True) (1 controller, 2 brokers in controller mode) and one
-spark_app.standalone.StandaloneCluster bound to the root namespace's bridge address, both per
+spark_app.standalone.StandaloneCluster, master and driver on the root namespace's bridge
+address, each worker on a further test host of that network (so an executor's 127.0.0.1 is
+its own loopback, and the driver is reached at the bridge address), both per
 module (the only module using them: one start per session, ~40 s of JVM starts on a busy
 2-core machine); one spark-submit (tests/integration/standalone_copy_job.py) runs
 ingest_to_table, then the copy and its replay. Skipped where test hosts cannot be made (not root).
@@ -61,12 +63,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FailoverCluste
 @pytest.fixture(scope="module")
 def standalone(cluster: FailoverCluster,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    assert cluster.network is not None
-    spark_cluster = StandaloneCluster(tmp_path_factory.mktemp("spark"),
-                                      host=cluster.network.root_address, workers=2,
-                                      pythonpath=(str(ROOT),))
-    with spark_cluster.start():
-        yield spark_cluster
+    """The master and the driver on the root namespace's bridge address, each worker (with
+    its executors and their Python workers) on a test host of its own, added to the
+    cluster's network for the workers and removed after them."""
+    network = cluster.network
+    assert network is not None
+    first = len(network.hosts) + 1
+    network.grow(first + 1)
+    workers = [network.host(index) for index in (first, first + 1)]
+    spark_cluster = StandaloneCluster(
+        tmp_path_factory.mktemp("spark"), host=network.root_address, workers=2,
+        pythonpath=(str(ROOT),),
+        worker_hosts=[(host.address, host.launcher()) for host in workers])
+    try:
+        with spark_cluster.start():
+            yield spark_cluster
+    finally:  # `down` removes the hosts the cluster tool made, not these
+        network.shrink(first - 1)
 
 
 def submit(spark_cluster: StandaloneCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -127,7 +140,8 @@ def test_cluster_is_on_the_bridge_not_loopback(cluster: FailoverCluster,
     assert state is not None
     alive = [w for w in state["workers"] if w["state"] == "ALIVE"]
     assert len(alive) == 2, state["workers"]
-    assert all(w["host"] == standalone.host for w in alive), alive
+    assert sorted(w["host"] for w in alive) == sorted(a for a, _ in standalone.worker_hosts)
+    assert standalone.host not in {w["host"] for w in alive}  # workers on hosts of their own
     assert not standalone.host.startswith("127."), standalone.host
     endpoints = [cluster.endpoint(name) for name in [*cluster.brokers, *cluster.controllers]]
     assert all(e.startswith("198.1") for e in endpoints), endpoints
