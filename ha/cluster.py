@@ -67,7 +67,8 @@ class Cluster:
         self.manifest_path.write_text(json.dumps(manifest, indent=1))
 
     def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1,
-             controller_addr: str = "", *, hosts: bool = False) -> dict[str, Any]:
+             controller_addr: str = "", *, hosts: bool = False,
+             spare_hosts: int = 0) -> dict[str, Any]:
         manifest = self.load()
         if hosts:
             manifest.setdefault("hosts", {})
@@ -97,7 +98,7 @@ class Cluster:
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         if hosts_mode(manifest):
-            place_on_hosts(self.directory, manifest)
+            place_on_hosts(self.directory, manifest, spare_hosts)
         masters = {b["set"]: host_of(b) for b in manifest["brokers"] if b.get("broker_id") == 0}
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
@@ -238,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--hosts", action="store_true",
                     help="each controller and broker on its own test host (a network "
                     "namespace on a bridge, 198.18.0.0/15; needs root): ha/cluster_hosts.py")
+    up.add_argument("--spare-hosts", type=int, default=0,
+                    help="with --hosts: this many more hosts with nothing on them (for "
+                    "clients, Spark workers; listed in cluster.json under hosts.spare)")
     up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
                     help="a Raft group of controllers, started before the brokers "
                     "(default: as many as the cluster already has)")
@@ -259,8 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.replicas <= REPLICAS_MAX:
             parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
+        if args.spare_hosts and not (args.hosts or hosts_mode(cluster.load())):
+            parser.error("--spare-hosts: only with --hosts")
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas,
-                                controller_addr, hosts=args.hosts)
+                                controller_addr, hosts=args.hosts, spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)

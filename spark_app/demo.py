@@ -6,8 +6,9 @@ controller recovers from by election, the old master back as a slave, tiering.
 What it runs, all on 127.0.0.1 with data under one directory (default `./demo-data`); with
 `--hosts` (root) every broker and controller on a test host of its own (network namespaces,
 198.18.0.0/15 addresses: `rocketha-cluster up --hosts`) and the ingest on a Spark standalone
-cluster (a master and two workers, spark_app/standalone.py) bound to the root namespace's
-address on that network, so executors reach the brokers only through advertised addresses
+cluster (spark_app/standalone.py: a master on the root namespace's address on that network,
+two workers on two more test hosts), so executors reach the brokers only through advertised
+addresses
 (`--spark-master local|standalone|spark://HOST:PORT` chooses Spark independently):
 
 1. `rocketha-cluster up --controllers 1 --replica-sets 1 --replicas 3`: one controller and one
@@ -179,11 +180,16 @@ class SparkTarget:
     cluster: StandaloneCluster | None = None  # started (and stopped) by the demo
 
 
-def spark_host(directory: Path) -> str:
-    """The address Spark binds: the root namespace's on the test hosts' bridge (the brokers
-    see the driver and executors as a machine of their network), else 127.0.0.1."""
+def spark_hosts(directory: Path) -> tuple[str, list[tuple[str, list[str]]]]:
+    """(the address the master and the driver bind, [(address, launcher)] of each worker):
+    with --hosts the root namespace's address on the test hosts' bridge and the cluster's two
+    spare hosts (`up --spare-hosts 2`), so executors run on network stacks of their own; else
+    127.0.0.1 for all."""
     manifest = json.loads((directory / "cluster.json").read_text())
-    return str((manifest.get("hosts") or {}).get("root_address", "127.0.0.1"))
+    hosts = manifest.get("hosts") or {}
+    workers = [(spare["address"], ["ip", "netns", "exec", spare["namespace"]])
+               for spare in hosts.get("spare", ())]
+    return str(hosts.get("root_address", "127.0.0.1")), workers
 
 
 def local_spark() -> SparkTarget:
@@ -193,13 +199,15 @@ def local_spark() -> SparkTarget:
                             PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1"))
 
 
-def standalone_spark(directory: Path, host: str) -> SparkTarget:
+def standalone_spark(directory: Path) -> SparkTarget:
     """A standalone master and two workers (separate JVMs, each executor with its own Python
-    workers) on `host`: the driver and the executors reach the brokers only through their
-    advertised addresses."""
-    say(f"starting a Spark standalone master and 2 workers on {host}")
+    workers; with --hosts each worker on a test host of its own): the driver and the
+    executors reach the brokers only through their advertised addresses."""
+    host, workers = spark_hosts(directory)
+    where = ", ".join(address for address, _ in workers) or host
+    say(f"starting a Spark standalone master on {host} and 2 workers on {where}")
     cluster = StandaloneCluster(directory / "spark", host=host, workers=2,
-                                pythonpath=(str(ROOT),)).start()
+                                pythonpath=(str(ROOT),), worker_hosts=workers).start()
     say(f"Spark standalone cluster {cluster.master_url} up, 2 workers ALIVE")
     return SparkTarget(cluster.master_url, tuple(cluster.submit_conf()), cluster.submit_env(),
                        cluster)
@@ -631,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     started = _started_at = time.monotonic()
     say(f"demo data under {directory}")
     cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
-            "--replicas", str(REPLICAS), *(["--hosts"] if args.hosts else []),
+            "--replicas", str(REPLICAS),
+            *(["--hosts", "--spare-hosts", "2"] if args.hosts else []),
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
     where = " each on a test host of its own" if args.hosts else ""
@@ -642,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         if spark_master == "local":
             spark = local_spark()
         elif spark_master == "standalone":
-            spark = standalone_spark(directory, spark_host(directory))
+            spark = standalone_spark(directory)
         else:
             spark = existing_spark(spark_master)
         outcome = run(args, directory, spark, spark_jobs)
