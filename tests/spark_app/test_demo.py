@@ -12,6 +12,7 @@ summary line (the demo itself compares the table, order by order, with what was 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,9 @@ def test_demo_on_test_hosts_and_a_standalone_spark_cluster(
     summary = json.loads(out.strip().splitlines()[-1])
     assert code == 0, out
     assert "Spark standalone cluster spark://198." in out
+    placed = re.search(r"master on (\S+) and 2 workers on (\S+), (\S+)$", out, re.MULTILINE)
+    assert placed is not None, out
+    assert len(set(placed.groups())) == 3, placed.groups()  # each worker on a host of its own
     assert summary["produced_acked"] == summary["table_rows"] == ORDERS
     assert summary["table_distinct_orders"] == ORDERS and summary["rerun_rows"] == 0
     assert summary["old_master_rejoined_as"] == "SLAVE"
