@@ -251,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return cluster_plan.run(args)
     cluster = Cluster(args.dir)
+    if (args.command == "up" and args.spare_hosts
+            and not (args.hosts or hosts_mode(cluster.load()))):
+        parser.error("--spare-hosts: only with --hosts")
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         for line in controllers.up(args.controllers,
@@ -263,8 +266,6 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.replicas <= REPLICAS_MAX:
             parser.error(f"--replicas must be 1..{REPLICAS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        if args.spare_hosts and not (args.hosts or hosts_mode(cluster.load())):
-            parser.error("--spare-hosts: only with --hosts")
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser), args.replicas,
                                 controller_addr, hosts=args.hosts, spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
