@@ -47,6 +47,16 @@ REPLICA_SETS_MAX = 26
 CLUSTER_NAME = "RocketHACluster"
 
 
+EXTRA_PORT_KEYS = {"metricsPort": "metrics", "consolePort": "console"}  # 0 = off
+
+
+def _extra_ports(settings: dict[str, str]) -> dict[str, int]:
+    """The optional listeners a `--set` / `--controller-set` turned on, for PORTS."""
+    values = {role: settings.get(key, "0") for key, role in EXTRA_PORT_KEYS.items()}
+    return {role: int(value) for role, value in values.items()
+            if value.isdigit() and int(value) > 0}
+
+
 class PlanError(ValueError):
     """The plan cannot be made as asked (the message names the flag)."""
 
@@ -90,7 +100,8 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
                     "controllerStorePath": f"{data_dir}/{name}",
                     **(controller_overrides or {})}
         processes.append({"kind": "controller", "name": name, "host": hosts[node_id - 1],
-                          "ports": {"client": CONTROLLER_PORT, "raft": CONTROLLER_RAFT_PORT},
+                          "ports": {"client": CONTROLLER_PORT, "raft": CONTROLLER_RAFT_PORT,
+                                    **_extra_ports(settings)},
                           "settings": settings})
     on_host = dict.fromkeys(hosts, 0)
     overrides = broker_overrides or {}
@@ -111,7 +122,8 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
             settings.update(overrides)
             if not QUORUM_KEYS & overrides.keys():
                 settings.update(_quorum(replicas))
-            ports = {"client": port, **({"ha": port + 1} if replicas > 1 else {})}
+            ports = {"client": port, **({"ha": port + 1} if replicas > 1 else {}),
+                     **_extra_ports(settings)}
             processes.append({"kind": "broker", "name": name, "host": host, "ports": ports,
                               "settings": settings})
     return processes

@@ -82,6 +82,14 @@ def test_configs_parse_and_units_name_entry_points(tmp_path: Path) -> None:
     assert len({p["ports"]["client"] for p in on_a}) == len(on_a) == 2
 
 
+def test_optional_listeners_are_in_ports(tmp_path: Path) -> None:
+    processes = plan_cluster(["a", "b", "c"], replicas=3, controllers=3,
+                             broker_overrides={"metricsPort": "5557"},
+                             controller_overrides={"metricsPort": "5558"})
+    assert all(p["ports"]["metrics"] == (5557 if p["kind"] == "broker" else 5558)
+               for p in processes)
+
+
 def test_quorum_matches_the_local_cluster_tool() -> None:
     for replicas in range(2, 6):
         broker = next(p for p in plan_cluster([f"h{i}" for i in range(replicas)],
