@@ -11,6 +11,7 @@
                                       whole-cluster simulation (tests/sim/cluster_sim.py)
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
+                                      (`demo --hosts`: test hosts + a Spark standalone cluster)
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
                                       (targets in tests/fuzz/targets.py; `fuzz all` runs each)
     python3 build.py lint             ruff check of the whole tree (prints the count; exit 1 if any)

@@ -5,6 +5,8 @@
                         [--controller-set key=value ...] [--hosts]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
+    rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR   (several
+                          machines: configs and systemd units to copy; ha/cluster_plan.py)
 
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
@@ -41,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ha import cluster_plan
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
@@ -75,7 +78,8 @@ class Cluster:
         write_private_text(self.manifest_path, json.dumps(manifest, indent=1))
 
     def plan(self, broker_count: int, overrides: dict[str, str], replicas: int = 1,
-             controller_addr: str = "", *, hosts: bool = False) -> dict[str, Any]:
+             controller_addr: str = "", *, hosts: bool = False,
+             spare_hosts: int = 0) -> dict[str, Any]:
         manifest = self.load()
         if hosts:
             manifest.setdefault("hosts", {})
@@ -108,7 +112,7 @@ class Cluster:
         for sub in ("conf", "data", "logs", "run"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         if hosts_mode(manifest):
-            place_on_hosts(self.directory, manifest)
+            place_on_hosts(self.directory, manifest, spare_hosts)
         masters = {b["set"]: host_of(b) for b in manifest["brokers"] if b.get("broker_id") == 0}
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
@@ -315,11 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--hosts", action="store_true",
                     help="each controller and broker on its own test host (a network "
                     "namespace on a bridge, 198.18.0.0/15; needs root): ha/cluster_hosts.py")
+    up.add_argument("--spare-hosts", type=int, default=0,
+                    help="with --hosts: this many more hosts with nothing on them (for "
+                    "clients, Spark workers; listed in cluster.json under hosts.spare)")
     up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
                     help="a Raft group of controllers, started before the brokers "
                     "(default: as many as the cluster already has)")
+    cluster_plan.add_arguments(commands.add_parser("plan", help="configs and systemd units "
+                                                   "for several machines"))
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return cluster_plan.run(args)
     cluster = Cluster(args.dir)
+    if (args.command == "up" and args.spare_hosts
+            and not (args.hosts or hosts_mode(cluster.load()))):
+        parser.error("--spare-hosts: only with --hosts")
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         _check_replicas(args, cluster, parser)
@@ -332,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
         manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
-                                args.replicas, controller_addr, hosts=args.hosts)
+                                args.replicas, controller_addr, hosts=args.hosts,
+                                spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
             if cluster.pid_of(broker) is None:
                 cluster.start(broker)

@@ -108,7 +108,7 @@ class LocalControllers:
             for key in ("metrics_port", "console_port"):
                 if not controller.get(key):
                     controller[key] = free_port(ports_in(manifest))
-        if hosts_mode(manifest):
+        if hosts_mode(manifest) and controllers:  # brokers only: their plan places them
             place_on_hosts(self.directory, manifest)
         peers = ";".join(f"n{c['node_id']}-{host_of(c)}:{c['raft_port']}" for c in controllers)
         for controller in controllers:

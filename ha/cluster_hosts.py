@@ -45,13 +45,18 @@ def hosts_mode(manifest: dict[str, Any]) -> bool:
     return manifest.get("hosts") is not None
 
 
-def place_on_hosts(directory: Path, manifest: dict[str, Any]) -> HostNetwork:
+def place_on_hosts(directory: Path, manifest: dict[str, Any], spare: int = 0) -> HostNetwork:
     """Make (or find) the cluster's network with one host per controller and broker of the
     manifest, and record each one's host ("host", "namespace") in its entry; entries keep
-    their host across `up`s."""
+    their host across `up`s. `spare`: hosts with nothing of the cluster on them, for other
+    processes (the demo's Spark workers), listed under hosts["spare"] as {"address",
+    "namespace"}; they are removed by `down` with the rest."""
     ensure_tools()
-    entries = [*manifest.get("controllers", []), *manifest.get("brokers", [])]
     hosts = manifest.setdefault("hosts", {})
+    spares = hosts.setdefault("spare", [])
+    while len(spares) < spare:
+        spares.append({})
+    entries = [*manifest.get("controllers", []), *manifest.get("brokers", []), *spares]
     name = hosts.setdefault("network", _network_name(directory))
     taken = {entry["host_index"] for entry in entries if "host_index" in entry}
     free = (index for index in range(1, len(entries) + len(taken) + 1) if index not in taken)
@@ -75,6 +80,8 @@ def place_on_hosts(directory: Path, manifest: dict[str, Any]) -> HostNetwork:
     for entry in entries:
         host = network.host(entry["host_index"])
         entry["host"], entry["namespace"] = host.address, host.namespace
+    for entry in spares:
+        entry["address"] = entry["host"]
     return network
 
 

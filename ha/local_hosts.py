@@ -273,6 +273,18 @@ class HostNetwork:
             self._attempted = max(self._attempted, index)
             self.hosts.append(self._add_host(index))
 
+    def shrink(self, count: int) -> None:
+        """Remove the hosts after the first `count` (what runs in them, their namespaces and
+        veth pairs); the inverse of `grow`."""
+        while len(self.hosts) > count:
+            host = self.hosts.pop()
+            self._blocked.pop(host.namespace, None)
+            _kill_processes_in(host.namespace)
+            _run(["ip", "netns", "del", host.namespace], check=False)
+            if _run(["ip", "link", "show", host.veth], check=False).returncode == 0:
+                _run(["ip", "link", "del", host.veth], check=False)
+        self._attempted = min(self._attempted, max(count, len(self.hosts)))
+
     def _add_host(self, index: int) -> TestHost:
         namespace, veth = f"{self.name}h{index}", f"{self.name}v{index}"
         address = str(self.subnet.network_address + 9 + index)

@@ -3,7 +3,13 @@
 A controller-mode replica set, an order stream, Spark ingest into Delta, a master SIGKILL the
 controller recovers from by election, the old master back as a slave, tiering.
 
-What it runs, all on 127.0.0.1 with data under one directory (default `./demo-data`):
+What it runs, all on 127.0.0.1 with data under one directory (default `./demo-data`); with
+`--hosts` (root) every broker and controller on a test host of its own (network namespaces,
+198.18.0.0/15 addresses: `rocketha-cluster up --hosts`) and the ingest on a Spark standalone
+cluster (spark_app/standalone.py: a master on the root namespace's address on that network,
+two workers on two more test hosts), so executors reach the brokers only through advertised
+addresses
+(`--spark-master local|standalone|spark://HOST:PORT` chooses Spark independently):
 
 1. `rocketha-cluster up --controllers 1 --replica-sets 1 --replicas 3`: one controller and one
    replica set of three brokers in controller mode (the controller names the master), quorum
@@ -55,6 +61,7 @@ from deltalake import DeltaTable
 
 from connector import Admin, ClientConfig, Producer
 from connector.protocol import RocketHAError
+from spark_app.standalone import StandaloneCluster
 
 __all__ = ["main"]
 
@@ -103,7 +110,7 @@ def child_env() -> dict[str, str]:
 
 def cluster(*args: str) -> str:
     result = subprocess.run([sys.executable, "-m", "ha.cluster", *args], capture_output=True,
-                            text=True, timeout=180, cwd=ROOT, env=child_env())
+                            text=True, timeout=180, cwd=ROOT, env=child_env(), check=False)
     if result.returncode != 0:
         raise SystemExit(f"rocketha-cluster {' '.join(args)} failed: {result.stderr}")
     return result.stdout
@@ -163,15 +170,64 @@ def fresh_directory(directory: Path) -> None:
 
 
 # -- Spark -----------------------------------------------------------------------------------------
-def spark_submit(directory: Path, controller: str, trigger: str, log_name: str,
-                 idle_s: float = INGEST_IDLE_S) -> subprocess.Popen[bytes]:
+@dataclasses.dataclass(frozen=True)
+class SparkTarget:
+    """Where spark-submit sends the ingest: `--master` and its flags, and the environment."""
+
+    master: str
+    conf: tuple[str, ...]
+    env: dict[str, str]
+    cluster: StandaloneCluster | None = None  # started (and stopped) by the demo
+
+
+def spark_hosts(directory: Path) -> tuple[str, list[tuple[str, list[str]]]]:
+    """(the address the master and the driver bind, [(address, launcher)] of each worker):
+    with --hosts the root namespace's address on the test hosts' bridge and the cluster's two
+    spare hosts (`up --spare-hosts 2`), so executors run on network stacks of their own; else
+    127.0.0.1 for all."""
+    manifest = json.loads((directory / "cluster.json").read_text())
+    hosts = manifest.get("hosts") or {}
+    workers = [(spare["address"], ["ip", "netns", "exec", spare["namespace"]])
+               for spare in hosts.get("spare", ())]
+    return str(hosts.get("root_address", "127.0.0.1")), workers
+
+
+def local_spark() -> SparkTarget:
+    return SparkTarget("local[2,4]", ("--conf", "spark.ui.enabled=false",
+                                      "--conf", "spark.sql.shuffle.partitions=2"),
+                       dict(child_env(), PYSPARK_PYTHON=sys.executable,
+                            PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1"))
+
+
+def standalone_spark(directory: Path) -> SparkTarget:
+    """A standalone master and two workers (separate JVMs, each executor with its own Python
+    workers; with --hosts each worker on a test host of its own): the driver and the
+    executors reach the brokers only through their advertised addresses."""
+    host, workers = spark_hosts(directory)
+    where = ", ".join(address for address, _ in workers) or host
+    say(f"starting a Spark standalone master on {host} and 2 workers on {where}")
+    cluster = StandaloneCluster(directory / "spark", host=host, workers=2,
+                                pythonpath=(str(ROOT),), worker_hosts=workers).start()
+    say(f"Spark standalone cluster {cluster.master_url} up, 2 workers ALIVE")
+    return SparkTarget(cluster.master_url, tuple(cluster.submit_conf()), cluster.submit_env(),
+                       cluster)
+
+
+def existing_spark(master: str) -> SparkTarget:
+    """A cluster someone else runs (`--spark-master spark://...`): its executors need this
+    venv's Python at the same path and this checkout on their PYTHONPATH."""
+    conf = ("--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", f"spark.executorEnv.PYTHONPATH={ROOT}", "--conf", "spark.ui.enabled=false")
+    return SparkTarget(master, conf, dict(child_env(), PYSPARK_PYTHON=sys.executable,
+                                          PYSPARK_DRIVER_PYTHON=sys.executable))
+
+
+def spark_submit(spark: SparkTarget, directory: Path, controller: str, trigger: str,
+                 log_name: str, idle_s: float = INGEST_IDLE_S) -> subprocess.Popen[bytes]:
     """ingest_to_table under spark-submit, routes from the controller, output in
     <dir>/logs/<log_name>."""
-    venv_bin = Path(sys.executable).parent
-    env = dict(child_env(), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
-    argv = [str(venv_bin / "spark-submit"), "--master", "local[2,4]",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
+    argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", spark.master,
+            *spark.conf,
             str(INGEST_SCRIPT), "--controller", controller, "--topics", TOPIC,
             "--table", str(directory / "orders_table"),
             "--checkpoint", str(directory / "checkpoints" / "orders_table"),
@@ -179,9 +235,10 @@ def spark_submit(directory: Path, controller: str, trigger: str, log_name: str,
             "--option", "readFromReplicas=true",
             "--idle-timeout-s", str(idle_s), "--timeout-s", str(INGEST_TIMEOUT_S)]
     log_path = directory / "logs" / log_name
-    say(f"spark-submit ingest_to_table ({trigger}), log in {log_path}")
+    say(f"spark-submit --master {spark.master} ingest_to_table ({trigger}), log in {log_path}")
     with log_path.open("wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=spark.env,
+                                cwd=ROOT)
 
 
 def ingest_committed(process: subprocess.Popen[bytes], table: Path, log_path: Path) -> bool:
@@ -290,7 +347,7 @@ class Failover:
             wait_for("exit of the killed master", lambda: not _pid_running(pid), 10.0)
             cluster("up", "--dir", str(self.directory))  # starts what is down: the old master
             say(f"restarted {self.old['name']} (the old master)")
-        except BaseException as err:  # handed to the main thread by join()
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread by join()
             self.error = err
 
     def _elected(self) -> dict[str, Any] | None:
@@ -505,7 +562,7 @@ class Outcome:
         }
 
 
-def run(args: argparse.Namespace, directory: Path,
+def run(args: argparse.Namespace, directory: Path, spark: SparkTarget,
         spark_jobs: list[subprocess.Popen[bytes]]) -> Outcome:
     """Steps 2-4 of the module docstring, on the cluster `main` started."""
     brokers, controllers = processes(directory)
@@ -517,7 +574,7 @@ def run(args: argparse.Namespace, directory: Path,
         f"{master['master_epoch']}), SyncStateSet {master['sync_state_set']}")
     Admin(ClientConfig(controller=controller)).create_topic(TOPIC, queues=QUEUES)
     table, log_path = directory / "orders_table", directory / "logs" / "ingest.log"
-    ingest = spark_submit(directory, controller, "processing:2s", "ingest.log",
+    ingest = spark_submit(spark, directory, controller, "processing:2s", "ingest.log",
                           args.ingest_idle_s)
     spark_jobs.append(ingest)
     failover = Failover(directory, brokers, master).start()
@@ -542,7 +599,7 @@ def run(args: argparse.Namespace, directory: Path,
     ingest_rc = wait_ingest(ingest, INGEST_TIMEOUT_S)
     rows, counts = table_orders(table)
     say(f"ingest exited {ingest_rc}; table holds {rows} rows ({len(counts)} orders)")
-    rerun = spark_submit(directory, controller, "available-now", "ingest-rerun.log")
+    rerun = spark_submit(spark, directory, controller, "available-now", "ingest-rerun.log")
     spark_jobs.append(rerun)
     rerun_rc = wait_ingest(rerun, INGEST_TIMEOUT_S)
     stats = Admin(ClientConfig(brokers=(new_master["endpoint"],))).broker_stats()
@@ -562,9 +619,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--ingest-idle-s", type=float, default=INGEST_IDLE_S,
                         help="the streaming ingest stops once it saw no rows for this long")
+    parser.add_argument("--hosts", action="store_true",
+                        help="every broker and controller on a test host of its own (root; "
+                        "`rocketha-cluster up --hosts`), the ingest on a Spark standalone "
+                        "cluster")
+    parser.add_argument("--spark-master", default=None,
+                        help="local (default without --hosts), standalone (a master and two "
+                        "workers started for the demo; default with --hosts) or spark://HOST:PORT "
+                        "of a running cluster")
     args = parser.parse_args(argv)
     if args.orders < 4 * args.batch:
         parser.error("--orders must be at least 4 batches (kill at 1/2, restart at 3/4)")
+    spark_master = args.spark_master or ("standalone" if args.hosts else "local")
+    if spark_master not in ("local", "standalone") and not spark_master.startswith("spark://"):
+        parser.error(f"--spark-master {spark_master!r}: local, standalone or spark://HOST:PORT")
     directory = args.dir.resolve()
     fresh_directory(directory)
     global _started_at
@@ -572,15 +640,26 @@ def main(argv: list[str] | None = None) -> int:
     say(f"demo data under {directory}")
     cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
             "--replicas", str(REPLICAS),
+            *(["--hosts", "--spare-hosts", "2"] if args.hosts else []),
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
-    say("cluster up: controller-n1 and broker-a-0/1/2 (controller mode)")
+    where = " each on a test host of its own" if args.hosts else ""
+    say(f"cluster up: controller-n1 and broker-a-0/1/2 (controller mode){where}")
     spark_jobs: list[subprocess.Popen[bytes]] = []
+    spark: SparkTarget | None = None
     try:
-        outcome = run(args, directory, spark_jobs)
+        if spark_master == "local":
+            spark = local_spark()
+        elif spark_master == "standalone":
+            spark = standalone_spark(directory)
+        else:
+            spark = existing_spark(spark_master)
+        outcome = run(args, directory, spark, spark_jobs)
     finally:
         for job in spark_jobs:
             stop_process(job)
+        if spark is not None and spark.cluster is not None:
+            spark.cluster.stop()
         cluster("down", "--dir", str(directory))
     problems = outcome.problems()
     for problem in problems:

@@ -1,7 +1,7 @@
 """Failover benchmark: RTO of a replica set in controller mode, and acknowledged messages lost.
 
     python3 build.py bench failover [--json] [--trials N] [--pauses N] [--pause-s S]
-                                    [--set key=value ...]
+                                    [--set key=value ...] [--hosts]
 
 Method: `rocketha-cluster up --controllers 1 --replica-sets 1 --replicas 3` on 127.0.0.1 with
 the default heartbeat settings (brokerHeartbeatInterval 1000 ms, controllerHeartbeatTimeoutMs
@@ -26,6 +26,10 @@ SIGSTOP comes back: the controller elects another master after controllerHeartbe
 and an idempotent producer leaves the paused master once the controller names its replacement
 (connector/master_watch.py) instead of waiting for the pause to end. Goal: pause RTO <=
 controllerHeartbeatTimeoutMs + 1 s (4 s).
+
+`--hosts` (root): the controller and every broker on a test host of its own (`rocketha-cluster
+up --hosts`: network namespaces on a bridge, 198.18.0.0/15 addresses), the producer in the root
+namespace: detection, election and the producer's switch go over a real network stack.
 
 With `--json` the last line is one JSON object with `trials`, `rto_p50_s`, `rto_max_s`,
 `lost_acked`, `pause_trials`, `pause_rto_p50_s`, `pause_rto_max_s`, `pause_lost_acked` (the
@@ -181,13 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--no-idempotent", dest="idempotent", action="store_false")
+    parser.add_argument("--hosts", action="store_true",
+                        help="every process on a test host of its own (root)")
     args = parser.parse_args(argv)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="rocketha-failover-"))
     settings = ["inSyncReplicas=2", "enableAutoInSyncReplicas=true", "minInSyncReplicas=1",
                 *args.set]
     set_args = [arg for pair in settings for arg in ("--set", pair)]
     _cluster(directory, "up", "--controllers", "1", "--replica-sets", "1", "--replicas", "3",
-             *set_args)
+             *(["--hosts"] if args.hosts else []), *set_args)
     def admin_info(endpoint: str) -> dict[str, Any] | None:
         try:
             return Admin(ClientConfig(brokers=(endpoint,), request_timeout_ms=2000,
@@ -250,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "lost_acked": lost, "duplicated": duplicated, "acked": len(load.acked),
         "stored": sum(stored.values()), "other_statuses": dict(load.other_statuses),
         "idempotent_producer": args.idempotent, "settings": settings, "dir": str(directory),
+        "hosts": args.hosts,
         "pause_trials": len(pause_rtos), "pause_s": args.pause_s,
         "pause_rto_p50_s": round(statistics.median(pause_rtos), 3) if pause_rtos else None,
         "pause_rto_max_s": round(max(pause_rtos), 3) if pause_rtos else None,

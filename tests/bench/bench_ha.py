@@ -1,6 +1,7 @@
 """Replication benchmark: acked produce with 3 replicas vs 1, and a slave's catch-up speed.
 
     python3 build.py bench ha [--json] [--seconds S] [--producers P] [--backlog-mib N | --full]
+                              [--hosts]
 
 Method: real broker processes started with `rocketha-cluster up` (ASYNC_FLUSH or SYNC_FLUSH,
 1 GiB segments) on 127.0.0.1; this process is the client over raw pyarrow.flight with P
@@ -18,6 +19,9 @@ set-ups get the same P.
   figure is the bytes it received divided by the time from its first received byte to holding
   the master's whole log (polled through broker info every 20 ms).
 On this 2-core machine all processes (client, master, slaves) share the same two cores.
+`--hosts` (root): every broker on a test host of its own (`rocketha-cluster up --hosts`: a
+network namespace, veth pairs on a bridge, 198.18.0.0/15 addresses), the client in the root
+namespace: replication and produce cross a real (virtual) network stack instead of loopback.
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ def cluster(directory: Path, *args: str) -> None:
                    check=True, capture_output=True, timeout=300)
 
 
-def up(directory: Path, replicas: int, settings: dict[str, str]) -> list[dict[str, Any]]:
-    args = ["up", "--replicas", str(replicas)]
+def up(directory: Path, replicas: int, settings: dict[str, str], hosts: bool = False
+       ) -> list[dict[str, Any]]:
+    args = ["up", "--replicas", str(replicas), *(["--hosts"] if hosts else [])]
     for key, value in {**COMMON, **settings}.items():
         args += ["--set", f"{key}={value}"]
     cluster(directory, *args)
@@ -116,8 +121,13 @@ def produce_concurrently(endpoint: str, producers: int, seconds: float) -> float
         return sum(rates)
 
 
-def produce_ratio(root: Path, flush: str, seconds: float, producers: int = 1
-                  ) -> tuple[float, float]:
+def endpoint_of(broker: dict[str, Any]) -> str:
+    """Its advertised address: its test host's with --hosts, else 127.0.0.1."""
+    return f"{broker.get('host', '127.0.0.1')}:{broker['port']}"
+
+
+def produce_ratio(root: Path, flush: str, seconds: float, producers: int = 1,
+                  hosts: bool = False) -> tuple[float, float]:
     """Both set-ups run side by side; measured in alternating slices so that load from other
     processes on the machine falls on both alike."""
     endpoints, directories = [], []
@@ -126,8 +136,8 @@ def produce_ratio(root: Path, flush: str, seconds: float, producers: int = 1
                                                  "inSyncReplicas": "2"})):
             directory = root / f"produce-{flush}-{replicas}"
             directories.append(directory)
-            brokers = up(directory, replicas, {"flushDiskType": flush, **settings})
-            endpoint = f"127.0.0.1:{brokers[0]['port']}"
+            brokers = up(directory, replicas, {"flushDiskType": flush, **settings}, hosts)
+            endpoint = endpoint_of(brokers[0])
             if replicas > 1:
                 wait_sync_state_set(endpoint, replicas)
             produce(endpoint, "warm", 100, 1024, seconds=0.3)
@@ -143,11 +153,10 @@ def produce_ratio(root: Path, flush: str, seconds: float, producers: int = 1
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def catchup(root: Path, backlog_bytes: int) -> float:
+def catchup(root: Path, backlog_bytes: int, hosts: bool = False) -> float:
     directory = root / "catchup"
-    brokers = up(directory, 2, {"brokerRole": "SYNC_MASTER", "inSyncReplicas": "1"})
-    master = f"127.0.0.1:{brokers[0]['port']}"
-    slave = f"127.0.0.1:{brokers[1]['port']}"
+    brokers = up(directory, 2, {"brokerRole": "SYNC_MASTER", "inSyncReplicas": "1"}, hosts)
+    master, slave = endpoint_of(brokers[0]), endpoint_of(brokers[1])
     try:
         pid = int(Path(brokers[1]["pid_file"]).read_text())
         os.kill(pid, signal.SIGTERM)
@@ -191,6 +200,8 @@ def main(argv: list[str]) -> int:
                         help="concurrent producer streams (both set-ups)")
     parser.add_argument("--backlog-mib", type=int, default=256)
     parser.add_argument("--full", action="store_true", help="a 1 GiB backlog")
+    parser.add_argument("--hosts", action="store_true",
+                        help="each broker on a test host of its own (root)")
     args = parser.parse_args(argv)
     backlog = (1024 if args.full else args.backlog_mib) << 20
     root = Path.cwd() / ".bench-tmp"
@@ -199,14 +210,15 @@ def main(argv: list[str]) -> int:
     figures: dict[str, float] = {}
     try:
         for flush, label in (("ASYNC_FLUSH", "async"), ("SYNC_FLUSH", "sync")):
-            one, three = produce_ratio(work, flush, args.seconds, args.producers)
+            one, three = produce_ratio(work, flush, args.seconds, args.producers, args.hosts)
             figures[f"produce_1rep_{label}_msgs_per_s"] = one
             figures[f"produce_3rep_{label}_msgs_per_s"] = three
             figures[f"produce_3rep_vs_1rep_ratio_{label}"] = three / one
             print(f"produce 100B batch 1024 {flush} x{args.producers}: 1 replica {one:12,.0f} msgs/s, "
                   f"3 replicas (inSync=2) {three:12,.0f} msgs/s, ratio {three / one:.2f}")
         figures["producers"] = args.producers
-        figures["catchup_MBps"] = catchup(work, backlog)
+        figures["hosts"] = int(args.hosts)
+        figures["catchup_MBps"] = catchup(work, backlog, args.hosts)
         figures["catchup_backlog_MiB"] = backlog >> 20
         print(f"slave catch-up over a {backlog >> 20} MiB backlog: "
               f"{figures['catchup_MBps']:.0f} MB/s")

@@ -11,6 +11,7 @@ tool through FailoverCluster(hosts=True).
 from __future__ import annotations
 
 import ipaddress
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 
 from connector import ClientConfig, Producer
 from ha.local_hosts import BENCHMARK_BLOCK, HostNetwork
-from tests.integration.failover_cluster import FailoverCluster
+from tests.integration.failover_cluster import FailoverCluster, cluster_cli
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +53,32 @@ def test_up_hosts_puts_each_process_on_its_own_host(
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                                 check=True).stdout
     assert cluster.network is not None and cluster.network.name not in namespaces
+
+
+def test_spare_hosts_are_listed_empty_and_removed_by_down(
+        test_hosts: Callable[[int], HostNetwork], tmp_path: Path) -> None:
+    """`up --hosts --spare-hosts 2` (brokers only, no controllers: that failed once, the
+    controllers' plan made a network of 0 hosts): two more hosts with
+    nothing of the cluster on them, reachable from the root namespace, kept by a second `up`,
+    removed by `down`."""
+    directory = tmp_path / "c"
+    cluster_cli("up", "--dir", str(directory), "--hosts", "--spare-hosts", "2")
+    try:
+        manifest = json.loads((directory / "cluster.json").read_text())
+        spares = manifest["hosts"]["spare"]
+        used = {manifest["brokers"][0]["host"]}
+        assert len(spares) == 2 and not used & {s["address"] for s in spares}, spares
+        network = HostNetwork.attach(manifest["hosts"]["network"], manifest["hosts"]["count"])
+        spare_hosts = [h for h in network.hosts if h.address in {s["address"] for s in spares}]
+        assert [h.namespace for h in spare_hosts] == [s["namespace"] for s in spares]
+        listed = subprocess.run(["ip", "netns", "pids", spares[0]["namespace"]],
+                                capture_output=True, text=True, check=True).stdout
+        assert not listed.strip(), "something runs on a spare host"
+        cluster_cli("up", "--dir", str(directory))
+        again = json.loads((directory / "cluster.json").read_text())["hosts"]["spare"]
+        assert again == spares
+    finally:
+        cluster_cli("down", "--dir", str(directory))
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True).stdout.splitlines()
+    assert not any(line.startswith(manifest["hosts"]["network"]) for line in namespaces)

@@ -12,11 +12,13 @@ summary line (the demo itself compares the table, order by order, with what was 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from spark_app import demo
+from tests.support.hosts import hosts_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -43,3 +45,38 @@ def test_demo_small_scale_with_failover(tmp_path: Path,
     assert by_epoch.get(str(summary["master_epoch_after"]), 0) >= 1, by_epoch
     assert summary["tiered_segments"] > summary["tiered_segments_at_kill"]
     assert not list((directory / "run").glob("*.pid")), "a process outlived the demo"
+
+
+@pytest.mark.slow
+def test_demo_on_test_hosts_and_a_standalone_spark_cluster(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo --hosts`: brokers and controller on test hosts, the ingest on a standalone Spark
+    master and two workers (about 5 minutes here, so slow)."""
+    reason = hosts_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    directory = tmp_path / "demo"
+    code = demo.main(["--dir", str(directory), "--orders", str(ORDERS), "--batch", "100",
+                      "--ingest-idle-s", "15", "--hosts"])
+    out = capsys.readouterr().out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert code == 0, out
+    assert "Spark standalone cluster spark://198." in out
+    placed = re.search(r"master on (\S+) and 2 workers on (\S+), (\S+)$", out, re.MULTILINE)
+    assert placed is not None, out
+    assert len(set(placed.groups())) == 3, placed.groups()  # each worker on a host of its own
+    assert summary["produced_acked"] == summary["table_rows"] == ORDERS
+    assert summary["table_distinct_orders"] == ORDERS and summary["rerun_rows"] == 0
+    assert summary["old_master_rejoined_as"] == "SLAVE"
+    assert list((directory / "spark").glob("worker-*/app-*/*/stderr")), "no executor ran"
+    assert not list((directory / "run").glob("*.pid")), "a process outlived the demo"
+
+
+@pytest.mark.parametrize("master", ["yarn", "local[4]", "k8s://x"])
+def test_unknown_spark_master_exits_2(tmp_path: Path, master: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        demo.main(["--dir", str(tmp_path / "demo"), "--spark-master", master])
+    assert exited.value.code == 2
+    assert "--spark-master" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

@@ -1,0 +1,242 @@
+"""`rocketha-cluster plan`: the files to run a cluster on several real machines.
+
+    rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR
+                          [--replica-sets N] [--set KEY=VALUE ...] [--controller-set KEY=VALUE ...]
+                          [--install-dir /opt/rocketha] [--data-dir /var/lib/rocketha]
+                          [--user rocketha]
+
+Writes, for each host, a tree to copy onto that machine's root (`rsync -a DIR/a/ root@a:/`):
+
+    DIR/<host>/etc/rocketha/<name>.conf                 broker or controller config
+    DIR/<host>/etc/systemd/system/rocketha-<name>.service   one unit per process
+    DIR/<host>/etc/rocketha/PORTS                        TCP ports to open on this machine
+    DIR/plan.json                                       every process: host, ports, files
+
+Placement: controller n<i> on host i (so `--controllers` <= number of hosts); the brokers of
+replica set s (`broker-a`, `broker-b`, ...) with brokerId i on host (s + i) mod hosts, so no two
+members of one set share a machine (`--replicas` <= number of hosts). Ports: RocketMQ's
+defaults: a broker's listenPort 10911 and haListenPort 10912, plus 10 for each further broker
+on the same host; a controller's client port 9878 and Raft port 9880.
+
+Addresses: each host's name as given is its advertised address (brokerIP1 and the
+controllers' peer list and controllerAddr), so give names or addresses the other machines
+and the clients resolve to that machine; listeners bind to it (set `--set bindAddress=0.0.0.0`
+to bind every interface). Every broker runs in controller mode with the quorum
+`rocketha-cluster up` uses (a majority of the set acks a put, adaptive degradation).
+Nothing here checks the machines: the configs are checked by the same loaders the processes
+use when they start (tests/integration/test_cluster_plan.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import string
+from pathlib import Path
+from typing import Any
+
+from ha.cluster_controllers import CONTROLLER_COUNTS
+
+__all__ = ["PlanError", "add_arguments", "plan_cluster", "run", "unit_text", "write_plan"]
+
+BROKER_PORT = 10911  # RocketMQ's listenPort; haListenPort is listenPort + 1
+BROKER_PORT_STEP = 10  # a further broker on the same host
+CONTROLLER_PORT = 9878  # client (Arrow Flight) port
+CONTROLLER_RAFT_PORT = 9880
+REPLICA_SETS_MAX = 26
+CLUSTER_NAME = "RocketHACluster"
+
+
+EXTRA_PORT_KEYS = {"metricsPort": "metrics", "consolePort": "console"}  # 0 = off
+
+
+def _extra_ports(settings: dict[str, str]) -> dict[str, int]:
+    """The optional listeners a `--set` / `--controller-set` turned on, for PORTS."""
+    values = {role: settings.get(key, "0") for key, role in EXTRA_PORT_KEYS.items()}
+    return {role: int(value) for role, value in values.items()
+            if value.isdigit() and int(value) > 0}
+
+
+class PlanError(ValueError):
+    """The plan cannot be made as asked (the message names the flag)."""
+
+
+def _quorum(replicas: int) -> dict[str, str]:
+    """What `rocketha-cluster up` gives a set when --set names no quorum key (ha/cluster.py
+    quorum_defaults: a majority, adaptive degradation)."""
+    if replicas == 1:
+        return {}
+    return {"inSyncReplicas": str(replicas // 2 + 1), "enableAutoInSyncReplicas": "true",
+            "minInSyncReplicas": "1"}
+
+
+QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyncReplicas",
+                         "allAckInSyncStateSet"})
+
+
+def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_sets: int = 1,
+                 broker_overrides: dict[str, str] | None = None,
+                 controller_overrides: dict[str, str] | None = None,
+                 data_dir: str = "/var/lib/rocketha") -> list[dict[str, Any]]:
+    """Every process of the cluster: kind, name, host, ports, config settings."""
+    if not hosts or len(set(hosts)) != len(hosts) or any(not h.strip() for h in hosts):
+        raise PlanError(f"--hosts {','.join(hosts)!r}: distinct, non-empty names")
+    if controllers not in CONTROLLER_COUNTS[1:] or controllers > len(hosts):
+        raise PlanError(f"--controllers {controllers}: one of {CONTROLLER_COUNTS[1:]}, at most "
+                        f"the {len(hosts)} hosts (one controller per machine)")
+    if not 1 <= replicas <= len(hosts):
+        raise PlanError(f"--replicas {replicas}: 1 to the {len(hosts)} hosts (no two members "
+                        "of a set on one machine)")
+    if not 1 <= replica_sets <= REPLICA_SETS_MAX:
+        raise PlanError(f"--replica-sets {replica_sets}: 1 to {REPLICA_SETS_MAX}")
+    processes: list[dict[str, Any]] = []
+    ids = range(1, controllers + 1)
+    peers = ";".join(f"n{i}-{hosts[i - 1]}:{CONTROLLER_RAFT_PORT}" for i in ids)
+    controller_addr = ";".join(f"{hosts[i - 1]}:{CONTROLLER_PORT}" for i in ids)
+    for node_id in ids:
+        name = f"controller-n{node_id}"
+        settings = {"controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{node_id}",
+                    "controllerAddr": controller_addr,
+                    "controllerStorePath": f"{data_dir}/{name}",
+                    **(controller_overrides or {})}
+        processes.append({"kind": "controller", "name": name, "host": hosts[node_id - 1],
+                          "ports": {"client": CONTROLLER_PORT, "raft": CONTROLLER_RAFT_PORT,
+                                    **_extra_ports(settings)},
+                          "settings": settings})
+    on_host = dict.fromkeys(hosts, 0)
+    overrides = broker_overrides or {}
+    for set_index in range(replica_sets):
+        set_name = f"broker-{string.ascii_lowercase[set_index]}"
+        for broker_id in range(replicas):
+            host = hosts[(set_index + broker_id) % len(hosts)]
+            port = BROKER_PORT + BROKER_PORT_STEP * on_host[host]
+            on_host[host] += 1
+            name = set_name if replicas == 1 else f"{set_name}-{broker_id}"
+            settings = {"brokerClusterName": CLUSTER_NAME, "brokerName": set_name,
+                        "brokerId": str(broker_id), "brokerIP1": host,
+                        "listenPort": str(port), "storePathRootDir": f"{data_dir}/{name}",
+                        "enableControllerMode": "true", "controllerAddr": controller_addr,
+                        "brokerRole": "SYNC_MASTER"}
+            if replicas > 1:
+                settings.update({"totalReplicas": str(replicas), "haListenPort": str(port + 1)})
+            settings.update(overrides)
+            if not QUORUM_KEYS & overrides.keys():
+                settings.update(_quorum(replicas))
+            ports = {"client": port, **({"ha": port + 1} if replicas > 1 else {}),
+                     **_extra_ports(settings)}
+            processes.append({"kind": "broker", "name": name, "host": host, "ports": ports,
+                              "settings": settings})
+    return processes
+
+
+def unit_text(process: dict[str, Any], *, install_dir: str, user: str,
+              data_dir: str = "/var/lib/rocketha") -> str:
+    """A systemd unit running one process from the install's venv (entry points of
+    pyproject.toml: rocketha-broker / rocketha-controller). Under /var/lib, systemd makes the
+    data directory (StateDirectory) owned by `user`; elsewhere it must exist."""
+    kind, name = process["kind"], process["name"]
+    state = data_dir.removeprefix("/var/lib/").strip("/")
+    state_lines = [f"StateDirectory={state}"] if data_dir.startswith("/var/lib/") else []
+    return "\n".join([
+        "[Unit]",
+        f"Description=rocketha {kind} {name}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"User={user}",
+        f"ExecStart={install_dir}/venv/bin/rocketha-{kind} --conf /etc/rocketha/{name}.conf",
+        "Restart=on-failure",
+        "RestartSec=2",
+        "TimeoutStopSec=60",  # a clean stop flushes and syncs the store
+        "KillSignal=SIGTERM",
+        "LimitNOFILE=65536",
+        *state_lines,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def write_plan(processes: list[dict[str, Any]], out: Path, *, install_dir: str,
+               user: str, data_dir: str = "/var/lib/rocketha") -> list[Path]:
+    """Write the per-host trees and plan.json; returns the files written."""
+    written: list[Path] = []
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for process in processes:
+        by_host.setdefault(process["host"], []).append(process)
+        root = out / process["host"]
+        conf = root / "etc" / "rocketha" / f"{process['name']}.conf"
+        unit = root / "etc" / "systemd" / "system" / f"rocketha-{process['name']}.service"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        unit.parent.mkdir(parents=True, exist_ok=True)
+        lines = [(f"# {process['kind']} {process['name']} on {process['host']}, written by "
+                  "rocketha-cluster plan")]
+        lines += [f"{key}={value}" for key, value in process["settings"].items()]
+        conf.write_text("\n".join(lines) + "\n")
+        unit.write_text(unit_text(process, install_dir=install_dir, user=user,
+                                  data_dir=data_dir))
+        process["files"] = {"conf": str(conf.relative_to(out)), "unit": str(unit.relative_to(out))}
+        written += [conf, unit]
+    for host, members in by_host.items():
+        ports = out / host / "etc" / "rocketha" / "PORTS"
+        lines = [(f"# TCP ports to open on {host} (from clients, Spark executors and the "
+                  "other hosts of the cluster)")]
+        for process in members:
+            for role, port in process["ports"].items():
+                lines.append(f"{port}/tcp\t{process['name']} {role}")
+        ports.write_text("\n".join(lines) + "\n")
+        written.append(ports)
+    (out / "plan.json").write_text(json.dumps({"processes": processes}, indent=1))
+    written.append(out / "plan.json")
+    return written
+
+
+def _pairs(pairs: list[str], flag: str) -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise PlanError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hosts", required=True, help="comma-separated host names or addresses")
+    parser.add_argument("--replicas", type=int, default=3, help="brokers per replica set")
+    parser.add_argument("--replica-sets", type=int, default=1)
+    parser.add_argument("--controllers", type=int, default=3)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker key for every broker")
+    parser.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a controller key for every controller")
+    parser.add_argument("--install-dir", default="/opt/rocketha",
+                        help="where the venv with rocketha is on every machine (<dir>/venv)")
+    parser.add_argument("--data-dir", default="/var/lib/rocketha",
+                        help="stores: <data-dir>/<name>")
+    parser.add_argument("--user", default="rocketha", help="the user the units run as")
+
+
+def run(args: argparse.Namespace) -> int:
+    """`plan`: prints one line per process, then where the files are."""
+    hosts = [h.strip() for h in args.hosts.split(",")]
+    try:
+        processes = plan_cluster(
+            hosts, replicas=args.replicas, controllers=args.controllers,
+            replica_sets=args.replica_sets, broker_overrides=_pairs(args.set, "--set"),
+            controller_overrides=_pairs(args.controller_set, "--controller-set"),
+            data_dir=args.data_dir)
+    except PlanError as err:
+        print(f"rocketha-cluster plan: {err}")
+        return 2
+    write_plan(processes, args.out, install_dir=args.install_dir, user=args.user,
+               data_dir=args.data_dir)
+    for process in processes:
+        ports = ", ".join(f"{role} {port}" for role, port in process["ports"].items())
+        print(f"{process['host']}\t{process['name']}\t{ports}")
+    print(f"wrote {args.out}/<host>/etc/... for {len(set(hosts))} hosts and {args.out}/plan.json")
+    return 0
