@@ -167,6 +167,14 @@ class RoleCore:
         epoch, until_ms = self._lease
         return until_ms if epoch == master_epoch else 0
 
+    def master_lease_lapsed(self, now_ms: int) -> bool:
+        """Is this broker master of the applied term with a lease that has lapsed at `now_ms`
+        (for the heartbeat: an operator's election of another master waits for it)?"""
+        current = self.current
+        if current is None or current.role != ROLE_MASTER:
+            return False
+        return now_ms >= self.lease_until_ms(current.master_epoch)
+
     # -- SyncStateSet -----------------------------------------------------------------------
     def proposal(self, local: tuple[int, ...], accepted: tuple[int, ...] | None
                  ) -> AlterSyncStateSetRequest | None:

@@ -131,10 +131,8 @@ class RoleManager:
         """Is this broker master with a lease that has lapsed (no controller reply naming it
         master for the lease's length)? For the heartbeat: an operator's election of another
         master waits for it."""
-        current = self._current
-        if current is None or current.role != ROLE_MASTER:
-            return False
-        return int(time.monotonic() * 1000) >= self._lease_until_ms(current.master_epoch)
+        with self._lease_lock:
+            return self._core.master_lease_lapsed(int(time.monotonic() * 1000))
 
     def _lease_until_ms(self, master_epoch: int) -> int:
         """The lease the controller's latest confirmation gives the master of `master_epoch`

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.api import ReplicaInfo, RoleChange
+from controller.api import ROLE_MASTER, ROLE_SLAVE, ReplicaInfo, RoleChange
 from ha.role_core import RoleAction, RoleCore, newer
 
 
@@ -119,3 +119,18 @@ def test_sync_state_set_proposals_and_adoption() -> None:
     other_term = ReplicaInfo("c", "a", 3, "host:3", 3, (3,), 7, ())
     assert not roles.refresh_adopts(other_term, roles.current)  # type: ignore[arg-type]
     assert not roles.refresh_adopts(None, roles.current)  # type: ignore[arg-type]
+
+
+def test_a_master_reports_its_lease_lapsed_only_past_its_end() -> None:
+    """The heartbeat's master_lease_lapsed (an operator's election waits for it)."""
+    roles = core(lease_ms=2000)
+    assert not roles.master_lease_lapsed(now_ms=10_000)  # no role applied: not a master
+    master = change(ROLE_MASTER, 1)
+    roles.applied(roles.plan(master))
+    assert roles.master_lease_lapsed(now_ms=0)  # never confirmed: no lease
+    roles.confirm(master, sent_ms=1000, controller_timeout_ms=3000)  # until 3000
+    assert not roles.master_lease_lapsed(now_ms=2999)
+    assert roles.master_lease_lapsed(now_ms=3000)
+    slave = change(ROLE_SLAVE, 2)
+    roles.applied(roles.plan(slave))
+    assert not roles.master_lease_lapsed(now_ms=10_000)  # a slave has no lease to lapse
