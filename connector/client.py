@@ -24,12 +24,24 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from connector.async_sender import AsyncSender
 from connector.master_watch import RoundTrips, replacement_of
+from connector.producer_core import (
+    STORED_NOT_ACKED,
+    Batch,
+    LaneKey,
+    Message,
+    ProducerConfig,
+    ProducerCore,
+    SendResult,
+    message_size_bytes,
+)
 from connector.protocol import (
     IDEMPOTENCE_PROPERTY,
     PRODUCE_SCHEMA,
@@ -53,7 +65,9 @@ __all__ = [
     "ClientConfig",
     "Consumer",
     "Producer",
+    "ProducerConfig",
     "PullResult",
+    "STORED_NOT_ACKED",
     "SendResult",
     "alive_members",
     "controller_addresses",
@@ -208,18 +222,6 @@ class Backoff:
     @staticmethod
     def remaining_ms(deadline_monotonic_s: float, now_s: float) -> int:
         return max(0, int((deadline_monotonic_s - now_s) * 1000))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SendResult:
-    status: str
-    queue_id: int = -1
-    queue_offset: int = -1
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "PUT_OK"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -409,13 +411,6 @@ def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.Record
                                       names=names + ["properties"])
 
 
-# Put statuses meaning "stored on this master, not (yet) acknowledged": an idempotent
-# producer retries them (the broker's idempotence table answers the retry once the batch is
-# as durable as an acknowledged one; a new master stores it if it never got it).
-STORED_NOT_ACKED = frozenset({"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE",
-                              "FLUSH_DISK_TIMEOUT"})
-
-
 class _StoredNotAcked(RetriableError):
     """An idempotent producer's batch answered with a STORED_NOT_ACKED status."""
 
@@ -433,99 +428,25 @@ class _Stream:
     rotate_at_s: float  # monotonic time after which no new batch goes on this stream
 
 
-class Producer(_Base):
-    """Sends messages; keeps one DoPut stream per (topic, schema) open for low latency.
+class _PutChannel(_Base):
+    """One sequence of put round trips: its DoPut streams (one per (topic, schema)), its
+    route, and (idempotent with a controller) its master watch. One thread at a time: the
+    Producer's synchronous `put`, or one lane of its asynchronous sends."""
 
-    With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
-    retry of a batch the broker already stored (the reply was lost, e.g. its master died
-    after replicating it) is answered from the broker's idempotence table instead of being
-    stored twice; the table survives restarts and failover (rebuilt from the log). With
-    `controller` too, a put whose master is replaced while it waits (the master was paused or
-    cut off) is sent again to the new master instead of waiting out the old one
-    (connector/master_watch.py). An idempotent producer also retries a batch answered with a
-    status that means "stored here, not acknowledged" (FLUSH_SLAVE_TIMEOUT,
-    SLAVE_NOT_AVAILABLE, FLUSH_DISK_TIMEOUT: e.g. a deposed master whose slaves left it) until
-    the send deadline: the retry is answered PUT_OK only once the batch is as durable as an
-    acknowledged one (on the new master if there is one), and never stored twice. When the
-    deadline passes the last such reply is returned, as without idempotence.
-
-    Not thread-safe: use one Producer per thread (they share connections).
-    """
-
-    def __init__(self, config: ClientConfig, *, idempotent: bool = False) -> None:
+    def __init__(self, config: ClientConfig, *, idempotent: bool) -> None:
         super().__init__(config)
+        self.idempotent = idempotent
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
-        self._producer_id = uuid.uuid4().hex if idempotent else None
-        self._sequence = 0
         self._round_trips = (RoundTrips(config.master_check_interval_ms / 1000.0)
                              if idempotent and config.controller else None)
 
-    def send(self, topic: str, body: bytes | str, *, key: str | None = None,
-             tags: str | None = None, properties: Mapping[str, str] | None = None,
-             queue_id: int | None = None) -> SendResult:
-        columns: dict[str, pa.Array] = {"body": pa.array(
-            [body.encode() if isinstance(body, str) else body], pa.binary())}
-        if key is not None:
-            columns["key"] = pa.array([key], pa.string())
-        if tags is not None:
-            columns["tags"] = pa.array([tags], pa.string())
-        if properties:
-            columns["properties"] = pa.array([list(properties.items())],
-                                             PRODUCE_SCHEMA.field("properties").type)
-        if queue_id is not None:
-            columns["queue_id"] = pa.array([queue_id], pa.int32())
-        return self.send_batch(topic, pa.record_batch(columns))[0]
-
-    def send_batch(self, topic: str, batch: pa.RecordBatch | pa.Table
-                   | Sequence[Mapping[str, Any]]) -> list[SendResult]:
-        """Send rows (an Arrow batch/table with PRODUCE_SCHEMA columns, or dicts with `body`,
-        `key`, `tags`, `properties`, `queue_id`); one result per row, in order."""
-        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
-            batch = _rows_to_batch(batch)
-        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
-        results: list[SendResult] = []
-        for record_batch in batches:
-            results += self._send_one_batch(topic, record_batch)
-        return results
-
-    def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
-        if self._producer_id is not None:
-            batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
-            self._sequence += 1
-        reply = self.put(topic, batch)
-        if not status_for(reply.status).stored:
-            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
-        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
-            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
-        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
-                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
-
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
-        """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
-        the retry policy; non-stored statuses that are not retriable come back as replies."""
+        """One batch with the retry policy (see Producer.put)."""
         def call(endpoint: str) -> PutReply:
-            stream = self._stream(topic, batch.schema, endpoint)
-            try:
-                if self._round_trips is None:
-                    metadata = _round_trip(stream, batch)
-                else:
-                    metadata = self._round_trips.run(
-                        lambda: _round_trip(stream, batch),
-                        lambda: self._replaced(endpoint),
-                        lambda _: _close_quietly(stream))
-            except RoundTrips.Abandoned as abandoned:
-                self._streams.pop((topic, batch.schema), None)  # its worker closes it
-                self._routes_stale = True
-                raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
-            except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
-                self._close_stream(topic, batch.schema)
-                raise
-            reply = PutReply.decode(metadata.to_pybytes())
+            reply = self._round_trip(topic, batch, endpoint)
             if not status_for(reply.status).stored and status_for(reply.status).retriable:
                 raise error_for_code(reply.code, reply.error or reply.status)
-            if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
-                self._routes_stale = True  # maybe a deposed or cut-off master: ask again
-            if self._producer_id is not None and reply.status in STORED_NOT_ACKED:
+            if self.idempotent and reply.status in STORED_NOT_ACKED:
                 raise _StoredNotAcked(reply)
             return reply
 
@@ -535,6 +456,51 @@ class Producer(_Base):
             reply = err.reply
         except pa.ArrowException as err:
             raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
+        return reply
+
+    def attempt(self, topic: str, batch: pa.RecordBatch) -> PutReply | RocketHAError:
+        """One round trip, no retry (ProducerCore decides): the reply, or the error."""
+        endpoint = ""
+        try:
+            endpoint = self.endpoint
+            reply = self._round_trip(topic, batch, endpoint)
+        except flight.FlightError as err:
+            error = as_rocketha_error(err)
+            if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
+                self._refresh_route(endpoint)
+            return error
+        except RocketHAError as err:
+            return err
+        except pa.ArrowException as err:
+            return FatalError(status_for("BAD_SCHEMA"), str(err))
+        except OSError as err:
+            return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
+        status = status_for(reply.status)
+        if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
+            self._broker_index += 1
+            self._routes_stale = self.config.controller is not None
+        return reply
+
+    def _round_trip(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
+        stream = self._stream(topic, batch.schema, endpoint)
+        try:
+            if self._round_trips is None:
+                metadata = _round_trip(stream, batch)
+            else:
+                metadata = self._round_trips.run(
+                    lambda: _round_trip(stream, batch),
+                    lambda: self._replaced(endpoint),
+                    lambda _: _close_quietly(stream))
+        except RoundTrips.Abandoned as abandoned:
+            self._streams.pop((topic, batch.schema), None)  # its worker closes it
+            self._routes_stale = True
+            raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
+        except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
+            self._close_stream(topic, batch.schema)
+            raise
+        reply = PutReply.decode(metadata.to_pybytes())
+        if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
+            self._routes_stale = True  # maybe a deposed or cut-off master: ask again
         return reply
 
     def _replaced(self, endpoint: str) -> str | None:
@@ -585,6 +551,153 @@ class Producer(_Base):
         if self._round_trips is not None:
             self._round_trips.close()
 
+
+class Producer:
+    """Sends messages: `send_async` (batched in the background, a future per message),
+    `send` (the same, waited for), `send_batch` / `put` (a batch the caller built).
+
+    `send_async` appends the message to its lane's batch, (topic, queue_id), and returns at
+    once; batches leave when full (`ProducerConfig.batch_messages` / `batch_bytes`),
+    `linger_ms` after their first message, or on `flush()`, at most `max_in_flight` at a time
+    and one per lane, so order holds per queue and per key (connector/producer_core.py says
+    why, and what the broker's idempotence allows). Messages waiting for an answer hold at
+    most `buffer_bytes`; past that `send_async` blocks up to `max_block_ms`, then raises
+    ProducerBufferFullError. `send` marks its lane urgent (no linger) and runs the round trip
+    on the calling thread when the lane is idle, so its latency is a round trip's.
+
+    With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
+    retry of a batch the broker already stored (the reply was lost, e.g. its master died
+    after replicating it) is answered from the broker's idempotence table instead of being
+    stored twice; the table survives restarts and failover (rebuilt from the log). With
+    `controller` too, a put whose master is replaced while it waits (the master was paused or
+    cut off) is sent again to the new master instead of waiting out the old one
+    (connector/master_watch.py). An idempotent producer also retries a batch answered with a
+    status that means "stored here, not acknowledged" (FLUSH_SLAVE_TIMEOUT,
+    SLAVE_NOT_AVAILABLE, FLUSH_DISK_TIMEOUT: e.g. a deposed master whose slaves left it) until
+    the send deadline: the retry is answered PUT_OK only once the batch is as durable as an
+    acknowledged one (on the new master if there is one), and never stored twice. When the
+    deadline passes the last such reply is returned, as without idempotence.
+
+    `send_async`, `send`, `flush` and `close` are thread-safe; `send_batch` and `put` are
+    not (one thread at a time; they do not wait for, nor order with, asynchronous sends).
+    """
+
+    def __init__(self, config: ClientConfig, *, idempotent: bool = False,
+                 batching: ProducerConfig | None = None) -> None:
+        self.config = config
+        self.batching = batching or ProducerConfig()
+        self.idempotent = idempotent
+        self._producer_id = uuid.uuid4().hex if idempotent else None
+        self._sequence = 0
+        self._channel = _PutChannel(config, idempotent=idempotent)
+        self._lane_channels: dict[LaneKey, _PutChannel] = {}
+        self._lock = threading.Lock()
+        self._sender: AsyncSender | None = None
+
+    # -- asynchronous ---------------------------------------------------------------------
+    def send_async(self, topic: str, body: bytes | str, *, key: str | None = None,
+                   tags: str | None = None, properties: Mapping[str, str] | None = None,
+                   queue_id: int | None = None) -> Future[SendResult]:
+        """Queue one message; the future gets its SendResult (PUT_OK with its queue offset,
+        or the broker's other status), or the typed error its batch ended with
+        (RocketHAError after the retries and the send deadline). Raises at once
+        ProducerBufferFullError (no room within max_block_ms), ProducerClosedError, or
+        ValueError (a message larger than batch_bytes)."""
+        return self._send_async(topic, body, key, tags, properties, queue_id, inline=False)
+
+    def send(self, topic: str, body: bytes | str, *, key: str | None = None,
+             tags: str | None = None, properties: Mapping[str, str] | None = None,
+             queue_id: int | None = None) -> SendResult:
+        """`send_async(...).result()`, without waiting for linger_ms."""
+        return self._send_async(topic, body, key, tags, properties, queue_id,
+                                inline=True).result()
+
+    def _send_async(self, topic: str, body: bytes | str, key: str | None, tags: str | None,
+                    properties: Mapping[str, str] | None, queue_id: int | None, *,
+                    inline: bool) -> Future[SendResult]:
+        if isinstance(body, str):
+            body = body.encode()
+        message = Message(body, key, tags, tuple(properties.items()) if properties else None,
+                          message_size_bytes(body, key, tags, properties), None)
+        sender = self._sender or self._start_sender()
+        return sender.send((topic, queue_id), message, inline=inline)
+
+    def flush(self, timeout_ms: int | None = None) -> bool:
+        """Send what `send_async` queued now (no linger) and wait until every message queued
+        before this call has its result; False if `timeout_ms` passed first."""
+        if self._sender is None:
+            return True
+        return self._sender.flush(None if timeout_ms is None else timeout_ms / 1000.0)
+
+    def _start_sender(self) -> AsyncSender:
+        with self._lock:
+            if self._sender is None:
+                core = ProducerCore(
+                    self.batching, producer_id=self._producer_id,
+                    retries_max=self.config.retries_max,
+                    send_deadline_ms=self.config.send_deadline_ms,
+                    backoff_ms=Backoff(self.config.backoff_initial_ms,
+                                       self.config.backoff_max_ms).delay_ms)
+                self._sender = AsyncSender(core, self._run_batch)
+            return self._sender
+
+    def _run_batch(self, batch: Batch) -> PutReply | RocketHAError:
+        """One attempt of a lane's batch, on that lane's channel (one thread at a time: the
+        core keeps one batch per lane in flight)."""
+        topic, queue_id = batch.lane
+        if batch.wire is None:
+            marker = (None if batch.producer_id is None
+                      else PutIdempotence(batch.producer_id, batch.sequence))
+            batch.wire = _messages_to_batch(batch.messages, queue_id, marker)
+        channel = self._lane_channels.get(batch.lane)
+        if channel is None:
+            with self._lock:
+                channel = self._lane_channels.setdefault(
+                    batch.lane, _PutChannel(self.config, idempotent=self.idempotent))
+        return channel.attempt(topic, batch.wire)
+
+    # -- synchronous batches ----------------------------------------------------------------
+    def send_batch(self, topic: str, batch: pa.RecordBatch | pa.Table
+                   | Sequence[Mapping[str, Any]]) -> list[SendResult]:
+        """Send rows (an Arrow batch/table with PRODUCE_SCHEMA columns, or dicts with `body`,
+        `key`, `tags`, `properties`, `queue_id`); one result per row, in order."""
+        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
+            batch = _rows_to_batch(batch)
+        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        results: list[SendResult] = []
+        for record_batch in batches:
+            results += self._send_one_batch(topic, record_batch)
+        return results
+
+    def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
+        if self._producer_id is not None:
+            batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
+            self._sequence += 1
+        reply = self.put(topic, batch)
+        if not status_for(reply.status).stored:
+            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
+        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
+            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
+        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
+                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+
+    def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
+        """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
+        the retry policy; non-stored statuses that are not retriable come back as replies."""
+        return self._channel.put(topic, batch)
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Wait for every pending `send_async` (up to `timeout_ms`: those still unsent then
+        get ProducerClosedError), then close the streams."""
+        if self._sender is not None:
+            self._sender.close(None if timeout_ms is None else timeout_ms / 1000.0)
+        self._channel.close()
+        with self._lock:
+            channels = list(self._lane_channels.values())
+            self._lane_channels.clear()
+        for channel in channels:
+            channel.close()
+
     def __enter__(self) -> Producer:
         return self
 
@@ -609,6 +722,32 @@ def _close_quietly(stream: _Stream) -> None:
         stream.writer.close()
     except (flight.FlightError, OSError, pa.ArrowException):
         pass  # the stream is already broken; the error was (or will be) reported
+
+
+_PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
+
+
+def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
+                       marker: PutIdempotence | None) -> pa.RecordBatch:
+    """The produce batch of a lane's messages; `marker` goes into the last row."""
+    columns: dict[str, pa.Array] = {
+        "body": pa.array([message.body for message in messages], pa.binary())}
+    keys = [message.key for message in messages]
+    if any(key is not None for key in keys):
+        columns["key"] = pa.array(keys, pa.string())
+    tags = [message.tags for message in messages]
+    if any(tag is not None for tag in tags):
+        columns["tags"] = pa.array(tags, pa.string())
+    properties: list[Any] = [message.properties for message in messages]
+    if marker is not None or any(properties):
+        properties = [None if value is None else list(value) for value in properties]
+        if marker is not None:
+            last = [(k, v) for k, v in properties[-1] or () if k != IDEMPOTENCE_PROPERTY]
+            properties[-1] = last + [(IDEMPOTENCE_PROPERTY, marker.marker())]
+        columns["properties"] = pa.array(properties, _PROPERTIES_TYPE)
+    if queue_id is not None:
+        columns["queue_id"] = pa.array([queue_id] * len(messages), pa.int32())
+    return pa.record_batch(columns)
 
 
 def _rows_to_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
