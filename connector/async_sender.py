@@ -75,8 +75,9 @@ class AsyncSender:
             except BufferFull:
                 action = self._append_blocking(lane, message, inline)
             batches = core.poll(now_s) if action == POLL_NOW else []
-            if action != NOTHING and not batches:
+            if self._timer is None:  # retries' backoffs need it too, not only lingers
                 self._ensure_timer()
+            if action != NOTHING and not batches:
                 self._cond.notify_all()
         if batches:
             mine = next((batch for batch in batches if batch.lane == lane), None) \
