@@ -21,6 +21,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from connector.errors import ProducerBufferFullError, ProducerClosedError
 from connector.producer_core import (
@@ -39,13 +40,62 @@ from connector.protocol import PutReply, RocketHAError
 __all__ = ["AsyncSender", "SendFuture"]
 
 
+# A batch of 1000 messages makes 1000 futures, and concurrent.futures.Future.__init__ builds a
+# threading.Condition (an RLock and bound methods) for each: a fifth of send_async's cost, and as
+# much again to lock it in set_result. SendFuture builds its Condition only when a thread needs
+# it (result() on a pending future, add_done_callback, wait, as_completed: each goes through
+# `_condition`), under _LAZY_CONDITIONS; `_settle_all` finishes, under that same lock, every
+# future nobody looked at without any Condition. A thread that looks later finds the state
+# FINISHED. Relies on Future's documented-in-source attributes (_state, _result, _exception,
+# _condition), which tests/connector/test_async_sender.py exercises with the stdlib's helpers.
+_LAZY_CONDITIONS = threading.Lock()
+_PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures._base's state names
+
+
 class SendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
-    """A send's future: it cannot be cancelled (the message may already be on the wire)."""
+    """A send's future: cheap to make, and it cannot be cancelled (the message may already
+    be on the wire)."""
+
+    def __init__(self) -> None:  # not Future.__init__: no Condition until one is needed
+        self._state = _PENDING
+        self._result = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
+        self._lazy_condition: threading.Condition | None = None
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        condition = self._lazy_condition
+        if condition is None:
+            with _LAZY_CONDITIONS:
+                condition = self._lazy_condition
+                if condition is None:
+                    condition = self._lazy_condition = threading.Condition()
+        return condition
 
     def cancel(self) -> bool:
         return False
 
-RunBatch = Callable[[Batch], "PutReply | RocketHAError"]
+
+def _settle_all(resolutions: list[Resolution]) -> None:
+    """Give each future its result or error (see SendFuture)."""
+    looked_at = []
+    with _LAZY_CONDITIONS:
+        for future, result in resolutions:
+            if future._lazy_condition is not None:
+                looked_at.append((future, result))
+            elif isinstance(result, BaseException):
+                future._exception = result
+                future._state = _FINISHED
+            else:
+                future._result = result
+                future._state = _FINISHED
+    for future, result in looked_at:
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
 
 
 class AsyncSender:
@@ -56,7 +106,8 @@ class AsyncSender:
         self._core = core
         self._run_batch = run_batch
         self._clock = clock
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=core.config.max_in_flight, thread_name_prefix="rocketha-send")
@@ -66,7 +117,7 @@ class AsyncSender:
              ) -> concurrent.futures.Future[SendResult]:
         future = message.handle = SendFuture()
         core = self._core
-        with self._cond:
+        with self._lock:  # the condition's lock (a C-level `with`)
             if self._closed:
                 raise ProducerClosedError("send on a closed Producer")
             now_s = self._clock()
@@ -112,7 +163,7 @@ class AsyncSender:
         while batch is not None:
             try:
                 outcome = self._run_batch(batch)
-            except BaseException as err:  # a bug in the IO layer: the batch's futures get it
+            except BaseException as err:  # noqa: BLE001 - a bug below: its futures get it
                 outcome = err  # type: ignore[assignment]
             with self._cond:
                 if isinstance(outcome, (PutReply, RocketHAError)):
@@ -180,9 +231,4 @@ class AsyncSender:
         self._pool.shutdown(wait=timeout_s is None)
 
 
-def _resolve(resolutions: list[Resolution]) -> None:
-    for future, result in resolutions:
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
+_resolve = _settle_all

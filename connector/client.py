@@ -33,6 +33,7 @@ import pyarrow.flight as flight
 from connector.async_sender import AsyncSender
 from connector.master_watch import RoundTrips, replacement_of
 from connector.producer_core import (
+    MESSAGE_OVERHEAD_BYTES,
     STORED_NOT_ACKED,
     Batch,
     LaneKey,
@@ -617,8 +618,12 @@ class Producer:
                     inline: bool) -> Future[SendResult]:
         if isinstance(body, str):
             body = body.encode()
-        message = Message(body, key, tags, tuple(properties.items()) if properties else None,
-                          message_size_bytes(body, key, tags, properties), None)
+        if key is None and tags is None and not properties:  # the common case, inlined
+            message = Message(body, None, None, None, len(body) + MESSAGE_OVERHEAD_BYTES, None)
+        else:
+            message = Message(body, key, tags,
+                              tuple(properties.items()) if properties else None,
+                              message_size_bytes(body, key, tags, properties), None)
         sender = self._sender or self._start_sender()
         return sender.send((topic, queue_id), message, inline=inline)
 

@@ -63,6 +63,7 @@ from connector.protocol import (
 )
 
 __all__ = [
+    "MESSAGE_OVERHEAD_BYTES",
     "NOTHING",
     "POLL_NOW",
     "STORED_NOT_ACKED",

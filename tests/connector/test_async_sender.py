@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
 import pytest
@@ -13,8 +14,8 @@ from connector.protocol import PutReply, RetriableError, status_for
 
 
 def _sender(run_batch, **overrides: int) -> AsyncSender:  # type: ignore[no-untyped-def]
-    config = dict(linger_ms=5, batch_messages=100, batch_bytes=10_000, max_in_flight=2,
-                  buffer_bytes=10_000, max_block_ms=200)
+    config = {"linger_ms": 5, "batch_messages": 100, "batch_bytes": 10_000,
+              "max_in_flight": 2, "buffer_bytes": 10_000, "max_block_ms": 200}
     config.update(overrides)
     core = ProducerCore(ProducerConfig(**config), producer_id="p", retries_max=5,
                         send_deadline_ms=5_000, backoff_ms=lambda attempt: 20)
@@ -78,3 +79,23 @@ def test_a_full_buffer_blocks_for_max_block_ms_then_raises_and_close_fails_the_r
     assert sender.flush(timeout_s=5)
     assert all(future.result().ok for future in futures)
     sender.close()
+
+
+def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_after() -> None:
+    import concurrent.futures._base as base
+
+    from connector.async_sender import _FINISHED, _PENDING, SendFuture, _settle_all
+    assert (_PENDING, _FINISHED) == (base.PENDING, base.FINISHED)
+    untouched, waited, called_back = SendFuture(), SendFuture(), SendFuture()
+    seen = []
+    called_back.add_done_callback(lambda future: seen.append(future.exception()))
+    waiter = threading.Thread(target=lambda: seen.append(waited.result(timeout=5)))
+    waiter.start()
+    assert not concurrent.futures.wait([waited], timeout=0.05).done
+    error = RetriableError(status_for("BUSY"), "busy")
+    _settle_all([(untouched, "a"), (waited, "b"), (called_back, error)])
+    waiter.join(5)
+    assert untouched.done() and untouched.result() == "a"
+    assert set(map(id, seen)) == {id("b"), id(error)} and not waiter.is_alive()
+    assert called_back.exception() is error
+    assert list(concurrent.futures.as_completed([untouched, waited], timeout=1))

@@ -204,8 +204,8 @@ TestProducerCore = ProducerMachine.TestCase
 
 
 def _core(**overrides: int) -> ProducerCore:
-    config = dict(linger_ms=5, batch_messages=3, batch_bytes=1000, max_in_flight=4,
-                  buffer_bytes=2000)
+    config = {"linger_ms": 5, "batch_messages": 3, "batch_bytes": 1000, "max_in_flight": 4,
+              "buffer_bytes": 2000}
     config.update(overrides)
     return ProducerCore(ProducerConfig(**config), producer_id="p", retries_max=3,
                         send_deadline_ms=1000, backoff_ms=lambda attempt: 10)
