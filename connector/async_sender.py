@@ -98,6 +98,9 @@ def _settle_all(resolutions: list[Resolution]) -> None:
             future.set_result(result)
 
 
+RunBatch = Callable[[Batch], "PutReply | RocketHAError"]
+
+
 class AsyncSender:
     """Thread-safe: any thread may send, flush or close."""
 
