@@ -206,6 +206,10 @@ class AsyncSender:
             for batch in batches:
                 self._pool.submit(self._run_chain, batch)
 
+    def lane_empty(self, lane: LaneKey) -> bool:
+        with self._lock:
+            return self._core.lane_empty(lane)
+
     def flush(self, timeout_s: float | None = None) -> bool:
         """Send every pending message now and wait until each has its result; False when
         `timeout_s` passed first."""

@@ -40,6 +40,7 @@ from connector.producer_core import (
     Message,
     ProducerConfig,
     ProducerCore,
+    QueueChooser,
     SendResult,
     message_size_bytes,
 )
@@ -412,6 +413,9 @@ def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.Record
                                       names=names + ["properties"])
 
 
+QUEUE_LOOKUP_INTERVAL_S = 1.0  # a producer asks a topic's writeQueueNums at most this often
+
+
 class _StoredNotAcked(RetriableError):
     """An idempotent producer's batch answered with a STORED_NOT_ACKED status."""
 
@@ -594,6 +598,10 @@ class Producer:
         self._lane_channels: dict[LaneKey, _PutChannel] = {}
         self._lock = threading.Lock()
         self._sender: AsyncSender | None = None
+        self._chooser = QueueChooser(self.batching.batch_messages)
+        self._lookup = Admin(dataclasses.replace(config, retries_max=0))
+        self._lookup_lock = threading.Lock()
+        self._lookup_after: dict[str, float] = {}
 
     # -- asynchronous ---------------------------------------------------------------------
     def send_async(self, topic: str, body: bytes | str, *, key: str | None = None,
@@ -616,6 +624,11 @@ class Producer:
     def _send_async(self, topic: str, body: bytes | str, key: str | None, tags: str | None,
                     properties: Mapping[str, str] | None, queue_id: int | None, *,
                     inline: bool) -> Future[SendResult]:
+        sender = self._sender or self._start_sender()
+        if queue_id is None:
+            queue_id = self._chooser.choose(topic, key)
+            if queue_id is None:
+                queue_id = self._learn_queues(sender, topic, key)
         if isinstance(body, str):
             body = body.encode()
         if key is None and tags is None and not properties:  # the common case, inlined
@@ -624,8 +637,24 @@ class Producer:
             message = Message(body, key, tags,
                               tuple(properties.items()) if properties else None,
                               message_size_bytes(body, key, tags, properties), None)
-        sender = self._sender or self._start_sender()
         return sender.send((topic, queue_id), message, inline=inline)
+
+    def _learn_queues(self, sender: AsyncSender, topic: str, key: str | None) -> int | None:
+        """Ask the broker for the topic's writeQueueNums (at most every
+        QUEUE_LOOKUP_INTERVAL_S per topic, one attempt); learnt only while the topic's
+        broker-picks lane is empty (see connector/producer_core.py). None: the broker picks."""
+        with self._lookup_lock:
+            if self._chooser.queue_count(topic) is None \
+                    and time.monotonic() >= self._lookup_after.get(topic, 0.0):
+                self._lookup_after[topic] = time.monotonic() + QUEUE_LOOKUP_INTERVAL_S
+                try:
+                    count = int(self._lookup.get_topic(topic)["write_queue_nums"])
+                except (RocketHAError, KeyError, TypeError, ValueError) as err:
+                    logger.debug("queue count of %s unknown (%s): the broker picks", topic, err)
+                    count = 0
+                if count >= 1 and sender.lane_empty((topic, None)):
+                    self._chooser.learn(topic, count)
+        return self._chooser.choose(topic, key)
 
     def flush(self, timeout_ms: int | None = None) -> bool:
         """Send what `send_async` queued now (no linger) and wait until every message queued

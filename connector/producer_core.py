@@ -7,12 +7,18 @@ no clock: the shell (connector/async_sender.py) passes `now_s`, runs the round t
 hands out (`poll`) and reports each outcome (`complete`); the property tests drive it with a
 fake cluster (tests/connector/test_producer_core.py).
 
-Lanes. A lane is (topic, queue_id): one per explicit queue_id, and one, queue_id None, for the
-messages that let the broker choose. The broker picks a queue per row the way it always did
-(ha/broker/service.py `_choose_queues`): crc32(key) % writeQueueNums for a keyed row, one
-round-robin queue per batch for keyless rows. All keyed messages of a topic go through its one
-None lane, in order, and are hashed by the same rule, so the order per key holds; keyless
-messages have no order to keep beyond their lane's.
+Lanes and queues. A lane is (topic, queue_id). The producer picks the queue of a message
+without a queue_id itself (`QueueChooser`), by the broker's own rule (ha/broker/service.py
+`_choose_queues`): crc32(key) % writeQueueNums for a keyed message, so one key always maps to one
+queue and one lane, and its order holds; a keyless message goes to a "sticky" queue that moves
+on (round robin) every `batch_messages` keyless messages (Kafka's sticky partitioner), so
+keyless load spreads over the queues in whole batches, several lanes in flight at once. Until
+the topic's writeQueueNums is known (it is asked once per topic; a topic the first put creates
+is not known yet), messages go to the lane (topic, None) and the broker picks per row by the same
+rule; the producer moves a topic to per-queue lanes only while that lane holds nothing, so no
+key's messages are ever split between two lanes at once. A topic whose writeQueueNums changes
+after the producer learnt it keeps the old count in this producer (a limit: ask again on
+restart).
 
     send_async ──► lane.open (≤ batch_messages, ≤ batch_bytes) ──closed──► lane.queued
                      closed when full, linger_ms after its first message, or on flush
@@ -52,6 +58,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import random
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -74,6 +82,7 @@ __all__ = [
     "Message",
     "ProducerConfig",
     "ProducerCore",
+    "QueueChooser",
     "SendResult",
     "message_size_bytes",
 ]
@@ -349,6 +358,10 @@ class ProducerCore:
         self.in_flight -= 1
         return self._resolve(batch, [error] * len(batch.messages))
 
+    def lane_empty(self, lane_key: LaneKey) -> bool:
+        lane = self._lanes.get(lane_key)
+        return lane is None or (not lane.open and not lane.queued and lane.in_flight is None)
+
     def fail_pending(self, error: BaseException) -> list[Resolution]:
         """Every message not in flight gets `error` (close gave up waiting)."""
         resolutions: list[Resolution] = []
@@ -379,3 +392,34 @@ def _results(reply: PutReply, rows: int) -> list[SendResult]:
         return [SendResult(reply.status, error="duplicate")] * rows
     return [SendResult(reply.status, queue_id, queue_offset, reply.error)
             for queue_id, queue_offset in reply.row_offsets(rows)]
+
+
+class QueueChooser:
+    """The queue of a message sent without queue_id: crc32(key) % writeQueueNums (the
+    broker's rule), or for a keyless message a sticky queue that moves on every
+    `sticky_messages` keyless messages. None while the topic's queue count is unknown."""
+
+    def __init__(self, sticky_messages: int) -> None:
+        self.sticky_messages = sticky_messages
+        self._topics: dict[str, list[int]] = {}  # topic -> [queue count, sticky queue, left]
+
+    def queue_count(self, topic: str) -> int | None:
+        state = self._topics.get(topic)
+        return None if state is None else state[0]
+
+    def learn(self, topic: str, queue_count: int) -> None:
+        assert queue_count >= 1
+        self._topics[topic] = [queue_count, random.randrange(queue_count),
+                               self.sticky_messages]
+
+    def choose(self, topic: str, key: str | None) -> int | None:
+        state = self._topics.get(topic)
+        if state is None:
+            return None
+        if key is not None:
+            return zlib.crc32(key.encode()) % state[0]
+        if state[2] <= 0:
+            state[1] = (state[1] + 1) % state[0]
+            state[2] = self.sticky_messages
+        state[2] -= 1
+        return state[1]

@@ -11,7 +11,7 @@ Spark query projected onto `queueId, body` pulls). Latency: single 100 B message
 
 send_async (issue 23): the client library's Producer, one 100 B message per `send_async` call
 for S seconds then `flush()` (every future checked PUT_OK; the rate counts until the last
-acknowledgement), default ProducerConfig (linger_ms 5, batch_messages 1024), against the
+acknowledgement), keyless, to a topic of 4 queues, default ProducerConfig (linger_ms 5, batch_messages 1024), against the
 1-replica broker above and a 3-replica set (`rocketha-cluster up --replicas 3`, SYNC_MASTER,
 inSyncReplicas=2, ASYNC_FLUSH, as `bench ha`); then the p50/p99 of `Producer.send` of single
 100 B messages (what `send()` costs now that it is `send_async(...).result()`). Keys
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from connector import ClientConfig, Producer  # noqa: E402
+from connector import Admin, ClientConfig, Producer  # noqa: E402
 from connector.protocol import GetReply, GetTicket, PutReply, produce_descriptor_command  # noqa: E402
 from tests.bench.bench_ha import cluster, up, wait_sync_state_set  # noqa: E402
 from tests.integration.broker_process import BrokerProcess  # noqa: E402
@@ -43,6 +43,7 @@ from tests.integration.broker_process import BrokerProcess  # noqa: E402
 SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 MESSAGES_MAX = 20_000_000
 LATENCY_SAMPLES_MAX = 20_000
+ASYNC_QUEUES = 4  # the send_async topic's queues: keyless batches spread over them
 
 
 def produce_case(client: flight.FlightClient, topic: str, body_bytes: int, batch: int,
@@ -137,6 +138,7 @@ def bare_flight_latency(seconds: float) -> tuple[float, float]:
 def send_async_case(endpoint: str, topic: str, seconds: float) -> float:
     """Acknowledged msgs/s with one 100 B message per Producer.send_async call."""
     body = b"x" * 100
+    Admin(ClientConfig(brokers=(endpoint,))).create_topic(topic, queues=ASYNC_QUEUES)
     with Producer(ClientConfig(brokers=(endpoint,))) as producer:
         producer.send(topic, b"warm")
         futures = []

@@ -279,3 +279,17 @@ def test_stored_not_acknowledged_is_retried_then_returned_at_the_deadline() -> N
     ((_, result),) = core.complete(batch, not_acked, 0.995)  # the deadline: 1.0
     assert result.status == "FLUSH_SLAVE_TIMEOUT" and not result.ok
     assert core.buffered_bytes == 0 and core.pending_messages == 0
+
+
+def test_the_queue_chooser_hashes_keys_like_the_broker_and_keyless_sticks_per_batch() -> None:
+    import zlib
+
+    from connector.producer_core import QueueChooser
+    chooser = QueueChooser(sticky_messages=3)
+    assert chooser.choose("t", "k") is None  # unknown topic: the broker picks
+    chooser.learn("t", 5)
+    assert all(chooser.choose("t", f"k{n}") == zlib.crc32(f"k{n}".encode()) % 5
+               for n in range(50))
+    keyless = [chooser.choose("t", None) for _ in range(9)]
+    assert keyless[0:3] == [keyless[0]] * 3 and keyless[3:6] == [(keyless[0] + 1) % 5] * 3
+    assert keyless[6:9] == [(keyless[0] + 2) % 5] * 3
