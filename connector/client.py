@@ -487,6 +487,16 @@ class _PutChannel(_Base):
         return reply
 
     def _round_trip(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
+        try:
+            return self._round_trip_on(topic, batch, endpoint)
+        except pa.ArrowException as err:
+            if "is closed" not in str(err):
+                raise
+            # another channel dropped the shared connection after a failure (_refresh_route)
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                 f"{endpoint}: {err}") from err
+
+    def _round_trip_on(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
         stream = self._stream(topic, batch.schema, endpoint)
         try:
             if self._round_trips is None:
@@ -561,8 +571,9 @@ class Producer:
     """Sends messages: `send_async` (batched in the background, a future per message),
     `send` (the same, waited for), `send_batch` / `put` (a batch the caller built).
 
-    `send_async` appends the message to its lane's batch, (topic, queue_id), and returns at
-    once; batches leave when full (`ProducerConfig.batch_messages` / `batch_bytes`),
+    `send_async` appends the message to its lane's batch, (topic, queue: the given queue_id,
+    else crc32(key) % writeQueueNums or a sticky queue for keyless messages, see
+    connector/producer_core.py), and returns at once; batches leave when full (`ProducerConfig.batch_messages` / `batch_bytes`),
     `linger_ms` after their first message, or on `flush()`, at most `max_in_flight` at a time
     and one per lane, so order holds per queue and per key (connector/producer_core.py says
     why, and what the broker's idempotence allows). Messages waiting for an answer hold at
