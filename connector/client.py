@@ -610,9 +610,10 @@ class Producer:
         self._lock = threading.Lock()
         self._sender: AsyncSender | None = None
         self._chooser = QueueChooser(self.batching.batch_messages)
-        self._lookup = Admin(dataclasses.replace(config, retries_max=0))
+        self._lookup_config = dataclasses.replace(config, retries_max=0)
         self._lookup_lock = threading.Lock()
         self._lookup_after: dict[str, float] = {}
+        self._found_counts: dict[str, int] = {}  # looked up, not applied yet
 
     # -- asynchronous ---------------------------------------------------------------------
     def send_async(self, topic: str, body: bytes | str, *, key: str | None = None,
@@ -638,8 +639,6 @@ class Producer:
         sender = self._sender or self._start_sender()
         if queue_id is None:
             queue_id = self._chooser.choose(topic, key)
-            if queue_id is None:
-                queue_id = self._learn_queues(sender, topic, key)
         if isinstance(body, str):
             body = body.encode()
         if key is None and tags is None and not properties:  # the common case, inlined
@@ -648,24 +647,45 @@ class Producer:
             message = Message(body, key, tags,
                               tuple(properties.items()) if properties else None,
                               message_size_bytes(body, key, tags, properties), None)
+        if queue_id is not None:
+            return sender.send((topic, queue_id), message, inline=inline)
+        # The topic's queue count is not known yet: the broker picks. Every append to the
+        # broker-picks lane and the switch away from it happen under _lookup_lock, and the
+        # switch only while that lane is empty, so a key never has messages in two lanes.
+        with self._lookup_lock:
+            found = self._found_counts.pop(topic, 0)
+            if found and self._chooser.queue_count(topic) is None:
+                if sender.lane_empty((topic, None)):
+                    self._chooser.learn(topic, found)
+                else:
+                    self._found_counts[topic] = found  # try again on a later send
+            queue_id = self._chooser.choose(topic, key)
+            if queue_id is None:
+                self._look_up_queues(topic)
+                return sender.send((topic, None), message, inline=inline)
         return sender.send((topic, queue_id), message, inline=inline)
 
-    def _learn_queues(self, sender: AsyncSender, topic: str, key: str | None) -> int | None:
-        """Ask the broker for the topic's writeQueueNums (at most every
-        QUEUE_LOOKUP_INTERVAL_S per topic, one attempt); learnt only while the topic's
-        broker-picks lane is empty (see connector/producer_core.py). None: the broker picks."""
-        with self._lookup_lock:
-            if self._chooser.queue_count(topic) is None \
-                    and time.monotonic() >= self._lookup_after.get(topic, 0.0):
-                self._lookup_after[topic] = time.monotonic() + QUEUE_LOOKUP_INTERVAL_S
-                try:
-                    count = int(self._lookup.get_topic(topic)["write_queue_nums"])
-                except (RocketHAError, KeyError, TypeError, ValueError) as err:
-                    logger.debug("queue count of %s unknown (%s): the broker picks", topic, err)
-                    count = 0
-                if count >= 1 and sender.lane_empty((topic, None)):
-                    self._chooser.learn(topic, count)
-        return self._chooser.choose(topic, key)
+    def _look_up_queues(self, topic: str) -> None:
+        """Ask for the topic's writeQueueNums on a thread of its own (never on the caller's:
+        a controller that does not answer would hold the send), at most every
+        QUEUE_LOOKUP_INTERVAL_S per topic. Caller holds _lookup_lock."""
+        now_s = time.monotonic()
+        if now_s < self._lookup_after.get(topic, 0.0):
+            return
+        self._lookup_after[topic] = now_s + QUEUE_LOOKUP_INTERVAL_S
+
+        def look_up() -> None:
+            try:
+                count = int(Admin(self._lookup_config).get_topic(topic)["write_queue_nums"])
+            except (RocketHAError, KeyError, TypeError, ValueError, OSError,
+                    flight.FlightError) as err:
+                logger.debug("queue count of %s unknown (%s): the broker picks", topic, err)
+                return
+            if count >= 1:
+                with self._lookup_lock:
+                    self._found_counts[topic] = count
+
+        threading.Thread(target=look_up, name="rocketha-queues", daemon=True).start()
 
     def flush(self, timeout_ms: int | None = None) -> bool:
         """Send what `send_async` queued now (no linger) and wait until every message queued
@@ -697,8 +717,15 @@ class Producer:
         channel = self._lane_channels.get(batch.lane)
         if channel is None:
             with self._lock:
-                channel = self._lane_channels.setdefault(
-                    batch.lane, _PutChannel(self.config, idempotent=self.idempotent))
+                channel = self._lane_channels.get(batch.lane)
+                if channel is None:
+                    channel = _PutChannel(self.config, idempotent=self.idempotent)
+                    # the routes a sibling lane knows: no controller call per new lane
+                    known = [lane._endpoints for lane in self._lane_channels.values()
+                             if lane._endpoints and not lane._routes_stale]
+                    if known:
+                        channel._endpoints = known[0]
+                    self._lane_channels[batch.lane] = channel
         return channel.attempt(topic, batch.wire)
 
     # -- synchronous batches ----------------------------------------------------------------
