@@ -13,8 +13,8 @@ without a queue_id itself (`QueueChooser`), by the broker's own rule (ha/broker/
 queue and one lane, and its order holds; a keyless message goes to a "sticky" queue that moves
 on (round robin) every `batch_messages` keyless messages (Kafka's sticky partitioner), so
 keyless load spreads over the queues in whole batches, several lanes in flight at once. Until
-the topic's writeQueueNums is known (it is asked once per topic; a topic the first put creates
-is not known yet), messages go to the lane (topic, None) and the broker picks per row by the same
+the topic's writeQueueNums is known (the shell asks it in the background; a topic the first
+put creates is not known yet), messages go to the lane (topic, None) and the broker picks per row by the same
 rule; the producer moves a topic to per-queue lanes only while that lane holds nothing, so no
 key's messages are ever split between two lanes at once. A topic whose writeQueueNums changes
 after the producer learnt it keeps the old count in this producer (a limit: ask again on
