@@ -615,15 +615,21 @@ class Producer:
         self._lookup_after: dict[str, float] = {}
         self._found_counts: dict[str, int] = {}  # looked up, not applied yet
 
+    @property
+    def endpoint(self) -> str:
+        """The broker `send_batch` / `put` send to (routes as in Admin and Consumer)."""
+        return self._channel.endpoint
+
     # -- asynchronous ---------------------------------------------------------------------
     def send_async(self, topic: str, body: bytes | str, *, key: str | None = None,
                    tags: str | None = None, properties: Mapping[str, str] | None = None,
                    queue_id: int | None = None) -> Future[SendResult]:
         """Queue one message; the future gets its SendResult (PUT_OK with its queue offset,
         or the broker's other status), or the typed error its batch ended with
-        (RocketHAError after the retries and the send deadline). Raises at once
-        ProducerBufferFullError (no room within max_block_ms), ProducerClosedError, or
-        ValueError (a message larger than batch_bytes)."""
+        (RocketHAError after the retries and the send deadline). A message larger than
+        batch_bytes goes in a batch of its own (the broker's maxMessageSize decides). Raises at
+        once ProducerBufferFullError (no room within max_block_ms), ProducerClosedError, or
+        ValueError (a message larger than buffer_bytes)."""
         return self._send_async(topic, body, key, tags, properties, queue_id, inline=False)
 
     def send(self, topic: str, body: bytes | str, *, key: str | None = None,

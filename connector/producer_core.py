@@ -105,7 +105,8 @@ class ProducerConfig:
     batch_messages: int = 1024  # ... or once it holds this many messages
     batch_bytes: int = 1 << 20  # ... or once it would grow past this many bytes
     max_in_flight: int = 8  # batches on the wire at once (one per lane at most)
-    buffer_bytes: int = 32 << 20  # messages accepted and not yet answered, in bytes
+    buffer_bytes: int = 32 << 20  # messages accepted and not yet answered, in bytes (and the
+    # largest message: one larger than batch_bytes goes in a batch of its own)
     max_block_ms: int = 10_000  # send_async waits this long for buffer room, then raises
 
     def __post_init__(self) -> None:
@@ -217,9 +218,9 @@ class ProducerCore:
         (a batch of an idle lane is ready), WAKE_TIMER (an idle lane's linger started) or
         NOTHING (the lane's batch in flight will poll when it completes)."""
         config = self.config
-        if message.size_bytes > config.batch_bytes:
-            raise ValueError(f"message of ~{message.size_bytes} bytes > batch_bytes "
-                             f"{config.batch_bytes}")
+        if message.size_bytes > config.buffer_bytes:
+            raise ValueError(f"message of ~{message.size_bytes} bytes > buffer_bytes "
+                             f"{config.buffer_bytes}")
         if self.buffered_bytes + message.size_bytes > config.buffer_bytes:
             raise BufferFull(f"{self.buffered_bytes} bytes buffered, buffer_bytes "
                              f"{config.buffer_bytes}")
@@ -228,7 +229,7 @@ class ProducerCore:
             lane = self._lanes[lane_key] = _Lane(lane_key, None if self.producer_id is None
                                                  else f"{self.producer_id}.{len(self._lanes)}")
         if lane.open and lane.open_bytes + message.size_bytes > config.batch_bytes:
-            self._close_open(lane)
+            self._close_open(lane)  # (a message larger than batch_bytes: a batch of its own)
         if not lane.open:
             lane.open_since_s = now_s
         lane.open.append(message)
@@ -237,7 +238,7 @@ class ProducerCore:
         self.pending_messages += 1
         if urgent:
             lane.urgent = True
-        if len(lane.open) >= config.batch_messages:
+        if len(lane.open) >= config.batch_messages or lane.open_bytes >= config.batch_bytes:
             self._close_open(lane)
         if lane.in_flight is not None or self.in_flight >= config.max_in_flight:
             return NOTHING

@@ -263,9 +263,21 @@ def test_the_buffer_is_bounded_and_oversized_messages_are_refused() -> None:
         assert type(err).__name__ == "BufferFull"
     try:
         core.append(("t", None), _msg(11, size=1001), 0.0)
-        raise AssertionError("a message larger than batch_bytes was taken")
+        raise AssertionError("a message larger than buffer_bytes was taken")
     except ValueError:
         pass
+
+
+def test_a_message_larger_than_batch_bytes_goes_alone() -> None:
+    core = _core(batch_bytes=500, buffer_bytes=5000)
+    core.append(("t", None), _msg(0), 0.0)
+    core.append(("t", None), _msg(1, size=2000), 0.0)
+    core.append(("t", None), _msg(2), 0.0, urgent=True)
+    (first,) = core.poll(0.0)
+    assert [m.handle for m in first.messages] == [0]
+    core.complete(first, PutReply("PUT_OK", 0, [[0, 0, 1]], None, 9), 0.0)
+    (big,) = core.poll(0.0)
+    assert [m.handle for m in big.messages] == [1]
 
 
 def test_stored_not_acknowledged_is_retried_then_returned_at_the_deadline() -> None:
