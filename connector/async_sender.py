@@ -112,6 +112,7 @@ class AsyncSender:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._closed = False
+        self._blocked = 0  # senders waiting for buffer room
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=core.config.max_in_flight, thread_name_prefix="rocketha-send")
         self._timer: threading.Thread | None = None
@@ -146,6 +147,14 @@ class AsyncSender:
     def _append_blocking(self, lane: LaneKey, message: Message, inline: bool) -> int:
         """Wait (holding the condition) up to max_block_ms for buffer room."""
         deadline_s = self._clock() + self._core.config.max_block_ms / 1000.0
+        self._blocked += 1
+        try:
+            return self._wait_for_room(lane, message, inline, deadline_s)
+        finally:
+            self._blocked -= 1
+
+    def _wait_for_room(self, lane: LaneKey, message: Message, inline: bool,
+                       deadline_s: float) -> int:
         while True:
             remaining_s = deadline_s - self._clock()
             if remaining_s <= 0:
@@ -174,7 +183,8 @@ class AsyncSender:
                 else:
                     resolutions = self._core.complete_with(batch, outcome)
                 batches = self._core.poll(self._clock())
-                self._cond.notify_all()  # buffer room, or a backoff the timer must wait for
+                if not resolutions or self._blocked:  # a backoff to wait for, or buffer room
+                    self._cond.notify_all()  # (not on every reply: a woken timer costs the GIL)
             _resolve(resolutions)
             batch = None
             for index, ready in enumerate(batches):

@@ -17,6 +17,7 @@ raise `FatalError`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -643,7 +644,11 @@ class Producer:
                     properties: Mapping[str, str] | None, queue_id: int | None, *,
                     inline: bool) -> Future[SendResult]:
         sender = self._sender or self._start_sender()
-        if queue_id is None:
+        if queue_id is None and not (inline and key is None):
+            # (a keyless send() leaves the queue to the broker: its lane then carries no
+            # queue_id column, the broker's cheapest path; keyless messages have no order to
+            # keep with the sticky lanes, and keyed ones never enter that lane once the
+            # producer picks their queues)
             queue_id = self._chooser.choose(topic, key)
         if isinstance(body, str):
             body = body.encode()
@@ -653,7 +658,7 @@ class Producer:
             message = Message(body, key, tags,
                               tuple(properties.items()) if properties else None,
                               message_size_bytes(body, key, tags, properties), None)
-        if queue_id is not None:
+        if queue_id is not None or (inline and key is None):
             return sender.send((topic, queue_id), message, inline=inline)
         # The topic's queue count is not known yet: the broker picks. Every append to the
         # broker-picks lane and the switch away from it happen under _lookup_lock, and the
@@ -808,24 +813,37 @@ _PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
 def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
                        marker: PutIdempotence | None) -> pa.RecordBatch:
     """The produce batch of a lane's messages; `marker` goes into the last row."""
-    columns: dict[str, pa.Array] = {
-        "body": pa.array([message.body for message in messages], pa.binary())}
-    keys = [message.key for message in messages]
-    if any(key is not None for key in keys):
-        columns["key"] = pa.array(keys, pa.string())
-    tags = [message.tags for message in messages]
-    if any(tag is not None for tag in tags):
-        columns["tags"] = pa.array(tags, pa.string())
-    properties: list[Any] = [message.properties for message in messages]
-    if marker is not None or any(properties):
-        properties = [None if value is None else list(value) for value in properties]
+    names = ["body"]
+    arrays = [pa.array([message.body for message in messages], pa.binary())]
+    if any(message.key is not None for message in messages):
+        names.append("key")
+        arrays.append(pa.array([message.key for message in messages], pa.string()))
+    if any(message.tags is not None for message in messages):
+        names.append("tags")
+        arrays.append(pa.array([message.tags for message in messages], pa.string()))
+    if marker is not None or any(message.properties for message in messages):
+        properties: list[Any] = [None if message.properties is None
+                                 else list(message.properties) for message in messages]
         if marker is not None:
             last = [(k, v) for k, v in properties[-1] or () if k != IDEMPOTENCE_PROPERTY]
             properties[-1] = last + [(IDEMPOTENCE_PROPERTY, marker.marker())]
-        columns["properties"] = pa.array(properties, _PROPERTIES_TYPE)
+        names.append("properties")
+        arrays.append(pa.array(properties, _PROPERTIES_TYPE))
     if queue_id is not None:
-        columns["queue_id"] = pa.array([queue_id] * len(messages), pa.int32())
-    return pa.record_batch(columns)
+        names.append("queue_id")
+        arrays.append(_queue_ids(queue_id, len(messages)))
+    return pa.RecordBatch.from_arrays(arrays, schema=_produce_schema(tuple(names)))
+
+
+@functools.lru_cache(maxsize=64)
+def _produce_schema(names: tuple[str, ...]) -> pa.Schema:
+    return pa.schema([PRODUCE_SCHEMA.field(name) for name in names])
+
+
+@functools.lru_cache(maxsize=1024)
+def _queue_ids(queue_id: int, rows: int) -> pa.Array:
+    """A queue_id column (immutable, so shared: single sends and full batches repeat)."""
+    return pa.array([queue_id] * rows, pa.int32())
 
 
 def _rows_to_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
