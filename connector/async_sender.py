@@ -216,9 +216,9 @@ class AsyncSender:
             for batch in batches:
                 self._pool.submit(self._run_chain, batch)
 
-    def lane_empty(self, lane: LaneKey) -> bool:
+    def lane_has_keys(self, lane: LaneKey) -> bool:
         with self._lock:
-            return self._core.lane_empty(lane)
+            return self._core.lane_has_keys(lane)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Send every pending message now and wait until each has its result; False when

@@ -662,11 +662,12 @@ class Producer:
             return sender.send((topic, queue_id), message, inline=inline)
         # The topic's queue count is not known yet: the broker picks. Every append to the
         # broker-picks lane and the switch away from it happen under _lookup_lock, and the
-        # switch only while that lane is empty, so a key never has messages in two lanes.
+        # switch only while that lane holds no keyed message waiting for its answer, so a key
+        # never has messages in two lanes.
         with self._lookup_lock:
             found = self._found_counts.pop(topic, 0)
             if found and self._chooser.queue_count(topic) is None:
-                if sender.lane_empty((topic, None)):
+                if not sender.lane_has_keys((topic, None)):
                     self._chooser.learn(topic, found)
                 else:
                     self._found_counts[topic] = found  # try again on a later send

@@ -15,8 +15,8 @@ on (round robin) every `batch_messages` keyless messages (Kafka's sticky partiti
 keyless load spreads over the queues in whole batches, several lanes in flight at once. Until
 the topic's writeQueueNums is known (the shell asks it in the background; a topic the first
 put creates is not known yet), messages go to the lane (topic, None) and the broker picks per row by the same
-rule; the producer moves a topic to per-queue lanes only while that lane holds nothing, so no
-key's messages are ever split between two lanes at once. A topic whose writeQueueNums changes
+rule; the producer moves a topic to per-queue lanes only while that lane holds no keyed message
+waiting for its answer, so no key's messages are ever split between two lanes at once. A topic whose writeQueueNums changes
 after the producer learnt it keeps the old count in this producer (a limit: ask again on
 restart).
 
@@ -188,6 +188,7 @@ class _Lane:
     urgent: bool = False  # close the open batch at the next poll (flush, or a sync send)
     queued: collections.deque[Batch] = dataclasses.field(default_factory=collections.deque)
     in_flight: Batch | None = None
+    keyed_pending: int = 0  # messages with a key appended and not answered yet
 
 
 Resolution = tuple[Any, "SendResult | BaseException"]  # (handle, what its future gets)
@@ -234,6 +235,8 @@ class ProducerCore:
             lane.open_since_s = now_s
         lane.open.append(message)
         lane.open_bytes += message.size_bytes
+        if message.key is not None:
+            lane.keyed_pending += 1
         self.buffered_bytes += message.size_bytes
         self.pending_messages += 1
         if urgent:
@@ -359,9 +362,10 @@ class ProducerCore:
         self.in_flight -= 1
         return self._resolve(batch, [error] * len(batch.messages))
 
-    def lane_empty(self, lane_key: LaneKey) -> bool:
+    def lane_has_keys(self, lane_key: LaneKey) -> bool:
+        """True while a keyed message of the lane waits for its answer."""
         lane = self._lanes.get(lane_key)
-        return lane is None or (not lane.open and not lane.queued and lane.in_flight is None)
+        return lane is not None and lane.keyed_pending > 0
 
     def fail_pending(self, error: BaseException) -> list[Resolution]:
         """Every message not in flight gets `error` (close gave up waiting)."""
@@ -380,6 +384,8 @@ class ProducerCore:
                  ) -> list[Resolution]:
         self.buffered_bytes -= batch.size_bytes
         self.pending_messages -= len(batch.messages)
+        lane = self._lanes[batch.lane]
+        lane.keyed_pending -= sum(1 for message in batch.messages if message.key is not None)
         return [(message.handle, result) for message, result in zip(batch.messages, results,
                                                                      strict=True)]
 

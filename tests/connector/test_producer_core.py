@@ -305,3 +305,15 @@ def test_the_queue_chooser_hashes_keys_like_the_broker_and_keyless_sticks_per_ba
     keyless = [chooser.choose("t", None) for _ in range(9)]
     assert keyless[0:3] == [keyless[0]] * 3 and keyless[3:6] == [(keyless[0] + 1) % 5] * 3
     assert keyless[6:9] == [(keyless[0] + 2) % 5] * 3
+
+
+def test_a_lane_counts_its_keyed_messages_until_answered() -> None:
+    core = _core()
+    keyed = Message(b"x", "k", None, None, 100, 0)
+    core.append(("t", None), _msg(1), 0.0)
+    assert not core.lane_has_keys(("t", None))  # keyless messages do not hold the switch
+    core.append(("t", None), keyed, 0.0, urgent=True)
+    assert core.lane_has_keys(("t", None))
+    (batch,) = core.poll(0.0)
+    core.complete(batch, PutReply("PUT_OK", 0, [[0, 0, 2]], None, 9), 0.0)
+    assert not core.lane_has_keys(("t", None))
