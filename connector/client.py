@@ -62,15 +62,15 @@ from connector.protocol import (
 )
 
 __all__ = [
+    "CONTROLLER_REDIRECTS_MAX",
+    "STORED_NOT_ACKED",
     "Admin",
     "Backoff",
-    "CONTROLLER_REDIRECTS_MAX",
     "ClientConfig",
     "Consumer",
     "Producer",
     "ProducerConfig",
     "PullResult",
-    "STORED_NOT_ACKED",
     "SendResult",
     "alive_members",
     "controller_addresses",
