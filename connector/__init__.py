@@ -11,6 +11,7 @@ from connector.client import (
     ClientConfig,
     Consumer,
     Producer,
+    ProducerConfig,
     PullResult,
     SendResult,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "ClientConfig",
     "Consumer",
     "Producer",
+    "ProducerConfig",
     "PullResult",
     "SendResult",
 ]

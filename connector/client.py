@@ -17,6 +17,7 @@ raise `FatalError`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -24,12 +25,26 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from connector.async_sender import AsyncSender
 from connector.master_watch import RoundTrips, replacement_of
+from connector.producer_core import (
+    MESSAGE_OVERHEAD_BYTES,
+    STORED_NOT_ACKED,
+    Batch,
+    LaneKey,
+    Message,
+    ProducerConfig,
+    ProducerCore,
+    QueueChooser,
+    SendResult,
+    message_size_bytes,
+)
 from connector.protocol import (
     IDEMPOTENCE_PROPERTY,
     PRODUCE_SCHEMA,
@@ -47,12 +62,14 @@ from connector.protocol import (
 )
 
 __all__ = [
+    "CONTROLLER_REDIRECTS_MAX",
+    "STORED_NOT_ACKED",
     "Admin",
     "Backoff",
-    "CONTROLLER_REDIRECTS_MAX",
     "ClientConfig",
     "Consumer",
     "Producer",
+    "ProducerConfig",
     "PullResult",
     "SendResult",
     "alive_members",
@@ -220,18 +237,6 @@ class Backoff:
     @staticmethod
     def remaining_ms(deadline_monotonic_s: float, now_s: float) -> int:
         return max(0, int((deadline_monotonic_s - now_s) * 1000))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SendResult:
-    status: str
-    queue_id: int = -1
-    queue_offset: int = -1
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "PUT_OK"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -421,11 +426,7 @@ def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.Record
                                       names=names + ["properties"])
 
 
-# Put statuses meaning "stored on this master, not (yet) acknowledged": an idempotent
-# producer retries them (the broker's idempotence table answers the retry once the batch is
-# as durable as an acknowledged one; a new master stores it if it never got it).
-STORED_NOT_ACKED = frozenset({"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE",
-                              "FLUSH_DISK_TIMEOUT"})
+QUEUE_LOOKUP_INTERVAL_S = 1.0  # a producer asks a topic's writeQueueNums at most this often
 
 
 class _StoredNotAcked(RetriableError):
@@ -445,111 +446,40 @@ class _Stream:
     rotate_at_s: float  # monotonic time after which no new batch goes on this stream
 
 
-class Producer(_Base):
-    """Sends messages; keeps one DoPut stream per (topic, schema) open for low latency.
+class _PutChannel(_Base):
+    """One sequence of put round trips: its DoPut streams (one per (topic, schema)), its
+    route, and (idempotent with a controller) its master watch. One thread at a time: the
+    Producer's synchronous `put`, or one lane of its asynchronous sends."""
 
-    With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
-    retry of a batch the broker already stored (the reply was lost, e.g. its master died
-    after replicating it) is answered from the broker's idempotence table instead of being
-    stored twice; the table survives restarts and failover (rebuilt from the log). With
-    `controller` too, a put whose master is replaced while it waits (the master was paused or
-    cut off) is sent again to the new master instead of waiting out the old one
-    (connector/master_watch.py). An idempotent producer also retries a batch answered with a
-    status that means "stored here, not acknowledged" (FLUSH_SLAVE_TIMEOUT,
-    SLAVE_NOT_AVAILABLE, FLUSH_DISK_TIMEOUT: e.g. a deposed master whose slaves left it) until
-    the send deadline: the retry is answered PUT_OK only once the batch is as durable as an
-    acknowledged one (on the new master if there is one), and never stored twice. When the
-    deadline passes the last such reply is returned, as without idempotence.
-
-    Not thread-safe: use one Producer per thread (they share connections).
-    """
-
-    def __init__(self, config: ClientConfig, *, idempotent: bool = False) -> None:
+    def __init__(self, config: ClientConfig, *, idempotent: bool) -> None:
         super().__init__(config)
+        self.idempotent = idempotent
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
-        self._producer_id = uuid.uuid4().hex if idempotent else None
-        self._sequence = 0
         self._round_trips = (RoundTrips(config.master_check_after_ms / 1000.0,
                                         config.master_check_interval_ms / 1000.0)
                              if idempotent and config.controller else None)
+        # With `controller`: the replica set of each member address and the alive master of
+        # each set, from the last cluster_list. An idempotent batch is retried only in the set
+        # it was first sent to (its idempotence table is per set); a lane of asynchronous
+        # sends (one queue, one producer id) stays in the set of its first send.
+        self._set_of_member: dict[str, str] = {}
+        self._master_of_set: dict[str, str] = {}
+        self._lane_home: list[str] = []
         # With `controller`: the replica set of each member address and the alive master of
         # each set, from the last cluster_list (an idempotent batch is retried only in the
         # set it was first sent to: the idempotence table is per set)
         self._set_of_member: dict[str, str] = {}
         self._master_of_set: dict[str, str] = {}
 
-    def send(self, topic: str, body: bytes | str, *, key: str | None = None,
-             tags: str | None = None, properties: Mapping[str, str] | None = None,
-             queue_id: int | None = None) -> SendResult:
-        columns: dict[str, pa.Array] = {"body": pa.array(
-            [body.encode() if isinstance(body, str) else body], pa.binary())}
-        if key is not None:
-            columns["key"] = pa.array([key], pa.string())
-        if tags is not None:
-            columns["tags"] = pa.array([tags], pa.string())
-        if properties:
-            columns["properties"] = pa.array([list(properties.items())],
-                                             PRODUCE_SCHEMA.field("properties").type)
-        if queue_id is not None:
-            columns["queue_id"] = pa.array([queue_id], pa.int32())
-        return self.send_batch(topic, pa.record_batch(columns))[0]
-
-    def send_batch(self, topic: str, batch: pa.RecordBatch | pa.Table
-                   | Sequence[Mapping[str, Any]]) -> list[SendResult]:
-        """Send rows (an Arrow batch/table with PRODUCE_SCHEMA columns, or dicts with `body`,
-        `key`, `tags`, `properties`, `queue_id`); one result per row, in order."""
-        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
-            batch = _rows_to_batch(batch)
-        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
-        results: list[SendResult] = []
-        for record_batch in batches:
-            results += self._send_one_batch(topic, record_batch)
-        return results
-
-    def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
-        if self._producer_id is not None:
-            batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
-            self._sequence += 1
-        reply = self.put(topic, batch)
-        if not status_for(reply.status).stored:
-            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
-        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
-            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
-        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
-                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
-
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
-        """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
-        the retry policy; non-stored statuses that are not retriable come back as replies."""
+        """One batch with the retry policy (see Producer.put)."""
         home: list[str] = []  # the replica set of the first attempt (idempotent batches)
 
         def call(endpoint: str) -> PutReply:
-            endpoint = self._pinned(endpoint, home)
-            stream = self._stream(topic, batch.schema, endpoint)
-            try:
-                if self._round_trips is None:
-                    metadata = _round_trip(stream, batch)
-                else:
-                    metadata = self._round_trips.run(
-                        lambda: _round_trip(stream, batch),
-                        lambda: self._replaced(endpoint),
-                        lambda _: _close_quietly(stream))
-            except RoundTrips.Abandoned as abandoned:
-                self._streams.pop((topic, batch.schema), None)  # its worker closes it
-                self._routes_stale = True
-                raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
-            except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
-                self._close_stream(topic, batch.schema)
-                raise
-            except BaseException:  # interrupted: the stream may still be in a worker's hands
-                self._streams.pop((topic, batch.schema), None)
-                raise
-            reply = PutReply.decode(metadata.to_pybytes())
+            reply = self._round_trip(topic, batch, self._pinned(endpoint, home))
             if not status_for(reply.status).stored and status_for(reply.status).retriable:
                 raise error_for_code(reply.code, reply.error or reply.status)
-            if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
-                self._routes_stale = True  # maybe a deposed or cut-off master: ask again
-            if self._producer_id is not None and reply.status in STORED_NOT_ACKED:
+            if self.idempotent and reply.status in STORED_NOT_ACKED:
                 raise _StoredNotAcked(reply)
             return reply
 
@@ -575,7 +505,7 @@ class Producer(_Base):
         set becomes `home`); on a retry, the current master of `home`, never another set's
         (the idempotence table that recognises a retry is per replica set: a retry stored by
         another set would be stored twice)."""
-        if self._producer_id is None or self.config.controller is None:
+        if not self.idempotent or self.config.controller is None:
             return endpoint
         if not home:
             name = self._set_of_member.get(endpoint)
@@ -588,6 +518,64 @@ class Producer(_Base):
             raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
                                  f"replica set {home[0]} has no alive master yet")
         return master
+
+    def attempt(self, topic: str, batch: pa.RecordBatch) -> PutReply | RocketHAError:
+        """One round trip, no retry (ProducerCore decides): the reply, or the error."""
+        endpoint = ""
+        try:
+            endpoint = self._pinned(self.endpoint, self._lane_home)
+            reply = self._round_trip(topic, batch, endpoint)
+        except flight.FlightError as err:
+            error = as_rocketha_error(err)
+            if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
+                self._refresh_route(endpoint)
+            return error
+        except RocketHAError as err:
+            return err
+        except pa.ArrowException as err:
+            return FatalError(status_for("BAD_SCHEMA"), str(err))
+        except OSError as err:
+            return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
+        status = status_for(reply.status)
+        if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
+            self._broker_index += 1
+            self._routes_stale = self.config.controller is not None
+        return reply
+
+    def _round_trip(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
+        try:
+            return self._round_trip_on(topic, batch, endpoint)
+        except pa.ArrowException as err:
+            if "is closed" not in str(err):
+                raise
+            # another channel dropped the shared connection after a failure (_refresh_route)
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                 f"{endpoint}: {err}") from err
+
+    def _round_trip_on(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
+        stream = self._stream(topic, batch.schema, endpoint)
+        try:
+            if self._round_trips is None:
+                metadata = _round_trip(stream, batch)
+            else:
+                metadata = self._round_trips.run(
+                    lambda: _round_trip(stream, batch),
+                    lambda: self._replaced(endpoint),
+                    lambda _: _close_quietly(stream))
+        except RoundTrips.Abandoned as abandoned:
+            self._streams.pop((topic, batch.schema), None)  # its worker closes it
+            self._routes_stale = True
+            raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
+        except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
+            self._close_stream(topic, batch.schema)
+            raise
+        except BaseException:  # interrupted: the stream may still be in a worker's hands
+            self._streams.pop((topic, batch.schema), None)
+            raise
+        reply = PutReply.decode(metadata.to_pybytes())
+        if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
+            self._routes_stale = True  # maybe a deposed or cut-off master: ask again
+        return reply
 
     def _replaced(self, endpoint: str) -> str | None:
         """Why to give up on a put waiting on `endpoint`: the controller names another alive
@@ -637,6 +625,221 @@ class Producer(_Base):
         if self._round_trips is not None:
             self._round_trips.close()
 
+
+class Producer:
+    """Sends messages: `send_async` (batched in the background, a future per message),
+    `send` (the same, waited for), `send_batch` / `put` (a batch the caller built).
+
+    `send_async` appends the message to its lane's batch, (topic, queue: the given queue_id,
+    else crc32(key) % writeQueueNums or a sticky queue for keyless messages, see
+    connector/producer_core.py), and returns at once; batches leave when full (`ProducerConfig.batch_messages` / `batch_bytes`),
+    `linger_ms` after their first message, or on `flush()`, at most `max_in_flight` at a time
+    and one per lane, so order holds per queue and per key (connector/producer_core.py says
+    why, and what the broker's idempotence allows). Messages waiting for an answer hold at
+    most `buffer_bytes`; past that `send_async` blocks up to `max_block_ms`, then raises
+    ProducerBufferFullError. `send` marks its lane urgent (no linger) and runs the round trip
+    on the calling thread when the lane is idle, so its latency is a round trip's.
+
+    With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
+    retry of a batch the broker already stored (the reply was lost, e.g. its master died
+    after replicating it) is answered from the broker's idempotence table instead of being
+    stored twice; the table survives restarts and failover (rebuilt from the log). With
+    `controller` too, a put whose master is replaced while it waits (the master was paused or
+    cut off) is sent again to the new master instead of waiting out the old one
+    (connector/master_watch.py). An idempotent producer also retries a batch answered with a
+    status that means "stored here, not acknowledged" (FLUSH_SLAVE_TIMEOUT,
+    SLAVE_NOT_AVAILABLE, FLUSH_DISK_TIMEOUT: e.g. a deposed master whose slaves left it) until
+    the send deadline: the retry is answered PUT_OK only once the batch is as durable as an
+    acknowledged one (on the new master if there is one), and never stored twice. When the
+    deadline passes the last such reply is returned, as without idempotence.
+
+    `send_async`, `send`, `flush` and `close` are thread-safe; `send_batch` and `put` are
+    not (one thread at a time; they do not wait for, nor order with, asynchronous sends).
+    """
+
+    def __init__(self, config: ClientConfig, *, idempotent: bool = False,
+                 batching: ProducerConfig | None = None) -> None:
+        self.config = config
+        self.batching = batching or ProducerConfig()
+        self.idempotent = idempotent
+        self._producer_id = uuid.uuid4().hex if idempotent else None
+        self._sequence = 0
+        self._channel = _PutChannel(config, idempotent=idempotent)
+        self._lane_channels: dict[LaneKey, _PutChannel] = {}
+        self._lock = threading.Lock()
+        self._sender: AsyncSender | None = None
+        self._chooser = QueueChooser(self.batching.batch_messages)
+        self._lookup_config = dataclasses.replace(config, retries_max=0)
+        self._lookup_lock = threading.Lock()
+        self._lookup_after: dict[str, float] = {}
+        self._found_counts: dict[str, int] = {}  # looked up, not applied yet
+
+    @property
+    def endpoint(self) -> str:
+        """The broker `send_batch` / `put` send to (routes as in Admin and Consumer)."""
+        return self._channel.endpoint
+
+    # -- asynchronous ---------------------------------------------------------------------
+    def send_async(self, topic: str, body: bytes | str, *, key: str | None = None,
+                   tags: str | None = None, properties: Mapping[str, str] | None = None,
+                   queue_id: int | None = None) -> Future[SendResult]:
+        """Queue one message; the future gets its SendResult (PUT_OK with its queue offset,
+        or the broker's other status), or the typed error its batch ended with
+        (RocketHAError after the retries and the send deadline). A message larger than
+        batch_bytes goes in a batch of its own (the broker's maxMessageSize decides). Raises at
+        once ProducerBufferFullError (no room within max_block_ms), ProducerClosedError, or
+        ValueError (a message larger than buffer_bytes)."""
+        return self._send_async(topic, body, key, tags, properties, queue_id, inline=False)
+
+    def send(self, topic: str, body: bytes | str, *, key: str | None = None,
+             tags: str | None = None, properties: Mapping[str, str] | None = None,
+             queue_id: int | None = None) -> SendResult:
+        """`send_async(...).result()`, without waiting for linger_ms."""
+        return self._send_async(topic, body, key, tags, properties, queue_id,
+                                inline=True).result()
+
+    def _send_async(self, topic: str, body: bytes | str, key: str | None, tags: str | None,
+                    properties: Mapping[str, str] | None, queue_id: int | None, *,
+                    inline: bool) -> Future[SendResult]:
+        sender = self._sender or self._start_sender()
+        if queue_id is None and not (inline and key is None):
+            # (a keyless send() leaves the queue to the broker: its lane then carries no
+            # queue_id column, the broker's cheapest path; keyless messages have no order to
+            # keep with the sticky lanes, and keyed ones never enter that lane once the
+            # producer picks their queues)
+            queue_id = self._chooser.choose(topic, key)
+        if isinstance(body, str):
+            body = body.encode()
+        if key is None and tags is None and not properties:  # the common case, inlined
+            message = Message(body, None, None, None, len(body) + MESSAGE_OVERHEAD_BYTES, None)
+        else:
+            message = Message(body, key, tags,
+                              tuple(properties.items()) if properties else None,
+                              message_size_bytes(body, key, tags, properties), None)
+        if queue_id is not None or (inline and key is None):
+            return sender.send((topic, queue_id), message, inline=inline)
+        # The topic's queue count is not known yet: the broker picks. Every append to the
+        # broker-picks lane and the switch away from it happen under _lookup_lock, and the
+        # switch only while that lane holds no keyed message waiting for its answer, so a key
+        # never has messages in two lanes.
+        with self._lookup_lock:
+            found = self._found_counts.pop(topic, 0)
+            if found and self._chooser.queue_count(topic) is None:
+                if not sender.lane_has_keys((topic, None)):
+                    self._chooser.learn(topic, found)
+                else:
+                    self._found_counts[topic] = found  # try again on a later send
+            queue_id = self._chooser.choose(topic, key)
+            if queue_id is None:
+                self._look_up_queues(topic)
+                return sender.send((topic, None), message, inline=inline)
+        return sender.send((topic, queue_id), message, inline=inline)
+
+    def _look_up_queues(self, topic: str) -> None:
+        """Ask for the topic's writeQueueNums on a thread of its own (never on the caller's:
+        a controller that does not answer would hold the send), at most every
+        QUEUE_LOOKUP_INTERVAL_S per topic. Caller holds _lookup_lock."""
+        now_s = time.monotonic()
+        if now_s < self._lookup_after.get(topic, 0.0):
+            return
+        self._lookup_after[topic] = now_s + QUEUE_LOOKUP_INTERVAL_S
+
+        def look_up() -> None:
+            try:
+                count = int(Admin(self._lookup_config).get_topic(topic)["write_queue_nums"])
+            except (RocketHAError, KeyError, TypeError, ValueError, OSError,
+                    flight.FlightError) as err:
+                logger.debug("queue count of %s unknown (%s): the broker picks", topic, err)
+                return
+            if count >= 1:
+                with self._lookup_lock:
+                    self._found_counts[topic] = count
+
+        threading.Thread(target=look_up, name="rocketha-queues", daemon=True).start()
+
+    def flush(self, timeout_ms: int | None = None) -> bool:
+        """Send what `send_async` queued now (no linger) and wait until every message queued
+        before this call has its result; False if `timeout_ms` passed first."""
+        if self._sender is None:
+            return True
+        return self._sender.flush(None if timeout_ms is None else timeout_ms / 1000.0)
+
+    def _start_sender(self) -> AsyncSender:
+        with self._lock:
+            if self._sender is None:
+                core = ProducerCore(
+                    self.batching, producer_id=self._producer_id,
+                    retries_max=self.config.retries_max,
+                    send_deadline_ms=self.config.send_deadline_ms,
+                    backoff_ms=Backoff(self.config.backoff_initial_ms,
+                                       self.config.backoff_max_ms).delay_ms)
+                self._sender = AsyncSender(core, self._run_batch)
+            return self._sender
+
+    def _run_batch(self, batch: Batch) -> PutReply | RocketHAError:
+        """One attempt of a lane's batch, on that lane's channel (one thread at a time: the
+        core keeps one batch per lane in flight)."""
+        topic, queue_id = batch.lane
+        if batch.wire is None:
+            marker = (None if batch.producer_id is None
+                      else PutIdempotence(batch.producer_id, batch.sequence))
+            batch.wire = _messages_to_batch(batch.messages, queue_id, marker)
+        channel = self._lane_channels.get(batch.lane)
+        if channel is None:
+            with self._lock:
+                channel = self._lane_channels.get(batch.lane)
+                if channel is None:
+                    channel = _PutChannel(self.config, idempotent=self.idempotent)
+                    # the routes a sibling lane knows: no controller call per new lane
+                    known = [lane._endpoints for lane in self._lane_channels.values()
+                             if lane._endpoints and not lane._routes_stale]
+                    if known:
+                        channel._endpoints = known[0]
+                    self._lane_channels[batch.lane] = channel
+        return channel.attempt(topic, batch.wire)
+
+    # -- synchronous batches ----------------------------------------------------------------
+    def send_batch(self, topic: str, batch: pa.RecordBatch | pa.Table
+                   | Sequence[Mapping[str, Any]]) -> list[SendResult]:
+        """Send rows (an Arrow batch/table with PRODUCE_SCHEMA columns, or dicts with `body`,
+        `key`, `tags`, `properties`, `queue_id`); one result per row, in order."""
+        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
+            batch = _rows_to_batch(batch)
+        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        results: list[SendResult] = []
+        for record_batch in batches:
+            results += self._send_one_batch(topic, record_batch)
+        return results
+
+    def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
+        if self._producer_id is not None:
+            batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
+            self._sequence += 1
+        reply = self.put(topic, batch)
+        if not status_for(reply.status).stored:
+            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
+        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
+            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
+        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
+                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+
+    def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
+        """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
+        the retry policy; non-stored statuses that are not retriable come back as replies."""
+        return self._channel.put(topic, batch)
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Wait for every pending `send_async` (up to `timeout_ms`: those still unsent then
+        get ProducerClosedError), then close the streams."""
+        if self._sender is not None:
+            self._sender.close(None if timeout_ms is None else timeout_ms / 1000.0)
+        self._channel.close()
+        with self._lock:
+            channels = list(self._lane_channels.values())
+            self._lane_channels.clear()
+        for channel in channels:
+            channel.close()
+
     def __enter__(self) -> Producer:
         return self
 
@@ -661,6 +864,45 @@ def _close_quietly(stream: _Stream) -> None:
         stream.writer.close()
     except (flight.FlightError, OSError, pa.ArrowException):
         pass  # the stream is already broken; the error was (or will be) reported
+
+
+_PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
+
+
+def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
+                       marker: PutIdempotence | None) -> pa.RecordBatch:
+    """The produce batch of a lane's messages; `marker` goes into the last row."""
+    names = ["body"]
+    arrays = [pa.array([message.body for message in messages], pa.binary())]
+    if any(message.key is not None for message in messages):
+        names.append("key")
+        arrays.append(pa.array([message.key for message in messages], pa.string()))
+    if any(message.tags is not None for message in messages):
+        names.append("tags")
+        arrays.append(pa.array([message.tags for message in messages], pa.string()))
+    if marker is not None or any(message.properties for message in messages):
+        properties: list[Any] = [None if message.properties is None
+                                 else list(message.properties) for message in messages]
+        if marker is not None:
+            last = [(k, v) for k, v in properties[-1] or () if k != IDEMPOTENCE_PROPERTY]
+            properties[-1] = last + [(IDEMPOTENCE_PROPERTY, marker.marker())]
+        names.append("properties")
+        arrays.append(pa.array(properties, _PROPERTIES_TYPE))
+    if queue_id is not None:
+        names.append("queue_id")
+        arrays.append(_queue_ids(queue_id, len(messages)))
+    return pa.RecordBatch.from_arrays(arrays, schema=_produce_schema(tuple(names)))
+
+
+@functools.lru_cache(maxsize=64)
+def _produce_schema(names: tuple[str, ...]) -> pa.Schema:
+    return pa.schema([PRODUCE_SCHEMA.field(name) for name in names])
+
+
+@functools.lru_cache(maxsize=1024)
+def _queue_ids(queue_id: int, rows: int) -> pa.Array:
+    """A queue_id column (immutable, so shared: single sends and full batches repeat)."""
+    return pa.array([queue_id] * rows, pa.int32())
 
 
 def _rows_to_batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:

@@ -8,7 +8,9 @@
     ├── SourceSchemaError           a declared read schema (`.schema(...)`) with an unknown
     │                               column or a wrong type (names the column and the type)
     ├── SinkSchemaError             sink input columns unknown or of the wrong type
-    └── SinkStatusError             a write came back with a status not in acceptStatuses
+    ├── SinkStatusError             a write came back with a status not in acceptStatuses
+    ├── ProducerBufferFullError     send_async: no room in buffer_bytes within max_block_ms
+    └── ProducerClosedError         a send on a closed Producer
 
 All derive from ValueError or RuntimeError as well, so Spark shows the message verbatim.
 """
@@ -19,6 +21,8 @@ __all__ = [
     "ConnectorError",
     "DataLossError",
     "OptionError",
+    "ProducerBufferFullError",
+    "ProducerClosedError",
     "RoutesUnavailableError",
     "SinkSchemaError",
     "SinkStatusError",
@@ -52,3 +56,11 @@ class SinkSchemaError(ConnectorError, ValueError):
 
 class SinkStatusError(ConnectorError, RuntimeError):
     """The broker answered a write with a status the user did not accept."""
+
+
+class ProducerBufferFullError(ConnectorError, RuntimeError):
+    """`Producer.send_async` found no room in `buffer_bytes` within `max_block_ms`."""
+
+
+class ProducerClosedError(ConnectorError, RuntimeError):
+    """A send on a Producer that was closed (or whose close gave up on it)."""

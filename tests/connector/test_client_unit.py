@@ -170,8 +170,8 @@ def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to( 
 
     answers = [cluster(1)]
     monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout: answers[0])
-    producer = client.Producer(ClientConfig(controller="c:1"), idempotent=True)
-    plain = client.Producer(ClientConfig(controller="c:1"))
+    producer = client._PutChannel(ClientConfig(controller="c:1"), idempotent=True)
+    plain = client._PutChannel(ClientConfig(controller="c:1"), idempotent=False)
     assert producer.endpoint == "a:1" and plain.endpoint == "a:1"
     home: list[str] = []
     assert producer._pinned("a:1", home) == "a:1" and home == ["a"]
