@@ -40,6 +40,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Self
 
+from ha.local_processes import pid_alive
+
 __all__ = ["BENCHMARK_BLOCK", "HostNetwork", "HostsUnavailableError", "TestHost",
            "ensure_tools", "hosts_unavailable_reason", "remove_leftovers"]
 
@@ -119,16 +121,6 @@ def hosts_unavailable_reason() -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _our_names() -> tuple[list[str], list[str]]:
     """(namespaces, links) in the root namespace whose names have our shape."""
     namespaces = [line.split()[0] for line in _run(["ip", "netns", "list"]).stdout.splitlines()
@@ -153,7 +145,7 @@ def remove_leftovers(*, owner_pids: Iterable[int] = ()) -> list[str]:
         if match is None:
             continue
         pid = int(match.group(1), 16)
-        if pid not in owners and _pid_alive(pid):
+        if pid not in owners and pid_alive(pid):
             continue
         if name in namespaces:
             _kill_processes_in(name)

@@ -30,6 +30,7 @@ from pyarrow import flight
 
 from controller.transport import FRAME_HEADER, encode_frame
 from tests.controller.controller_process import ControllerGroup, call
+from tests.support.sockets import closed_within
 
 pytestmark = pytest.mark.integration
 
@@ -159,16 +160,16 @@ def test_connection_cap_idle_and_half_sent_frames(group: ControllerGroup) -> Non
     address = ("127.0.0.1", group.raft_ports[follower])
     idle = [socket.create_connection(address, timeout=5) for _ in range(CONNECTIONS_MAX + 4)]
     time.sleep(0.2)
-    closed_at_once = sum(1 for sock in idle if _closed_within(sock, 0.05))
+    closed_at_once = sum(1 for sock in idle if closed_within(sock, 0.05))
     assert closed_at_once >= 4, closed_at_once  # over raftConnectionsMax (peers hold some too)
     started = time.monotonic()
-    assert all(_closed_within(sock, 5.0) for sock in idle)
+    assert all(closed_within(sock, 5.0) for sock in idle)
     assert time.monotonic() - started < IDLE_TIMEOUT_MS / 1000 + 2.0
     with socket.create_connection(address, timeout=5) as half:
         header = FRAME_HEADER.pack(0x5246, 1, 1, 1000, 0)
         half.sendall(header + b"{" * 10)  # 10 of 1000 body bytes, then nothing
         started = time.monotonic()
-        assert _closed_within(half, 5.0)
+        assert closed_within(half, 5.0)
         assert time.monotonic() - started < FRAME_TIMEOUT_MS / 1000 + 2.0
     for sock in idle:
         sock.close()
@@ -177,16 +178,6 @@ def test_connection_cap_idle_and_half_sent_frames(group: ControllerGroup) -> Non
     assert _counter(group, follower, "bad_frames") == bad + 1  # the half-sent frame
     log = _log_text(group)
     assert "raftConnectionsMax" in log and "raftIdleTimeoutMs" in log
-
-
-def _closed_within(sock: socket.socket, timeout_s: float) -> bool:
-    sock.settimeout(timeout_s)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        return True
 
 
 def test_client_endpoint_bad_json_gets_typed_errors(group: ControllerGroup) -> None:

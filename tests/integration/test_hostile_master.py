@@ -31,6 +31,7 @@ from storage_engine import EpochEntry
 from storage_engine.record_format import encode_host, encode_record
 from tests.ha.replica_set import FAST_TIMERS, SEGMENT_BYTES, wait_for
 from tests.integration.broker_process import BrokerProcess, free_port
+from tests.support.sockets import closed_within
 
 pytestmark = pytest.mark.integration
 
@@ -168,14 +169,14 @@ def test_idle_strangers_and_half_frames_do_not_hold_the_ha_port(tmp_path: Path) 
         strangers = [socket.create_connection(("127.0.0.1", ha_port), timeout=5)
                      for _ in range(5)]
         time.sleep(0.2)
-        assert sum(1 for sock in strangers if _closed_within(sock, 0.05)) >= 3  # over the cap
+        assert sum(1 for sock in strangers if closed_within(sock, 0.05)) >= 3  # over the cap
         started = time.monotonic()
-        assert all(_closed_within(sock, 5.0) for sock in strangers)
+        assert all(closed_within(sock, 5.0) for sock in strangers)
         assert time.monotonic() - started < 2.5
         with socket.create_connection(("127.0.0.1", ha_port), timeout=5) as half:
             half.sendall(encode_frame(Metadata(1, b"x" * 100))[:20])  # 20 of 120 bytes
             started = time.monotonic()
-            assert _closed_within(half, 5.0)
+            assert closed_within(half, 5.0)
             assert time.monotonic() - started < 2.5
         slave = BrokerProcess(tmp_path / "slave", brokerId="1", brokerRole="SLAVE",
                               haMasterAddress=f"127.0.0.1:{ha_port}", haListenPort="0",
@@ -193,12 +194,3 @@ def test_idle_strangers_and_half_frames_do_not_hold_the_ha_port(tmp_path: Path) 
             slave.stop()
         master.stop()
 
-
-def _closed_within(sock: socket.socket, timeout_s: float) -> bool:
-    sock.settimeout(timeout_s)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        return True
