@@ -465,11 +465,6 @@ class _PutChannel(_Base):
         self._set_of_member: dict[str, str] = {}
         self._master_of_set: dict[str, str] = {}
         self._lane_home: list[str] = []
-        # With `controller`: the replica set of each member address and the alive master of
-        # each set, from the last cluster_list (an idempotent batch is retried only in the
-        # set it was first sent to: the idempotence table is per set)
-        self._set_of_member: dict[str, str] = {}
-        self._master_of_set: dict[str, str] = {}
 
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """One batch with the retry policy (see Producer.put)."""
