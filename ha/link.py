@@ -1,11 +1,11 @@
 """A framed HA link over a blocking TCP socket (the IO half of ha/frames.py).
 
-Timeouts: the socket keeps one timeout, `io_timeout_s` (haFrameTimeoutMs), for every send (a
-peer that does not drain within it is gone); a frame, once its first byte is in, must be whole
-within the same time, measured from that byte (a deadline, not a per-recv timeout: a frame sent
-one byte at a time is cut); waiting for the next frame to start is a poll with its own idle
-timeout. Receiving polls instead of changing the socket's timeout, so a reader's waits never
-shorten a writer's sends.
+Timeouts: the socket keeps one timeout, `io_timeout_s` (haFrameTimeoutMs), for every send and
+receive (a peer that neither drains nor sends within it is gone); a frame, once its first byte
+is in, must also be whole by a deadline of the same length from that byte, checked between
+receives (so a frame sent one byte at a time is cut within two timeouts, where a per-receive
+timeout alone never cut it); waiting for the next frame to start is a poll with its own idle
+timeout, so a reader's idle wait never shortens a writer's sends.
 
 Sending: whole frames under a per-link lock (a link's reader and writer threads may both send).
 A Transfer goes out as its prefix then the CommitLog bytes, so the data is never copied into a
@@ -87,14 +87,14 @@ class FrameSocket:
 
     def _recv_exact(self, view: memoryview, deadline: float) -> None:
         while view:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not self._poll.poll(remaining_ms):
+            if time.monotonic() > deadline:  # one byte at a time: cut after the deadline
                 raise FrameError(f"{self.peer}: frame not complete within "
                                  f"{self._io_timeout_s:.1f} s (haFrameTimeoutMs)")
             try:
                 received = self._sock.recv_into(view)
             except TimeoutError as err:
-                raise FrameError(f"{self.peer}: frame cut short (timed out)") from err
+                raise FrameError(f"{self.peer}: frame cut short: nothing for "
+                                 f"{self._io_timeout_s:.1f} s (haFrameTimeoutMs)") from err
             if received == 0:
                 raise LinkClosedError(f"{self.peer} closed the link inside a frame")
             view = view[received:]

@@ -83,13 +83,14 @@ class ReplicaLogMixin:
         Single-topic runs take the bulk path (record_runs), others the per-record one.
 
         Raises ReplicatedDataError when the master's bytes do not hold valid records (a bad
-        length, magic code or topic name, queue offsets that do not continue their queue): the
-        log is cut back to the end of the last good record (unless that is below the confirm
-        position), so nothing unindexable stays (recovery would stop on it at the next start)."""
+        length, magic code or topic name): the log is cut back to the end of the last good
+        record (unless that is below the confirm position), so nothing unindexable stays.
+        Queue offsets that do not continue their queue raise QueueOffsetsError and cut nothing
+        (the records themselves are well formed: the link ends, as before)."""
         with self._lock:
             try:
                 return self._dispatch_replicated()
-            except (CorruptRecordError, InvalidNameError, QueueOffsetsError) as err:
+            except (CorruptRecordError, InvalidNameError) as err:
                 bad = self._dispatched
                 if isinstance(err, CorruptRecordError) and err.log_position >= 0:
                     bad = max(bad, err.log_position)

@@ -114,3 +114,36 @@ def test_hostile_classics(name: str, data: bytes) -> None:
 def test_fuzz_findings_stay_fixed(path: Path) -> None:
     """Inputs atheris found (tests/fuzz/regressions/<target>-<sha>), replayed."""
     TARGETS[path.name.rsplit("-", 1)[0]](path.read_bytes())
+
+
+@SHAPED_SETTINGS
+@given(st.lists(st.tuples(st.binary(max_size=300), st.sampled_from(["a", "orders", "x" * 127,
+                                                                   "%RETRY%g-1"]),
+                          st.dictionaries(st.text("ab", min_size=1, max_size=5),
+                                          st.text(st.characters(blacklist_categories=("Cs",),
+                                                                blacklist_characters="\x01\x02"),
+                                                  max_size=10), max_size=3),
+                          st.integers(0, 65535)), min_size=1, max_size=20))
+def test_well_formed_records_pass_the_replica_checks(
+        records: list[tuple[bytes, str, dict[str, str], int]]) -> None:
+    """No false positive: what the encoder writes, the slave's checks accept (a refusal cuts
+    the log, so a false positive would drop acknowledged bytes)."""
+    from storage_engine.commit_log import _record_ref
+    from storage_engine.record_format import encode_host, encode_properties, encode_record
+    from storage_engine.record_runs import scan_run, walk_records
+
+    host = encode_host("127.0.0.1", 1)
+    data = b""
+    for body, topic, properties, queue_id in records:
+        data += encode_record(
+            body=body, topic_meta=bytes([len(topic)]) + topic.encode(),
+            properties=encode_properties(properties), queue_id=queue_id, queue_offset=7,
+            log_position=len(data), store_timestamp_ms=1, store_host=host,
+            born_timestamp_ms=1, born_host=host)
+    positions, sizes, stop, blank = walk_records(data, 0, len(data))
+    assert stop == len(data) and not blank and len(positions) == len(records)
+    done = 0
+    while done < len(positions):
+        done += len(scan_run(data, positions[done:], sizes[done:], 0).log_positions)
+    for position, size in zip(positions.tolist(), sizes.tolist()):
+        _record_ref(data, position, position, size)

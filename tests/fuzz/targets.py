@@ -11,8 +11,8 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
     record_codec     a CommitLog record (decode_record, scan_record)  CorruptRecordError
     record_runs      a replica's record bytes: walk_records,          CorruptRecordError
                      scan_run, group_entries, the per-record path
-    slave_indexer    a slave's MessageStore: append_replicated then   ReplicatedDataError
-                     dispatch_replicated (bad bytes cut, never below
+    slave_indexer    a slave's MessageStore: append_replicated then   ReplicatedDataError,
+                     dispatch_replicated (bad bytes cut, never below  QueueOffsetsError
                      the confirm position)
     ha_frames        HA link frames (decode_stream), then the slave   FrameError
                      and master cores' handling of each decoded frame
@@ -77,6 +77,7 @@ from storage_engine import (
     CorruptRecordError,
     EpochEntry,
     MessageStore,
+    QueueOffsetsError,
     ReplicatedDataError,
     StoreConfig,
     decode_record,
@@ -187,6 +188,11 @@ def slave_indexer(data: bytes) -> None:
         store.dispatch_replicated()
     except ReplicatedDataError:
         pass
+    except QueueOffsetsError:  # well-formed records, offsets that jump: nothing is cut
+        store.close()
+        shutil.rmtree(_Slave.directory, ignore_errors=True)
+        _Slave.store = None
+        return
     assert store.confirm_log_position == confirm
     assert confirm <= store.dispatched_log_position <= store.end_log_position
 
