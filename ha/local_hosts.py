@@ -17,6 +17,8 @@ Faults (what a machine in a real network sees):
                                         reject (TCP reset / ICMP: "connection refused") traffic
                                         with one peer in one direction ("in", "out", "both")
     isolate(h, allow=...)               block every other address of the network (but `allow`)
+    lose(h, percent, direction)         drop that share of h's packets with the network, at
+                                        random (nftables `numgen random mod 100 < N drop`)
     heal(h=None)                        flush the rules and set the links up again
 
 Names carry the owner: `rh<pid hex>x<n hex>` + `b` (bridge) / `v<i>` (veth; `p<i>` its
@@ -355,6 +357,20 @@ class HostNetwork:
         for peer in [self.root_address, *(h.address for h in self.hosts)]:
             if peer != host.address and peer not in allowed:
                 self.block(host, peer, direction=direction, action=action)
+
+    def lose(self, host: TestHost, percent: int, *, direction: str = "both") -> None:
+        """Inside `host`: drop `percent` % of the packets from ("in") / to ("out") the
+        network's other addresses, each packet drawn at random (tc netem is not available
+        here: nftables' numgen is)."""
+        if not 0 < percent <= 100:
+            raise ValueError(f"percent {percent} not in (0, 100]")
+        if direction not in ("in", "out", "both"):
+            raise ValueError(f"direction {direction!r}: in, out or both")
+        draw = f"numgen random mod 100 < {percent} " if percent < 100 else ""  # 0-99 only
+        rules = [f"add rule inet {NFT_TABLE} {chain} ip {match} {self.subnet} {draw}drop"
+                 for chain, match, side in (("input", "saddr", "in"), ("output", "daddr", "out"))
+                 if direction in ("both", side)]
+        self._nft(host, rules)
 
     def heal(self, host: TestHost | None = None) -> None:
         """Flush the rules of `host` (every host when None) and set its link(s) up."""

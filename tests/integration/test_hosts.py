@@ -88,6 +88,14 @@ def _faults(net: HostNetwork) -> None:
     assert can_connect(h3.address, PORT) == "ok"  # the root namespace is allowed
     net.heal()
 
+    net.lose(h1, 100, direction="in")  # every packet from the network, drawn at random
+    assert reach(h2, h1) == "timeout" and can_connect(h1.address, PORT) == "timeout"
+    assert reach(h1, h3) == "timeout"  # the answers come in too
+    net.heal()
+    net.lose(h1, 40)
+    assert "numgen random mod 100 < 40 drop" in net.rules(h1)
+    net.heal()
+
     net.link_down(h2)
     assert can_connect(h2.address, PORT) != "ok" and reach(h1, h2) != "ok"
     assert reach(h1, h3) == "ok"
