@@ -10,6 +10,8 @@
     python3 build.py sim --cluster [--seeds N | --minutes M] [--seed S --trace] [--json]
                                       whole-cluster simulation (tests/sim/cluster_sim.py)
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
+    python3 build.py chaos [--minutes M --seed S --faults kill,pause,...]   a fault campaign on
+                                      test hosts judged by a Jepsen-style checker (tests/chaos/run.py)
     python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
                                       (`demo --hosts`: test hosts + a Spark standalone cluster)
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
@@ -146,6 +148,12 @@ def faults(args: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT).returncode
 
 
+def chaos(args: list[str]) -> int:
+    python = setup()
+    argv = [str(python), "-m", "tests.chaos.run", *args]
+    return subprocess.run(argv, cwd=ROOT, check=False).returncode
+
+
 def fuzz(args: list[str]) -> int:
     """One target (or `all`, one after another) for --seconds each; stops at a finding."""
     python = setup()
@@ -207,6 +215,8 @@ def main(argv: list[str]) -> int:
         return faults(rest)
     if command == "fuzz":
         return fuzz(rest)
+    if command == "chaos":
+        return chaos(rest)
     if command == "lint":
         return lint(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)

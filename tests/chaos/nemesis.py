@@ -1,0 +1,184 @@
+"""Faults for a chaos run: a schedule drawn from the seed, and their injection and healing.
+
+`schedule(seed, kinds)` yields FaultPlans from `random.Random(seed)` alone: the same seed gives
+the same sequence of (kind, variant, target role, choice draws, hold and quiet times), so a
+run replays its schedule. Which process a role names ("the master of broker-b") is resolved
+when the fault starts, from the cluster as it is then.
+
+Kinds and variants (targets: master / slave of a replica set, controller leader / follower):
+    kill        SIGKILL; healed by `rocketha-cluster up` (restarts what is down)
+    pause       SIGSTOP (until every thread stopped); healed by SIGCONT
+    partition   nftables rules inside host namespaces: `halves` (a random minority of hosts
+                cut from the rest, both ways), `isolate-master`, `isolate-leader` (the
+                controller leader), `one-way` (the master's host drops what it sends, or
+                what it receives, to or from the other hosts). Clients, in the root
+                namespace, are never cut off. Healed by flushing the rules.
+    loss        30-80 % of a host's packets with the network dropped at random (nftables
+                numgen), the master's or the controller leader's host
+    link        the host's link set down; healed by setting it up
+Every fault is healed before the next one starts (`Nemesis.inject` returns the heal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tests.chaos.history import History
+from tests.integration.failover_cluster import FailoverCluster
+
+__all__ = ["KINDS", "FaultPlan", "Nemesis", "schedule"]
+
+KINDS = ("kill", "pause", "partition", "loss", "link")
+PROCESS_TARGETS = ("master", "slave", "controller-leader", "controller-follower")
+PARTITIONS = ("halves", "isolate-master", "isolate-leader", "one-way")
+HOST_TARGETS = ("master", "controller-leader", "any")
+HOLD_S = (3.0, 6.0)  # how long a fault lasts, drawn uniformly
+QUIET_S = (3.0, 5.0)  # healthy time after its heal, before the next fault
+LOSS_PERCENT = (30, 80)
+
+Heal = Callable[[], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FaultPlan:
+    index: int
+    kind: str
+    variant: str  # a target role or a partition shape
+    replica_set: int  # which replica set a master/slave role means (index)
+    draw: float  # picks among candidates (a slave, a follower, the minority's hosts)
+    percent: int  # loss
+    hold_s: float
+    quiet_s: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}:{self.kind}:{self.variant}"
+
+
+def schedule(seed: int, kinds: tuple[str, ...]) -> Iterator[FaultPlan]:
+    """Fault plans drawn from `seed` only (see the module docstring)."""
+    rng = random.Random(seed)
+    for index in range(1_000_000):  # bounded: a run takes what it has time for
+        kind = rng.choice(kinds)
+        variant = rng.choice({"kill": PROCESS_TARGETS, "pause": PROCESS_TARGETS,
+                              "partition": PARTITIONS}.get(kind, HOST_TARGETS))
+        yield FaultPlan(index, kind, variant, rng.randrange(2), rng.random(),
+                        rng.randint(*LOSS_PERCENT), round(rng.uniform(*HOLD_S), 2),
+                        round(rng.uniform(*QUIET_S), 2))
+
+
+class Nemesis:
+    """Starts a planned fault on the cluster and returns how to heal it (None: skipped, e.g.
+    no master to hit right now); records start and stop in the history."""
+
+    def __init__(self, cluster: FailoverCluster, history: History, replica_sets: list[str]
+                 ) -> None:
+        assert cluster.network is not None, "faults need test hosts"
+        self.cluster = cluster
+        self.network = cluster.network
+        self.history = history
+        self.replica_sets = replica_sets
+
+    # -- targets --------------------------------------------------------------------------
+    def _process(self, plan: FaultPlan) -> str | None:
+        cluster = self.cluster
+        if plan.variant.startswith("controller"):
+            leader = cluster.wait_controller_leader(timeout_s=15)
+            if plan.variant == "controller-leader":
+                return leader
+            followers = sorted(name for name in cluster.controllers if name != leader)
+            return followers[int(plan.draw * len(followers))]
+        replica_set = self.replica_sets[plan.replica_set % len(self.replica_sets)]
+        found = cluster.master_now(replica_set)
+        if found is None:
+            return None
+        if plan.variant == "master":
+            return found[0]
+        slaves = sorted(name for name in cluster.members(replica_set) if name != found[0])
+        return slaves[int(plan.draw * len(slaves))]
+
+    def _host_target(self, plan: FaultPlan) -> str | None:
+        if plan.variant in ("master", "isolate-master", "one-way"):
+            return self._process(dataclasses.replace(plan, variant="master"))
+        if plan.variant in ("controller-leader", "isolate-leader"):
+            return self.cluster.wait_controller_leader(timeout_s=15)
+        everyone = sorted([*self.cluster.controllers, *self.cluster.brokers])
+        return everyone[int(plan.draw * len(everyone))]
+
+    # -- faults ---------------------------------------------------------------------------
+    def inject(self, plan: FaultPlan) -> Heal | None:
+        start = getattr(self, "_" + plan.kind)
+        targets, heal = start(plan)
+        if heal is None:
+            return None
+
+        def healed() -> None:
+            heal()
+            self.history.add("nemesis", "info", "fault", phase="stop", kind=plan.kind,
+                             name=plan.name, targets=targets)
+        return healed
+
+    def _started(self, plan: FaultPlan, targets: list[str], **fields: Any) -> None:
+        self.history.add("nemesis", "info", "fault", phase="start", kind=plan.kind,
+                         name=plan.name, variant=plan.variant, targets=targets, **fields)
+
+    def _kill(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        victim = self._process(plan)
+        if victim is None:
+            return [], None
+        self._started(plan, [victim])
+        self.cluster.kill(victim)
+        return [victim], self.cluster.up
+
+    def _pause(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        victim = self._process(plan)
+        if victim is None:
+            return [], None
+        self._started(plan, [victim])
+        self.cluster.pause(victim)
+        return [victim], lambda: self.cluster.resume(victim)
+
+    def _partition(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        network, cluster = self.network, self.cluster
+        root = network.root_address
+        if plan.variant == "halves":
+            everyone = sorted([*cluster.controllers, *cluster.brokers])
+            rng = random.Random(plan.draw)
+            minority = sorted(rng.sample(everyone, rng.randint(1, (len(everyone) - 1) // 2)))
+            self._started(plan, minority)
+            others = [cluster.host(name).address for name in everyone if name not in minority]
+            for name in minority:
+                for address in others:
+                    network.block(cluster.host(name), address, direction="both")
+            return minority, network.heal
+        victim = self._host_target(plan)
+        if victim is None:
+            return [], None
+        if plan.variant == "one-way":
+            direction = "out" if plan.draw < 0.5 else "in"
+            self._started(plan, [victim], direction=direction)
+            network.isolate(cluster.host(victim), allow=[root], direction=direction)
+        else:
+            self._started(plan, [victim])
+            network.isolate(cluster.host(victim), allow=[root])
+        return [victim], network.heal
+
+    def _loss(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        victim = self._host_target(plan)
+        if victim is None:
+            return [], None
+        self._started(plan, [victim], percent=plan.percent)
+        self.network.lose(self.cluster.host(victim), plan.percent)
+        return [victim], self.network.heal
+
+    def _link(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        victim = self._host_target(plan)
+        if victim is None:
+            return [], None
+        self._started(plan, [victim])
+        host = self.cluster.host(victim)
+        self.network.link_down(host)
+        return [victim], lambda: self.network.link_up(host)

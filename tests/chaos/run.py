@@ -1,0 +1,236 @@
+"""`python3 build.py chaos`: a fault campaign on test hosts, judged by tests/chaos/checker.py.
+
+    python3 build.py chaos [--minutes 3] [--seed 1] [--faults kill,pause,partition,loss,link]
+        [--producers 3] [--rate 40] [--out DIR]
+
+The cluster: `rocketha-cluster up --hosts` with 3 controllers and 2 replica sets of 3 brokers,
+each process on its own test host (network namespaces on a bridge, 198.18.0.0/15; clients in
+the root namespace), the cluster tool's quorum (inSyncReplicas 2 of 3, degrading to 1) and
+short timers. The workload (tests/chaos/workload.py) runs throughout: idempotent producers
+through the controllers' routes, one consumer per replica set in a consumer group committing
+offsets, an observer of the controllers. The nemesis (tests/chaos/nemesis.py) plays the
+seed's schedule: a fault, held a few seconds, healed, a quiet time, the next.
+
+At the end: every fault healed, both sets with a master and a full SyncStateSet, the producers
+stopped, the consumers given time to catch up; then the final drain (every queue of every set
+read from its start on its master once its confirm position reached its log end) and the
+replica digests (each member's CommitLog bytes up to the master's confirm position). The
+checker judges the history; the last line printed is the JSON report:
+    valid, seed, faults_by_kind, acknowledged, lost, duplicated, inconsistent_offsets,
+    rto_p99_s, timeline (the PNG), html, history, and the checker's counts.
+Exit 1 on any violation (the message names the first one and the seed), 2 when the run itself
+failed (a step timed out, the cluster would not start).
+
+Bounded: the fault loop ends after --minutes; each step has its deadline (wait_for); an alarm
+ends the whole run after --minutes + FINISH_S; the cluster and its hosts are removed in
+`finally`, whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from connector import Admin, ClientConfig, Consumer
+from connector.protocol import RocketHAError
+from tests.chaos.checker import check
+from tests.chaos.history import History
+from tests.chaos.nemesis import KINDS, Nemesis, schedule
+from tests.chaos.report import write_html, write_timeline
+from tests.chaos.workload import (
+    TOPIC,
+    ConsumerWorker,
+    Observer,
+    ProducerWorker,
+    client_config,
+)
+from tests.integration.failover_cluster import QUEUES, FailoverCluster, commitlog_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROLLER_FAST = {"controllerHeartbeatTimeoutMs": "1500", "scanNotActiveBrokerIntervalMs": "200",
+                   "raftElectionTimeoutTicks": "6"}
+QUORUM = {"inSyncReplicas": "2", "enableAutoInSyncReplicas": "true", "minInSyncReplicas": "1"}
+REPLICA_SETS = ("broker-a", "broker-b")
+SETTLE_S = 60.0  # after a heal: both sets have a master again
+FINISH_S = 600.0  # the whole run's alarm: --minutes plus this
+CATCH_UP_S = 5.0  # consumers read on after the producers stopped
+
+
+class RunTimeout(Exception):
+    """The run's alarm went off."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise RunTimeout(f"the run took longer than its limit (signal {signum})")
+
+
+def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    history = History(out / "history.jsonl")
+    cluster = None
+    workers: list[Any] = []
+    try:
+        cluster = FailoverCluster(out / "cluster", controllers=3, replica_sets=2, replicas=3,
+                                  hosts=True, controller_settings=CONTROLLER_FAST, **QUORUM)
+        for name in REPLICA_SETS:
+            master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
+            cluster.wait_full_sync_state_set(master, 3, timeout_s=SETTLE_S)
+            Admin(ClientConfig(brokers=(cluster.endpoint(master),))).create_topic(
+                TOPIC, queues=QUEUES)
+        config = client_config(cluster.controller_addr)
+        run_id = "r" + uuid.uuid4().hex[:6]
+        observer = Observer(history, cluster.controller_addr,
+                            [cluster.endpoint(n) for n in cluster.controllers],
+                            list(REPLICA_SETS))
+        producers = [ProducerWorker(history, config, run_id, i, args.rate)
+                     for i in range(args.producers)]
+        consumers = [ConsumerWorker(history, config, name, i, QUEUES)
+                     for i, name in enumerate(REPLICA_SETS)]
+        workers = [observer, *producers, *consumers]
+        for worker in workers:
+            worker.start()
+        faults = _fault_loop(args, cluster, history)
+        _settle(cluster)
+        for producer in producers:
+            producer.stop()
+        time.sleep(CATCH_UP_S)
+        for worker in [*consumers, observer]:
+            worker.stop()
+        broken = [w for w in workers if w.error is not None or w.alive]
+        assert not broken, [(w._thread.name, repr(w.error)) for w in broken]
+        observer.observe()
+        _drain(cluster, history)
+        _digests(cluster, history)
+    finally:
+        for worker in workers:
+            worker.stop_event.set()
+        if cluster is not None:
+            cluster.down()
+        history.close()
+    result = check(history.events)
+    report = result.to_json()
+    png = write_timeline(history.events, out / "timeline.png",
+                         f"rocketha chaos, seed {args.seed}, {args.minutes} min: "
+                         f"{'valid' if result.valid else 'INVALID'}")
+    report.update({"seed": args.seed, "minutes": args.minutes, "faults_skipped": faults,
+                   "timeline": str(png), "history": str(out / "history.jsonl"),
+                   "html": str(out / "report.html"), "rto": result.rto})
+    write_html(report, png, out / "report.html")
+    return report
+
+
+def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster,
+                history: History) -> int:
+    """Plays the seed's schedule until --minutes are over; returns the faults skipped (their
+    target did not exist at that moment, e.g. no master)."""
+    nemesis = Nemesis(cluster, history, list(REPLICA_SETS))
+    plans = schedule(args.seed, tuple(args.faults))
+    end_s = time.monotonic() + args.minutes * 60
+    skipped = 0
+    time.sleep(3.0)  # a fault-free start: the latency outside faults
+    while time.monotonic() < end_s:
+        plan = next(plans)
+        heal = nemesis.inject(plan)
+        if heal is None:
+            skipped += 1
+            time.sleep(1.0)
+            continue
+        print(f"{time.strftime('%H:%M:%S')} {plan.name} held {plan.hold_s}s", flush=True)
+        try:
+            time.sleep(plan.hold_s)
+        finally:
+            heal()
+        _settle(cluster)
+        time.sleep(plan.quiet_s)
+    return skipped
+
+
+def _settle(cluster: FailoverCluster) -> None:
+    """Healed for good: both replica sets have a master (bounded)."""
+    for name in REPLICA_SETS:
+        cluster.wait_master(name, timeout_s=SETTLE_S)
+
+
+def _drain(cluster: FailoverCluster, history: History) -> None:
+    """Every queue of every set from its start, on its master at rest (process "drain")."""
+    for name in REPLICA_SETS:
+        master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
+        cluster.wait_full_sync_state_set(master, 3, timeout_s=SETTLE_S)
+        cluster.wait_confirm_at_end(master)
+        config = ClientConfig(brokers=(cluster.endpoint(master),), retries_max=5,
+                              request_timeout_ms=5000)
+        consumer = Consumer(config)
+        for queue in Admin(config).queue_offsets(TOPIC):
+            queue_id, queue_offset = queue["queue_id"], queue["min_queue_offset"]
+            for _ in range(100_000):  # bounded: each pull moves forward or the loop ends
+                if queue_offset >= queue["max_queue_offset"]:
+                    break
+                history.add("drain", "invoke", "poll", set=name, queue=queue_id,
+                            offset=queue_offset)
+                result = consumer.pull(TOPIC, queue_id, queue_offset, max_messages=1024)
+                offsets = result.table.column("queue_offset").to_pylist()
+                bodies = result.table.column("body").to_pylist()
+                history.add("drain", "ok", "poll", set=name, queue=queue_id,
+                            msgs=[[o, b.decode(errors="replace")]
+                                  for o, b in zip(offsets, bodies, strict=True)],
+                            next=result.next_queue_offset)
+                if result.next_queue_offset <= queue_offset:
+                    break
+                queue_offset = result.next_queue_offset
+            assert queue_offset >= queue["max_queue_offset"], (name, queue, queue_offset)
+
+
+def _digests(cluster: FailoverCluster, history: History) -> None:
+    """Each member's CommitLog [0, the master's confirm position) as SHA-256."""
+    for name in REPLICA_SETS:
+        master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
+        end = cluster.wait_confirm_at_end(master)
+        for member in cluster.members(name):
+            if member != master:
+                cluster.wait_converged(member, master)
+            digest = hashlib.sha256(commitlog_bytes(cluster.store_dir(member), end))
+            history.add("final", "ok", "replica_digest", set=name, broker=member, end=end,
+                        sha256=digest.hexdigest())
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--faults", type=lambda text: text.split(","), default=list(KINDS))
+    parser.add_argument("--producers", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=40.0, help="sends per second, each")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the history, PNG and HTML go (default .chaos/<time>-s<seed>)")
+    args = parser.parse_args(argv)
+    unknown = set(args.faults) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown faults {sorted(unknown)}; known: {','.join(KINDS)}")
+    out = args.out or ROOT / ".chaos" / f"{time.strftime('%Y%m%dT%H%M%S')}-s{args.seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(int(args.minutes * 60 + FINISH_S))
+    try:
+        report = run(args, out)
+    except (RunTimeout, AssertionError, RocketHAError, OSError) as err:
+        print(f"chaos seed {args.seed}: the run failed: {err!r}"[:3000], file=sys.stderr)
+        print(json.dumps({"valid": None, "seed": args.seed, "error": repr(err)[:2000],
+                          "history": str(out / "history.jsonl")}))
+        return 2
+    finally:
+        signal.alarm(0)
+    print(json.dumps(report, sort_keys=True))
+    if not report["valid"]:
+        print(f"chaos seed {args.seed}: INVALID: {report['first_violation']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
