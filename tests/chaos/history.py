@@ -29,6 +29,7 @@ Writing is thread-safe and line-buffered: a run that dies leaves a readable pref
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -70,9 +71,12 @@ class History:
 
 
 def read_history(path: Path) -> list[Event]:
-    """The events of a history file (a torn last line, from a killed run, is skipped)."""
+    """The events of a history file, plain or gzipped (`.gz`); a torn last line, from a
+    killed run, is skipped."""
     events = []
-    for line in path.read_text().splitlines():
+    text = (gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz"
+            else path.read_text())
+    for line in text.splitlines():
         try:
             events.append(json.loads(line))
         except ValueError:

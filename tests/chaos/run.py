@@ -1,7 +1,7 @@
 """`python3 build.py chaos`: a fault campaign on test hosts, judged by tests/chaos/checker.py.
 
     python3 build.py chaos [--minutes 3] [--seed 1] [--faults kill,pause,partition,loss,link]
-        [--producers 3] [--rate 40] [--out DIR]
+        [--producers 3] [--rate 40] [--tolerate KIND,...] [--keep-data] [--out DIR]
 
 The cluster: `rocketha-cluster up --hosts` with 3 controllers and 2 replica sets of 3 brokers,
 each process on its own test host (network namespaces on a bridge, 198.18.0.0/15; clients in
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import signal
 import sys
 import time
@@ -113,7 +114,9 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if cluster is not None:
             cluster.down()
         history.close()
-    result = check(history.events)
+    result = check(history.events, tolerate=args.tolerate)
+    if result.valid and not args.keep_data:
+        shutil.rmtree(out / "cluster", ignore_errors=True)  # the stores: kept when invalid
     report = result.to_json()
     png = write_timeline(history.events, out / "timeline.png",
                          f"rocketha chaos, seed {args.seed}, {args.minutes} min: "
@@ -206,6 +209,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--faults", type=lambda text: text.split(","), default=list(KINDS))
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--rate", type=float, default=40.0, help="sends per second, each")
+    parser.add_argument("--tolerate", type=lambda text: text.split(","), default=[],
+                        help="violation kinds counted but not judged, e.g. commit_regressions")
+    parser.add_argument("--keep-data", action="store_true",
+                        help="keep the brokers' stores after a valid run too")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the history, PNG and HTML go (default .chaos/<time>-s<seed>)")
     args = parser.parse_args(argv)
