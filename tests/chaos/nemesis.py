@@ -16,6 +16,12 @@ Kinds and variants (targets: master / slave of a replica set, controller leader 
     loss        30-80 % of a host's packets with the network dropped at random (nftables
                 numgen), the master's or the controller leader's host
     link        the host's link set down; healed by setting it up
+    power       a broker (master or slave) loses power: SIGKILL, then its LazyFS store
+                (tests/chaos/disk_faults.py) forgets every write not fsynced; healed by
+                `rocketha-cluster up` (crash recovery on what was durable)
+    corrupt     a slave (a minority replica) is stopped and the tail of its CommitLog
+                damaged (bit flips or zeroes in its last 4 KiB); healed by `up`: recovery must
+                cut the damage and the slave fetch it again
 Every fault is healed before the next one starts (`Nemesis.inject` returns the heal).
 """
 
@@ -26,12 +32,13 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tests.chaos.disk_faults import LazyMounts, corrupt_tail
 from tests.chaos.history import History
 from tests.integration.failover_cluster import FailoverCluster
 
 __all__ = ["KINDS", "FaultPlan", "Nemesis", "schedule"]
 
-KINDS = ("kill", "pause", "partition", "loss", "link")
+KINDS = ("kill", "pause", "partition", "loss", "link", "power", "corrupt")
 PROCESS_TARGETS = ("master", "slave", "controller-leader", "controller-follower")
 PARTITIONS = ("halves", "isolate-master", "isolate-leader", "one-way")
 HOST_TARGETS = ("master", "controller-leader", "any")
@@ -64,7 +71,8 @@ def schedule(seed: int, kinds: tuple[str, ...]) -> Iterator[FaultPlan]:
     for index in range(1_000_000):  # bounded: a run takes what it has time for
         kind = rng.choice(kinds)
         variant = rng.choice({"kill": PROCESS_TARGETS, "pause": PROCESS_TARGETS,
-                              "partition": PARTITIONS}.get(kind, HOST_TARGETS))
+                              "partition": PARTITIONS, "power": ("master", "slave"),
+                              "corrupt": ("slave",)}.get(kind, HOST_TARGETS))
         yield FaultPlan(index, kind, variant, rng.randrange(2), rng.random(),
                         rng.randint(*LOSS_PERCENT), round(rng.uniform(*HOLD_S), 2),
                         round(rng.uniform(*QUIET_S), 2))
@@ -74,9 +82,10 @@ class Nemesis:
     """Starts a planned fault on the cluster and returns how to heal it (None: skipped, e.g.
     no master to hit right now); records start and stop in the history."""
 
-    def __init__(self, cluster: FailoverCluster, history: History, replica_sets: list[str]
-                 ) -> None:
+    def __init__(self, cluster: FailoverCluster, history: History, replica_sets: list[str],
+                 lazy: LazyMounts | None = None) -> None:
         assert cluster.network is not None, "faults need test hosts"
+        self.lazy = lazy
         self.cluster = cluster
         self.network = cluster.network
         self.history = history
@@ -182,3 +191,22 @@ class Nemesis:
         host = self.cluster.host(victim)
         self.network.link_down(host)
         return [victim], lambda: self.network.link_up(host)
+
+    def _power(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        assert self.lazy is not None, "power faults need the stores on LazyFS"
+        victim = self._process(plan)
+        if victim is None:
+            return [], None
+        self._started(plan, [victim])
+        self.cluster.kill(victim)
+        self.lazy.power_loss(victim)
+        return [victim], self.cluster.up
+
+    def _corrupt(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        victim = self._process(plan)
+        if victim is None:
+            return [], None
+        self.cluster.kill(victim)
+        damage = corrupt_tail(self.cluster.store_dir(victim), random.Random(plan.draw))
+        self._started(plan, [victim], **damage)
+        return [victim], self.cluster.up

@@ -42,6 +42,7 @@ from typing import Any
 from connector import Admin, ClientConfig, Consumer
 from connector.protocol import RocketHAError
 from tests.chaos.checker import check
+from tests.chaos.disk_faults import LazyMounts
 from tests.chaos.history import History
 from tests.chaos.nemesis import KINDS, Nemesis, schedule
 from tests.chaos.report import write_html, write_timeline
@@ -74,11 +75,13 @@ def _alarm(signum: int, frame: Any) -> None:
 
 def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     history = History(out / "history.jsonl")
-    cluster = None
+    cluster = lazy = None
     workers: list[Any] = []
     try:
         cluster = FailoverCluster(out / "cluster", controllers=3, replica_sets=2, replicas=3,
                                   hosts=True, controller_settings=CONTROLLER_FAST, **QUORUM)
+        if "power" in args.faults:
+            lazy = LazyMounts(cluster, sorted(cluster.brokers))
         for name in REPLICA_SETS:
             master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
             cluster.wait_full_sync_state_set(master, 3, timeout_s=SETTLE_S)
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         workers = [observer, *producers, *consumers]
         for worker in workers:
             worker.start()
-        faults = _fault_loop(args, cluster, history)
+        faults = _fault_loop(args, cluster, history, lazy)
         _settle(cluster)
         for producer in producers:
             producer.stop()
@@ -113,6 +116,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             worker.stop_event.set()
         if cluster is not None:
             cluster.down()
+        if lazy is not None:
+            lazy.close()
         history.close()
     result = check(history.events, tolerate=args.tolerate)
     if result.valid and not args.keep_data:
@@ -128,11 +133,11 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return report
 
 
-def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster,
-                history: History) -> int:
+def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster, history: History,
+                lazy: LazyMounts | None) -> int:
     """Plays the seed's schedule until --minutes are over; returns the faults skipped (their
     target did not exist at that moment, e.g. no master)."""
-    nemesis = Nemesis(cluster, history, list(REPLICA_SETS))
+    nemesis = Nemesis(cluster, history, list(REPLICA_SETS), lazy)
     plans = schedule(args.seed, tuple(args.faults))
     end_s = time.monotonic() + args.minutes * 60
     skipped = 0
