@@ -59,9 +59,9 @@ class LazyMounts:
             self.close()
             raise
 
-    def power_loss(self, name: str) -> None:
-        """`name` (already killed) loses what its store had not fsynced."""
-        power_loss(self.backing[name])
+    def power_loss(self, name: str) -> tuple[int, int]:
+        """`name` (already killed) loses what its store had not fsynced: (pages, files)."""
+        return power_loss(self.backing[name])
 
     def close(self) -> None:
         """Unmount every store (its broker must be stopped); lazily if still busy."""

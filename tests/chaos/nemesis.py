@@ -199,7 +199,9 @@ class Nemesis:
             return [], None
         self._started(plan, [victim])
         self.cluster.kill(victim)
-        self.lazy.power_loss(victim)
+        pages, files = self.lazy.power_loss(victim)
+        self.history.add("nemesis", "info", "fault_detail", name=plan.name,
+                         unsynced_pages_lost=pages, files=files)
         return [victim], self.cluster.up
 
     def _corrupt(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:

@@ -73,7 +73,7 @@ def test_unsynced_writes_are_lost_synced_ones_kept(lazy: tuple[Path, Path]) -> N
     os.write(grown, b"y" * 100)  # grows the file, unsynced
     os.close(grown)
     assert os.path.getsize(mount / "log") == 200
-    power_loss(str(backing))
+    assert power_loss(str(backing)) == (2, 2)  # a page of each file
     data = (mount / "segment").read_bytes()
     assert data[:5000] == b"A" * 5000 and data[5000:8000] == bytes(3000)
     assert (mount / "log").read_bytes() == b"x" * 100

@@ -55,11 +55,14 @@ class LazyFS(mfusepy.Operations):
         return os.path.join(self.backing, path.lstrip("/"))
 
     # -- the fault --------------------------------------------------------------------------
-    def power_loss(self) -> None:
+    def power_loss(self) -> tuple[int, int]:
+        """Forget every pending write; returns (pages, files) forgotten."""
         with self._lock:
+            dropped = (sum(len(pages) for pages in self._pages.values()), len(self._pages))
             self._pages.clear()
             self._sizes.clear()
             self.power_losses += 1
+            return dropped
 
     def flush_all(self) -> None:
         with self._lock:
@@ -241,23 +244,33 @@ def control_file(backing: str) -> str:
     return os.path.realpath(backing) + ".power-loss"
 
 
-def power_loss(backing: str, timeout_s: float = 10.0) -> None:
-    """Make the LazyFS serving `backing` lose what is not fsynced; returns once it did."""
+def power_loss(backing: str, timeout_s: float = 10.0) -> tuple[int, int]:
+    """Make the LazyFS serving `backing` lose what is not fsynced; returns once it did, with
+    the (pages, files) it forgot (read from `<backing>.power-loss.done`)."""
     trigger = control_file(backing)
+    done = trigger + ".done"
+    if os.path.exists(done):
+        os.unlink(done)
     with open(trigger, "w"):
         pass
     deadline = time.monotonic() + timeout_s
-    while os.path.exists(trigger):
+    while os.path.exists(trigger) or not os.path.exists(done):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no LazyFS took {trigger} within {timeout_s} s")
         time.sleep(CONTROL_POLL_S)
+    with open(done) as reply:
+        pages, files = (int(part) for part in reply.read().split())
+    return pages, files
 
 
 def _watch(operations: LazyFS, stop: threading.Event) -> None:
     trigger = control_file(operations.backing)
     while not stop.wait(CONTROL_POLL_S):
         if os.path.exists(trigger):
-            operations.power_loss()
+            pages, files = operations.power_loss()
+            with open(trigger + ".done.tmp", "w") as out:
+                out.write(f"{pages} {files}\n")
+            os.replace(trigger + ".done.tmp", trigger + ".done")
             os.unlink(trigger)
 
 
