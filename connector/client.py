@@ -341,6 +341,13 @@ class _Base:
                     self._refresh_route(endpoint)
             except RetriableError as err:
                 error = err
+            except pa.ArrowInvalid as err:
+                if "is closed" not in str(err):
+                    raise
+                # another thread closed the shared connection after a failure of its own
+                # (_refresh_route): a new one on the next attempt (found by a chaos run)
+                _drop_connection(endpoint)
+                error = RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
             if not error.retriable or attempt == self.config.retries_max:
                 raise error
             delay_ms = self._backoff.delay_ms(attempt)
