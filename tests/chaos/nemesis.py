@@ -19,6 +19,8 @@ Kinds and variants (targets: master / slave of a replica set, controller leader 
     power       a broker (master or slave) loses power: SIGKILL, then its LazyFS store
                 (tests/chaos/disk_faults.py) forgets every write not fsynced; healed by
                 `rocketha-cluster up` (crash recovery on what was durable)
+    disk        the disk of a replica set's limited broker (`<set>-2`, on a tmpfs of 256 MiB)
+                fills up (ENOSPC); healed by freeing it and `up` (restarts it if it stopped)
     corrupt     a slave (a minority replica) is stopped and the tail of its CommitLog
                 damaged (bit flips or zeroes in its last 4 KiB); healed by `up`: recovery must
                 cut the damage and the slave fetch it again
@@ -32,13 +34,13 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tests.chaos.disk_faults import LazyMounts, corrupt_tail
+from tests.chaos.disk_faults import StoreMounts, corrupt_tail
 from tests.chaos.history import History
 from tests.integration.failover_cluster import FailoverCluster
 
 __all__ = ["KINDS", "FaultPlan", "Nemesis", "schedule"]
 
-KINDS = ("kill", "pause", "partition", "loss", "link", "power", "corrupt")
+KINDS = ("kill", "pause", "partition", "loss", "link", "power", "corrupt", "disk")
 PROCESS_TARGETS = ("master", "slave", "controller-leader", "controller-follower")
 PARTITIONS = ("halves", "isolate-master", "isolate-leader", "one-way")
 HOST_TARGETS = ("master", "controller-leader", "any")
@@ -72,7 +74,8 @@ def schedule(seed: int, kinds: tuple[str, ...]) -> Iterator[FaultPlan]:
         kind = rng.choice(kinds)
         variant = rng.choice({"kill": PROCESS_TARGETS, "pause": PROCESS_TARGETS,
                               "partition": PARTITIONS, "power": ("master", "slave"),
-                              "corrupt": ("slave",)}.get(kind, HOST_TARGETS))
+                              "corrupt": ("slave",), "disk": ("limited",)
+                              }.get(kind, HOST_TARGETS))
         yield FaultPlan(index, kind, variant, rng.randrange(2), rng.random(),
                         rng.randint(*LOSS_PERCENT), round(rng.uniform(*HOLD_S), 2),
                         round(rng.uniform(*QUIET_S), 2))
@@ -83,9 +86,9 @@ class Nemesis:
     no master to hit right now); records start and stop in the history."""
 
     def __init__(self, cluster: FailoverCluster, history: History, replica_sets: list[str],
-                 lazy: LazyMounts | None = None) -> None:
+                 mounts: StoreMounts | None = None) -> None:
         assert cluster.network is not None, "faults need test hosts"
-        self.lazy = lazy
+        self.mounts = mounts
         self.cluster = cluster
         self.network = cluster.network
         self.history = history
@@ -193,13 +196,13 @@ class Nemesis:
         return [victim], lambda: self.network.link_up(host)
 
     def _power(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
-        assert self.lazy is not None, "power faults need the stores on LazyFS"
+        assert self.mounts is not None and self.mounts.backing, "power needs LazyFS stores"
         victim = self._process(plan)
         if victim is None:
             return [], None
         self._started(plan, [victim])
         self.cluster.kill(victim)
-        pages, files = self.lazy.power_loss(victim)
+        pages, files = self.mounts.power_loss(victim)
         self.history.add("nemesis", "info", "fault_detail", name=plan.name,
                          unsynced_pages_lost=pages, files=files)
         return [victim], self.cluster.up
@@ -212,3 +215,17 @@ class Nemesis:
         damage = corrupt_tail(self.cluster.store_dir(victim), random.Random(plan.draw))
         self._started(plan, [victim], **damage)
         return [victim], self.cluster.up
+
+    def _disk(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        assert self.mounts is not None and self.mounts.disks, "disk faults need limited stores"
+        replica_set = self.replica_sets[plan.replica_set % len(self.replica_sets)]
+        victim = next(name for name in sorted(self.mounts.disks)
+                      if name in self.cluster.members(replica_set))
+        self._started(plan, [victim])
+        filled = self.mounts.fill(victim)
+        self.history.add("nemesis", "info", "fault_detail", name=plan.name, filler_bytes=filled)
+
+        def heal() -> None:
+            self.mounts.unfill(victim)  # type: ignore[union-attr]
+            self.cluster.up()  # starts it again if it stopped (fsync failed: fail-stop)
+        return [victim], heal

@@ -1,6 +1,7 @@
 """`python3 build.py chaos`: a fault campaign on test hosts, judged by tests/chaos/checker.py.
 
-    python3 build.py chaos [--minutes 3] [--seed 1] [--faults kill,pause,partition,loss,link]
+    python3 build.py chaos [--minutes 3] [--seed 1]
+        [--faults kill,pause,partition,loss,link,power,corrupt,disk]
         [--producers 3] [--rate 40] [--tolerate KIND,...] [--keep-data] [--out DIR]
 
 The cluster: `rocketha-cluster up --hosts` with 3 controllers and 2 replica sets of 3 brokers,
@@ -9,7 +10,10 @@ the root namespace), the cluster tool's quorum (inSyncReplicas 2 of 3, degrading
 short timers. The workload (tests/chaos/workload.py) runs throughout: idempotent producers
 through the controllers' routes, one consumer per replica set in a consumer group committing
 offsets, an observer of the controllers. The nemesis (tests/chaos/nemesis.py) plays the
-seed's schedule: a fault, held a few seconds, healed, a quiet time, the next.
+seed's schedule: a fault, held a few seconds, healed, a quiet time, the next. With `power`
+every broker's store is on LazyFS (FUSE, unsynced writes lost on a power loss); with `disk`
+the `<set>-2` brokers' stores are on a 256 MiB tmpfs that a fault fills
+(tests/chaos/disk_faults.py).
 
 At the end: every fault healed, both sets with a master and a full SyncStateSet, the producers
 stopped, the consumers given time to catch up; then the final drain (every queue of every set
@@ -42,7 +46,7 @@ from typing import Any
 from connector import Admin, ClientConfig, Consumer
 from connector.protocol import RocketHAError
 from tests.chaos.checker import check
-from tests.chaos.disk_faults import LazyMounts
+from tests.chaos.disk_faults import StoreMounts
 from tests.chaos.history import History
 from tests.chaos.nemesis import KINDS, Nemesis, schedule
 from tests.chaos.report import write_html, write_timeline
@@ -75,13 +79,15 @@ def _alarm(signum: int, frame: Any) -> None:
 
 def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     history = History(out / "history.jsonl")
-    cluster = lazy = None
+    cluster = mounts = None
     workers: list[Any] = []
     try:
         cluster = FailoverCluster(out / "cluster", controllers=3, replica_sets=2, replicas=3,
                                   hosts=True, controller_settings=CONTROLLER_FAST, **QUORUM)
-        if "power" in args.faults:
-            lazy = LazyMounts(cluster, sorted(cluster.brokers))
+        if "power" in args.faults or "disk" in args.faults:
+            mounts = StoreMounts(
+                cluster, lazy=sorted(cluster.brokers) if "power" in args.faults else [],
+                limited=[f"{name}-2" for name in REPLICA_SETS] if "disk" in args.faults else [])
         for name in REPLICA_SETS:
             master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
             cluster.wait_full_sync_state_set(master, 3, timeout_s=SETTLE_S)
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         workers = [observer, *producers, *consumers]
         for worker in workers:
             worker.start()
-        faults = _fault_loop(args, cluster, history, lazy)
+        faults = _fault_loop(args, cluster, history, mounts)
         _settle(cluster)
         for producer in producers:
             producer.stop()
@@ -116,8 +122,8 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             worker.stop_event.set()
         if cluster is not None:
             cluster.down()
-        if lazy is not None:
-            lazy.close()
+        if mounts is not None:
+            mounts.close()
         history.close()
     result = check(history.events, tolerate=args.tolerate)
     if result.valid and not args.keep_data:
@@ -134,10 +140,10 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster, history: History,
-                lazy: LazyMounts | None) -> int:
+                mounts: StoreMounts | None) -> int:
     """Plays the seed's schedule until --minutes are over; returns the faults skipped (their
     target did not exist at that moment, e.g. no master)."""
-    nemesis = Nemesis(cluster, history, list(REPLICA_SETS), lazy)
+    nemesis = Nemesis(cluster, history, list(REPLICA_SETS), mounts)
     plans = schedule(args.seed, tuple(args.faults))
     end_s = time.monotonic() + args.minutes * 60
     skipped = 0
