@@ -19,6 +19,9 @@ Checks (a violation in any of them makes the history invalid):
   (each poll starts where it asked, its offsets contiguous);
   `commit_regressions`: a group's committed offset, as read back, never moves backwards, and
   never reads below a commit acknowledged before the read began.
+- the Delta table of the Spark ingest (`--spark`; a `table` event with its rows' bodies): every
+  acknowledged value exactly once (`table_lost`, `table_duplicated`), nothing never sent
+  (`table_unexpected`).
 - `replica_divergence`: after healing, every replica of a set has the same CommitLog bytes up
   to the position compared (its master's confirm position), as SHA-256 digests.
 - `controller_violations` (from `elections` and `replica_state` observations): the same
@@ -80,14 +83,19 @@ class CheckResult:
     replicas_compared: int = 0
     controller_violations: list[str] = dataclasses.field(default_factory=list)
     elections_seen: int = 0
+    table_rows: int | None = None  # None: no Spark ingest in this run
+    table_lost: list[str] = dataclasses.field(default_factory=list)
+    table_duplicated: list[str] = dataclasses.field(default_factory=list)
+    table_unexpected: list[str] = dataclasses.field(default_factory=list)
     faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     rto: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     latency_ms: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     # the order a first violation is named in: the worst first
-    VIOLATIONS = ("lost", "inconsistent_offsets", "lost_writes", "unexpected",
-                  "duplicated_unexplained", "replica_divergence", "controller_violations",
-                  "commit_regressions", "poll_violations")
+    VIOLATIONS = ("lost", "table_lost", "inconsistent_offsets", "lost_writes", "unexpected",
+                  "table_unexpected", "duplicated_unexplained", "table_duplicated",
+                  "replica_divergence", "controller_violations", "commit_regressions",
+                  "poll_violations")
 
     # violation kinds counted but not judged (a known, documented weakness), see `check`
     tolerated: tuple[str, ...] = ()
@@ -124,7 +132,9 @@ class CheckResult:
             "replica_divergence": len(self.replica_divergence),
             "replicas_compared": self.replicas_compared,
             "controller_violations": len(self.controller_violations),
-            "elections_seen": self.elections_seen,
+            "elections_seen": self.elections_seen, "table_rows": self.table_rows,
+            "table_lost": len(self.table_lost), "table_duplicated": len(self.table_duplicated),
+            "table_unexpected": len(self.table_unexpected),
             "faults_by_kind": dict(sorted(self.faults_by_kind.items())),
             "faults": sum(self.faults_by_kind.values()),
             "rto_p50_s": _round(self.rto_percentile_s(0.5)),
@@ -170,6 +180,7 @@ def check(events: Sequence[Event], *, tolerate: Iterable[str] = ()) -> CheckResu
     _polls(result, polls)
     _commits(result, events)
     _replicas(result, events)
+    _table(result, events, sends)
     _controller(result, events)
     windows = fault_windows(events)
     result.faults_by_kind = dict(Counter(w.kind for w in windows))
@@ -315,6 +326,22 @@ def _replicas(result: CheckResult, events: Sequence[Event]) -> None:
             result.replica_divergence.append(
                 f"{replica_set}: CommitLog bytes [0, {end}) differ: "
                 + ", ".join(f"{b} {d[:12]}" for b, d in sorted(digests.items())))
+
+
+def _table(result: CheckResult, events: Sequence[Event],
+           sends: list[tuple[Event, Event | None]]) -> None:
+    tables = [e for e in events if e["f"] == "table" and e["type"] == "ok"]
+    if not tables:
+        return
+    rows = Counter(tables[-1]["values"])
+    attempted = {invoke["value"] for invoke, _ in sends}
+    acked = sorted(invoke["value"] for invoke, done in sends
+                   if done is not None and done["type"] == "ok")
+    result.table_rows = sum(rows.values())
+    result.table_lost = [value for value in acked if value not in rows]
+    result.table_duplicated = [f"{value} x{count}" for value, count in sorted(rows.items())
+                               if count > 1]
+    result.table_unexpected = sorted(value for value in rows if value not in attempted)
 
 
 def _controller(result: CheckResult, events: Sequence[Event]) -> None:

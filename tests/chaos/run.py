@@ -2,7 +2,7 @@
 
     python3 build.py chaos [--minutes 3] [--seed 1]
         [--faults kill,pause,partition,loss,link,power,corrupt,disk]
-        [--producers 3] [--rate 40] [--tolerate KIND,...] [--keep-data] [--out DIR]
+        [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark] [--keep-data] [--out DIR]
 
 The cluster: `rocketha-cluster up --hosts` with 3 controllers and 2 replica sets of 3 brokers,
 each process on its own test host (network namespaces on a bridge, 198.18.0.0/15; clients in
@@ -50,6 +50,7 @@ from tests.chaos.disk_faults import StoreMounts
 from tests.chaos.history import History
 from tests.chaos.nemesis import KINDS, Nemesis, schedule
 from tests.chaos.report import write_html, write_timeline
+from tests.chaos.spark_ingest import SparkIngest
 from tests.chaos.workload import (
     TOPIC,
     ConsumerWorker,
@@ -66,6 +67,7 @@ QUORUM = {"inSyncReplicas": "2", "enableAutoInSyncReplicas": "true", "minInSyncR
 REPLICA_SETS = ("broker-a", "broker-b")
 SETTLE_S = 60.0  # after a heal: both sets have a master again
 FINISH_S = 600.0  # the whole run's alarm: --minutes plus this
+SPARK_FINISH_S = 900.0  # plus this with --spark (the cluster's start, both ingest runs)
 CATCH_UP_S = 5.0  # consumers read on after the producers stopped
 
 
@@ -79,7 +81,7 @@ def _alarm(signum: int, frame: Any) -> None:
 
 def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     history = History(out / "history.jsonl")
-    cluster = mounts = None
+    cluster = mounts = spark = None
     workers: list[Any] = []
     try:
         cluster = FailoverCluster(out / "cluster", controllers=3, replica_sets=2, replicas=3,
@@ -94,6 +96,10 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             Admin(ClientConfig(brokers=(cluster.endpoint(master),))).create_topic(
                 TOPIC, queues=QUEUES)
         config = client_config(cluster.controller_addr)
+        if args.spark:
+            assert cluster.network is not None
+            spark = SparkIngest(out, cluster.network.root_address,
+                                cluster.controller_addr).start()
         run_id = "r" + uuid.uuid4().hex[:6]
         observer = Observer(history, cluster.controller_addr,
                             [cluster.endpoint(n) for n in cluster.controllers],
@@ -116,10 +122,14 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         assert not broken, [(w._thread.name, repr(w.error)) for w in broken]
         observer.observe()
         _drain(cluster, history)
+        if spark is not None:
+            print(f"spark ingest: {spark.finish(history)}", flush=True)
         _digests(cluster, history)
     finally:
         for worker in workers:
             worker.stop_event.set()
+        if spark is not None:
+            spark.close()
         if cluster is not None:
             cluster.down()
         if mounts is not None:
@@ -222,6 +232,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="sends per second, each")
     parser.add_argument("--tolerate", type=lambda text: text.split(","), default=[],
                         help="violation kinds counted but not judged, e.g. commit_regressions")
+    parser.add_argument("--spark", action="store_true",
+                        help="also a structured-streaming ingest into a Delta table on a Spark "
+                        "standalone cluster, judged exactly-once (tests/chaos/spark_ingest.py)")
     parser.add_argument("--keep-data", action="store_true",
                         help="keep the brokers' stores after a valid run too")
     parser.add_argument("--out", type=Path, default=None,
@@ -233,7 +246,7 @@ def main(argv: list[str]) -> int:
     out = args.out or ROOT / ".chaos" / f"{time.strftime('%Y%m%dT%H%M%S')}-s{args.seed}"
     out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(int(args.minutes * 60 + FINISH_S))
+    signal.alarm(int(args.minutes * 60 + FINISH_S + (SPARK_FINISH_S if args.spark else 0)))
     try:
         report = run(args, out)
     except (RunTimeout, AssertionError, RocketHAError, OSError) as err:

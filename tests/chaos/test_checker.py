@@ -188,6 +188,18 @@ def test_controller_invariants() -> None:
     assert "epoch read 0 after 1" in check(bad.events).controller_violations[0]
 
 
+def test_the_spark_table_holds_every_ack_exactly_once() -> None:
+    assert check(good().events).table_rows is None  # no ingest: not judged
+    b = good().add("final", "ok", "table", values=["v0", "v1", "v2", "v3"])
+    assert check(b.events).valid and check(b.events).table_rows == 4
+    b = good().add("final", "ok", "table", values=["v0", "v2", "v2", "zz"])
+    result = check(b.events)
+    assert result.table_lost == ["v1"] and result.table_duplicated == ["v2 x2"]
+    assert result.table_unexpected == ["zz"]
+    assert result.first_violation is not None
+    assert result.first_violation.startswith("table_lost")
+
+
 def test_rto_and_latency_are_measured_per_fault() -> None:
     b = good()
     b.add("nemesis", "info", "fault", phase="start", kind="kill", name="f1", targets=["x"])
