@@ -226,6 +226,8 @@ class Nemesis:
         self.history.add("nemesis", "info", "fault_detail", name=plan.name, filler_bytes=filled)
 
         def heal() -> None:
+            self.history.add("nemesis", "info", "fault_detail", name=plan.name,
+                             stopped_by_it=self.cluster.pid(victim) is None)
             self.mounts.unfill(victim)  # type: ignore[union-attr]
             self.cluster.up()  # starts it again if it stopped (fsync failed: fail-stop)
         return [victim], heal
