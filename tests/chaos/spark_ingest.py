@@ -61,7 +61,7 @@ class SparkIngest:
                 "--timeout-s", str(RUN_TIMEOUT_S)]
         with (self.out / log_name).open("wb") as log:
             job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                   env=self.cluster.submit_env(), cwd=ROOT,
+                                   env=self.cluster.submit_env(), cwd=self.out,
                                    start_new_session=True)
         self._jobs.append(job)
         return job
