@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,22 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.integration.failover_cluster import ROOT, _env
-from tests.support.lazyfs import power_loss
+from tests.support.lazyfs import fuse_unavailable_reason, power_loss
 
 MOUNT_TIMEOUT_S = 10.0
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        return "FUSE needs root and /dev/fuse"
-    if shutil.which("fusermount3") is None:
-        return "fusermount3 missing (Debian package fuse3)"
-    return None
-
-
 @pytest.fixture
 def lazy(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    reason = _skip_reason()
+    reason = fuse_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
     backing, mount = tmp_path / "backing", tmp_path / "mount"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sys
 import threading
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 import mfusepy
 
-__all__ = ["LazyFS", "control_file", "main", "power_loss"]
+__all__ = ["LazyFS", "control_file", "fuse_unavailable_reason", "main", "power_loss"]
 
 PAGE_BYTES = 4096
 PENDING_BYTES_MAX = 256 << 20
@@ -238,6 +239,15 @@ class LazyFS(mfusepy.Operations):
 
 
 CONTROL_POLL_S = 0.02
+
+
+def fuse_unavailable_reason() -> str | None:
+    """Why a LazyFS cannot be mounted here (None: it can)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        return "FUSE needs root and /dev/fuse"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 missing (Debian package fuse3)"
+    return None
 
 
 def control_file(backing: str) -> str:
