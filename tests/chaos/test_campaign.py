@@ -1,4 +1,4 @@
-"""A 2-minute chaos campaign in the default suite: `build.py chaos` as a user runs it.
+"""A 1.75-minute chaos campaign in the default suite: `build.py chaos` as a user runs it.
 
 Goal: the whole harness keeps working (cluster on 9 test hosts, workload, seeded faults of
 every kind: process, network, power loss on LazyFS, corrupt tails, full disk; drain, replica
@@ -29,12 +29,12 @@ from tests.support.lazyfs import fuse_unavailable_reason
 
 pytestmark = pytest.mark.integration
 
-MINUTES = 2.0
+MINUTES = 1.75
 SEED = 11
 RUN_TIMEOUT_S = MINUTES * 60 + 360  # set-up, settling, drain and digests on 2 busy cores
 
 
-def test_two_minute_campaign(tmp_path: Path) -> None:
+def test_short_campaign_of_every_fault_kind(tmp_path: Path) -> None:
     reason = hosts_skip_reason()
     if reason is not None:
         pytest.skip(reason)
@@ -68,6 +68,6 @@ def test_two_minute_campaign(tmp_path: Path) -> None:
     assert report["duplicated_unexplained"] == report["replica_divergence"] == 0
     assert report["controller_violations"] == 0
     assert report["acknowledged"] > 1000 and report["read"] >= report["acknowledged"]
-    assert report["faults"] >= 6 and report["replicas_compared"] == 6
+    assert report["faults"] >= 5 and report["replicas_compared"] == 6
     assert Path(report["timeline"]).stat().st_size > 10_000
     assert "timeline.png" in Path(report["html"]).read_text()
