@@ -4,7 +4,9 @@
                 address (routes from the controller), sending unique values `<run>:p<i>:<seq>`
                 with keys `k<seq % 8>` and tags `t<seq % 3>` at a paced rate. A send is `ok`
                 (PUT_OK with its queue and offset, or `duplicate`: a retry the broker had
-                stored), else `info` (the client gave up: it may be stored). Producer i starts
+                stored), else `info` (the client gave up: it may be stored). An ack names
+                its replica set: the set of the broker its last attempt went to (the client's
+                routes; an idempotent retry stays in its first attempt's set). Producer i starts
                 at the i-th master of the controller's route list, so both replica sets get
                 writes (the client otherwise sends everything to the first).
     Consumers   one per replica set, all in one consumer group: pull every queue of the set in
@@ -99,10 +101,19 @@ class ProducerWorker(_Worker):
         self.history, self.config, self.run, self.index = history, config, run, index
         self.interval_s = 1.0 / rate_per_s
         self.process = f"p{index}"
+        self._endpoint = ""  # the broker the last put attempt went to
 
     def _run(self) -> None:
         producer = Producer(self.config, idempotent=True)
-        producer._channel._broker_index = self.index  # start at the index-th master (docstring)
+        channel = producer._channel
+        channel._broker_index = self.index  # start at the index-th master (docstring)
+        pinned = channel._pinned
+
+        def watched(endpoint: str, home: list[str]) -> str:
+            self._endpoint = pinned(endpoint, home)  # where this attempt goes
+            return self._endpoint
+        channel._pinned = watched  # type: ignore[method-assign]
+        self._channel = channel
         next_s, seq = time.monotonic(), 0
         try:
             while not self.stop_event.is_set():
@@ -124,8 +135,9 @@ class ProducerWorker(_Worker):
             self.history.add(self.process, "info", "send", value=value, error=err.name)
             return
         if result.status == "PUT_OK":
+            replica_set = self._channel._set_of_member.get(self._endpoint)
             self.history.add(self.process, "ok", "send", value=value, queue=result.queue_id,
-                             offset=result.queue_offset, set=None,
+                             offset=result.queue_offset, set=replica_set,
                              duplicate=result.queue_id < 0)
         else:
             self.history.add(self.process, "info", "send", value=value, error=result.status)
