@@ -98,6 +98,17 @@ def test_an_ack_naming_another_offset_is_inconsistent() -> None:
     assert "v5 acked at ?/1@3" in result.inconsistent_offsets[0]
 
 
+def test_an_ack_naming_its_set_is_checked_in_that_set() -> None:
+    b = good().send("w1", 2, 0, set_="b").poll("b", 2, 0, [(0, "w1")])
+    assert check(b.events).valid
+    b = good().send("w1", 2, 0, set_="b").poll("a", 2, 0, [(0, "w1")])  # found in a
+    assert "w1 acked at b/2@0" in check(b.events).inconsistent_offsets[0]
+    # lost below what set b's polls returned, though set a's polls never got that far
+    b = good().send("w2", 2, 0, set_="b").poll("b", 2, 1, [(1, "w3")])
+    b.send("w3", 2, 1, set_="b")
+    assert "w2" in check(b.events).lost_writes[0]
+
+
 def test_the_same_offset_in_two_replica_sets_is_no_conflict() -> None:
     b = good().send("w0", 0, 0).poll("b", 0, 0, [(0, "w0")])
     assert check(b.events).valid
