@@ -88,7 +88,7 @@ def write_html(report: dict[str, Any], png: Path, path: Path) -> Path:
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rocketha chaos seed {report['seed']}</title>
 <style>body{{font-family:sans-serif;margin:1em}} .row{{display:flex;gap:1em}}
-pre{{font-size:12px;max-width:40em;overflow:auto}} img{{max-width:60vw}}
+pre{{font-size:12px;max-width:40em;overflow:auto}} img{{max-width:60vw;height:auto}}
 td,th{{padding:2px 8px;font-size:12px}} .bad{{color:#b00}}</style></head>
 <body><h1 class="{'' if report['valid'] else 'bad'}">seed {report['seed']}: {html.escape(verdict)}</h1>
 <div class="row"><img src="{html.escape(png.name)}" alt="timeline">
