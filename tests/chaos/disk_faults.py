@@ -31,7 +31,7 @@ from typing import Any
 from tests.integration.failover_cluster import ROOT, FailoverCluster, _env
 from tests.support.lazyfs import power_loss
 
-__all__ = ["LIMITED_MB", "TAIL_BYTES", "StoreMounts", "corrupt_tail"]
+__all__ = ["LIMITED_MB", "TAIL_BYTES", "StoreMounts", "corrupt_tail", "unmount_under"]
 
 TAIL_BYTES = 4096
 MOUNT_TIMEOUT_S = 15.0
@@ -58,6 +58,17 @@ def _unmount(directory: Path, command: list[str], lazy_flag: str) -> None:
         if done.returncode != 0:  # still busy: detach now, gone once unused
             subprocess.run([*command, lazy_flag, str(directory)], capture_output=True,
                            timeout=30, check=False)
+
+
+def unmount_under(directory: Path) -> list[str]:
+    """Detach every mount below `directory` (a killed run's LazyFS and tmpfs stores), deepest
+    first; returns the mount points."""
+    root = os.path.realpath(directory) + os.sep
+    with open("/proc/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(root)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30, check=False)
+    return points
 
 
 class StoreMounts:
