@@ -59,6 +59,7 @@ from tests.chaos.workload import (
     client_config,
 )
 from tests.integration.failover_cluster import QUEUES, FailoverCluster, commitlog_bytes
+from tests.support.lazyfs import fuse_unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLLER_FAST = {"controllerHeartbeatTimeoutMs": "1500", "scanNotActiveBrokerIntervalMs": "200",
@@ -243,6 +244,8 @@ def main(argv: list[str]) -> int:
     unknown = set(args.faults) - set(KINDS)
     if unknown:
         parser.error(f"unknown faults {sorted(unknown)}; known: {','.join(KINDS)}")
+    if "power" in args.faults and fuse_unavailable_reason() is not None:
+        parser.error(f"power faults need LazyFS: {fuse_unavailable_reason()} (leave out power)")
     out = args.out or ROOT / ".chaos" / f"{time.strftime('%Y%m%dT%H%M%S')}-s{args.seed}"
     out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGALRM, _alarm)

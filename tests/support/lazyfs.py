@@ -33,7 +33,11 @@ import threading
 import time
 from typing import Any
 
-import mfusepy
+try:
+    import mfusepy
+    _BINDING_ERROR: str | None = None
+except (ImportError, OSError) as err:  # no mfusepy, or no libfuse (Debian's fuse3) to load
+    _BINDING_ERROR = f"the FUSE binding cannot load: {err}"
 
 __all__ = ["LazyFS", "control_file", "fuse_unavailable_reason", "main", "power_loss"]
 
@@ -41,7 +45,7 @@ PAGE_BYTES = 4096
 PENDING_BYTES_MAX = 256 << 20
 
 
-class LazyFS(mfusepy.Operations):
+class LazyFS(mfusepy.Operations if _BINDING_ERROR is None else object):  # type: ignore[misc]
     use_ns = True
 
     def __init__(self, backing: str) -> None:
@@ -243,6 +247,8 @@ CONTROL_POLL_S = 0.02
 
 def fuse_unavailable_reason() -> str | None:
     """Why a LazyFS cannot be mounted here (None: it can)."""
+    if _BINDING_ERROR is not None:
+        return _BINDING_ERROR
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         return "FUSE needs root and /dev/fuse"
     if shutil.which("fusermount3") is None:
