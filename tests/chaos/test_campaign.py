@@ -1,4 +1,4 @@
-"""A 1.75-minute chaos campaign in the default suite: `build.py chaos` as a user runs it.
+"""A 1.5-minute chaos campaign in the default suite: `build.py chaos` as a user runs it.
 
 Goal: the whole harness keeps working (cluster on 9 test hosts, workload, seeded faults of
 every kind: process, network, power loss on LazyFS, corrupt tails, full disk; drain, replica
@@ -31,20 +31,20 @@ from tests.support.lazyfs import fuse_unavailable_reason
 
 pytestmark = pytest.mark.integration
 
-MINUTES = 1.75
+MINUTES = 1.5
 SEED = 11
 RUN_TIMEOUT_S = 1200  # set-up, settling, drain, digests (and Spark) on 2 busy cores
 
 
 def test_short_campaign_of_every_fault_kind(tmp_path: Path) -> None:
     report = _campaign(tmp_path, MINUTES, SEED)
-    assert report["faults"] >= 5 and report["table_rows"] is None
+    assert report["faults"] >= 4 and report["table_rows"] is None
 
 
 @pytest.mark.slow
 def test_campaign_with_the_spark_ingest(tmp_path: Path) -> None:
     """`--spark`: the Delta table holds every acknowledged value exactly once (slow: a Spark
-    standalone cluster and two spark-submit runs on top; about 5 minutes)."""
+    standalone cluster and two spark-submit runs on top; about 7 minutes)."""
     report = _campaign(tmp_path, 2.0, 31, "--spark")
     assert report["table_rows"] == report["acknowledged"], report
     assert report["table_lost"] == report["table_duplicated"] == 0
