@@ -62,6 +62,7 @@ class StateStore:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._open: set[str] = set()
+        self._missing: set[str] = set()  # opened sets without STATE_TOPIC yet
         self._dirty: dict[str, float] = {}  # set -> when its state first changed unsnapshotted
         self._committed_seen: dict[QueueKey, int] = {}
         self.records_written = 0
@@ -73,7 +74,9 @@ class StateStore:
             return self._locks.setdefault(broker_name, threading.Lock())
 
     def open_set(self, broker_name: str) -> None:
-        """Create STATE_TOPIC on the set if needed and replay it (once per process)."""
+        """Replay the set's STATE_TOPIC (once per process). A set without the topic has no
+        state yet: the topic is created by the first write (so a cluster whose RocketMQ
+        clients never consume gets no extra topic)."""
         if broker_name in self._open:
             return
         with self.lock(broker_name):
@@ -85,7 +88,9 @@ class StateStore:
             except RocketHAError as err:
                 if err.name != "TOPIC_NOT_EXIST":
                     raise
-                admin.create_topic(STATE_TOPIC, queues=1)
+                self._missing.add(broker_name)
+                self._open.add(broker_name)
+                return
             start = admin.query_offsets(STATE_GROUP, STATE_TOPIC).get(0, 0)
             count = self._replay(broker_name, start)
             self._open.add(broker_name)
@@ -122,6 +127,12 @@ class StateStore:
     def write(self, broker_name: str, records: list[dict[str, Any]]) -> int:
         """Put the records (caller holds `lock(broker_name)`), apply them once PUT_OK; returns
         the queue offset of the state message. Raises StateWriteError otherwise."""
+        if broker_name in self._missing:
+            try:
+                self.links.admin(broker_name).create_topic(STATE_TOPIC, queues=1)
+            except RocketHAError as err:
+                raise StateWriteError(f"creating {STATE_TOPIC}: {err}") from err
+            self._missing.discard(broker_name)
         body = encode_records(records)
         batch = pa.record_batch({"body": pa.array([body], pa.binary()),
                                  "queue_id": pa.array([0], pa.int32())})
