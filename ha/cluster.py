@@ -372,13 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         processes = cluster.status()
         processes += controllers.status()
         proxies = LocalProxy(cluster.directory).status(cluster.load())
-        processes += proxies
         if args.json:
             consoles = [p["console_url"] for p in processes
                         if p["kind"] == "controller" and p["alive"] and p.get("console_url")]
             print(json.dumps({"dir": str(cluster.directory),
                               "console_url": consoles[0] if consoles else None,
                               "grpc_endpoint": proxies[0]["endpoint"] if proxies else None,
+                              "proxy": proxies[0] if proxies else None,
                               "processes": processes}))
         else:
             for process in processes:
@@ -386,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{process['name']}\t{process['role']}\t{process['broker_role']}\t"
                       f"{process['endpoint']}\t"
                       f"pid {process['pid']}\t{state}")
+            for proxy in proxies:
+                print(f"proxy\t{proxy['role']}\t\t{proxy['endpoint']}\tpid {proxy['pid']}\t"
+                      f"{'alive' if proxy['alive'] else 'down'}")
         return 0
     LocalProxy(cluster.directory).stop(cluster.load())
     for broker in cluster.load()["brokers"]:

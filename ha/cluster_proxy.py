@@ -5,8 +5,8 @@ name every replica set, and each set's POP state lives in that set), and the POP
 consumer group is owned by one process at a time. Under the cluster directory:
 `conf/proxy.conf`, `conf/proxy.key` (the receipt-handle HMAC key, 0600, kept across restarts so
 handles survive a proxy restart), `logs/proxy.log`, `run/proxy.pid`; its port is kept in
-`cluster.json` under "proxy". Started after the brokers (it replays its state from them), only
-with controllers (it takes routes from them).
+`cluster.json` under "proxy". Started after the brokers, only with controllers (it takes
+its routes from them); `status --json` shows it under "proxy" and "grpc_endpoint".
 """
 
 from __future__ import annotations
@@ -82,8 +82,7 @@ class LocalProxy:
         Path(proxy["pid_file"]).write_text(f"{process.pid}\n")
 
     def wait_ready(self, proxy: dict[str, Any]) -> str:
-        """Wait until the port accepts connections (the state is replayed before it
-        listens); returns the endpoint."""
+        """Wait until the port accepts connections; returns the endpoint."""
         endpoint = self.endpoint(proxy)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -103,6 +102,8 @@ class LocalProxy:
         return f"{host_of(proxy)}:{proxy['port']}"
 
     def status(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """The proxy's entry for `status` (under "proxy" in --json, not among "processes":
+        those are the brokers and controllers)."""
         proxy = manifest.get("proxy")
         if proxy is None:
             return []

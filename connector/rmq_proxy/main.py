@@ -3,8 +3,9 @@
 A separate process, a client of the cluster (controller routes + Arrow Flight to the masters):
 pyarrow.flight and grpcio each bundle their own gRPC core, so the broker (Flight) and this
 endpoint (grpcio) do not share a process. Start-up: refuse `python -O`, read the properties
-file (connector/rmq_proxy/config.py; a bad key exits 2 naming it), replay the POP state of
-every replica set the controllers know (state_store.py), then listen on grpcListenPort.
+file (connector/rmq_proxy/config.py; a bad key exits 2 naming it), then listen on
+grpcListenPort. The POP state of a replica set is replayed (state_store.py) by the first call
+that needs it (a receive, ack or ChangeInvisibleDuration naming that set), before it is used.
 SIGTERM/SIGINT: stop accepting, let calls finish (5 s), write a snapshot of changed state.
 """
 
@@ -60,12 +61,6 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
     links = ClusterLinks(config)
     service = MessagingService(config, links, authenticator,
                                _handle_key(config.receipt_handle_key_file))
-    try:
-        for broker_name in links.all_members():
-            service.state.open_set(broker_name)
-    except RocketHAError as err:  # replayed on first use instead
-        logger.warning("POP state not replayed at start (%s); each replica set replays on "
-                       "first use", err)
     message_bytes_max = config.message_body_bytes_max + (1 << 20)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=config.threads_max,
                                                     thread_name_prefix="rmq-proxy"),
