@@ -14,6 +14,8 @@ client library would not send (forged handles, a resent message id, a delay mess
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import time
@@ -335,3 +337,35 @@ def test_spark_reads_what_the_rocketmq_client_wrote(cluster: ProxyCluster, spark
         properties = dict(row["properties"])
         assert row["key"] == f"sk{bytes(row['body']).decode()[1:]}" and row["tags"] == "Spark"
         assert properties["color"] == "blue" and properties["UNIQ_KEY"] in ids
+
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+NPM_TIMEOUT_S = 300
+
+
+def test_the_nodejs_client_sends_and_receives(cluster: ProxyCluster) -> None:
+    """npm `rocketmq-client-nodejs` 1.0.8 (tests/integration/node/smoke.js) with Debian's node."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed (Debian: apt-get install nodejs npm)")
+    if not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs").exists():
+        done = subprocess.run([npm, "install", "--no-audit", "--no-fund"], cwd=NODE_DIR,
+                              capture_output=True, text=True, timeout=NPM_TIMEOUT_S,
+                              check=False)
+        assert done.returncode == 0, f"npm install failed: {done.stderr[-2000:]}"
+    topic = "rmq-node"
+    make_topic(cluster, topic)
+    done = subprocess.run([node, "smoke.js", cluster.grpc_endpoint, topic, "g-node", "5"],
+                          cwd=NODE_DIR, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    received = sorted(result["received"], key=lambda m: m["body"])
+    assert [m["body"] for m in received] == [f"n{i}" for i in range(5)]
+    assert {m["messageId"] for m in received} == set(result["sent"])
+    for message in received:
+        assert message["tag"] == "Node" and message["origin"] == "nodejs"
+        assert message["keys"] == [f"node-{message['body'][1:]}"] and message["attempt"] == 1
+    # and what node wrote is an ordinary rocketha message
+    rows = flight_rows(cluster, topic)
+    assert sorted(r["key"] for r in rows) == [f"node-{i}" for i in range(5)]
