@@ -235,6 +235,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             entry.status.CopyFrom(_status(name, f"{err.name}: {err.message}"))
             return entry
         _, name = code_for_status(reply.status)
+        if reply.status == "MESSAGE_ILLEGAL" and "maxMessageSize" in reply.error:
+            name = "MESSAGE_BODY_TOO_LARGE"  # the brokers' limit is below grpcMaxBodyBytes
         entry.status.CopyFrom(_status(name, reply.error or reply.status))
         if name == "OK":
             self.sent_messages += 1
