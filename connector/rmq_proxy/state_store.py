@@ -159,8 +159,13 @@ class StateStore:
         start; commit each group's `committed` on its data queue (best effort)."""
         with self.lock(broker_name):
             record = self.pop.snapshot(broker_name)
-            self._dirty.pop(broker_name, None)
-            queue_offset = self.write(broker_name, [record])
+            since = self._dirty.pop(broker_name, None)
+            try:
+                queue_offset = self.write(broker_name, [record])
+            except StateWriteError:
+                if since is not None:
+                    self._dirty[broker_name] = since  # due again at the next poll
+                raise
             self._dirty.pop(broker_name, None)  # the snapshot itself changes nothing
         admin = self.links.admin(broker_name)
         if queue_offset >= 0:
