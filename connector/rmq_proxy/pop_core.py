@@ -109,7 +109,7 @@ class PopState:
         return self._states.get(key)
 
     def keys(self) -> list[QueueKey]:
-        return sorted(self._states)
+        return sorted(self._states)  # sorted() copies the keys first, in one C-level step
 
     # -- questions the shell asks before it writes a record --------------------------------
     def due(self, key: QueueKey, now_ms: int, limit: int) -> list[tuple[int, Lease]]:
@@ -211,13 +211,16 @@ class PopState:
         return state
 
     def snapshot(self, broker_name: str) -> dict[str, Any]:
-        """One record that rebuilds every state of `broker_name`'s queues."""
+        """One record that rebuilds every state of `broker_name`'s queues. (The proxy's
+        threads add other replica sets' states meanwhile: the items are copied first, in one
+        C-level step.)"""
+        items = list(self._states.items())
         return {"t": "snapshot", "states": [
             {"k": key.to_json(), "committed": state.committed, "cursor": state.cursor,
              "leases": [[o, lease.attempt, lease.invisible_until_ms, lease.nonce]
                         for o, lease in sorted(state.leases.items())],
              "acked": sorted(state.acked)}
-            for key, state in sorted(self._states.items()) if key.broker_name == broker_name]}
+            for key, state in sorted(items) if key.broker_name == broker_name]}
 
 
 def encode_records(records: Iterable[dict[str, Any]]) -> bytes:

@@ -143,7 +143,8 @@ class StateStore:
         if reply.status != "PUT_OK":
             raise StateWriteError(f"{reply.status}: {reply.error}")
         for record in records:
-            self.pop.apply(record)
+            if record["t"] != "snapshot":  # a snapshot restates what is applied already
+                self.pop.apply(record)
         self.records_written += len(records)
         self._dirty.setdefault(broker_name, self._clock_s())
         rows = reply.row_offsets(1)
