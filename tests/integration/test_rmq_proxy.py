@@ -369,3 +369,31 @@ def test_the_nodejs_client_sends_and_receives(cluster: ProxyCluster) -> None:
     # and what node wrote is an ordinary rocketha message
     rows = flight_rows(cluster, topic)
     assert sorted(r["key"] for r in rows) == [f"node-{i}" for i in range(5)]
+
+
+def test_fifo_messages_of_one_group_share_a_queue_in_order(cluster: ProxyCluster) -> None:
+    topic = "rmq-fifo"
+    make_topic(cluster, topic)
+    producer = Producer(rmq_config(cluster.grpc_endpoint), (topic,))
+    producer.startup()
+    try:
+        for i in range(12):
+            message = rmq_message(topic, f"{i % 3}:{i}".encode())
+            message.message_group = f"order-{i % 3}"
+            producer.send(message)
+    finally:
+        producer.shutdown()
+    rows = flight_rows(cluster, topic)
+    assert len(rows) == 12
+    for group in range(3):
+        mine = [r for r in rows if dict(r["properties"])["__SHARDINGKEY"] == f"order-{group}"]
+        assert len({r["queue_id"] for r in mine}) == 1  # one group, one queue
+        in_queue_order = [r["body"] for r in sorted(mine, key=lambda r: r["queue_offset"])]
+        assert in_queue_order == [f"{group}:{i}".encode() for i in range(group, 12, 3)]
+    consumer = simple_consumer(cluster, "g-fifo", topic)
+    try:
+        got = receive_all(consumer, 12)
+    finally:
+        consumer.shutdown()
+    assert {(m.message_group, m.body) for m in got} == {
+        (f"order-{i % 3}", f"{i % 3}:{i}".encode()) for i in range(12)}
