@@ -504,8 +504,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return service_pb2.ChangeInvisibleDurationResponse(status=refused)
         group, topic = request.group.name, request.topic.name
         invisible_ms = _ms(request.invisible_duration)
-        if not (self.config.invisible_duration_min_ms <= invisible_ms
-                <= self.config.invisible_duration_max_ms):
+        # no lower bound here (receive has grpcInvisibleDurationMinMs): the PushConsumer
+        # "nacks" a message it failed on with its retry backoff, 1 s at first
+        if not 0 <= invisible_ms <= self.config.invisible_duration_max_ms:
             return service_pb2.ChangeInvisibleDurationResponse(status=_status(
                 "ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible_ms} ms"))
         handle = self.handles.decode(group, topic, request.receipt_handle)

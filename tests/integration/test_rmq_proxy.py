@@ -23,7 +23,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq import (
+    ConsumeResult,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from rocketmq.v5.exception import BadRequestException
 from rocketmq.v5.util.signature import Signature
@@ -397,3 +405,35 @@ def test_fifo_messages_of_one_group_share_a_queue_in_order(cluster: ProxyCluster
         consumer.shutdown()
     assert {(m.message_group, m.body) for m in got} == {
         (f"order-{i % 3}", f"{i % 3}:{i}".encode()) for i in range(12)}
+
+
+def test_the_push_consumer_consumes_by_pop_and_retries_a_failure(cluster: ProxyCluster) -> None:
+    topic = "rmq-push"
+    make_topic(cluster, topic, queues=2)
+    producer = Producer(rmq_config(cluster.grpc_endpoint), (topic,))
+    producer.startup()
+    try:
+        for i in range(6):
+            producer.send(rmq_message(topic, f"p{i}".encode()))
+    finally:
+        producer.shutdown()
+    consumed: list[tuple[bytes, int, ConsumeResult]] = []
+
+    class Listener(MessageListener):
+        def consume(self, message: Message) -> ConsumeResult:
+            first_p3 = message.body == b"p3" and not any(b == b"p3" for b, _, _ in consumed)
+            result = ConsumeResult.FAILURE if first_p3 else ConsumeResult.SUCCESS
+            consumed.append((message.body, message.delivery_attempt, result))
+            return result
+
+    consumer = PushConsumer(rmq_config(cluster.grpc_endpoint), "g-push", Listener(),
+                            {topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        wait_for(lambda: sum(r is ConsumeResult.SUCCESS for _, _, r in consumed) >= 6, 60,
+                 "the push consumer to consume every message")
+    finally:
+        consumer.shutdown()
+    succeeded = sorted((b, a) for b, a, r in consumed if r is ConsumeResult.SUCCESS)
+    assert succeeded == [(b"p0", 1), (b"p1", 1), (b"p2", 1), (b"p3", 2), (b"p4", 1),
+                         (b"p5", 1)]  # p3 failed once and came back as attempt 2
