@@ -3,6 +3,7 @@
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
                         [--set key=value ...] [--set-file FILE ...]
                         [--controller-set key=value ...] [--hosts]
+                        [--grpc-port P] [--grpc-set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
     rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR   (several
@@ -17,6 +18,9 @@ group of controllers, started before the brokers (ha/cluster_controllers.py); `s
 them with their role (leader/follower). With controllers, every broker runs in controller
 mode (enableControllerMode, controllerAddr): the controller names each set's master and
 changes it when the master dies (`status --json`: replica_set, role, controller_role).
+
+With controllers, `up` also starts the RocketMQ 5 gRPC endpoint, one `rocketha-proxy` for the
+cluster (ha/cluster_proxy.py; `--grpc-port 0`: none); `status --json` names it `grpc_endpoint`.
 
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
