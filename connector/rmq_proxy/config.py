@@ -11,6 +11,7 @@ or a bad value stops start-up with a ProxyConfigError naming the key.
                                    start: handles then do not survive a proxy restart)
     grpcCredentialsFile=...        `accessKey=secretKey` lines: checks the clients' signature
                                    ("" = authentication off; see auth.py)
+    grpcTlsCertFile=, grpcTlsKeyFile=   PEM files: the port speaks TLS (clients: tls_enable)
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class ProxyConfig:
     controller_addr: str = ""  # controllerAddr
     receipt_handle_key_file: str = ""  # grpcReceiptHandleKeyFile
     credentials_file: str = ""  # grpcCredentialsFile
+    tls_cert_file: str = ""  # grpcTlsCertFile: PEM chain; with grpcTlsKeyFile, TLS on the port
+    tls_key_file: str = ""  # grpcTlsKeyFile: PEM private key (0600)
     threads_max: int = 128  # grpcThreadsMax: server threads (telemetry streams hold one each)
     message_body_bytes_max: int = 4 << 20  # grpcMaxBodyBytes (the brokers' maxMessageSize)
     request_timeout_ms: int = 3000  # grpcClusterRequestTimeoutMs: one call to a broker
@@ -57,6 +60,10 @@ class ProxyConfig:
         _range("grpcListenPort", self.listen_port, 0, 65535)
         if not self.controller_addr.strip():
             raise ProxyConfigError("controllerAddr", "required (host:port[;host:port...])")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ProxyConfigError("grpcTlsCertFile" if not self.tls_cert_file
+                                   else "grpcTlsKeyFile",
+                                   "TLS needs both grpcTlsCertFile and grpcTlsKeyFile")
         if self.advertised_host in ("0.0.0.0", "::"):
             raise ProxyConfigError("grpcAdvertisedHost", "a wildcard cannot be dialled")
         for key, value, low, high in (
@@ -111,6 +118,8 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
     "controllerAddr": ("controller_addr", str),
     "grpcReceiptHandleKeyFile": ("receipt_handle_key_file", str),
     "grpcCredentialsFile": ("credentials_file", str),
+    "grpcTlsCertFile": ("tls_cert_file", str),
+    "grpcTlsKeyFile": ("tls_key_file", str),
     "grpcThreadsMax": ("threads_max", int),
     "grpcMaxBodyBytes": ("message_body_bytes_max", int),
     "grpcClusterRequestTimeoutMs": ("request_timeout_ms", int),

@@ -69,13 +69,20 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
                          maximum_concurrent_rpcs=config.threads_max)
     service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
     address = f"{config.bind_address}:{config.listen_port}"
-    if server.add_insecure_port(address) == 0:
+    if config.tls_cert_file:
+        credentials = grpc.ssl_server_credentials([(Path(config.tls_key_file).read_bytes(),
+                                                    Path(config.tls_cert_file).read_bytes())])
+        bound = server.add_secure_port(address, credentials)
+    else:
+        bound = server.add_insecure_port(address)
+    if bound == 0:
         logger.error("cannot listen on %s", address)
         return 2
     server.start()
     logger.info("rocketha-proxy pid %d serving apache.rocketmq.v2.MessagingService on %s "
-                "(advertised %s), controllers %s", os.getpid(), address, config.endpoint,
-                config.controller_addr)
+                "(advertised %s, %s, authentication %s), controllers %s", os.getpid(), address,
+                config.endpoint, "TLS" if config.tls_cert_file else "plaintext",
+                "on" if authenticator.enabled else "off", config.controller_addr)
     try:
         while not stop.wait(SNAPSHOT_POLL_S):  # the process's one loop: until SIGTERM
             _snapshots(service, service.state.snapshot_due())
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         return serve(config, stop)
-    except ProxyConfigError as err:
+    except (ProxyConfigError, OSError) as err:
         print(f"rocketha-proxy: bad configuration in {args.conf}: {err}", file=sys.stderr)
         return 2
 
