@@ -673,6 +673,9 @@ class Producer:
         self._channel = _PutChannel(config, idempotent=idempotent)
         self._lane_channels: dict[LaneKey, _PutChannel] = {}
         self._lock = threading.Lock()
+        # `send` is thread-safe: its round trips share self._channel's DoPut stream, and two
+        # threads writing one stream abort the process (gRPC GRPC_CALL_ERROR_TOO_MANY_OPERATIONS)
+        self._send_lock = threading.Lock()
         self._sender: AsyncSender | None = None
         self._chooser = QueueChooser(self.batching.batch_messages)
         self._lookup_config = dataclasses.replace(config, retries_max=0)
@@ -718,7 +721,8 @@ class Producer:
                                              PRODUCE_SCHEMA.field("properties").type)
         if queue_id is not None:
             columns["queue_id"] = pa.array([queue_id], pa.int32())
-        return self._send_one_batch(topic, pa.record_batch(columns))[0]
+        with self._send_lock:  # one round trip at a time on the shared stream (see __init__)
+            return self._send_one_batch(topic, pa.record_batch(columns))[0]
 
     def _send_async(self, topic: str, body: bytes | str, key: str | None, tags: str | None,
                     properties: Mapping[str, str] | None, queue_id: int | None, *,

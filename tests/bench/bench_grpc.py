@@ -174,8 +174,7 @@ def child(mode: str, endpoint: str, controller: str, number: int, seconds: float
         finally:
             rmq.shutdown()
         return
-    # one Producer per thread: Producer.send from several threads on one Producer aborted
-    # the process (two threads writing one DoPut stream: GRPC_CALL_ERROR_TOO_MANY_OPERATIONS)
+    # one Producer per thread: one Producer's `send` calls take turns on its one stream
     producers = [FlightProducer(ClientConfig(controller=controller)) for _ in range(number)]
     local = threading.local()
     free = list(producers)
