@@ -28,7 +28,8 @@ Records (all carry "k": [group, topic, broker_name, queue_id]):
     {"t": "pop", "start": int|null, "cursor": int, "leases": [[offset, attempt, until, nonce]..],
      "dropped": [offset..]}     new and redelivered messages; offsets in [old cursor, cursor)
                                 without a lease were skipped by the filter; `dropped`: leased
-                                offsets that retention removed; `start`: where a new state
+                                offsets that retention removed or that went to the
+                                dead-letter topic (done); `start`: where a new state
                                 begins, or the queue's minimum after retention
     {"t": "ack", "offsets": [[offset, nonce]..]}
     {"t": "change", "offset": int, "nonce": int, "new_nonce": int, "until": int}

@@ -19,6 +19,9 @@
                         before the client sees it; long polling up to the request's timeout
     AckMessage, ChangeInvisibleDuration  checked receipt handles (receipt.py); a forged,
                         superseded or expired one is INVALID_RECEIPT_HANDLE
+    ForwardMessageToDeadLetterQueue, and a lease expiring at grpcMaxDeliveryAttempts: the
+                        message goes to `%DLQ%<group>` on its replica set (RocketMQ's name),
+                        then counts as acked
     QueryAssignment     one assignment per replica set (the PushConsumer then receives by POP)
 Anything else (transactions, PullMessage, offsets, recall, lite topics) answers UNSUPPORTED or
 gRPC UNIMPLEMENTED. Every RPC first checks the request's signature when authentication is on
@@ -27,6 +30,7 @@ gRPC UNIMPLEMENTED. Every RPC first checks the request's signature when authenti
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import secrets
@@ -40,7 +44,12 @@ import pyarrow as pa
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from connector.client import with_marker
-from connector.protocol import PRODUCE_SCHEMA, PutIdempotence, RocketHAError
+from connector.protocol import (
+    IDEMPOTENCE_PROPERTY,
+    PRODUCE_SCHEMA,
+    PutIdempotence,
+    RocketHAError,
+)
 from connector.rmq_proxy.auth import Authenticator, AuthError
 from connector.rmq_proxy.cluster_io import ClusterLinks, TopicRoute
 from connector.rmq_proxy.codes import CODE, code_for_status
@@ -57,6 +66,7 @@ logger = logging.getLogger(__name__)
 PERM_READ, PERM_WRITE = 4, 2
 ACCEPTED_TYPES = (definition_pb2.NORMAL, definition_pb2.FIFO)
 DEFAULT_INVISIBLE_MS = 30_000
+DLQ_PREFIX = "%DLQ%"  # RocketMQ's dead-letter topic of a consumer group
 WAKE_INTERVAL_MS = 500  # a waiting receive looks again at least this often
 DELIVERY_COLUMNS = ("queue_id", "queue_offset", "body", "key", "tags", "properties",
                     "born_timestamp", "store_timestamp", "msg_id")
@@ -90,8 +100,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         host, _, port = config.endpoint.rpartition(":")
         self._endpoints = definition_pb2.Endpoints(
             scheme=_scheme(host), addresses=[definition_pb2.Address(host=host, port=int(port))])
+        self._dlq_topics: set[tuple[str, str]] = set()
         self.sent_messages = 0
         self.delivered_messages = 0
+        self.dead_lettered_messages = 0
 
     # -- helpers ---------------------------------------------------------------------------
     def _unauthorized(self, context: Any) -> Any | None:
@@ -398,6 +410,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if row is None:
                 dropped.append(queue_offset)  # retention removed it
                 continue
+            if lease.attempt >= self.config.max_delivery_attempts and \
+                    self._dead_letter(key, row):
+                dropped.append(queue_offset)  # on %DLQ%<group> now: done here
+                continue
             nonce = secrets.randbits(62)
             leases.append([queue_offset, lease.attempt + 1, until_ms, nonce])
             rows.append((row, ReceiptHandle(key.broker_name, key.queue_id, queue_offset, nonce,
@@ -424,6 +440,75 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return None, []
         return ({"t": "pop", "k": key.to_json(), "start": start, "cursor": new_cursor,
                  "leases": leases, "dropped": dropped}, rows)
+
+    def _dead_letter(self, key: QueueKey, row: dict[str, Any]) -> bool:
+        """Put the message on RocketMQ's dead-letter topic `%DLQ%<group>` of its replica set
+        (True once PUT_OK). Its idempotence marker names the (group, topic, queue, offset), so
+        forwarding it again after a crash stores it once."""
+        topic = DLQ_PREFIX + key.group
+        properties = [(k, v) for k, v in row.get("properties") or [] if k != IDEMPOTENCE_PROPERTY]
+        origin_id = dict(properties).get("UNIQ_KEY") or row.get("msg_id") or ""
+        properties += [("DLQ_ORIGIN_TOPIC", key.topic), ("DLQ_ORIGIN_MESSAGE_ID", origin_id)]
+        columns: dict[str, pa.Array] = {"body": pa.array([row["body"]], pa.binary())}
+        if row.get("key") is not None:
+            columns["key"] = pa.array([row["key"]], pa.string())
+        if row.get("tags") is not None:
+            columns["tags"] = pa.array([row["tags"]], pa.string())
+        columns["properties"] = pa.array([properties], _PROPERTIES_TYPE)
+        columns["queue_id"] = pa.array([0], pa.int32())
+        name = "\0".join([key.group, key.topic, key.broker_name, str(key.queue_id),
+                           str(row["queue_offset"])])
+        marker = PutIdempotence("dlq" + hashlib.sha1(name.encode()).hexdigest(), 0)
+        try:
+            if (key.broker_name, topic) not in self._dlq_topics:
+                admin = self.links.admin(key.broker_name)
+                try:
+                    admin.get_topic(topic)
+                except RocketHAError as err:
+                    if err.name != "TOPIC_NOT_EXIST":
+                        raise
+                    admin.create_topic(topic, queues=1)
+                self._dlq_topics.add((key.broker_name, topic))
+            reply = self.links.put(key.broker_name, topic,
+                                   with_marker(pa.record_batch(columns), marker))
+        except RocketHAError as err:
+            logger.warning("%s@%d: not dead-lettered (%s); delivered again", key,
+                           row["queue_offset"], err)
+            return False
+        if reply.status != "PUT_OK":
+            logger.warning("%s@%d: dead-letter put answered %s; delivered again", key,
+                           row["queue_offset"], reply.status)
+            return False
+        self.dead_lettered_messages += 1
+        return True
+
+    def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        refused = self._unauthorized(context)
+        if refused is not None:
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=refused)
+        group, topic = request.group.name, request.topic.name
+        handle = self.handles.decode(group, topic, request.receipt_handle)
+        if handle is None:
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_status(
+                "INVALID_RECEIPT_HANDLE", "not a receipt handle of this group and topic"))
+        try:
+            with self._group_lock(group, topic, handle.broker_name):
+                checked = self._checked_handle(group, topic, request.receipt_handle)
+                if not isinstance(checked, tuple):
+                    return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=checked)
+                key, handle = checked
+                row = self._read_one(key, handle.queue_offset)
+                if row is not None and not self._dead_letter(key, row):
+                    return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_status(
+                        "INTERNAL_SERVER_ERROR", "the dead-letter topic did not take it"))
+                with self.state.lock(key.broker_name):
+                    self.state.write(key.broker_name, [{
+                        "t": "ack", "k": key.to_json(),
+                        "offsets": [[handle.queue_offset, handle.nonce]]}])
+        except (RocketHAError, StateWriteError) as err:
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(
+                status=_status("INTERNAL_SERVER_ERROR", f"not recorded: {err}"))
+        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_status("OK"))
 
     def _read_one(self, key: QueueKey, queue_offset: int) -> dict[str, Any] | None:
         result = self.links.pull(key.broker_name, key.topic, key.queue_id, queue_offset,
@@ -535,7 +620,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def stats(self) -> dict[str, Any]:
         return {"sent_messages": self.sent_messages,
-                "delivered_messages": self.delivered_messages, **self.state.stats()}
+                "delivered_messages": self.delivered_messages,
+                "dead_lettered_messages": self.dead_lettered_messages, **self.state.stats()}
 
 
 def _scheme(host: str) -> int:

@@ -55,11 +55,13 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY_BYTES_MAX = 1 << 20  # the brokers' maxMessageSize in FAST_TIMERS
+MAX_DELIVERY_ATTEMPTS = 2  # a third delivery goes to %DLQ%<group> instead
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
-    cluster = ProxyCluster(tmp_path_factory.mktemp("rmq"), grpcMaxBodyBytes=str(BODY_BYTES_MAX))
+    cluster = ProxyCluster(tmp_path_factory.mktemp("rmq"), grpcMaxBodyBytes=str(BODY_BYTES_MAX),
+                           grpcMaxDeliveryAttempts=str(MAX_DELIVERY_ATTEMPTS))
     try:
         yield cluster
     finally:
@@ -499,3 +501,43 @@ def test_the_push_consumer_consumes_by_pop_and_retries_a_failure(cluster: ProxyC
     succeeded = sorted((b, a) for b, a, r in consumed if r is ConsumeResult.SUCCESS)
     assert succeeded == [(b"p0", 1), (b"p1", 1), (b"p2", 1), (b"p3", 2), (b"p4", 1),
                          (b"p5", 1)]  # p3 failed once and came back as attempt 2
+
+
+def test_dead_letters_after_the_last_attempt_and_on_request(cluster: ProxyCluster) -> None:
+    topic, group = "rmq-dlq", "g-dlq"
+    make_topic(cluster, topic, queues=1)
+    producer = Producer(rmq_config(cluster.grpc_endpoint), (topic,))
+    producer.startup()
+    try:
+        ids = {body: producer.send(rmq_message(topic, body, tag="T")).message_id
+               for body in (b"doomed", b"forwarded")}
+    finally:
+        producer.shutdown()
+    consumer = simple_consumer(cluster, group, topic)
+    raw = stub(cluster.grpc_endpoint)
+    try:
+        assert len(receive_all(consumer, 2, invisible_s=1, ack=False)) == 2
+        second = {m.body: m for m in receive_all(consumer, 2, invisible_s=1, ack=False)}
+        assert {b: m.delivery_attempt for b, m in second.items()} == {
+            b"doomed": 2, b"forwarded": 2}
+        forward = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+            receipt_handle=second[b"forwarded"].receipt_handle, message_id=ids[b"forwarded"],
+            delivery_attempt=2, max_delivery_attempts=MAX_DELIVERY_ATTEMPTS)
+        forward.group.name, forward.topic.name = group, topic
+        assert raw.ForwardMessageToDeadLetterQueue(forward, timeout=15).status.code == 20000
+        assert raw.ForwardMessageToDeadLetterQueue(forward, timeout=15).status.code == 40013
+
+        def dead_lettered() -> bool:  # "doomed"'s second lease ends; its turn goes to the DLQ
+            assert consumer.receive(32, 1) == []  # never a third delivery
+            return len(flight_rows(cluster, "%DLQ%" + group, queues=1)) == 2
+
+        wait_for(dead_lettered, 30, "both messages on the dead-letter topic")
+    finally:
+        consumer.shutdown()
+    dead = {r["body"]: r for r in flight_rows(cluster, "%DLQ%" + group, queues=1)}
+    assert set(dead) == {b"doomed", b"forwarded"}  # each once
+    for body, row in dead.items():
+        properties = dict(row["properties"])
+        assert (properties["DLQ_ORIGIN_TOPIC"], properties["DLQ_ORIGIN_MESSAGE_ID"]) == (
+            topic, ids[body])
+        assert row["tags"] == "T"
