@@ -10,9 +10,11 @@ Producer and Consumer do. Its modules, leaves first:
     auth.py         the clients' AK/SK signature (authorization header), behind SecretLookup
     pop_core.py     sans-IO POP state (leases, acks, redelivery) and its records
     messages.py     RocketMQ messages <-> rocketha rows (keys, tag, properties, message id)
+    replies.py      Status and Duration helpers
     cluster_io.py   routes, members, pooled producers, pulls
     state_store.py  the POP records in the replicated topic rmq_sys_rocketha_pop_state
-    service.py      the MessagingService servicer
+    pop_service.py  receive / ack / change / dead-letter (POP) over the state store
+    service.py      the MessagingService servicer (routes, telemetry, send; POP delegated)
     main.py         the entry point
 
 It imports the generated protobuf/gRPC modules of the PyPI package `rocketmq-python-client`
