@@ -52,6 +52,7 @@ class ProxyConfig:
     long_polling_max_ms: int = 30_000  # grpcLongPollingMaxMs: cap on a receive's wait
     receive_batch_max: int = 32  # grpcReceiveBatchMax: messages in one receive
     inflight_messages_max: int = 10_000  # grpcInflightMessagesMax: per group and queue
+    consumer_queues_max: int = 100_000  # grpcConsumerQueuesMax: (group, topic, queue) states
     max_delivery_attempts: int = 16  # grpcMaxDeliveryAttempts (told to consumers)
     snapshot_interval_ms: int = 10_000  # grpcStateSnapshotIntervalMs
     log_file: str = ""  # logFile ("" = standard error)
@@ -78,6 +79,7 @@ class ProxyConfig:
                 ("grpcLongPollingMaxMs", self.long_polling_max_ms, 0, 600_000),
                 ("grpcReceiveBatchMax", self.receive_batch_max, 1, 1024),
                 ("grpcInflightMessagesMax", self.inflight_messages_max, 1, 1_000_000),
+                ("grpcConsumerQueuesMax", self.consumer_queues_max, 1, 10_000_000),
                 ("grpcMaxDeliveryAttempts", self.max_delivery_attempts, 1, 1000),
                 ("grpcStateSnapshotIntervalMs", self.snapshot_interval_ms, 100, 86_400_000)):
             _range(key, value, low, high)
@@ -131,6 +133,7 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
     "grpcLongPollingMaxMs": ("long_polling_max_ms", int),
     "grpcReceiveBatchMax": ("receive_batch_max", int),
     "grpcInflightMessagesMax": ("inflight_messages_max", int),
+    "grpcConsumerQueuesMax": ("consumer_queues_max", int),
     "grpcMaxDeliveryAttempts": ("max_delivery_attempts", int),
     "grpcStateSnapshotIntervalMs": ("snapshot_interval_ms", int),
     "logFile": ("log_file", str),

@@ -106,6 +106,9 @@ class PopState:
     def __init__(self) -> None:
         self._states: dict[QueueKey, QueueState] = {}
 
+    def __len__(self) -> int:
+        return len(self._states)
+
     def get(self, key: QueueKey) -> QueueState | None:
         return self._states.get(key)
 

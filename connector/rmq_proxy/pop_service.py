@@ -95,6 +95,10 @@ class PopService:
             return [], status("TOPIC_NOT_FOUND", f"topic {topic!r} has no readable queue on "
                               f"{broker_name!r}")
         self.state.open_set(broker_name)
+        if self.pop.get(QueueKey(group, topic, broker_name, queue_ids[0])) is None and \
+                len(self.pop) + len(queue_ids) > self.config.consumer_queues_max:
+            return [], status("TOO_MANY_REQUESTS", "grpcConsumerQueuesMax (group, topic, "
+                              f"queue) states reached ({self.config.consumer_queues_max})")
         batch = max(1, min(request.batch_size or 1, self.config.receive_batch_max))
         polling_ms = (duration_ms(request.long_polling_timeout)
                       if request.HasField("long_polling_timeout") else 0)

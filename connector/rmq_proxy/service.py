@@ -13,10 +13,11 @@
                         topic's writable queues; the message id is the idempotence key
                         (marker "<message id>/0"), so the client's retries of one send are
                         stored once (ha/broker/idempotence.py)
-    ReceiveMessage      (pop_service.py) POP from every readable queue of the named replica set (starting at
-                        the named queue): expired leases first (delivery_attempt + 1), then
-                        new messages; each delivery is recorded in the cluster (state_store)
-                        before the client sees it; long polling up to the request's timeout
+    ReceiveMessage      (pop_service.py) POP from every readable queue of the named replica
+                        set (starting at the named queue): expired leases first
+                        (delivery_attempt + 1), then new messages; each delivery is recorded
+                        in the cluster (state_store) before the client sees it; long polling
+                        up to the request's timeout
     AckMessage, ChangeInvisibleDuration  checked receipt handles (receipt.py); a forged,
                         superseded or expired one is INVALID_RECEIPT_HANDLE
     ForwardMessageToDeadLetterQueue, and a lease expiring at grpcMaxDeliveryAttempts: the

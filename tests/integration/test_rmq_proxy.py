@@ -14,6 +14,7 @@ client library would not send (forged handles, a resent message id, a delay mess
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -322,6 +323,29 @@ producer.shutdown()
 """
 
 
+@contextlib.contextmanager
+def extra_proxy(cluster: ProxyCluster, directory: Path, **keys: str) -> Iterator[str]:
+    """A second rocketha-proxy on the cluster with these keys; yields its endpoint. It never
+    writes a snapshot: its snapshot's commit would become the main proxy's replay start, and
+    one cluster has one proxy (the POP state's owner)."""
+    keys = {"grpcStateSnapshotIntervalMs": "86400000", **keys}
+    port = free_port()
+    conf = directory / "proxy.conf"
+    conf.write_text("\n".join([f"grpcListenPort={port}",
+                               f"controllerAddr={cluster.controller_addr}",
+                               *(f"{key}={value}" for key, value in keys.items())]) + "\n")
+    pid_file = directory / "proxy.pid"
+    with open(directory / "proxy.log", "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "connector.rmq_proxy", "--conf",
+                                    str(conf)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    pid_file.write_text(f"{process.pid}\n")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_pid_file(pid_file)
+        process.wait(timeout=30)
+
+
 def test_tls_and_authentication_refuse_a_wrong_secret(cluster: ProxyCluster,
                                                       tmp_path: Path) -> None:
     """A proxy with TLS and credentials: the official client (tls_enable, its AK/SK) sends;
@@ -330,18 +354,8 @@ def test_tls_and_authentication_refuse_a_wrong_secret(cluster: ProxyCluster,
     credentials.write_text("alice=s3cret\n")
     credentials.chmod(0o600)
     cert_file, key_file = _self_signed(tmp_path)
-    port = free_port()
-    conf = tmp_path / "proxy.conf"
-    conf.write_text(f"grpcListenPort={port}\ncontrollerAddr={cluster.controller_addr}\n"
-                    f"grpcCredentialsFile={credentials}\ngrpcTlsCertFile={cert_file}\n"
-                    f"grpcTlsKeyFile={key_file}\n")
-    pid_file = tmp_path / "proxy.pid"
-    with open(tmp_path / "proxy.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "connector.rmq_proxy", "--conf",
-                                    str(conf)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    pid_file.write_text(f"{process.pid}\n")
-    endpoint = f"127.0.0.1:{port}"
-    try:
+    with extra_proxy(cluster, tmp_path, grpcCredentialsFile=str(credentials),
+                     grpcTlsCertFile=str(cert_file), grpcTlsKeyFile=str(key_file)) as endpoint:
         topic = "rmq-auth"
         make_topic(cluster, topic)
         roots = grpc.ssl_channel_credentials(root_certificates=cert_file.read_bytes())
@@ -375,9 +389,6 @@ def test_tls_and_authentication_refuse_a_wrong_secret(cluster: ProxyCluster,
         # the stub above checked the code)
         assert refused.returncode != 0 and "route" in refused.stderr, refused.stderr[-2000:]
         assert len(flight_rows(cluster, topic)) == 1  # only the signed send was stored
-    finally:
-        stop_pid_file(pid_file)
-        process.wait(timeout=30)
 
 
 def _query_code(raw: object, request: object, metadata: list) -> int | None:
@@ -541,3 +552,31 @@ def test_dead_letters_after_the_last_attempt_and_on_request(cluster: ProxyCluste
         assert (properties["DLQ_ORIGIN_TOPIC"], properties["DLQ_ORIGIN_MESSAGE_ID"]) == (
             topic, ids[body])
         assert row["tags"] == "T"
+
+
+def _receive_code(raw: object, group: str, topic: str) -> int | None:
+    request = service_pb2.ReceiveMessageRequest(batch_size=1)
+    request.group.name = group
+    request.message_queue.topic.name = topic
+    request.message_queue.broker.name = "broker-a"
+    request.invisible_duration.FromMilliseconds(30_000)
+    request.long_polling_timeout.FromMilliseconds(0)
+    try:
+        responses = list(raw.ReceiveMessage(request, timeout=15))  # type: ignore[attr-defined]
+    except grpc.RpcError:
+        return None  # not listening yet: wait_for asks again
+    return responses[0].status.code
+
+
+def test_consumer_states_are_bounded(cluster: ProxyCluster, tmp_path: Path) -> None:
+    """grpcConsumerQueuesMax: a client inventing consumer groups cannot grow the proxy's
+    state without bound; the groups it has keep working."""
+    topic = "rmq-bounded"
+    make_topic(cluster, topic, queues=4)
+    with extra_proxy(cluster, tmp_path, grpcConsumerQueuesMax="8") as endpoint:
+        raw = stub(endpoint)
+        first = wait_for(lambda: _receive_code(raw, "bounded-1", topic), 30, "the proxy")
+        assert first == 40401  # MESSAGE_NOT_FOUND: 4 states
+        assert _receive_code(raw, "bounded-2", topic) == 40401  # 8 states
+        assert _receive_code(raw, "bounded-3", topic) == 42900  # TOO_MANY_REQUESTS
+        assert _receive_code(raw, "bounded-1", topic) == 40401  # a known group still works
