@@ -76,7 +76,7 @@ class PopService:
                 <= self.config.invisible_duration_max_ms):
             return [], status("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible_ms} ms "
                               f"outside {self.config.invisible_duration_min_ms}.."
-                               f"{self.config.invisible_duration_max_ms} ms")
+                              f"{self.config.invisible_duration_max_ms} ms")
         if not group:
             return [], status("ILLEGAL_CONSUMER_GROUP", "no consumer group")
         expression = request.filter_expression
