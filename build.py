@@ -51,6 +51,7 @@ BENCHES = {
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
+    "grpc": "tests/bench/bench_grpc.py",
 }
 
 

@@ -74,6 +74,7 @@ __all__ = [
     "SendResult",
     "alive_members",
     "controller_addresses",
+    "controller_call",
     "controller_cluster_list",
     "controller_masters",
     "controller_members",
@@ -129,36 +130,46 @@ CONTROLLER_REDIRECTS_MAX = 3  # NOT_LEADER hops followed per configured controll
 
 
 def controller_cluster_list(controller: str, timeout_ms: int) -> dict[str, Any]:
-    """The controller group's `cluster_list` reply (any node answers or names its leader:
-    NOT_LEADER + leader_address, followed at most CONTROLLER_REDIRECTS_MAX times per
-    address). Raises RetriableError SERVICE_NOT_AVAILABLE when no controller answers."""
+    """The controller group's `cluster_list` reply (see `controller_call`)."""
+    return controller_call(controller, "cluster_list", None, timeout_ms)
+
+
+def controller_call(controller: str, action: str, body: Mapping[str, Any] | None,
+                    timeout_ms: int) -> dict[str, Any]:
+    """One DoAction JSON call answered by the controller group: any node answers or names its
+    leader (NOT_LEADER + leader_address, followed at most CONTROLLER_REDIRECTS_MAX times per
+    address). Returns the first OK reply (other actions: also a reply such as TOPIC_NOT_FOUND).
+    Raises RetriableError SERVICE_NOT_AVAILABLE when no controller answers."""
     failures = []
+    payload = json.dumps(dict(body or {})).encode()
     for start in controller_addresses(controller):
         address: str | None = start
         for _ in range(CONTROLLER_REDIRECTS_MAX + 1):
             if address is None:
                 break
             try:
-                reply = _controller_call(address, "cluster_list", timeout_ms)
+                reply = _controller_call(address, action, payload, timeout_ms)
             except (flight.FlightError, OSError, ValueError) as err:
                 failures.append(f"{address}: {err}")
                 break
-            if reply.get("status") == "OK":
+            status = reply.get("status")
+            if status == "OK" or (status != "NOT_LEADER" and action != "cluster_list"):
                 return reply
             failures.append(f"{address}: {reply.get('status')}")
             address = reply.get("leader_address") if reply.get("status") == "NOT_LEADER" \
                 else None
     raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
-                         f"controller {controller}: no controller answered cluster_list ("
+                         f"controller {controller}: no controller answered {action} ("
                          + "; ".join(failures[-4:]) + ")")
 
 
-def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, Any]:
+def _controller_call(address: str, action: str, payload: bytes, timeout_ms: int
+                     ) -> dict[str, Any]:
     """One DoAction JSON call to a controller's client endpoint; the reply is one object."""
     client = flight.FlightClient(f"grpc://{address}")
     try:
         options = flight.FlightCallOptions(timeout=timeout_ms / 1000.0)
-        results = list(client.do_action(flight.Action(action, b"{}"), options))
+        results = list(client.do_action(flight.Action(action, payload), options))
         if len(results) != 1:
             raise ValueError(f"{action}: {len(results)} results")
         reply = json.loads(results[0].body.to_pybytes())
@@ -669,6 +680,9 @@ class Producer:
         self._channel = _PutChannel(config, idempotent=idempotent)
         self._lane_channels: dict[LaneKey, _PutChannel] = {}
         self._lock = threading.Lock()
+        # `send` is thread-safe: its round trips share self._channel's DoPut stream, and two
+        # threads writing one stream abort the process (gRPC GRPC_CALL_ERROR_TOO_MANY_OPERATIONS)
+        self._send_lock = threading.Lock()
         self._sender: AsyncSender | None = None
         self._chooser = QueueChooser(self.batching.batch_messages)
         self._lookup_config = dataclasses.replace(config, retries_max=0)
@@ -714,7 +728,8 @@ class Producer:
                                              PRODUCE_SCHEMA.field("properties").type)
         if queue_id is not None:
             columns["queue_id"] = pa.array([queue_id], pa.int32())
-        return self._send_one_batch(topic, pa.record_batch(columns))[0]
+        with self._send_lock:  # one round trip at a time on the shared stream (see __init__)
+            return self._send_one_batch(topic, pa.record_batch(columns))[0]
 
     def _send_async(self, topic: str, body: bytes | str, key: str | None, tags: str | None,
                     properties: Mapping[str, str] | None, queue_id: int | None, *,

@@ -3,6 +3,7 @@
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
                         [--set key=value ...] [--set-file FILE ...]
                         [--controller-set key=value ...] [--hosts]
+                        [--grpc-port P] [--grpc-set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
     rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR   (several
@@ -17,6 +18,9 @@ group of controllers, started before the brokers (ha/cluster_controllers.py); `s
 them with their role (leader/follower). With controllers, every broker runs in controller
 mode (enableControllerMode, controllerAddr): the controller names each set's master and
 changes it when the master dies (`status --json`: replica_set, role, controller_role).
+
+With controllers, `up` also starts the RocketMQ 5 gRPC endpoint, one `rocketha-proxy` for the
+cluster (ha/cluster_proxy.py; `--grpc-port 0`: none); `status --json` names it `grpc_endpoint`.
 
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
@@ -47,6 +51,7 @@ from ha import cluster_plan
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
+from ha.cluster_proxy import LocalProxy
 from ha.local_processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -311,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
                     "never on the command line)")
     up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a controller key for every controller")
+    up.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
+                    help="with controllers: the RocketMQ gRPC endpoint (rocketha-proxy) "
+                    "listens here (default: a free port, kept; 0: no endpoint)")
+    up.add_argument("--grpc-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a rocketha-proxy key (connector/rmq_proxy/config.py)")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
@@ -357,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         if controller_addr and not args.no_wait:
             for line in cluster.wait_masters():
                 print(line)
+        _proxy_up(cluster, args, controller_addr, parser)
         return 0
     if args.command == "status":
         if not cluster.manifest_path.exists():
@@ -364,11 +375,14 @@ def main(argv: list[str] | None = None) -> int:
                              "cluster.json); start one with `rocketha-cluster up --dir ...`")
         processes = cluster.status()
         processes += controllers.status()
+        proxies = LocalProxy(cluster.directory).status(cluster.load())
         if args.json:
             consoles = [p["console_url"] for p in processes
                         if p["kind"] == "controller" and p["alive"] and p.get("console_url")]
             print(json.dumps({"dir": str(cluster.directory),
                               "console_url": consoles[0] if consoles else None,
+                              "grpc_endpoint": proxies[0]["endpoint"] if proxies else None,
+                              "proxy": proxies[0] if proxies else None,
                               "processes": processes}))
         else:
             for process in processes:
@@ -376,13 +390,34 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{process['name']}\t{process['role']}\t{process['broker_role']}\t"
                       f"{process['endpoint']}\t"
                       f"pid {process['pid']}\t{state}")
+            for proxy in proxies:
+                print(f"proxy\t{proxy['role']}\t\t{proxy['endpoint']}\tpid {proxy['pid']}\t"
+                      f"{'alive' if proxy['alive'] else 'down'}")
         return 0
+    LocalProxy(cluster.directory).stop(cluster.load())
     for broker in cluster.load()["brokers"]:
         cluster.stop(broker)
     controllers.stop_all()
     remove_hosts(cluster.load())
     print(f"stopped {len(cluster.load()['brokers'])} process(es)")
     return 0
+
+
+def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,
+              parser: argparse.ArgumentParser) -> None:
+    """Plan, start and wait for the RocketMQ gRPC endpoint (ha/cluster_proxy.py)."""
+    if args.grpc_port is not None and args.grpc_port and not controller_addr:
+        parser.error("--grpc-port: only with --controllers (the endpoint takes its routes "
+                     "from them)")
+    local = LocalProxy(cluster.directory)
+    manifest = cluster.load()
+    overrides = {**manifest.get("proxy_overrides", {}), **_parse_overrides(args.grpc_set, parser)}
+    manifest["proxy_overrides"] = overrides
+    proxy = local.plan(manifest, args.grpc_port, controller_addr, overrides)
+    cluster.save(manifest)
+    if proxy is not None:
+        local.start(proxy)
+        print(f"proxy {local.wait_ready(proxy)} (RocketMQ gRPC endpoint)")
 
 
 if __name__ == "__main__":

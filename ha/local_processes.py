@@ -94,5 +94,6 @@ PORT_KEYS = ("port", "ha_port", "raft_port", "metrics_port", "console_port")
 
 def ports_in(manifest: dict[str, Any]) -> set[int]:
     """Every port a cluster manifest (`cluster.json`) already gives to a process."""
-    processes = manifest.get("brokers", []) + manifest.get("controllers", [])
+    processes = manifest.get("brokers", []) + manifest.get("controllers", []) + (
+        [manifest["proxy"]] if manifest.get("proxy") else [])
     return {process[key] for process in processes for key in PORT_KEYS if process.get(key)}

@@ -76,14 +76,16 @@ def cluster_cli(*args: str) -> str:
 class FailoverCluster:
     def __init__(self, directory: Path, *, controllers: int, replica_sets: int = 1,
                  replicas: int = 3, hosts: bool = False,
-                 controller_settings: dict[str, str] | None = None, **settings: str) -> None:
+                 controller_settings: dict[str, str] | None = None,
+                 cli_args: tuple[str, ...] = (), **settings: str) -> None:
         """`hosts`: every process on its own test host (`up --hosts`; `self.network` then
-        offers the network faults of ha/local_hosts.py)."""
+        offers the network faults of ha/local_hosts.py). `cli_args`: more `up` arguments."""
         self.directory = directory
         merged = {**BROKER_SETTINGS, **settings}
         args = ["up", "--dir", str(directory), "--controllers", str(controllers),
                 "--replica-sets", str(replica_sets), "--replicas", str(replicas)]
         args += ["--hosts"] if hosts else []
+        args += list(cli_args)
         for key, value in (controller_settings or {}).items():
             args += ["--controller-set", f"{key}={value}"]
         for key, value in merged.items():

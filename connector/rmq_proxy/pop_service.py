@@ -1,0 +1,357 @@
+"""POP consumption for the RocketMQ SimpleConsumer and PushConsumer (service.py delegates).
+
+    receive   lease up to a batch from the named replica set's queues (expired leases first,
+              delivery_attempt + 1; then new messages), long-polling; each lease is recorded
+              in the cluster (state_store.py) before the client sees the message
+    ack       a current lease's handle -> an ack record -> OK
+    change    ChangeInvisibleDuration: a change record with a new nonce -> the new handle
+    forward   ForwardMessageToDeadLetterQueue: the message onto `%DLQ%<group>`, then an ack
+A lease ending at grpcMaxDeliveryAttempts sends its message to `%DLQ%<group>` instead of
+delivering it again. Locks: one per (group, topic, replica set) around every decision on its
+queues (read state, read messages, write the record, apply it), then the set's state lock
+around the write (state_store.py); always in that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from rocketmq.grpc_protocol import definition_pb2
+
+from connector.client import with_marker
+from connector.protocol import IDEMPOTENCE_PROPERTY, PRODUCE_SCHEMA, PutIdempotence, RocketHAError
+from connector.rmq_proxy.cluster_io import ClusterLinks
+from connector.rmq_proxy.config import ProxyConfig
+from connector.rmq_proxy.messages import to_pb_message
+from connector.rmq_proxy.pop_core import PopState, QueueKey
+from connector.rmq_proxy.receipt import ReceiptHandle, ReceiptHandleCodec
+from connector.rmq_proxy.replies import duration_ms, status
+from connector.rmq_proxy.state_store import StateStore, StateWriteError
+
+__all__ = ["DLQ_PREFIX", "PopService"]
+
+logger = logging.getLogger(__name__)
+
+PERM_READ = 4
+DEFAULT_INVISIBLE_MS = 30_000
+DLQ_PREFIX = "%DLQ%"  # RocketMQ's dead-letter topic of a consumer group
+WAKE_INTERVAL_MS = 500  # a waiting receive looks again at least this often
+DELIVERY_COLUMNS = ("queue_id", "queue_offset", "body", "key", "tags", "properties",
+                    "born_timestamp", "store_timestamp", "msg_id")
+_PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
+
+
+class PopService:
+    def __init__(self, config: ProxyConfig, links: ClusterLinks, handles: ReceiptHandleCodec,
+                 now_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.links = links
+        self.handles = handles
+        self.pop = PopState()
+        self.state = StateStore(links, self.pop, config.snapshot_interval_ms)
+        self._now_ms = now_ms
+        self._group_locks: dict[tuple[str, str, str], threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._dlq_topics: set[tuple[str, str]] = set()
+        self.delivered_messages = 0
+        self.dead_lettered_messages = 0
+
+    def _group_lock(self, group: str, topic: str, broker_name: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._group_locks.setdefault((group, topic, broker_name), threading.Lock())
+
+    def receive(self, request: Any, context: Any) -> tuple[list[Any], Any]:
+        group, topic = request.group.name, request.message_queue.topic.name
+        broker_name = request.message_queue.broker.name
+        invisible_ms = (duration_ms(request.invisible_duration)
+                        if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
+        if not (self.config.invisible_duration_min_ms <= invisible_ms
+                <= self.config.invisible_duration_max_ms):
+            return [], status("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible_ms} ms "
+                              f"outside {self.config.invisible_duration_min_ms}.."
+                              f"{self.config.invisible_duration_max_ms} ms")
+        if not group:
+            return [], status("ILLEGAL_CONSUMER_GROUP", "no consumer group")
+        expression = request.filter_expression
+        if expression.type == definition_pb2.SQL:
+            return [], status("ILLEGAL_FILTER_EXPRESSION", "SQL92 filters are not supported")
+        tag_filter = expression.expression.strip() or None
+        if tag_filter == "*":
+            tag_filter = None
+        if tag_filter is not None and any(not t.strip() for t in tag_filter.split("||")):
+            return [], status("ILLEGAL_FILTER_EXPRESSION", f"tag expression {tag_filter!r}")
+        route = self.links.routes(topic)
+        queue_ids = [] if route is None else [
+            queue_id for name, read_nums, _, perm in route.queues
+            if name == broker_name and perm & PERM_READ for queue_id in range(read_nums)]
+        if not queue_ids:
+            return [], status("TOPIC_NOT_FOUND", f"topic {topic!r} has no readable queue on "
+                              f"{broker_name!r}")
+        self.state.open_set(broker_name)
+        if self.pop.get(QueueKey(group, topic, broker_name, queue_ids[0])) is None and \
+                len(self.pop) + len(queue_ids) > self.config.consumer_queues_max:
+            return [], status("TOO_MANY_REQUESTS", "grpcConsumerQueuesMax (group, topic, "
+                              f"queue) states reached ({self.config.consumer_queues_max})")
+        batch = max(1, min(request.batch_size or 1, self.config.receive_batch_max))
+        polling_ms = (duration_ms(request.long_polling_timeout)
+                      if request.HasField("long_polling_timeout") else 0)
+        polling_ms = min(polling_ms, self.config.long_polling_max_ms)
+        remaining_s = context.time_remaining()
+        if remaining_s is not None:  # answer before the client's deadline
+            polling_ms = max(0, min(polling_ms, int(remaining_s * 1000) - 1000))
+        deadline_ms = self._now_ms() + polling_ms
+        first = request.message_queue.id % len(queue_ids)
+        order = queue_ids[first:] + queue_ids[:first]
+        namespace = request.group.resource_namespace
+        while True:  # bounded by deadline_ms
+            found = self._pop(group, topic, broker_name, order, batch, invisible_ms, tag_filter)
+            if found or self._now_ms() >= deadline_ms or not context.is_active():
+                break
+            self._wait(group, topic, broker_name, order[0], deadline_ms)
+        messages = [to_pb_message(row, topic, namespace, receipt_handle=handle,
+                                  delivery_attempt=attempt, invisible_ms=invisible_ms,
+                                  broker_name=broker_name)
+                    for row, handle, attempt in found]
+        self.delivered_messages += len(messages)
+        return messages, status("OK") if messages else status("MESSAGE_NOT_FOUND",
+                                                              "no new message")
+
+    def _wait(self, group: str, topic: str, broker_name: str, queue_id: int,
+              deadline_ms: int) -> None:
+        """Until a message may have arrived on `queue_id`, a lease may have expired, or the
+        deadline (a long-polling pull that asks for offsets only)."""
+        now_ms = self._now_ms()
+        key = QueueKey(group, topic, broker_name, queue_id)
+        wait_ms = min(deadline_ms - now_ms, WAKE_INTERVAL_MS)
+        due_ms = self.pop.next_due_ms(key)
+        if due_ms is not None:
+            wait_ms = min(wait_ms, max(0, due_ms - now_ms))
+        state = self.pop.get(key)
+        if state is None or wait_ms <= 0:
+            time.sleep(max(0, min(wait_ms, 50)) / 1000.0)
+            return
+        self.links.pull(broker_name, topic, queue_id, state.cursor, max_messages=1,
+                        max_wait_ms=wait_ms, columns=("queue_offset",))
+
+    def _pop(self, group: str, topic: str, broker_name: str, queue_ids: list[int],
+             batch: int, invisible_ms: int, tag_filter: str | None
+             ) -> list[tuple[dict[str, Any], str, int]]:
+        """Lease up to `batch` messages of the set's queues; the leases are in the cluster
+        before this returns them as (row, receipt handle, delivery attempt)."""
+        with self._group_lock(group, topic, broker_name):
+            now_ms = self._now_ms()
+            until_ms = now_ms + invisible_ms
+            records: list[dict[str, Any]] = []
+            found: list[tuple[dict[str, Any], ReceiptHandle, int]] = []
+            for queue_id in queue_ids:
+                if len(found) >= batch:
+                    break
+                key = QueueKey(group, topic, broker_name, queue_id)
+                record, rows = self._pop_queue(key, batch - len(found), until_ms, now_ms,
+                                               tag_filter)
+                if record is not None:
+                    records.append(record)
+                found += rows
+            if records:
+                with self.state.lock(broker_name):
+                    self.state.write(broker_name, records)
+        return [(row, self.handles.encode(group, topic, handle), attempt)
+                for row, handle, attempt in found]
+
+    def _pop_queue(self, key: QueueKey, limit: int, until_ms: int, now_ms: int,
+                   tag_filter: str | None
+                   ) -> tuple[dict[str, Any] | None, list[tuple[dict[str, Any], ReceiptHandle,
+                                                                int]]]:
+        state = self.pop.get(key)
+        start = None if state is not None else self._initial_offset(key)
+        cursor = state.cursor if state is not None else start
+        assert cursor is not None
+        leases: list[list[int]] = []
+        dropped: list[int] = []
+        rows: list[tuple[dict[str, Any], ReceiptHandle, int]] = []
+        for queue_offset, lease in self.pop.due(key, now_ms, limit):
+            row = self._read_one(key, queue_offset)
+            if row is None:
+                dropped.append(queue_offset)  # retention removed it
+                continue
+            if lease.attempt >= self.config.max_delivery_attempts and \
+                    self._dead_letter(key, row):
+                dropped.append(queue_offset)  # on %DLQ%<group> now: done here
+                continue
+            nonce = secrets.randbits(62)
+            leases.append([queue_offset, lease.attempt + 1, until_ms, nonce])
+            rows.append((row, ReceiptHandle(key.broker_name, key.queue_id, queue_offset, nonce,
+                                            until_ms), lease.attempt + 1))
+        room = min(limit - len(rows), self.pop.room(key, self.config.inflight_messages_max))
+        new_cursor = cursor
+        if room > 0:
+            result = self.links.pull(key.broker_name, key.topic, key.queue_id, cursor,
+                                     max_messages=room, tag_filter=tag_filter,
+                                     columns=DELIVERY_COLUMNS)
+            if result.status == "OFFSET_TOO_SMALL":  # retention passed the cursor
+                start = new_cursor = result.next_queue_offset
+            elif result.status == "OFFSET_OVERFLOW_BADLY":
+                logger.warning("%s: cursor %d is past the queue's end %d", key, cursor,
+                               result.reply.max_queue_offset)
+            else:
+                for row in result.table.to_pylist():
+                    nonce = secrets.randbits(62)
+                    leases.append([row["queue_offset"], 1, until_ms, nonce])
+                    rows.append((row, ReceiptHandle(key.broker_name, key.queue_id,
+                                                    row["queue_offset"], nonce, until_ms), 1))
+                new_cursor = max(cursor, result.next_queue_offset)
+        if not leases and not dropped and start is None and new_cursor == cursor:
+            return None, []
+        return ({"t": "pop", "k": key.to_json(), "start": start, "cursor": new_cursor,
+                 "leases": leases, "dropped": dropped}, rows)
+
+    def _dead_letter(self, key: QueueKey, row: dict[str, Any]) -> bool:
+        """Put the message on RocketMQ's dead-letter topic `%DLQ%<group>` of its replica set
+        (True once PUT_OK). Its idempotence marker names the (group, topic, queue, offset), so
+        forwarding it again after a crash stores it once."""
+        topic = DLQ_PREFIX + key.group
+        properties = [(k, v) for k, v in row.get("properties") or [] if k != IDEMPOTENCE_PROPERTY]
+        origin_id = dict(properties).get("UNIQ_KEY") or row.get("msg_id") or ""
+        properties += [("DLQ_ORIGIN_TOPIC", key.topic), ("DLQ_ORIGIN_MESSAGE_ID", origin_id)]
+        columns: dict[str, pa.Array] = {"body": pa.array([row["body"]], pa.binary())}
+        if row.get("key") is not None:
+            columns["key"] = pa.array([row["key"]], pa.string())
+        if row.get("tags") is not None:
+            columns["tags"] = pa.array([row["tags"]], pa.string())
+        columns["properties"] = pa.array([properties], _PROPERTIES_TYPE)
+        columns["queue_id"] = pa.array([0], pa.int32())
+        name = "\0".join([key.group, key.topic, key.broker_name, str(key.queue_id),
+                           str(row["queue_offset"])])
+        marker = PutIdempotence("dlq" + hashlib.sha1(name.encode()).hexdigest(), 0)
+        try:
+            if (key.broker_name, topic) not in self._dlq_topics:
+                admin = self.links.admin(key.broker_name)
+                try:
+                    admin.get_topic(topic)
+                except RocketHAError as err:
+                    if err.name != "TOPIC_NOT_EXIST":
+                        raise
+                    admin.create_topic(topic, queues=1)
+                self._dlq_topics.add((key.broker_name, topic))
+            reply = self.links.put(key.broker_name, topic,
+                                   with_marker(pa.record_batch(columns), marker))
+        except RocketHAError as err:
+            logger.warning("%s@%d: not dead-lettered (%s); delivered again", key,
+                           row["queue_offset"], err)
+            return False
+        if reply.status != "PUT_OK":
+            logger.warning("%s@%d: dead-letter put answered %s; delivered again", key,
+                           row["queue_offset"], reply.status)
+            return False
+        self.dead_lettered_messages += 1
+        return True
+
+    def _read_one(self, key: QueueKey, queue_offset: int) -> dict[str, Any] | None:
+        result = self.links.pull(key.broker_name, key.topic, key.queue_id, queue_offset,
+                                 max_messages=1, columns=DELIVERY_COLUMNS)
+        for row in result.table.to_pylist():
+            if row["queue_offset"] == queue_offset:
+                return row
+        return None
+
+    def _initial_offset(self, key: QueueKey) -> int:
+        """Where a group's POP starts on a queue it never consumed: its offset committed on
+        the broker (a group that consumed through Flight), else the queue's first message."""
+        admin = self.links.admin(key.broker_name)
+        committed = admin.query_offsets(key.group, key.topic).get(key.queue_id)
+        if committed is not None:
+            return int(committed)
+        for queue in admin.queue_offsets(key.topic):
+            if int(queue["queue_id"]) == key.queue_id:
+                return int(queue["min_queue_offset"])
+        return 0
+
+    def _checked_handle(self, group: str, topic: str, text: str
+                        ) -> tuple[QueueKey, ReceiptHandle] | Any:
+        """(key, handle) of a current lease, or the INVALID_RECEIPT_HANDLE status."""
+        handle = self.handles.decode(group, topic, text)
+        if handle is None:
+            return status("INVALID_RECEIPT_HANDLE", "not a receipt handle of this group and "
+                          "topic")
+        key = QueueKey(group, topic, handle.broker_name, handle.queue_id)
+        self.state.open_set(handle.broker_name)
+        problem = self.pop.lease_problem(key, handle.queue_offset, handle.nonce,
+                                         self._now_ms())
+        if problem is not None:
+            return status("INVALID_RECEIPT_HANDLE", f"stale receipt handle: {problem}")
+        return key, handle
+
+    def ack(self, group: str, topic: str, text: str) -> Any:
+        """Ack one receipt handle: the ack record is PUT_OK before OK is answered."""
+        handle = self.handles.decode(group, topic, text)
+        if handle is None:
+            return status("INVALID_RECEIPT_HANDLE", "not a receipt handle of this group and "
+                          "topic")
+        try:
+            with self._group_lock(group, topic, handle.broker_name):
+                checked = self._checked_handle(group, topic, text)
+                if not isinstance(checked, tuple):
+                    return checked
+                key, handle = checked
+                with self.state.lock(key.broker_name):
+                    self.state.write(key.broker_name, [{
+                        "t": "ack", "k": key.to_json(),
+                        "offsets": [[handle.queue_offset, handle.nonce]]}])
+        except (RocketHAError, StateWriteError) as err:
+            return status("INTERNAL_SERVER_ERROR", f"ack not recorded: {err}")
+        return status("OK")
+
+    def change(self, group: str, topic: str, text: str, invisible_ms: int
+               ) -> tuple[Any, str]:
+        """ChangeInvisibleDuration: (status, the new handle or "")."""
+        handle = self.handles.decode(group, topic, text)
+        if handle is None:
+            return status("INVALID_RECEIPT_HANDLE", "not a receipt handle of this group and "
+                          "topic"), ""
+        try:
+            with self._group_lock(group, topic, handle.broker_name):
+                checked = self._checked_handle(group, topic, text)
+                if not isinstance(checked, tuple):
+                    return checked, ""
+                key, handle = checked
+                nonce, until_ms = secrets.randbits(62), self._now_ms() + invisible_ms
+                with self.state.lock(key.broker_name):
+                    self.state.write(key.broker_name, [{
+                        "t": "change", "k": key.to_json(), "offset": handle.queue_offset,
+                        "nonce": handle.nonce, "new_nonce": nonce, "until": until_ms}])
+        except (RocketHAError, StateWriteError) as err:
+            return status("INTERNAL_SERVER_ERROR", f"not recorded: {err}"), ""
+        new_handle = ReceiptHandle(key.broker_name, key.queue_id, handle.queue_offset, nonce,
+                                   until_ms)
+        return status("OK"), self.handles.encode(group, topic, new_handle)
+
+    def forward(self, group: str, topic: str, text: str) -> Any:
+        """ForwardMessageToDeadLetterQueue: the message onto `%DLQ%<group>`, then an ack."""
+        handle = self.handles.decode(group, topic, text)
+        if handle is None:
+            return status("INVALID_RECEIPT_HANDLE", "not a receipt handle of this group and "
+                          "topic")
+        try:
+            with self._group_lock(group, topic, handle.broker_name):
+                checked = self._checked_handle(group, topic, text)
+                if not isinstance(checked, tuple):
+                    return checked
+                key, handle = checked
+                row = self._read_one(key, handle.queue_offset)
+                if row is not None and not self._dead_letter(key, row):
+                    return status("INTERNAL_SERVER_ERROR", "the dead-letter topic did not "
+                                  "take it")
+                with self.state.lock(key.broker_name):
+                    self.state.write(key.broker_name, [{
+                        "t": "ack", "k": key.to_json(),
+                        "offsets": [[handle.queue_offset, handle.nonce]]}])
+        except (RocketHAError, StateWriteError) as err:
+            return status("INTERNAL_SERVER_ERROR", f"not recorded: {err}")
+        return status("OK")

@@ -1,0 +1,118 @@
+"""The RocketMQ gRPC endpoint of a local `rocketha-cluster`: one `rocketha-proxy` process.
+
+One per cluster (not one per replica set): the proxy is a client of the whole cluster (routes
+name every replica set, and each set's POP state lives in that set), and the POP state of a
+consumer group is owned by one process at a time. Under the cluster directory:
+`conf/proxy.conf`, `conf/proxy.key` (the receipt-handle HMAC key, 0600, kept across restarts so
+handles survive a proxy restart), `logs/proxy.log`, `run/proxy.pid`; its port is kept in
+`cluster.json` under "proxy". Started after the brokers, only with controllers (it takes
+its routes from them); `status --json` shows it under "proxy" and "grpc_endpoint".
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ha.cluster_hosts import host_of, launcher_of
+from ha.local_processes import (
+    POLL_INTERVAL_S,
+    free_port,
+    pid_from_file,
+    ports_in,
+    stop_pid_file,
+    write_private_text,
+)
+
+__all__ = ["LocalProxy"]
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+class LocalProxy:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory.resolve()
+
+    def plan(self, manifest: dict[str, Any], port: int | None, controller_addr: str,
+             overrides: dict[str, str]) -> dict[str, Any] | None:
+        """Add or update the proxy entry (port None: keep the one chosen, else a free one;
+        0: no proxy) and write its configuration."""
+        proxy = manifest.get("proxy")
+        if port == 0 or not controller_addr:
+            manifest.pop("proxy", None)
+            return None
+        if proxy is None:
+            proxy = manifest["proxy"] = {
+                "name": "proxy", "conf": str(self.directory / "conf" / "proxy.conf"),
+                "key_file": str(self.directory / "conf" / "proxy.key"),
+                "log_file": str(self.directory / "logs" / "proxy.log"),
+                "pid_file": str(self.directory / "run" / "proxy.pid")}
+        if port or not proxy.get("port"):
+            proxy["port"] = port or free_port(ports_in(manifest))
+        key_file = Path(proxy["key_file"])
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        if not key_file.exists():
+            write_private_text(key_file, secrets.token_hex(32) + "\n")
+        host = host_of(proxy)
+        settings = {"grpcListenPort": str(proxy["port"]), "grpcBindAddress": host,
+                    "grpcAdvertisedHost": host, "controllerAddr": controller_addr,
+                    "grpcReceiptHandleKeyFile": proxy["key_file"],
+                    "logFile": proxy["log_file"], **overrides}
+        lines = ["# written by rocketha-cluster (the RocketMQ gRPC endpoint)"]
+        lines += [f"{key}={value}" for key, value in settings.items()]
+        write_private_text(proxy["conf"], "\n".join(lines) + "\n")
+        return proxy
+
+    def start(self, proxy: dict[str, Any]) -> None:
+        if pid_from_file(proxy["pid_file"]) is not None:
+            return
+        Path(proxy["log_file"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(proxy["pid_file"]).parent.mkdir(parents=True, exist_ok=True)
+        with open(proxy["log_file"], "ab") as log:
+            process = subprocess.Popen(
+                [*launcher_of(proxy), sys.executable, "-m", "connector.rmq_proxy", "--conf",
+                 proxy["conf"]],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]))
+        Path(proxy["pid_file"]).write_text(f"{process.pid}\n")
+
+    def wait_ready(self, proxy: dict[str, Any]) -> str:
+        """Wait until the port accepts connections; returns the endpoint."""
+        endpoint = self.endpoint(proxy)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if pid_from_file(proxy["pid_file"]) is None:
+                tail = Path(proxy["log_file"]).read_text(errors="replace")[-1500:]
+                raise SystemExit(f"rocketha-cluster: the proxy exited; log tail:\n{tail}")
+            try:
+                with socket.create_connection((host_of(proxy), proxy["port"]), timeout=1.0):
+                    return endpoint
+            except OSError:
+                time.sleep(POLL_INTERVAL_S)
+        raise SystemExit(f"rocketha-cluster: the proxy did not listen on {endpoint} within "
+                         f"{STARTUP_TIMEOUT_S:.0f}s (see {proxy['log_file']})")
+
+    @staticmethod
+    def endpoint(proxy: dict[str, Any]) -> str:
+        return f"{host_of(proxy)}:{proxy['port']}"
+
+    def status(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """The proxy's entry for `status` (under "proxy" in --json, not among "processes":
+        those are the brokers and controllers)."""
+        proxy = manifest.get("proxy")
+        if proxy is None:
+            return []
+        pid = pid_from_file(proxy["pid_file"])
+        return [{"name": "proxy", "kind": "proxy", "pid": pid, "role": "GRPC" if pid else "DOWN",
+                 "broker_role": "", "endpoint": self.endpoint(proxy), "alive": pid is not None,
+                 "log_file": proxy["log_file"]}]
+
+    def stop(self, manifest: dict[str, Any]) -> None:
+        proxy = manifest.get("proxy")
+        if proxy is not None:
+            stop_pid_file(proxy["pid_file"])
