@@ -291,6 +291,10 @@ class BrokerHeartbeat(JsonMessage):
     # A master whose lease had lapsed (by its own clock) when this heartbeat was made; its
     # positions were read after that (an operator's election waits for it)
     master_lease_lapsed: bool = False
+    # The master of this epoch refuses to continue it (0: none): it restarted since the epoch
+    # began, so its log may have lost a tail its slaves hold; the leader elects again at once
+    # (a new epoch; this broker may win it again)
+    master_epoch_abandoned: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

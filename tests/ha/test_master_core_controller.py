@@ -241,3 +241,65 @@ def test_all_ack_a_put_planned_before_the_set_grew_waits_for_the_new_member() ->
     core.next_send(1, grown, now_ms=1)
     core.on_frame(1, Ack(3000), grown, now_ms=1)
     assert core.put_progress(3000, need, now_ms=1) is PutProgress.DONE
+
+
+def test_all_ack_a_proposal_in_flight_holds_puts_after_its_new_member_leaves() -> None:
+    # Regression (tests/sim/cluster_sim.py seeds 214, 235, and the seeds found with this rule
+    # switched off; see test_cluster_sim.py): the master proposed (0, 1); slave 1's link closed
+    # before the answer; alone again in its local and accepted set, the master acked alone; the
+    # controller then committed the proposal, the master died, slave 1 was elected without
+    # those PUT_OKs. While the proposal may still be committed, slave 1 must hold every put.
+    core = all_ack_master(accepted=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    assert connect(core, 1, 1, 2500, snapshot) == [SyncStateSetChanged((0, 1))]
+    assert not core.proposal_pending()
+    core.proposing((0, 1), 0)
+    assert core.proposal_pending()  # until a newer set is accepted
+    assert core.link_closed(1, now_ms=5) == [SyncStateSetChanged((0,))]
+    assert core.sync_state_set == (0,) and core.accepted_sync_state_set == (0,)
+    assert core.proposal_pending()  # the shell proposes (0,) again: a fence
+    core.local_durable(3000)
+    assert core.confirm_log_position == 2500  # slave 1 may be elected: hold
+    assert core.put_progress(3000, core.plan_put(3000).need, now_ms=6) is PutProgress.WAITING
+    # the controller answers with a newer epoch: (0,) (the fence) or (0, 1) (the proposal)
+    assert core.accept_sync_state_set((0,), 1) == [ConfirmTo(3000)]
+    assert not core.proposal_pending()
+    assert core.put_progress(3000, 1, now_ms=7) is PutProgress.DONE
+
+
+def test_all_ack_a_committed_proposal_without_its_member_acks_nothing() -> None:
+    core = all_ack_master(accepted=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    core.proposing((0, 1), 0)
+    core.link_closed(1, now_ms=5)
+    core.local_durable(3000)
+    assert core.put_progress(3000, 1, now_ms=6) is PutProgress.WAITING
+    assert core.accept_sync_state_set((0, 1), 1) == []  # committed: slave 1 may be elected
+    assert core.put_progress(3000, 1, now_ms=7) is PutProgress.UNREACHABLE
+    assert core.confirm_log_position == 2500
+
+
+def test_an_overtaken_proposal_no_longer_counts() -> None:
+    core = all_ack_master(accepted=(0,))
+    core.accept_sync_state_set((0,), 4)
+    core.proposing((0, 1, 2), 3)  # made under epoch 3, answered after epoch 4 was adopted
+    assert not core.proposal_pending()
+    core.local_durable(100)
+    assert core.put_progress(100, 1, now_ms=0) is PutProgress.DONE
+
+
+def test_numeric_quorum_counts_a_proposal_in_flight_in_the_in_sync_size() -> None:
+    core = controller_master(accepted=(0,), in_sync=2)
+    assert core.plan_put(0).refused  # alone in the accepted set, 2 needed
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    core.proposing((0, 1), 0)
+    plan = core.plan_put(2500)
+    assert (plan.need, plan.in_sync, plan.refused) == (2, 2, "")
+    core.local_durable(2600)
+    # its ack cannot count before the controller accepts it, but the put may wait for that
+    assert core.put_progress(2600, 2, now_ms=0) is PutProgress.WAITING

@@ -426,12 +426,15 @@ class SimBroker:
         if self.slave is not None and self.link_id is None and self.role.current is not None:
             lost = self.role.current.master_epoch
         body = BrokerHeartbeat(CLUSTER, SET, self.broker_id, self.name, last, self.log.end,
-                               self.log.confirm, master_unreachable_epoch=lost)
+                               self.log.confirm, master_unreachable_epoch=lost,
+                               master_epoch_abandoned=self.role.abandoned_epoch)
         self.call_all("heartbeat", body)
         if self.master is not None:
             request = self.role.proposal(self.master.sync_state_set,
-                                         self.master.accepted_sync_state_set)
+                                         self.master.accepted_sync_state_set,
+                                         pending=self.master.proposal_pending())
             if request is not None:
+                self.master.proposing(request.sync_state_set, request.sync_state_set_epoch)
                 self.call_all("alter_sss", request)
 
     def call_all(self, kind: str, body: Any) -> None:
@@ -464,7 +467,7 @@ class SimBroker:
 
     def adopt(self, members: tuple[int, ...], epoch: int) -> None:
         if self.master is not None and self.role.adopt(members, epoch):
-            self.apply_master(self.master.accept_sync_state_set(members))
+            self.apply_master(self.master.accept_sync_state_set(members, epoch))
 
     # role changes (roles.py / replication.py, re-modelled; the decisions are RoleCore's)
     def apply_role(self, change: RoleChange) -> None:
@@ -496,7 +499,7 @@ class SimBroker:
             log.confirm = min(log.confirm, cut)
             log.truncate(cut)
         log.confirm = log.end
-        if last is None or last < change.master_epoch:
+        if last is None or last < change.master_epoch:  # (else: the checker fails the run)
             log.epochs.append(EpochEntry(change.master_epoch, log.end))
         log.sync()
         settings = MasterSettings(
@@ -510,6 +513,7 @@ class SimBroker:
             endpoint=self.name, master_log_position=log.synced,
             confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
             accepted_sync_state_set=change.sync_state_set,
+            accepted_sync_state_set_epoch=change.sync_state_set_epoch,
             lease_until_ms=self.role.lease_until_ms(change.master_epoch))
         self.fenced = False
         self.sim.checker.on_serving(self, change.master_epoch)
@@ -710,6 +714,7 @@ class ClusterChecker:
         self.sim = sim
         self.acked: dict[int, tuple[int, int]] = {}  # msg id -> (log position, epoch)
         self.masters: dict[int, str] = {}  # master epoch -> broker serving it
+        self.opened: dict[int, int] = {}  # master epoch -> incarnation of the broker serving it
         self.serving: dict[str, int] = {}  # broker -> epoch it serves (since take-over)
         self.epoch_seen: dict[str, tuple[int, int]] = {}  # broker -> (log version, epoch)
         self.controller_epoch: dict[int, int] = {}
@@ -736,6 +741,12 @@ class ClusterChecker:
         known = self.masters.setdefault(epoch, broker.name)
         if known != broker.name:
             self.fail(f"two masters of epoch {epoch}: {known} and {broker.name}")
+        # one log per epoch: a restarted process may have lost a tail its slaves hold, so
+        # it never serves the epoch its previous incarnation served (ha/role_core.py REELECT)
+        opened = self.opened.setdefault(epoch, broker.incarnation)
+        if opened != broker.incarnation:
+            self.fail(f"{broker.name} serves epoch {epoch} again after a restart (one log "
+                      "per epoch)")
         self.serving[broker.name] = epoch
         self.check_acked(broker, f"{broker.name} took over epoch {epoch}")
 
