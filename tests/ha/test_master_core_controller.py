@@ -169,9 +169,13 @@ def test_a_slave_in_the_local_set_only_must_hold_the_put_too_once_the_lease_laps
     core.local_durable(3000)
     grown = log(3000, epochs=EPOCHS)
     core.next_send(1, grown, now_ms=2000)
+    core.next_send(2, grown, now_ms=2000)
     core.on_frame(1, Ack(3000), grown, now_ms=2001)
-    assert core.put_progress(3000, 2, now_ms=999) is PutProgress.DONE
     assert core.put_progress(3000, 2, now_ms=2001) is PutProgress.WAITING
+    # within the lease too, under every rule: a slave joining the set holds every acked put
+    assert core.put_progress(3000, 2, now_ms=999) is PutProgress.WAITING
+    core.on_frame(2, Ack(3000), grown, now_ms=2002)
+    assert core.put_progress(3000, 2, now_ms=2002) is PutProgress.DONE
 
 
 def test_a_renewal_never_shortens_the_lease() -> None:
@@ -214,13 +218,46 @@ def test_all_ack_a_joining_slave_holds_every_put_acknowledged_after_it_joins() -
     assert core.put_progress(3000, 1, now_ms=2) is PutProgress.DONE
 
 
-def test_other_rules_do_not_wait_for_a_joining_slave() -> None:
+def test_auto_isr_a_slave_joins_only_holding_what_the_master_acked_alone() -> None:
+    # Regression (tests/sim/cluster_sim.py --quorum auto-isr, seed 3): inSyncReplicas=2 with
+    # enableAutoInSyncReplicas; the master, alone in its set, acked with need 1 past the confirm
+    # position a catching-up slave held back; the slave joined at that confirm position, was
+    # accepted, the master died and the slave was elected without those PUT_OKs. Every rule now
+    # waits for a slave on its way in, and a slave joins only holding every acked put.
+    core = controller_master(accepted=(0,), in_sync=2)
+    core = MasterReplication(dataclasses.replace(core.settings, quorum=dataclasses.replace(
+        core.settings.quorum, auto_in_sync_replicas=True)), broker_id=0, master_epoch=3,
+        endpoint="h:1", master_log_position=0, confirm_log_position=0, now_ms=0,
+        accepted_sync_state_set=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    assert core.plan_put(2500).need == 1  # degraded: alone in the accepted set
+    assert core.put_progress(2500, 1, now_ms=0) is PutProgress.DONE
+    connect(core, 1, 1, 2000, snapshot)  # 500 behind (< one batch): a candidate
+    core.local_durable(3000)
+    assert core.put_progress(3000, 1, now_ms=0) is PutProgress.WAITING  # the candidate first
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=1)
+    core.on_frame(1, Ack(2500), grown, now_ms=1)
+    assert core.sync_state_set == (0, 1)  # joined holding 2500, all that was acked
+    assert core.put_progress(3000, 1, now_ms=1) is PutProgress.WAITING  # joining: needs it
+    core.on_frame(1, Ack(3000), grown, now_ms=2)
+    assert core.put_progress(3000, 1, now_ms=2) is PutProgress.DONE
+
+
+def test_a_slave_never_joins_lacking_an_acked_put() -> None:
     core = controller_master(accepted=(0,), in_sync=1)
     snapshot = log(2500, epochs=EPOCHS)
     core.local_durable(2500)
-    connect(core, 1, 1, 2000, snapshot)
-    core.local_durable(3000)
-    assert core.put_progress(3000, 1, now_ms=0) is PutProgress.DONE
+    assert core.put_progress(2500, 1, now_ms=0) is PutProgress.DONE  # acked on the master alone
+    connect(core, 1, 1, 1000, snapshot)  # far behind: no candidate yet
+    assert core.sync_state_set == (0,)
+    core.next_send(1, snapshot, now_ms=1)
+    core.on_frame(1, Ack(2000), snapshot, now_ms=1)
+    assert core.sync_state_set == (0,)  # 2000 < 2500 acked: not yet
+    core.next_send(1, snapshot, now_ms=2)
+    core.on_frame(1, Ack(2500), snapshot, now_ms=2)
+    assert core.sync_state_set == (0, 1)
 
 
 def test_all_ack_a_put_planned_before_the_set_grew_waits_for_the_new_member() -> None:
