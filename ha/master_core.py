@@ -497,11 +497,15 @@ class MasterReplication:
                 return self._done(log_position)
             return PutProgress.WAITING  # until a renewed lease, the acks, or the deadline
         acks = self._counted_acks()
-        if self.settings.quorum.all_ack_in_sync_state_set and not self.settings.async_master:
-            # every member now, not only those of the set the put was planned under: a member
-            # that joined meanwhile may be elected (cluster simulation, seed 3)
-            members = self._accepted if self._accepted is not None else self._members
-            need = max(need, 1 + len(members))
+        if not self.settings.async_master:
+            # the need of the set in force now, not only of the set the put was planned under:
+            # a member that joined meanwhile may be elected (cluster simulation: allAck seed 3;
+            # auto-isr seed 165, a put planned alone with need 1 answered after a slave had
+            # been accepted, and lost with the master)
+            if self._accepted is not None:
+                need = max(need, self.plan_put(self._master_position).need)
+            elif self.settings.quorum.all_ack_in_sync_state_set:
+                need = max(need, 1 + len(self._members))
         if holders(log_position, self._master_position, acks) >= need:
             if not self._held_by_joining(log_position):
                 return PutProgress.WAITING  # a joining slave first (or it stops joining)

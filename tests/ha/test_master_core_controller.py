@@ -340,3 +340,27 @@ def test_numeric_quorum_counts_a_proposal_in_flight_in_the_in_sync_size() -> Non
     core.local_durable(2600)
     # its ack cannot count before the controller accepts it, but the put may wait for that
     assert core.put_progress(2600, 2, now_ms=0) is PutProgress.WAITING
+
+
+def test_auto_isr_a_put_planned_alone_needs_the_member_accepted_meanwhile() -> None:
+    # Regression (tests/sim/cluster_sim.py --quorum auto-isr, seed 165): a put planned while
+    # the master was alone in its accepted set (degraded need 1) was answered PUT_OK after the
+    # controller had accepted a slave that lacked it; the master was cut off, that slave was
+    # elected and lost it. The need of the set in force when the put is answered applies.
+    plain = controller_master(accepted=(0,), in_sync=2)
+    core = MasterReplication(dataclasses.replace(plain.settings, quorum=dataclasses.replace(
+        plain.settings.quorum, auto_in_sync_replicas=True)), broker_id=0, master_epoch=3,
+        endpoint="h:1", master_log_position=0, confirm_log_position=0, now_ms=0,
+        accepted_sync_state_set=(0,))
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)  # joins at once: it holds everything acked
+    need = core.plan_put(2500).need
+    assert need == 1  # the accepted set is still the master alone
+    core.accept_sync_state_set((0, 1), 1)
+    core.local_durable(3000)  # the put planned above
+    assert core.put_progress(3000, need, now_ms=0) is PutProgress.WAITING
+    grown = log(3000, epochs=EPOCHS)
+    core.next_send(1, grown, now_ms=1)
+    core.on_frame(1, Ack(3000), grown, now_ms=1)
+    assert core.put_progress(3000, need, now_ms=1) is PutProgress.DONE

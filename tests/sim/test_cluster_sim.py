@@ -46,8 +46,9 @@ IN_FLIGHT_SEEDS = (348, 693, 787, 798, 1207, 1414)
 # With inSyncReplicas=2 and enableAutoInSyncReplicas (`--quorum auto-isr`, the integration tests'
 # rule): seed 3 lost PUT_OKs the master acked alone (degraded need 1) that a slave joining the set
 # lacked; elected later, it lost them (ha/master_core.py `_held_by_joining` and the join rule,
-# both for every quorum rule now).
-AUTO_ISR_REGRESSIONS = (3,)
+# both for every quorum rule now); seed 165: a put planned alone (need 1) was answered after a
+# slave lacking it had been accepted (`put_progress` applies the need of the set in force).
+AUTO_ISR_REGRESSIONS = (3, 165)
 AUTO_ISR_SEEDS = 100  # a smaller batch under the second rule
 
 
