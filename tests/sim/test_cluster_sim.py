@@ -20,7 +20,8 @@ import ha.role_core
 from tests.sim.cluster_sim import SimFailure, run_seed
 
 # The bounded batch: 1,000 seeds, about 100 s on one quiet core of this machine (9-10
-# seeds/s); `python3 build.py sim --cluster --seeds N | --minutes M` for campaigns.
+# seeds/s; the whole file 19 min at load 20); `python3 build.py sim --cluster --seeds N |
+# --minutes M` for campaigns.
 SEEDS_DEFAULT = 1000
 DURATION_MS = 3000
 CHUNK = 50
