@@ -39,8 +39,11 @@ How a broker in controller mode uses this (RocketMQ's ReplicasManager, simplifie
    over) or slave of `master_address` when `master_epoch` is newer than the one it runs.
 3. As master, ask `alter_sync_state_set` with the current `master_epoch` and
    `sync_state_set_epoch`, and use the set in the reply (fenced replies mean: refresh with
-   `get_replica_info`). A set without a master gets one from the leader's own scan (or an
-   explicit `elect_master`).
+   `get_replica_info`). The set already held is accepted too, as a new `sync_state_set_epoch`:
+   a master proposes it to fence an earlier proposal that may still be in flight. A master
+   named in an epoch that may predate its process (it restarted) sets `master_epoch_abandoned`
+   in its heartbeats instead of taking over: the leader elects again under a new epoch. A set
+   without a master gets one from the leader's own scan (or an explicit `elect_master`).
 
 Each message is a frozen dataclass with `to_json()` / `from_json(body)`; `from_json` checks
 every field's type and raises `CodecError` naming the message and the field, so a bad request
@@ -291,6 +294,10 @@ class BrokerHeartbeat(JsonMessage):
     # A master whose lease had lapsed (by its own clock) when this heartbeat was made; its
     # positions were read after that (an operator's election waits for it)
     master_lease_lapsed: bool = False
+    # The master of this epoch refuses to continue it (0: none): it restarted since the epoch
+    # began, so its log may have lost a tail its slaves hold; the leader elects again at once
+    # (a new epoch; this broker may win it again)
+    master_epoch_abandoned: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ brokers (epoch of their last log entry, max log position, priority). Output: an 
                (first election of a set, master_epoch == 0: every alive registered broker,
                 since no master ever acknowledged anything)
     1. the current master is eligible and no other broker is designated -> keep it
-       (MASTER_STILL_EXIST: nothing to write)
+       (MASTER_STILL_EXIST: nothing to write), unless its heartbeat abandons the epoch (it
+       restarted since the epoch began: ha/role_core.py REELECT); then 3 decides, the old
+       master included, and it may win a new epoch
     2. a designated broker: it, if eligible (or, with unclean election on, alive at all);
        otherwise ELECT_MASTER_FAILED
     3. the best eligible broker by: highest epoch, then highest max log position, then lowest
@@ -28,7 +30,8 @@ Ranking a stale position first could elect a slave that lacks acknowledged messa
 member holds (seen: 10 acked rows cut as a fork on the better slave).
 
 `failover_decision` is the leader's periodic check of one replica set (RocketMQ's
-scanInactiveMasterAndTriggerReelect): nothing while the master is alive, or while this
+scanInactiveMasterAndTriggerReelect): nothing while the master is alive (and keeps its
+epoch: an abandoned one is elected again at once), or while this
 controller has led for less than one heartbeat timeout (its liveness table may not know the
 master yet); nothing when no broker of the set is alive; otherwise the election above, turned
 into the ElectMaster to propose (a new master, or "no master" to fence a dead one).
@@ -53,6 +56,7 @@ class BrokerLiveness:
     master_epoch: int
     max_log_position: int
     election_priority: int
+    abandoned_epoch: int = 0  # a master that gives up this epoch (restarted): elect again
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,7 +88,8 @@ def choose_master(
         eligible = {broker_id: info for broker_id, info in alive_registered.items()
                     if broker_id in replica.sync_state_set}
     master = replica.master_broker_id
-    if master is not None and master in eligible and designated_broker_id in (None, master):
+    if (master is not None and master in eligible and designated_broker_id in (None, master)
+            and not _abandoned(replica, eligible[master])):
         return Election("MASTER_STILL_EXIST", master)
     if designated_broker_id is not None:
         pool = alive_registered if unclean_enabled else eligible
@@ -114,9 +119,9 @@ def failover_decision(
     """
     master = replica.master_broker_id
     if master is not None:
-        if master in alive:
+        if master in alive and not _abandoned(replica, alive[master]):
             return None
-        if led_for_ms < heartbeat_timeout_ms:
+        if master not in alive and led_for_ms < heartbeat_timeout_ms:
             return None  # a new leader's liveness table may not know the master yet
     if not alive:
         return None
@@ -126,6 +131,11 @@ def failover_decision(
     if election.status == "MASTER_NOT_AVAILABLE" and master is not None:
         return election
     return None
+
+
+def _abandoned(replica: ReplicaInfo, master: BrokerLiveness) -> bool:
+    """Does the master's latest heartbeat give up the current epoch (it restarted)?"""
+    return master.abandoned_epoch == replica.master_epoch > 0
 
 
 def positions_final(replica: ReplicaInfo, alive: Mapping[int, BrokerLiveness],

@@ -476,8 +476,16 @@ class ControllerNode:
         replica = self.state.replica_info(request.broker_name)
         if replica is None or request.broker_id not in {m.broker_id for m in replica.brokers}:
             return HeartbeatReply("BROKER_NOT_REGISTERED")
-        if replica.master_broker_id is None and self._scan_wakeup is not None:
-            self._scan_wakeup.set()  # a set without a master: elect now, not at the next scan
+        abandoned = (request.broker_id == replica.master_broker_id
+                     and request.master_epoch_abandoned == replica.master_epoch > 0)
+        if abandoned and len(self._found_dead) < SUSPECTS_MAX:
+            # the master restarted since its epoch began: elect again once the slaves' final
+            # positions are in (election.positions_final), as for a master found dead
+            self._found_dead.setdefault(replica.broker_name,
+                                        (replica.master_epoch, _monotonic_ms()))
+        if ((replica.master_broker_id is None or abandoned)
+                and self._scan_wakeup is not None):
+            self._scan_wakeup.set()  # elect now, not at the next scan
         elif (request.master_unreachable_epoch == replica.master_epoch
               and request.broker_id in replica.sync_state_set
               and request.broker_id != replica.master_broker_id

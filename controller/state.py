@@ -214,8 +214,9 @@ class ControllerState:
         if replica is None:
             return ApplyResult("REPLICA_SET_NOT_FOUND")
         new_set = tuple(sorted(set(command.sync_state_set)))
+        # The set already held is accepted too (a new epoch, same members): a master uses it
+        # to fence a proposal of its that may still be in flight (ha/master_core.py).
         checks = (
-            (new_set == replica.sync_state_set, "INVALID_REPLICAS"),
             (command.master_broker_id != replica.master_broker_id, "INVALID_MASTER"),
             (command.master_epoch != replica.master_epoch, "FENCED_MASTER_EPOCH"),
             (command.sync_state_set_epoch != replica.sync_state_set_epoch,

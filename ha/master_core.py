@@ -49,6 +49,19 @@ it accepted, so the two sets play different parts until they agree:
                                    the controller accepts a set without it (RocketMQ keeps the
                                    old value too)
 
+Proposals in flight (`proposing(members, sync_state_set_epoch)`, called by the shell before it
+sends one): until the controller's set moves past the epoch a proposal carried, the controller
+may still commit it (a reply lost, a request delayed, a Raft entry committed by the next
+leader), and then elect any of its members. So the slaves of every proposal not yet overtaken
+count like accepted members (RocketMQ's "synchronizing" union): in the in-sync size, in the
+confirm position (one without a link holds it), and with allAckInSyncStateSet for every ack (one
+without a link holds the put). Found by the cluster simulation (seeds 214, 235): a proposal
+adding slaves was in flight when their links closed; the master, alone in its local and accepted
+set, acked alone; the controller then accepted the proposal and elected one of those slaves,
+which lacked the acks. A proposal is overtaken once the master adopts a set of a newer epoch;
+`proposal_pending()` tells the shell to make that happen (re-propose the local set, which the
+controller accepts as an epoch bump even when it equals the set it holds) when nothing else will.
+
 Master lease (controller mode, DESIGN §5.7): `lease_until_ms` is renewed by every controller
 heartbeat reply that names this broker master of this epoch, to the heartbeat's *send* time plus
 the lease (shorter than the controller's controllerHeartbeatTimeoutMs, which it waits after the
@@ -234,6 +247,7 @@ class MasterReplication:
     def __init__(self, settings: MasterSettings, *, broker_id: int, master_epoch: int,
                  endpoint: str, master_log_position: int, confirm_log_position: int,
                  now_ms: int, accepted_sync_state_set: tuple[int, ...] | None = None,
+                 accepted_sync_state_set_epoch: int = 0,
                  lease_until_ms: int | None = None) -> None:
         self.settings = settings
         self.broker_id = broker_id
@@ -254,6 +268,10 @@ class MasterReplication:
         self._accepted: frozenset[int] | None = None
         if accepted_sync_state_set is not None:
             self._accepted = frozenset(accepted_sync_state_set) - {broker_id}
+        self._accepted_epoch = accepted_sync_state_set_epoch
+        # Controller mode: slaves of proposals not yet overtaken, by the SyncStateSet epoch the
+        # proposal carried (module docstring, "Proposals in flight").
+        self._proposed: dict[int, frozenset[int]] = {}
         # Controller mode: the master lease (module docstring); None: no lease (static roles).
         self._lease_until_ms = lease_until_ms
 
@@ -341,8 +359,7 @@ class MasterReplication:
         self._epoch_start = log.epochs[-1].start_log_position if log.epochs else 0
         if link.broker_id not in self._members:
             if (position >= self._confirm and position >= self._epoch_start
-                    and (position >= self._acked_high
-                         or not self.settings.quorum.all_ack_in_sync_state_set)):
+                    and position >= self._acked_high):
                 self._candidates.discard(link.broker_id)
                 self._members.add(link.broker_id)
                 logger.info("slave %d joins the SyncStateSet at log_position %d",
@@ -448,7 +465,13 @@ class MasterReplication:
         if self.settings.async_master:
             return PutPlan(1, 1)
         if self._accepted is not None:
-            return plan_put_controller(self.settings.quorum, 1 + len(self._accepted))
+            electable = self._accepted
+            if not self.settings.quorum.all_ack_in_sync_state_set:
+                # a proposal in flight may be committed: the in-sync size counts its slaves
+                # (RocketMQ's union while synchronizing); with allAckInSyncStateSet they must
+                # hold every put instead (`_held_by_joining`)
+                electable = electable | self._in_flight()
+            return plan_put_controller(self.settings.quorum, 1 + len(electable))
         return plan_put(self.settings.quorum, master_end, self._counted_acks())
 
     def local_durable(self, log_position: int) -> list[MasterEffect]:
@@ -474,17 +497,21 @@ class MasterReplication:
                 return self._done(log_position)
             return PutProgress.WAITING  # until a renewed lease, the acks, or the deadline
         acks = self._counted_acks()
-        if self.settings.quorum.all_ack_in_sync_state_set and not self.settings.async_master:
-            # every member now, not only those of the set the put was planned under: a member
-            # that joined meanwhile may be elected (cluster simulation, seed 3)
-            members = self._accepted if self._accepted is not None else self._members
-            need = max(need, 1 + len(members))
+        if not self.settings.async_master:
+            # the need of the set in force now, not only of the set the put was planned under:
+            # a member that joined meanwhile may be elected (cluster simulation: allAck seed 3;
+            # auto-isr seed 165, a put planned alone with need 1 answered after a slave had
+            # been accepted, and lost with the master)
+            if self._accepted is not None:
+                need = max(need, self.plan_put(self._master_position).need)
+            elif self.settings.quorum.all_ack_in_sync_state_set:
+                need = max(need, 1 + len(self._members))
         if holders(log_position, self._master_position, acks) >= need:
             if not self._held_by_joining(log_position):
                 return PutProgress.WAITING  # a joining slave first (or it stops joining)
             return self._done(log_position)
-        if 1 + len(acks) < need:
-            return PutProgress.UNREACHABLE
+        if 1 + len(acks) + len(self._in_flight()) < need:
+            return PutProgress.UNREACHABLE  # (a slave in flight counts once it is accepted)
         return PutProgress.WAITING
 
     def _done(self, log_position: int) -> PutProgress:
@@ -492,24 +519,27 @@ class MasterReplication:
         return PutProgress.DONE
 
     def _held_by_joining(self, log_position: int) -> bool:
-        """allAckInSyncStateSet: slaves on their way into the SyncStateSet (candidates, and in
-        controller mode local members the controller has not accepted yet) hold everything
-        below `log_position`. That rule promises every member holds every acknowledged put,
-        and a member may be elected: so a slave joins only holding all acked so far
-        (`_acked_high`), and while it joins no put is acknowledged without it (RocketMQ counts
-        the growing local set the same way). Found by the cluster simulation
-        (tests/sim/cluster_sim.py, seeds 3, 15, 30, 66, 73): a master alone in its set acked
-        puts that a slave, joining at the confirm position it held back as a candidate,
-        lacked; elected after the master died, it lost them. Other rules need `need`
-        replicas only, and the election ranks by log position: unchanged."""
-        if not self.settings.quorum.all_ack_in_sync_state_set:
+        """Slaves on their way into the SyncStateSet (candidates; in controller mode local
+        members the controller has not accepted yet, and slaves of proposals in flight) hold
+        everything below `log_position`. A member may be elected, so every rule promises that
+        a slave joins only holding all acked so far (`_acked_high`), and while it joins no put
+        is acknowledged without it (RocketMQ counts the growing local set the same way).
+        Found by the cluster simulation: with allAckInSyncStateSet (seeds 3, 15, 30, 66, 73 of
+        the first fault model), a master alone in its set acked puts that a slave, joining at
+        the confirm position it held back as a candidate, lacked; elected after the master
+        died, it lost them. With inSyncReplicas=2 and enableAutoInSyncReplicas (`--quorum
+        auto-isr`, seeds 3, ...): the same, through the degraded need of a master alone, and
+        a put planned alone (need 1) answered after a slave had joined. A slave that never
+        catches up is no candidate for long (haMaxTimeSlaveNotCatchup), so puts wait at most
+        that long for it. ASYNC_MASTER never waits."""
+        if self.settings.async_master:
             return True
         joining = set(self._candidates)
         if self._accepted is not None:
-            joining |= self._members - self._accepted
+            joining |= (self._members | self._in_flight()) - self._accepted
         for broker_id in joining:
             ack = self._ack_of(broker_id)
-            if ack is not None and ack < log_position:
+            if ack is None or ack < log_position:  # None: a proposed slave without a link
                 return False
         return True
 
@@ -518,7 +548,7 @@ class MasterReplication:
         everything below `log_position`."""
         if self._master_position < log_position:
             return False
-        slaves = self._members | (self._accepted or frozenset())
+        slaves = self._members | (self._accepted or frozenset()) | self._in_flight()
         acks = [self._ack_of(broker_id) for broker_id in slaves]
         return all(ack is not None and ack >= log_position for ack in acks)
 
@@ -538,7 +568,8 @@ class MasterReplication:
         return acks  # type: ignore[return-value]
 
     def _recompute_confirm(self) -> list[MasterEffect]:
-        bound = self._members | self._candidates | (self._accepted or frozenset())
+        bound = (self._members | self._candidates | (self._accepted or frozenset())
+                 | self._in_flight())
         acks = [self._ack_of(broker_id) for broker_id in bound]
         if None in acks:
             return []  # an accepted member without a link: hold until the controller drops it
@@ -583,11 +614,43 @@ class MasterReplication:
             return None
         return (self.broker_id, *sorted(self._accepted))
 
-    def accept_sync_state_set(self, members: tuple[int, ...]) -> list[MasterEffect]:
-        """Controller mode: the controller now holds `members` as the SyncStateSet."""
+    def accept_sync_state_set(self, members: tuple[int, ...],
+                              sync_state_set_epoch: int | None = None) -> list[MasterEffect]:
+        """Controller mode: the controller now holds `members` as the SyncStateSet, at
+        `sync_state_set_epoch` (None: the epoch after the one in use). Proposals made at an
+        older epoch can no longer be committed: they stop counting."""
         assert self._accepted is not None, "static roles have no accepted set"
+        epoch = self._accepted_epoch + 1 if sync_state_set_epoch is None else sync_state_set_epoch
+        assert epoch > self._accepted_epoch, (epoch, self._accepted_epoch)
         self._accepted = frozenset(members) - {self.broker_id}
+        self._accepted_epoch = epoch
+        self._proposed = {e: m for e, m in self._proposed.items() if e >= epoch}
         return self._recompute_confirm()
+
+    def proposing(self, members: tuple[int, ...], sync_state_set_epoch: int) -> None:
+        """Controller mode: the shell is about to propose `members` under
+        `sync_state_set_epoch` (call it before the request leaves): until a set of a newer epoch
+        is accepted, the controller may commit it, so its slaves count (module docstring)."""
+        assert self._accepted is not None, "static roles propose nothing"
+        if sync_state_set_epoch < self._accepted_epoch:
+            return  # overtaken already: the controller fences it
+        slaves = frozenset(members) - {self.broker_id}
+        self._proposed[sync_state_set_epoch] = self._proposed.get(
+            sync_state_set_epoch, frozenset()) | slaves
+
+    def proposal_pending(self) -> bool:
+        """Does a proposal not yet overtaken name a slave outside the accepted set? Then the
+        shell must propose (the local set, even when it equals the accepted one) until a newer
+        set is accepted: else those slaves may hold back puts and the confirm position for
+        good."""
+        return bool(self._in_flight())
+
+    def _in_flight(self) -> frozenset[int]:
+        """Slaves of proposals not yet overtaken that the accepted set lacks."""
+        if not self._proposed:
+            return frozenset()
+        slaves = frozenset().union(*self._proposed.values())
+        return slaves - (self._accepted or frozenset())
 
     def stats(self) -> MasterStats:
         plan = self.plan_put(self._master_position)

@@ -22,9 +22,10 @@ under SYNC_FLUSH) and waits on the condition for the quorum, up to syncFlushTime
 Start-up: the master opens a new term: its epoch is one above the last local epoch entry, which
 it appends at the log's end (a restarted master thus fences slaves of its previous term, and
 the Epoch-StartOffset rule reconciles them). In controller mode the epoch is the controller's
-masterEpoch instead (appended unless the last entry already has it: a master restarted before
-the controller replaced it continues its term), and the SyncStateSet the controller accepted is
-passed in; `on_sync_state_set` hears every change of the local set (to propose it), and
+masterEpoch instead (appended unless the last entry already has it: only a take-over retried
+by the same process finds it, since a restarted broker never continues a term it may have
+served before its restart, ha/role_core.py REELECT), and the SyncStateSet the controller
+accepted is passed in; `on_sync_state_set` hears every change of the local set (to propose it), and
 `accept_sync_state_set` applies the controller's answer. `renew_lease` extends the master lease
 (ha/master_core.py) each time the controller confirms this master; a put reads the clock when
 it is judged, so one that waited through a pause is judged by the lease after it.
@@ -97,6 +98,7 @@ class MasterService:
                  metadata_source: Callable[[], bytes] | None = None,
                  host: str = "127.0.0.1", master_epoch: int | None = None,
                  accepted_sync_state_set: tuple[int, ...] | None = None,
+                 accepted_sync_state_set_epoch: int = 0,
                  on_sync_state_set: Callable[[tuple[int, ...]], None] | None = None,
                  sync_master: bool | None = None, lease_until_ms: int | None = None) -> None:
         self._store = store
@@ -126,7 +128,9 @@ class MasterService:
             settings, broker_id=broker_id, master_epoch=epoch, endpoint=endpoint,
             master_log_position=store.end_log_position,
             confirm_log_position=store.confirm_log_position, now_ms=_now_ms(),
-            accepted_sync_state_set=accepted_sync_state_set, lease_until_ms=lease_until_ms)
+            accepted_sync_state_set=accepted_sync_state_set,
+            accepted_sync_state_set_epoch=accepted_sync_state_set_epoch,
+            lease_until_ms=lease_until_ms)
         self._cond = threading.Condition()
         self._links: dict[int, _LinkIO] = {}
         self._link_ids = itertools.count(1)
@@ -187,11 +191,24 @@ class MasterService:
         with self._cond:
             return self._core.sync_state_set, self._core.accepted_sync_state_set
 
-    def accept_sync_state_set(self, members: tuple[int, ...]) -> None:
-        """Controller mode: the controller accepted `members` as this set's SyncStateSet."""
+    def accept_sync_state_set(self, members: tuple[int, ...],
+                              sync_state_set_epoch: int | None = None) -> None:
+        """Controller mode: the controller accepted `members` as this set's SyncStateSet (at
+        `sync_state_set_epoch`; None: the next one)."""
         with self._cond:
-            self._apply_locked(self._core.accept_sync_state_set(members))
+            self._apply_locked(self._core.accept_sync_state_set(members, sync_state_set_epoch))
             self._cond.notify_all()
+
+    def proposing(self, members: tuple[int, ...], sync_state_set_epoch: int) -> None:
+        """Controller mode: a proposal is about to leave; its slaves count until a newer set
+        is accepted (ha/master_core.py, "Proposals in flight")."""
+        with self._cond:
+            self._core.proposing(members, sync_state_set_epoch)
+
+    def proposal_pending(self) -> bool:
+        """Must the local set be proposed (again) to fence a proposal still in flight?"""
+        with self._cond:
+            return self._core.proposal_pending()
 
     # -- effects ----------------------------------------------------------------------------
     def _log(self) -> MasterLog:

@@ -13,6 +13,8 @@ or a file: times come in as arguments (monotonic ms).
 
             single-broker set (no replication)     FENCE / UNFENCE
             master, same epoch, service running    ADOPT (a newer accepted SyncStateSet)
+            master of an epoch this process may     REELECT (below)
+            not have seen begin
             master (new epoch, or no service)      TAKE_OVER (check_take_over: the local epoch
                                                    file must not end past the controller's
                                                    epoch; the term opens at that epoch)
@@ -22,12 +24,24 @@ or a file: times come in as arguments (monotonic ms).
         applied(change) once the shell carried the action out (a failed take-over is not
         applied: the shell retries it, the broker stays fenced meanwhile)
 
+    one master per epoch, one log per epoch: a broker takes over epoch E only when this process
+        applied a role of an older epoch first (so E was elected after it started). Otherwise E
+        may be a term its previous incarnation served: a crash lost that process's unsynced
+        tail, which slaves may hold, and continuing E would write other bytes at the same
+        positions under the same epoch, where the Epoch-StartOffset rule finds no fork (cluster
+        simulation, seed 275: replicas differed below the confirm position). So it plans
+        REELECT: fenced, it reports `abandoned_epoch` in its heartbeats and the controller
+        elects again at once (controller/election.py), this broker included, under a new epoch.
+        RocketMQ's restarted master continues the epoch and re-appends it at its new log end,
+        which leaves slaves' epoch files disagreeing with it on the same epoch.
+
     master lease: confirm(change, sent_ms, controller_timeout_ms) -> until_ms: the heartbeat's
         send time + min(masterLeaseMs, lease_max_ms(controllerHeartbeatTimeoutMs)); the latest
         (epoch, until) is kept (`lease_until_ms(epoch)`), for a take-over that starts later
 
-    SyncStateSet (while master): proposal(local, accepted) -> the AlterSyncStateSetRequest to
-        send when the local set differs from the accepted one; adopt(members, epoch) -> True
+    SyncStateSet (while master): proposal(local, accepted, pending) -> the
+        AlterSyncStateSetRequest to send when the local set differs from the accepted one (or,
+        `pending`, an older proposal must be fenced); adopt(members, epoch) -> True
         when the controller's set is newer than the one in use; on a refusal, refresh_adopts()
         says whether the controller's replica info may be adopted (it still names us master of
         this epoch)
@@ -55,6 +69,8 @@ class RoleAction(enum.Enum):
     UNFENCE = "UNFENCE"  # single-broker set: this broker is master
     ADOPT = "ADOPT"  # same master term: use the newer accepted SyncStateSet
     TAKE_OVER = "TAKE_OVER"  # become master of change.master_epoch
+    REELECT = "REELECT"  # named master of an epoch that may predate this process: ask for a
+    #                      new one (fenced, no service; heartbeats say master_epoch_abandoned)
     FOLLOW = "FOLLOW"  # become the slave of change.master_address
     NONE = "NONE"  # no master here: fence, stop a master service
 
@@ -94,6 +110,7 @@ class RoleCore:
         self.current: RoleChange | None = None  # the last change applied
         self.serving_master = False  # a master service of current's term runs
         self.sync_state_set_epoch = 0  # of the accepted set the master service uses
+        self.abandoned_epoch = 0  # REELECT applied: the master epoch this broker gives up
         self._lease: tuple[int, int] = (0, 0)  # (master epoch, until ms) confirmed last
 
     # -- role changes -----------------------------------------------------------------------
@@ -115,6 +132,11 @@ class RoleCore:
                      and current.master_epoch == change.master_epoch)
         if change.role == ROLE_MASTER and same_term and self.serving_master:
             return RolePlan(RoleAction.ADOPT, change)
+        if change.role == ROLE_MASTER and (current is None
+                                           or current.master_epoch >= change.master_epoch):
+            return RolePlan(RoleAction.REELECT, change,
+                            f"named master of epoch {change.master_epoch}, which may predate "
+                            "this process: waiting for the controller to elect a new epoch")
         if change.role == ROLE_MASTER:
             return RolePlan(RoleAction.TAKE_OVER, change)
         if change.role == ROLE_SLAVE and change.master_address:
@@ -127,8 +149,9 @@ class RoleCore:
         if plan.action is RoleAction.TAKE_OVER:
             self.serving_master = True
             self.sync_state_set_epoch = change.sync_state_set_epoch
-        elif plan.action in (RoleAction.FOLLOW, RoleAction.NONE):
+        elif plan.action in (RoleAction.FOLLOW, RoleAction.NONE, RoleAction.REELECT):
             self.serving_master = False
+        self.abandoned_epoch = change.master_epoch if plan.action is RoleAction.REELECT else 0
         self.current = change
 
     def leaving(self) -> None:
@@ -176,13 +199,17 @@ class RoleCore:
         return now_ms >= self.lease_until_ms(current.master_epoch)
 
     # -- SyncStateSet -----------------------------------------------------------------------
-    def proposal(self, local: tuple[int, ...], accepted: tuple[int, ...] | None
-                 ) -> AlterSyncStateSetRequest | None:
-        """The proposal to send while master (None: nothing to propose)."""
+    def proposal(self, local: tuple[int, ...], accepted: tuple[int, ...] | None, *,
+                 pending: bool = False) -> AlterSyncStateSetRequest | None:
+        """The proposal to send while master (None: nothing to propose). `pending`: an
+        earlier proposal naming slaves outside the accepted set may still be committed
+        (MasterReplication.proposal_pending): the local set goes out even when it equals the
+        accepted one; the controller accepts it as a new SyncStateSet epoch, which fences the
+        earlier one."""
         current = self.current
         if not self.serving_master or current is None or accepted is None:
             return None
-        if set(local) == set(accepted):
+        if set(local) == set(accepted) and not pending:
             return None
         return AlterSyncStateSetRequest(self.broker_name, current.broker_id,
                                         current.master_epoch, local,

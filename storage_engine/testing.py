@@ -3,8 +3,10 @@
 `simulate_power_loss(store, rng)` abandons an open store the way a power cut would: the flush
 thread stops without flushing, and in every CommitLog and ConsumeQueue segment the bytes below
 the segment's last fsync survive while of the unsynced range only a random prefix (possibly
-none) does; the rest becomes zeros. File handles close without a checkpoint and the `abort`
-marker stays, so the next open runs crash recovery.
+none) does; the rest becomes zeros. With `flip_bits=True` one bit of the surviving unsynced
+bytes of each CommitLog segment is also flipped (a write the disk garbled before the cut): the
+record checksum must find it, and recovery must cut there, never serve it. File handles close
+without a checkpoint and the `abort` marker stays, so the next open runs crash recovery.
 """
 
 from __future__ import annotations
@@ -18,18 +20,19 @@ from storage_engine.segment import Segment
 __all__ = ["simulate_power_loss"]
 
 
-def simulate_power_loss(store: MessageStore, rng: random.Random) -> None:
+def simulate_power_loss(store: MessageStore, rng: random.Random, *,
+                        flip_bits: bool = False) -> None:
     store._closed = True
     store._flush.stop()
-    segments: list[Segment] = list(store._commit_log.segments)
+    for segment in store._commit_log.segments:
+        _drop_unsynced(segment, rng, flip_bits=flip_bits)
     for queue in store._queues.values():
-        segments += queue._segments.segments
-    for segment in segments:
-        _drop_unsynced(segment, rng)
+        for segment in queue._segments.segments:
+            _drop_unsynced(segment, rng, flip_bits=False)
     store._release(clean=False)
 
 
-def _drop_unsynced(segment: Segment, rng: random.Random) -> None:
+def _drop_unsynced(segment: Segment, rng: random.Random, *, flip_bits: bool) -> None:
     synced, written = segment.flushed_position, segment.write_position
     if written <= synced:
         return
@@ -37,3 +40,7 @@ def _drop_unsynced(segment: Segment, rng: random.Random) -> None:
     start = synced + keep
     if start < written:
         os.pwrite(segment.fd, bytes(written - start), start)
+    if flip_bits and keep > 0:
+        position = rng.randrange(synced, start)
+        byte = os.pread(segment.fd, 1, position)[0] ^ (1 << rng.randrange(8))
+        os.pwrite(segment.fd, bytes((byte,)), position)

@@ -134,8 +134,9 @@ class ControllerClient:
 class HeartbeatState:
     """What the broker reports each heartbeat (read by the link thread)."""
 
-    __slots__ = ("confirm_log_position", "master_epoch", "master_lease_lapsed",
-                 "master_unreachable_epoch", "max_log_position", "topics")
+    __slots__ = ("confirm_log_position", "master_epoch", "master_epoch_abandoned",
+                 "master_lease_lapsed", "master_unreachable_epoch", "max_log_position",
+                 "topics")
 
     def __init__(self) -> None:
         self.master_epoch = 0
@@ -144,6 +145,7 @@ class HeartbeatState:
         self.topics: tuple[TopicInfo, ...] = ()  # at most controller.api.TOPICS_MAX
         self.master_unreachable_epoch = 0  # a slave that lost its master (0: none)
         self.master_lease_lapsed = False  # a master whose lease had lapsed before the read
+        self.master_epoch_abandoned = 0  # a restarted master refusing its old epoch (0: none)
 
 
 class ControllerLink:
@@ -235,14 +237,15 @@ class ControllerLink:
         self._registered.set()
 
     def _heartbeat_all(self) -> bool:
-        """Send one heartbeat to every controller; True when it reports a lost master."""
+        """One heartbeat to every controller; True when it reports a lost or abandoned master."""
         assert self.broker_id is not None
         state = self._report()
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
                                   state.confirm_log_position, topics=state.topics[:TOPICS_MAX],
                                   master_unreachable_epoch=state.master_unreachable_epoch,
-                                  master_lease_lapsed=state.master_lease_lapsed)
+                                  master_lease_lapsed=state.master_lease_lapsed,
+                                  master_epoch_abandoned=state.master_epoch_abandoned)
         # In parallel and without waiting, so one stopped controller (a full request timeout)
         # does not delay the heartbeats the others need; at most one call per controller is
         # in flight (a slow one is skipped until its call ends).
@@ -255,7 +258,7 @@ class ControllerLink:
                                        request, HeartbeatReply)
             self._in_flight[address] = future
             future.add_done_callback(functools.partial(self._on_done, sent_ms))
-        return state.master_unreachable_epoch > 0
+        return state.master_unreachable_epoch > 0 or state.master_epoch_abandoned > 0
 
     def _on_done(self, sent_ms: int, future: concurrent.futures.Future[HeartbeatReply]) -> None:
         if future.cancelled():

@@ -167,6 +167,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         state.topics = tuple(TopicInfo(topic.name, topic.read_queue_nums, topic.write_queue_nums,
                                        topic.perm) for topic in service.topics.all())
         state.master_unreachable_epoch = service.replication.master_unreachable_epoch()
+        state.master_epoch_abandoned = roles.abandoned_epoch()
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,

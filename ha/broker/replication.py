@@ -115,7 +115,7 @@ class Replication:
     def become_master(self, *, broker_id: int, master_epoch: int,
                       sync_state_set: tuple[int, ...],
                       on_sync_state_set: Callable[[tuple[int, ...]], None],
-                      lease_until_ms: int) -> MasterService:
+                      lease_until_ms: int, sync_state_set_epoch: int = 0) -> MasterService:
         """Take over as master of `master_epoch` (fenced until the caller lifts it), with the
         master lease the controller's naming gave (ha/master_core.py)."""
         assert self._config.runtime_roles
@@ -133,6 +133,7 @@ class Replication:
             store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
             metadata_source=self._metadata, host=self._config.ha_bind_host,
             master_epoch=master_epoch, accepted_sync_state_set=sync_state_set,
+            accepted_sync_state_set_epoch=sync_state_set_epoch,
             on_sync_state_set=on_sync_state_set, lease_until_ms=lease_until_ms,
             sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER).start()
         return self.master

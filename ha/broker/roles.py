@@ -21,9 +21,14 @@
         for a take-over of E that has not started its service yet (ha/master_core.py: a master
         whose lease lapsed acks only what every slave holds)
 
-    thread sss-report (while master): when the local SyncStateSet differs from the accepted one,
+    restarted master: named master of an epoch its previous process may have served, it
+        stays fenced and its heartbeats abandon that epoch (ha/role_core.py REELECT); the
+        controller elects again under a new epoch
+
+    thread sss-report (while master): when the local SyncStateSet differs from the accepted one
+        (or a proposal still in flight must be fenced: MasterService.proposal_pending),
         alter_sync_state_set(master id, E, local set, syncStateSetEpoch) at the controller
-        leader; OK -> the master uses the accepted set; a fenced or refused answer -> refresh
+        leader, recorded first as in flight (its slaves count until a newer set is accepted); OK -> the master uses the accepted set; a fenced or refused answer -> refresh
         with get_replica_info (adopt the controller's set when it still names us master of E),
         then try again after SSS_RETRY_INTERVAL_MS.
 
@@ -134,6 +139,10 @@ class RoleManager:
         with self._lease_lock:
             return self._core.master_lease_lapsed(int(time.monotonic() * 1000))
 
+    def abandoned_epoch(self) -> int:
+        """For the heartbeat: the master epoch this broker refuses to continue (0: none)."""
+        return self._core.abandoned_epoch
+
     def _lease_until_ms(self, master_epoch: int) -> int:
         """The lease the controller's latest confirmation gives the master of `master_epoch`
         (0: none yet, the lease has lapsed)."""
@@ -186,12 +195,15 @@ class RoleManager:
                 self._take_over(plan)
             elif action is RoleAction.FOLLOW:
                 self._follow(change)
-            else:
+            else:  # NONE, or REELECT: no master here until the controller elects again
                 if self._tier is not None:
                     self._tier.set_uploading(False)
                 replication.become_none(plan.reason)
         core.applied(plan)
         self.role_changes += 1
+        if action is RoleAction.REELECT:
+            logger.warning("%s: %s", self._config.broker_name, plan.reason)
+            self._master_lost()  # heartbeat now: the controller elects on master_epoch_abandoned
 
     def _idempotence_config(self) -> IdempotenceConfig:
         config = self._config
@@ -222,7 +234,8 @@ class RoleManager:
             broker_id=change.broker_id, master_epoch=change.master_epoch,
             sync_state_set=change.sync_state_set,
             on_sync_state_set=lambda _members: self._sss_wake.set(),
-            lease_until_ms=self._lease_until_ms(change.master_epoch))
+            lease_until_ms=self._lease_until_ms(change.master_epoch),
+            sync_state_set_epoch=change.sync_state_set_epoch)
         master.renew_lease(self._lease_until_ms(change.master_epoch))  # one that came meanwhile
         service, config = self._service, self._config
         now_ms = int(time.time() * 1000)
@@ -274,7 +287,7 @@ class RoleManager:
         master = self._master
         if master is None or not self._core.adopt(members, sss_epoch):
             return
-        master.accept_sync_state_set(members)
+        master.accept_sync_state_set(members, sss_epoch)
         logger.info("SyncStateSet %s accepted (epoch %d)", list(members), sss_epoch)
 
     # -- SyncStateSet reports ---------------------------------------------------------------
@@ -298,9 +311,11 @@ class RoleManager:
         if master is None or current is None:
             return True
         local, accepted = master.sync_state_sets()
-        request = self._core.proposal(local, accepted)
+        request = self._core.proposal(local, accepted, pending=master.proposal_pending())
         if request is None:
             return True
+        # before it leaves: from now on the controller may commit it (ha/master_core.py)
+        master.proposing(request.sync_state_set, request.sync_state_set_epoch)
         try:
             reply = self._client.call("alter_sync_state_set", request, AlterSyncStateSetReply)
         except ControllerUnavailableError as err:

@@ -183,7 +183,8 @@ def test_state_survives_sigkill_of_every_node(group3: ControllerGroup) -> None:
     reply = group3.call_leader("alter_sync_state_set", {
         "broker_name": "a", "master_broker_id": 2, "master_epoch": 1,
         "sync_state_set": [2], "sync_state_set_epoch": 1})
-    assert reply["status"] == "INVALID_REPLICAS"  # unchanged set
+    assert reply["status"] == "OK"  # the same set: a new SyncStateSet epoch (a fence)
+    assert reply["sync_state_set_epoch"] == 2
     before = _replica(group3)
     for node_id in list(group3.processes):
         group3.kill(node_id)

@@ -69,8 +69,9 @@ def test_elect_master_raises_both_epochs_and_resets_the_sync_state_set() -> None
     [
         (dict(master_broker_id=1, master_epoch=1, sync_state_set=(1, 2), sync_state_set_epoch=1),
          "OK"),
+        # the set it holds: a new epoch (a master fences a proposal it may have in flight)
         (dict(master_broker_id=1, master_epoch=1, sync_state_set=(1,), sync_state_set_epoch=1),
-         "INVALID_REPLICAS"),  # no change
+         "OK"),
         (dict(master_broker_id=2, master_epoch=1, sync_state_set=(1, 2), sync_state_set_epoch=1),
          "INVALID_MASTER"),
         (dict(master_broker_id=1, master_epoch=0, sync_state_set=(1, 2), sync_state_set_epoch=1),
@@ -91,7 +92,8 @@ def test_alter_sync_state_set_is_fenced(request_fields: dict[str, object], statu
     assert result.status == status
     after = _info(state)
     if status == "OK":
-        assert (after.sync_state_set, after.sync_state_set_epoch) == ((1, 2), 2)
+        assert (after.sync_state_set, after.sync_state_set_epoch) == (
+            request_fields["sync_state_set"], 2)
         assert after.master_epoch == before.master_epoch
     else:
         assert after == before
@@ -147,7 +149,8 @@ def _replica(master: int | None, epoch: int, sss: tuple[int, ...]) -> ReplicaInf
     return ReplicaInfo("c", "a", master, None, epoch, sss, epoch, info.brokers)
 
 
-def _alive(*facts: tuple[int, int, int, int]) -> dict[int, BrokerLiveness]:
+def _alive(*facts: tuple[int, ...]) -> dict[int, BrokerLiveness]:
+    """(broker id, epoch, max log position, priority[, abandoned epoch]) per broker."""
     return {f[0]: BrokerLiveness(*f) for f in facts}
 
 
@@ -158,6 +161,14 @@ def _alive(*facts: tuple[int, int, int, int]) -> dict[int, BrokerLiveness]:
         (_replica(None, 0, ()), _alive((2, 0, 0, 9), (3, 0, 0, 1)), None, False, ("OK", 3)),
         # keep an alive master
         (_replica(1, 4, (1, 2)), _alive((1, 4, 10, 9), (2, 4, 99, 1)), None, False,
+         ("MASTER_STILL_EXIST", 1)),
+        # a master that abandons its epoch (restarted) is not kept: the best member wins,
+        # itself included (a new epoch); abandoning an older epoch changes nothing
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 10, 9, 4), (2, 4, 99, 1)), None, False,
+         ("OK", 2)),
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 99, 9, 4), (2, 4, 10, 1)), None, False,
+         ("OK", 1)),
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 10, 9, 3), (2, 4, 99, 1)), None, False,
          ("MASTER_STILL_EXIST", 1)),
         # dead master: highest epoch wins over a longer log
         (_replica(1, 4, (1, 2, 3)), _alive((2, 4, 10, 9), (3, 3, 99, 1)), None, False,
@@ -197,6 +208,8 @@ def test_choose_master(replica: ReplicaInfo, alive: dict[int, BrokerLiveness],
     ("replica", "alive", "led_for_ms", "expected"),
     [
         (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0), (2, 4, 0, 0)), 10_000, None),  # alive
+        # alive, but it abandons its epoch: elect now (no grace: its heartbeat says so)
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0, 4), (2, 4, 5, 0)), 0, ("OK", 2)),
         (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), 500, None),  # new leader: wait
         (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), 3000, ("OK", 2)),
         (_replica(1, 4, (1, 2)), {}, 10_000, None),  # nobody alive: nothing to do

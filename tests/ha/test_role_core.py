@@ -21,8 +21,14 @@ def change(role: str, epoch: int, sss: tuple[int, ...] = (1, 2), sss_epoch: int 
     return RoleChange("a", broker_id, role, epoch, master, address, sss, sss_epoch)
 
 
-def core(*, runtime_roles: bool = True, lease_ms: int = 2000) -> RoleCore:
-    return RoleCore(broker_name="a", runtime_roles=runtime_roles, master_lease_ms=lease_ms)
+def core(*, runtime_roles: bool = True, lease_ms: int = 2000, started: bool = True
+         ) -> RoleCore:
+    """A role core; `started`: it already applied a role of epoch 1 (no master), so a later
+    epoch was elected while this process ran (else a master role means REELECT)."""
+    roles = RoleCore(broker_name="a", runtime_roles=runtime_roles, master_lease_ms=lease_ms)
+    if started and runtime_roles:
+        roles.applied(roles.plan(change("none", 1, master=None)))
+    return roles
 
 
 @pytest.mark.parametrize(("new", "old", "expected"), [
@@ -73,6 +79,26 @@ def test_a_failed_take_over_is_planned_again() -> None:
     assert roles.plan(plan.change).action is RoleAction.TAKE_OVER
 
 
+def test_a_restarted_broker_never_continues_a_term_it_may_have_served() -> None:
+    """Cluster simulation seed 275: a master restarted within the controller's heartbeat
+    timeout is still named master of its epoch; it lost an unsynced tail its slaves hold, so
+    continuing that epoch would make replicas differ below confirm. It asks for a new one."""
+    roles = core(started=False)
+    reelect = roles.plan(change("master", 2, sss=(1, 2, 3), sss_epoch=5))
+    assert reelect.action is RoleAction.REELECT and "epoch 2" in reelect.reason
+    roles.applied(reelect)
+    assert roles.abandoned_epoch == 2 and not roles.serving_master
+    assert roles.proposal((1,), (1, 2, 3)) is None  # no master service: nothing to propose
+    # a newer SyncStateSet of the same epoch changes nothing: still an epoch of before
+    assert roles.plan(change("master", 2, sss_epoch=6)).action is RoleAction.REELECT
+    take_over = roles.plan(change("master", 3, sss=(1,), sss_epoch=7))  # elected again
+    assert take_over.action is RoleAction.TAKE_OVER
+    roles.applied(take_over)
+    assert roles.abandoned_epoch == 0 and roles.serving_master
+    # a restarted slave named slave follows at once (nothing of its own to lose)
+    assert core(started=False).plan(change("slave", 2, master=2)).action is RoleAction.FOLLOW
+
+
 def test_single_broker_sets_only_fence() -> None:
     roles = core(runtime_roles=False)
     assert roles.plan(change("master", 1)).action is RoleAction.UNFENCE
@@ -107,6 +133,8 @@ def test_sync_state_set_proposals_and_adoption() -> None:
     assert roles.proposal((1, 2), (1,)) is None  # not serving yet
     roles.applied(roles.plan(change("master", 2, sss=(1,), sss_epoch=4)))
     assert roles.proposal((1,), (1,)) is None  # nothing differs
+    fence = roles.proposal((1,), (1,), pending=True)  # a proposal in flight: fence it
+    assert fence is not None and (fence.sync_state_set, fence.sync_state_set_epoch) == ((1,), 4)
     request = roles.proposal((1, 2), (1,))
     assert request is not None
     assert (request.master_broker_id, request.master_epoch, request.sync_state_set,
@@ -124,13 +152,13 @@ def test_sync_state_set_proposals_and_adoption() -> None:
 def test_a_master_reports_its_lease_lapsed_only_past_its_end() -> None:
     """The heartbeat's master_lease_lapsed (an operator's election waits for it)."""
     roles = core(lease_ms=2000)
-    assert not roles.master_lease_lapsed(now_ms=10_000)  # no role applied: not a master
-    master = change(ROLE_MASTER, 1)
+    assert not roles.master_lease_lapsed(now_ms=10_000)  # no master role applied
+    master = change(ROLE_MASTER, 2)
     roles.applied(roles.plan(master))
     assert roles.master_lease_lapsed(now_ms=0)  # never confirmed: no lease
     roles.confirm(master, sent_ms=1000, controller_timeout_ms=3000)  # until 3000
     assert not roles.master_lease_lapsed(now_ms=2999)
     assert roles.master_lease_lapsed(now_ms=3000)
-    slave = change(ROLE_SLAVE, 2)
+    slave = change(ROLE_SLAVE, 3)
     roles.applied(roles.plan(slave))
     assert not roles.master_lease_lapsed(now_ms=10_000)  # a slave has no lease to lapse

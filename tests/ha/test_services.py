@@ -216,3 +216,37 @@ def test_put_statuses_when_the_only_slave_stops_acking(tmp_path: Path) -> None:
             assert master.plan_put().refused  # IN_SYNC_REPLICAS_NOT_ENOUGH, before writing
         finally:
             master.close()
+
+
+def test_controller_mode_a_proposal_in_flight_holds_puts_after_its_slave_leaves(
+        tmp_path: Path) -> None:
+    """The threaded shell drives the in-flight rule of ha/master_core.py (cluster simulation
+    seeds 214, 235, ...): the master proposed (0, 1), then slave 1's link closed before the
+    controller answered. Alone in its local and accepted set, it still acks nothing slave 1
+    lacks until a set of a newer epoch is accepted (the controller may commit the proposal)."""
+    config = ha_config(BrokerRole.SYNC_MASTER, all_ack_in_sync_state_set=True)
+    master_store = MessageStore(tmp_path / "m", STORE, auto_confirm=False)
+    slave_store = MessageStore(tmp_path / "s", STORE, auto_confirm=False)
+    lease_until_ms = int(time.monotonic() * 1000) + 600_000
+    master = MasterService(master_store, config, broker_id=0, endpoint="127.0.0.1:1",
+                           master_epoch=1, accepted_sync_state_set=(0,),
+                           accepted_sync_state_set_epoch=1,
+                           lease_until_ms=lease_until_ms).start()
+    slave = SlaveService(slave_store, ha_config(
+        BrokerRole.SLAVE, master_address=f"127.0.0.1:{master.listen_port}"), broker_id=1).start()
+    try:
+        assert put(master_store, master, b"alone") is PutStatus.PUT_OK
+        wait_for(lambda: master.sync_state_sets() == ((0, 1), (0,)))
+        master.proposing((0, 1), 1)  # roles.py records it before the request leaves
+        slave.close()
+        wait_for(lambda: master.sync_state_sets() == ((0,), (0,)))
+        assert master.proposal_pending()  # roles.py now proposes (0,) to fence it
+        assert put(master_store, master, b"held") is PutStatus.FLUSH_SLAVE_TIMEOUT
+        master.accept_sync_state_set((0,), 2)  # the controller's answer to the fence
+        assert not master.proposal_pending()
+        assert put(master_store, master, b"after") is PutStatus.PUT_OK
+    finally:
+        slave.close()
+        master.close()
+        slave_store.close()
+        master_store.close()

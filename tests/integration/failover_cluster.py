@@ -132,6 +132,16 @@ class FailoverCluster:
         assert pid is not None, f"{name} is not running"
         os.kill(pid, signal.SIGCONT)
 
+    def start(self, name: str) -> None:
+        """Start one stopped broker without waiting for the others (`up` waits for every
+        broker to answer, which a paused one never does)."""
+        assert self.pid(name) is None, f"{name} is running"
+        script = ("import json, sys, pathlib; from ha.cluster import Cluster; "
+                  "Cluster(pathlib.Path(sys.argv[1])).start(json.loads(sys.argv[2]))")  # as `up` starts it
+        subprocess.run([sys.executable, "-c", script, str(self.directory),
+                        json.dumps(self.brokers[name])], check=True, timeout=CLI_TIMEOUT_S,
+                       cwd=ROOT, env=_env())
+
     def up(self) -> None:
         """Start what is down (a second `up` keeps data, ports and --set overrides)."""
         cluster_cli("up", "--dir", str(self.directory))

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -417,3 +418,60 @@ def _confirmed(endpoint: str, topic: str, queue_id: int) -> int:
     except RocketHAError:
         return 0
     return next((q["max_queue_offset"] for q in queues if q["queue_id"] == queue_id), 0)
+
+
+def test_a_master_restarted_within_the_heartbeat_timeout_takes_a_new_epoch(
+        tmp_path: Path) -> None:
+    """Cluster simulation seed 275, with real processes: a master killed and restarted before
+    the controller times it out is still named master of its epoch. Its previous process may
+    have shipped an unsynced tail it lost; continuing that epoch would write other bytes at
+    the same positions under the same epoch (no fork point: replicas differ below confirm). It
+    must refuse the old epoch and get a new one at once (not after the heartbeat timeout).
+    The slaves are SIGSTOPped meanwhile, so no lost-master report and probe elects around it."""
+    cluster = load = after = None
+    timeout_s = 30.0  # controllerHeartbeatTimeoutMs: nothing here may wait for it
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
+                                  controller_settings={
+                                      "controllerHeartbeatTimeoutMs": str(int(timeout_s * 1000))},
+                                  **QUORUM_AUTO)
+        old, old_info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(old, 3)
+        old_epoch = old_info["master_epoch"]
+        load = Load(_producer_config(cluster), "orders", _run_id()).start()
+        load.wait_acks(200)
+        load.stop()
+        slaves = [name for name in cluster.members(SET_A) if name != old]
+        for name in slaves:
+            cluster.pause(name)
+        restarted_at = time.monotonic()
+        cluster.kill(old)
+        cluster.start(old)
+        # fenced until the controller elects again: never master of the old epoch
+        def named_master() -> dict[str, Any] | None:
+            info = cluster.info(old)
+            named = info and (info.get("controller") or {}).get("applied_role") == "master"
+            return info if named else None
+        info = wait_for(named_master, 20, f"{old} to learn its role after the restart")
+        assert info["role"] != "MASTER" or info["master_epoch"] > old_epoch, info
+        for name in slaves:
+            cluster.resume(name)
+        new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1,
+                                            timeout_s=ELECTION_DEADLINE_S)
+        assert time.monotonic() - restarted_at < timeout_s, "elected only after the timeout"
+        new_epoch = new_info["master_epoch"]
+        print(f"\n{old} restarted as master of epoch {old_epoch}; {new} became master of "
+              f"epoch {new_epoch} {time.monotonic() - restarted_at:.1f} s after the kill")
+        after = Load(_producer_config(cluster), "orders", _run_id()).start()
+        after.wait_acks(100, timeout_s=ELECTION_DEADLINE_S)
+        after.stop()
+        for name in cluster.members(SET_A):
+            if name != new:
+                _assert_rejoined_identical(cluster, name, new, new_epoch)
+        epochs = [epoch for epoch, _ in epoch_entries(cluster.store_dir(old))]
+        assert epochs.count(old_epoch) == 1 and epochs == sorted(set(epochs)), epochs
+        found = read_topic(cluster.endpoint(new), "orders")
+        _assert_exactly_once(load, found)
+        _assert_exactly_once(after, found)
+    finally:
+        _tear_down(cluster, load, after)

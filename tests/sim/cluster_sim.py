@@ -139,6 +139,14 @@ SCAN_MS = 100
 PUT_TIMEOUT_MS = 800  # syncFlushTimeout
 HEAL_MS = 4000  # after the faults: heal, then a master must hold every ack within this
 TRACE_KEPT = 60
+# The brokers' quorum rules a run may use (--quorum): every SyncStateSet member acks (the suite's
+# batch), or 2 of 3 degrading to the in-sync count (the integration tests' QUORUM_AUTO).
+QUORUMS = {
+    "all-ack": QuorumSettings(total_replicas=3, in_sync_replicas=3, min_in_sync_replicas=1,
+                              all_ack_in_sync_state_set=True),
+    "auto-isr": QuorumSettings(total_replicas=3, in_sync_replicas=2, min_in_sync_replicas=1,
+                               auto_in_sync_replicas=True),
+}
 
 
 class SimFailure(AssertionError):
@@ -158,9 +166,10 @@ class ClusterOptions:
     transfer_batch_bytes: int
     put_period_ms: int
     disk_delay_ms: int
+    quorum: str = "all-ack"  # QUORUMS key: the brokers' quorum rule (the same for every seed)
 
     @classmethod
-    def from_seed(cls, seed: int, duration_ms: int) -> ClusterOptions:
+    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack") -> ClusterOptions:
         rng = random.Random(seed ^ 0xC1A5)
         return cls(seed=seed, duration_ms=duration_ms,
                    drop_probability=rng.choice((0.0, 0.01, 0.05)),
@@ -171,11 +180,12 @@ class ClusterOptions:
                    torn_write_probability=rng.choice((0.0, 0.5)),
                    transfer_batch_bytes=rng.choice((24, 40, 4096)),
                    put_period_ms=rng.choice((5, 20, 50)),
-                   disk_delay_ms=rng.choice((0, 1, 5)))
+                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum)
 
     def replay_command(self) -> str:
+        quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
         return (f"python3 build.py sim --cluster --seed {self.seed} "
-                f"--duration-ms {self.duration_ms} --trace")
+                f"--duration-ms {self.duration_ms}{quorum} --trace")
 
 
 def make_record(msg_id: int) -> bytes:
@@ -426,12 +436,15 @@ class SimBroker:
         if self.slave is not None and self.link_id is None and self.role.current is not None:
             lost = self.role.current.master_epoch
         body = BrokerHeartbeat(CLUSTER, SET, self.broker_id, self.name, last, self.log.end,
-                               self.log.confirm, master_unreachable_epoch=lost)
+                               self.log.confirm, master_unreachable_epoch=lost,
+                               master_epoch_abandoned=self.role.abandoned_epoch)
         self.call_all("heartbeat", body)
         if self.master is not None:
             request = self.role.proposal(self.master.sync_state_set,
-                                         self.master.accepted_sync_state_set)
+                                         self.master.accepted_sync_state_set,
+                                         pending=self.master.proposal_pending())
             if request is not None:
+                self.master.proposing(request.sync_state_set, request.sync_state_set_epoch)
                 self.call_all("alter_sss", request)
 
     def call_all(self, kind: str, body: Any) -> None:
@@ -464,7 +477,7 @@ class SimBroker:
 
     def adopt(self, members: tuple[int, ...], epoch: int) -> None:
         if self.master is not None and self.role.adopt(members, epoch):
-            self.apply_master(self.master.accept_sync_state_set(members))
+            self.apply_master(self.master.accept_sync_state_set(members, epoch))
 
     # role changes (roles.py / replication.py, re-modelled; the decisions are RoleCore's)
     def apply_role(self, change: RoleChange) -> None:
@@ -496,12 +509,11 @@ class SimBroker:
             log.confirm = min(log.confirm, cut)
             log.truncate(cut)
         log.confirm = log.end
-        if last is None or last < change.master_epoch:
+        if last is None or last < change.master_epoch:  # (else: the checker fails the run)
             log.epochs.append(EpochEntry(change.master_epoch, log.end))
         log.sync()
         settings = MasterSettings(
-            quorum=QuorumSettings(total_replicas=3, in_sync_replicas=3, min_in_sync_replicas=1,
-                                  all_ack_in_sync_state_set=True),
+            quorum=QUORUMS[self.sim.options.quorum],
             transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
             heartbeat_interval_ms=100, housekeeping_interval_ms=600,
             slave_not_catchup_max_ms=400, segment_size_bytes=1 << 30)
@@ -510,6 +522,7 @@ class SimBroker:
             endpoint=self.name, master_log_position=log.synced,
             confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
             accepted_sync_state_set=change.sync_state_set,
+            accepted_sync_state_set_epoch=change.sync_state_set_epoch,
             lease_until_ms=self.role.lease_until_ms(change.master_epoch))
         self.fenced = False
         self.sim.checker.on_serving(self, change.master_epoch)
@@ -710,10 +723,12 @@ class ClusterChecker:
         self.sim = sim
         self.acked: dict[int, tuple[int, int]] = {}  # msg id -> (log position, epoch)
         self.masters: dict[int, str] = {}  # master epoch -> broker serving it
+        self.opened: dict[int, int] = {}  # master epoch -> incarnation of the broker serving it
         self.serving: dict[str, int] = {}  # broker -> epoch it serves (since take-over)
         self.epoch_seen: dict[str, tuple[int, int]] = {}  # broker -> (log version, epoch)
         self.controller_epoch: dict[int, int] = {}
         self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
+        self.checked_signature: tuple[tuple[int, int], ...] = ()
 
     def fail(self, what: str) -> None:
         self.sim.fail(what)
@@ -736,6 +751,12 @@ class ClusterChecker:
         known = self.masters.setdefault(epoch, broker.name)
         if known != broker.name:
             self.fail(f"two masters of epoch {epoch}: {known} and {broker.name}")
+        # one log per epoch: a restarted process may have lost a tail its slaves hold, so
+        # it never serves the epoch its previous incarnation served (ha/role_core.py REELECT)
+        opened = self.opened.setdefault(epoch, broker.incarnation)
+        if opened != broker.incarnation:
+            self.fail(f"{broker.name} serves epoch {epoch} again after a restart (one log "
+                      "per epoch)")
         self.serving[broker.name] = epoch
         self.check_acked(broker, f"{broker.name} took over epoch {epoch}")
 
@@ -784,8 +805,14 @@ class ClusterChecker:
 
     def check_all(self) -> None:
         """Replicas agree below the confirm position (incrementally: each pair remembers how
-        far it was compared, until either log is cut)."""
+        far it was compared, until either log is cut). Bytes below a confirm position change
+        only with a cut, which bumps the log's version: nothing to do while no version and no
+        confirm position moved."""
         brokers = list(self.sim.brokers.values())
+        signature = tuple((b.log.version, b.log.confirm) for b in brokers)
+        if signature == self.checked_signature:
+            return
+        self.checked_signature = signature
         for i, a in enumerate(brokers):
             for b in brokers[i + 1:]:
                 below = min(a.log.confirm, b.log.confirm)
@@ -1046,12 +1073,14 @@ class ClusterSim:
         self.checker.check_acked(top, "the run ended")
 
 
-def run_seed(seed: int, duration_ms: int, *, trace: bool = False) -> dict[str, int]:
+def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
+             quorum: str = "all-ack") -> dict[str, int]:
     """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
-        return ClusterSim(ClusterOptions.from_seed(seed, duration_ms), trace=trace).run()
+        options = ClusterOptions.from_seed(seed, duration_ms, quorum)
+        return ClusterSim(options, trace=trace).run()
     finally:
         logging.disable(previous)
 
@@ -1066,6 +1095,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None,
                         help="run seeds from --first on until this much time has passed")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quorum", choices=sorted(QUORUMS), default="all-ack",
+                        help="the brokers' quorum rule (default: every SyncStateSet member)")
     args = parser.parse_args(argv)
     if args.seed is not None:
         seeds: Iterable[int] = [args.seed]
@@ -1080,7 +1111,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         count += 1
         try:
-            stats = run_seed(seed, args.duration_ms, trace=args.trace)
+            stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum)
             steps += stats["events"]
             acks += stats["acks"]
         except SimFailure as failure:
