@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from connector.async_sender import AsyncSender
+from connector.async_sender import AsyncSender, SendFuture
 from connector.master_watch import RoundTrips, replacement_of
 from connector.producer_core import (
     MESSAGE_OVERHEAD_BYTES,
@@ -746,22 +746,24 @@ class Producer:
                     properties: Mapping[str, str] | None, queue_id: int | None, *,
                     inline: bool) -> Future[SendResult]:
         sender = self._sender or self._start_sender()
-        if queue_id is None and not (inline and key is None):
-            # (a keyless send() leaves the queue to the broker: its lane then carries no
-            # queue_id column, the broker's cheapest path; keyless messages have no order to
-            # keep with the sticky lanes, and keyed ones never enter that lane once the
-            # producer picks their queues)
-            queue_id = self._chooser.choose(topic, key)
         if isinstance(body, str):
             body = body.encode()
         if key is None and tags is None and not properties:  # the common case, inlined
-            message = Message(body, None, None, None, len(body) + MESSAGE_OVERHEAD_BYTES, None)
+            future = SendFuture(body, None, None, None, len(body) + MESSAGE_OVERHEAD_BYTES)
         else:
-            message = Message(body, key, tags,
-                              tuple(properties.items()) if properties else None,
-                              message_size_bytes(body, key, tags, properties), None)
-        if queue_id is not None or (inline and key is None):
-            return sender.send((topic, queue_id), message, inline=inline)
+            future = SendFuture(body, key, tags,
+                                tuple(properties.items()) if properties else None,
+                                message_size_bytes(body, key, tags, properties))
+        if queue_id is None:
+            if inline and key is None:
+                # a keyless send() leaves the queue to the broker: its lane then carries no
+                # queue_id column, the broker's cheapest path; keyless messages have no order
+                # to keep with the sticky lanes, and keyed ones never enter that lane once
+                # the producer picks their queues
+                return sender.send((topic, None), future, inline)
+            queue_id = self._chooser.choose(topic, key)
+        if queue_id is not None:
+            return sender.send((topic, queue_id), future, inline)
         # The topic's queue count is not known yet: the broker picks. Every append to the
         # broker-picks lane and the switch away from it happen under _lookup_lock, and the
         # switch only while that lane holds no keyed message waiting for its answer, so a key
@@ -776,8 +778,8 @@ class Producer:
             queue_id = self._chooser.choose(topic, key)
             if queue_id is None:
                 self._look_up_queues(topic)
-                return sender.send((topic, None), message, inline=inline)
-        return sender.send((topic, queue_id), message, inline=inline)
+                return sender.send((topic, None), future, inline)
+        return sender.send((topic, queue_id), future, inline)
 
     def _look_up_queues(self, topic: str) -> None:
         """Ask for the topic's writeQueueNums on a thread of its own (never on the caller's:
