@@ -225,6 +225,12 @@ class ProducerCore:
         self.pending_messages = 0
         self.in_flight = 0
         self._lanes: dict[LaneKey, _Lane] = {}
+        # the limits `append` reads on every message, as plain attributes
+        self._buffer_bytes = config.buffer_bytes
+        self._batch_bytes = config.batch_bytes
+        self._batch_messages = config.batch_messages
+        self._max_in_flight = config.max_in_flight
+        self._linger_zero = config.linger_ms == 0
 
     # -- input ------------------------------------------------------------------------------
     def append(self, lane_key: LaneKey, message: Message, now_s: float, *,
@@ -233,37 +239,40 @@ class ProducerCore:
         ValueError when it could never fit a batch). Returns what the shell must do: POLL_NOW
         (a batch of an idle lane is ready), WAKE_TIMER (an idle lane's linger started) or
         NOTHING (the lane's batch in flight will poll when it completes)."""
-        config = self.config
-        if message.size_bytes > config.buffer_bytes:
-            raise ValueError(f"message of ~{message.size_bytes} bytes > buffer_bytes "
-                             f"{config.buffer_bytes}")
-        if self.buffered_bytes + message.size_bytes > config.buffer_bytes:
+        size_bytes = message.size_bytes
+        if self.buffered_bytes + size_bytes > self._buffer_bytes:
+            if size_bytes > self._buffer_bytes:
+                raise ValueError(f"message of ~{size_bytes} bytes > buffer_bytes "
+                                 f"{self._buffer_bytes}")
             raise BufferFull(f"{self.buffered_bytes} bytes buffered, buffer_bytes "
-                             f"{config.buffer_bytes}")
+                             f"{self._buffer_bytes}")
         lane = self._lanes.get(lane_key)
         if lane is None:
             lane = self._lanes[lane_key] = _Lane(lane_key, None if self.producer_id is None
                                                  else f"{self.producer_id}.{len(self._lanes)}")
-        if lane.open and lane.open_bytes + message.size_bytes > config.batch_bytes:
-            self._close_open(lane)  # (a message larger than batch_bytes: a batch of its own)
-        if not lane.open:
+        messages = lane.open
+        if not messages:
             lane.open_since_s = now_s
-        lane.open.append(message)
-        lane.open_bytes += message.size_bytes
+        elif lane.open_bytes + size_bytes > self._batch_bytes:
+            self._close_open(lane)  # (a message larger than batch_bytes: a batch of its own)
+            messages = lane.open
+            lane.open_since_s = now_s
+        messages.append(message)
+        lane.open_bytes += size_bytes
         if message.key is not None:
             lane.keyed_pending += 1
             lane.open_keyed += 1
-        self.buffered_bytes += message.size_bytes
+        self.buffered_bytes += size_bytes
         self.pending_messages += 1
         if urgent:
             lane.urgent = True
-        if len(lane.open) >= config.batch_messages or lane.open_bytes >= config.batch_bytes:
+        if len(messages) >= self._batch_messages or lane.open_bytes >= self._batch_bytes:
             self._close_open(lane)
-        if lane.in_flight is not None or self.in_flight >= config.max_in_flight:
+        if lane.in_flight is not None or self.in_flight >= self._max_in_flight:
             return NOTHING
-        if lane.queued or lane.urgent or config.linger_ms == 0:
+        if lane.queued or lane.urgent or self._linger_zero:
             return POLL_NOW
-        return WAKE_TIMER if len(lane.open) == 1 else NOTHING
+        return WAKE_TIMER if len(messages) == 1 else NOTHING
 
     def flush(self) -> list[Any]:
         """Send every open batch at the next poll; returns the handle of each lane's last
