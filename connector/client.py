@@ -310,6 +310,15 @@ class _Routes:
         self.master_of_set: dict[str, str] = {}
         self.fetch_lock = threading.Lock()
 
+    def move_past(self, endpoint: str) -> None:
+        """The next call goes to the endpoint after `endpoint`, if that is still the current
+        one: lanes that fail on the same broker together move once (with two brokers, two
+        lanes moving one each would land back on the failed one)."""
+        with self.fetch_lock:
+            endpoints = self.endpoints
+            if endpoints and endpoints[self.broker_index % len(endpoints)] == endpoint:
+                self.broker_index += 1
+
 
 class _Base:
     def __init__(self, config: ClientConfig, routes: _Routes | None = None) -> None:
@@ -344,7 +353,7 @@ class _Base:
 
     def _refresh_route(self, endpoint: str) -> None:
         _drop_connection(endpoint)
-        self._routes.broker_index += 1
+        self._routes.move_past(endpoint)
         if self.config.controller is not None:
             self._routes.stale = True
 
@@ -556,7 +565,7 @@ class _PutChannel(_Base):
             return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
         status = status_for(reply.status)
         if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
-            self._routes.broker_index += 1
+            self._routes.move_past(endpoint)
             self._routes.stale = self.config.controller is not None
         return reply
 

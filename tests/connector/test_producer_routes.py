@@ -86,3 +86,16 @@ def test_a_new_stream_to_a_paused_master_is_abandoned_once_it_is_replaced(
     assert channel._routes.stale  # the next attempt asks the controller first
     assert not channel._streams
     channel.close()
+
+
+def test_lanes_that_fail_on_one_broker_together_move_once() -> None:
+    """Two brokers, two lanes failing on the first at once: both go to the second (moving
+    once each would have sent both back to the failed one)."""
+    producer = Producer(ClientConfig(brokers=("a:1", "b:1")))
+    lane_0, lane_1 = producer._lane_channel(("t", 0)), producer._lane_channel(("t", 1))
+    assert lane_0.endpoint == lane_1.endpoint == "a:1"
+    lane_0._refresh_route("a:1")
+    lane_1._refresh_route("a:1")  # its failure was on the broker already left
+    assert lane_0.endpoint == lane_1.endpoint == "b:1"
+    lane_1._refresh_route("b:1")
+    assert lane_0.endpoint == "a:1"
