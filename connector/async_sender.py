@@ -215,7 +215,7 @@ class AsyncSender:
                 action = core.append(lane, future, now_s, urgent=inline)  # type: ignore[arg-type]
             except BufferFull:
                 action = self._append_blocking(lane, future, inline)
-            batches = core.poll(now_s) if action == POLL_NOW else []
+            batches = core.poll(now_s) if action == POLL_NOW else ()
             if self._timer is None:  # retries' backoffs need it too, not only lingers
                 self._ensure_timer()
             if action != NOTHING and not batches:

@@ -928,15 +928,18 @@ def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
     """The produce batch of a lane's messages; `marker` goes into the last row."""
     names = ["body"]
     arrays = [pa.array([message.body for message in messages], pa.binary())]
-    if any(message.key is not None for message in messages):
+    # (a list and its count(None) cost about half of an any() over a generator)
+    keys = [message.key for message in messages]
+    if keys.count(None) != len(keys):
         names.append("key")
-        arrays.append(pa.array([message.key for message in messages], pa.string()))
-    if any(message.tags is not None for message in messages):
+        arrays.append(pa.array(keys, pa.string()))
+    tags = [message.tags for message in messages]
+    if tags.count(None) != len(tags):
         names.append("tags")
-        arrays.append(pa.array([message.tags for message in messages], pa.string()))
-    if marker is not None or any(message.properties for message in messages):
-        properties: list[Any] = [None if message.properties is None
-                                 else list(message.properties) for message in messages]
+        arrays.append(pa.array(tags, pa.string()))
+    properties: list[Any] = [message.properties for message in messages]
+    if marker is not None or properties.count(None) != len(properties):
+        properties = [None if value is None else list(value) for value in properties]
         if marker is not None:
             last = [(k, v) for k, v in properties[-1] or () if k != IDEMPOTENCE_PROPERTY]
             properties[-1] = last + [(IDEMPOTENCE_PROPERTY, marker.marker())]
