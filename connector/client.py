@@ -26,10 +26,10 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.async_sender import AsyncSender, SendFuture
 from connector.master_watch import RoundTrips, replacement_of
@@ -163,7 +163,8 @@ def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, An
             raise ValueError(f"{action}: {len(results)} results")
         reply = json.loads(results[0].body.to_pybytes())
         if not isinstance(reply, dict):
-            raise ValueError(f"{action}: reply is not a JSON object")
+            # (ValueError, not TypeError: the callers treat it as the bad reply it is)
+            raise ValueError(f"{action}: reply is not a JSON object")  # noqa: TRY004
         return reply
     finally:
         client.close()
@@ -894,7 +895,7 @@ class Producer:
         for channel in channels:
             channel.close()
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import pickle
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
-from connector import Backoff, ClientConfig
-from connector import client
+from connector import Backoff, ClientConfig, client
 from connector.client import as_rocketha_error
 from connector.protocol import (
     CODES,
