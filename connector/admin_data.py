@@ -1,11 +1,15 @@
 """`rocketha-admin produce` and `consume`: real messages in and out (connector/admin_cli.py).
 
 produce: `--body TEXT` sends one message; `--file F` or standard input one message per line
-(the line without its newline), in batches of PRODUCE_BATCH_LINES; `--key`, `--tags` and
-`--property k=v` apply to every message. `--count N` sends N synthetic messages (`--body-size`,
-`--batch`, `--rate`), the load generator the tests and benchmarks use. Each message's status,
-queue and queue offset is printed (a table shows at most TABLE_ROWS_MAX, then a summary). Exit
-1 unless every message was acknowledged PUT_OK.
+(the line without its newline) through `Producer.send_async`, so each line leaves within the
+producer's linger_ms (a slow pipe, `tail -f log | rocketha-admin produce`, is not held until a
+batch fills) while a fast one is still sent in batches, at most PRODUCE_PENDING_MAX lines
+waiting for their answer; `--key`, `--tags` and `--property k=v` apply to every message.
+`--count N` sends N synthetic messages (`--body-size`, `--batch`, `--rate`), the load
+generator the tests and benchmarks use, in batches of `--batch` as given. Each message's status
+(or, for a line whose sends failed for good, the error's name), queue and queue offset is
+printed (a table shows at most TABLE_ROWS_MAX, then a summary). Exit 1 unless every message was
+acknowledged PUT_OK.
 
 consume: every queue of the topic on every replica set (or `--broker-name`'s), from
 `--from earliest|latest|OFFSET`, until `--max-messages` or `--until-idle-ms` without a new
@@ -15,56 +19,106 @@ message; shows queue, offset, store time, key, tags, properties and body (UTF-8,
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from connector.admin_output import Output, Progress, body_text, iso_ms
 from connector.admin_target import Target
-from connector.client import ClientConfig, Consumer, Producer
+from connector.client import ClientConfig, Consumer, Producer, SendResult
+from connector.protocol import RocketHAError
 
-__all__ = ["PRODUCE_BATCH_LINES", "TABLE_ROWS_MAX", "consume", "produce"]
+__all__ = ["PRODUCE_PENDING_MAX", "TABLE_ROWS_MAX", "consume", "produce"]
 
-PRODUCE_BATCH_LINES = 1024
+PRODUCE_PENDING_MAX = 8192  # lines sent and not yet answered (reported in order)
 TABLE_ROWS_MAX = 1000
 PULL_MESSAGES_MAX = 4096
 LINE_BYTES_MAX = 4 << 20  # a line longer than this is refused (maxMessageSize's default)
 
 
+class _Report:
+    """Statuses and printed rows of `produce`, one message at a time, in order."""
+
+    def __init__(self, out: Output, total: int | None) -> None:
+        self.out = out
+        self.statuses: Counter[str] = Counter()
+        self.rows: list[dict[str, Any]] = []
+        self.sent = 0
+        self.progress = Progress("produced", total)
+
+    def add(self, seq: int, result: SendResult | RocketHAError) -> None:
+        if isinstance(result, RocketHAError):  # its retries and deadline are spent
+            row = {"seq": seq, "status": result.name, "queue_id": -1, "queue_offset": -1}
+        else:
+            row = {"seq": seq, "status": result.status, "queue_id": result.queue_id,
+                   "queue_offset": result.queue_offset}
+        row["t_ms"] = int(time.time() * 1000)
+        self.statuses[row["status"]] += 1
+        self.sent += 1
+        self.progress.add(1)
+        if self.out.mode == "json-lines":
+            self.out.rows([], [row])
+        elif len(self.rows) <= TABLE_ROWS_MAX:
+            self.rows.append(row)
+
+    def close(self) -> int:
+        self.progress.close()
+        out, rows = self.out, self.rows
+        if out.mode != "json-lines" and (out.mode == "json" or len(rows) <= TABLE_ROWS_MAX):
+            out.rows(["seq", "status", "queue_id", "queue_offset"], rows)
+        acked = self.statuses.get("PUT_OK", 0)
+        summary = ", ".join(f"{name}={count}" for name, count in sorted(self.statuses.items()))
+        out.note(f"acked {acked} of {self.sent} ({summary or 'nothing sent'})")
+        return 0 if acked == self.sent and self.sent > 0 else 1
+
+
 def produce(config: ClientConfig, args: argparse.Namespace, properties: dict[str, str],
             out: Output) -> int:
-    statuses: Counter[str] = Counter()
-    rows: list[dict[str, Any]] = []
+    report = _Report(out, args.count)
     started = time.monotonic()
-    sent = 0
-    progress = Progress("produced", args.count)
     with Producer(config) as producer:
-        for seqs, messages in _batches(args, properties):
-            if args.rate:
-                wait_s = started + sent / args.rate - time.monotonic()
-                if wait_s > 0:
-                    time.sleep(wait_s)
-            results = producer.send_batch(args.topic, messages)
-            now_ms = int(time.time() * 1000)
-            sent += len(messages)
-            progress.add(len(messages))
-            for seq, result in zip(seqs, results):
-                statuses[result.status] += 1
-                row = {"seq": seq, "status": result.status, "queue_id": result.queue_id,
-                       "queue_offset": result.queue_offset, "t_ms": now_ms}
-                if out.mode == "json-lines":
-                    out.rows([], [row])
-                elif len(rows) <= TABLE_ROWS_MAX:
-                    rows.append(row)
-    progress.close()
-    if out.mode != "json-lines" and (out.mode == "json" or len(rows) <= TABLE_ROWS_MAX):
-        out.rows(["seq", "status", "queue_id", "queue_offset"], rows)
-    acked = statuses.get("PUT_OK", 0)
-    summary = ", ".join(f"{name}={count}" for name, count in sorted(statuses.items()))
-    out.note(f"acked {acked} of {sent} ({summary or 'nothing sent'})")
-    return 0 if acked == sent and sent > 0 else 1
+        if args.count is not None or args.body is not None:
+            for seqs, messages in _batches(args, properties):
+                if args.rate:
+                    wait_s = started + seqs.start / args.rate - time.monotonic()
+                    if wait_s > 0:
+                        time.sleep(wait_s)
+                for seq, result in zip(seqs, producer.send_batch(args.topic, messages)):
+                    report.add(seq, result)
+        else:
+            _produce_lines(producer, args, properties, report, started)
+    return report.close()
+
+
+def _produce_lines(producer: Producer, args: argparse.Namespace, properties: dict[str, str],
+                   report: _Report, started: float) -> None:
+    """One send_async per line; answers reported in line order as they come."""
+    pending: collections.deque[tuple[int, Future[SendResult]]] = collections.deque()
+    for seq, line in enumerate(_lines(args.file)):
+        if args.rate:
+            wait_s = started + seq / args.rate - time.monotonic()
+            if wait_s > 0:
+                time.sleep(wait_s)
+        pending.append((seq, producer.send_async(args.topic, line, key=args.key,
+                                                 tags=args.tags, properties=properties)))
+        while pending and (pending[0][1].done() or len(pending) > PRODUCE_PENDING_MAX):
+            _report_next(pending, report)
+    producer.flush()
+    while pending:
+        _report_next(pending, report)
+
+
+def _report_next(pending: collections.deque[tuple[int, Future[SendResult]]],
+                 report: _Report) -> None:
+    seq, future = pending.popleft()
+    try:
+        report.add(seq, future.result())
+    except RocketHAError as err:
+        report.add(seq, err)
 
 
 def _batches(args: argparse.Namespace, properties: dict[str, str]
@@ -78,16 +132,7 @@ def _batches(args: argparse.Namespace, properties: dict[str, str]
     if args.body is not None:
         yield range(1), [_message(args.body.encode(), args, properties)]
         return
-    batch: list[dict[str, Any]] = []
-    first = 0
-    for line in _lines(args.file):
-        batch.append(_message(line, args, properties))
-        if len(batch) >= PRODUCE_BATCH_LINES:
-            yield range(first, first + len(batch)), batch
-            first += len(batch)
-            batch = []
-    if batch:
-        yield range(first, first + len(batch)), batch
+    raise AssertionError("lines go through _produce_lines")
 
 
 def _lines(path: str | None) -> Iterator[bytes]:

@@ -34,35 +34,71 @@ from connector.producer_core import (
     ProducerCore,
     Resolution,
     SendResult,
+    results_of,
 )
 from connector.protocol import PutReply, RocketHAError
 
 __all__ = ["AsyncSender", "SendFuture"]
 
 
-# A batch of 1000 messages makes 1000 futures, and concurrent.futures.Future.__init__ builds a
-# threading.Condition (an RLock and bound methods) for each: a fifth of send_async's cost, and as
-# much again to lock it in set_result. SendFuture builds its Condition only when a thread needs
-# it (result() on a pending future, add_done_callback, wait, as_completed: each goes through
-# `_condition`), under _LAZY_CONDITIONS; `_settle_all` finishes, under that same lock, every
-# future nobody looked at without any Condition. A thread that looks later finds the state
-# FINISHED. Relies on Future's documented-in-source attributes (_state, _result, _exception,
-# _condition), which tests/connector/test_async_sender.py exercises with the stdlib's helpers.
+# A batch of 1000 messages makes 1000 futures. concurrent.futures.Future.__init__ builds a
+# threading.Condition (an RLock and bound methods) and two lists for each, the message was a
+# second object and its SendResult a third: together most of send_async's cost, a good part of
+# it in the garbage collector. So a SendFuture is also the message the core queues (body, key,
+# tags, properties, size_bytes; its own `handle`), it builds its Condition and lists only when
+# a thread needs them (result() on a pending future, add_done_callback, wait, as_completed: each
+# goes through `_condition`, `_waiters` or `_done_callbacks`), and its SendResult only when it
+# is asked for (`_result`, from its batch's reply and its row). `_settle_all` finishes, under
+# _LAZY_CONDITIONS, every future nobody looked at without any Condition; a thread that looks
+# later finds the state FINISHED. Relies on Future's documented-in-source attributes (_state,
+# _result, _exception, _condition, _waiters, _done_callbacks), which
+# tests/connector/test_async_sender.py exercises with the stdlib's helpers.
 _LAZY_CONDITIONS = threading.Lock()
 _PENDING, _FINISHED = "PENDING", "FINISHED"  # concurrent.futures._base's state names
 
 
-class SendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
-    """A send's future: cheap to make, and it cannot be cancelled (the message may already
-    be on the wire)."""
+class _ReplyRows:
+    """The SendResults of a stored batch's rows, made when the first one is asked for."""
 
-    def __init__(self) -> None:  # not Future.__init__: no Condition until one is needed
-        self._state = _PENDING
-        self._result = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
-        self._lazy_condition: threading.Condition | None = None
+    __slots__ = ("_reply", "_results", "_rows")
+
+    def __init__(self, reply: PutReply, rows: int) -> None:
+        self._reply = reply
+        self._rows = rows
+        self._results: list[SendResult | BaseException] | None = None
+
+    def get(self, row: int) -> SendResult | BaseException:
+        results = self._results
+        if results is None:
+            results = self._results = results_of(self._reply, self._rows)
+        return results[row]
+
+
+class SendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
+    """A send's future, and the message it sends (see above): cheap to make, and it cannot
+    be cancelled (the message may already be on the wire)."""
+
+    _state = _PENDING
+    _exception: BaseException | None = None
+    _lazy_condition: threading.Condition | None = None
+    _lazy_waiters: list[Any] | None = None
+    _lazy_callbacks: list[Any] | None = None
+    _rows: _ReplyRows | None = None  # the result is row `_row` of these, made when asked
+    _row = 0
+    _value: Any = None
+
+    def __init__(self, body: bytes, key: str | None, tags: str | None,
+                 properties: tuple[tuple[str, str], ...] | None, size_bytes: int) -> None:
+        # not Future.__init__: no Condition, no lists until one is needed
+        self.body = body
+        self.key = key
+        self.tags = tags
+        self.properties = properties
+        self.size_bytes = size_bytes
+
+    @property
+    def handle(self) -> SendFuture:  # what the core hands back: the future itself
+        return self
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -74,23 +110,73 @@ class SendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
                     condition = self._lazy_condition = threading.Condition()
         return condition
 
+    @property
+    def _waiters(self) -> list[Any]:  # (Future uses it under _condition)
+        if self._lazy_waiters is None:
+            self._lazy_waiters = []
+        return self._lazy_waiters
+
+    @property
+    def _done_callbacks(self) -> list[Any]:  # (Future uses it under _condition)
+        if self._lazy_callbacks is None:
+            self._lazy_callbacks = []
+        return self._lazy_callbacks
+
+    @property
+    def _result(self) -> Any:
+        rows = self._rows
+        if rows is not None:
+            self._value = rows.get(self._row)
+            self._rows = None
+        return self._value
+
+    @_result.setter
+    def _result(self, value: Any) -> None:
+        self._value = value
+
     def cancel(self) -> bool:
         return False
 
+    def done(self) -> bool:  # FINISHED is final and nothing cancels: no lock needed
+        return self._state == _FINISHED
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state == _FINISHED:  # no Condition for a future already settled
+            if self._exception is not None:
+                try:
+                    raise self._exception
+                finally:
+                    self = None  # noqa: PLW0642 - as Future.result: no cycle via the frame
+            return self._result
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
 
 def _settle_all(resolutions: list[Resolution]) -> None:
-    """Give each future its result or error (see SendFuture)."""
+    """Give each future its result or error (see SendFuture); a stored batch's futures get
+    their row of its reply, made into a SendResult when asked for."""
     looked_at = []
     with _LAZY_CONDITIONS:
-        for future, result in resolutions:
-            if future._lazy_condition is not None:
-                looked_at.append((future, result))
-            elif isinstance(result, BaseException):
-                future._exception = result
-                future._state = _FINISHED
-            else:
-                future._result = result
-                future._state = _FINISHED
+        for futures, outcome in resolutions:
+            rows = _ReplyRows(outcome, len(futures)) if isinstance(outcome, PutReply) else None
+            for row, future in enumerate(futures):
+                future.body = future.properties = None  # sent: the caller may hold futures
+                if future._lazy_condition is not None:
+                    looked_at.append((future, outcome if rows is None else rows.get(row)))
+                elif rows is not None:
+                    future._rows = rows
+                    future._row = row
+                    future._state = _FINISHED
+                elif isinstance(outcome, BaseException):
+                    future._exception = outcome
+                    future._state = _FINISHED
+                else:
+                    future._value = outcome
+                    future._state = _FINISHED
     for future, result in looked_at:
         if isinstance(result, BaseException):
             future.set_exception(result)
@@ -117,19 +203,19 @@ class AsyncSender:
             max_workers=core.config.max_in_flight, thread_name_prefix="rocketha-send")
         self._timer: threading.Thread | None = None
 
-    def send(self, lane: LaneKey, message: Message, *, inline: bool = False
-             ) -> concurrent.futures.Future[SendResult]:
-        future = message.handle = SendFuture()
+    def send(self, lane: LaneKey, future: SendFuture, inline: bool = False
+             ) -> SendFuture:
+        """Queue `future`'s message (the future is the message); returns it."""
         core = self._core
         with self._lock:  # the condition's lock (a C-level `with`)
             if self._closed:
                 raise ProducerClosedError("send on a closed Producer")
             now_s = self._clock()
             try:
-                action = core.append(lane, message, now_s, urgent=inline)
+                action = core.append(lane, future, now_s, urgent=inline)  # type: ignore[arg-type]
             except BufferFull:
-                action = self._append_blocking(lane, message, inline)
-            batches = core.poll(now_s) if action == POLL_NOW else []
+                action = self._append_blocking(lane, future, inline)
+            batches = core.poll(now_s) if action == POLL_NOW else ()
             if self._timer is None:  # retries' backoffs need it too, not only lingers
                 self._ensure_timer()
             if action != NOTHING and not batches:

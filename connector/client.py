@@ -26,12 +26,12 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
-from connector.async_sender import AsyncSender
+from connector.async_sender import AsyncSender, SendFuture
 from connector.master_watch import RoundTrips, replacement_of
 from connector.producer_core import (
     MESSAGE_OVERHEAD_BYTES,
@@ -174,7 +174,8 @@ def _controller_call(address: str, action: str, payload: bytes, timeout_ms: int
             raise ValueError(f"{action}: {len(results)} results")
         reply = json.loads(results[0].body.to_pybytes())
         if not isinstance(reply, dict):
-            raise ValueError(f"{action}: reply is not a JSON object")
+            # (ValueError, not TypeError: the callers treat it as the bad reply it is)
+            raise ValueError(f"{action}: reply is not a JSON object")  # noqa: TRY004
         return reply
     finally:
         client.close()
@@ -283,13 +284,13 @@ def _connection(endpoint: str) -> flight.FlightClient:
 
 
 def _drop_connection(endpoint: str) -> None:
+    """Forget the cached connection to `endpoint`: the next call opens a fresh one (gRPC
+    would wait out its reconnect backoff on the old channel). Not closed here: another
+    thread (a Producer lane, a Consumer) may be about to call on it, and `close()` would
+    fail that call ("FlightClient is closed"); the client closes its channel when the last
+    reference goes (open streams do not need it)."""
     with _CONNECTIONS_LOCK:
-        client = _CONNECTIONS.pop(endpoint, None)
-    if client is not None:
-        try:
-            client.close()
-        except Exception:  # closing a broken channel: nothing more to do
-            logger.debug("closing connection to %s failed", endpoint)
+        _CONNECTIONS.pop(endpoint, None)
 
 
 def as_rocketha_error(err: flight.FlightError) -> RocketHAError:
@@ -301,39 +302,72 @@ def as_rocketha_error(err: flight.FlightError) -> RocketHAError:
                           f"{type(err).__name__}: {str(err)[:300]}")
 
 
+class _Routes:
+    """Where a client's calls go, and what it learnt about that. One per Admin / Consumer;
+    one per Producer, shared by its synchronous channel and every lane of its asynchronous
+    sends, so that what one lane learns (NOT_MASTER, a broken connection, a master replaced
+    while a put waited) every other lane uses at its next attempt. (Each lane on its own
+    routes had to find a paused master out by itself, a stream deadline each: one message
+    per key in turn stood still for lanes x deadline, tests/integration/test_paused_master.py.)
+    Fields are read without a lock (a stale read costs a retry); a fetch from the controller
+    holds `fetch_lock`, so lanes that find the routes stale together ask once."""
+
+    def __init__(self, brokers: tuple[str, ...]) -> None:
+        self.endpoints = brokers
+        self.broker_index = 0
+        self.stale = False  # with `controller`: fetch the endpoints again first
+        # With `controller`, from the last cluster_list (producers): the replica set of each
+        # member address, and the alive master of each set.
+        self.set_of_member: dict[str, str] = {}
+        self.master_of_set: dict[str, str] = {}
+        self.fetch_lock = threading.Lock()
+
+    def move_past(self, endpoint: str) -> None:
+        """The next call goes to the endpoint after `endpoint`, if that is still the current
+        one: lanes that fail on the same broker together move once (with two brokers, two
+        lanes moving one each would land back on the failed one)."""
+        with self.fetch_lock:
+            endpoints = self.endpoints
+            if endpoints and endpoints[self.broker_index % len(endpoints)] == endpoint:
+                self.broker_index += 1
+
+
 class _Base:
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, routes: _Routes | None = None) -> None:
         self.config = config
         self._backoff = Backoff(config.backoff_initial_ms, config.backoff_max_ms)
-        self._broker_index = 0
-        self._endpoints: tuple[str, ...] = config.brokers
-        self._routes_stale = False  # with `controller`: fetch the endpoints again first
+        self._routes = routes if routes is not None else _Routes(config.brokers)
 
     @property
     def endpoint(self) -> str:
         """The broker to call: from `brokers`, or (with `controller`) those the controller
         names (`_controller_endpoints`), fetched again after NOT_MASTER or a broken
         connection."""
-        if not self._endpoints or self._routes_stale:
+        routes = self._routes
+        if not routes.endpoints or routes.stale:
             assert self.config.controller is not None
-            self._routes_stale = False
-            try:
-                self._endpoints = self._controller_endpoints(self.config.controller)
-            except RetriableError:
-                if not self._endpoints:
-                    raise
-                # no controller answers: go on with the endpoints already known (DESIGN §5.6:
-                # the controller being down never stops a healthy replica set)
-        return self._endpoints[self._broker_index % len(self._endpoints)]
+            with routes.fetch_lock:
+                if not routes.endpoints or routes.stale:  # (not done meanwhile by another)
+                    routes.stale = False
+                    try:
+                        routes.endpoints = self._controller_endpoints(self.config.controller)
+                    except RetriableError:
+                        if not routes.endpoints:
+                            raise
+                        # no controller answers: go on with the endpoints already known
+                        # (DESIGN §5.6: the controller being down never stops a healthy
+                        # replica set)
+        endpoints = routes.endpoints
+        return endpoints[routes.broker_index % len(endpoints)]
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
         return controller_masters(controller, self.config.request_timeout_ms)
 
     def _refresh_route(self, endpoint: str) -> None:
         _drop_connection(endpoint)
-        self._broker_index += 1
+        self._routes.move_past(endpoint)
         if self.config.controller is not None:
-            self._routes_stale = True
+            self._routes.stale = True
 
     def _options(self) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(timeout=self.config.request_timeout_ms / 1000.0)
@@ -465,23 +499,22 @@ class _Stream:
 
 
 class _PutChannel(_Base):
-    """One sequence of put round trips: its DoPut streams (one per (topic, schema)), its
-    route, and (idempotent with a controller) its master watch. One thread at a time: the
-    Producer's synchronous `put`, or one lane of its asynchronous sends."""
+    """One sequence of put round trips: its DoPut streams (one per (topic, schema)) and
+    (idempotent with a controller) its master watch; its routes are the Producer's, shared
+    with its other channels. One thread at a time: the Producer's synchronous `put`, or one
+    lane of its asynchronous sends."""
 
-    def __init__(self, config: ClientConfig, *, idempotent: bool) -> None:
-        super().__init__(config)
+    def __init__(self, config: ClientConfig, *, idempotent: bool,
+                 routes: _Routes | None = None) -> None:
+        super().__init__(config, routes)
         self.idempotent = idempotent
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
         self._round_trips = (RoundTrips(config.master_check_after_ms / 1000.0,
                                         config.master_check_interval_ms / 1000.0)
                              if idempotent and config.controller else None)
-        # With `controller`: the replica set of each member address and the alive master of
-        # each set, from the last cluster_list. An idempotent batch is retried only in the set
-        # it was first sent to (its idempotence table is per set); a lane of asynchronous
-        # sends (one queue, one producer id) stays in the set of its first send.
-        self._set_of_member: dict[str, str] = {}
-        self._master_of_set: dict[str, str] = {}
+        # An idempotent batch is retried only in the replica set it was first sent to (its
+        # idempotence table is per set); a lane of asynchronous sends (one queue, one
+        # producer id) stays in the set of its first send.
         self._lane_home: list[str] = []
 
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
@@ -506,11 +539,11 @@ class _PutChannel(_Base):
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
         cluster = controller_cluster_list(controller, self.config.request_timeout_ms)
-        self._set_of_member = {str(member["broker_address"]): str(status["replica"]
-                                                                  ["broker_name"])
-                               for status in cluster.get("replica_sets", [])
-                               for member in status["replica"].get("brokers", [])}
-        self._master_of_set = dict(_alive_masters(cluster))
+        self._routes.set_of_member = {
+            str(member["broker_address"]): str(status["replica"]["broker_name"])
+            for status in cluster.get("replica_sets", [])
+            for member in status["replica"].get("brokers", [])}
+        self._routes.master_of_set = dict(_alive_masters(cluster))
         return _masters_of(cluster, controller)
 
     def _pinned(self, endpoint: str, home: list[str]) -> str:
@@ -521,13 +554,13 @@ class _PutChannel(_Base):
         if not self.idempotent or self.config.controller is None:
             return endpoint
         if not home:
-            name = self._set_of_member.get(endpoint)
+            name = self._routes.set_of_member.get(endpoint)
             if name is not None:
                 home.append(name)
             return endpoint
-        master = self._master_of_set.get(home[0])
+        master = self._routes.master_of_set.get(home[0])
         if master is None:
-            self._routes_stale = True
+            self._routes.stale = True
             raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
                                  f"replica set {home[0]} has no alive master yet")
         return master
@@ -551,8 +584,8 @@ class _PutChannel(_Base):
             return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
         status = status_for(reply.status)
         if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
-            self._broker_index += 1
-            self._routes_stale = self.config.controller is not None
+            self._routes.move_past(endpoint)
+            self._routes.stale = self.config.controller is not None
         return reply
 
     def _round_trip(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
@@ -566,28 +599,49 @@ class _PutChannel(_Base):
                                  f"{endpoint}: {err}") from err
 
     def _round_trip_on(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
-        stream = self._stream(topic, batch.schema, endpoint)
+        """One put on the (topic, schema) stream to `endpoint`. With the master watch, the
+        whole round trip runs under it, the opening of a new stream included: a stream opened
+        to a paused master blocks in do_put until its deadline (gRPC queues the call while
+        the channel connects), which a lane whose old stream had rotated, or that had not sent
+        to this topic yet, used to wait out (the paused-master tests)."""
+        key = (topic, batch.schema)
+        reused = self._reusable_stream(key, endpoint)
+        opened: list[_Stream] = []
+
+        def job() -> pa.Buffer:
+            stream = reused
+            if stream is None:
+                stream = self._open_stream(topic, batch.schema, endpoint)
+                opened.append(stream)
+            return _round_trip(stream, batch)
+
+        def close_streams(_: object) -> None:
+            for stream in (reused, *opened):
+                if stream is not None:
+                    _close_quietly(stream)
+
         try:
             if self._round_trips is None:
-                metadata = _round_trip(stream, batch)
+                metadata = job()
             else:
-                metadata = self._round_trips.run(
-                    lambda: _round_trip(stream, batch),
-                    lambda: self._replaced(endpoint),
-                    lambda _: _close_quietly(stream))
+                metadata = self._round_trips.run(job, lambda: self._replaced(endpoint),
+                                                 close_streams)
         except RoundTrips.Abandoned as abandoned:
-            self._streams.pop((topic, batch.schema), None)  # its worker closes it
-            self._routes_stale = True
+            self._streams.pop(key, None)  # close_streams closes it once the job ends
+            self._routes.stale = True
             raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
         except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
-            self._close_stream(topic, batch.schema)
+            self._streams.pop(key, None)
+            close_streams(None)
             raise
-        except BaseException:  # interrupted: the stream may still be in a worker's hands
-            self._streams.pop((topic, batch.schema), None)
+        except BaseException:  # interrupted: the streams may still be in a worker's hands
+            self._streams.pop(key, None)
             raise
+        if opened:
+            self._streams[key] = opened[0]
         reply = PutReply.decode(metadata.to_pybytes())
         if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
-            self._routes_stale = True  # maybe a deposed or cut-off master: ask again
+            self._routes.stale = True  # maybe a deposed or cut-off master: ask again
         return reply
 
     def _replaced(self, endpoint: str) -> str | None:
@@ -605,27 +659,31 @@ class _PutChannel(_Base):
         return (f"the controller replaced master {endpoint} by {replacement} while a put "
                 f"waited on it")
 
-    def _stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
-        """The open DoPut stream for (topic, schema) on `endpoint`, or a new one.
+    def _reusable_stream(self, key: tuple[str, pa.Schema], endpoint: str) -> _Stream | None:
+        """The open DoPut stream for `key` on `endpoint`, or None when a new one is needed.
 
         gRPC's deadline covers a whole stream, so a stream lives 2 x request_timeout_ms and
         takes no new batch after the first request_timeout_ms: every put gets its full
         timeout, and a busy stream is never cut mid-batch (that made the client re-send a
-        batch the broker had stored)."""
-        key = (topic, schema)
+        batch the broker had stored). A stream replaced (rotated, or on another endpoint) is
+        closed on a thread of its own: closing waits for the broker's final status, which a
+        paused master never sends before the stream's deadline."""
         stream = self._streams.get(key)
-        now_s = time.monotonic()
-        if stream is not None and stream.endpoint == endpoint and now_s < stream.rotate_at_s:
+        if stream is None:
+            return None
+        if stream.endpoint == endpoint and time.monotonic() < stream.rotate_at_s:
             return stream
-        if stream is not None:
-            self._close_stream(topic, schema)
+        del self._streams[key]
+        threading.Thread(target=_close_quietly, args=(stream,), name="rocketha-close",
+                         daemon=True).start()
+        return None
+
+    def _open_stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
         timeout_s = self.config.request_timeout_ms / 1000.0
         descriptor = flight.FlightDescriptor.for_command(produce_descriptor_command(topic))
         writer, reader = _connection(endpoint).do_put(
             descriptor, schema, flight.FlightCallOptions(timeout=2 * timeout_s))
-        stream = self._streams[key] = _Stream(endpoint, schema, writer, reader,
-                                              now_s + timeout_s)
-        return stream
+        return _Stream(endpoint, schema, writer, reader, time.monotonic() + timeout_s)
 
     def _close_stream(self, topic: str, schema: pa.Schema) -> None:
         stream = self._streams.pop((topic, schema), None)
@@ -677,12 +735,17 @@ class Producer:
         self.idempotent = idempotent
         self._producer_id = uuid.uuid4().hex if idempotent else None
         self._sequence = 0
-        self._channel = _PutChannel(config, idempotent=idempotent)
+        self._routes = _Routes(config.brokers)  # shared by every channel below
+        self._channel = _PutChannel(config, idempotent=idempotent, routes=self._routes)
         self._lane_channels: dict[LaneKey, _PutChannel] = {}
         self._lock = threading.Lock()
-        # `send` is thread-safe: its round trips share self._channel's DoPut stream, and two
-        # threads writing one stream abort the process (gRPC GRPC_CALL_ERROR_TOO_MANY_OPERATIONS)
-        self._send_lock = threading.Lock()
+        # `send_batch` and `put` are thread-safe: their round trips share self._channel's DoPut
+        # stream, and two threads writing one stream abort the process (gRPC
+        # GRPC_CALL_ERROR_TOO_MANY_OPERATIONS); an idempotent sequence must also be taken and
+        # sent by one thread at a time (two batches with one sequence: the second would be
+        # answered as a duplicate without being stored). `send` goes through the lanes, one
+        # batch in flight per lane (connector/async_sender.py).
+        self._send_lock = threading.RLock()
         self._sender: AsyncSender | None = None
         self._chooser = QueueChooser(self.batching.batch_messages)
         self._lookup_config = dataclasses.replace(config, retries_max=0)
@@ -710,47 +773,32 @@ class Producer:
     def send(self, topic: str, body: bytes | str, *, key: str | None = None,
              tags: str | None = None, properties: Mapping[str, str] | None = None,
              queue_id: int | None = None) -> SendResult:
-        """One message, one round trip on the calling thread, with the retry policy (the
-        synchronous path of `send_batch`).
-
-        Not `send_async(...).result()` yet: through the asynchronous lanes, a keyed send whose
-        master was stopped (SIGSTOP) stalled past its send deadline, blocked opening a new
-        stream to the stopped master (tests/integration/test_paused_master.py); until that is
-        understood, a single send keeps the path that moves to the new master."""
-        columns: dict[str, pa.Array] = {"body": pa.array(
-            [body.encode() if isinstance(body, str) else body], pa.binary())}
-        if key is not None:
-            columns["key"] = pa.array([key], pa.string())
-        if tags is not None:
-            columns["tags"] = pa.array([tags], pa.string())
-        if properties:
-            columns["properties"] = pa.array([list(properties.items())],
-                                             PRODUCE_SCHEMA.field("properties").type)
-        if queue_id is not None:
-            columns["queue_id"] = pa.array([queue_id], pa.int32())
-        with self._send_lock:  # one round trip at a time on the shared stream (see __init__)
-            return self._send_one_batch(topic, pa.record_batch(columns))[0]
+        """`send_async(...).result()`, without waiting for linger_ms."""
+        return self._send_async(topic, body, key, tags, properties, queue_id,
+                                inline=True).result()
 
     def _send_async(self, topic: str, body: bytes | str, key: str | None, tags: str | None,
                     properties: Mapping[str, str] | None, queue_id: int | None, *,
                     inline: bool) -> Future[SendResult]:
         sender = self._sender or self._start_sender()
-        if queue_id is None and not (inline and key is None):
-            # (a keyless send() leaves the queue to the broker: its lane then carries no
-            # queue_id column, the broker's cheapest path; keyless messages have no order to
-            # keep with the sticky lanes, and keyed ones never enter that lane once the
-            # producer picks their queues)
-            queue_id = self._chooser.choose(topic, key)
         if isinstance(body, str):
             body = body.encode()
         if key is None and tags is None and not properties:  # the common case, inlined
-            message = Message(body, None, None, None, len(body) + MESSAGE_OVERHEAD_BYTES, None)
+            future = SendFuture(body, None, None, None, len(body) + MESSAGE_OVERHEAD_BYTES)
         else:
-            message = Message(body, key, tags,
-                              tuple(properties.items()) if properties else None,
-                              message_size_bytes(body, key, tags, properties), None)
-        if queue_id is not None or (inline and key is None):
-            return sender.send((topic, queue_id), message, inline=inline)
+            future = SendFuture(body, key, tags,
+                                tuple(properties.items()) if properties else None,
+                                message_size_bytes(body, key, tags, properties))
+        if queue_id is None:
+            if inline and key is None:
+                # a keyless send() leaves the queue to the broker: its lane then carries no
+                # queue_id column, the broker's cheapest path; keyless messages have no order
+                # to keep with the sticky lanes, and keyed ones never enter that lane once
+                # the producer picks their queues
+                return sender.send((topic, None), future, inline)
+            queue_id = self._chooser.choose(topic, key)
+        if queue_id is not None:
+            return sender.send((topic, queue_id), future, inline)
         # The topic's queue count is not known yet: the broker picks. Every append to the
         # broker-picks lane and the switch away from it happen under _lookup_lock, and the
         # switch only while that lane holds no keyed message waiting for its answer, so a key
@@ -765,8 +813,8 @@ class Producer:
             queue_id = self._chooser.choose(topic, key)
             if queue_id is None:
                 self._look_up_queues(topic)
-                return sender.send((topic, None), message, inline=inline)
-        return sender.send((topic, queue_id), message, inline=inline)
+                return sender.send((topic, None), future, inline)
+        return sender.send((topic, queue_id), future, inline)
 
     def _look_up_queues(self, topic: str) -> None:
         """Ask for the topic's writeQueueNums on a thread of its own (never on the caller's:
@@ -817,19 +865,18 @@ class Producer:
             marker = (None if batch.producer_id is None
                       else PutIdempotence(batch.producer_id, batch.sequence))
             batch.wire = _messages_to_batch(batch.messages, queue_id, marker)
-        channel = self._lane_channels.get(batch.lane)
+        return self._lane_channel(batch.lane).attempt(topic, batch.wire)
+
+    def _lane_channel(self, lane: LaneKey) -> _PutChannel:
+        """The channel of a lane (its streams and master watch; the routes are shared)."""
+        channel = self._lane_channels.get(lane)
         if channel is None:
             with self._lock:
-                channel = self._lane_channels.get(batch.lane)
+                channel = self._lane_channels.get(lane)
                 if channel is None:
-                    channel = _PutChannel(self.config, idempotent=self.idempotent)
-                    # the routes a sibling lane knows: no controller call per new lane
-                    known = [lane._endpoints for lane in self._lane_channels.values()
-                             if lane._endpoints and not lane._routes_stale]
-                    if known:
-                        channel._endpoints = known[0]
-                    self._lane_channels[batch.lane] = channel
-        return channel.attempt(topic, batch.wire)
+                    channel = self._lane_channels[lane] = _PutChannel(
+                        self.config, idempotent=self.idempotent, routes=self._routes)
+        return channel
 
     # -- synchronous batches ----------------------------------------------------------------
     def send_batch(self, topic: str, batch: pa.RecordBatch | pa.Table
@@ -845,10 +892,11 @@ class Producer:
         return results
 
     def _send_one_batch(self, topic: str, batch: pa.RecordBatch) -> list[SendResult]:
-        if self._producer_id is not None:
-            batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
-            self._sequence += 1
-        reply = self.put(topic, batch)
+        with self._send_lock:  # the sequence and its round trip together (see __init__)
+            if self._producer_id is not None:
+                batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
+                self._sequence += 1
+            reply = self.put(topic, batch)
         if not status_for(reply.status).stored:
             return [SendResult(reply.status, error=reply.error)] * batch.num_rows
         if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
@@ -859,7 +907,8 @@ class Producer:
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
         the retry policy; non-stored statuses that are not retriable come back as replies."""
-        return self._channel.put(topic, batch)
+        with self._send_lock:  # one round trip at a time on the shared stream (see __init__)
+            return self._channel.put(topic, batch)
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Wait for every pending `send_async` (up to `timeout_ms`: those still unsent then
@@ -873,7 +922,7 @@ class Producer:
         for channel in channels:
             channel.close()
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -907,15 +956,18 @@ def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
     """The produce batch of a lane's messages; `marker` goes into the last row."""
     names = ["body"]
     arrays = [pa.array([message.body for message in messages], pa.binary())]
-    if any(message.key is not None for message in messages):
+    # (a list and its count(None) cost about half of an any() over a generator)
+    keys = [message.key for message in messages]
+    if keys.count(None) != len(keys):
         names.append("key")
-        arrays.append(pa.array([message.key for message in messages], pa.string()))
-    if any(message.tags is not None for message in messages):
+        arrays.append(pa.array(keys, pa.string()))
+    tags = [message.tags for message in messages]
+    if tags.count(None) != len(tags):
         names.append("tags")
-        arrays.append(pa.array([message.tags for message in messages], pa.string()))
-    if marker is not None or any(message.properties for message in messages):
-        properties: list[Any] = [None if message.properties is None
-                                 else list(message.properties) for message in messages]
+        arrays.append(pa.array(tags, pa.string()))
+    properties: list[Any] = [message.properties for message in messages]
+    if marker is not None or properties.count(None) != len(properties):
+        properties = [None if value is None else list(value) for value in properties]
         if marker is not None:
             last = [(k, v) for k, v in properties[-1] or () if k != IDEMPOTENCE_PROPERTY]
             properties[-1] = last + [(IDEMPOTENCE_PROPERTY, marker.marker())]

@@ -60,7 +60,7 @@ import collections
 import dataclasses
 import random
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from connector.protocol import (
@@ -83,8 +83,11 @@ __all__ = [
     "ProducerConfig",
     "ProducerCore",
     "QueueChooser",
+    "Resolution",
     "SendResult",
+    "expand",
     "message_size_bytes",
+    "results_of",
 ]
 
 # Put statuses meaning "stored on this master, not (yet) acknowledged": an idempotent
@@ -137,6 +140,11 @@ LaneKey = tuple[str, int | None]  # (topic, queue_id); None: the broker picks pe
 
 @dataclasses.dataclass(slots=True)
 class Message:
+    """A message as the core sees it. The shell passes its futures instead (SendFuture has
+    these attributes and is its own handle: one object per message, not three, which is
+    most of what the garbage collector costs per message); the core reads only `key`,
+    `size_bytes` and `handle`."""
+
     body: bytes
     key: str | None
     tags: str | None
@@ -164,6 +172,7 @@ class Batch:
     sequence: int
     messages: list[Message]
     size_bytes: int
+    keyed_count: int = 0  # messages with a key
     attempts: int = 0
     deadline_s: float | None = None  # set at the first attempt
     not_before_s: float = 0.0  # backoff: no attempt before this
@@ -184,6 +193,7 @@ class _Lane:
     next_sequence: int = 0
     open: list[Message] = dataclasses.field(default_factory=list)
     open_bytes: int = 0
+    open_keyed: int = 0
     open_since_s: float = 0.0
     urgent: bool = False  # close the open batch at the next poll (flush, or a sync send)
     queued: collections.deque[Batch] = dataclasses.field(default_factory=collections.deque)
@@ -191,7 +201,12 @@ class _Lane:
     keyed_pending: int = 0  # messages with a key appended and not answered yet
 
 
-Resolution = tuple[Any, "SendResult | BaseException"]  # (handle, what its future gets)
+# What every message of a batch gets: (the batch's messages, outcome), where the outcome is
+# the broker's reply of a stored batch (one SendResult per row: `results_of`), a SendResult
+# every message gets (MESSAGE_ILLEGAL...), or the error every message gets. Per batch, not
+# per message: the shell makes a message's SendResult only when its future is looked at.
+Outcome = "PutReply | SendResult | BaseException"
+Resolution = tuple[list[Message], Outcome]
 
 
 class ProducerCore:
@@ -210,6 +225,12 @@ class ProducerCore:
         self.pending_messages = 0
         self.in_flight = 0
         self._lanes: dict[LaneKey, _Lane] = {}
+        # the limits `append` reads on every message, as plain attributes
+        self._buffer_bytes = config.buffer_bytes
+        self._batch_bytes = config.batch_bytes
+        self._batch_messages = config.batch_messages
+        self._max_in_flight = config.max_in_flight
+        self._linger_zero = config.linger_ms == 0
 
     # -- input ------------------------------------------------------------------------------
     def append(self, lane_key: LaneKey, message: Message, now_s: float, *,
@@ -218,36 +239,40 @@ class ProducerCore:
         ValueError when it could never fit a batch). Returns what the shell must do: POLL_NOW
         (a batch of an idle lane is ready), WAKE_TIMER (an idle lane's linger started) or
         NOTHING (the lane's batch in flight will poll when it completes)."""
-        config = self.config
-        if message.size_bytes > config.buffer_bytes:
-            raise ValueError(f"message of ~{message.size_bytes} bytes > buffer_bytes "
-                             f"{config.buffer_bytes}")
-        if self.buffered_bytes + message.size_bytes > config.buffer_bytes:
+        size_bytes = message.size_bytes
+        if self.buffered_bytes + size_bytes > self._buffer_bytes:
+            if size_bytes > self._buffer_bytes:
+                raise ValueError(f"message of ~{size_bytes} bytes > buffer_bytes "
+                                 f"{self._buffer_bytes}")
             raise BufferFull(f"{self.buffered_bytes} bytes buffered, buffer_bytes "
-                             f"{config.buffer_bytes}")
+                             f"{self._buffer_bytes}")
         lane = self._lanes.get(lane_key)
         if lane is None:
             lane = self._lanes[lane_key] = _Lane(lane_key, None if self.producer_id is None
                                                  else f"{self.producer_id}.{len(self._lanes)}")
-        if lane.open and lane.open_bytes + message.size_bytes > config.batch_bytes:
-            self._close_open(lane)  # (a message larger than batch_bytes: a batch of its own)
-        if not lane.open:
+        messages = lane.open
+        if not messages:
             lane.open_since_s = now_s
-        lane.open.append(message)
-        lane.open_bytes += message.size_bytes
+        elif lane.open_bytes + size_bytes > self._batch_bytes:
+            self._close_open(lane)  # (a message larger than batch_bytes: a batch of its own)
+            messages = lane.open
+            lane.open_since_s = now_s
+        messages.append(message)
+        lane.open_bytes += size_bytes
         if message.key is not None:
             lane.keyed_pending += 1
-        self.buffered_bytes += message.size_bytes
+            lane.open_keyed += 1
+        self.buffered_bytes += size_bytes
         self.pending_messages += 1
         if urgent:
             lane.urgent = True
-        if len(lane.open) >= config.batch_messages or lane.open_bytes >= config.batch_bytes:
+        if len(messages) >= self._batch_messages or lane.open_bytes >= self._batch_bytes:
             self._close_open(lane)
-        if lane.in_flight is not None or self.in_flight >= config.max_in_flight:
+        if lane.in_flight is not None or self.in_flight >= self._max_in_flight:
             return NOTHING
-        if lane.queued or lane.urgent or config.linger_ms == 0:
+        if lane.queued or lane.urgent or self._linger_zero:
             return POLL_NOW
-        return WAKE_TIMER if len(lane.open) == 1 else NOTHING
+        return WAKE_TIMER if len(messages) == 1 else NOTHING
 
     def flush(self) -> list[Any]:
         """Send every open batch at the next poll; returns the handle of each lane's last
@@ -265,11 +290,13 @@ class ProducerCore:
         return last
 
     def _close_open(self, lane: _Lane) -> None:
-        batch = Batch(lane.key, lane.producer_id, lane.next_sequence, lane.open, lane.open_bytes)
+        batch = Batch(lane.key, lane.producer_id, lane.next_sequence, lane.open, lane.open_bytes,
+                      lane.open_keyed)
         lane.next_sequence += 1
         lane.queued.append(batch)
         lane.open = []
         lane.open_bytes = 0
+        lane.open_keyed = 0
         lane.urgent = False
 
     # -- scheduling -------------------------------------------------------------------------
@@ -326,7 +353,7 @@ class ProducerCore:
             status = status_for(outcome.status)
             if status.stored and not (batch.producer_id is not None
                                       and outcome.status in STORED_NOT_ACKED):
-                return self._resolve(batch, _results(outcome, len(batch.messages)))
+                return self._resolve(batch, outcome)
             if status.stored:
                 batch.last_stored_reply = outcome
                 error: RocketHAError = error_for_code(outcome.code,
@@ -335,21 +362,19 @@ class ProducerCore:
                 error = error_for_code(outcome.code, outcome.error or outcome.status)
                 batch.last_stored_reply = None
             else:  # MESSAGE_ILLEGAL...: a result, as Producer.send returns it
-                return self._resolve(batch, [SendResult(outcome.status, error=outcome.error)]
-                                     * len(batch.messages))
+                return self._resolve(batch, SendResult(outcome.status, error=outcome.error))
         else:
             error = outcome
             batch.last_stored_reply = None
             if not error.retriable:
-                return self._resolve(batch, [error] * len(batch.messages))
+                return self._resolve(batch, error)
         batch.last_error = error
         delay_s = self.backoff_ms(batch.attempts - 1) / 1000.0
         assert batch.deadline_s is not None
         if batch.attempts > self.retries_max or now_s + delay_s >= batch.deadline_s:
             if batch.last_stored_reply is not None:  # the deadline passed: the answer stands
-                return self._resolve(batch, _results(batch.last_stored_reply,
-                                                     len(batch.messages)))
-            return self._resolve(batch, [error] * len(batch.messages))
+                return self._resolve(batch, batch.last_stored_reply)
+            return self._resolve(batch, error)
         batch.not_before_s = now_s + delay_s
         lane.queued.appendleft(batch)  # first again: the lane's order holds
         return []
@@ -360,7 +385,7 @@ class ProducerCore:
         assert lane.in_flight is batch, "complete_with() of a batch that is not in flight"
         lane.in_flight = None
         self.in_flight -= 1
-        return self._resolve(batch, [error] * len(batch.messages))
+        return self._resolve(batch, error)
 
     def lane_has_keys(self, lane_key: LaneKey) -> bool:
         """True while a keyed message of the lane waits for its answer."""
@@ -372,25 +397,40 @@ class ProducerCore:
         resolutions: list[Resolution] = []
         for lane in self._lanes.values():
             for batch in lane.queued:
-                resolutions += self._resolve(batch, [error] * len(batch.messages))
+                resolutions += self._resolve(batch, error)
             lane.queued.clear()
             if lane.open:
                 self._close_open(lane)
-                resolutions += self._resolve(lane.queued[0], [error] * len(lane.queued[0].messages))
+                resolutions += self._resolve(lane.queued[0], error)
                 lane.queued.clear()
         return resolutions
 
-    def _resolve(self, batch: Batch, results: Sequence[SendResult | BaseException]
+    def _resolve(self, batch: Batch, outcome: PutReply | SendResult | BaseException
                  ) -> list[Resolution]:
         self.buffered_bytes -= batch.size_bytes
         self.pending_messages -= len(batch.messages)
-        lane = self._lanes[batch.lane]
-        lane.keyed_pending -= sum(1 for message in batch.messages if message.key is not None)
-        return [(message.handle, result) for message, result in zip(batch.messages, results,
-                                                                     strict=True)]
+        self._lanes[batch.lane].keyed_pending -= batch.keyed_count
+        return [(batch.messages, outcome)]
 
     def lanes(self) -> Iterator[LaneKey]:
         return iter(self._lanes)
+
+
+def results_of(outcome: PutReply | SendResult | BaseException, rows: int
+               ) -> list[SendResult | BaseException]:
+    """What each of a resolved batch's `rows` messages gets (see Resolution)."""
+    if isinstance(outcome, PutReply):
+        return list(_results(outcome, rows))
+    return [outcome] * rows
+
+
+def expand(resolutions: list[Resolution]) -> list[tuple[Any, SendResult | BaseException]]:
+    """(handle, result) per message of `resolutions`, in order."""
+    expanded: list[tuple[Any, SendResult | BaseException]] = []
+    for messages, outcome in resolutions:
+        expanded += zip([message.handle for message in messages],
+                        results_of(outcome, len(messages)), strict=True)
+    return expanded
 
 
 def _results(reply: PutReply, rows: int) -> list[SendResult]:

@@ -18,6 +18,10 @@ rocketha's set of 3 runs inSyncReplicas=2 (with adaptive degradation to 1, as in
 Workloads, the two systems taking turns case by case (the machine is shared and drifts):
   - acked publish throughput, 100 B and 1 KiB bodies, 1 and 3 replicas, both durabilities,
     S seconds each;
+  - one message per call (issue 23), async durability, 100 B, 1 and 3 replicas: our
+    `Producer.send_async` (batched behind the caller's back) beside the same JetStream pipelined
+    publishes (keys `send_async_1msg_msgs_per_s_r1|r3`, `send_async_vs_jetstream_ratio` = ours
+    R3 / JetStream R3 100 B); `--publish-only` runs just the async publish cases and latencies;
   - single-message publish latency, one in flight, 100 B, 3 replicas, async: p50 / p99;
   - consume throughput, 3 replicas: a JetStream durable pull consumer (AckPolicy none, batches
     of CONSUME_BATCH) vs our `Consumer.pull` over the topic's queues, CONSUME_MESSAGES of 100 B;
@@ -420,6 +424,23 @@ def rh_publish(config: ClientConfig, topic: str, size: int, seconds: float) -> f
         return sent / (time.perf_counter() - start)
 
 
+def rh_send_async(config: ClientConfig, topic: str, seconds: float) -> float:
+    """Acked msgs/s with one 100 B message per `Producer.send_async` call (issue 23): what
+    the application that produces one event at a time gets, against nats-py's pipelined
+    single publishes. Counts until the last acknowledgement (flush); every future checked."""
+    body = b"x" * 100
+    with Producer(config) as producer:
+        futures = []
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(1000):
+                futures.append(producer.send_async(topic, body))
+        producer.flush()
+        elapsed = time.perf_counter() - start
+        assert all(future.result().ok for future in futures)
+        return len(futures) / elapsed
+
+
 def rh_latency(config: ClientConfig, topic: str, count: int) -> list[float]:
     samples = []
     with Producer(config) as producer:
@@ -472,7 +493,7 @@ def _pct(samples: list[float], fraction: float) -> float:
 
 
 def publish_cases(binary: str, work: Path, durability: str, seconds: float,
-                  figures: dict[str, Any], latency: bool) -> None:
+                  figures: dict[str, Any], latency: bool, consume: bool = True) -> None:
     """Both systems up side by side for one durability; cases taken in turn."""
     nats = NatsCluster(binary, work / f"nats-{durability}", sync_always=durability == "sync")
     flush = "SYNC_FLUSH" if durability == "sync" else "ASYNC_FLUSH"
@@ -494,6 +515,13 @@ def publish_cases(binary: str, work: Path, durability: str, seconds: float,
                 figures[f"rocketha_publish_{key}"] = ours
                 print(f"acked publish {key:15}: rocketha {ours:10,.0f} msgs/s, JetStream "
                       f"{theirs:10,.0f} msgs/s, ratio {ours / theirs:.2f}", flush=True)
+            if durability == "async":  # one message per call, beside the same JetStream case
+                theirs = figures[f"jetstream_publish_r{replicas}_100B_async"]
+                ours = rh_send_async(rocketha.config(), f"pub{replicas}", seconds)
+                figures[f"send_async_1msg_msgs_per_s_r{replicas}"] = ours
+                print(f"send_async, 1 msg per call, R{replicas} 100 B: rocketha {ours:10,.0f} "
+                      f"msgs/s, JetStream (pipelined) {theirs:10,.0f} msgs/s, ratio "
+                      f"{ours / theirs:.2f}", flush=True)
         if latency:
             theirs_s = asyncio.run(nats_latency(nats.servers, "R3", LATENCY_SENDS))
             ours_s = rh_latency(sets[3].config(), "pub3", LATENCY_SENDS)
@@ -504,6 +532,7 @@ def publish_cases(binary: str, work: Path, durability: str, seconds: float,
                   f" / p99 {figures['rocketha_latency_p99_ms']:.2f} ms, JetStream p50 "
                   f"{figures['jetstream_latency_p50_ms']:.2f} / p99 "
                   f"{figures['jetstream_latency_p99_ms']:.2f} ms", flush=True)
+        if latency and consume:
             theirs = asyncio.run(nats_consume(nats.servers, "R3", CONSUME_MESSAGES))
             ours = rh_consume(sets[3].config(), "consume", CONSUME_MESSAGES)
             figures["jetstream_consume_msgs_per_s"] = theirs
@@ -534,6 +563,8 @@ def ratios(figures: dict[str, Any]) -> dict[str, float]:
             result[f"publish_ratio_{case}"] = ours / figures[f"jetstream_publish_{case}"]
     for label in SIZES:  # the issue's keys: 3 replicas, matched default (async) durability
         result[f"publish_ratio_r3_{label}"] = result[f"publish_ratio_r3_{label}_async"]
+    result["send_async_vs_jetstream_ratio"] = (figures["send_async_1msg_msgs_per_s_r3"]
+                                               / figures["jetstream_publish_r3_100B_async"])
     result["consume_ratio"] = (figures["rocketha_consume_msgs_per_s"]
                                / figures["jetstream_consume_msgs_per_s"])
     result["latency_p50_ratio"] = (figures["rocketha_latency_p50_ms"]
@@ -618,6 +649,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trials", type=int, default=3, help="failovers per system")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench-tmp" / "peers")
     parser.add_argument("--table", type=Path, help="print the README table of a run's JSON")
+    parser.add_argument("--publish-only", action="store_true",
+                        help="only the async-durability publish cases (send_async included) "
+                             "and the latencies: no sync run, no consume, no failover")
     args = parser.parse_args(argv)
     if args.table is not None:
         print(table(json.loads(args.table.read_text())))
@@ -630,6 +664,18 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=args.out))
     figures: dict[str, Any] = {}
+    if args.publish_only:
+        try:
+            publish_cases(binary, work, "async", args.seconds, figures, latency=True,
+                          consume=False)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        figures["send_async_vs_jetstream_ratio"] = (
+            figures["send_async_1msg_msgs_per_s_r3"] / figures["jetstream_publish_r3_100B_async"])
+        figures["load_average"] = os.getloadavg()[0]
+        print(json.dumps({key: round(value, 4) for key, value in figures.items()},
+                         sort_keys=True))
+        return 0
     try:
         publish_cases(binary, work, "async", args.seconds, figures, latency=True)
         publish_cases(binary, work, "sync", args.seconds, figures, latency=False)

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from connector.async_sender import AsyncSender
+from connector.async_sender import AsyncSender, SendFuture
 from connector.errors import ProducerBufferFullError, ProducerClosedError
-from connector.producer_core import Batch, Message, ProducerConfig, ProducerCore
+from connector.producer_core import Batch, ProducerConfig, ProducerCore, SendResult
 from connector.protocol import PutReply, RetriableError, status_for
 
 
@@ -26,8 +26,8 @@ def _ok(batch: Batch) -> PutReply:
     return PutReply("PUT_OK", 0, [[0, batch.sequence * 1000, len(batch.messages)]], None, 1)
 
 
-def _msg(body: bytes = b"x") -> Message:
-    return Message(body, None, None, None, 100, None)
+def _msg(body: bytes = b"x") -> SendFuture:
+    return SendFuture(body, None, None, None, 100)
 
 
 def test_a_sync_send_runs_on_the_callers_thread_and_retries_after_a_backoff() -> None:
@@ -84,18 +84,26 @@ def test_a_full_buffer_blocks_for_max_block_ms_then_raises_and_close_fails_the_r
 def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_after() -> None:
     import concurrent.futures._base as base
 
-    from connector.async_sender import _FINISHED, _PENDING, SendFuture, _settle_all
+    from connector.async_sender import _FINISHED, _PENDING, _settle_all
     assert (_PENDING, _FINISHED) == (base.PENDING, base.FINISHED)
-    untouched, waited, called_back = SendFuture(), SendFuture(), SendFuture()
+    untouched, waited, called_back = _msg(), _msg(), _msg()
     seen = []
     called_back.add_done_callback(lambda future: seen.append(future.exception()))
     waiter = threading.Thread(target=lambda: seen.append(waited.result(timeout=5)))
     waiter.start()
     assert not concurrent.futures.wait([waited], timeout=0.05).done
     error = RetriableError(status_for("BUSY"), "busy")
-    _settle_all([(untouched, "a"), (waited, "b"), (called_back, error)])
+    reply = PutReply("PUT_OK", 0, [[2, 40, 2]], None, 1)  # rows at queue 2, offsets 40, 41
+    _settle_all([([untouched, waited], reply), ([called_back], error)])
     waiter.join(5)
-    assert untouched.done() and untouched.result() == "a"
-    assert set(map(id, seen)) == {id("b"), id(error)} and not waiter.is_alive()
+    assert untouched._lazy_condition is None  # settled without a Condition ...
+    assert untouched.done() and untouched.result() == SendResult("PUT_OK", 2, 40)  # made now
+    assert untouched.body is None  # sent: the future no longer holds the body
+    assert seen == [error, SendResult("PUT_OK", 2, 41)] and not waiter.is_alive()
     assert called_back.exception() is error
+    with pytest.raises(RetriableError):
+        called_back.result()
+    late: list[object] = []
+    untouched.add_done_callback(late.append)  # after the fact: called at once
+    assert late == [untouched]
     assert list(concurrent.futures.as_completed([untouched, waited], timeout=1))

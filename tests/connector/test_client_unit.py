@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import pickle
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
-from connector import Backoff, ClientConfig
-from connector import client
+from connector import Backoff, ClientConfig, client
 from connector.client import as_rocketha_error
 from connector.protocol import (
     CODES,
@@ -176,11 +175,11 @@ def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to( 
     home: list[str] = []
     assert producer._pinned("a:1", home) == "a:1" and home == ["a"]
     answers[0] = cluster(2)  # set a failed over
-    producer._routes_stale = True
+    producer._routes.stale = True
     assert producer.endpoint in ("a:2", "b:1")
     assert producer._pinned("b:1", home) == "a:2"  # never set b's master
     answers[0] = cluster(None)  # set a has no master yet: wait for one
-    producer._routes_stale = True
+    producer._routes.stale = True
     producer.endpoint  # noqa: B018 - refreshes the routes
     with pytest.raises(RetriableError, match="replica set a has no alive master"):
         producer._pinned("b:1", home)

@@ -27,6 +27,7 @@ from connector.producer_core import (
     ProducerConfig,
     ProducerCore,
     SendResult,
+    expand,
 )
 from connector.protocol import PutIdempotence, PutReply, RetriableError, code_for, status_for
 from ha.broker.idempotence import IdempotenceTable
@@ -111,7 +112,7 @@ class ProducerMachine(RuleBasedStateMachine):
         return Message(b"m%d" % self.next_id, None, None, None, 100, self.next_id)
 
     def _take(self, resolutions: list) -> None:
-        for handle, result in resolutions:
+        for handle, result in expand(resolutions):
             assert handle not in self.results, f"message {handle} resolved twice"
             self.results[handle] = result
 
@@ -239,7 +240,7 @@ def test_one_batch_in_flight_per_lane_and_a_retry_goes_first() -> None:
     assert core.poll(0.005) == []  # backoff
     (again,) = core.poll(0.011)
     assert again is first and again.attempts == 2 and again.sequence == 0
-    results = core.complete(again, PutReply("PUT_OK", 0, [[0, 7, 3]], None, 9), 0.02)
+    results = expand(core.complete(again, PutReply("PUT_OK", 0, [[0, 7, 3]], None, 9), 0.02))
     assert [(h, r.queue_offset) for h, r in results] == [(0, 7), (1, 8), (2, 9)]
     (second,) = core.poll(0.02)
     assert second.sequence == 1 and second.producer_id == first.producer_id == "p.0"
@@ -288,7 +289,7 @@ def test_stored_not_acknowledged_is_retried_then_returned_at_the_deadline() -> N
                          None, 9)
     assert core.complete(batch, not_acked, 0.0) == []  # idempotent: retried
     (batch,) = core.poll(0.5)
-    ((_, result),) = core.complete(batch, not_acked, 0.995)  # the deadline: 1.0
+    ((_, result),) = expand(core.complete(batch, not_acked, 0.995))  # the deadline: 1.0
     assert result.status == "FLUSH_SLAVE_TIMEOUT" and not result.ok
     assert core.buffered_bytes == 0 and core.pending_messages == 0
 

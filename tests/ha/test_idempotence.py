@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, PutReply
+from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, PutReply, status_for
 from ha.broker.idempotence import (
     IdempotenceConfig,
     IdempotenceTable,
@@ -87,6 +87,31 @@ def test_shell_drops_stored_batches_and_keeps_failed_ones() -> None:
     assert not puts.put(batch_with(None), store()).duplicate  # no marker: always stored
     assert not puts.put(batch_with(None), store()).duplicate
     assert len(calls) == 5 and puts.duplicates_dropped == 1
+
+
+def test_no_gap_check_so_a_producer_keeps_one_batch_in_flight_per_producer_id() -> None:
+    """What the table tolerates, which the asynchronous producer relies on
+    (connector/producer_core.py: one batch in flight per lane, a producer id per lane): it
+    trusts the producer's stored batches to be a prefix of its sequence. A sequence that
+    skips one (n refused, n + 1 stored) is stored without complaint, and the retry of n is
+    then answered as a duplicate although n was never stored. Were a gap check (Kafka's
+    OUT_OF_ORDER_SEQUENCE) added, the producer could pipeline a lane; this test says so."""
+    puts = IdempotentPuts(IdempotenceTable(100))
+    stored: list[str] = []
+
+    def store(marker: str, status: str = "PUT_OK"):  # type: ignore[no-untyped-def]
+        def run() -> PutReply:
+            if status_for(status).stored:
+                stored.append(marker)
+            return PutReply(status, 0, [], None, -1)
+        return run
+
+    assert not puts.put(batch_with("p/0"), store("p/0")).duplicate
+    refused = puts.put(batch_with("p/1"), store("p/1", "SERVICE_NOT_AVAILABLE"))
+    assert not status_for(refused.status).stored
+    assert not puts.put(batch_with("p/2"), store("p/2")).duplicate  # a gap: accepted
+    retry = puts.put(batch_with("p/1"), store("p/1"))
+    assert retry.duplicate and retry.status == "PUT_OK" and "p/1" not in stored
 
 
 def test_concurrent_attempts_store_once() -> None:
