@@ -50,6 +50,7 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
+from controller.tls import TLS_KEYS, TLSConfigError, TLSSettings
 
 __all__ = ["ControllerConfig", "parse_properties"]
 
@@ -143,6 +144,7 @@ class ControllerConfig:
     log_file: str = ""  # logFile ("" = standard error)
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax
     log_files_kept: int = 5  # logFilesKept
+    tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -204,7 +206,7 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
-        unknown = sorted(set(properties) - set(_KEYS))
+        unknown = sorted(set(properties) - set(_KEYS) - set(TLS_KEYS))
         if unknown:
             raise ConfigError(unknown[0], "unknown configuration key (see "
                               f"conf/controller.conf); all unknown: {unknown}")
@@ -215,6 +217,10 @@ class ControllerConfig:
                     kwargs[field] = parse(properties[key].strip())
                 except ValueError as err:
                     raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
+        try:
+            kwargs["tls"] = TLSSettings.from_properties(properties)
+        except TLSConfigError as err:
+            raise ConfigError(err.key, err.message) from err
         return cls(**kwargs)
 
     @classmethod

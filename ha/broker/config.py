@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
@@ -71,6 +72,7 @@ class BrokerConfig:
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
+    tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
 
     def __post_init__(self) -> None:
         for key, value in (("brokerClusterName", self.broker_cluster_name),
@@ -162,6 +164,10 @@ class BrokerConfig:
         kwargs["store"] = StoreConfig.from_properties(store_properties)
         kwargs["ha"] = HAConfig.from_properties(
             {k: v for k, v in properties.items() if k in HA_PROPERTY_KEYS})
+        try:
+            kwargs["tls"] = TLSSettings.from_properties(properties)
+        except TLSConfigError as err:
+            raise ConfigError(err.key, err.message) from err
         return cls(**kwargs)
 
     @classmethod
@@ -229,7 +235,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
 }
-BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS
+BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
 
 
 # Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the

@@ -170,7 +170,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
-                              config.controller_redirects_max)
+                              config.controller_redirects_max, config.tls.client())
     roles = RoleManager(service, client, tier).start()
     link = ControllerLink(client, cluster_name=config.broker_cluster_name,
                           broker_name=config.broker_name, broker_address=service.endpoint,
