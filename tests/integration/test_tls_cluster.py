@@ -32,8 +32,8 @@ import pytest
 from pyarrow import flight
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.protocol import RocketHAError
 from connector.client import controller_cluster_list
+from connector.protocol import RocketHAError
 from connector.protocol.tls import (
     ClientTLS,
     broker_identity,
