@@ -17,6 +17,8 @@ import pytest
 import connector.protocol.tls as connector_tls
 import controller.tls as controller_tls
 from connector import ClientConfig
+from connector.errors import OptionError
+from connector.options import parse_sink_options, parse_source_options
 from controller.api import (
     AlterSyncStateSetRequest,
     BrokerHeartbeat,
@@ -158,3 +160,17 @@ def test_client_properties_make_a_client_config(tmp_path: Path, certs: dict[str,
     plain.write_text("brokerAddr=127.0.0.1:1,127.0.0.1:2\n")
     assert ClientConfig.from_properties(plain).brokers == ("127.0.0.1:1", "127.0.0.1:2")
     assert not ClientConfig.from_properties(plain).tls.enabled
+
+
+def test_spark_option_client_config_gives_addresses_and_tls(tmp_path: Path,
+                                                            certs: dict[str, str]) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text("controllerAddr=127.0.0.1:1;127.0.0.1:2\n"
+                    f"tls.client.trustCertPath={certs['tls.server.trustCertPath']}\n")
+    source = parse_source_options({"clientConfig": str(path), "subscribe": "t"})
+    assert source.controller == "127.0.0.1:1;127.0.0.1:2"
+    assert source.tls.trust_cert_path == certs["tls.server.trustCertPath"]
+    sink = parse_sink_options({"clientconfig": str(path), "brokers": "127.0.0.1:3"})
+    assert sink.brokers == ("127.0.0.1:3",) and sink.controller is None and sink.tls.enabled
+    with pytest.raises(OptionError, match="clientConfig"):
+        parse_source_options({"clientConfig": str(tmp_path / "missing"), "subscribe": "t"})

@@ -212,6 +212,20 @@ def test_raft_peer_outside_the_list_or_claiming_another_id_is_refused(cluster: S
         max(p["term"] for p in statuses) < 10**6  # the forged term was never taken in
 
 
+@pytest.mark.spark
+def test_spark_writes_and_reads_with_the_client_config_option(  # type: ignore[no-untyped-def]
+        cluster: Secure, spark) -> None:
+    path = str(cluster.directory / "client.properties")
+    rows = spark.createDataFrame([(f"body-{i}", f"k{i}") for i in range(10)],
+                                 "value STRING, key STRING")
+    rows.write.format("rocketha").option("clientConfig", path).option("topic", "spark-tls") \
+        .mode("append").save()
+    read = spark.read.format("rocketha").option("clientConfig", path) \
+        .option("subscribe", "spark-tls").load()
+    assert sorted(r.body.decode() for r in read.select("body").collect()) == \
+        sorted(f"body-{i}" for i in range(10))
+
+
 def test_produce_consume_and_failover_under_mutual_tls(cluster: Secure) -> None:
     producer = Producer(cluster.config)
     bodies = [b"before-%d" % i for i in range(20)]
