@@ -50,7 +50,7 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
-from controller.tls import TLS_KEYS, TLSConfigError, TLSSettings
+from controller.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 
 __all__ = ["ControllerConfig", "parse_properties"]
 
@@ -145,6 +145,7 @@ class ControllerConfig:
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax
     log_files_kept: int = 5  # logFilesKept
     tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
+    allow_insecure: bool = False  # allowInsecure: listen beyond loopback without TLS
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -193,6 +194,12 @@ class ControllerConfig:
     def client_address(self, node_id: int) -> str:
         position = [peer[0] for peer in self.peers].index(node_id)
         return self.client_addresses[position]
+
+    def plaintext_refusal(self) -> str | None:
+        """Why this controller must not start as configured (controller/tls.py)."""
+        return plaintext_refusal(self.tls, self.allow_insecure, {
+            "controllerDLegerPeers (Raft)": self.raft_bind_address()[0],
+            "controllerAddr (clients)": self.client_bind_address().rpartition(":")[0]})
 
     def raft_bind_address(self) -> tuple[str, int]:
         """Where this node's Raft listener binds (its advertised port)."""
@@ -255,6 +262,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
+    "allowInsecure": ("allow_insecure", _bool),
 }
 
 

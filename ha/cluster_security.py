@@ -69,9 +69,10 @@ def _issue(directory: Path, process: dict[str, Any], identity: str) -> dict[str,
 
 def member_tls_settings(directory: Path, manifest: dict[str, Any],
                         process: dict[str, Any]) -> dict[str, str]:
-    """The tls.* keys of one controller or broker (none for an insecure cluster)."""
+    """The tls.* keys of one controller or broker; for a cluster made `--insecure`,
+    allowInsecure=true (it may then listen on test hosts' addresses in plaintext)."""
     if not manifest.get("tls"):
-        return {}
+        return {"allowInsecure": "true"}
     if "node_id" in process:
         identity = controller_identity(process["node_id"])
     else:

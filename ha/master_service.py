@@ -109,7 +109,8 @@ class MasterService:
                  tls: TLSSettings | None = None, broker_name: str = "") -> None:
         self._store = store
         self._broker_name = broker_name
-        self._tls_context = server_ssl_context(tls) if tls is not None and tls.enabled else None
+        self._tls_context = (server_ssl_context(tls, bulk=True) if tls is not None and tls.enabled
+                             else None)
         self._handshaking = 0  # TLS handshakes in progress (they hold haConnectionsMax slots)
         self.refusals = PeerRefusals(logger, f"HA master of {broker_name}")
         self._config = config

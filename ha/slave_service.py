@@ -88,7 +88,8 @@ class SlaveService:
         self._store = store
         self._config = config
         self._broker_name = broker_name
-        self._tls_context = (client_ssl_context(tls.client()) if tls is not None and tls.enabled
+        self._tls_context = (client_ssl_context(tls.client(), bulk=True)
+                             if tls is not None and tls.enabled
                              else None)
         self.refusals = PeerRefusals(logger, f"HA slave of {broker_name}")
         self._apply_metadata = apply_metadata

@@ -174,3 +174,28 @@ def test_spark_option_client_config_gives_addresses_and_tls(tmp_path: Path,
     assert sink.brokers == ("127.0.0.1:3",) and sink.controller is None and sink.tls.enabled
     with pytest.raises(OptionError, match="clientConfig"):
         parse_source_options({"clientConfig": str(tmp_path / "missing"), "subscribe": "t"})
+
+
+def test_plaintext_beyond_loopback_needs_allow_insecure(certs: dict[str, str]) -> None:
+    assert connector_tls.is_loopback("127.0.0.5") and connector_tls.is_loopback("localhost")
+    assert connector_tls.is_loopback("::1") and not connector_tls.is_loopback("0.0.0.0")
+    assert not connector_tls.is_loopback("198.18.0.11")
+    assert not connector_tls.is_loopback("broker-a.example")  # a name may be any interface
+    local = BrokerConfig.from_properties({"brokerIP1": "127.0.0.1"})
+    assert local.plaintext_refusal() is None
+    exposed = BrokerConfig.from_properties({"brokerIP1": "127.0.0.1", "bindAddress": "0.0.0.0"})
+    assert "bindAddress 0.0.0.0" in (exposed.plaintext_refusal() or "")
+    assert "allowInsecure=true" in (exposed.plaintext_refusal() or "")
+    assert BrokerConfig.from_properties({"brokerIP1": "127.0.0.1", "bindAddress": "0.0.0.0",
+                                         "allowInsecure": "true"}).plaintext_refusal() is None
+    assert BrokerConfig.from_properties({"brokerIP1": "198.18.0.1",
+                                         **certs}).plaintext_refusal() is None
+    replicated = BrokerConfig.from_properties({"brokerIP1": "127.0.0.1", "brokerIP2": "10.0.0.2",
+                                               "totalReplicas": "2"})
+    assert "haBindAddress 10.0.0.2" in (replicated.plaintext_refusal() or "")
+    controller = ControllerConfig.from_properties({
+        "controllerDLegerPeers": "n1-198.18.0.1:9880", "controllerAddr": "198.18.0.1:9876"})
+    assert "Raft" in (controller.plaintext_refusal() or "")
+    assert ControllerConfig.from_properties({
+        "controllerDLegerPeers": "n1-198.18.0.1:9880", "controllerAddr": "198.18.0.1:9876",
+        "allowInsecure": "true"}).plaintext_refusal() is None

@@ -35,6 +35,7 @@ Identities (one URI SAN per certificate, checked by the processes):
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import ssl
 import threading
@@ -62,7 +63,9 @@ __all__ = [
     "flight_location",
     "flight_server_options",
     "identity_of_peercert",
+    "is_loopback",
     "parse_identity",
+    "plaintext_refusal",
     "read_properties",
     "server_ssl_context",
 ]
@@ -212,17 +215,34 @@ def connect_flight(address: str, tls: ClientTLS = NO_TLS, **kwargs: Any) -> flig
 # -- raw sockets (HA link, Raft link): always mutual ---------------------------------------
 
 
-def server_ssl_context(settings: TLSSettings) -> ssl.SSLContext:
-    """A member listener: its certificate, and a member certificate required from the peer."""
+# Bulk links (the HA link ships the CommitLog): TLS 1.2 with AES-128-GCM first. Why: Python
+# 3.11 cannot choose TLS 1.3 suites (no set_ciphersuites), and TLS 1.3 here always lands on
+# AES-256-GCM; on this machine AES-128-GCM decrypts ~35% faster (openssl speed: 629 vs 469
+# MB/s at 16 KiB records, loaded) and a TLS 1.2 + AES-128-GCM link over loopback carried
+# 165-275 MB/s where TLS 1.3 carried 99-134 MB/s. ECDHE keeps forward secrecy; AEAD only.
+BULK_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384")
+
+
+def _bulk(context: ssl.SSLContext) -> None:
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(BULK_CIPHERS)
+
+
+def server_ssl_context(settings: TLSSettings, *, bulk: bool = False) -> ssl.SSLContext:
+    """A member listener: its certificate, and a member certificate required from the peer.
+    `bulk`: a link that carries the log (see BULK_CIPHERS)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(settings.server_cert_path, settings.server_key_path)
     context.load_verify_locations(settings.server_trust_cert_path)
     context.verify_mode = ssl.CERT_REQUIRED
+    if bulk:
+        _bulk(context)
     return context
 
 
-def client_ssl_context(tls: ClientTLS) -> ssl.SSLContext:
+def client_ssl_context(tls: ClientTLS, *, bulk: bool = False) -> ssl.SSLContext:
     """A member dialling a member: verifies the server (CA and the host dialled) and
     presents its own certificate."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -230,6 +250,8 @@ def client_ssl_context(tls: ClientTLS) -> ssl.SSLContext:
     context.load_verify_locations(tls.trust_cert_path)
     if tls.cert_path:
         context.load_cert_chain(tls.cert_path, tls.key_path)
+    if bulk:
+        _bulk(context)
     return context
 
 
@@ -348,3 +370,30 @@ def client_tls_from_properties(properties: Mapping[str, str]) -> ClientTLS:
 
 def client_tls_from_file(path: str | Path) -> ClientTLS:
     return client_tls_from_properties(read_properties(path))
+
+
+# -- secure by default ------------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine can reach `host` (127.0.0.0/8, ::1, localhost); a wildcard is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any interface
+
+
+def plaintext_refusal(settings: TLSSettings, allow_insecure: bool,
+                      binds: Mapping[str, str]) -> str | None:
+    """Why a process must not start (None: it may): a listener (`binds`: conf key -> bind
+    host) reachable from other machines without TLS, and no allowInsecure=true saying so."""
+    if settings.enabled or allow_insecure:
+        return None
+    exposed = [f"{key} {host}" for key, host in binds.items() if not is_loopback(host)]
+    if not exposed:
+        return None
+    return (f"{', '.join(exposed)}: listening beyond this machine without TLS; set "
+            "tls.server.mode=enforcing with certificates (rocketha-cluster up makes them), or "
+            "allowInsecure=true to accept plaintext")

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings
+from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
@@ -73,6 +73,8 @@ class BrokerConfig:
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
     tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
+    # allowInsecure: listen beyond loopback without TLS (else rocketha-broker refuses to start)
+    allow_insecure: bool = False
 
     def __post_init__(self) -> None:
         for key, value in (("brokerClusterName", self.broker_cluster_name),
@@ -138,6 +140,13 @@ class BrokerConfig:
     def ha_host(self) -> str:
         """The host slaves dial for this broker's haListenPort (brokerIP2)."""
         return self.broker_ip2 or self.broker_ip
+
+    def plaintext_refusal(self) -> str | None:
+        """Why this broker must not start as configured (connector.protocol.tls)."""
+        binds = {"bindAddress": self.client_bind_host}
+        if self.ha.replicated:
+            binds["haBindAddress"] = self.ha_bind_host
+        return plaintext_refusal(self.tls, self.allow_insecure, binds)
 
     @property
     def client_bind_host(self) -> str:
@@ -234,6 +243,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
+    "allowInsecure": ("allow_insecure", _bool),
 }
 BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
 

@@ -248,3 +248,18 @@ def test_produce_consume_and_failover_under_mutual_tls(cluster: Secure) -> None:
     while time.monotonic() < deadline and not all(p["alive"] for p in cluster.processes()):
         time.sleep(0.2)
     assert all(p["alive"] for p in cluster.processes())
+
+
+def test_a_plaintext_listener_beyond_loopback_refuses_to_start(tmp_path: Path) -> None:
+    broker = tmp_path / "broker.conf"
+    broker.write_text(f"brokerIP1=127.0.0.1\nbindAddress=0.0.0.0\nlistenPort=0\n"
+                      f"storePathRootDir={tmp_path / 'store'}\n")
+    controller = tmp_path / "controller.conf"
+    controller.write_text("controllerDLegerPeers=n1-127.0.0.1:1\ncontrollerAddr=127.0.0.1:2\n"
+                          f"controllerBindAddress=0.0.0.0\ncontrollerStorePath={tmp_path / 'c'}\n")
+    for module, conf in (("ha.broker", broker), ("controller", controller)):
+        done = subprocess.run([sys.executable, "-m", module, "--conf", str(conf)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "refusing to start" in done.stderr and "allowInsecure=true" in done.stderr
+        assert "0.0.0.0" in done.stderr
