@@ -18,6 +18,10 @@ them with their role (leader/follower). With controllers, every broker runs in c
 mode (enableControllerMode, controllerAddr): the controller names each set's master and
 changes it when the master dies (`status --json`: replica_set, role, controller_role).
 
+Security (ha/cluster_security.py): the first `up` makes a cluster CA and member certificates
+under `DIR/tls/` and runs every link with mutual TLS, and `up` writes `DIR/client.properties`
+for the tools; `up --insecure` (at the first `up`) opts out.
+
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
 `status` is then that host's, and `down` removes the hosts.
@@ -349,19 +353,20 @@ def main(argv: list[str] | None = None) -> int:
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         _check_replicas(args, cluster, parser)
+        # misuse (a secret on --set) is refused before anything is written
+        broker_overrides = _parse_overrides(args.set, parser, args.set_file)
+        controller_overrides = _parse_overrides(args.controller_set, parser)
         manifest = cluster.load()
         choose_tls(manifest, args.insecure)
         cluster.directory.mkdir(parents=True, exist_ok=True)
         cluster.save(manifest)
-        for line in controllers.up(args.controllers,
-                                   _parse_overrides(args.controller_set, parser),
-                                   hosts=args.hosts):
+        for line in controllers.up(args.controllers, controller_overrides, hosts=args.hosts):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
+        manifest = cluster.plan(args.brokers, broker_overrides,
                                 args.replicas, controller_addr, hosts=args.hosts,
                                 spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
