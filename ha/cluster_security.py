@@ -107,8 +107,8 @@ def write_client_properties(directory: Path, manifest: dict[str, Any],
         lines += [f"tls.client.trustCertPath={tls.trust_cert_path}",
                   f"tls.client.certPath={tls.cert_path}",
                   f"tls.client.keyPath={tls.key_path}"]
-    lines += ["# authentication (accessKey=, secretKey=): added here by the authentication "
-              "work"]
+    lines.append("# authentication (accessKey=, secretKey=): added here by the authentication "
+                 "work")
     path = directory / CLIENT_PROPERTIES
     write_private_text(path, "\n".join(lines) + "\n")
     return path

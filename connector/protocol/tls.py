@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 __all__ = [
     "NO_TLS",

@@ -42,8 +42,8 @@ import pyarrow as pa
 from pyarrow import flight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from connector.protocol import PutReply, produce_descriptor_command  # noqa: E402
-from connector.protocol.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight  # noqa: E402
+from connector.protocol import PutReply, produce_descriptor_command
+from connector.protocol.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
 
 SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 MESSAGES_MAX = 50_000_000
