@@ -84,6 +84,11 @@ def probe(address: str, expected: str, tls: ClientTLS = NO_TLS) -> str | None:
         if "UNKNOWN_ACTION" in text:
             other = "controller" if expected == "broker" else "broker"
             return (f"{address} is a {other}, not a {expected}: use --{other} {address}")
+        if "socket closed" in text.lower():  # a TLS endpoint refusing plaintext or no cert
+            hint = "its certificates" if tls.enabled else "--client-config FILE"
+            return (f"{expected} {address} closed the connection at once: it requires TLS "
+                    f"and a client certificate (check {hint}; rocketha-cluster up writes "
+                    "DIR/client.properties)")
         if "refused" in text.lower() or "failed to connect" in text.lower():
             return f"cannot connect to {expected} {address}: connection refused"
         if isinstance(err, flight.FlightTimedOutError) or "deadline" in text.lower():

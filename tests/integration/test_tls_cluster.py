@@ -128,6 +128,16 @@ def test_plaintext_client_and_client_without_certificate_are_refused(cluster: Se
         "MASTER"
 
 
+def test_admin_tool_takes_the_client_config(cluster: Secure) -> None:
+    def admin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rocketha_admin", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=False)
+    plain = admin("--controller", cluster.config.controller or "", "topic", "list")
+    assert plain.returncode == 2 and "requires TLS and a client certificate" in plain.stderr
+    secured = admin("--client-config", str(cluster.directory / "client.properties"), "status")
+    assert secured.returncode == 0 and secured.stdout.count(" OK ") == 3, secured.stdout
+
+
 def _call(address: str, tls: ClientTLS, action: str, body: dict[str, Any]) -> dict[str, Any]:
     client = connect_flight(address, tls)
     try:
