@@ -158,9 +158,9 @@ class RaftTransport:
 
     async def start(self, tasks: asyncio.TaskGroup) -> None:
         host, port = self._listen
-        self._server = await asyncio.start_server(
-            self._serve_connection, host, port, ssl=self._server_tls,
-            ssl_handshake_timeout=self._frame_timeout_s if self._server_tls else None)
+        # TLS starts inside _serve_connection (start_tls), so a failed handshake is a refusal
+        # this node logs and counts, and handshakes count against raftConnectionsMax
+        self._server = await asyncio.start_server(self._serve_connection, host, port)
         for peer in self._peers:
             tasks.create_task(self._sender(peer), name=f"raft-send-{peer}")
 
@@ -252,6 +252,14 @@ class RaftTransport:
                                f"{self.node_id} ({sorted(self._peers)})")
         return int(member.name)
 
+    async def _start_tls(self, writer: asyncio.StreamWriter) -> None:
+        assert self._server_tls is not None
+        try:
+            await writer.start_tls(self._server_tls,
+                                   ssl_handshake_timeout=self._frame_timeout_s)
+        except (ssl.SSLError, OSError, TimeoutError) as err:
+            raise _RefusedPeer("", f"TLS handshake failed: {err}") from err
+
     def _discard(self, queue: asyncio.Queue[bytes]) -> None:
         while not queue.empty():
             queue.get_nowait()
@@ -273,6 +281,8 @@ class RaftTransport:
         self._inbound[task] = writer
         host = str((writer.get_extra_info("peername") or ("?",))[0])
         try:
+            if self._server_tls is not None:
+                await self._start_tls(writer)
             peer = self._peer_of(writer) if self._server_tls is not None else None
             while True:  # until EOF, silence or a bad frame
                 payload = await read_frame(reader, self._frame_bytes_max,

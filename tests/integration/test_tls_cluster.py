@@ -205,6 +205,12 @@ def test_raft_peer_outside_the_list_or_claiming_another_id_is_refused(cluster: S
     stranger = cluster.impostor("controller-n7", controller_identity(7))
     with _tls_connect(address, stranger) as sock:
         assert closed_within(sock, 5.0)
+    other_ca = ensure_ca(cluster.directory / "other-ca")  # a certificate not of this cluster
+    foreign = other_ca.issue("controller-n2-foreign", controller_identity(2), ["127.0.0.1"])
+    for _ in range(2):
+        with _tls_connect(address, ClientTLS(str(cluster.ca.cert_path), str(foreign.cert_path),
+                                             str(foreign.key_path))) as sock:
+            assert closed_within(sock, 5.0)
     liar = cluster.impostor("controller-n2-liar", controller_identity(2))
     heartbeat = json.dumps({"v": 1, "type": "heartbeat", "from_id": 3, "to_id": 1,
                             "term": 10**6, "commit_index": 0, "read_seq": 0}).encode()
@@ -215,8 +221,10 @@ def test_raft_peer_outside_the_list_or_claiming_another_id_is_refused(cluster: S
     def logged() -> bool:
         text = Path(target["log_file"]).read_text(errors="replace")
         return "controller 7 is not a peer of node 1" in text and \
-            "controller 2 sent a message from 3" in text
-    wait_for(logged, 10.0, "both refusals in controller-n1's log")
+            "controller 2 sent a message from 3" in text and "TLS handshake failed" in text
+    wait_for(logged, 10.0, "the three refusals in controller-n1's log")
+    text = Path(target["log_file"]).read_text(errors="replace")
+    assert text.count("TLS handshake failed") == 1  # two attempts, logged once
     statuses = [p for p in cluster.processes() if p["kind"] == "controller"]
     assert all(p["alive"] for p in statuses) and \
         max(p["term"] for p in statuses) < 10**6  # the forged term was never taken in
