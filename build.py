@@ -52,6 +52,7 @@ BENCHES = {
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
     "grpc": "tests/bench/bench_grpc.py",
+    "security": "tests/bench/bench_security.py",
 }
 
 

@@ -22,6 +22,10 @@ changes it when the master dies (`status --json`: replica_set, role, controller_
 With controllers, `up` also starts the RocketMQ 5 gRPC endpoint, one `rocketha-proxy` for the
 cluster (ha/cluster_proxy.py; `--grpc-port 0`: none); `status --json` names it `grpc_endpoint`.
 
+Security (ha/cluster_security.py): the first `up` makes a cluster CA and member certificates
+under `DIR/tls/` and runs every link with mutual TLS, and `up` writes `DIR/client.properties`
+for the tools; `up --insecure` (at the first `up`) opts out.
+
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
 `status` is then that host's, and `down` removes the hosts.
@@ -52,6 +56,13 @@ from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
 from ha.cluster_proxy import LocalProxy
+from ha.cluster_security import (
+    choose_tls,
+    client_tls,
+    member_tls_settings,
+    proxy_tls_settings,
+    write_client_properties,
+)
 from ha.local_processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -122,6 +133,7 @@ class Cluster:
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
+            settings.update(member_tls_settings(self.directory, manifest, broker))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             write_private_text(broker["conf"], "\n".join(lines) + "\n")
@@ -149,7 +161,7 @@ class Cluster:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
                 raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
-            if broker_info(endpoint, timeout_s=1.0) is not None:
+            if broker_info(endpoint, 1.0, client_tls(self.directory, self.load())) is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
         tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
@@ -159,10 +171,12 @@ class Cluster:
 
     def status(self) -> list[dict[str, Any]]:
         processes = []
-        for broker in self.load()["brokers"]:
+        manifest = self.load()
+        tls = client_tls(self.directory, manifest)
+        for broker in manifest["brokers"]:
             pid = self.pid_of(broker)
             endpoint = f"{host_of(broker)}:{broker['port']}"
-            info = broker_info(endpoint) if pid is not None else None
+            info = broker_info(endpoint, 2.0, tls) if pid is not None else None
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
                 "broker_id": broker.get("broker_id", 0),
@@ -321,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
                     "listens here (default: a free port, kept; 0: no endpoint)")
     up.add_argument("--grpc-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a rocketha-proxy key (connector/rmq_proxy/config.py)")
+    up.add_argument("--insecure", action="store_true",
+                    help="no TLS (the first up decides: by default a cluster CA and member "
+                    "certificates are made under DIR/tls and every link uses mutual TLS)")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
@@ -347,15 +364,20 @@ def main(argv: list[str] | None = None) -> int:
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         _check_replicas(args, cluster, parser)
-        for line in controllers.up(args.controllers,
-                                   _parse_overrides(args.controller_set, parser),
-                                   hosts=args.hosts):
+        # misuse (a secret on --set) is refused before anything is written
+        broker_overrides = _parse_overrides(args.set, parser, args.set_file)
+        controller_overrides = _parse_overrides(args.controller_set, parser)
+        manifest = cluster.load()
+        choose_tls(manifest, args.insecure)
+        cluster.directory.mkdir(parents=True, exist_ok=True)
+        cluster.save(manifest)
+        for line in controllers.up(args.controllers, controller_overrides, hosts=args.hosts):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
+        manifest = cluster.plan(args.brokers, broker_overrides,
                                 args.replicas, controller_addr, hosts=args.hosts,
                                 spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
@@ -367,7 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         if controller_addr and not args.no_wait:
             for line in cluster.wait_masters():
                 print(line)
-        _proxy_up(cluster, args, controller_addr, parser)
+        properties = write_client_properties(
+            cluster.directory, manifest, controller_addr,
+            [f"{host_of(b)}:{b['port']}" for b in manifest["brokers"]])
+        print(f"client settings: {properties} (TLS {'on' if manifest.get('tls') else 'off'})")
+        _proxy_up(cluster, args, controller_addr, parser,
+                  str(properties) if manifest.get("tls") else "")
         return 0
     if args.command == "status":
         if not cluster.manifest_path.exists():
@@ -404,8 +431,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,
-              parser: argparse.ArgumentParser) -> None:
-    """Plan, start and wait for the RocketMQ gRPC endpoint (ha/cluster_proxy.py)."""
+              parser: argparse.ArgumentParser, client_config: str) -> None:
+    """Plan, start and wait for the RocketMQ gRPC endpoint (ha/cluster_proxy.py); on a
+    secured cluster (`client_config` set) it calls the cluster with those settings and
+    serves TLS with a certificate from the cluster CA."""
     if args.grpc_port is not None and args.grpc_port and not controller_addr:
         parser.error("--grpc-port: only with --controllers (the endpoint takes its routes "
                      "from them)")
@@ -413,7 +442,13 @@ def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,
     manifest = cluster.load()
     overrides = {**manifest.get("proxy_overrides", {}), **_parse_overrides(args.grpc_set, parser)}
     manifest["proxy_overrides"] = overrides
-    proxy = local.plan(manifest, args.grpc_port, controller_addr, overrides)
+    tls_server = None
+    if client_config and args.grpc_port != 0 and controller_addr:
+        proxy_entry = manifest.setdefault("proxy", {"name": "proxy"})
+        proxy_entry.setdefault("name", "proxy")
+        tls_server = proxy_tls_settings(cluster.directory, proxy_entry)
+    proxy = local.plan(manifest, args.grpc_port, controller_addr, overrides,
+                       client_config=client_config, tls_server=tls_server)
     cluster.save(manifest)
     if proxy is not None:
         local.start(proxy)

@@ -39,19 +39,24 @@ class LocalProxy:
         self.directory = directory.resolve()
 
     def plan(self, manifest: dict[str, Any], port: int | None, controller_addr: str,
-             overrides: dict[str, str]) -> dict[str, Any] | None:
+             overrides: dict[str, str], *, client_config: str = "",
+             tls_server: dict[str, str] | None = None) -> dict[str, Any] | None:
         """Add or update the proxy entry (port None: keep the one chosen, else a free one;
-        0: no proxy) and write its configuration."""
+        0: no proxy) and write its configuration. On a secured cluster `client_config` is
+        the client.properties the proxy's own calls use, and `tls_server` the tls.server.*
+        keys of a certificate from the cluster CA for its gRPC port (RocketMQ clients then
+        trust DIR/tls/ca.pem)."""
         proxy = manifest.get("proxy")
         if port == 0 or not controller_addr:
             manifest.pop("proxy", None)
             return None
-        if proxy is None:
-            proxy = manifest["proxy"] = {
-                "name": "proxy", "conf": str(self.directory / "conf" / "proxy.conf"),
-                "key_file": str(self.directory / "conf" / "proxy.key"),
-                "log_file": str(self.directory / "logs" / "proxy.log"),
-                "pid_file": str(self.directory / "run" / "proxy.pid")}
+        proxy = manifest.setdefault("proxy", {})
+        for key, value in (("name", "proxy"),
+                           ("conf", self.directory / "conf" / "proxy.conf"),
+                           ("key_file", self.directory / "conf" / "proxy.key"),
+                           ("log_file", self.directory / "logs" / "proxy.log"),
+                           ("pid_file", self.directory / "run" / "proxy.pid")):
+            proxy.setdefault(key, str(value))
         if port or not proxy.get("port"):
             proxy["port"] = port or free_port(ports_in(manifest))
         key_file = Path(proxy["key_file"])
@@ -62,7 +67,13 @@ class LocalProxy:
         settings = {"grpcListenPort": str(proxy["port"]), "grpcBindAddress": host,
                     "grpcAdvertisedHost": host, "controllerAddr": controller_addr,
                     "grpcReceiptHandleKeyFile": proxy["key_file"],
-                    "logFile": proxy["log_file"], **overrides}
+                    "logFile": proxy["log_file"]}
+        if client_config:
+            settings["clientConfig"] = client_config
+        if tls_server:
+            settings["grpcTlsCertFile"] = tls_server["tls.server.certPath"]
+            settings["grpcTlsKeyFile"] = tls_server["tls.server.keyPath"]
+        settings.update(overrides)
         lines = ["# written by rocketha-cluster (the RocketMQ gRPC endpoint)"]
         lines += [f"{key}={value}" for key, value in settings.items()]
         write_private_text(proxy["conf"], "\n".join(lines) + "\n")

@@ -51,11 +51,10 @@ class TopicRoute:
 
 
 class _ProducerPool:
-    def __init__(self, members: tuple[str, ...], config: ProxyConfig) -> None:
+    def __init__(self, members: tuple[str, ...], client: ClientConfig,
+                 config: ProxyConfig) -> None:
         self.members = members
-        self._config = ClientConfig(brokers=members,
-                                    request_timeout_ms=config.request_timeout_ms,
-                                    send_deadline_ms=config.send_deadline_ms)
+        self._config = client
         self._idle: queue.LifoQueue[Producer] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(config.producers_per_set)
         self.closed = False
@@ -97,11 +96,12 @@ class ClusterLinks:
         self._routes: dict[str, tuple[float, TopicRoute | None]] = {}
         self._members: tuple[float, dict[str, tuple[str, ...]]] = (0.0, {})
         self._pools: dict[str, _ProducerPool] = {}
+        self._base = _base_client(config)
 
-    def _client(self, broker_name: str) -> ClientConfig:
-        return ClientConfig(brokers=self.members(broker_name),
-                            request_timeout_ms=self.config.request_timeout_ms,
-                            send_deadline_ms=self.config.send_deadline_ms)
+    def _client(self, broker_name: str, members: tuple[str, ...] | None = None
+                ) -> ClientConfig:
+        return dataclasses.replace(self._base, controller=None,
+                                   brokers=members or self.members(broker_name))
 
     def routes(self, topic: str) -> TopicRoute | None:
         """The topic's route (None: the controllers know no replica set serving it)."""
@@ -111,7 +111,7 @@ class ClusterLinks:
         if cached is not None and now_s < cached[0]:
             return cached[1]
         reply = controller_call(self.config.controller_addr, "get_routes", {"topic": topic},
-                                self.config.request_timeout_ms)
+                                self.config.request_timeout_ms, self._base.tls)
         route = None
         if reply.get("status") == "OK":
             route = TopicRoute(topic, tuple(
@@ -131,7 +131,7 @@ class ClusterLinks:
         if members and now_s < expires_s:
             return members
         cluster = controller_cluster_list(self.config.controller_addr,
-                                          self.config.request_timeout_ms)
+                                          self.config.request_timeout_ms, self._base.tls)
         members = {}
         for status in cluster.get("replica_sets", []):
             replica = status["replica"]
@@ -160,7 +160,8 @@ class ClusterLinks:
             if pool is None or pool.members != members:
                 if pool is not None:
                     pool.close()
-                pool = self._pools[broker_name] = _ProducerPool(members, self.config)
+                pool = self._pools[broker_name] = _ProducerPool(
+                    members, self._client(broker_name, members), self.config)
         return pool.put(topic, batch, self.config.send_deadline_ms / 1000.0)
 
     def pull(self, broker_name: str, topic: str, queue_id: int, queue_offset: int, *,
@@ -183,3 +184,14 @@ class ClusterLinks:
     def info(self) -> dict[str, Any]:
         with self._lock:
             return {"replica_sets": sorted(self._members[1])}
+
+
+def _base_client(config: ProxyConfig) -> ClientConfig:
+    """The client settings of every call the proxy makes (clientConfig: TLS on a secured
+    cluster; the timeouts are the proxy's own)."""
+    timeouts = {"controller": config.controller_addr,
+                "request_timeout_ms": config.request_timeout_ms,
+                "send_deadline_ms": config.send_deadline_ms}
+    if config.client_config:
+        return ClientConfig.from_properties(config.client_config, **timeouts)
+    return ClientConfig(**timeouts)

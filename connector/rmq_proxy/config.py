@@ -37,6 +37,9 @@ class ProxyConfig:
     bind_address: str = "127.0.0.1"  # grpcBindAddress
     advertised_host: str = ""  # grpcAdvertisedHost ("" = grpcBindAddress)
     controller_addr: str = ""  # controllerAddr
+    # clientConfig: a client.properties (ClientConfig.from_properties) for the proxy's own
+    # calls to controllers and brokers: TLS trust and client certificate on a secured cluster
+    client_config: str = ""
     receipt_handle_key_file: str = ""  # grpcReceiptHandleKeyFile
     credentials_file: str = ""  # grpcCredentialsFile
     tls_cert_file: str = ""  # grpcTlsCertFile: PEM chain; with grpcTlsKeyFile, TLS on the port
@@ -118,6 +121,7 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
     "grpcBindAddress": ("bind_address", str),
     "grpcAdvertisedHost": ("advertised_host", str),
     "controllerAddr": ("controller_addr", str),
+    "clientConfig": ("client_config", str),
     "grpcReceiptHandleKeyFile": ("receipt_handle_key_file", str),
     "grpcCredentialsFile": ("credentials_file", str),
     "grpcTlsCertFile": ("tls_cert_file", str),

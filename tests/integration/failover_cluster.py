@@ -82,7 +82,7 @@ class FailoverCluster:
         offers the network faults of ha/local_hosts.py). `cli_args`: more `up` arguments."""
         self.directory = directory
         merged = {**BROKER_SETTINGS, **settings}
-        args = ["up", "--dir", str(directory), "--controllers", str(controllers),
+        args = ["up", "--dir", str(directory), "--insecure", "--controllers", str(controllers),
                 "--replica-sets", str(replica_sets), "--replicas", str(replicas)]
         args += ["--hosts"] if hosts else []
         args += list(cli_args)
