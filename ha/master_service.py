@@ -74,6 +74,9 @@ __all__ = ["MasterService", "quorum_settings"]
 logger = logging.getLogger(__name__)
 
 TICK_INTERVAL_MS = 50
+# While the confirm position moves, the senders re-time their confirm push (the core's
+# CONFIRM_PUSH_DELAY_MS) at most this often, not at every move: `_tick_loop`
+CONFIRM_WAKE_INTERVAL_MS = 5
 ACCEPT_POLL_S = 0.2
 
 
@@ -142,6 +145,9 @@ class MasterService:
         lock = threading.RLock()
         self._cond = threading.Condition(lock)  # senders: new bytes to ship
         self._put_cond = threading.Condition(lock)  # waiting puts: acks, lease, membership
+        self._tick_cond = threading.Condition(lock)  # the tick thread, idle between ticks
+        self._confirm_moved = False  # since the senders last re-timed their confirm push
+        self._tick_idle = False
         self._links: dict[int, _LinkIO] = {}
         self._link_ids = itertools.count(1)
         self.refused_links = 0  # over haConnectionsMax, closed at accept
@@ -267,13 +273,25 @@ class MasterService:
                     self._on_sync_state_set(effect.members)  # must not block: under the lock
             else:
                 later.append(effect)
-        if effects:
+        if not effects:
+            return later
+        if all(isinstance(effect, ConfirmTo) for effect in effects):
+            # A confirm move alone (every second ack under a majority quorum): the senders
+            # need it only to re-time their confirm push, so the tick thread wakes them once
+            # per CONFIRM_WAKE_INTERVAL_MS instead of at every put (they woke ~2.8 times per
+            # put for nothing, taking the GIL just as the put's thread wrote its reply)
+            self._put_cond.notify_all()
+            self._confirm_moved = True
+            if self._tick_idle:
+                self._tick_cond.notify()
+        else:
             self._notify_all_locked()
         return later
 
     def _notify_all_locked(self) -> None:
         self._cond.notify_all()
         self._put_cond.notify_all()
+        self._tick_cond.notify_all()
 
     def _send_frames(self, effects: list[MasterEffect]) -> None:
         for effect in effects:
@@ -389,11 +407,28 @@ class MasterService:
             raise AssertionError(effect)
 
     def _tick_loop(self) -> None:
-        while not self._stopping.wait(TICK_INTERVAL_MS / 1000.0):
+        """Housekeeping every TICK_INTERVAL_MS; in between, while the confirm position moves,
+        a wake-up of the senders every CONFIRM_WAKE_INTERVAL_MS (the first move after a quiet
+        spell wakes this thread at once, so a lone put's confirm is pushed as before)."""
+        next_tick_ms = _now_ms() + TICK_INTERVAL_MS
+        while not self._stopping.is_set():  # this shell's loop: ends with close()
             now_ms = _now_ms()
-            self._poll_metadata(now_ms)
+            if now_ms >= next_tick_ms:
+                next_tick_ms = now_ms + TICK_INTERVAL_MS
+                self._poll_metadata(now_ms)
+                with self._cond:
+                    self._apply_locked(self._core.on_tick(self._log(), now_ms=now_ms))
             with self._cond:
-                self._apply_locked(self._core.on_tick(self._log(), now_ms=now_ms))
+                wait_ms = next_tick_ms - now_ms
+                if self._confirm_moved:
+                    self._confirm_moved = False
+                    self._cond.notify_all()
+                    wait_ms = min(wait_ms, CONFIRM_WAKE_INTERVAL_MS)
+                else:
+                    self._tick_idle = True
+                if not self._stopping.is_set():
+                    self._tick_cond.wait(max(wait_ms, 1) / 1000.0)
+                self._tick_idle = False
 
     def _poll_metadata(self, now_ms: int) -> None:
         if self._metadata_source is None:

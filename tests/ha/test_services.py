@@ -315,3 +315,31 @@ def test_concurrent_puts_ship_in_log_order_to_every_slave(tmp_path: Path) -> Non
         master.close()
         for store in stores:
             store.close()
+
+
+def test_the_confirm_position_reaches_the_slave_without_waiting_for_a_heartbeat(
+        tmp_path: Path) -> None:
+    """The confirm push (the core's CONFIRM_PUSH_DELAY_MS) carries a put's confirm position to
+    the slave long before the next heartbeat (30 s here): for a lone put (the first move after
+    a quiet spell wakes the tick thread at once) and at the end of a run of puts (moves
+    batched: the senders are woken once per CONFIRM_WAKE_INTERVAL_MS, not at every put)."""
+    slow = {"heartbeat_interval_ms": 30_000, "housekeeping_interval_ms": 60_000}
+    stores = [MessageStore(tmp_path / name, STORE, auto_confirm=False) for name in "ms"]
+    master = MasterService(stores[0], ha_config(BrokerRole.SYNC_MASTER, **slow), broker_id=0,
+                           endpoint="h:1").start()
+    slave = SlaveService(stores[1], ha_config(
+        BrokerRole.SLAVE, master_address=f"127.0.0.1:{master.listen_port}", **slow),
+        broker_id=1).start()
+    try:
+        wait_for(lambda: master.stats().sync_state_set == (0, 1))
+        for run_length in (1, 50):
+            statuses = [put(stores[0], master, b"p%03d" % index) for index in range(run_length)]
+            assert statuses == [PutStatus.PUT_OK] * run_length
+            end = stores[0].end_log_position
+            assert stores[0].confirm_log_position == end
+            wait_for(lambda end=end: stores[1].confirm_log_position == end, timeout_s=10)
+    finally:
+        slave.close()
+        master.close()
+        for store in stores:
+            store.close()
