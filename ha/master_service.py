@@ -10,9 +10,11 @@
                                     waiting puts
     ha-send-<link>                  ask the core what to send next (a CommitLog batch read from
                                     the store, a heartbeat, metadata) or how long to wait; woken
-                                    by appends and confirm changes
+                                    by appends a put did not ship itself, and by ha-tick after
+                                    confirm changes
     ha-tick                         housekeeping (silent links, SyncStateSet exits), metadata
-                                    version polling
+                                    version polling; wakes the senders at most every
+                                    CONFIRM_WAKE_INTERVAL_MS while the confirm position moves
 
 One condition (`_cond`) guards the core; effects that touch only memory or the store's confirm
 position run under it (so confirm updates are applied in the order the core made them); frames
