@@ -53,6 +53,7 @@ BENCHES = {
     "peers": "tests/bench/bench_peers.py",
     "grpc": "tests/bench/bench_grpc.py",
     "security": "tests/bench/bench_security.py",
+    "latency": "tests/bench/bench_latency.py",
 }
 
 

@@ -167,6 +167,7 @@ def _synthetic_body(seq: int, size: int) -> bytes:
 
 def consume(target: Target, args: argparse.Namespace, out: Output) -> int:
     readers = []
+    backlog = 0  # messages in the queues at the start: the progress bar's total
     for replica_set in target.sets():
         admin = target.admin_of(replica_set.endpoints)
         queues = admin.queue_offsets(args.topic)
@@ -179,9 +180,10 @@ def consume(target: Target, args: argparse.Namespace, out: Output) -> int:
             else:
                 start = int(args.start)
             readers.append([replica_set.broker_name, consumer, queue["queue_id"], start])
+            backlog += max(0, int(queue["max_queue_offset"]) - start)
     rows = []
     total = 0
-    progress = Progress("consumed")
+    progress = Progress("consumed", min(backlog, args.max_messages) or None)
     idle_since = time.monotonic()
     rounds = 0
     while readers and total < args.max_messages and \

@@ -21,10 +21,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Output", "Progress", "body_text", "fail", "iso_ms"]
+__all__ = ["Output", "Progress", "body_text", "fail", "iso_ms", "progress_line"]
 
 CELL_CHARS_MAX = 120  # a table cell is cut here (the JSON modes print everything)
 PROGRESS_INTERVAL_S = 0.2  # a progress line is redrawn at most this often
+PROGRESS_BAR_CHARS = 24
 
 
 def fail(message: str, code: int = 1) -> int:
@@ -121,9 +122,11 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> Iterable[tuple[str, Any
 
 
 class Progress:
-    """A one-line counter on a terminal (`produced 1200/5000 (2400/s)`), redrawn in place on
-    standard error at most every PROGRESS_INTERVAL_S; nothing at all when that is not a TTY
-    (pipes, files, CI), so it never mixes into captured output."""
+    """A progress line on a terminal, redrawn in place on standard error at most every
+    PROGRESS_INTERVAL_S: a bar when the total is known (`produced [#####-----] 2,400/5,000 48%
+    1,200/s`), a counter otherwise (`consumed 2,400 (1,200/s)`); nothing at all when the stream
+    is not a TTY (pipes, files, CI), so it never mixes into captured output. `add` counts on,
+    `update` sets the count (and the total: a Spark job learns its task count as it runs)."""
 
     def __init__(self, label: str, total: int | None = None, *,
                  stream: TextIO | None = None) -> None:
@@ -136,7 +139,14 @@ class Progress:
         self._drawn = 0.0
 
     def add(self, count: int) -> None:
-        self._done += count
+        self.update(self._done + count)
+
+    def update(self, done: int, total: int | None = None) -> None:
+        self._done = done
+        if total is not None:
+            self._total = total
+        if self._total is not None and done > self._total:  # more arrived than was there
+            self._total = done
         now = time.monotonic()
         if self.enabled and now - self._drawn >= PROGRESS_INTERVAL_S:
             self._draw(now)
@@ -150,6 +160,17 @@ class Progress:
     def _draw(self, now: float) -> None:
         self._drawn = now
         rate = self._done / max(now - self._started, 1e-6)
-        of = f"/{self._total}" if self._total is not None else ""
-        self._stream.write(f"\r{self._label} {self._done}{of} ({rate:,.0f}/s)")
+        self._stream.write("\r" + progress_line(self._label, self._done, self._total, rate)
+                           + "\x1b[K")  # erase what a longer line left behind
         self._stream.flush()
+
+
+def progress_line(label: str, done: int, total: int | None, rate_per_s: float) -> str:
+    """`label [####------] done/total pct% rate/s`, or `label done (rate/s)` without a total."""
+    rate = f"{rate_per_s:,.1f}" if rate_per_s < 10 else f"{rate_per_s:,.0f}"
+    if not total:
+        return f"{label} {done:,} ({rate}/s)"
+    fraction = min(1.0, max(0.0, done / total))
+    filled = int(fraction * PROGRESS_BAR_CHARS)
+    bar = "#" * filled + "-" * (PROGRESS_BAR_CHARS - filled)
+    return f"{label} [{bar}] {done:,}/{total:,} {fraction:.0%} {rate}/s"

@@ -42,6 +42,9 @@ from ha.frames import (
 __all__ = ["FrameSocket", "MemberRefused", "member_handshake"]
 
 SOCKET_BUFFER_BYTES = 4 << 20
+# A Transfer up to this size leaves as one buffer: copying a few KiB costs less than the second
+# system call (each one releases and retakes the GIL, which a busy master's other threads hold)
+SEND_JOINED_BYTES_MAX = 64 << 10
 
 
 class FrameSocket:
@@ -70,8 +73,11 @@ class FrameSocket:
     def send_transfer(self, transfer: Transfer, data: bytes | memoryview) -> None:
         prefix = encode_transfer_prefix(transfer, data)
         with self._send_lock:
-            self._sock.sendall(prefix)
-            self._sock.sendall(data)
+            if len(data) <= SEND_JOINED_BYTES_MAX:  # one system call (and GIL hand-back)
+                self._sock.sendall(prefix + data)
+            else:
+                self._sock.sendall(prefix)
+                self._sock.sendall(data)
 
     def recv_frame(self, *, idle_timeout_s: float) -> Frame | None:
         """The next frame; None when nothing at all arrived within `idle_timeout_s`. Once a

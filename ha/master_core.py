@@ -432,6 +432,22 @@ class MasterReplication:
         return Transfer(self.master_epoch, epoch.epoch, epoch.start_log_position, self._confirm,
                         position), size
 
+    def next_send_idle(self, link_id: int, log: MasterLog, *, now_ms: int) -> SendLog | None:
+        """The log's new bytes for a link with nothing in flight (the slave acked all it was
+        sent), so a put's own thread may ship them at once instead of waking the link's sender
+        (a thread hand-off on every acknowledged put's path); None for a link in any other
+        state (not in TRANSFER, bytes in flight, metadata due, nothing new): its sender
+        decides, as always. A SendLog returned here is accounted as next_send's would be."""
+        link = self._links.get(link_id)
+        if (link is None or link.state is not LinkState.TRANSFER
+                or link.acked_log_position != link.next_log_position
+                or link.next_log_position >= log.end_log_position
+                or log.metadata_version != link.metadata_version_sent):
+            return None
+        effect = self.next_send(link_id, log, now_ms=now_ms)
+        assert isinstance(effect, SendLog), effect
+        return effect
+
     # -- time -------------------------------------------------------------------------------
     def on_tick(self, log: MasterLog, *, now_ms: int) -> list[MasterEffect]:
         """Close silent links; drop SSS members that did not catch up in time."""

@@ -10,9 +10,11 @@
                                     waiting puts
     ha-send-<link>                  ask the core what to send next (a CommitLog batch read from
                                     the store, a heartbeat, metadata) or how long to wait; woken
-                                    by appends and confirm changes
+                                    by appends a put did not ship itself, and by ha-tick after
+                                    confirm changes
     ha-tick                         housekeeping (silent links, SyncStateSet exits), metadata
-                                    version polling
+                                    version polling; wakes the senders at most every
+                                    CONFIRM_WAKE_INTERVAL_MS while the confirm position moves
 
 One condition (`_cond`) guards the core; effects that touch only memory or the store's confirm
 position run under it (so confirm updates are applied in the order the core made them); frames
@@ -34,6 +36,14 @@ accepted is passed in; `on_sync_state_set` hears every change of the local set (
 `accept_sync_state_set` applies the controller's answer. `renew_lease` extends the master lease
 (ha/master_core.py) each time the controller confirms this master; a put reads the clock when
 it is judged, so one that waited through a pause is judged by the lease after it.
+
+The path of one acknowledged put (README, "Where the time of one acknowledged put goes"): the
+put's thread ships its own bytes to every slave with nothing in flight (`_ship_idle`; the
+senders handle the rest: catching up, heartbeats, metadata), and waits on `_put_cond`, a second
+condition on `_cond`'s lock that every Ack notifies: the confirm position needs every member, a
+put only `need` replicas, so under a majority quorum the first slave's ack completes the put
+(waiting for a confirm move made every put wait for the slowest slave). Appends wake only the
+senders, acks only the puts.
 """
 
 from __future__ import annotations
@@ -74,6 +84,9 @@ __all__ = ["MasterService", "quorum_settings"]
 logger = logging.getLogger(__name__)
 
 TICK_INTERVAL_MS = 50
+# While the confirm position moves, the senders re-time their confirm push (the core's
+# CONFIRM_PUSH_DELAY_MS) at most this often, not at every move: `_tick_loop`
+CONFIRM_WAKE_INTERVAL_MS = 5
 ACCEPT_POLL_S = 0.2
 
 
@@ -96,6 +109,10 @@ class _LinkIO:
         self.sock = sock
         self.closed = threading.Event()
         self.threads: list[threading.Thread] = []
+        # held from choosing a link's next bytes to having sent them (by its sender, or a
+        # put shipping its own bytes), so transfers leave in log order; taken before the core
+        # lock, never after it
+        self.ship_lock = threading.Lock()
 
 
 class MasterService:
@@ -144,7 +161,12 @@ class MasterService:
             accepted_sync_state_set=accepted_sync_state_set,
             accepted_sync_state_set_epoch=accepted_sync_state_set_epoch,
             lease_until_ms=lease_until_ms)
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # senders: new bytes to ship
+        self._put_cond = threading.Condition(lock)  # waiting puts: acks, lease, membership
+        self._tick_cond = threading.Condition(lock)  # the tick thread, idle between ticks
+        self._confirm_moved = False  # since the senders last re-timed their confirm push
+        self._tick_idle = False
         self._links: dict[int, _LinkIO] = {}
         self._link_ids = itertools.count(1)
         self.refused_links = 0  # over haConnectionsMax, closed at accept
@@ -176,7 +198,13 @@ class MasterService:
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._cond:
             self._apply_locked(self._core.local_durable(log_position))
-            self._cond.notify_all()  # senders: new data to ship
+            links = list(self._links.values())
+        if need > 1:
+            self._ship_idle(links)
+        else:  # an ASYNC_MASTER's put does not wait for its slaves: the senders ship
+            with self._cond:
+                self._cond.notify_all()
+        with self._put_cond:
             while True:
                 progress = self._core.put_progress(log_position, need, now_ms=_now_ms())
                 if progress is PutProgress.DONE:
@@ -186,14 +214,44 @@ class MasterService:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._stopping.is_set():  # stopping: deposed or shut down
                     return PutStatus.FLUSH_SLAVE_TIMEOUT
-                self._cond.wait(remaining)
+                self._put_cond.wait(remaining)
+
+    def _ship_idle(self, links: list[_LinkIO]) -> None:
+        """Send the new bytes to each link with nothing in flight from this (the put's)
+        thread, and wake the senders of the others. Why: the hand-off to a sender thread
+        (wake it, let it take the GIL) cost ~35 us of a ~1 ms acknowledged put, and woke every
+        sender of the set at once to compete for the GIL (README, "Where the time of one
+        acknowledged put goes"). A link whose sender holds its ship lock is left to it: the
+        sender looks for new bytes again before it waits."""
+        wake = False
+        for link in links:
+            if not link.ship_lock.acquire(blocking=False):
+                wake = True
+                continue
+            try:
+                with self._cond:
+                    effect = self._core.next_send_idle(link.link_id, self._log(),
+                                                       now_ms=_now_ms())
+                if effect is None:
+                    wake = True
+                elif not link.closed.is_set():
+                    try:
+                        self._send_one(link, effect)
+                    except OSError as err:  # as the sender would: its reader sees the end
+                        logger.info("HA link %d: send failed: %s", link.link_id, err)
+                        link.sock.shutdown()
+            finally:
+                link.ship_lock.release()
+        if wake:
+            with self._cond:
+                self._cond.notify_all()
 
     def renew_lease(self, until_ms: int) -> None:
         """The controller named this broker master of its epoch in a reply to a heartbeat
         sent at `until_ms - lease` (monotonic ms): waiting puts are judged again."""
         with self._cond:
             self._core.renew_lease(until_ms)
-            self._cond.notify_all()
+            self._notify_all_locked()
 
     def stats(self) -> MasterStats:
         with self._cond:
@@ -210,7 +268,7 @@ class MasterService:
         `sync_state_set_epoch`; None: the next one)."""
         with self._cond:
             self._apply_locked(self._core.accept_sync_state_set(members, sync_state_set_epoch))
-            self._cond.notify_all()
+            self._notify_all_locked()
 
     def proposing(self, members: tuple[int, ...], sync_state_set_epoch: int) -> None:
         """Controller mode: a proposal is about to leave; its slaves count until a newer set
@@ -247,9 +305,25 @@ class MasterService:
                     self._on_sync_state_set(effect.members)  # must not block: under the lock
             else:
                 later.append(effect)
-        if effects:
-            self._cond.notify_all()
+        if not effects:
+            return later
+        if all(isinstance(effect, ConfirmTo) for effect in effects):
+            # A confirm move alone (every second ack under a majority quorum): the senders
+            # need it only to re-time their confirm push, so the tick thread wakes them once
+            # per CONFIRM_WAKE_INTERVAL_MS instead of at every put (they woke ~2.8 times per
+            # put for nothing, taking the GIL just as the put's thread wrote its reply)
+            self._put_cond.notify_all()
+            self._confirm_moved = True
+            if self._tick_idle:
+                self._tick_cond.notify()
+        else:
+            self._notify_all_locked()
         return later
+
+    def _notify_all_locked(self) -> None:
+        self._cond.notify_all()
+        self._put_cond.notify_all()
+        self._tick_cond.notify_all()
 
     def _send_frames(self, effects: list[MasterEffect]) -> None:
         for effect in effects:
@@ -342,6 +416,7 @@ class MasterService:
                 with self._cond:
                     later = self._apply_locked(self._core.on_frame(
                         link.link_id, frame, self._log(), now_ms=_now_ms()))
+                    self._put_cond.notify_all()  # an ack may complete a put (docstring)
                 self._send_frames(later)
         except (FrameError, LinkClosedError, OSError) as err:
             if not link.closed.is_set():
@@ -351,18 +426,29 @@ class MasterService:
                 link.closed.set()
                 self._links.pop(link.link_id, None)
                 self._apply_locked(self._core.link_closed(link.link_id, now_ms=_now_ms()))
-                self._cond.notify_all()
+                self._notify_all_locked()
             link.sock.close()
 
     def _send_loop(self, link: _LinkIO) -> None:
         try:
             while not link.closed.is_set() and not self._stopping.is_set():
-                with self._cond:
-                    effect = self._core.next_send(link.link_id, self._log(), now_ms=_now_ms())
-                    if isinstance(effect, Wait):
-                        self._cond.wait(effect.wait_ms / 1000.0)
-                        continue
-                self._send_one(link, effect)
+                shipping = link.ship_lock
+                shipping.acquire()
+                try:
+                    with self._cond:
+                        effect = self._core.next_send(link.link_id, self._log(),
+                                                      now_ms=_now_ms())
+                        if isinstance(effect, Wait):
+                            # a put that finds the ship lock taken wakes us under the core lock:
+                            # we hold that lock from next_send into wait(), so none is missed
+                            shipping.release()
+                            shipping = None
+                            self._cond.wait(effect.wait_ms / 1000.0)
+                            continue
+                    self._send_one(link, effect)
+                finally:
+                    if shipping is not None:
+                        shipping.release()
         except OSError as err:
             logger.info("HA link %d: sender stops: %s", link.link_id, err)
             link.sock.shutdown()
@@ -380,11 +466,28 @@ class MasterService:
             raise AssertionError(effect)
 
     def _tick_loop(self) -> None:
-        while not self._stopping.wait(TICK_INTERVAL_MS / 1000.0):
+        """Housekeeping every TICK_INTERVAL_MS; in between, while the confirm position moves,
+        a wake-up of the senders every CONFIRM_WAKE_INTERVAL_MS (the first move after a quiet
+        spell wakes this thread at once, so a lone put's confirm is pushed as before)."""
+        next_tick_ms = _now_ms() + TICK_INTERVAL_MS
+        while not self._stopping.is_set():  # this shell's loop: ends with close()
             now_ms = _now_ms()
-            self._poll_metadata(now_ms)
+            if now_ms >= next_tick_ms:
+                next_tick_ms = now_ms + TICK_INTERVAL_MS
+                self._poll_metadata(now_ms)
+                with self._cond:
+                    self._apply_locked(self._core.on_tick(self._log(), now_ms=now_ms))
             with self._cond:
-                self._apply_locked(self._core.on_tick(self._log(), now_ms=now_ms))
+                wait_ms = next_tick_ms - now_ms
+                if self._confirm_moved:
+                    self._confirm_moved = False
+                    self._cond.notify_all()
+                    wait_ms = min(wait_ms, CONFIRM_WAKE_INTERVAL_MS)
+                else:
+                    self._tick_idle = True
+                if not self._stopping.is_set():
+                    self._tick_cond.wait(max(wait_ms, 1) / 1000.0)
+                self._tick_idle = False
 
     def _poll_metadata(self, now_ms: int) -> None:
         if self._metadata_source is None:
@@ -409,7 +512,7 @@ class MasterService:
         self._server.close()
         with self._cond:
             links = list(self._links.values())
-            self._cond.notify_all()
+            self._notify_all_locked()
         for link in links:
             link.closed.set()
             link.sock.shutdown()

@@ -34,6 +34,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from spark_app.ingest_to_table import IngestPlan, transform
+from spark_app.job_progress import JobProgress
 from spark_app.pipeline_cli import (
     FILTER_PUSHDOWN_CONF,
     UsageError,
@@ -104,12 +105,15 @@ def _body(argv: Sequence[str] | None) -> int:
         writer = frame.write.mode("append")
         if shape.partition_by:
             writer = writer.partitionBy(*shape.partition_by)
-        writer.parquet(args.table)
+        with JobProgress(spark, "backfill"):  # a bar of tasks, on a terminal only
+            writer.parquet(args.table)
         table_rows, skipped = spark.read.parquet(args.table).count(), False
     else:
         committer = DeltaBatchCommitter(args.table, backfill_app_id(args.table, options),
                                         shape.storage_options or None, shape.partition_by)
-        skipped = committer.commit(frame.toArrow(), 0).skipped
+        with JobProgress(spark, "backfill"):  # reading the range is the long part
+            gathered = frame.toArrow()
+        skipped = committer.commit(gathered, 0).skipped
         table_rows = DeltaTable(args.table, storage_options=shape.storage_options or None
                                 ).to_pyarrow_dataset().count_rows()
     print(json.dumps({"skipped": skipped, "table": args.table, "table_rows": table_rows},

@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_app import progress
+from spark_app.job_progress import JobProgress
 from spark_app.pipeline_cli import (
     UsageError,
     key_value,
@@ -126,8 +127,9 @@ def _body(argv: Sequence[str] | None) -> int:
                            body_columns=body_columns)
     options = _sink_options(args)
     if not args.streaming:
-        rows = messages.count()
-        messages.write.format("rocketha").options(**options).mode("append").save()
+        with JobProgress(spark, "files_to_topic"):  # a bar of tasks, on a terminal only
+            rows = messages.count()
+            messages.write.format("rocketha").options(**options).mode("append").save()
         print(json.dumps({"rows": rows, "topic": args.topic, "mode": "batch"}), flush=True)
         return 0
     query = (messages.writeStream.format("rocketha").options(**options)

@@ -275,7 +275,11 @@ class PutReply:
     duplicate: bool = False  # an idempotent batch the broker had already stored
 
     def encode(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self)).encode()
+        # the fields by hand: dataclasses.asdict deep-copies, ~12 us of a single put's reply
+        return json.dumps({
+            "status": self.status, "code": self.code, "queues": self.queues,
+            "row_queue_ids": self.row_queue_ids, "log_position_end": self.log_position_end,
+            "error": self.error, "duplicate": self.duplicate}).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> PutReply:

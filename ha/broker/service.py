@@ -238,14 +238,15 @@ class BrokerService(flight.FlightServerBase):
         except BadBatch as err:
             raise RequestError("BAD_SCHEMA", str(err)) from err
         for chunk in reader:  # bounded by the client's stream; each batch bounded below
-            if chunk.data is None:
+            batch = chunk.data
+            if batch is None:
                 continue
             # Each batch is checked as it arrives, and the first one over a limit ends the
             # stream (the rest is never read). gRPC hands over one IPC message whole: pyarrow
             # offers no hook before that, so one message can still cost its size in memory.
-            self._check_batch_size(chunk.data)
+            self._check_batch_size(batch)
             reply = self.idempotence.put(  # drops batches stored before
-                chunk.data, functools.partial(self._put_batch, topic, chunk.data),
+                batch, functools.partial(self._put_batch, topic, batch),
                 self.replication.settle)
             writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
@@ -261,8 +262,7 @@ class BrokerService(flight.FlightServerBase):
         started_s = time.perf_counter()
         if batch.num_rows == 0:
             return PutReply("MESSAGE_ILLEGAL", code_for("MESSAGE_ILLEGAL"), [], None, -1,
-                            "empty batch")
-        self._check_batch_size(batch)
+                            "empty batch")  # (do_put checked the batch's size)
         try:
             rows = rows_from_batch(batch)
         except BadBatch as err:

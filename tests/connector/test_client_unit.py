@@ -3,6 +3,7 @@ ticket validation (columns included), and error decoding."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 
@@ -57,6 +58,14 @@ def test_put_reply_maps_rows_back_to_queue_offsets() -> None:
     mixed = PutReply("PUT_OK", 0, [[1, 5, 2], [0, 7, 1]], [1, 0, 1], 99)
     assert mixed.row_offsets(3) == [(1, 5), (0, 7), (1, 6)]
     assert PutReply.decode(mixed.encode()) == mixed
+
+
+def test_put_reply_encodes_every_field_as_asdict_would() -> None:
+    """encode() lists the fields by hand (speed): a field added later must not go missing."""
+    for reply in (PutReply("PUT_OK", 0, [[2, 10, 3]], None, 99),
+                  PutReply("FLUSH_SLAVE_TIMEOUT", 7, [], [1, 0], -1, "late", True)):
+        assert json.loads(reply.encode()) == dataclasses.asdict(reply)
+        assert PutReply.decode(reply.encode()) == reply
 
 
 @pytest.mark.parametrize("raw, field", [

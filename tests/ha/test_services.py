@@ -9,6 +9,7 @@ free port and a SlaveService following it, in one process. Puts go through `appe
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ha.config import BrokerRole, HAConfig
-from ha.frames import Ack, MasterHello, SlaveHello, decode_stream, encode_frame
+from ha.frames import Ack, MasterHello, SlaveHello, Transfer, decode_stream, encode_frame
 from ha.master_service import MasterService
 from ha.slave_service import SlaveService
 from storage_engine import Message, MessageStore, PutStatus, StoreConfig
@@ -250,3 +251,129 @@ def test_controller_mode_a_proposal_in_flight_holds_puts_after_its_slave_leaves(
         master.close()
         slave_store.close()
         master_store.close()
+
+
+def test_a_majority_put_completes_on_the_first_ack_while_another_member_lags(
+        tmp_path: Path) -> None:
+    """3 replicas, inSyncReplicas 2: one slave's ack completes the put even while the other,
+    a member of the SyncStateSet that counts as caught up, has not acked it (the confirm
+    position, which needs every member, does not move). Before, that ack woke nobody and the
+    put ended FLUSH_SLAVE_TIMEOUT although the quorum held its bytes. Heartbeats are slow, so
+    the bytes leave only once the put waits in `replicate`, and the ack comes during the wait."""
+    config = ha_config(BrokerRole.SYNC_MASTER, total_replicas=3, in_sync_replicas=2,
+                       heartbeat_interval_ms=30_000, housekeeping_interval_ms=60_000)
+    with MessageStore(tmp_path / "m", STORE, auto_confirm=False) as store:
+        master = MasterService(store, config, broker_id=0, endpoint="h:1").start()
+        slaves = []
+        try:
+            for broker_id in (1, 2):
+                slave = ScriptedSlave(master.listen_port)
+                slaves.append(slave)
+                slave.send(SlaveHello(broker_id, 0, 0, 0, SEGMENT, ()))
+                assert isinstance(slave.receive(), MasterHello)
+                slave.send(Ack(0))
+            wait_for(lambda: master.stats().sync_state_set == (0, 1, 2))
+            plan = master.plan_put()
+            assert plan.need == 2 and not plan.refused
+            result = store.append(Message(topic="T", body=b"majority").as_batch())
+            end = result.log_position_end
+            prompt = slaves[0]  # slaves[1] never acks
+
+            def ack_the_put() -> None:
+                shipped = prompt.receive()
+                while not (isinstance(shipped, Transfer) and shipped.data):
+                    shipped = prompt.receive()
+                prompt.send(Ack(shipped.log_position + len(shipped.data)))
+
+            acker = threading.Thread(target=ack_the_put, daemon=True)
+            acker.start()
+            # a liveness check, not a speed one: the ack must wake the put, which otherwise
+            # sleeps its whole timeout (then finds itself done)
+            statuses: list[PutStatus] = []
+            waiter = threading.Thread(target=lambda: statuses.append(
+                master.replicate(end, plan.need, 120_000)), daemon=True)
+            waiter.start()
+            waiter.join(timeout=20)
+            assert statuses == [PutStatus.PUT_OK], "the first slave's ack did not end the put"
+            acker.join(timeout=5)
+            assert store.confirm_log_position == 0  # not every member holds it yet
+            assert master.stats().sync_state_set == (0, 1, 2)
+        finally:
+            for slave in slaves:
+                slave.close()
+            master.close()
+
+
+def test_concurrent_puts_ship_in_log_order_to_every_slave(tmp_path: Path) -> None:
+    """Puts ship their own bytes to idle slaves while the senders ship the rest: the ship
+    lock must keep each link's transfers in log order (a slave closes a link on a transfer
+    that does not start at its log's end). Several threads put at once into a set of 3;
+    every put is PUT_OK, both slaves end byte-identical to the master over their first link."""
+    config = ha_config(BrokerRole.SYNC_MASTER, total_replicas=3, in_sync_replicas=2)
+    stores = [MessageStore(tmp_path / name, STORE, auto_confirm=False) for name in "mab"]
+    master = MasterService(stores[0], config, broker_id=0, endpoint="h:1").start()
+    slave_conf = ha_config(BrokerRole.SLAVE, master_address=f"127.0.0.1:{master.listen_port}")
+    slaves = [SlaveService(store, slave_conf, broker_id=broker_id).start()
+              for broker_id, store in ((1, stores[1]), (2, stores[2]))]
+    try:
+        wait_for(lambda: master.stats().sync_state_set == (0, 1, 2))
+        for link in list(master._links.values()):  # a put's own sends are slow: a sender
+            send = link.sock.send_transfer  # must wait for them, never overtake them
+
+            def slow_from_puts(transfer: Transfer, data: bytes, send=send) -> None:
+                if not threading.current_thread().name.startswith("ha-send"):
+                    time.sleep(0.002)  # fault injection at the socket, not a wait
+                send(transfer, data)
+
+            link.sock.send_transfer = slow_from_puts  # type: ignore[method-assign]
+        statuses: list[PutStatus] = []
+
+        def producer(thread_id: int) -> None:
+            for index in range(100):
+                statuses.append(put(stores[0], master, b"%d-%d" % (thread_id, index)))
+
+        threads = [threading.Thread(target=producer, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert statuses == [PutStatus.PUT_OK] * 400
+        end = stores[0].end_log_position
+        for slave, store in zip(slaves, stores[1:]):
+            wait_for(lambda store=store: store.end_log_position == end)
+            assert log_bytes(store, end) == log_bytes(stores[0], end)
+            assert slave.links_opened == 1
+    finally:
+        for slave in slaves:
+            slave.close()
+        master.close()
+        for store in stores:
+            store.close()
+
+
+def test_the_confirm_position_reaches_the_slave_without_waiting_for_a_heartbeat(
+        tmp_path: Path) -> None:
+    """The confirm push (the core's CONFIRM_PUSH_DELAY_MS) carries a put's confirm position to
+    the slave long before the next heartbeat (30 s here): for a lone put (the first move after
+    a quiet spell wakes the tick thread at once) and at the end of a run of puts (moves
+    batched: the senders are woken once per CONFIRM_WAKE_INTERVAL_MS, not at every put)."""
+    slow = {"heartbeat_interval_ms": 30_000, "housekeeping_interval_ms": 60_000}
+    stores = [MessageStore(tmp_path / name, STORE, auto_confirm=False) for name in "ms"]
+    master = MasterService(stores[0], ha_config(BrokerRole.SYNC_MASTER, **slow), broker_id=0,
+                           endpoint="h:1").start()
+    slave = SlaveService(stores[1], ha_config(
+        BrokerRole.SLAVE, master_address=f"127.0.0.1:{master.listen_port}", **slow),
+        broker_id=1).start()
+    try:
+        wait_for(lambda: master.stats().sync_state_set == (0, 1))
+        for run_length in (1, 50):
+            statuses = [put(stores[0], master, b"p%03d" % index) for index in range(run_length)]
+            assert statuses == [PutStatus.PUT_OK] * run_length
+            end = stores[0].end_log_position
+            assert stores[0].confirm_log_position == end
+            wait_for(lambda end=end: stores[1].confirm_log_position == end, timeout_s=10)
+    finally:
+        slave.close()
+        master.close()
+        for store in stores:
+            store.close()

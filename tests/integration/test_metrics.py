@@ -38,8 +38,13 @@ def test_metrics_follow_traffic_lag_and_a_failover(tmp_path: Path) -> None:
                 results = producer.send_batch(TOPIC, [{"body": b"m" * 100}] * 10)
                 assert {r.status for r in results} == {"PUT_OK"}
         admin = Admin(config)
-        queues = {q["queue_id"]: q["max_queue_offset"] for q in admin.queue_offsets(TOPIC)}
-        assert sum(queues.values()) == 60
+
+        def readable() -> dict[int, int]:  # acked at the quorum (2 of 3), readable once the
+            # confirm position, held by every SyncStateSet member, covers it (README)
+            return {q["queue_id"]: q["max_queue_offset"] for q in admin.queue_offsets(TOPIC)}
+
+        wait_for(lambda: sum(readable().values()) == 60, 10, "the acked messages readable")
+        queues = readable()
         admin.commit_offset("readers", TOPIC, 0, 1)
         consumer = Consumer(config)
         pulled = sum(consumer.pull(TOPIC, queue_id, 0, max_messages=100).table.num_rows

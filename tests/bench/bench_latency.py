@@ -1,0 +1,113 @@
+"""Single-message publish latency at 3 replicas, rocketha against JetStream R3, same run.
+
+    python3 build.py bench latency [--json] [--rounds R] [--sends N] [--no-peer]
+
+Method: one rocketha set of 3 (`rocketha-cluster up`, one controller, inSyncReplicas=2 with
+degradation, ASYNC_FLUSH: an ack means the master and one slave hold the bytes) and one
+3-node NATS JetStream cluster (R3 stream, file storage, default sync: an ack means a majority
+stored it), both from tests/bench/bench_peers.py. The two take turns, R rounds of N sends
+each, one message in flight: `Producer.send` (one 100 B message, one round trip) against
+nats-py's `js.publish`. Each round gives a p50 and a p99 per system; the figures are the
+medians over the rounds, so a burst of load from the other jobs on this shared machine moves
+one round, not the result. The load average is printed with each round.
+
+Why this and not `bench peers`: the same latency row, in about a minute instead of ten, for
+measuring a change to the put path before and after (README, "Where the time of one
+acknowledged put goes"). With --json the last line holds `latency_p50_ratio` and
+`latency_p99_ratio` (ours / theirs; lower is better, the goal is p50 <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from tests.bench import bench_peers as peers
+
+BODY_BYTES = 100
+WARM_UP_SENDS = 200
+
+
+def _percentile_ms(samples_s: list[float], fraction: float) -> float:
+    ordered = sorted(samples_s)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000.0
+
+
+def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    ours = peers.RocketHACluster(work / "rocketha", 3, "ASYNC_FLUSH")
+    theirs = None
+    figures: dict[str, list[float]] = {}
+    try:
+        ours.start()
+        config = ours.config()
+        peers.Admin(config).create_topic("latency", queues=peers.QUEUES)
+        peers.rh_latency(config, "latency", WARM_UP_SENDS)
+        if with_peer:
+            theirs = peers.NatsCluster(peers.ensure_peer_tools(), work / "nats",
+                                       sync_always=False).start()
+            asyncio.run(peers.nats_ready(theirs.servers))
+            asyncio.run(peers.nats_stream(theirs.servers, "LATENCY", 3))
+            asyncio.run(peers.nats_latency(theirs.servers, "LATENCY", WARM_UP_SENDS))
+        for index in range(rounds):
+            samples = {"rocketha": peers.rh_latency(config, "latency", sends)}
+            if theirs is not None:
+                samples["jetstream"] = asyncio.run(
+                    peers.nats_latency(theirs.servers, "LATENCY", sends))
+            line = [f"round {index + 1}/{rounds}, load {os.getloadavg()[0]:.1f}:"]
+            for system, values in samples.items():
+                for name, fraction in (("p50", 0.5), ("p99", 0.99)):
+                    figures.setdefault(f"{system}_latency_{name}_ms", []).append(
+                        _percentile_ms(values, fraction))
+                line.append(f"{system} p50 {figures[f'{system}_latency_p50_ms'][-1]:.3f} / "
+                            f"p99 {figures[f'{system}_latency_p99_ms'][-1]:.3f} ms")
+            print("  ".join(line), flush=True)
+    finally:
+        if theirs is not None:
+            theirs.stop()
+        ours.stop()
+    result: dict[str, Any] = {name: round(statistics.median(values), 4)
+                              for name, values in figures.items()}
+    result.update(rounds=rounds, sends_per_round=sends, body_bytes=BODY_BYTES,
+                  machine=peers.machine())
+    if with_peer:
+        for name in ("p50", "p99"):
+            result[f"latency_{name}_ratio"] = round(
+                result[f"rocketha_latency_{name}_ms"] / result[f"jetstream_latency_{name}_ms"], 3)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="last line: the figures as JSON")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sends", type=int, default=1000, help="sends per round and system")
+    parser.add_argument("--no-peer", action="store_true", help="rocketha only (no NATS)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.sends < 10:
+        parser.error("--rounds >= 1 and --sends >= 10")
+    result = run(args.rounds, args.sends, not args.no_peer)
+    summary = (f"median of {args.rounds} rounds: rocketha p50 "
+               f"{result['rocketha_latency_p50_ms']:.3f} / p99 "
+               f"{result['rocketha_latency_p99_ms']:.3f} ms")
+    if not args.no_peer:
+        summary += (f"; JetStream R3 p50 {result['jetstream_latency_p50_ms']:.3f} / p99 "
+                    f"{result['jetstream_latency_p99_ms']:.3f} ms; ratio p50 "
+                    f"{result['latency_p50_ratio']:.2f}, p99 {result['latency_p99_ratio']:.2f}")
+    print(summary, flush=True)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
