@@ -102,7 +102,7 @@ def main() -> int:
     BODY_BYTES = args.body_bytes
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
         directory = Path(tmp)
-        _cluster(directory, "up", "--controllers", "1", "--replicas", "3")
+        _cluster(directory, "up", "--controllers", "1", "--replicas", "3", "--insecure")
         try:
             figures = _bench(directory, args)
         finally:

@@ -135,7 +135,7 @@ class ProducerWorker(_Worker):
             self.history.add(self.process, "info", "send", value=value, error=err.name)
             return
         if result.status == "PUT_OK":
-            replica_set = self._channel._set_of_member.get(self._endpoint)
+            replica_set = self._channel._routes.set_of_member.get(self._endpoint)
             self.history.add(self.process, "ok", "send", value=value, queue=result.queue_id,
                              offset=result.queue_offset, set=replica_set,
                              duplicate=result.queue_id < 0)

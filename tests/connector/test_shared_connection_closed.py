@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from connector import Admin, ClientConfig, Consumer
 from connector.client import _connection
+from connector.protocol.tls import NO_TLS
 
 
 def test_admin_call_on_a_connection_closed_by_another_thread_is_retried(broker) -> None:  # type: ignore[no-untyped-def]
     config = ClientConfig(brokers=(broker.endpoint,), retries_max=3, request_timeout_ms=3000)
     Admin(config).create_topic("closed-conn", queues=1)
-    _connection(broker.endpoint).close()  # what _drop_connection in another thread does
+    _connection(broker.endpoint, NO_TLS).close()  # what _drop_connection in another thread does
     assert Admin(config).broker_info()["broker_name"]
-    _connection(broker.endpoint).close()
+    _connection(broker.endpoint, NO_TLS).close()
     result = Consumer(config).pull("closed-conn", 0, 0, max_messages=1)
     assert result.table.num_rows == 0
