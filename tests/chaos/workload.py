@@ -105,8 +105,8 @@ class ProducerWorker(_Worker):
 
     def _run(self) -> None:
         producer = Producer(self.config, idempotent=True)
-        channel = producer._channel
-        channel._broker_index = self.index  # start at the index-th master (docstring)
+        channel = producer._channel  # send_batch's synchronous channel (not the lanes)
+        producer._routes.broker_index = self.index  # start at the index-th master (docstring)
         pinned = channel._pinned
 
         def watched(endpoint: str, home: list[str]) -> str:
@@ -130,7 +130,10 @@ class ProducerWorker(_Worker):
         self.history.add(self.process, "invoke", "send", value=value, key=key, tags=tags,
                          idempotent=True)
         try:
-            result = producer.send(TOPIC, value.encode(), key=key, tags=tags)
+            # send_batch of one row: the synchronous channel, whose attempts `watched` sees
+            # (Producer.send goes through the asynchronous lanes, one channel per lane)
+            [result] = producer.send_batch(TOPIC, [{"body": value.encode(), "key": key,
+                                                    "tags": tags}])
         except RocketHAError as err:
             self.history.add(self.process, "info", "send", value=value, error=err.name)
             return
