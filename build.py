@@ -49,6 +49,7 @@ BENCHES = {
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
+    "security": "tests/bench/bench_security.py",
 }
 
 

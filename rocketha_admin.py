@@ -3,6 +3,12 @@
     rocketha-admin --controller 'H:P;H:P' <topic|produce|consume|offsets|group|broker> ...
     rocketha-admin --broker HOST:PORT     <topic|produce|consume|offsets|group|broker> ...
     rocketha-admin --controller 'H:P;H:P' <status|cluster|replica|elect|clean|routes> ...
+    rocketha-admin --client-config DIR/client.properties <any of the above> ...
+
+`--client-config FILE` (like Kafka's --command-config): a client.properties, as
+`rocketha-cluster up` writes one; its controllerAddr is used when neither --broker nor
+--controller is given, and its tls.client.* settings for every connection (a secure cluster
+answers nothing without them).
 
 The data commands (connector/admin_cli.py) work against one broker (`--broker`) or, through the
 controllers (`--controller`, the name service like `mqadmin -n`), against the current master
@@ -22,12 +28,21 @@ import sys
 
 from pyarrow import flight
 
+from connector.protocol.tls import (
+    NO_TLS,
+    ClientTLS,
+    TLSConfigError,
+    client_tls_from_properties,
+    connect_flight,
+    read_properties,
+)
+
 __all__ = ["main"]
 
 CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes"})
 DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
 PROBE_TIMEOUT_S = 5.0
-USAGE = """usage: rocketha-admin --controller 'H:P[;H:P...]' {topic,produce,consume,offsets,group,broker} ...
+USAGE = """usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' {topic,produce,consume,offsets,group,broker} ...
        rocketha-admin --broker HOST:PORT {topic,produce,consume,offsets,group,broker} ...
        rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes} ...
 (add -h after a command for its options)"""
@@ -47,18 +62,18 @@ def _command(argv: list[str]) -> str | None:
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--broker", "--controller", "--timeout-s"):
+        elif arg in ("--broker", "--controller", "--timeout-s", "--client-config"):
             skip = True
         elif not arg.startswith("-"):
             return arg
     return None
 
 
-def probe(address: str, expected: str) -> str | None:
+def probe(address: str, expected: str, tls: ClientTLS = NO_TLS) -> str | None:
     """None when `address` is a live `expected` ("broker" or "controller"), else the problem
     in one line."""
     action = "broker_info" if expected == "broker" else "controller_status"
-    client = flight.FlightClient(f"grpc://{address}")
+    client = connect_flight(address, tls)
     try:
         results = list(client.do_action(flight.Action(action, b"{}"),
                                         flight.FlightCallOptions(timeout=PROBE_TIMEOUT_S)))
@@ -69,6 +84,11 @@ def probe(address: str, expected: str) -> str | None:
         if "UNKNOWN_ACTION" in text:
             other = "controller" if expected == "broker" else "broker"
             return (f"{address} is a {other}, not a {expected}: use --{other} {address}")
+        if "socket closed" in text.lower():  # a TLS endpoint refusing plaintext or no cert
+            hint = "its certificates" if tls.enabled else "--client-config FILE"
+            return (f"{expected} {address} closed the connection at once: it requires TLS "
+                    f"and a client certificate (check {hint}; rocketha-cluster up writes "
+                    "DIR/client.properties)")
         if "refused" in text.lower() or "failed to connect" in text.lower():
             return f"cannot connect to {expected} {address}: connection refused"
         if isinstance(err, flight.FlightTimedOutError) or "deadline" in text.lower():
@@ -86,6 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     if args in (["-h"], ["--help"]) or not args:
         print(f"{USAGE}\n\n{__doc__}")
         return 0 if args else 2
+    tls = NO_TLS
+    client_config = _option(args, "--client-config")
+    if client_config is not None:
+        try:
+            properties = read_properties(client_config)
+            tls = client_tls_from_properties(properties)
+        except (OSError, TLSConfigError) as err:
+            print(f"rocketha-admin: --client-config {client_config}: {err}", file=sys.stderr)
+            return 2
+        if broker is None and controller is None and properties.get("controllerAddr"):
+            controller = properties["controllerAddr"]
+            args = ["--controller", controller, *args]
     if broker is not None and controller is not None:
         print(f"rocketha-admin: give --broker or --controller, not both\n{USAGE}",
               file=sys.stderr)
@@ -100,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         DATA_COMMANDS | CONTROLLER_COMMANDS)
     if controller is not None:
         addresses = [a.strip() for a in controller.replace(",", ";").split(";") if a.strip()]
-        problems = [probe(address, "controller") for address in addresses] \
+        problems = [probe(address, "controller", tls) for address in addresses] \
             if addresses and not help_asked and command != "status" else []
         if problems and all(problems):
             print(f"rocketha-admin: {problems[0]}", file=sys.stderr)
@@ -109,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             from controller.admin import main as controller_main
             return controller_main(args, prog="rocketha-admin")
     elif broker is not None and not help_asked:
-        problem = probe(broker, "broker")
+        problem = probe(broker, "broker", tls)
         if problem:
             print(f"rocketha-admin: {problem}", file=sys.stderr)
             return 2

@@ -33,8 +33,10 @@ from typing import Any
 from connector.admin_data import consume, produce
 from connector.admin_output import Output, fail
 from connector.admin_target import Target
+from connector.client import ClientConfig
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
+from connector.protocol.tls import NO_TLS
 
 __all__ = ["build_parser", "main"]
 
@@ -52,10 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     # the output and --broker-name options go after the command (argparse lets a subcommand's
     # defaults override the same option given before it)
     parser = argparse.ArgumentParser(prog="rocketha-admin", description=__doc__.splitlines()[0])
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--broker", help="HOST:PORT of one broker")
     where.add_argument("--controller", help="the controllers' client endpoints, ';'-separated")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per call")
+    parser.add_argument("--client-config", metavar="FILE", default=None,
+                        help="client.properties: controllerAddr (when neither --broker nor "
+                        "--controller is given) and the tls.client.* settings")
     commands = parser.add_subparsers(dest="command", required=True)
     _topic_parser(commands, common)
     _data_parsers(commands, common)
@@ -112,7 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
-    target = Target(args.broker, args.controller, int(args.timeout_s * 1000), args.broker_name)
+    tls = NO_TLS
+    if args.client_config is not None:
+        try:
+            config = ClientConfig.from_properties(args.client_config)
+        except ValueError as err:
+            parser.error(str(err))
+        tls = config.tls
+        if args.broker is None and args.controller is None:
+            args.controller = config.controller
+            args.broker = config.brokers[0] if config.brokers and not config.controller \
+                else None
+    if args.broker is None and args.controller is None:
+        parser.error("one of --broker, --controller or --client-config is required")
+    target = Target(args.broker, args.controller, int(args.timeout_s * 1000), args.broker_name,
+                    tls)
     out = Output(args.output or "table")
     try:
         return _dispatch(parser, args, target, out)

@@ -9,8 +9,11 @@ connector.protocol.errors) is retried after `Backoff.delay_ms(attempt)` while at
 the deadline has not passed; with several brokers, an unordered send moves to the next broker
 when one is unreachable or answers NOT_MASTER. With `ClientConfig(controller=...)` the brokers
 are the alive masters the controller names (its `cluster_list`), fetched again after NOT_MASTER
-or a broken connection, so clients follow a failover. Non-retriable put statuses
-(MESSAGE_ILLEGAL...) come back as results; request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...)
+or a broken connection, so clients follow a failover. TLS: `tls_trust_cert_path` (the cluster
+CA) turns it on for every connection, `tls_cert_path`/`tls_key_path` add a client certificate
+(brokers and controllers that require one); `ClientConfig.from_properties(path)` reads them
+from a client.properties (`rocketha-cluster up` writes `<dir>/client.properties`).
+Non-retriable put statuses (MESSAGE_ILLEGAL...) come back as results; request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...)
 raise `FatalError`.
 """
 
@@ -60,6 +63,14 @@ from connector.protocol import (
     produce_descriptor_command,
     status_for,
 )
+from connector.protocol.tls import (
+    NO_TLS,
+    ClientTLS,
+    TLSConfigError,
+    client_tls_from_properties,
+    connect_flight,
+    read_properties,
+)
 
 __all__ = [
     "CONTROLLER_REDIRECTS_MAX",
@@ -99,6 +110,12 @@ class ClientConfig:
     # (connector/master_watch.py).
     master_check_interval_ms: int = 200
     master_check_after_ms: int = 1000  # ... once a reply is this late (then every interval)
+    # TLS (README "Transport security"): the CA that signs the servers' certificates (set:
+    # TLS on), and this client's certificate and key (servers with need.client.auth=require)
+    tls_trust_cert_path: str = ""
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    # (the authentication work adds the access key settings here)
 
     def __post_init__(self) -> None:
         if isinstance(self.brokers, str):
@@ -117,6 +134,32 @@ class ClientConfig:
                 raise ValueError(f"ClientConfig.{name} must be > 0")
         if self.retries_max < 0:
             raise ValueError("ClientConfig.retries_max must be >= 0")
+        if bool(self.tls_cert_path) != bool(self.tls_key_path):
+            raise ValueError("ClientConfig.tls_cert_path and tls_key_path go together")
+        if self.tls_cert_path and not self.tls_trust_cert_path:
+            raise ValueError("ClientConfig.tls_trust_cert_path is required with tls_cert_path")
+
+    @property
+    def tls(self) -> ClientTLS:
+        return ClientTLS(self.tls_trust_cert_path, self.tls_cert_path, self.tls_key_path)
+
+    @classmethod
+    def from_properties(cls, path: str | os.PathLike[str], **overrides: Any) -> ClientConfig:
+        """A client from a client.properties file: `controllerAddr` (host:port[;...]) or
+        `brokerAddr` (host:port[,...]), and `tls.client.trustCertPath` / `certPath` /
+        `keyPath`. `overrides` set any other field. Raises ValueError naming the key."""
+        try:
+            properties = read_properties(path)
+            tls = client_tls_from_properties(properties)
+        except (OSError, TLSConfigError) as err:
+            raise ValueError(f"client config {path}: {err}") from err
+        values: dict[str, Any] = {"tls_trust_cert_path": tls.trust_cert_path,
+                                  "tls_cert_path": tls.cert_path, "tls_key_path": tls.key_path}
+        if properties.get("controllerAddr"):
+            values["controller"] = properties["controllerAddr"]
+        if properties.get("brokerAddr"):
+            values["brokers"] = properties["brokerAddr"]
+        return cls(**{**values, **overrides})
 
 
 def controller_addresses(controller: str | None) -> tuple[str, ...]:
@@ -128,7 +171,8 @@ def controller_addresses(controller: str | None) -> tuple[str, ...]:
 CONTROLLER_REDIRECTS_MAX = 3  # NOT_LEADER hops followed per configured controller address
 
 
-def controller_cluster_list(controller: str, timeout_ms: int) -> dict[str, Any]:
+def controller_cluster_list(controller: str, timeout_ms: int,
+                            tls: ClientTLS = NO_TLS) -> dict[str, Any]:
     """The controller group's `cluster_list` reply (any node answers or names its leader:
     NOT_LEADER + leader_address, followed at most CONTROLLER_REDIRECTS_MAX times per
     address). Raises RetriableError SERVICE_NOT_AVAILABLE when no controller answers."""
@@ -139,7 +183,7 @@ def controller_cluster_list(controller: str, timeout_ms: int) -> dict[str, Any]:
             if address is None:
                 break
             try:
-                reply = _controller_call(address, "cluster_list", timeout_ms)
+                reply = _controller_call(address, "cluster_list", timeout_ms, tls)
             except (flight.FlightError, OSError, ValueError) as err:
                 failures.append(f"{address}: {err}")
                 break
@@ -153,9 +197,10 @@ def controller_cluster_list(controller: str, timeout_ms: int) -> dict[str, Any]:
                          + "; ".join(failures[-4:]) + ")")
 
 
-def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, Any]:
+def _controller_call(address: str, action: str, timeout_ms: int,
+                     tls: ClientTLS = NO_TLS) -> dict[str, Any]:
     """One DoAction JSON call to a controller's client endpoint; the reply is one object."""
-    client = flight.FlightClient(f"grpc://{address}")
+    client = connect_flight(address, tls)
     try:
         options = flight.FlightCallOptions(timeout=timeout_ms / 1000.0)
         results = list(client.do_action(flight.Action(action, b"{}"), options))
@@ -169,9 +214,10 @@ def _controller_call(address: str, action: str, timeout_ms: int) -> dict[str, An
         client.close()
 
 
-def controller_masters(controller: str, timeout_ms: int) -> tuple[str, ...]:
+def controller_masters(controller: str, timeout_ms: int,
+                       tls: ClientTLS = NO_TLS) -> tuple[str, ...]:
     """The alive masters of every replica set the controller knows, by brokerName."""
-    return _masters_of(controller_cluster_list(controller, timeout_ms), controller)
+    return _masters_of(controller_cluster_list(controller, timeout_ms, tls), controller)
 
 
 def _alive_masters(cluster: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -204,12 +250,12 @@ def alive_members(status: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(address for _, address in members)
 
 
-def controller_members(controller: str, timeout_ms: int, broker_name: str | None
-                       ) -> tuple[str, ...]:
+def controller_members(controller: str, timeout_ms: int, broker_name: str | None,
+                       tls: ClientTLS = NO_TLS) -> tuple[str, ...]:
     """The alive members of one replica set, its master first (when it has an alive one):
     where a consumer reads, on from a slave while the set has no master. `broker_name` None
     names the only replica set; with several, the consumer must say which (FatalError)."""
-    sets = controller_cluster_list(controller, timeout_ms).get("replica_sets", [])
+    sets = controller_cluster_list(controller, timeout_ms, tls).get("replica_sets", [])
     names = sorted(str(status["replica"]["broker_name"]) for status in sets)
     if broker_name is None and len(names) > 1:
         raise FatalError(status_for("BAD_REQUEST"), f"controller {controller}: "
@@ -254,26 +300,26 @@ class PullResult:
 
 
 # -- connections: lazily opened, cached per process --------------------------------------------
-_CONNECTIONS: dict[str, flight.FlightClient] = {}
+_CONNECTIONS: dict[tuple[str, ClientTLS], flight.FlightClient] = {}
 _CONNECTIONS_PID = os.getpid()
 _CONNECTIONS_LOCK = threading.Lock()
 
 
-def _connection(endpoint: str) -> flight.FlightClient:
+def _connection(endpoint: str, tls: ClientTLS) -> flight.FlightClient:
     global _CONNECTIONS_PID
     with _CONNECTIONS_LOCK:
         if _CONNECTIONS_PID != os.getpid():  # forked: the parent's channels are not ours
             _CONNECTIONS.clear()
             _CONNECTIONS_PID = os.getpid()
-        client = _CONNECTIONS.get(endpoint)
+        client = _CONNECTIONS.get((endpoint, tls))
         if client is None:
-            client = _CONNECTIONS[endpoint] = flight.FlightClient(f"grpc://{endpoint}")
+            client = _CONNECTIONS[(endpoint, tls)] = connect_flight(endpoint, tls)
         return client
 
 
-def _drop_connection(endpoint: str) -> None:
+def _drop_connection(endpoint: str, tls: ClientTLS) -> None:
     with _CONNECTIONS_LOCK:
-        client = _CONNECTIONS.pop(endpoint, None)
+        client = _CONNECTIONS.pop((endpoint, tls), None)
     if client is not None:
         try:
             client.close()
@@ -316,10 +362,10 @@ class _Base:
         return self._endpoints[self._broker_index % len(self._endpoints)]
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
-        return controller_masters(controller, self.config.request_timeout_ms)
+        return controller_masters(controller, self.config.request_timeout_ms, self.config.tls)
 
     def _refresh_route(self, endpoint: str) -> None:
-        _drop_connection(endpoint)
+        _drop_connection(endpoint, self.config.tls)
         self._broker_index += 1
         if self.config.controller is not None:
             self._routes_stale = True
@@ -358,8 +404,8 @@ class Admin(_Base):
         payload = json.dumps(dict(body or {})).encode()
 
         def call(endpoint: str) -> dict[str, Any]:
-            results = list(_connection(endpoint).do_action(flight.Action(kind, payload),
-                                                           self._options()))
+            results = list(_connection(endpoint, self.config.tls).do_action(
+                flight.Action(kind, payload), self._options()))
             return json.loads(results[0].body.to_pybytes())
 
         return self._retry(call, f"action {kind}")
@@ -487,7 +533,8 @@ class _PutChannel(_Base):
         return reply
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
-        cluster = controller_cluster_list(controller, self.config.request_timeout_ms)
+        cluster = controller_cluster_list(controller, self.config.request_timeout_ms,
+                                          self.config.tls)
         self._set_of_member = {str(member["broker_address"]): str(status["replica"]
                                                                   ["broker_name"])
                                for status in cluster.get("replica_sets", [])
@@ -578,7 +625,8 @@ class _PutChannel(_Base):
         assert self.config.controller is not None
         try:
             cluster = controller_cluster_list(self.config.controller,
-                                              self.config.master_check_interval_ms)
+                                              self.config.master_check_interval_ms,
+                                              self.config.tls)
         except RetriableError:
             return None
         replacement = replacement_of(cluster, endpoint)
@@ -603,7 +651,7 @@ class _PutChannel(_Base):
             self._close_stream(topic, schema)
         timeout_s = self.config.request_timeout_ms / 1000.0
         descriptor = flight.FlightDescriptor.for_command(produce_descriptor_command(topic))
-        writer, reader = _connection(endpoint).do_put(
+        writer, reader = _connection(endpoint, self.config.tls).do_put(
             descriptor, schema, flight.FlightCallOptions(timeout=2 * timeout_s))
         stream = self._streams[key] = _Stream(endpoint, schema, writer, reader,
                                               now_s + timeout_s)
@@ -945,7 +993,8 @@ class Consumer(_Base):
         self.broker_name = broker_name
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
-        return controller_members(controller, self.config.request_timeout_ms, self.broker_name)
+        return controller_members(controller, self.config.request_timeout_ms, self.broker_name,
+                                  self.config.tls)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, *, max_messages: int = 1024,
              max_bytes: int = 8 << 20, tag_filter: str | None = None,
@@ -958,7 +1007,7 @@ class Consumer(_Base):
         timeout_s = (self.config.request_timeout_ms + max_wait_ms) / 1000.0
 
         def call(endpoint: str) -> PullResult:
-            reader = _connection(endpoint).do_get(
+            reader = _connection(endpoint, self.config.tls).do_get(
                 flight.Ticket(ticket.encode()), flight.FlightCallOptions(timeout=timeout_s))
             batches, reply = [], None
             for chunk in reader:

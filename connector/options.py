@@ -8,7 +8,9 @@ typo never silently falls back to a default.
 Keys are matched case-insensitively (Spark hands them over lower-cased in a CaseInsensitiveDict);
 the canonical spellings are the constants below.
 
-    where:     brokers | controller
+    where:     brokers | controller, and/or clientConfig (a client.properties: its
+               controllerAddr/brokerAddr when neither option is given, and its tls.client.*
+               settings; the files it names must be readable on every executor)
     what:      subscribe | subscribePattern | assign                      (exactly one)
     from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp, endingOffsets
     how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions
@@ -35,11 +37,19 @@ from connector.offsets import (
     parse_queue_key,
 )
 from connector.protocol import CODES
+from connector.protocol.tls import (
+    NO_TLS,
+    ClientTLS,
+    TLSConfigError,
+    client_tls_from_properties,
+    read_properties,
+)
 
 __all__ = [
     "ACCEPT_STATUSES",
     "ASSIGN",
     "BROKERS",
+    "CLIENT_CONFIG",
     "COLUMNS",
     "CONTROLLER",
     "ENDING_OFFSETS",
@@ -78,6 +88,7 @@ __all__ = [
 
 BROKERS = "brokers"
 CONTROLLER = "controller"
+CLIENT_CONFIG = "clientConfig"
 REQUEST_TIMEOUT_MS = "requestTimeoutMs"
 SUBSCRIBE = "subscribe"
 SUBSCRIBE_PATTERN = "subscribePattern"
@@ -113,7 +124,7 @@ INCLUDE_PROPERTIES = "includeProperties"
 INCLUDE_METADATA = "includeMetadata"
 COLUMNS = "columns"
 
-_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS)
+_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG)
 READ_OPTIONS = frozenset(_COMMON + (
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
@@ -164,6 +175,7 @@ class SourceOptions:
     tier_storage_options: tuple[tuple[str, str], ...] = dataclasses.field(default=(),
                                                                            repr=False)
     columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
+    tls: ClientTLS = NO_TLS  # from clientConfig (file paths only: picklable, no secret)
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -184,6 +196,7 @@ class SinkOptions:
     exactly_once: bool
     write_batch_rows: int
     write_batch_bytes: int
+    tls: ClientTLS = NO_TLS  # from clientConfig
 
 
 def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
@@ -243,6 +256,25 @@ def _name(name: str, value: str) -> str:
         raise OptionError(f"option {name}: {value!r} must match ^[%|a-zA-Z0-9_-]+$ "
                           f"(at most 127 characters)")
     return value
+
+
+def _client_config(values: dict[str, str]) -> ClientTLS:
+    """The clientConfig file's TLS settings; its addresses fill brokers/controller in
+    `values` when neither option names any."""
+    path = values.get(CLIENT_CONFIG)
+    if path is None:
+        return NO_TLS
+    try:
+        properties = read_properties(path.strip())
+        tls = client_tls_from_properties(properties)
+    except (OSError, TLSConfigError) as err:
+        raise OptionError(f"option {CLIENT_CONFIG}: {path!r}: {err}") from err
+    if BROKERS not in values and CONTROLLER not in values:
+        if properties.get("controllerAddr"):
+            values[CONTROLLER] = properties["controllerAddr"]
+        elif properties.get("brokerAddr"):
+            values[BROKERS] = properties["brokerAddr"]
+    return tls
 
 
 def _endpoints(values: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
@@ -339,6 +371,7 @@ def _assign(text: str) -> TopicOffsets:
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate reader options; raises OptionError naming the option."""
     values = _normalize(options, READ_OPTIONS)
+    tls = _client_config(values)
     brokers, controller = _endpoints(values)
     subscribe, pattern, assign = _subscription(values)
     by_timestamp = None
@@ -362,7 +395,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=_starting(values), starting_by_timestamp=by_timestamp,
         starting_timestamp_ms=starting_timestamp, ending=_ending(values),
-        fail_on_data_loss=_bool(values, FAIL_ON_DATA_LOSS, True),
+        fail_on_data_loss=_bool(values, FAIL_ON_DATA_LOSS, True), tls=tls,
         max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay_ms=_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
         min_partitions=_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
@@ -436,6 +469,7 @@ def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str]
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate writer options; raises OptionError naming the option."""
     values = _normalize(options, WRITE_OPTIONS)
+    tls = _client_config(values)
     brokers, controller = _endpoints(values)
     topic = values.get(TOPIC)
     statuses_text = values.get(ACCEPT_STATUSES, "PUT_OK")
@@ -454,4 +488,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         write_batch_rows=_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
         write_batch_bytes=_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
                                64 << 20),
+        tls=tls,
     )

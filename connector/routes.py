@@ -48,6 +48,7 @@ from connector.client import (
 )
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
+from connector.protocol.tls import NO_TLS, ClientTLS
 
 __all__ = [
     "ControllerRoutes",
@@ -82,18 +83,23 @@ class RouteProvider(Protocol):
     def replica_sets(self) -> tuple[ReplicaSet, ...]: ...
 
 
-def client_config(endpoints: Sequence[str], request_timeout_ms: int) -> ClientConfig:
+def client_config(endpoints: Sequence[str], request_timeout_ms: int,
+                  tls: ClientTLS = NO_TLS) -> ClientConfig:
     """A client for one replica set: calls give up after a few request timeouts."""
     return ClientConfig(brokers=tuple(endpoints), request_timeout_ms=request_timeout_ms,
-                        send_deadline_ms=3 * request_timeout_ms)
+                        send_deadline_ms=3 * request_timeout_ms,
+                        tls_trust_cert_path=tls.trust_cert_path, tls_cert_path=tls.cert_path,
+                        tls_key_path=tls.key_path)
 
 
 class StaticRoutes:
     """Replica sets from fixed endpoints (the `brokers` option)."""
 
-    def __init__(self, brokers: Sequence[str], request_timeout_ms: int) -> None:
+    def __init__(self, brokers: Sequence[str], request_timeout_ms: int,
+                 tls: ClientTLS = NO_TLS) -> None:
         self._brokers = tuple(brokers)
         self._request_timeout_ms = request_timeout_ms
+        self._tls = tls
 
     def replica_sets(self) -> tuple[ReplicaSet, ...]:
         """Endpoints that answer, grouped by brokerName; one that does not answer within the
@@ -103,7 +109,8 @@ class StaticRoutes:
         failures = []
         for endpoint in self._brokers:
             try:
-                config = dataclasses.replace(client_config([endpoint], self._request_timeout_ms),
+                config = dataclasses.replace(client_config([endpoint], self._request_timeout_ms,
+                                                           self._tls),
                                              send_deadline_ms=2 * self._request_timeout_ms)
                 info = Admin(config).broker_info()
             except RocketHAError as err:
@@ -130,7 +137,9 @@ class ControllerRoutes:
     member is left out with a warning; no controller answering raises RoutesUnavailableError.
     """
 
-    def __init__(self, controller: str, request_timeout_ms: int) -> None:
+    def __init__(self, controller: str, request_timeout_ms: int,
+                 tls: ClientTLS = NO_TLS) -> None:
+        self._tls = tls
         self._addresses = controller_addresses(controller)
         if not self._addresses:
             raise RoutesUnavailableError(f"option controller={controller!r} names no HOST:PORT")
@@ -155,22 +164,23 @@ class ControllerRoutes:
 
     def _cluster_list(self) -> dict[str, Any]:
         try:
-            return controller_cluster_list(",".join(self._addresses), self._request_timeout_ms)
+            return controller_cluster_list(",".join(self._addresses), self._request_timeout_ms,
+                                           self._tls)
         except RocketHAError as err:
             raise RoutesUnavailableError(f"option controller: {err.message}") from err
 
 
 def route_provider(brokers: Sequence[str], controller: str | None,
-                   request_timeout_ms: int) -> RouteProvider:
+                   request_timeout_ms: int, tls: ClientTLS = NO_TLS) -> RouteProvider:
     if controller is not None:
-        return ControllerRoutes(controller, request_timeout_ms)
-    return StaticRoutes(brokers, request_timeout_ms)
+        return ControllerRoutes(controller, request_timeout_ms, tls)
+    return StaticRoutes(brokers, request_timeout_ms, tls)
 
 
-def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int
-                       ) -> dict[str, tuple[int, int]]:
+def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int,
+                       tls: ClientTLS = NO_TLS) -> dict[str, tuple[int, int]]:
     """topic -> (read_queue_nums, write_queue_nums) on one replica set."""
-    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms))
+    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls))
     try:
         topics = admin.list_topics()
     except RocketHAError as err:
@@ -181,11 +191,11 @@ def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int
             for topic in topics}
 
 
-def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int
-                 ) -> list[QueueBounds]:
+def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int,
+                 tls: ClientTLS = NO_TLS) -> list[QueueBounds]:
     """Min and max queue offsets of every readable queue of `topic` on one replica set, from
     its master, or from the next member that answers when the master does not (failover)."""
-    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms))
+    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls))
     queues = admin.queue_offsets(topic)
     from_master = admin.endpoint == replica_set.endpoints[0]  # the member that answered
     if not from_master:

@@ -26,6 +26,7 @@ from typing import Any
 from pyarrow import flight
 
 from controller.admin_tables import print_reply
+from controller.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
 
 __all__ = ["main"]
 
@@ -33,8 +34,9 @@ REDIRECTS_MAX = 16
 RETRY_INTERVAL_S = 0.1
 
 
-def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    client = flight.FlightClient(f"grpc://{endpoint}")
+def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float,
+          tls: ClientTLS = NO_TLS) -> dict[str, Any]:
+    client = connect_flight(endpoint, tls)
     try:
         options = flight.FlightCallOptions(timeout=timeout_s)
         results = list(client.do_action(flight.Action(action, json.dumps(body).encode()),
@@ -45,7 +47,7 @@ def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float) ->
 
 
 def call_leader(addresses: list[str], action: str, body: dict[str, Any],
-                timeout_s: float) -> dict[str, Any]:
+                timeout_s: float, tls: ClientTLS = NO_TLS) -> dict[str, Any]:
     """Call the leader, following redirects. Raises ConnectionError when nobody answers."""
     deadline = time.monotonic() + timeout_s
     turn, endpoint = 0, addresses[0]
@@ -54,7 +56,7 @@ def call_leader(addresses: list[str], action: str, body: dict[str, Any],
         if time.monotonic() >= deadline:
             break
         try:
-            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()))
+            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()), tls)
         except flight.FlightServerError:
             raise  # a refused request (BAD_REQUEST...): no point in asking elsewhere
         except flight.FlightError as err:
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
     parser.add_argument("--controller", required=True,
                         help="client address(es) of the controllers, ';'- or ','-separated")
     parser.add_argument("--timeout-s", type=float, default=10.0)
+    parser.add_argument("--client-config", metavar="FILE",
+                        help="client.properties (controllerAddr, tls.client.*)")
     output = argparse.ArgumentParser(add_help=False)
     formats = output.add_mutually_exclusive_group()
     formats.add_argument("--json", dest="output", action="store_const", const="json",
@@ -109,6 +113,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
             sub.add_argument("--broker-id", type=int, action="append")
     commands.add_parser("routes", parents=[output]).add_argument("topic")
     args = parser.parse_args(argv)
+    tls = client_tls_from_file(args.client_config) if args.client_config else NO_TLS
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
         parser.error("--controller names no address")
@@ -117,14 +122,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
         for address in addresses:
             try:
                 views.append({"address": address, **_call(address, "controller_status", {},
-                                                          args.timeout_s)})
+                                                          args.timeout_s, tls)})
             except flight.FlightError as err:
                 views.append({"address": address, "status": "UNREACHABLE", "error": str(err)})
         print_reply("status", views, args.output)
         return 0 if all(v["status"] == "OK" for v in views) else 1
     action, body = _request(args)
     try:
-        reply = call_leader(addresses, action, body, args.timeout_s)
+        reply = call_leader(addresses, action, body, args.timeout_s, tls)
     except (ConnectionError, flight.FlightServerError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2

@@ -50,6 +50,7 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
+from controller.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 
 __all__ = ["ControllerConfig", "parse_properties"]
 
@@ -143,6 +144,8 @@ class ControllerConfig:
     log_file: str = ""  # logFile ("" = standard error)
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax
     log_files_kept: int = 5  # logFilesKept
+    tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
+    allow_insecure: bool = False  # allowInsecure: listen beyond loopback without TLS
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -192,6 +195,12 @@ class ControllerConfig:
         position = [peer[0] for peer in self.peers].index(node_id)
         return self.client_addresses[position]
 
+    def plaintext_refusal(self) -> str | None:
+        """Why this controller must not start as configured (controller/tls.py)."""
+        return plaintext_refusal(self.tls, self.allow_insecure, {
+            "controllerDLegerPeers (Raft)": self.raft_bind_address()[0],
+            "controllerAddr (clients)": self.client_bind_address().rpartition(":")[0]})
+
     def raft_bind_address(self) -> tuple[str, int]:
         """Where this node's Raft listener binds (its advertised port)."""
         host, port = self.raft_address(self.node_id)
@@ -204,7 +213,7 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
-        unknown = sorted(set(properties) - set(_KEYS))
+        unknown = sorted(set(properties) - set(_KEYS) - set(TLS_KEYS))
         if unknown:
             raise ConfigError(unknown[0], "unknown configuration key (see "
                               f"conf/controller.conf); all unknown: {unknown}")
@@ -215,6 +224,10 @@ class ControllerConfig:
                     kwargs[field] = parse(properties[key].strip())
                 except ValueError as err:
                     raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
+        try:
+            kwargs["tls"] = TLSSettings.from_properties(properties)
+        except TLSConfigError as err:
+            raise ConfigError(err.key, err.message) from err
         return cls(**kwargs)
 
     @classmethod
@@ -249,6 +262,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
+    "allowInsecure": ("allow_insecure", _bool),
 }
 
 

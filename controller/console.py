@@ -38,6 +38,7 @@ from pyarrow import flight
 
 from controller.admin import call_leader
 from controller.console_page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
+from controller.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
 
 __all__ = ["REFRESH_MS", "ConsoleServer", "gather", "main"]
 
@@ -54,8 +55,8 @@ Authorize = Callable[[Mapping[str, str]], bool]
 
 
 def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
-            timeout_s: float = CALL_TIMEOUT_S) -> dict[str, Any]:
-    client = flight.FlightClient(f"grpc://{endpoint}")
+            timeout_s: float = CALL_TIMEOUT_S, *, tls: ClientTLS) -> dict[str, Any]:
+    client = connect_flight(endpoint, tls)
     try:
         options = flight.FlightCallOptions(timeout=timeout_s)
         results = list(client.do_action(flight.Action(name, json.dumps(body or {}).encode()),
@@ -65,10 +66,10 @@ def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
         client.close()
 
 
-def gather(addresses: list[str]) -> dict[str, Any]:
+def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
     """The console's view of the cluster (JSON-able); unreachable parts are listed in `errors`."""
     errors: list[str] = []
-    controllers, elections = _controllers(addresses, errors)
+    controllers, elections = _controllers(addresses, errors, tls)
     leader = next((c for c in controllers if c.get("role") == "leader"), None)
     view: dict[str, Any] = {
         "generated_at_ms": int(time.time() * 1000), "controllers": controllers,
@@ -78,27 +79,27 @@ def gather(addresses: list[str]) -> dict[str, Any]:
         "errors": errors,
     }
     try:
-        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2)
+        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, tls)
     except (ConnectionError, flight.FlightError) as err:
         errors.append(f"cluster_list: {err}")
         return view
     for status in cluster.get("replica_sets", []):
-        replica_set, master_endpoint = _replica_set(status, errors)
+        replica_set, master_endpoint = _replica_set(status, errors, tls)
         view["replica_sets"].append(replica_set)
         if master_endpoint is not None:
-            view["topics"] += _topics(replica_set["name"], master_endpoint, errors)
-            view["groups"] += _groups(replica_set["name"], master_endpoint, errors)
+            view["topics"] += _topics(replica_set["name"], master_endpoint, errors, tls)
+            view["groups"] += _groups(replica_set["name"], master_endpoint, errors, tls)
     view["topics"] = view["topics"][:TOPICS_SHOWN_MAX]
     view["groups"] = view["groups"][:GROUPS_SHOWN_MAX]
     return view
 
 
-def _controllers(addresses: list[str], errors: list[str]
+def _controllers(addresses: list[str], errors: list[str], tls: ClientTLS
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     controllers, elections = [], {}
     for address in addresses:
         try:
-            status = _action(address, "controller_status")
+            status = _action(address, "controller_status", tls=tls)
         except flight.FlightError as err:
             errors.append(f"controller {address}: {err}")
             controllers.append({"address": address, "reachable": False})
@@ -111,7 +112,7 @@ def _controllers(addresses: list[str], errors: list[str]
     return controllers, ordered
 
 
-def _replica_set(status: dict[str, Any], errors: list[str]
+def _replica_set(status: dict[str, Any], errors: list[str], tls: ClientTLS
                  ) -> tuple[dict[str, Any], str | None]:
     replica = status["replica"]
     alive = set(status.get("alive_broker_ids", []))
@@ -124,7 +125,7 @@ def _replica_set(status: dict[str, Any], errors: list[str]
                                  "is_master": broker_id == replica["master_broker_id"]}
         if broker_id in alive:
             try:
-                info = _action(address, "broker_info")
+                info = _action(address, "broker_info", tls=tls)
             except flight.FlightError as err:
                 errors.append(f"broker {address}: {err}")
                 info = None
@@ -164,16 +165,18 @@ def _tier_summary(tier: dict[str, Any]) -> dict[str, Any]:
             "last_error": (tier.get("last_error") or {}).get("message")}
 
 
-def _topics(replica_set: str, master: str, errors: list[str]) -> list[dict[str, Any]]:
+def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
+            ) -> list[dict[str, Any]]:
     try:
-        topics = _action(master, "list_topics")["topics"]
+        topics = _action(master, "list_topics", tls=tls)["topics"]
     except (flight.FlightError, KeyError) as err:
         errors.append(f"list_topics on {master}: {err}")
         return []
     shown = []
     for topic in topics[:TOPICS_SHOWN_MAX]:
         try:
-            queues = _action(master, "queue_offsets", {"topic": topic["name"]})["queues"]
+            queues = _action(master, "queue_offsets", {"topic": topic["name"]},
+                             tls=tls)["queues"]
         except (flight.FlightError, KeyError):
             queues = []  # a write-only topic (perm), or deleted meanwhile
         shown.append({"name": topic["name"], "replica_set": replica_set,
@@ -185,9 +188,10 @@ def _topics(replica_set: str, master: str, errors: list[str]) -> list[dict[str, 
     return shown
 
 
-def _groups(replica_set: str, master: str, errors: list[str]) -> list[dict[str, Any]]:
+def _groups(replica_set: str, master: str, errors: list[str], tls: ClientTLS
+            ) -> list[dict[str, Any]]:
     try:
-        groups = _action(master, "consumer_groups")["groups"]
+        groups = _action(master, "consumer_groups", tls=tls)["groups"]
     except (flight.FlightError, KeyError) as err:
         errors.append(f"consumer_groups on {master}: {err}")
         return []
@@ -206,8 +210,9 @@ def _groups(replica_set: str, master: str, errors: list[str]) -> list[dict[str, 
 class _Cache:
     """One gathering at a time, reused for REFRESH_MS (many viewers cost one gathering)."""
 
-    def __init__(self, addresses: list[str]) -> None:
+    def __init__(self, addresses: list[str], tls: ClientTLS) -> None:
         self._addresses = addresses
+        self._tls = tls
         self._lock = threading.Lock()
         self._view: bytes = b""
         self._at = 0.0
@@ -215,7 +220,7 @@ class _Cache:
     def get(self) -> bytes:
         with self._lock:
             if not self._view or time.monotonic() - self._at >= REFRESH_MS / 1000:
-                self._view = json.dumps(gather(self._addresses)).encode()
+                self._view = json.dumps(gather(self._addresses, self._tls)).encode()
                 self._at = time.monotonic()
             return self._view
 
@@ -224,8 +229,8 @@ class ConsoleServer:
     """The console's HTTP server on a daemon thread; `close()` stops it."""
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
-                 authorize: Authorize | None = None) -> None:
-        cache = _Cache(addresses)
+                 authorize: Authorize | None = None, tls: ClientTLS = NO_TLS) -> None:
+        cache = _Cache(addresses, tls)
         slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
         handler = type("Handler", (_Handler,), {"cache": cache, "slots": slots,
                                                 "authorize": staticmethod(authorize)
@@ -309,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="client address(es) of the controllers, ';'- or ','-separated")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--client-config", metavar="FILE",
+                        help="client.properties: the tls.client.* settings (rocketha-cluster "
+                             "writes <dir>/client.properties)")
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
@@ -316,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        server = ConsoleServer(addresses, args.host, args.port)
+        tls = client_tls_from_file(args.client_config) if args.client_config else NO_TLS
+        server = ConsoleServer(addresses, args.host, args.port, tls=tls)
     except OSError as err:
         print(f"rocketha-console: cannot listen on {args.host}:{args.port}: {err}",
               file=sys.stderr)

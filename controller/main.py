@@ -51,7 +51,8 @@ def _start_console(config: ControllerConfig) -> ConsoleServer | None:
         return None
     host = config.client_address(config.node_id).rpartition(":")[0]
     try:
-        return ConsoleServer(list(config.client_addresses), host, config.console_port)
+        return ConsoleServer(list(config.client_addresses), host, config.console_port,
+                             tls=config.tls.client())
     except OSError as err:
         raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
 
@@ -84,15 +85,26 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
             node.stop()
             raise ListenError(f"controllerAddr {config.client_address(config.node_id)}: "
                               f"{err}") from err
-        logger.info("%s serving clients on %s, Raft on %s:%d (peers %s)", node.prefix,
+        logger.info("%s serving clients on %s, Raft on %s:%d (peers %s), TLS %s", node.prefix,
                     config.client_address(config.node_id), *config.raft_address(config.node_id),
-                    config.voter_ids)
+                    config.voter_ids, _tls_summary(config))
+        if not config.tls.require_client_cert:
+            logger.warning("%s: brokers' calls (register, heartbeat, SyncStateSet) cannot be "
+                           "checked against their certificates: tls.server.mode=enforcing with "
+                           "tls.server.need.client.auth=require does that", node.prefix)
         stopper = tasks.create_task(stop_requested.wait(), name="wait-signal")
         await asyncio.wait([running, stopper], return_when=asyncio.FIRST_COMPLETED)
         logger.info("%s shutting down", node.prefix)
         await asyncio.to_thread(service.shutdown)
         node.stop()
         stopper.cancel()
+
+
+def _tls_summary(config: ControllerConfig) -> str:
+    tls = config.tls
+    if not tls.enabled:
+        return "off"
+    return f"on (client certificates: {tls.need_client_auth}; Raft: mutual)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         config = ControllerConfig.from_file(args.conf)
     except (ConfigError, OSError) as err:
         print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
+        return 2
+    refusal = config.plaintext_refusal()
+    if refusal is not None:  # secure by default (README "Transport security")
+        print(f"rocketha-controller: refusing to start: {refusal}", file=sys.stderr)
         return 2
     try:
         _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)

@@ -169,6 +169,7 @@ class ControllerNode:
             connections_max=self.config.connections_max,
             idle_timeout_ms=self.config.idle_timeout_ms,
             frame_timeout_ms=self.config.frame_timeout_ms,
+            tls=self.config.tls,
         )
         try:
             async with asyncio.TaskGroup() as tasks:

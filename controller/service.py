@@ -6,7 +6,11 @@ with `controller error BAD_REQUEST:`; anything unforeseen with `controller error
 INTERNAL_ERROR:` and the exception's type, logged here: a client never gets a Python
 traceback), hands the request to the node's event loop, and waits
 at most requestTimeoutMs (+1 s) for the reply; outcomes (NOT_LEADER, fenced epochs, BUSY...)
-are JSON replies with a `status`, never errors. At most `REQUESTS_INFLIGHT_MAX` calls wait on
+are JSON replies with a `status`, never errors. TLS per tls.* (controller/tls.py); with
+need.client.auth=require the caller's certificate identity (`context.peer_identity()`: no auth
+handler is installed, so it is the certificate's) must be allowed the call by
+controller/member_check.py, else the call fails with `controller error FORBIDDEN:` (logged once
+per caller host and identity). At most `REQUESTS_INFLIGHT_MAX` calls wait on
 the node at once; beyond that a call is answered BUSY at once.
 """
 
@@ -25,9 +29,11 @@ import pyarrow.flight as flight
 from controller.api import ACTIONS
 from controller.config import ControllerConfig
 from controller.errors import CodecError
+from controller.member_check import member_refusal
 from controller.node import ControllerNode
+from controller.tls import PeerRefusals, flight_location, flight_server_options, parse_identity
 
-__all__ = ["ControllerService", "REQUEST_BODY_BYTES_MAX", "REQUESTS_INFLIGHT_MAX"]
+__all__ = ["REQUESTS_INFLIGHT_MAX", "REQUEST_BODY_BYTES_MAX", "ControllerService"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +50,10 @@ class ControllerService(flight.FlightServerBase):
                  loop: asyncio.AbstractEventLoop) -> None:
         # binds controllerBindAddress (default: its advertised host); NOT_LEADER names the
         # advertised client address (controllerAddr)
-        super().__init__(f"grpc://{config.client_bind_address()}")
+        super().__init__(flight_location(config.client_bind_address(), config.tls.enabled),
+                         **flight_server_options(config.tls))
+        self._check_callers = config.tls.require_client_cert
+        self.refusals = PeerRefusals(logger, f"controller n{config.node_id}")
         self.config = config
         self.node = node
         self.loop = loop
@@ -52,14 +61,14 @@ class ControllerService(flight.FlightServerBase):
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
         try:
-            return self._do_action(action)
+            return self._do_action(context, action)
         except flight.FlightError:
             raise
         except Exception as err:  # shell boundary: this call fails alone, without a traceback
             logger.exception("controller action %.40r failed", action.type)
             raise _bad_request(type(err).__name__, "INTERNAL_ERROR") from None
 
-    def _do_action(self, action: flight.Action) -> Iterator[bytes]:
+    def _do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
         spec = ACTIONS.get(action.type)
         if spec is None:
             raise _bad_request(f"unknown action {action.type[:40]!r}; known: {sorted(ACTIONS)}",
@@ -73,6 +82,8 @@ class ControllerService(flight.FlightServerBase):
             request = request_type.from_json(parsed) if request_type is not None else None
         except (ValueError, RecursionError, CodecError) as err:  # JSONDecodeError: ValueError
             raise _bad_request(f"{action.type}: {str(err)[:300]}") from None
+        if self._check_callers:
+            self._check_caller(context, action.type, request)
         if not self._slots.acquire(blocking=False):
             return iter([json.dumps(reply_type(status="BUSY").to_json()).encode()])
         try:
@@ -86,6 +97,20 @@ class ControllerService(flight.FlightServerBase):
         finally:
             self._slots.release()
         return iter([json.dumps(reply.to_json()).encode()])
+
+    def _check_caller(self, context: Any, action: str, request: Any) -> None:
+        caller = context.peer_identity().decode(errors="replace")
+        refusal = member_refusal(parse_identity(caller), action, request, self._address_of)
+        if refusal is not None:
+            host = context.peer().rpartition(":")[0]  # "ipv4:1.2.3.4:port": the port varies
+            self.refusals.refuse(host, caller, refusal)
+            raise flight.FlightUnauthorizedError(f"controller error FORBIDDEN: {refusal}")
+
+    def _address_of(self, broker_name: str, broker_id: int) -> str | None:
+        # read from a Flight thread: the state's replica sets are replaced, never mutated
+        replica = self.node.state.replica_info(broker_name)
+        members = () if replica is None else replica.brokers
+        return next((m.broker_address for m in members if m.broker_id == broker_id), None)
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [(name, (spec[0] or spec[1]).__doc__ or "") for name, spec in

@@ -19,6 +19,13 @@ started must be complete within `frame_timeout_ms` (raftFrameTimeoutMs: a half-s
 one byte at a time, does not hold its buffer for ever). Memory held by inbound connections is
 thus at most connections_max x frame_bytes_max, for at most frame_timeout_ms at a time.
 
+TLS (tls.server.mode=enforcing): both directions are mutual TLS. The listener requires a
+certificate naming a controller of the peer list other than this one
+(`rocketha://controller/<id>`), and every message on that connection must come from that id
+(`from_id`); a sender checks that the server it dialled names the peer it meant. Anyone else
+is refused at the handshake or at the first frame, logged once per peer address and identity
+(`refusals`); the node keeps running. The handshake must finish within raftFrameTimeoutMs.
+
 Sending: one asyncio.Queue per peer, bounded by `send_queue_max`; when it is full, the new
 message is dropped (counted), as a lossy network would. Each peer has one sender task that
 (re)connects with a capped backoff and writes frames in order; while the peer is unreachable
@@ -29,12 +36,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import zlib
 from collections.abc import Callable
 
 from controller.errors import CodecError
 from controller.raft import Message, decode_message, encode_message
+from controller.tls import (
+    PeerRefusals,
+    TLSSettings,
+    client_ssl_context,
+    identity_of_peercert,
+    parse_identity,
+    server_ssl_context,
+)
 
 __all__ = ["FRAME_HEADER", "FrameError", "RaftTransport", "encode_frame", "read_frame"]
 
@@ -51,6 +67,14 @@ BACKOFF_MAX_S = 1.0
 
 class FrameError(CodecError):
     """A frame that breaks the format (bad magic, version, size or checksum), or is cut short."""
+
+
+class _RefusedPeer(Exception):
+    """A TLS peer whose certificate is valid but names someone else than it must."""
+
+    def __init__(self, identity: str, reason: str) -> None:
+        super().__init__(reason)
+        self.identity = identity
 
 
 class IdleTimeoutError(Exception):
@@ -107,6 +131,7 @@ class RaftTransport:
         connections_max: int = 16,
         idle_timeout_ms: int = 60_000,
         frame_timeout_ms: int = 5000,
+        tls: TLSSettings | None = None,
     ) -> None:
         self.node_id = node_id
         self._peers = {peer: address for peer, address in peers.items() if peer != node_id}
@@ -125,9 +150,16 @@ class RaftTransport:
         self.idle_closed = 0
         self._server: asyncio.Server | None = None
         self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        enabled = tls is not None and tls.enabled
+        self._server_tls = server_ssl_context(tls) if tls is not None and enabled else None
+        self._client_tls = client_ssl_context(tls.client()) if tls is not None and enabled \
+            else None
+        self.refusals = PeerRefusals(logger, f"Raft node {node_id}")
 
     async def start(self, tasks: asyncio.TaskGroup) -> None:
         host, port = self._listen
+        # TLS starts inside _serve_connection (start_tls), so a failed handshake is a refusal
+        # this node logs and counts, and handshakes count against raftConnectionsMax
         self._server = await asyncio.start_server(self._serve_connection, host, port)
         for peer in self._peers:
             tasks.create_task(self._sender(peer), name=f"raft-send-{peer}")
@@ -167,7 +199,22 @@ class RaftTransport:
         while True:  # one sender per peer for the life of the node
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    _, writer = await asyncio.open_connection(host, port)
+                    _, writer = await asyncio.open_connection(
+                        host, port, ssl=self._client_tls,
+                        server_hostname=host if self._client_tls else None)
+                if self._client_tls is not None:
+                    self._check_server(peer, writer)
+            except ssl.SSLError as err:
+                self.refusals.refuse(f"{host}:{port}", "", f"TLS handshake failed: {err}")
+                self._discard(queue)
+                await asyncio.sleep(BACKOFF_MAX_S)
+                continue
+            except _RefusedPeer as err:
+                self.refusals.refuse(f"{host}:{port}", err.identity, str(err))
+                writer.close()
+                self._discard(queue)
+                await asyncio.sleep(BACKOFF_MAX_S)
+                continue
             except (OSError, TimeoutError):
                 self._discard(queue)  # stale by the time the peer is back; Raft resends
                 await asyncio.sleep(backoff_s)
@@ -185,6 +232,33 @@ class RaftTransport:
                 logger.debug("link %d->%d broke: %s", self.node_id, peer, err)
             finally:
                 writer.close()
+
+    def _check_server(self, peer: int, writer: asyncio.StreamWriter) -> None:
+        identity = identity_of_peercert(writer.get_extra_info("peercert"))
+        member = parse_identity(identity)
+        if member is None or member.kind != "controller" or int(member.name) != peer:
+            raise _RefusedPeer(identity, f"dialled controller {peer}, the certificate says "
+                               "otherwise")
+
+    def _peer_of(self, writer: asyncio.StreamWriter) -> int:
+        """The controller id an inbound TLS connection's certificate names (a peer of ours,
+        not us); raises _RefusedPeer otherwise."""
+        identity = identity_of_peercert(writer.get_extra_info("peercert"))
+        member = parse_identity(identity)
+        if member is None or member.kind != "controller":
+            raise _RefusedPeer(identity, "not a controller certificate")
+        if int(member.name) not in self._peers:
+            raise _RefusedPeer(identity, f"controller {member.name} is not a peer of node "
+                               f"{self.node_id} ({sorted(self._peers)})")
+        return int(member.name)
+
+    async def _start_tls(self, writer: asyncio.StreamWriter) -> None:
+        assert self._server_tls is not None
+        try:
+            await writer.start_tls(self._server_tls,
+                                   ssl_handshake_timeout=self._frame_timeout_s)
+        except (ssl.SSLError, OSError, TimeoutError) as err:
+            raise _RefusedPeer("", f"TLS handshake failed: {err}") from err
 
     def _discard(self, queue: asyncio.Queue[bytes]) -> None:
         while not queue.empty():
@@ -205,14 +279,23 @@ class RaftTransport:
         task = asyncio.current_task()
         assert task is not None
         self._inbound[task] = writer
+        host = str((writer.get_extra_info("peername") or ("?",))[0])
         try:
+            if self._server_tls is not None:
+                await self._start_tls(writer)
+            peer = self._peer_of(writer) if self._server_tls is not None else None
             while True:  # until EOF, silence or a bad frame
                 payload = await read_frame(reader, self._frame_bytes_max,
                                            self._frame_timeout_s, self._idle_timeout_s)
                 message = decode_message(payload)
                 if message.to_id != self.node_id:
                     raise FrameError("raft message", f"addressed to {message.to_id}")
+                if peer is not None and message.from_id != peer:
+                    raise _RefusedPeer(f"controller {peer}", f"controller {peer} sent a "
+                                       f"message from {message.from_id}")
                 self._on_message(message)
+        except _RefusedPeer as err:
+            self.refusals.refuse(host, err.identity, str(err))
         except (asyncio.IncompleteReadError, OSError):
             pass
         except IdleTimeoutError as err:

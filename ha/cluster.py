@@ -18,6 +18,10 @@ them with their role (leader/follower). With controllers, every broker runs in c
 mode (enableControllerMode, controllerAddr): the controller names each set's master and
 changes it when the master dies (`status --json`: replica_set, role, controller_role).
 
+Security (ha/cluster_security.py): the first `up` makes a cluster CA and member certificates
+under `DIR/tls/` and runs every link with mutual TLS, and `up` writes `DIR/client.properties`
+for the tools; `up --insecure` (at the first `up`) opts out.
+
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
 `status` is then that host's, and `down` removes the hosts.
@@ -47,6 +51,12 @@ from ha import cluster_plan
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
+from ha.cluster_security import (
+    choose_tls,
+    client_tls,
+    member_tls_settings,
+    write_client_properties,
+)
 from ha.local_processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -117,6 +127,7 @@ class Cluster:
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
+            settings.update(member_tls_settings(self.directory, manifest, broker))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             write_private_text(broker["conf"], "\n".join(lines) + "\n")
@@ -144,7 +155,7 @@ class Cluster:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
                 raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
-            if broker_info(endpoint, timeout_s=1.0) is not None:
+            if broker_info(endpoint, 1.0, client_tls(self.directory, self.load())) is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
         tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
@@ -154,10 +165,12 @@ class Cluster:
 
     def status(self) -> list[dict[str, Any]]:
         processes = []
-        for broker in self.load()["brokers"]:
+        manifest = self.load()
+        tls = client_tls(self.directory, manifest)
+        for broker in manifest["brokers"]:
             pid = self.pid_of(broker)
             endpoint = f"{host_of(broker)}:{broker['port']}"
-            info = broker_info(endpoint) if pid is not None else None
+            info = broker_info(endpoint, 2.0, tls) if pid is not None else None
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
                 "broker_id": broker.get("broker_id", 0),
@@ -311,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                     "never on the command line)")
     up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a controller key for every controller")
+    up.add_argument("--insecure", action="store_true",
+                    help="no TLS (the first up decides: by default a cluster CA and member "
+                    "certificates are made under DIR/tls and every link uses mutual TLS)")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
@@ -337,15 +353,20 @@ def main(argv: list[str] | None = None) -> int:
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         _check_replicas(args, cluster, parser)
-        for line in controllers.up(args.controllers,
-                                   _parse_overrides(args.controller_set, parser),
-                                   hosts=args.hosts):
+        # misuse (a secret on --set) is refused before anything is written
+        broker_overrides = _parse_overrides(args.set, parser, args.set_file)
+        controller_overrides = _parse_overrides(args.controller_set, parser)
+        manifest = cluster.load()
+        choose_tls(manifest, args.insecure)
+        cluster.directory.mkdir(parents=True, exist_ok=True)
+        cluster.save(manifest)
+        for line in controllers.up(args.controllers, controller_overrides, hosts=args.hosts):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
+        manifest = cluster.plan(args.brokers, broker_overrides,
                                 args.replicas, controller_addr, hosts=args.hosts,
                                 spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
@@ -357,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         if controller_addr and not args.no_wait:
             for line in cluster.wait_masters():
                 print(line)
+        properties = write_client_properties(
+            cluster.directory, manifest, controller_addr,
+            [f"{host_of(b)}:{b['port']}" for b in manifest["brokers"]])
+        print(f"client settings: {properties} (TLS {'on' if manifest.get('tls') else 'off'})")
         return 0
     if args.command == "status":
         if not cluster.manifest_path.exists():

@@ -18,7 +18,9 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts
+from ha.cluster_security import client_tls, member_tls_settings
 from ha.local_processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -35,11 +37,12 @@ STARTUP_TIMEOUT_S = 30.0
 
 
 
-
-
-
-def controller_status(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
-    client = flight.FlightClient(f"grpc://{endpoint}")
+def controller_status(endpoint: str, timeout_s: float = 2.0,
+                      tls: ClientTLS = NO_TLS) -> dict[str, Any] | None:
+    try:
+        client = connect_flight(endpoint, tls)
+    except OSError:  # a certificate file is unreadable
+        return None
     try:
         options = flight.FlightCallOptions(timeout=timeout_s)
         results = list(client.do_action(flight.Action("controller_status", b"{}"), options))
@@ -80,7 +83,7 @@ class LocalControllers:
         self.directory.mkdir(parents=True, exist_ok=True)
         write_private_text(self.manifest_path, json.dumps(manifest, indent=1))
         self.start_missing(group)
-        leader = self.wait_leader(group)
+        leader = self.wait_leader(group, client_tls(self.directory, manifest))
         return [f"{c['name']} {host_of(c)}:{c['port']} "
                 f"{'leader' if c is leader else 'follower'}" for c in group]
 
@@ -121,6 +124,7 @@ class LocalControllers:
                 "consolePort": str(controller["console_port"]),
                 "logFile": controller["log_file"],  # rotated by size (logFileBytesMax)
             }
+            settings.update(member_tls_settings(self.directory, manifest, controller))
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
             lines += [f"{key}={value}" for key, value in settings.items()]
@@ -151,7 +155,8 @@ class LocalControllers:
                 )
             Path(controller["pid_file"]).write_text(f"{process.pid}\n")
 
-    def wait_leader(self, controllers: list[dict[str, Any]]) -> dict[str, Any]:
+    def wait_leader(self, controllers: list[dict[str, Any]],
+                    tls: ClientTLS = NO_TLS) -> dict[str, Any]:
         """Wait until every controller answers and one of them leads; returns the leader."""
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -160,7 +165,8 @@ class LocalControllers:
                     tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
                     raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
                                      f"tail:\n{tail}")
-            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0) for c in controllers]
+            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, tls)
+                        for c in controllers]
             leaders = [c for c, s in zip(controllers, statuses) if s and s["role"] == "leader"]
             if all(statuses) and len(leaders) == 1:
                 return leaders[0]
@@ -169,10 +175,12 @@ class LocalControllers:
 
     def status(self) -> list[dict[str, Any]]:
         processes = []
-        for controller in self._load().get("controllers", []):
+        manifest = self._load()
+        tls = client_tls(self.directory, manifest)
+        for controller in manifest.get("controllers", []):
             pid = self.pid_of(controller)
             endpoint = f"{host_of(controller)}:{controller['port']}"
-            info = controller_status(endpoint) if pid is not None else None
+            info = controller_status(endpoint, 2.0, tls) if pid is not None else None
             processes.append({
                 "name": controller["name"], "kind": "controller", "pid": pid,
                 "role": (info or {}).get("role", "unknown" if pid else "DOWN"),

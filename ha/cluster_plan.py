@@ -98,6 +98,9 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
         settings = {"controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{node_id}",
                     "controllerAddr": controller_addr,
                     "controllerStorePath": f"{data_dir}/{name}",
+                    # no certificates are planned yet: plaintext, said explicitly (README
+                    # "Transport security" shows the tls.* keys to add)
+                    "allowInsecure": "true",
                     **(controller_overrides or {})}
         processes.append({"kind": "controller", "name": name, "host": hosts[node_id - 1],
                           "ports": {"client": CONTROLLER_PORT, "raft": CONTROLLER_RAFT_PORT,
@@ -116,7 +119,7 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
                         "brokerId": str(broker_id), "brokerIP1": host,
                         "listenPort": str(port), "storePathRootDir": f"{data_dir}/{name}",
                         "enableControllerMode": "true", "controllerAddr": controller_addr,
-                        "brokerRole": "SYNC_MASTER"}
+                        "brokerRole": "SYNC_MASTER", "allowInsecure": "true"}
             if replicas > 1:
                 settings.update({"totalReplicas": str(replicas), "haListenPort": str(port + 1)})
             settings.update(overrides)

@@ -7,6 +7,11 @@ receives (so a frame sent one byte at a time is cut within two timeouts, where a
 timeout alone never cut it); waiting for the next frame to start is a poll with its own idle
 timeout, so a reader's idle wait never shortens a writer's sends.
 
+TLS (tls.server.mode=enforcing): the socket is an ssl.SSLSocket, already through its handshake
+(`member_handshake`); bytes OpenSSL has decrypted but not handed out do not show in poll, so
+`recv_frame` asks `pending()` first. `shutdown()` shuts the descriptor itself (not the TLS
+session), so a thread blocked in a read wakes at once.
+
 Sending: whole frames under a per-link lock (a link's reader and writer threads may both send).
 A Transfer goes out as its prefix then the CommitLog bytes, so the data is never copied into a
 frame. Receiving: the 12-byte header first, checked (size against the limit) before the body
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import threading
 import time
 
+from connector.protocol.tls import identity_of_peercert, parse_identity
 from ha.errors import FrameError, LinkClosedError
 from ha.frames import (
     FRAME_HEADER,
@@ -32,7 +39,7 @@ from ha.frames import (
     encode_transfer_prefix,
 )
 
-__all__ = ["FrameSocket"]
+__all__ = ["FrameSocket", "MemberRefused", "member_handshake"]
 
 SOCKET_BUFFER_BYTES = 4 << 20
 
@@ -70,7 +77,8 @@ class FrameSocket:
         """The next frame; None when nothing at all arrived within `idle_timeout_s`. Once a
         frame has started, each part must arrive within the socket's io timeout."""
         header = memoryview(self._header)
-        if not self._poll.poll(int(idle_timeout_s * 1000)):
+        pending = self._sock.pending() if isinstance(self._sock, ssl.SSLSocket) else 0
+        if not pending and not self._poll.poll(int(idle_timeout_s * 1000)):
             return None
         first = self._sock.recv_into(header, FRAME_HEADER.size)
         if first == 0:
@@ -101,8 +109,8 @@ class FrameSocket:
 
     def shutdown(self) -> None:
         """Unblock any thread stuck in this socket (callable from any thread)."""
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
+        try:  # the descriptor, also under TLS (SSLSocket.shutdown would drop the session)
+            socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
         except OSError:
             pass  # already disconnected
 
@@ -113,3 +121,33 @@ class FrameSocket:
         self._closed = True
         self.shutdown()
         self._sock.close()
+
+
+class MemberRefused(Exception):
+    """A peer on the HA link is not a broker of this replica set; `identity` is what its
+    certificate says ("" when it had none)."""
+
+    def __init__(self, identity: str, reason: str) -> None:
+        super().__init__(reason)
+        self.identity = identity
+
+
+def member_handshake(sock: socket.socket, context: ssl.SSLContext, *, broker_name: str,
+                     timeout_s: float, server_hostname: str | None = None) -> ssl.SSLSocket:
+    """The TLS handshake on a connected socket (server side when `server_hostname` is None),
+    within `timeout_s`; then the peer's certificate must name a broker of `broker_name`
+    (`rocketha://broker/<brokerName>/<endpoint>`). Raises ssl.SSLError / OSError (handshake)
+    or MemberRefused (a valid certificate of someone else); the socket is closed then."""
+    sock.settimeout(timeout_s)
+    try:
+        tls = context.wrap_socket(sock, server_side=server_hostname is None,
+                                  server_hostname=server_hostname)
+    except OSError:
+        sock.close()
+        raise
+    identity = identity_of_peercert(tls.getpeercert())
+    member = parse_identity(identity)
+    if member is None or member.kind != "broker" or member.name != broker_name:
+        tls.close()
+        raise MemberRefused(identity, f"not a broker of {broker_name}")
+    return tls

@@ -19,6 +19,11 @@ position run under it (so confirm updates are applied in the order the core made
 go out after it is released. A put calls `replicate(end, need)` after its local write (and fsync
 under SYNC_FLUSH) and waits on the condition for the quorum, up to syncFlushTimeout.
 
+TLS (tls.server.mode=enforcing): an accepted connection goes through its TLS handshake on a
+thread of its own (`ha-tls-<n>`, counted against haConnectionsMax, bounded by
+haHandshakeTimeoutMs), and the slave's certificate must name a broker of this brokerName
+(ha/link.py member_handshake); anyone else is refused there, logged once per peer.
+
 Start-up: the master opens a new term: its epoch is one above the last local epoch entry, which
 it appends at the log's end (a restarted master thus fences slaves of its previous term, and
 the Epoch-StartOffset rule reconciles them). In controller mode the epoch is the controller's
@@ -35,14 +40,16 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 
+from connector.protocol.tls import PeerRefusals, TLSSettings, server_ssl_context
 from ha.config import BrokerRole, HAConfig
 from ha.errors import FrameError, LinkClosedError
 from ha.frames import Metadata
-from ha.link import FrameSocket
+from ha.link import FrameSocket, MemberRefused, member_handshake
 from ha.master_core import (
     CloseLink,
     ConfirmTo,
@@ -98,8 +105,14 @@ class MasterService:
                  host: str = "127.0.0.1", master_epoch: int | None = None,
                  accepted_sync_state_set: tuple[int, ...] | None = None,
                  on_sync_state_set: Callable[[tuple[int, ...]], None] | None = None,
-                 sync_master: bool | None = None, lease_until_ms: int | None = None) -> None:
+                 sync_master: bool | None = None, lease_until_ms: int | None = None,
+                 tls: TLSSettings | None = None, broker_name: str = "") -> None:
         self._store = store
+        self._broker_name = broker_name
+        self._tls_context = (server_ssl_context(tls, bulk=True) if tls is not None and tls.enabled
+                             else None)
+        self._handshaking = 0  # TLS handshakes in progress (they hold haConnectionsMax slots)
+        self.refusals = PeerRefusals(logger, f"HA master of {broker_name}")
         self._config = config
         self._metadata_source = metadata_source
         self._on_sync_state_set = on_sync_state_set
@@ -234,7 +247,6 @@ class MasterService:
 
     # -- threads ----------------------------------------------------------------------------
     def _accept_loop(self) -> None:
-        body_max = self._config.frame_body_bytes_max
         while not self._stopping.is_set():
             try:
                 sock, address = self._server.accept()
@@ -244,7 +256,7 @@ class MasterService:
                 if self._stopping.is_set():
                     return
                 raise
-            if len(self._links) >= self._config.links_max:  # no threads for those over the cap
+            if len(self._links) + self._handshaking >= self._config.links_max:  # no threads
                 self.refused_links += 1
                 if self.refused_links & (self.refused_links - 1) == 0:  # 1, 2, 4, ...
                     logger.warning("refusing an HA link from %s:%d: %d links open "
@@ -252,19 +264,47 @@ class MasterService:
                                    address[1], len(self._links), self.refused_links)
                 sock.close()
                 continue
-            link_id = next(self._link_ids)
-            link = _LinkIO(link_id, FrameSocket(sock, body_bytes_max=body_max,
-                                                peer=f"{address[0]}:{address[1]}",
-                                                io_timeout_s=self._config.frame_timeout_ms / 1000))
+            if self._tls_context is not None:
+                with self._cond:
+                    self._handshaking += 1
+                threading.Thread(target=self._open_tls_link, args=(sock, address),
+                                 name="ha-tls", daemon=True).start()
+                continue
+            self._open_link(sock, address)
+
+    def _open_tls_link(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        assert self._tls_context is not None
+        try:
+            tls = member_handshake(sock, self._tls_context, broker_name=self._broker_name,
+                                   timeout_s=self._config.handshake_timeout_ms / 1000)
+        except MemberRefused as err:
+            self.refusals.refuse(address[0], err.identity, str(err))
+            return
+        except (ssl.SSLError, OSError) as err:
+            self.refusals.refuse(address[0], "", f"TLS handshake failed: {err}")
+            return
+        finally:
             with self._cond:
-                self._links[link_id] = link
-                later = self._apply_locked(self._core.link_opened(link_id, now_ms=_now_ms()))
-            self._send_frames(later)
-            for role, target in (("read", self._read_loop), ("send", self._send_loop)):
-                thread = threading.Thread(target=target, args=(link,),
-                                          name=f"ha-{role}-{link_id}", daemon=True)
-                link.threads.append(thread)
-                thread.start()
+                self._handshaking -= 1
+        if self._stopping.is_set():
+            tls.close()
+            return
+        self._open_link(tls, address)
+
+    def _open_link(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        link_id = next(self._link_ids)
+        link = _LinkIO(link_id, FrameSocket(sock, body_bytes_max=self._config.frame_body_bytes_max,
+                                            peer=f"{address[0]}:{address[1]}",
+                                            io_timeout_s=self._config.frame_timeout_ms / 1000))
+        with self._cond:
+            self._links[link_id] = link
+            later = self._apply_locked(self._core.link_opened(link_id, now_ms=_now_ms()))
+        self._send_frames(later)
+        for role, target in (("read", self._read_loop), ("send", self._send_loop)):
+            thread = threading.Thread(target=target, args=(link,),
+                                      name=f"ha-{role}-{link_id}", daemon=True)
+            link.threads.append(thread)
+            thread.start()
 
     def _read_loop(self, link: _LinkIO) -> None:
         idle_s = self._config.heartbeat_interval_ms / 1000.0

@@ -15,6 +15,11 @@ Backoff: haReconnectInterval, doubled after each failed attempt up to RECONNECT_
 times it, reset once a link reaches TRANSFER. A handshake refusal (no common epoch, fork below
 confirm) is kept in `stats().last_refusal` for `broker info`, and retried at the slow rate.
 
+TLS (tls.server.mode=enforcing): the link is TLS with this broker's certificate, and the
+master's must name a broker of the same brokerName (ha/link.py member_handshake) and the
+address dialled; a refusal is logged once per master address and retried like an unreachable
+master.
+
 Nothing a master sends is trusted (issue 16): frames are checked by ha/frames.py, positions and
 epochs by the core, records by the store's dispatcher (`ReplicatedDataError`: the bad bytes are
 cut and the link is refused with an ERROR line), topic names before any path is built
@@ -26,13 +31,15 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 
+from connector.protocol.tls import PeerRefusals, TLSSettings, client_ssl_context
 from ha.config import HAConfig
 from ha.errors import FrameError, LinkClosedError
-from ha.link import FrameSocket
+from ha.link import FrameSocket, MemberRefused, member_handshake
 from ha.slave_core import (
     AppendEpoch,
     AppendLog,
@@ -71,7 +78,8 @@ class SlaveService:
                  apply_metadata: Callable[[bytes], None] | None = None,
                  resolve_master: Callable[[], tuple[str, int] | None] | None = None,
                  master_epoch_min: int = 0, master_endpoint: str = "",
-                 on_link_down: Callable[[], None] | None = None) -> None:
+                 on_link_down: Callable[[], None] | None = None,
+                 tls: TLSSettings | None = None, broker_name: str = "") -> None:
         """Static roles follow haMasterAddress; controller mode passes `resolve_master` (asked
         before every connection attempt: the master's HA address, None while unknown) and the
         epoch the controller named it in (`master_epoch_min`, older masters are refused);
@@ -79,6 +87,11 @@ class SlaveService:
         at once: `master_unreachable`)."""
         self._store = store
         self._config = config
+        self._broker_name = broker_name
+        self._tls_context = (client_ssl_context(tls.client(), bulk=True)
+                             if tls is not None and tls.enabled
+                             else None)
+        self.refusals = PeerRefusals(logger, f"HA slave of {broker_name}")
         self._apply_metadata = apply_metadata
         fsync = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._core = SlaveReplication(
@@ -133,16 +146,32 @@ class SlaveService:
             master = self._resolve_unless_stopped()
             if master is not None and not self._stopping.is_set():
                 self._master = master
-                try:
-                    raw = socket.create_connection(master, timeout=CONNECT_TIMEOUT_S)
-                except OSError as err:
-                    logger.debug("cannot reach master %s:%d: %s", *master, err)
-                else:
+                raw = self._connect(master)
+                if raw is not None:
                     reached_transfer = self._follow(raw)
             if self._on_link_down is not None and not self._stopping.is_set():
                 self._on_link_down()
             factor = 1 if reached_transfer else min(factor * 2, RECONNECT_BACKOFF_FACTOR_MAX)
             self._stopping.wait(base_s * factor)
+
+    def _connect(self, master: tuple[str, int]) -> socket.socket | None:
+        """A connected (and, under TLS, verified) socket to `master`, else None."""
+        try:
+            raw = socket.create_connection(master, timeout=CONNECT_TIMEOUT_S)
+        except OSError as err:
+            logger.debug("cannot reach master %s:%d: %s", *master, err)
+            return None
+        if self._tls_context is None:
+            return raw
+        address = f"{master[0]}:{master[1]}"
+        try:
+            return member_handshake(raw, self._tls_context, broker_name=self._broker_name,
+                                    timeout_s=CONNECT_TIMEOUT_S, server_hostname=master[0])
+        except MemberRefused as err:
+            self.refusals.refuse(address, err.identity, str(err))
+        except (ssl.SSLError, OSError) as err:
+            self.refusals.refuse(address, "", f"TLS handshake failed: {err}")
+        return None
 
     def _resolve_unless_stopped(self) -> tuple[str, int] | None:
         """`resolve_master()`, given up on (None) as soon as the service is closed.

@@ -93,6 +93,7 @@ POLL_S = 0.1
 T = TypeVar("T")
 
 _started_at = time.monotonic()  # what say() counts from; reset by main()
+_client_properties: Path | None = None  # <dir>/client.properties; set by main()
 
 
 def say(text: str) -> None:
@@ -124,10 +125,17 @@ def processes(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return brokers, [p for p in status if p.get("kind") == "controller"]
 
 
+def client(**fields: Any) -> ClientConfig:
+    """A client with the cluster's client.properties (controllers, TLS: the demo cluster is
+    secured as every `rocketha-cluster up` is by default); `fields` override."""
+    assert _client_properties is not None
+    return ClientConfig.from_properties(_client_properties, **fields)
+
+
 def probe(endpoint: str) -> dict[str, Any] | None:
     """One quick broker_info call; None when the broker does not answer."""
-    config = ClientConfig(brokers=(endpoint,), request_timeout_ms=PROBE_TIMEOUT_MS,
-                          send_deadline_ms=PROBE_TIMEOUT_MS, retries_max=0)
+    config = client(brokers=(endpoint,), controller=None, request_timeout_ms=PROBE_TIMEOUT_MS,
+                    send_deadline_ms=PROBE_TIMEOUT_MS, retries_max=0)
     try:
         return Admin(config).broker_info()
     except RocketHAError:
@@ -229,6 +237,7 @@ def spark_submit(spark: SparkTarget, directory: Path, controller: str, trigger: 
     argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", spark.master,
             *spark.conf,
             str(INGEST_SCRIPT), "--controller", controller, "--topics", TOPIC,
+            "--client-config", str(_client_properties),
             "--table", str(directory / "orders_table"),
             "--checkpoint", str(directory / "checkpoints" / "orders_table"),
             "--trigger", trigger, "--body-json-schema", BODY_SCHEMA,
@@ -373,7 +382,7 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
     the dead master had replicated is answered from the new master's idempotence table, not
     stored twice); the master is SIGKILLed half way (once the ingest has committed rows) and
     restarted three quarters in."""
-    config = ClientConfig(controller=controller, send_deadline_ms=SEND_DEADLINE_MS)
+    config = client(controller=controller, send_deadline_ms=SEND_DEADLINE_MS)
     rng = random.Random(7)
     report = ProduceReport()
     started = time.monotonic()
@@ -572,7 +581,7 @@ def run(args: argparse.Namespace, directory: Path, spark: SparkTarget,
     controller = controllers[0]["endpoint"]
     say(f"controller {controller} named {names[master['endpoint']]} master (epoch "
         f"{master['master_epoch']}), SyncStateSet {master['sync_state_set']}")
-    Admin(ClientConfig(controller=controller)).create_topic(TOPIC, queues=QUEUES)
+    Admin(client(controller=controller)).create_topic(TOPIC, queues=QUEUES)
     table, log_path = directory / "orders_table", directory / "logs" / "ingest.log"
     ingest = spark_submit(spark, directory, controller, "processing:2s", "ingest.log",
                           args.ingest_idle_s)
@@ -602,7 +611,7 @@ def run(args: argparse.Namespace, directory: Path, spark: SparkTarget,
     rerun = spark_submit(spark, directory, controller, "available-now", "ingest-rerun.log")
     spark_jobs.append(rerun)
     rerun_rc = wait_ingest(rerun, INGEST_TIMEOUT_S)
-    stats = Admin(ClientConfig(brokers=(new_master["endpoint"],))).broker_stats()
+    stats = Admin(client(brokers=(new_master["endpoint"],), controller=None)).broker_stats()
     return Outcome(
         orders=args.orders, report=report, master_before=names[master["endpoint"]],
         master_after=names[new_master["endpoint"]], master_after_endpoint=new_master["endpoint"],
@@ -635,8 +644,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--spark-master {spark_master!r}: local, standalone or spark://HOST:PORT")
     directory = args.dir.resolve()
     fresh_directory(directory)
-    global _started_at
+    global _started_at, _client_properties
     started = _started_at = time.monotonic()
+    _client_properties = directory / "client.properties"
     say(f"demo data under {directory}")
     cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
             "--replicas", str(REPLICAS),
@@ -644,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
     where = " each on a test host of its own" if args.hosts else ""
-    say(f"cluster up: controller-n1 and broker-a-0/1/2 (controller mode){where}")
+    say(f"cluster up: controller-n1 and broker-a-0/1/2 (controller mode){where}, mutual TLS "
+        f"on every link, client settings in {_client_properties}")
     spark_jobs: list[subprocess.Popen[bytes]] = []
     spark: SparkTarget | None = None
     try:

@@ -27,16 +27,24 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_app import progress
-from spark_app.pipeline_cli import UsageError, key_value, parse_trigger, run_pipeline
+from spark_app.pipeline_cli import (
+    UsageError,
+    key_value,
+    parse_trigger,
+    run_pipeline,
+    where_options,
+)
 
 __all__ = ["main", "to_messages"]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="files_to_topic", description=__doc__.splitlines()[0])
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--brokers")
     where.add_argument("--controller")
+    parser.add_argument("--client-config", metavar="FILE",
+                        help="client.properties: addresses and TLS settings (clientConfig)")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--input", required=True, help="a file or a directory")
     parser.add_argument("--input-format", choices=("json", "csv", "parquet"), required=True)
@@ -81,8 +89,7 @@ def to_messages(rows: DataFrame, *, key_column: str | None = None,
 
 def _sink_options(args: argparse.Namespace) -> dict[str, str]:
     options = {"topic": args.topic}
-    options.update({"brokers": args.brokers} if args.brokers else
-                   {"controller": args.controller})
+    options.update(where_options(args))
     options.update(dict(args.option))
     return options
 

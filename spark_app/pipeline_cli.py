@@ -4,6 +4,8 @@ Every pipeline parses its command line into rocketha source/sink options here, s
 mean the same thing in each job:
 
     --brokers HOST:PORT[,...]   | --controller HOST:PORT[,...]     where the topics live
+    --client-config FILE        a client.properties (its controllerAddr when neither flag is
+                                given; its TLS settings): the connector option clientConfig
     --topics a,b                | --topic-pattern REGEX            what to read
     --trigger available-now | once | processing:<N>s                how often (streaming jobs)
     --option key=value (repeatable)                                 any other connector option
@@ -30,6 +32,7 @@ __all__ = [
     "parse_trigger",
     "run_pipeline",
     "source_options",
+    "where_options",
 ]
 
 _PROCESSING_TIME = re.compile(r"^(?:processing:)?(\d+(?:\.\d+)?)\s*(ms|s|m)$")
@@ -69,9 +72,12 @@ def parse_trigger(text: str) -> dict[str, object]:
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, streaming: bool) -> None:
     """The flags that choose a rocketha source (shared by ingest_to_table and backfill)."""
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--brokers", help="broker endpoints HOST:PORT[,HOST:PORT...]")
     where.add_argument("--controller", help="controller endpoints (routes from the name service)")
+    parser.add_argument("--client-config", metavar="FILE",
+                        help="client.properties (rocketha-cluster writes <dir>/client.properties)"
+                        ": addresses when --brokers/--controller are not given, TLS settings")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--topics", help="comma-separated topic names")
     what.add_argument("--topic-pattern", help="regex; topics created later are picked up")
@@ -88,13 +94,23 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, streaming: bool) ->
                         metavar="KEY=VALUE", help="any other rocketha connector option")
 
 
-def source_options(args: argparse.Namespace) -> dict[str, str]:
-    """The parsed source flags as `format("rocketha")` options (all values strings)."""
+def where_options(args: argparse.Namespace) -> dict[str, str]:
+    """--brokers / --controller / --client-config as connector options."""
+    if not (args.brokers or args.controller or args.client_config):
+        raise UsageError("one of --brokers, --controller or --client-config is required")
     options: dict[str, str] = {}
     if args.brokers:
         options["brokers"] = args.brokers
-    else:
+    elif args.controller:
         options["controller"] = args.controller
+    if args.client_config:
+        options["clientConfig"] = args.client_config
+    return options
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The parsed source flags as `format("rocketha")` options (all values strings)."""
+    options = where_options(args)
     if args.topics:
         topics = [name.strip() for name in args.topics.split(",") if name.strip()]
         if not topics:

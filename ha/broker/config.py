@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
@@ -71,6 +72,9 @@ class BrokerConfig:
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
+    tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
+    # allowInsecure: listen beyond loopback without TLS (else rocketha-broker refuses to start)
+    allow_insecure: bool = False
 
     def __post_init__(self) -> None:
         for key, value in (("brokerClusterName", self.broker_cluster_name),
@@ -137,6 +141,13 @@ class BrokerConfig:
         """The host slaves dial for this broker's haListenPort (brokerIP2)."""
         return self.broker_ip2 or self.broker_ip
 
+    def plaintext_refusal(self) -> str | None:
+        """Why this broker must not start as configured (connector.protocol.tls)."""
+        binds = {"bindAddress": self.client_bind_host}
+        if self.ha.replicated:
+            binds["haBindAddress"] = self.ha_bind_host
+        return plaintext_refusal(self.tls, self.allow_insecure, binds)
+
     @property
     def client_bind_host(self) -> str:
         return self.bind_address or self.broker_ip
@@ -162,6 +173,10 @@ class BrokerConfig:
         kwargs["store"] = StoreConfig.from_properties(store_properties)
         kwargs["ha"] = HAConfig.from_properties(
             {k: v for k, v in properties.items() if k in HA_PROPERTY_KEYS})
+        try:
+            kwargs["tls"] = TLSSettings.from_properties(properties)
+        except TLSConfigError as err:
+            raise ConfigError(err.key, err.message) from err
         return cls(**kwargs)
 
     @classmethod
@@ -228,8 +243,9 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
+    "allowInsecure": ("allow_insecure", _bool),
 }
-BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS
+BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
 
 
 # Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the

@@ -41,13 +41,14 @@ from typing import Any, TypeVar
 
 import pyarrow.flight as flight
 
+from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
 from controller.api import (
+    TOPICS_MAX,
     BrokerHeartbeat,
     HeartbeatReply,
     JsonMessage,
     RegisterBrokerReply,
     RegisterBrokerRequest,
-    TOPICS_MAX,
     RoleChange,
     TopicInfo,
 )
@@ -72,12 +73,13 @@ class ControllerClient:
     """DoAction JSON calls to the controller group's leader, following NOT_LEADER."""
 
     def __init__(self, addresses: Sequence[str], request_timeout_ms: int,
-                 redirects_max: int) -> None:
+                 redirects_max: int, tls: ClientTLS = NO_TLS) -> None:
         if not addresses:
             raise ValueError("controllerAddr: no controller address")
         self.addresses = tuple(addresses)
         self._timeout_s = request_timeout_ms / 1000.0
         self._redirects_max = redirects_max
+        self._tls = tls
         self._leader: str | None = None
         self._lock = threading.Lock()
 
@@ -90,7 +92,10 @@ class ControllerClient:
         """One call to one address; raises ControllerUnavailableError on any transport error
         or a reply that does not decode."""
         body = json.dumps(request.to_json() if request is not None else {}).encode()
-        client = flight.FlightClient(f"grpc://{address}")
+        try:
+            client = connect_flight(address, self._tls)
+        except OSError as err:  # a certificate file is unreadable
+            raise ControllerUnavailableError(f"{address} {action}: {err}") from err
         try:
             options = flight.FlightCallOptions(timeout=self._timeout_s)
             results = list(client.do_action(flight.Action(action, body), options))

@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as err:
         print(f"rocketha-broker: bad configuration in {args.conf}: {err}", file=sys.stderr)
         return 2
+    refusal = config.plaintext_refusal()
+    if refusal is not None:  # secure by default (README "Transport security")
+        print(f"rocketha-broker: refusing to start: {refusal}", file=sys.stderr)
+        return 2
     try:
         _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
     except OSError as err:
@@ -170,7 +174,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
-                              config.controller_redirects_max)
+                              config.controller_redirects_max, config.tls.client())
     roles = RoleManager(service, client, tier).start()
     link = ControllerLink(client, cluster_name=config.broker_cluster_name,
                           broker_name=config.broker_name, broker_address=service.endpoint,

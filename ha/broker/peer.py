@@ -12,13 +12,19 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
+
 __all__ = ["broker_info"]
 
 
-def broker_info(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
+def broker_info(endpoint: str, timeout_s: float = 2.0,
+                tls: ClientTLS = NO_TLS) -> dict[str, Any] | None:
     """The `broker_info` action's reply from the broker at `endpoint`; None when it does not
     answer within `timeout_s` or the reply does not decode."""
-    client = flight.FlightClient(f"grpc://{endpoint}")
+    try:
+        client = connect_flight(endpoint, tls)
+    except OSError:  # a certificate file is unreadable
+        return None
     try:
         options = flight.FlightCallOptions(timeout=timeout_s)
         results = list(client.do_action(flight.Action("broker_info", b"{}"), options))

@@ -87,10 +87,12 @@ class Replication:
         if self._ha.broker_role.is_master:
             self.master = MasterService(store, self._ha, broker_id=config.broker_id,
                                         endpoint=endpoint, metadata_source=self._metadata,
-                                        host=config.ha_bind_host).start()
+                                        host=config.ha_bind_host, tls=config.tls,
+                                        broker_name=config.broker_name).start()
         else:
             self.slave = SlaveService(store, self._ha, broker_id=config.broker_id,
-                                      apply_metadata=self._apply_metadata).start()
+                                      apply_metadata=self._apply_metadata, tls=config.tls,
+                                      broker_name=config.broker_name).start()
 
     @property
     def role(self) -> BrokerRole:
@@ -134,7 +136,8 @@ class Replication:
             metadata_source=self._metadata, host=self._config.ha_bind_host,
             master_epoch=master_epoch, accepted_sync_state_set=sync_state_set,
             on_sync_state_set=on_sync_state_set, lease_until_ms=lease_until_ms,
-            sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER).start()
+            sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER,
+            tls=self._config.tls, broker_name=self._config.broker_name).start()
         return self.master
 
     def become_slave(self, *, broker_id: int, master_epoch: int, master_endpoint: str,
@@ -151,7 +154,8 @@ class Replication:
                                   apply_metadata=self._apply_metadata,
                                   resolve_master=resolve_master, master_epoch_min=master_epoch,
                                   master_endpoint=master_endpoint,
-                                  on_link_down=on_link_down).start()
+                                  on_link_down=on_link_down, tls=self._config.tls,
+                                  broker_name=self._config.broker_name).start()
         self._slave_epoch = master_epoch
 
     def master_unreachable_epoch(self) -> int:

@@ -248,9 +248,10 @@ class RoleManager:
         assert endpoint is not None
         epoch = change.master_epoch
         host = endpoint.rpartition(":")[0]
+        tls = self._service.config.tls.client()
 
         def resolve() -> tuple[str, int] | None:
-            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S)
+            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S, tls)
             if (info is None or info.get("role") != "MASTER"
                     or int(info.get("master_epoch", -1)) < epoch
                     or not isinstance(info.get("ha_listen_port"), int)):

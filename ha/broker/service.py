@@ -38,6 +38,7 @@ from connector.protocol import (
     decode_json_object,
     encode_error_info,
 )
+from connector.protocol.tls import flight_location, flight_server_options
 from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
     BadBatch,
@@ -125,7 +126,11 @@ class BrokerService(flight.FlightServerBase):
     def __init__(self, config: BrokerConfig, store: MessageStore, *,
                  tier_stats: Callable[[], dict[str, Any]] | None = None) -> None:
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
-        super().__init__(f"grpc://{join_host_port(config.client_bind_host, config.listen_port)}")
+        # TLS per tls.* (connector/protocol/tls.py); no auth handler, so peer_identity() is
+        # the client certificate's identity
+        super().__init__(flight_location(join_host_port(config.client_bind_host,
+                                                        config.listen_port), config.tls.enabled),
+                         **flight_server_options(config.tls))
         self.config = config
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
@@ -403,7 +408,8 @@ class BrokerService(flight.FlightServerBase):
         return self._flight_info(topic)
 
     def _flight_info(self, topic: TopicConfig) -> flight.FlightInfo:
-        location = flight.Location.for_grpc_tcp(self.config.broker_ip, self.port)
+        location = (flight.Location.for_grpc_tls if self.config.tls.enabled
+                    else flight.Location.for_grpc_tcp)(self.config.broker_ip, self.port)
         endpoints = []
         for queue_id in range(topic.read_queue_nums):
             start = self.store.min_queue_offset(topic.name, queue_id)

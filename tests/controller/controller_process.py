@@ -74,6 +74,7 @@ class ControllerGroup:
                 "controllerStorePath": str(directory / f"store-n{n}"),
                 "controllerHeartbeatTimeoutMs": "1500", "scanNotActiveBrokerIntervalMs": "200",
                 "raftTickIntervalMs": "50", "raftElectionTimeoutTicks": "6",
+                "allowInsecure": "true",  # plaintext test controllers, also on test hosts
             }
             settings.update(overrides)
             self.conf(n).write_text("".join(f"{k}={v}\n" for k, v in settings.items()))

@@ -40,6 +40,7 @@ class BrokerProcess:
             "brokerName": name, "brokerId": "0", "brokerIP1": host, "listenPort": str(self.port),
             "storePathRootDir": str(self.store_dir), "mappedFileSizeCommitLog": str(8 << 20),
             "maxMessageSize": str(1 << 20),
+            "allowInsecure": "true",  # plaintext test brokers, also on test hosts' addresses
         }
         settings.update(overrides)
         directory.mkdir(parents=True, exist_ok=True)
