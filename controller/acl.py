@@ -38,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "ACTIONS_ACL",
+    "ADMIN_OPERATIONS",
     "OPERATIONS",
     "AclError",
     "AuthData",
@@ -58,8 +59,8 @@ USER_TYPES = ("Super", "Normal")
 USER_STATUSES = ("enabled", "disabled")
 DECISIONS = ("Allow", "Deny")
 RESOURCE_TYPES = ("Topic", "Group")
-USERS_MAX = 10_000
-POLICIES_MAX = 100_000
+USERS_MAX = 5_000  # the whole table is one Raft entry per change (raftFrameBytesMax)
+POLICIES_MAX = 10_000
 SOURCE_IPS_MAX = 64
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _KEY = re.compile(r"^[A-Za-z0-9_.@+/=-]{1,128}$")
@@ -409,6 +410,16 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("controller", "acl_delete"): _SUPER,
     ("controller", "acl_list"): _SUPER,
 }
+
+
+# audited when allowed too (refusals are always audited)
+ADMIN_OPERATIONS = frozenset({
+    ("broker", "create_topic"), ("broker", "update_topic"), ("broker", "delete_topic"),
+    ("broker", "delete_group"), ("broker", "set_config"),
+    ("controller", "elect_master"), ("controller", "clean_broker_data"),
+    ("controller", "user_create"), ("controller", "user_update"), ("controller", "user_delete"),
+    ("controller", "acl_create"), ("controller", "acl_update"), ("controller", "acl_delete"),
+})
 
 
 def requirement_of(service: str, operation: str) -> Requirement | None:

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
 
@@ -143,6 +144,7 @@ class ControllerConfig:
     log_file: str = ""  # logFile ("" = standard error)
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax
     log_files_kept: int = 5  # logFilesKept
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # controller/auth.py
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -204,11 +206,15 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
-        unknown = sorted(set(properties) - set(_KEYS))
+        unknown = sorted(set(properties) - set(_KEYS) - set(AUTH_KEYS))
         if unknown:
             raise ConfigError(unknown[0], "unknown configuration key (see "
                               f"conf/controller.conf); all unknown: {unknown}")
-        kwargs: dict[str, Any] = {}
+        auth, errors = parse_auth_settings(properties)
+        if errors:
+            key, _, reason = errors[0].partition(": ")
+            raise ConfigError(key, reason)
+        kwargs: dict[str, Any] = {"auth": AuthSettings(**auth)}
         for key, (field, parse) in _KEYS.items():
             if key in properties:
                 try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from controller.auth import init_user
 from controller.config import ControllerConfig
 from controller.console import ConsoleServer
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
@@ -123,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rocketha-controller: logFile {config.log_file}: {err}", file=sys.stderr)
         return 2
     try:
-        node = ControllerNode(config)
+        bootstrap = init_user(config.auth)
+    except (ValueError, OSError) as err:
+        print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
+        return 2
+    try:
+        node = ControllerNode(config, init_user=bootstrap)
     except (StoreLockedError, RaftStorageError) as err:
         print(f"rocketha-controller: {err}", file=sys.stderr)
         return 2

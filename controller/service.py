@@ -23,9 +23,11 @@ from typing import Any
 import pyarrow.flight as flight
 
 from controller.api import ACTIONS
+from controller.auth import AuditLog, AuthGate
 from controller.config import ControllerConfig
 from controller.errors import CodecError
 from controller.node import ControllerNode
+from controller.signing import action_target
 
 __all__ = ["ControllerService", "REQUEST_BODY_BYTES_MAX", "REQUESTS_INFLIGHT_MAX"]
 
@@ -42,9 +44,15 @@ def _bad_request(message: str, name: str = "BAD_REQUEST") -> flight.FlightServer
 class ControllerService(flight.FlightServerBase):
     def __init__(self, config: ControllerConfig, node: ControllerNode,
                  loop: asyncio.AbstractEventLoop) -> None:
+        settings = config.auth
+        self.auth = AuthGate(settings, lambda: node.state.auth, bootstrap=node.init_user,
+                             audit=AuditLog(settings.audit_log_file,
+                                            settings.audit_log_bytes_max,
+                                            settings.audit_logs_kept, "controller"))
         # binds controllerBindAddress (default: its advertised host); NOT_LEADER names the
         # advertised client address (controllerAddr)
-        super().__init__(f"grpc://{config.client_bind_address()}")
+        super().__init__(f"grpc://{config.client_bind_address()}",
+                         middleware=self.auth.middleware())
         self.config = config
         self.node = node
         self.loop = loop
@@ -52,27 +60,31 @@ class ControllerService(flight.FlightServerBase):
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
         try:
-            return self._do_action(action)
+            return self._do_action(context, action)
         except flight.FlightError:
             raise
         except Exception as err:  # shell boundary: this call fails alone, without a traceback
             logger.exception("controller action %.40r failed", action.type)
             raise _bad_request(type(err).__name__, "INTERNAL_ERROR") from None
 
-    def _do_action(self, action: flight.Action) -> Iterator[bytes]:
-        spec = ACTIONS.get(action.type)
-        if spec is None:
-            raise _bad_request(f"unknown action {action.type[:40]!r}; known: {sorted(ACTIONS)}",
-                               "UNKNOWN_ACTION")
-        request_type, reply_type = spec
+    def _do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
         body = action.body.to_pybytes() if action.body is not None else b""
         if len(body) > REQUEST_BODY_BYTES_MAX:
             raise _bad_request(f"body of {len(body)} bytes exceeds {REQUEST_BODY_BYTES_MAX}")
+        target = action_target(action.type, body)
+        spec = ACTIONS.get(action.type)
+        if spec is None:
+            self.auth.principal_of(context, "DO_ACTION", target)  # strangers learn nothing
+            raise _bad_request(f"unknown action {action.type[:40]!r}; known: {sorted(ACTIONS)}",
+                               "UNKNOWN_ACTION")
+        request_type, reply_type = spec
         try:
             parsed = json.loads(body or b"{}")
             request = request_type.from_json(parsed) if request_type is not None else None
         except (ValueError, RecursionError, CodecError) as err:  # JSONDecodeError: ValueError
             raise _bad_request(f"{action.type}: {str(err)[:300]}") from None
+        self.auth.check(context, action.type, "DO_ACTION", target,
+                        parsed if isinstance(parsed, dict) else {})
         if not self._slots.acquire(blocking=False):
             return iter([json.dumps(reply_type(status="BUSY").to_json()).encode()])
         try:
@@ -88,5 +100,6 @@ class ControllerService(flight.FlightServerBase):
         return iter([json.dumps(reply.to_json()).encode()])
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        self.auth.principal_of(context, "LIST_ACTIONS", b"")
         return [(name, (spec[0] or spec[1]).__doc__ or "") for name, spec in
                 sorted(ACTIONS.items())]

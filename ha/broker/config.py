@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ha.broker.addresses import check_advertised_host, check_bind_host
+from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
@@ -71,6 +72,7 @@ class BrokerConfig:
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # ha/broker/auth.py
 
     def __post_init__(self) -> None:
         for key, value in (("brokerClusterName", self.broker_cluster_name),
@@ -100,6 +102,10 @@ class BrokerConfig:
             raise ConfigError("brokerId", f"{self.broker_id} with brokerRole="
                               f"{self.ha.broker_role.value}: brokerId 0 is the master, any "
                               "other id a SLAVE")
+        if self.auth.authentication_enabled and not (self.auth.acl_file
+                                                     or self.enable_controller_mode):
+            raise ConfigError("aclFile", "required with authenticationEnabled=true in static "
+                              "mode (controller mode gets users and ACLs from the controller)")
         _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
         _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
         _range("idempotenceRebuildWindowMs", self.idempotence_rebuild_window_ms, 0, 1 << 40)
@@ -162,6 +168,11 @@ class BrokerConfig:
         kwargs["store"] = StoreConfig.from_properties(store_properties)
         kwargs["ha"] = HAConfig.from_properties(
             {k: v for k, v in properties.items() if k in HA_PROPERTY_KEYS})
+        auth, errors = parse_auth_settings(properties)
+        if errors:
+            key, _, reason = errors[0].partition(": ")
+            raise ConfigError(key, reason)
+        kwargs["auth"] = AuthSettings(**auth)
         return cls(**kwargs)
 
     @classmethod
@@ -229,7 +240,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
 }
-BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS
+BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(AUTH_KEYS)
 
 
 # Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the

@@ -38,6 +38,7 @@ from connector.protocol import (
     decode_json_object,
     encode_error_info,
 )
+from connector.protocol.signing import action_target, descriptor_target
 from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
     BadBatch,
@@ -47,6 +48,7 @@ from ha.broker.arrow_codec import (
     records_to_batch,
     rows_from_batch,
 )
+from ha.broker.auth import AuditLog, AuthGate, load_acl_file
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
@@ -124,8 +126,16 @@ class _Counters:
 class BrokerService(flight.FlightServerBase):
     def __init__(self, config: BrokerConfig, store: MessageStore, *,
                  tier_stats: Callable[[], dict[str, Any]] | None = None) -> None:
+        # authentication and authorization (ha/broker/auth.py): static mode reads aclFile,
+        # controller mode gets the table from the controller (controller_link)
+        settings = config.auth
+        self.auth = AuthGate(settings, load_acl_file(settings.acl_file) if settings.acl_file
+                             else None, audit=AuditLog(settings.audit_log_file,
+                                                       settings.audit_log_bytes_max,
+                                                       settings.audit_logs_kept, "broker"))
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
-        super().__init__(f"grpc://{join_host_port(config.client_bind_host, config.listen_port)}")
+        super().__init__(f"grpc://{join_host_port(config.client_bind_host, config.listen_port)}",
+                         middleware=self.auth.middleware())
         self.config = config
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
@@ -226,6 +236,8 @@ class BrokerService(flight.FlightServerBase):
         name = request.get("topic")
         if not isinstance(name, str):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
+        self.auth.check(context, "DoPut", "DO_PUT", descriptor_target(descriptor.command, None),
+                        {"topic": name})
         self.replication.check_writable()
         topic = self._topic_for_write(name)
         try:  # the schema message comes first: a bad stream ends before any batch is read
@@ -304,8 +316,10 @@ class BrokerService(flight.FlightServerBase):
     # -- consume ----------------------------------------------------------------------------
     @_guarded
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
-        self.replication.check_readable()
         request = GetTicket.decode(ticket.ticket)
+        self.auth.check(context, "DoGet", "DO_GET", ticket.ticket,
+                        {"topic": request.topic, "group": request.group})
+        self.replication.check_readable()
         topic = self._topic_for_read(request.topic)
         if request.queue_id >= topic.read_queue_nums:
             raise RequestError("BAD_REQUEST", f"queue_id {request.queue_id} not in "
@@ -398,8 +412,11 @@ class BrokerService(flight.FlightServerBase):
                         ) -> flight.FlightInfo:
         if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
             raise ProtocolError("GetFlightInfo takes a path descriptor naming one topic")
+        name = descriptor.path[0].decode("utf-8", "replace")
+        self.auth.check(context, "GetFlightInfo", "GET_FLIGHT_INFO",
+                        descriptor_target(None, descriptor.path), {"topic": name})
         self.replication.check_readable()
-        topic = self._topic_for_read(descriptor.path[0].decode("utf-8", "replace"))
+        topic = self._topic_for_read(name)
         return self._flight_info(topic)
 
     def _flight_info(self, topic: TopicConfig) -> flight.FlightInfo:
@@ -414,23 +431,28 @@ class BrokerService(flight.FlightServerBase):
 
     @_guarded
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        self.auth.check(context, "ListFlights", "LIST_FLIGHTS", criteria or b"", {})
         return iter([self._flight_info(topic) for topic in self.topics.all() if topic.readable])
 
     # -- admin ------------------------------------------------------------------------------
     @_guarded
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        body = action.body.to_pybytes() if action.body is not None else b""
+        target = action_target(action.type, body)
         handler = self._actions.get(action.type)
         if handler is None:
+            self.auth.principal_of(context, "DO_ACTION", target)  # strangers learn nothing
             raise RequestError("UNKNOWN_ACTION", f"unknown action {action.type!r}; known: "
                                f"{sorted(self._actions)}")
+        request = decode_json_object(body or b"{}", f"action {action.type} body")
+        self.auth.check(context, action.type, "DO_ACTION", target, request)
         if action.type in _MASTER_ONLY_ACTIONS:
             self.replication.check_writable()
-        body = action.body.to_pybytes() if action.body is not None else b""
-        request = decode_json_object(body or b"{}", f"action {action.type} body")
         self._count("actions")
         return iter([json.dumps(handler(request)).encode()])
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        self.auth.check(context, "ListActions", "LIST_ACTIONS", b"", {})
         return [(name, (handler.__doc__ or "").strip()) for name, handler in
                 sorted(self._actions.items())]
 
