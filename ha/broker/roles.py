@@ -250,7 +250,8 @@ class RoleManager:
         host = endpoint.rpartition(":")[0]
 
         def resolve() -> tuple[str, int] | None:
-            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S)
+            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S,
+                               getattr(self._service, "inner_credentials", None))
             if (info is None or info.get("role") != "MASTER"
                     or int(info.get("master_epoch", -1)) < epoch
                     or not isinstance(info.get("ha_listen_port"), int)):

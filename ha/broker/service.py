@@ -48,7 +48,7 @@ from ha.broker.arrow_codec import (
     records_to_batch,
     rows_from_batch,
 )
-from ha.broker.auth import AuditLog, AuthGate, load_acl_file
+from ha.broker.auth import AuditLog, AuthGate, load_acl_file, read_credentials_file
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
@@ -129,6 +129,11 @@ class BrokerService(flight.FlightServerBase):
         # authentication and authorization (ha/broker/auth.py): static mode reads aclFile,
         # controller mode gets the table from the controller (controller_link)
         settings = config.auth
+        # innerClientCredentialsFile: how this broker signs its calls to the controller and to
+        # other brokers (a member's TLS certificate may stand in for it)
+        self.inner_credentials = (read_credentials_file(settings.inner_credentials_file,
+                                                        "innerClientCredentialsFile")
+                                  if settings.inner_credentials_file else None)
         self.auth = AuthGate(settings, load_acl_file(settings.acl_file) if settings.acl_file
                              else None, audit=AuditLog(settings.audit_log_file,
                                                        settings.audit_log_bytes_max,
@@ -177,6 +182,10 @@ class BrokerService(flight.FlightServerBase):
     @property
     def endpoint(self) -> str:
         return f"{self.config.broker_ip}:{self.port}"
+
+    def set_auth_data(self, auth: Any) -> None:
+        """The users/ACL table the controller serves (controller mode), replaced whole."""
+        self.auth.auth_data = auth
 
     def _count(self, name: str, amount: int = 1) -> None:
         with self._counters.lock:
