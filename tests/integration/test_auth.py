@@ -213,3 +213,13 @@ def test_a_normal_user_cannot_manage_users_and_the_refusal_is_audited(secured: S
     with pytest.raises(flight.FlightUnauthenticatedError):
         call(secured.controller, "cluster_list", {})  # unsigned
     assert call(secured.controller, "cluster_list", {}, credentials=ALICE)["status"] == "OK"
+
+
+def test_users_and_acls_survive_a_controller_restart(secured: Secured) -> None:
+    before = secured.admin("acl_list", {"subject": "User:alice"})["policies"]
+    assert before
+    secured.group.kill(1)
+    secured.group.start(1)
+    secured.group.wait_leader()
+    assert "alice" in [user["name"] for user in secured.admin("user_list", {})["users"]]
+    assert secured.admin("acl_list", {"subject": "User:alice"})["policies"] == before
