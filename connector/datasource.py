@@ -364,7 +364,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if replica_set is None:
                 continue
             try:
-                Admin(client_config(replica_set.endpoints, self.options.request_timeout_ms)
+                Admin(client_config(replica_set.endpoints, self.options.request_timeout_ms,
+                                    self.options.credentials)
                       ).commit_offset(self.options.group_id, ref.topic, ref.queue_id,
                                       queue_offset)
             except RocketHAError as err:
@@ -375,11 +376,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # -- writing ---------------------------------------------------------------------------------
 def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
     """The replica set a task writes to: the same one on every attempt (idempotence)."""
-    routes = route_provider(options.brokers, options.controller, options.request_timeout_ms)
+    routes = route_provider(options.brokers, options.controller, options.request_timeout_ms,
+                            options.credentials)
     replica_sets = sorted(routes.replica_sets())
     if options.topic is not None and len(replica_sets) > 1:  # prefer those hosting the topic
         hosting = [rs for rs in replica_sets
-                   if options.topic in topic_queue_counts(rs, options.request_timeout_ms)]
+                   if options.topic in topic_queue_counts(rs, options.request_timeout_ms,
+                                                                options.credentials)]
         replica_sets = hosting or replica_sets
     return replica_sets[partition_id % len(replica_sets)]
 

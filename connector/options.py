@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from connector.columns import ALL_COLUMN_NAMES, with_extras
+from connector.credentials import read_credentials_file
 from connector.errors import OptionError
 from connector.offsets import (
     EARLIEST,
@@ -35,13 +36,16 @@ from connector.offsets import (
     parse_queue_key,
 )
 from connector.protocol import CODES
+from connector.protocol.signing import Credentials
 
 __all__ = [
     "ACCEPT_STATUSES",
+    "ACCESS_KEY",
     "ASSIGN",
     "BROKERS",
     "COLUMNS",
     "CONTROLLER",
+    "CREDENTIALS_FILE",
     "ENDING_OFFSETS",
     "EXACTLY_ONCE",
     "FAIL_ON_DATA_LOSS",
@@ -59,19 +63,20 @@ __all__ = [
     "READ_FROM_REPLICAS",
     "READ_OPTIONS",
     "REQUEST_TIMEOUT_MS",
+    "SECRET_KEY",
     "STARTING_OFFSETS",
     "STARTING_OFFSETS_BY_TIMESTAMP",
     "STARTING_TIMESTAMP",
     "SUBSCRIBE",
     "SUBSCRIBE_PATTERN",
-    "SourceOptions",
-    "SinkOptions",
     "TAG_FILTER",
     "TIER_STORAGE_OPTIONS",
     "TOPIC",
     "WRITE_BATCH_BYTES",
     "WRITE_BATCH_ROWS",
     "WRITE_OPTIONS",
+    "SinkOptions",
+    "SourceOptions",
     "parse_sink_options",
     "parse_source_options",
 ]
@@ -112,8 +117,15 @@ WRITE_BATCH_BYTES = "writeBatchBytes"
 INCLUDE_PROPERTIES = "includeProperties"
 INCLUDE_METADATA = "includeMetadata"
 COLUMNS = "columns"
+# Authentication (issue 16): the user's keys, or a file holding them (accessKey=/secretKey=
+# lines, mode 0600, read on the driver). Spark's default spark.redaction.regex
+# ((?i)secret|password|token|access[.]?key) redacts accessKey's and secretKey's values in
+# plans, the UI and logs (tests/connector/test_auth_options.py checks the names match).
+ACCESS_KEY = "accessKey"
+SECRET_KEY = "secretKey"
+CREDENTIALS_FILE = "credentialsFile"
 
-_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS)
+_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, ACCESS_KEY, SECRET_KEY, CREDENTIALS_FILE)
 READ_OPTIONS = frozenset(_COMMON + (
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
@@ -164,6 +176,7 @@ class SourceOptions:
     tier_storage_options: tuple[tuple[str, str], ...] = dataclasses.field(default=(),
                                                                            repr=False)
     columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -184,6 +197,7 @@ class SinkOptions:
     exactly_once: bool
     write_batch_rows: int
     write_batch_bytes: int
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
 
 def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
@@ -375,7 +389,30 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
         tier_storage_options=_tier_storage_options(values),
         columns=_columns(values),
+        credentials=_credentials(values),
     )
+
+
+def _credentials(values: Mapping[str, str]) -> Credentials | None:
+    """accessKey + secretKey, or credentialsFile; neither: unsigned calls. Errors never
+    quote a secret."""
+    access_key, secret_key = values.get(ACCESS_KEY), values.get(SECRET_KEY)
+    path = values.get(CREDENTIALS_FILE)
+    if path is not None:
+        if access_key is not None or secret_key is not None:
+            raise OptionError(f"option {CREDENTIALS_FILE} excludes {ACCESS_KEY} and "
+                              f"{SECRET_KEY}")
+        try:
+            return read_credentials_file(path, f"option {CREDENTIALS_FILE}")
+        except (OSError, ValueError) as err:
+            raise OptionError(str(err)) from None
+    if (access_key is None) != (secret_key is None):
+        raise OptionError(f"options {ACCESS_KEY} and {SECRET_KEY} go together")
+    if access_key is None or secret_key is None:
+        return None
+    if not access_key.strip() or not secret_key:
+        raise OptionError(f"options {ACCESS_KEY} and {SECRET_KEY} must not be empty")
+    return Credentials(access_key.strip(), secret_key)
 
 
 def _columns(values: dict[str, str]) -> tuple[str, ...]:
@@ -454,4 +491,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         write_batch_rows=_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
         write_batch_bytes=_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
                                64 << 20),
+        credentials=_credentials(values),
     )

@@ -180,7 +180,8 @@ def write_partition(batches: Iterable[pa.RecordBatch], *, options: SinkOptions,
     """Write one task's rows; raises SinkStatusError on a status not in acceptStatuses.
 
     With `producer_id` (exactlyOnce), every chunk carries its idempotence marker."""
-    producer = Producer(client_config(replica_set.endpoints, options.request_timeout_ms))
+    producer = Producer(client_config(replica_set.endpoints, options.request_timeout_ms,
+                                      options.credentials))
     tally = _Tally()
     sequence = 0
     try:

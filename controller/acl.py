@@ -366,10 +366,13 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("broker", "DoGet"): _needs(Check("Topic", "topic", ("Sub",)),
                                 Check("Group", "group", ("Sub",), optional=True)),
     ("broker", "GetFlightInfo"): _needs(Check("Topic", "topic", ("Sub", "Get"))),
-    ("broker", "ListFlights"): _needs(Check("Cluster", "", ("List",))),
+    # listings: any authenticated caller; the broker lists only the topics the caller may
+    # Pub, Sub or Get (clients discover their topics with these)
+    ("broker", "ListFlights"): _ANY_USER,
     ("broker", "ListActions"): _ANY_USER,
     # broker: actions
-    ("broker", "broker_info"): _needs(_CLUSTER_GET, member=True),
+    # identity, role and positions: what a client needs to find masters (like cluster_list)
+    ("broker", "broker_info"): Requirement(member=True),
     ("broker", "broker_stats"): _needs(_CLUSTER_GET),
     ("broker", "commit_offset"): _needs(Check("Topic", "topic", ("Sub",)),
                                         Check("Group", "group", ("Sub",))),
@@ -380,7 +383,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("broker", "create_topic"): _needs(Check("Topic", "topic", ("Create",))),
     ("broker", "delete_topic"): _needs(Check("Topic", "topic", ("Delete",))),
     ("broker", "get_topic"): _needs(Check("Topic", "topic", ("Get",))),
-    ("broker", "list_topics"): _needs(Check("Cluster", "", ("List",))),
+    ("broker", "list_topics"): _ANY_USER,  # filtered, as ListFlights
     ("broker", "offset_for_timestamp"): _needs(Check("Topic", "topic", ("Sub", "Get"))),
     ("broker", "query_offsets"): _needs(Check("Topic", "topic", ("Sub", "Get")),
                                         Check("Group", "group", ("Sub", "Get"))),

@@ -50,7 +50,14 @@ from connector.protocol.signing import (
     target_digest,
     verify,
 )
-from controller.api import ADMIN_OPERATIONS, AuthData, User, authorize, requirement_of
+from controller.api import (
+    ADMIN_OPERATIONS,
+    AuthData,
+    User,
+    authorize,
+    decide,
+    requirement_of,
+)
 
 __all__ = ["AUTH_KEYS", "AuditLog", "AuthGate", "AuthSettings", "Principal", "load_acl_file",
            "parse_auth_settings", "read_credentials_file", "source_address"]
@@ -308,6 +315,14 @@ class AuthGate:
             self.audit.record("admin", principal.name, source_address(context), operation,
                               resource, action, "allowed", decision.reason)
         return principal
+
+    def visible(self, principal: Principal, topic: str) -> bool:
+        """May this caller see `topic` in a listing (Pub, Sub or Get on it)?"""
+        user = principal.user
+        if user is None or not self.settings.authorization_enabled:
+            return True  # anonymous (authentication off) or a cluster member
+        return any(decide(self.auth_data, user, "Topic", topic, action, None).allowed
+                   for action in ("Pub", "Sub", "Get"))
 
     def _deny(self, context: Any, principal: Principal, operation: str, resource: str,
               action: str, reason: str) -> None:

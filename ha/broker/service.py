@@ -440,8 +440,9 @@ class BrokerService(flight.FlightServerBase):
 
     @_guarded
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
-        self.auth.check(context, "ListFlights", "LIST_FLIGHTS", criteria or b"", {})
-        return iter([self._flight_info(topic) for topic in self.topics.all() if topic.readable])
+        principal = self.auth.check(context, "ListFlights", "LIST_FLIGHTS", criteria or b"", {})
+        return iter([self._flight_info(topic) for topic in self.topics.all()
+                     if topic.readable and self.auth.visible(principal, topic.name)])
 
     # -- admin ------------------------------------------------------------------------------
     @_guarded
@@ -454,11 +455,15 @@ class BrokerService(flight.FlightServerBase):
             raise RequestError("UNKNOWN_ACTION", f"unknown action {action.type!r}; known: "
                                f"{sorted(self._actions)}")
         request = decode_json_object(body or b"{}", f"action {action.type} body")
-        self.auth.check(context, action.type, "DO_ACTION", target, request)
+        principal = self.auth.check(context, action.type, "DO_ACTION", target, request)
         if action.type in _MASTER_ONLY_ACTIONS:
             self.replication.check_writable()
         self._count("actions")
-        return iter([json.dumps(handler(request)).encode()])
+        reply = handler(request)
+        if action.type == "list_topics":  # only the topics this caller may use
+            reply["topics"] = [topic for topic in reply["topics"]
+                               if self.auth.visible(principal, topic["name"])]
+        return iter([json.dumps(reply).encode()])
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         self.auth.check(context, "ListActions", "LIST_ACTIONS", b"", {})

@@ -91,7 +91,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         cluster.admin("user_create", {"name": "alice", "access_key": ALICE.access_key,
                                       "secret_key": ALICE.secret_key, "type": "Normal"})
         admin = Admin(cluster.config(ALICE))
-        _wait(lambda: _refused(admin.list_topics).name == "NO_PERMISSION",
+        _wait(lambda: _refused(admin.broker_stats).name == "NO_PERMISSION",
               "the broker to learn user alice (authenticated, no ACL yet)")
         yield cluster
     finally:
@@ -168,6 +168,11 @@ def test_produce_needs_pub_granted_through_raft_and_seen_by_the_broker(secured: 
                                      "actions": ["Pub"], "decision": "Deny"})
         _wait(lambda: _is_denied(lambda: producer.send("orders-x", b"x")), "the Deny")
         assert producer.send("orders", b"y").status == "PUT_OK"  # the prefix still allows
+        # listings show a user only the topics it may use
+        Producer(secured.config(ADMIN)).send("hidden", b"h")
+        names = [t["name"] for t in Admin(secured.config(ALICE)).list_topics()]
+        assert "orders" in names and "hidden" not in names and "orders-x" not in names
+        assert "hidden" in [t["name"] for t in Admin(secured.config(ADMIN)).list_topics()]
     finally:
         producer.close()
 
