@@ -27,7 +27,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_app import progress
-from spark_app.pipeline_cli import UsageError, key_value, parse_trigger, run_pipeline
+from spark_app.pipeline_cli import (
+    UsageError,
+    add_credentials_argument,
+    credential_options,
+    key_value,
+    parse_trigger,
+    run_pipeline,
+)
 
 __all__ = ["main", "to_messages"]
 
@@ -52,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-s", type=float, default=0.0)
     parser.add_argument("--option", action="append", type=key_value, default=[],
                         metavar="KEY=VALUE", help="any other rocketha sink option")
+    add_credentials_argument(parser)
     return parser
 
 
@@ -83,6 +91,7 @@ def _sink_options(args: argparse.Namespace) -> dict[str, str]:
     options = {"topic": args.topic}
     options.update({"brokers": args.brokers} if args.brokers else
                    {"controller": args.controller})
+    options.update(credential_options(args))
     options.update(dict(args.option))
     return options
 
