@@ -33,6 +33,7 @@ from typing import Any
 from connector.admin_data import consume, produce
 from connector.admin_output import Output, fail
 from connector.admin_target import Target
+from connector.credentials import read_credentials_file
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--broker", help="HOST:PORT of one broker")
     where.add_argument("--controller", help="the controllers' client endpoints, ';'-separated")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per call")
+    parser.add_argument("--credentials-file", default=None,
+                        help="accessKey= and secretKey= lines (mode 0600): sign every call")
     commands = parser.add_subparsers(dest="command", required=True)
     _topic_parser(commands, common)
     _data_parsers(commands, common)
@@ -112,7 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
-    target = Target(args.broker, args.controller, int(args.timeout_s * 1000), args.broker_name)
+    try:
+        credentials = (read_credentials_file(args.credentials_file, "--credentials-file")
+                       if args.credentials_file else None)
+    except (OSError, ValueError) as err:
+        return fail(str(err), 2)
+    target = Target(args.broker, args.controller, int(args.timeout_s * 1000), args.broker_name,
+                    credentials)
     out = Output(args.output or "table")
     try:
         return _dispatch(parser, args, target, out)

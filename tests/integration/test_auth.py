@@ -10,6 +10,8 @@ Consumer and Admin with access/secret keys. Users and ACLs are changed through t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from tests.integration.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 20.0
+ROOT = Path(__file__).resolve().parents[2]
 ADMIN = Credentials("AK_admin", "admin-secret-0123456789")
 ALICE = Credentials("AK_alice", "alice-secret-0123456789")
 
@@ -228,3 +231,53 @@ def test_users_and_acls_survive_a_controller_restart(secured: Secured) -> None:
     secured.group.wait_leader()
     assert "alice" in [user["name"] for user in secured.admin("user_list", {})["users"]]
     assert secured.admin("acl_list", {"subject": "User:alice"})["policies"] == before
+
+
+def _admin_tool(secured: Secured, credentials_file: str, *args: str, stdin: str = ""
+                ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rocketha_admin", "--controller", secured.controller,
+         "--credentials-file", credentials_file, *args],
+        input=stdin, capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+
+
+def test_admin_tool_manages_users_and_acls_with_secrets_off_the_command_line(
+        secured: Secured, tmp_path: Path) -> None:
+    admin_file = _private(tmp_path / "admin.credentials",
+                          f"accessKey={ADMIN.access_key}\nsecretKey={ADMIN.secret_key}\n")
+    created = _admin_tool(secured, admin_file, "user", "create", "--name", "bob",
+                          "--access-key", "AK_bob", "--secret-stdin", "--json",
+                          stdin="bob-secret-0123456789\n")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["status"] == "OK"
+    listed = _admin_tool(secured, admin_file, "user", "list", "--json")
+    users = {user["name"]: user for user in json.loads(listed.stdout)["users"]}
+    assert users["bob"] == {"name": "bob", "access_key": "AK_bob", "type": "Normal",
+                            "status": "enabled"}
+    assert "bob-secret" not in listed.stdout
+    granted = _admin_tool(secured, admin_file, "acl", "create", "--subject", "User:bob",
+                          "--resources", "Topic:bob*,Group:bob", "--actions", "Pub,Sub")
+    assert granted.returncode == 0, granted.stderr
+    acls = json.loads(_admin_tool(secured, admin_file, "acl", "list", "--subject", "User:bob",
+                                  "--json").stdout)["policies"]
+    assert sorted(p["resource"] for p in acls) == ["Group:bob", "Topic:bob*"]
+    bob = Credentials("AK_bob", "bob-secret-0123456789")
+    producer = Producer(secured.config(bob))
+    try:
+        _wait(lambda: not _is_denied(lambda: producer.send("bob-topic", b"b")), "bob's ACL")
+    finally:
+        producer.close()
+    # bob is no Super user: the tool reports the refusal, exit 2
+    bob_file = _private(tmp_path / "bob.credentials",
+                        "accessKey=AK_bob\nsecretKey=bob-secret-0123456789\n")
+    refused = _admin_tool(secured, bob_file, "user", "delete", "--name", "alice")
+    assert refused.returncode == 2 and "NO_PERMISSION" in refused.stderr
+    assert _admin_tool(secured, admin_file, "user", "delete", "--name", "bob").returncode == 0
+    assert "bob" not in [u["name"] for u in secured.admin("user_list", {})["users"]]
+    assert not secured.admin("acl_list", {"subject": "User:bob"})["policies"]
+    # data commands sign too
+    topics = subprocess.run(
+        [sys.executable, "-m", "rocketha_admin", "--broker", secured.broker.endpoint,
+         "--credentials-file", admin_file, "topic", "list", "--json"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+    assert topics.returncode == 0 and "orders" in topics.stdout, topics.stderr
