@@ -2,7 +2,7 @@
 
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
                         [--set key=value ...] [--set-file FILE ...]
-                        [--controller-set key=value ...] [--hosts]
+                        [--controller-set key=value ...] [--hosts] [--insecure]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
     rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR   (several
@@ -17,6 +17,10 @@ group of controllers, started before the brokers (ha/cluster_controllers.py); `s
 them with their role (leader/follower). With controllers, every broker runs in controller
 mode (enableControllerMode, controllerAddr): the controller names each set's master and
 changes it when the master dies (`status --json`: replica_set, role, controller_role).
+
+Authentication and authorization are on unless the first `up` says `--insecure`: a generated
+Super user "admin" (keys in DIR/admin.credentials, mode 0600), which the tool itself and
+`rocketha-admin --credentials-file DIR/admin.credentials` use (ha/cluster_auth.py).
 
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
@@ -43,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ha import cluster_plan
+from ha import cluster_auth, cluster_plan
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
@@ -117,6 +121,8 @@ class Cluster:
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
+            settings.update(cluster_auth.broker_settings(
+                self.directory, broker["name"], controller_mode=bool(controller_addr)))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             write_private_text(broker["conf"], "\n".join(lines) + "\n")
@@ -144,7 +150,8 @@ class Cluster:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
                 raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
-            if broker_info(endpoint, timeout_s=1.0) is not None:
+            if broker_info(endpoint, 1.0, cluster_auth.admin_credentials(self.directory)) \
+                    is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
         tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
@@ -157,7 +164,8 @@ class Cluster:
         for broker in self.load()["brokers"]:
             pid = self.pid_of(broker)
             endpoint = f"{host_of(broker)}:{broker['port']}"
-            info = broker_info(endpoint) if pid is not None else None
+            info = (broker_info(endpoint, 2.0, cluster_auth.admin_credentials(self.directory))
+                    if pid is not None else None)
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
                 "broker_id": broker.get("broker_id", 0),
@@ -311,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                     "never on the command line)")
     up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a controller key for every controller")
+    up.add_argument("--insecure", action="store_true",
+                    help="no authentication (default: on, with a generated admin user whose "
+                    "keys are in DIR/admin.credentials); decided by the first up")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
@@ -337,15 +348,18 @@ def main(argv: list[str] | None = None) -> int:
     controllers = LocalControllers(cluster.directory)
     if args.command == "up":
         _check_replicas(args, cluster, parser)
-        for line in controllers.up(args.controllers,
-                                   _parse_overrides(args.controller_set, parser),
-                                   hosts=args.hosts):
+        broker_overrides = _parse_overrides(args.set, parser, args.set_file)  # misuse: exit
+        controller_overrides = _parse_overrides(args.controller_set, parser)  # before writing
+        if cluster_auth.prepare(cluster.directory, insecure=args.insecure):
+            print(f"rocketha-cluster: authentication on; the admin user's keys are in "
+                  f"{cluster.directory / 'admin.credentials'}", file=sys.stderr)
+        for line in controllers.up(args.controllers, controller_overrides, hosts=args.hosts):
             print(line)
     if args.command == "up":
         if not 1 <= args.brokers <= BROKERS_MAX:
             parser.error(f"--brokers must be 1..{BROKERS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        manifest = cluster.plan(args.brokers, _parse_overrides(args.set, parser, args.set_file),
+        manifest = cluster.plan(args.brokers, broker_overrides,
                                 args.replicas, controller_addr, hosts=args.hosts,
                                 spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:

@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from connector.protocol.signing import Credentials, action_target, sign_headers
+from ha import cluster_auth
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.local_processes import (
     POLL_INTERVAL_S,
@@ -38,10 +40,14 @@ STARTUP_TIMEOUT_S = 30.0
 
 
 
-def controller_status(endpoint: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
+def controller_status(endpoint: str, timeout_s: float = 2.0,
+                      credentials: Credentials | None = None) -> dict[str, Any] | None:
     client = flight.FlightClient(f"grpc://{endpoint}")
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
+        headers = [] if credentials is None else sign_headers(
+            credentials, "DO_ACTION", action_target("controller_status", b"{}"),
+            int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
         results = list(client.do_action(flight.Action("controller_status", b"{}"), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     except (flight.FlightError, OSError, ValueError):
@@ -121,6 +127,7 @@ class LocalControllers:
                 "consolePort": str(controller["console_port"]),
                 "logFile": controller["log_file"],  # rotated by size (logFileBytesMax)
             }
+            settings.update(cluster_auth.controller_settings(self.directory, controller["name"]))
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
             lines += [f"{key}={value}" for key, value in settings.items()]
@@ -160,7 +167,9 @@ class LocalControllers:
                     tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
                     raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
                                      f"tail:\n{tail}")
-            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0) for c in controllers]
+            credentials = cluster_auth.admin_credentials(self.directory)
+            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, credentials)
+                        for c in controllers]
             leaders = [c for c, s in zip(controllers, statuses) if s and s["role"] == "leader"]
             if all(statuses) and len(leaders) == 1:
                 return leaders[0]
@@ -172,7 +181,8 @@ class LocalControllers:
         for controller in self._load().get("controllers", []):
             pid = self.pid_of(controller)
             endpoint = f"{host_of(controller)}:{controller['port']}"
-            info = controller_status(endpoint) if pid is not None else None
+            info = controller_status(endpoint, 2.0, cluster_auth.admin_credentials(
+                self.directory)) if pid is not None else None
             processes.append({
                 "name": controller["name"], "kind": "controller", "pid": pid,
                 "role": (info or {}).get("role", "unknown" if pid else "DOWN"),

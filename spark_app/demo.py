@@ -638,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     global _started_at
     started = _started_at = time.monotonic()
     say(f"demo data under {directory}")
-    cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
+    cluster("up", "--dir", str(directory), "--insecure", "--controllers", "1",
+            "--replica-sets", "1",
             "--replicas", str(REPLICAS),
             *(["--hosts", "--spare-hosts", "2"] if args.hosts else []),
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],

@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ["inSyncReplicas=2", "enableAutoInSyncReplicas=true", "minInSyncReplicas=1",
                 *args.set]
     set_args = [arg for pair in settings for arg in ("--set", pair)]
-    _cluster(directory, "up", "--controllers", "1", "--replica-sets", "1", "--replicas", "3",
+    _cluster(directory, "up", "--insecure", "--controllers", "1", "--replica-sets", "1",
+             "--replicas", "3",
              *(["--hosts"] if args.hosts else []), *set_args)
     def admin_info(endpoint: str) -> dict[str, Any] | None:
         try:

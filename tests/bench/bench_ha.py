@@ -62,7 +62,7 @@ def cluster(directory: Path, *args: str) -> None:
 
 def up(directory: Path, replicas: int, settings: dict[str, str], hosts: bool = False
        ) -> list[dict[str, Any]]:
-    args = ["up", "--replicas", str(replicas), *(["--hosts"] if hosts else [])]
+    args = ["up", "--insecure", "--replicas", str(replicas), *(["--hosts"] if hosts else [])]
     for key, value in {**COMMON, **settings}.items():
         args += ["--set", f"{key}={value}"]
     cluster(directory, *args)

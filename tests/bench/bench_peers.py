@@ -168,7 +168,7 @@ class RocketHACluster:
         if replicas > 1:
             settings.update({"inSyncReplicas": "2", "enableAutoInSyncReplicas": "true",
                              "minInSyncReplicas": "1"})
-        self.args = ["up", "--replicas", str(replicas)]
+        self.args = ["up", "--insecure", "--replicas", str(replicas)]
         if replicas > 1:
             self.args += ["--controllers", "1"]
         for key, value in settings.items():

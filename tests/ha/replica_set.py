@@ -54,7 +54,7 @@ class ReplicaSet:
     def __init__(self, directory: Path, replicas: int, **settings: str) -> None:
         self.directory = directory
         merged = {**FAST_TIMERS, **settings}
-        args = ["up", "--dir", str(directory), "--replicas", str(replicas)]
+        args = ["up", "--dir", str(directory), "--insecure", "--replicas", str(replicas)]
         for key, value in merged.items():
             args += ["--set", f"{key}={value}"]
         _cluster_cli(args)

@@ -81,7 +81,7 @@ class FailoverCluster:
         offers the network faults of ha/local_hosts.py)."""
         self.directory = directory
         merged = {**BROKER_SETTINGS, **settings}
-        args = ["up", "--dir", str(directory), "--controllers", str(controllers),
+        args = ["up", "--dir", str(directory), "--insecure", "--controllers", str(controllers),
                 "--replica-sets", str(replica_sets), "--replicas", str(replicas)]
         args += ["--hosts"] if hosts else []
         for key, value in (controller_settings or {}).items():

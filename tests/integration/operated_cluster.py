@@ -56,7 +56,8 @@ def tool(module: str, *args: str, check: bool = True) -> subprocess.CompletedPro
 class OperatedCluster:
     def __init__(self, directory: Path, replicas: int = 3, **settings: str) -> None:
         self.directory = directory
-        args = ["up", "--dir", str(directory), "--controllers", "1", "--replicas", str(replicas)]
+        args = ["up", "--dir", str(directory), "--insecure", "--controllers", "1",
+                "--replicas", str(replicas)]
         for key, setting in {**FAST_TIMERS, **settings}.items():
             args += ["--set", f"{key}={setting}"]
         tool("ha.cluster", *args)

@@ -27,7 +27,7 @@ def tool(module: str, *args: str, check: bool = True) -> subprocess.CompletedPro
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     directory = tmp_path_factory.mktemp("cluster")
-    tool("ha.cluster", "up", "--dir", str(directory), "--brokers", "2",
+    tool("ha.cluster", "up", "--dir", str(directory), "--insecure", "--brokers", "2",
          "--set", "defaultTopicQueueNums=4", "--set", "mappedFileSizeCommitLog=8388608")
     try:
         status = json.loads(tool("ha.cluster", "status", "--dir", str(directory),

@@ -62,7 +62,7 @@ def test_spare_hosts_are_listed_empty_and_removed_by_down(
     nothing of the cluster on them, reachable from the root namespace, kept by a second `up`,
     removed by `down`."""
     directory = tmp_path / "c"
-    cluster_cli("up", "--dir", str(directory), "--hosts", "--spare-hosts", "2")
+    cluster_cli("up", "--dir", str(directory), "--insecure", "--hosts", "--spare-hosts", "2")
     try:
         manifest = json.loads((directory / "cluster.json").read_text())
         spares = manifest["hosts"]["spare"]

@@ -35,14 +35,14 @@ def _cluster(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cluster_tool_keeps_the_secret_off_command_lines_and_shared_files(
         tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
-    refused = _cluster("up", "--dir", str(directory), "--set",
+    refused = _cluster("up", "--dir", str(directory), "--insecure", "--set",
                        f"tieredS3SecretAccessKey={SECRET}")
     assert refused.returncode != 0 and "--set-file" in refused.stderr, refused.stderr
     assert not (directory / "cluster.json").exists()
     secrets = tmp_path / "secrets.properties"
     secrets.write_text(f"tieredS3AccessKeyId=AKIAEXAMPLE\ntieredS3SecretAccessKey={SECRET}\n")
     secrets.chmod(0o600)
-    started = _cluster("up", "--dir", str(directory), "--set-file", str(secrets),
+    started = _cluster("up", "--dir", str(directory), "--insecure", "--set-file", str(secrets),
                        "--set", "mappedFileSizeCommitLog=8388608")
     try:
         assert started.returncode == 0, started.stderr

@@ -1,0 +1,70 @@
+"""`rocketha-cluster up` is secured by default (issue 16): a generated admin user.
+
+Goal: without `--insecure`, `up` writes the admin user's keys to DIR/admin.credentials (0600),
+starts controllers and brokers with authentication and authorization on, and the tool's own
+readiness/status calls work; a client with the keys file is served, one without is refused;
+the secret is in no configuration file and on no command line. Static mode (no controllers)
+gets the same through aclFile.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from connector.client import Admin, ClientConfig, Producer
+from connector.protocol import RocketHAError
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                          text=True, timeout=180, cwd=ROOT, check=False)
+
+
+@pytest.mark.parametrize("controllers", ["1", "0"])
+def test_up_is_secured_by_default(tmp_path: Path, controllers: str) -> None:
+    directory = tmp_path / "cluster"
+    started = _run("ha.cluster", "up", "--dir", str(directory), "--controllers", controllers,
+                   "--set", "mappedFileSizeCommitLog=8388608")
+    try:
+        assert started.returncode == 0, started.stderr
+        keys = directory / "admin.credentials"
+        assert stat.S_IMODE(keys.stat().st_mode) == 0o600
+        secret = dict(line.split("=", 1) for line in keys.read_text().splitlines()
+                      if "=" in line)["secretKey"]
+        status = json.loads(_run("ha.cluster", "status", "--dir", str(directory),
+                                 "--json").stdout)
+        (broker,) = [p for p in status["processes"] if p["kind"] == "broker"]
+        assert broker["alive"] and broker["role"] == "MASTER"
+        for conf in (directory / "conf").iterdir():
+            assert secret not in conf.read_text()
+            assert "authenticationEnabled=true" in conf.read_text()
+        for process in status["processes"]:
+            assert secret.encode() not in Path(f"/proc/{process['pid']}/cmdline").read_bytes()
+        endpoint = broker["endpoint"]
+        signed = ClientConfig(brokers=(endpoint,), credentials_file=str(keys))
+        assert Producer(signed).send("t", b"x").status == "PUT_OK"
+        with pytest.raises(RocketHAError) as caught:
+            Admin(ClientConfig(brokers=(endpoint,), retries_max=0)).list_topics()
+        assert caught.value.name == "UNAUTHENTICATED"
+        listed = _run("rocketha_admin", "--broker", endpoint, "--credentials-file", str(keys),
+                      "topic", "list", "--json")
+        assert listed.returncode == 0 and '"t"' in listed.stdout, listed.stderr
+        refused = _run("rocketha_admin", "--broker", endpoint, "topic", "list")
+        assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+        if controllers == "1":
+            users = _run("rocketha_admin", "--controller", status["processes"][-1]["endpoint"],
+                         "--credentials-file", str(keys), "user", "list", "--json")
+            assert [u["name"] for u in json.loads(users.stdout)["users"]] == ["admin"]
+        again = _run("ha.cluster", "up", "--dir", str(directory), "--insecure")
+        assert again.returncode != 0 and "cannot turn it off" in again.stderr
+    finally:
+        _run("ha.cluster", "down", "--dir", str(directory))
