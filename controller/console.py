@@ -17,14 +17,18 @@ gathered at most once per REFRESH_MS whatever the number of viewers), `/healthz`
 step and nothing fetched from the internet: the page is three strings in
 controller/console_page.py, drawn with DOM calls (text only, never HTML from the data).
 
-Authentication: none yet. `ConsoleServer(authorize=...)` is the hook the security work plugs
-in: a callable that gets the request headers and returns True to serve, False to answer 401
-with a Basic challenge (so a browser asks for credentials).
+Authentication: `ConsoleServer(authorize=...)` gets the request headers and returns True to
+serve, False to answer 401 with a Basic challenge (so a browser asks for credentials). With
+authenticationEnabled the controller passes `basic_authorizer` (a Super user's accessKey and
+secretKey as the Basic user and password: send them over TLS only) and `credentials` (its
+initAuthenticationUser) to sign the console's own Flight calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hmac
 import json
 import logging
 import sys
@@ -38,8 +42,9 @@ from pyarrow import flight
 
 from controller.admin import call_leader
 from controller.console_page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
+from controller.signing import Credentials, action_target, sign_headers
 
-__all__ = ["REFRESH_MS", "ConsoleServer", "gather", "main"]
+__all__ = ["REFRESH_MS", "ConsoleServer", "basic_authorizer", "gather", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,16 +58,41 @@ GROUPS_SHOWN_MAX = 1000
 Authorize = Callable[[Mapping[str, str]], bool]
 
 
+# the console's own calls are signed with these (set by ConsoleServer; None: unsigned)
+_credentials: Credentials | None = None
+
+
 def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
             timeout_s: float = CALL_TIMEOUT_S) -> dict[str, Any]:
     client = flight.FlightClient(f"grpc://{endpoint}")
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
-        results = list(client.do_action(flight.Action(name, json.dumps(body or {}).encode()),
-                                        options))
+        payload = json.dumps(body or {}).encode()
+        headers = [] if _credentials is None else sign_headers(
+            _credentials, "DO_ACTION", action_target(name, payload), int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        results = list(client.do_action(flight.Action(name, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
+
+
+def basic_authorizer(super_secret_of: Callable[[str], str | None]) -> Authorize:
+    """HTTP Basic with a Super user's accessKey (user) and secretKey (password);
+    `super_secret_of(access_key)` is that enabled Super user's secret, else None."""
+
+    def authorize(headers: Mapping[str, str]) -> bool:
+        value = headers.get("Authorization") or headers.get("authorization") or ""
+        scheme, _, encoded = value.partition(" ")
+        if scheme.lower() != "basic" or len(encoded) > 1024:
+            return False
+        try:
+            user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        secret = super_secret_of(user) if sep else None
+        return secret is not None and hmac.compare_digest(secret.encode(), password.encode())
+
+    return authorize
 
 
 def gather(addresses: list[str]) -> dict[str, Any]:
@@ -78,7 +108,7 @@ def gather(addresses: list[str]) -> dict[str, Any]:
         "errors": errors,
     }
     try:
-        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2)
+        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, _credentials)
     except (ConnectionError, flight.FlightError) as err:
         errors.append(f"cluster_list: {err}")
         return view
@@ -224,7 +254,10 @@ class ConsoleServer:
     """The console's HTTP server on a daemon thread; `close()` stops it."""
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
-                 authorize: Authorize | None = None) -> None:
+                 authorize: Authorize | None = None,
+                 credentials: Credentials | None = None) -> None:
+        global _credentials
+        _credentials = credentials  # one console per process
         cache = _Cache(addresses)
         slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
         handler = type("Handler", (_Handler,), {"cache": cache, "slots": slots,

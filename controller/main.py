@@ -20,11 +20,12 @@ import pyarrow as pa
 
 from controller.auth import init_user
 from controller.config import ControllerConfig
-from controller.console import ConsoleServer
+from controller.console import ConsoleServer, basic_authorizer
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
 from controller.service import ControllerService
+from controller.signing import Credentials
 
 __all__ = ["main"]
 
@@ -46,13 +47,28 @@ def _start_metrics(config: ControllerConfig, node: ControllerNode,
         raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
 
 
-def _start_console(config: ControllerConfig) -> ConsoleServer | None:
-    """The read-only console (controller/console.py), gathering over the client endpoints."""
+def _start_console(config: ControllerConfig, node: ControllerNode) -> ConsoleServer | None:
+    """The read-only console (controller/console.py), gathering over the client endpoints.
+    With authentication on, viewers log in as a Super user (HTTP Basic) and the console signs
+    its calls as initAuthenticationUser (without one it cannot gather: the page shows why)."""
     if not config.console_port:
         return None
     host = config.client_address(config.node_id).rpartition(":")[0]
+    authorize, credentials = None, None
+    if config.auth.authentication_enabled:
+        def super_secret_of(access_key: str) -> str | None:
+            user = node.state.auth.user_by_access_key(access_key)
+            if user is None and node.init_user is not None \
+                    and node.init_user.access_key == access_key:
+                user = node.init_user
+            ok = user is not None and user.enabled and user.kind == "Super"
+            return user.secret_key if ok and user is not None else None
+        authorize = basic_authorizer(super_secret_of)
+        if node.init_user is not None:
+            credentials = Credentials(node.init_user.access_key, node.init_user.secret_key)
     try:
-        return ConsoleServer(list(config.client_addresses), host, config.console_port)
+        return ConsoleServer(list(config.client_addresses), host, config.console_port,
+                             authorize=authorize, credentials=credentials)
     except OSError as err:
         raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
 
@@ -62,7 +78,7 @@ async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     metrics = _start_metrics(config, node, loop)
     console = None
     try:
-        console = _start_console(config)
+        console = _start_console(config, node)
         await _serve_node(config, node, loop)
     finally:
         for server in (console, metrics):

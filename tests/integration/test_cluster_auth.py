@@ -9,10 +9,13 @@ gets the same through aclFile.
 
 from __future__ import annotations
 
+import base64
 import json
 import stat
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
                           text=True, timeout=180, cwd=ROOT, check=False)
+
+
+def _check_console(url: str, keys_text: str) -> None:
+    """The console asks for a Super user's keys (HTTP Basic) and gathers signed."""
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(url + "api/cluster", timeout=10)
+    assert caught.value.code == 401
+    keys = dict(line.split("=", 1) for line in keys_text.splitlines() if "=" in line)
+    token = base64.b64encode(f"{keys['accessKey']}:{keys['secretKey']}".encode()).decode()
+    request = urllib.request.Request(url + "api/cluster",
+                                     headers={"Authorization": f"Basic {token}"})
+    view = json.loads(urllib.request.urlopen(request, timeout=10).read())
+    assert not view["errors"], view["errors"]
+    assert view["leader"] is not None and view["replica_sets"]
 
 
 @pytest.mark.parametrize("controllers", ["1", "0"])
@@ -64,6 +81,7 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str) -> None:
             users = _run("rocketha_admin", "--controller", status["processes"][-1]["endpoint"],
                          "--credentials-file", str(keys), "user", "list", "--json")
             assert [u["name"] for u in json.loads(users.stdout)["users"]] == ["admin"]
+            _check_console(status["console_url"], keys.read_text())
         again = _run("ha.cluster", "up", "--dir", str(directory), "--insecure")
         assert again.returncode != 0 and "cannot turn it off" in again.stderr
     finally:
