@@ -161,12 +161,13 @@ class Policy:
     actions: tuple[str, ...]
     decision: str = "Allow"
     source_ips: tuple[str, ...] = ()  # CIDRs or addresses; empty: any
+    parsed: Resource = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kind, sep, name = self.subject.partition(":")
         if kind != "User" or not sep or not _NAME.match(name):
             raise AclError(f"subject {self.subject[:80]!r} must be User:<name>")
-        parse_resource(self.resource)
+        object.__setattr__(self, "parsed", parse_resource(self.resource))
         if not self.actions or any(a not in ACTIONS_ACL for a in self.actions):
             raise AclError(f"actions {list(self.actions)[:10]} must be some of {ACTIONS_ACL}")
         if self.decision not in DECISIONS:
@@ -311,7 +312,7 @@ def decide(auth: AuthData, user: User, kind: str, name: str, action: str,
     best: tuple[int, int] | None = None
     best_deny = False
     for policy in auth.policies_of(f"User:{user.name}"):
-        resource = parse_resource(policy.resource)
+        resource = policy.parsed
         if not resource.matches(kind, name) or not policy.covers(action, source_ip):
             continue
         rank = resource.specificity()
@@ -451,13 +452,17 @@ def authorize(auth: AuthData, user: User, requirement: Requirement,
                         check.kind, check.actions[0])
             name = value
         resource = check.kind if check.kind == "Cluster" else f"{check.kind}:{name}"
-        decisions = [decide(auth, user, check.kind, name, action, source_ip)
-                     for action in check.actions]
-        granted = next((d for d in decisions if d.allowed), None)
+        first: Decision | None = None
+        for one in check.actions:  # any one suffices: stop at the first allowed
+            decision = decide(auth, user, check.kind, name, one, source_ip)
+            first = first or decision
+            if decision.allowed:
+                break
+        assert first is not None
         action = "|".join(check.actions)
-        if granted is None:
-            return decisions[0], resource, action
-        allowed = granted
+        if not decision.allowed:
+            return first, resource, action
+        allowed = decision
     return allowed, resource, action
 
 

@@ -52,6 +52,7 @@ import dataclasses
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
@@ -159,8 +160,11 @@ def _header(headers: Mapping[str, Sequence[str | bytes]], name: str) -> str:
     return value
 
 
+_HEX = {32: re.compile(r"[0-9a-f]{32}"), 64: re.compile(r"[0-9a-f]{64}")}
+
+
 def _is_hex(text: str, length: int) -> bool:
-    return len(text) == length and all(c in "0123456789abcdef" for c in text)
+    return _HEX[length].fullmatch(text) is not None
 
 
 def verify(headers: Mapping[str, Sequence[str | bytes]], method: str,
