@@ -146,6 +146,16 @@ def load_acl_file(path: str) -> AuthData:
         raise ValueError(f"aclFile {path}: {err}") from None
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Each file it opens (the first, and each after a rotation) is readable by its owner
+    only: audit lines name users and addresses."""
+
+    def _open(self) -> Any:
+        stream = super()._open()
+        os.chmod(self.baseFilename, 0o600)
+        return stream
+
+
 class AuditLog:
     """JSON lines: authentication failures, refused requests, admin actions (rotated by size,
     like logFile)."""
@@ -156,11 +166,10 @@ class AuditLog:
         self._logger.propagate = not path
         self._logger.setLevel(logging.INFO)
         if path:
-            handler = logging.handlers.RotatingFileHandler(
+            handler = _PrivateRotatingFileHandler(
                 path, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
             handler.setFormatter(logging.Formatter("%(message)s"))
             self._logger.addHandler(handler)
-            os.chmod(path, 0o600)
 
     def record(self, event: str, principal: str, source: str, operation: str, resource: str,
                action: str, outcome: str, reason: str = "") -> None:
