@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
     try:
         credentials = (read_credentials_file(args.credentials_file, "--credentials-file")
                        if args.credentials_file else None)
-        action, body = auth_request(args) if args.command in AUTH_COMMANDS else _request(args)
+        action, body = (auth_request(args) if args.command in AUTH_COMMANDS
+                        else ("", {}) if args.command == "status" else _request(args))
     except (OSError, ValueError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
