@@ -14,6 +14,19 @@ outcome, not an exception:
     get_routes             GetRoutesRequest           RoutesReply
     cluster_list           {}                         ClusterListReply
     controller_status      {}                         ControllerStatusReply (any node answers)
+    get_auth_data          {}                         AuthDataReply (users with secrets, ACLs:
+                                                      members and Super users only)
+    user_create|update     UserRequest                AuthChangeReply (through Raft)
+    user_delete            UserNameRequest            AuthChangeReply
+    user_list              {}                         UsersReply (no secrets)
+    acl_create|update      AclRequest                 AuthChangeReply
+    acl_delete             AclDeleteRequest           AuthChangeReply
+    acl_list               AclListRequest             AclListReply
+
+Users and ACLs (issue 16): `controller.acl` (re-exported here) is their model and the one
+decision function, so a broker decides exactly as the controller does; with authentication on
+every call is signed (controller/signing.py) and refused with `controller error
+UNAUTHENTICATED` / `NO_PERMISSION` (Flight errors, not statuses) before it reaches the node.
 
 Statuses (RocketMQ's controller response codes, without the CONTROLLER_ prefix):
 `OK`; `NOT_LEADER` (this node does not lead; `leader_address` says who does, if known: call
@@ -26,7 +39,8 @@ the current one); `INVALID_MASTER` (the requester is not the current master); `I
 cluster, too many members); `BROKER_ALIVE` (refused to clean a broker that
 still heartbeats); `TOPIC_NOT_FOUND`; `BUSY` (the Raft log is full or slow: retry);
 `INTERNAL_ERROR` (the request hit a case the controller did not foresee: it is logged there,
-the request failed alone, the controller keeps serving).
+the request failed alone, the controller keeps serving); `FENCED_AUTH_VERSION` (a user/ACL
+change raced another one three times: retry).
 
 How a broker in controller mode uses this (RocketMQ's ReplicasManager, simplified):
 1. `register_broker` with its client address at the leader (follow `NOT_LEADER` /

@@ -46,11 +46,13 @@ def _check_console(url: str, keys_text: str) -> None:
     assert view["leader"] is not None and view["replica_sets"]
 
 
-@pytest.mark.parametrize("controllers", ["1", "0"])
-def test_up_is_secured_by_default(tmp_path: Path, controllers: str) -> None:
+@pytest.mark.parametrize(("controllers", "replicas"), [("1", "2"), ("0", "1")])
+def test_up_is_secured_by_default(tmp_path: Path, controllers: str, replicas: str) -> None:
+    """With a controller and two replicas, the slave finds its master (broker_info, signed
+    with the brokers' inner credentials) and replicates: a put is acknowledged by both."""
     directory = tmp_path / "cluster"
     started = _run("ha.cluster", "up", "--dir", str(directory), "--controllers", controllers,
-                   "--set", "mappedFileSizeCommitLog=8388608")
+                   "--replicas", replicas, "--set", "mappedFileSizeCommitLog=8388608")
     try:
         assert started.returncode == 0, started.stderr
         keys = directory / "admin.credentials"
@@ -59,8 +61,10 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str) -> None:
                       if "=" in line)["secretKey"]
         status = json.loads(_run("ha.cluster", "status", "--dir", str(directory),
                                  "--json").stdout)
-        (broker,) = [p for p in status["processes"] if p["kind"] == "broker"]
-        assert broker["alive"] and broker["role"] == "MASTER"
+        brokers = [p for p in status["processes"] if p["kind"] == "broker"]
+        assert all(b["alive"] for b in brokers)
+        (broker,) = [b for b in brokers if b["role"] == "MASTER"]
+        assert sorted(b["role"] for b in brokers) == ["MASTER", "SLAVE"][:int(replicas)]
         for conf in (directory / "conf").iterdir():
             assert secret not in conf.read_text()
             assert "authenticationEnabled=true" in conf.read_text()
