@@ -39,6 +39,7 @@ from connector.protocol import (
     encode_error_info,
 )
 from connector.protocol.signing import action_target, descriptor_target
+from controller.api import AuthData
 from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
     BadBatch,
@@ -63,6 +64,7 @@ from storage_engine import (
     PutStatus,
     RecordBlock,
     TagFilter,
+    atomic_write_bytes,
     topic_name_error,
 )
 
@@ -73,6 +75,7 @@ logger = logging.getLogger(__name__)
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
 _TOPIC_NAME_MAX = 127
 _STORED_NAMES = frozenset(status.name for status in PutStatus if status.stored)
+AUTH_CACHE_FILE = "auth.json"
 _MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset",
                                   "delete_group"})
 
@@ -129,13 +132,18 @@ class BrokerService(flight.FlightServerBase):
         # authentication and authorization (ha/broker/auth.py): static mode reads aclFile,
         # controller mode gets the table from the controller (controller_link)
         settings = config.auth
+        # controller mode: the last table the controller served, kept for a restart while no
+        # controller answers (DESIGN §5.6: the controller down never stops the data plane)
+        self._auth_cache = config.store_dir / "config" / AUTH_CACHE_FILE
+        cached = (load_acl_file(str(self._auth_cache)) if not settings.acl_file
+                  and config.enable_controller_mode and self._auth_cache.exists() else None)
         # innerClientCredentialsFile: how this broker signs its calls to the controller and to
         # other brokers (a member's TLS certificate may stand in for it)
         self.inner_credentials = (read_credentials_file(settings.inner_credentials_file,
                                                         "innerClientCredentialsFile")
                                   if settings.inner_credentials_file else None)
         self.auth = AuthGate(settings, load_acl_file(settings.acl_file) if settings.acl_file
-                             else None, audit=AuditLog(settings.audit_log_file,
+                             else cached, audit=AuditLog(settings.audit_log_file,
                                                        settings.audit_log_bytes_max,
                                                        settings.audit_logs_kept, "broker"))
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
@@ -183,9 +191,12 @@ class BrokerService(flight.FlightServerBase):
     def endpoint(self) -> str:
         return f"{self.config.broker_ip}:{self.port}"
 
-    def set_auth_data(self, auth: Any) -> None:
-        """The users/ACL table the controller serves (controller mode), replaced whole."""
+    def set_auth_data(self, auth: AuthData) -> None:
+        """The users/ACL table the controller serves (controller mode), replaced whole, and
+        kept under the store (mode 0600: it holds secrets) for a restart."""
         self.auth.auth_data = auth
+        self._auth_cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self._auth_cache, json.dumps(auth.to_json()).encode(), 0o600)
 
     def _count(self, name: str, amount: int = 1) -> None:
         with self._counters.lock:

@@ -281,3 +281,18 @@ def test_admin_tool_manages_users_and_acls_with_secrets_off_the_command_line(
          "--credentials-file", admin_file, "topic", "list", "--json"],
         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
     assert topics.returncode == 0 and "orders" in topics.stdout, topics.stderr
+
+
+def test_a_broker_restarted_while_no_controller_answers_keeps_the_last_table(
+        secured: Secured) -> None:
+    cache = secured.broker.store_dir / "config" / "auth.json"
+    assert oct(cache.stat().st_mode & 0o777) == "0o600"  # it holds secrets
+    secured.group.kill(1)
+    try:
+        assert secured.broker.stop() == 0
+        secured.broker.start()  # answers the admin's signed broker_info: the cached table
+        assert Admin(secured.config(ALICE)).broker_info()["broker_name"] == "a"
+        assert _refused(lambda: Admin(secured.config(ALICE)).broker_stats()).name == \
+            "NO_PERMISSION"  # and alice's ACLs are the cached ones too
+    finally:
+        secured.group.start(1)
