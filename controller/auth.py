@@ -263,10 +263,13 @@ class AuthGate:
         return user.secret_key if user is not None and user.enabled else None
 
     def verify_headers(self, headers: Mapping[str, Any], method: str) -> _CallAuth:
+        now_ms = int(time.time() * 1000)
+        skew_ms = self.settings.clock_skew_ms
         try:
+            verified = verify(headers, method, self._secret_of, now_ms, skew_ms, None)
             with self._lock:  # the replay cache is shared by every handler thread
-                verified = verify(headers, method, self._secret_of, int(time.time() * 1000),
-                                  self.settings.clock_skew_ms, self._replays)
+                self._replays.admit(verified.access_key, verified.nonce,
+                                    verified.timestamp_ms, now_ms, skew_ms)
         except SignatureError as err:
             return _CallAuth(None, "", err)
         user = self._user(verified.access_key)

@@ -108,6 +108,8 @@ class SignatureError(Exception):
 class Verified:
     access_key: str
     digest: str  # what the handler's request must hash to
+    nonce: str = ""
+    timestamp_ms: int = 0
 
 
 def action_target(action_type: str, body: bytes) -> bytes:
@@ -194,9 +196,9 @@ def verify(headers: Mapping[str, Sequence[str | bytes]], method: str,
                                                   digest))
     if not hmac.compare_digest(expected, signature):
         raise SignatureError("signature does not match", access_key)
-    if replays is not None:
+    if replays is not None:  # (or the caller admits it: Verified has nonce and timestamp)
         replays.admit(access_key, nonce, timestamp_ms, now_ms, clock_skew_ms)
-    return Verified(access_key, digest)
+    return Verified(access_key, digest, nonce, timestamp_ms)
 
 
 class ReplayGuard:
