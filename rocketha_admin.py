@@ -39,12 +39,14 @@ from connector.protocol.tls import (
 
 __all__ = ["main"]
 
-CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes"})
+CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes",
+                                 "user", "acl"})
 DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
 PROBE_TIMEOUT_S = 5.0
 USAGE = """usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' {topic,produce,consume,offsets,group,broker} ...
        rocketha-admin --broker HOST:PORT {topic,produce,consume,offsets,group,broker} ...
-       rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes} ...
+       rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes,user,acl} ...
+(with authentication on: --credentials-file FILE, accessKey=/secretKey= lines, mode 0600)
 (add -h after a command for its options)"""
 
 
@@ -62,7 +64,8 @@ def _command(argv: list[str]) -> str | None:
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--broker", "--controller", "--timeout-s", "--client-config"):
+        elif arg in ("--broker", "--controller", "--timeout-s", "--client-config",
+                     "--credentials-file"):
             skip = True
         elif not arg.startswith("-"):
             return arg

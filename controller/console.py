@@ -17,14 +17,18 @@ gathered at most once per REFRESH_MS whatever the number of viewers), `/healthz`
 step and nothing fetched from the internet: the page is three strings in
 controller/console_page.py, drawn with DOM calls (text only, never HTML from the data).
 
-Authentication: none yet. `ConsoleServer(authorize=...)` is the hook the security work plugs
-in: a callable that gets the request headers and returns True to serve, False to answer 401
-with a Basic challenge (so a browser asks for credentials).
+Authentication: `ConsoleServer(authorize=...)` gets the request headers and returns True to
+serve, False to answer 401 with a Basic challenge (so a browser asks for credentials). With
+authenticationEnabled the controller passes `basic_authorizer` (a Super user's accessKey and
+secretKey as the Basic user and password: send them over TLS only) and `credentials` (its
+initAuthenticationUser) to sign the console's own Flight calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hmac
 import json
 import logging
 import sys
@@ -36,11 +40,12 @@ from typing import Any
 
 from pyarrow import flight
 
-from controller.admin import call_leader
+from controller.admin import call_leader, client_config
 from controller.console_page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
-from controller.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
+from controller.signing import Credentials, action_target, sign_headers
+from controller.tls import NO_TLS, ClientTLS, connect_flight
 
-__all__ = ["REFRESH_MS", "ConsoleServer", "gather", "main"]
+__all__ = ["REFRESH_MS", "ConsoleServer", "basic_authorizer", "gather", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,16 +59,41 @@ GROUPS_SHOWN_MAX = 1000
 Authorize = Callable[[Mapping[str, str]], bool]
 
 
+# the console's own calls are signed with these (set by ConsoleServer; None: unsigned)
+_credentials: Credentials | None = None
+
+
 def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
             timeout_s: float = CALL_TIMEOUT_S, *, tls: ClientTLS) -> dict[str, Any]:
     client = connect_flight(endpoint, tls)
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
-        results = list(client.do_action(flight.Action(name, json.dumps(body or {}).encode()),
-                                        options))
+        payload = json.dumps(body or {}).encode()
+        headers = [] if _credentials is None else sign_headers(
+            _credentials, "DO_ACTION", action_target(name, payload), int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        results = list(client.do_action(flight.Action(name, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
+
+
+def basic_authorizer(super_secret_of: Callable[[str], str | None]) -> Authorize:
+    """HTTP Basic with a Super user's accessKey (user) and secretKey (password);
+    `super_secret_of(access_key)` is that enabled Super user's secret, else None."""
+
+    def authorize(headers: Mapping[str, str]) -> bool:
+        value = headers.get("Authorization") or headers.get("authorization") or ""
+        scheme, _, encoded = value.partition(" ")
+        if scheme.lower() != "basic" or len(encoded) > 1024:
+            return False
+        try:
+            user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        secret = super_secret_of(user) if sep else None
+        return secret is not None and hmac.compare_digest(secret.encode(), password.encode())
+
+    return authorize
 
 
 def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
@@ -79,7 +109,8 @@ def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
         "errors": errors,
     }
     try:
-        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, tls)
+        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, tls,
+                              _credentials)
     except (ConnectionError, flight.FlightError) as err:
         errors.append(f"cluster_list: {err}")
         return view
@@ -229,7 +260,10 @@ class ConsoleServer:
     """The console's HTTP server on a daemon thread; `close()` stops it."""
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
-                 authorize: Authorize | None = None, tls: ClientTLS = NO_TLS) -> None:
+                 authorize: Authorize | None = None, tls: ClientTLS = NO_TLS,
+                 credentials: Credentials | None = None) -> None:
+        global _credentials
+        _credentials = credentials  # one console per process
         cache = _Cache(addresses, tls)
         slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
         handler = type("Handler", (_Handler,), {"cache": cache, "slots": slots,
@@ -315,8 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties: the tls.client.* settings (rocketha-cluster "
-                             "writes <dir>/client.properties)")
+                        help="client.properties: the tls.client.* settings and the keys that "
+                             "sign the console's calls (rocketha-cluster writes "
+                             "<dir>/client.properties); with keys, viewers must give the same "
+                             "keys (HTTP Basic)")
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
@@ -324,8 +360,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        tls = client_tls_from_file(args.client_config) if args.client_config else NO_TLS
-        server = ConsoleServer(addresses, args.host, args.port, tls=tls)
+        tls, credentials = (client_config(args.client_config) if args.client_config
+                            else (NO_TLS, None))
+    except (OSError, ValueError) as err:
+        print(f"rocketha-console: {err}", file=sys.stderr)
+        return 2
+    authorize = None
+    if credentials is not None:  # it signs as this user: show the cluster to that user only
+        authorize = basic_authorizer(lambda key: credentials.secret_key
+                                     if key == credentials.access_key else None)
+    try:
+        server = ConsoleServer(addresses, args.host, args.port, authorize=authorize, tls=tls,
+                               credentials=credentials)
     except OSError as err:
         print(f"rocketha-console: cannot listen on {args.host}:{args.port}: {err}",
               file=sys.stderr)

@@ -655,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
     where = " each on a test host of its own" if args.hosts else ""
     say(f"cluster up: controller-n1 and broker-a-0/1/2 (controller mode){where}, mutual TLS "
-        f"on every link, client settings in {_client_properties}")
+        f"on every link, authentication on, client settings and the admin's keys in "
+        f"{_client_properties}")
     spark_jobs: list[subprocess.Popen[bytes]] = []
     spark: SparkTarget | None = None
     try:

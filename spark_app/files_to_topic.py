@@ -29,6 +29,8 @@ from pyspark.sql import functions as F
 from spark_app import progress
 from spark_app.pipeline_cli import (
     UsageError,
+    add_credentials_argument,
+    credential_options,
     key_value,
     parse_trigger,
     run_pipeline,
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-s", type=float, default=0.0)
     parser.add_argument("--option", action="append", type=key_value, default=[],
                         metavar="KEY=VALUE", help="any other rocketha sink option")
+    add_credentials_argument(parser)
     return parser
 
 
@@ -90,6 +93,7 @@ def to_messages(rows: DataFrame, *, key_column: str | None = None,
 def _sink_options(args: argparse.Namespace) -> dict[str, str]:
     options = {"topic": args.topic}
     options.update(where_options(args))
+    options.update(credential_options(args))
     options.update(dict(args.option))
     return options
 

@@ -32,8 +32,9 @@ import pytest
 from pyarrow import flight
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client import controller_cluster_list
+from connector.client import controller_cluster_list, signed_options
 from connector.protocol import RocketHAError
+from connector.protocol.signing import Credentials, action_target
 from connector.protocol.tls import (
     ClientTLS,
     broker_identity,
@@ -138,24 +139,33 @@ def test_admin_tool_takes_the_client_config(cluster: Secure) -> None:
     assert secured.returncode == 0 and secured.stdout.count(" OK ") == 3, secured.stdout
 
 
-def _call(address: str, tls: ClientTLS, action: str, body: dict[str, Any]) -> dict[str, Any]:
+def _call(address: str, tls: ClientTLS, action: str, body: dict[str, Any],
+          credentials: Credentials | None = None) -> dict[str, Any]:
     client = connect_flight(address, tls)
     try:
-        results = list(client.do_action(flight.Action(action, json.dumps(body).encode()),
-                                        flight.FlightCallOptions(timeout=5)))
+        payload = json.dumps(body).encode()
+        results = list(client.do_action(flight.Action(action, payload), signed_options(
+            credentials, "DO_ACTION", action_target(action, payload), 5.0)))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
 
 
 def test_member_calls_only_from_the_broker_they_are_about(cluster: Secure) -> None:
+    """The certificate decides who may speak for a broker, whatever user signs the call: the
+    admin's keys (a Super user) with a tool's or another set's certificate are refused; an
+    unsigned call is a member's only with a member's certificate (authentication is on)."""
     brokers = cluster.manifest["brokers"]
     controller = cluster.config.controller.split(";")[0]  # type: ignore[union-attr]
+    admin = cluster.config.credentials
+    assert admin is not None  # client.properties holds the generated admin's keys
     first, second = (f"127.0.0.1:{b['port']}" for b in brokers[:2])
     register = {"cluster_name": "LocalCluster", "broker_name": "broker-a",
                 "broker_address": first}
-    with pytest.raises(flight.FlightUnauthorizedError, match="FORBIDDEN"):
+    with pytest.raises(flight.FlightUnauthenticatedError, match="unsigned"):
         _call(controller, cluster.config.tls, "register_broker", register)  # a tool's cert
+    with pytest.raises(flight.FlightUnauthorizedError, match="FORBIDDEN"):
+        _call(controller, cluster.config.tls, "register_broker", register, admin)
     own = ClientTLS(cluster.config.tls_trust_cert_path, brokers[0]["tls_cert"]["cert"],
                     brokers[0]["tls_cert"]["key"])
     assert _call(controller, own, "register_broker", register)["status"] in ("OK", "NOT_LEADER")
@@ -166,8 +176,11 @@ def test_member_calls_only_from_the_broker_they_are_about(cluster: Secure) -> No
                 "broker_address": second})
     other_set = cluster.impostor("broker-b-0", broker_identity("broker-b", "127.0.0.1:1"))
     with pytest.raises(flight.FlightUnauthorizedError, match="broker of broker-b cannot"):
+        _call(controller, other_set, "elect_master", {"broker_name": "broker-a"}, admin)
+    with pytest.raises(flight.FlightUnauthorizedError, match="not a member operation"):
         _call(controller, other_set, "elect_master", {"broker_name": "broker-a"})
-    assert _call(controller, cluster.config.tls, "controller_status", {})["status"] == "OK"
+    assert _call(controller, cluster.config.tls, "controller_status", {}, admin)["status"] \
+        == "OK"
     identity = broker_identity("broker-a", first)
     lines = [line for line in cluster.log_text("controller").splitlines()
              if "refuses" in line and identity in line and "broker_heartbeat" in line]
@@ -176,7 +189,11 @@ def test_member_calls_only_from_the_broker_they_are_about(cluster: Secure) -> No
 
 def _tls_connect(address: tuple[str, int], tls: ClientTLS) -> ssl.SSLSocket:
     raw = socket.create_connection(address, timeout=5)
-    return client_ssl_context(tls).wrap_socket(raw, server_hostname=address[0])
+    try:
+        return client_ssl_context(tls).wrap_socket(raw, server_hostname=address[0])
+    except (OSError, ssl.SSLError):  # refused in the handshake: the test's `with` never runs
+        raw.close()
+        raise
 
 
 def test_impostor_slave_with_another_broker_name_is_refused(cluster: Secure) -> None:
