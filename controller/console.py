@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import hmac
 import json
 import logging
@@ -59,17 +60,22 @@ GROUPS_SHOWN_MAX = 1000
 Authorize = Callable[[Mapping[str, str]], bool]
 
 
-# the console's own calls are signed with these (set by ConsoleServer; None: unsigned)
-_credentials: Credentials | None = None
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Link:
+    """How the console reaches controllers and brokers: TLS, and the keys that sign."""
+
+    tls: ClientTLS = NO_TLS
+    credentials: Credentials | None = None
 
 
 def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
-            timeout_s: float = CALL_TIMEOUT_S, *, tls: ClientTLS) -> dict[str, Any]:
-    client = connect_flight(endpoint, tls)
+            timeout_s: float = CALL_TIMEOUT_S, *, link: _Link) -> dict[str, Any]:
+    client = connect_flight(endpoint, link.tls)
     try:
         payload = json.dumps(body or {}).encode()
-        headers = [] if _credentials is None else sign_headers(
-            _credentials, "DO_ACTION", action_target(name, payload), int(time.time() * 1000))
+        headers = [] if link.credentials is None else sign_headers(
+            link.credentials, "DO_ACTION", action_target(name, payload),
+            int(time.time() * 1000))
         options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
         results = list(client.do_action(flight.Action(name, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
@@ -96,10 +102,13 @@ def basic_authorizer(super_secret_of: Callable[[str], str | None]) -> Authorize:
     return authorize
 
 
-def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
-    """The console's view of the cluster (JSON-able); unreachable parts are listed in `errors`."""
+def gather(addresses: list[str], tls: ClientTLS = NO_TLS,
+           credentials: Credentials | None = None) -> dict[str, Any]:
+    """The console's view of the cluster (JSON-able); unreachable parts are listed in `errors`.
+    Its calls use `tls` and are signed with `credentials` (authentication on)."""
     errors: list[str] = []
-    controllers, elections = _controllers(addresses, errors, tls)
+    link = _Link(tls, credentials)
+    controllers, elections = _controllers(addresses, errors, link)
     leader = next((c for c in controllers if c.get("role") == "leader"), None)
     view: dict[str, Any] = {
         "generated_at_ms": int(time.time() * 1000), "controllers": controllers,
@@ -110,27 +119,27 @@ def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
     }
     try:
         cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, tls,
-                              _credentials)
+                              credentials)
     except (ConnectionError, flight.FlightError) as err:
         errors.append(f"cluster_list: {err}")
         return view
     for status in cluster.get("replica_sets", []):
-        replica_set, master_endpoint = _replica_set(status, errors, tls)
+        replica_set, master_endpoint = _replica_set(status, errors, link)
         view["replica_sets"].append(replica_set)
         if master_endpoint is not None:
-            view["topics"] += _topics(replica_set["name"], master_endpoint, errors, tls)
-            view["groups"] += _groups(replica_set["name"], master_endpoint, errors, tls)
+            view["topics"] += _topics(replica_set["name"], master_endpoint, errors, link)
+            view["groups"] += _groups(replica_set["name"], master_endpoint, errors, link)
     view["topics"] = view["topics"][:TOPICS_SHOWN_MAX]
     view["groups"] = view["groups"][:GROUPS_SHOWN_MAX]
     return view
 
 
-def _controllers(addresses: list[str], errors: list[str], tls: ClientTLS
+def _controllers(addresses: list[str], errors: list[str], link: _Link
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     controllers, elections = [], {}
     for address in addresses:
         try:
-            status = _action(address, "controller_status", tls=tls)
+            status = _action(address, "controller_status", link=link)
         except flight.FlightError as err:
             errors.append(f"controller {address}: {err}")
             controllers.append({"address": address, "reachable": False})
@@ -143,7 +152,7 @@ def _controllers(addresses: list[str], errors: list[str], tls: ClientTLS
     return controllers, ordered
 
 
-def _replica_set(status: dict[str, Any], errors: list[str], tls: ClientTLS
+def _replica_set(status: dict[str, Any], errors: list[str], link: _Link
                  ) -> tuple[dict[str, Any], str | None]:
     replica = status["replica"]
     alive = set(status.get("alive_broker_ids", []))
@@ -156,7 +165,7 @@ def _replica_set(status: dict[str, Any], errors: list[str], tls: ClientTLS
                                  "is_master": broker_id == replica["master_broker_id"]}
         if broker_id in alive:
             try:
-                info = _action(address, "broker_info", tls=tls)
+                info = _action(address, "broker_info", link=link)
             except flight.FlightError as err:
                 errors.append(f"broker {address}: {err}")
                 info = None
@@ -196,10 +205,10 @@ def _tier_summary(tier: dict[str, Any]) -> dict[str, Any]:
             "last_error": (tier.get("last_error") or {}).get("message")}
 
 
-def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
+def _topics(replica_set: str, master: str, errors: list[str], link: _Link
             ) -> list[dict[str, Any]]:
     try:
-        topics = _action(master, "list_topics", tls=tls)["topics"]
+        topics = _action(master, "list_topics", link=link)["topics"]
     except (flight.FlightError, KeyError) as err:
         errors.append(f"list_topics on {master}: {err}")
         return []
@@ -207,7 +216,7 @@ def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
     for topic in topics[:TOPICS_SHOWN_MAX]:
         try:
             queues = _action(master, "queue_offsets", {"topic": topic["name"]},
-                             tls=tls)["queues"]
+                             link=link)["queues"]
         except (flight.FlightError, KeyError):
             queues = []  # a write-only topic (perm), or deleted meanwhile
         shown.append({"name": topic["name"], "replica_set": replica_set,
@@ -219,10 +228,10 @@ def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
     return shown
 
 
-def _groups(replica_set: str, master: str, errors: list[str], tls: ClientTLS
+def _groups(replica_set: str, master: str, errors: list[str], link: _Link
             ) -> list[dict[str, Any]]:
     try:
-        groups = _action(master, "consumer_groups", tls=tls)["groups"]
+        groups = _action(master, "consumer_groups", link=link)["groups"]
     except (flight.FlightError, KeyError) as err:
         errors.append(f"consumer_groups on {master}: {err}")
         return []
@@ -241,9 +250,11 @@ def _groups(replica_set: str, master: str, errors: list[str], tls: ClientTLS
 class _Cache:
     """One gathering at a time, reused for REFRESH_MS (many viewers cost one gathering)."""
 
-    def __init__(self, addresses: list[str], tls: ClientTLS) -> None:
+    def __init__(self, addresses: list[str], tls: ClientTLS,
+                 credentials: Credentials | None) -> None:
         self._addresses = addresses
         self._tls = tls
+        self._credentials = credentials
         self._lock = threading.Lock()
         self._view: bytes = b""
         self._at = 0.0
@@ -251,7 +262,8 @@ class _Cache:
     def get(self) -> bytes:
         with self._lock:
             if not self._view or time.monotonic() - self._at >= REFRESH_MS / 1000:
-                self._view = json.dumps(gather(self._addresses, self._tls)).encode()
+                self._view = json.dumps(gather(self._addresses, self._tls,
+                                                    self._credentials)).encode()
                 self._at = time.monotonic()
             return self._view
 
@@ -262,9 +274,7 @@ class ConsoleServer:
     def __init__(self, addresses: list[str], host: str, port: int, *,
                  authorize: Authorize | None = None, tls: ClientTLS = NO_TLS,
                  credentials: Credentials | None = None) -> None:
-        global _credentials
-        _credentials = credentials  # one console per process
-        cache = _Cache(addresses, tls)
+        cache = _Cache(addresses, tls, credentials)
         slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
         handler = type("Handler", (_Handler,), {"cache": cache, "slots": slots,
                                                 "authorize": staticmethod(authorize)

@@ -42,6 +42,7 @@ from connector.protocol.tls import (
     connect_flight,
     controller_identity,
 )
+from controller.console import gather
 from controller.transport import encode_frame
 from ha.cluster_certs import ensure_ca
 from tests.ha.replica_set import FAST_TIMERS, wait_for
@@ -137,6 +138,18 @@ def test_admin_tool_takes_the_client_config(cluster: Secure) -> None:
     assert plain.returncode == 2 and "requires TLS and a client certificate" in plain.stderr
     secured = admin("--client-config", str(cluster.directory / "client.properties"), "status")
     assert secured.returncode == 0 and secured.stdout.count(" OK ") == 3, secured.stdout
+
+
+def test_console_gathers_over_mutual_tls(cluster: Secure) -> None:
+    addresses = (cluster.config.controller or "").split(";")
+    view = gather(addresses, cluster.config.tls, cluster.config.credentials)
+    assert view["leader"] is not None and not view["errors"], view["errors"]
+    roles = sorted(b.get("role") or "" for s in view["replica_sets"] for b in s["brokers"])
+    assert roles == ["MASTER", "SLAVE", "SLAVE"]  # broker_info over TLS, from every broker
+    unsigned = gather(addresses, cluster.config.tls)  # authentication is on too
+    assert unsigned["leader"] is None and "UNAUTHENTICATED" in " ".join(unsigned["errors"])
+    plain = gather(addresses)
+    assert plain["leader"] is None and plain["errors"]
 
 
 def _call(address: str, tls: ClientTLS, action: str, body: dict[str, Any],
