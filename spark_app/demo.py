@@ -15,7 +15,8 @@ addresses
    replica set of three brokers in controller mode (the controller names the master), quorum
    inSyncReplicas=2 with adaptive degradation down to 1, slaves serving reads, 256 KiB
    CommitLog segments (small, so a short demo seals several) tiered to `<dir>/tier` (file://,
-   shared by the set).
+   shared by the set). Secured (the tool's default): authentication and ACLs on; every
+   client here, and the ingest (`--credentials-file`), signs as the generated admin user.
 2. `ingest_to_table` under real `spark-submit` streams the `orders` topic into a Delta table
    (deltalake engine: Maven is unreachable here), with its routes from the controller.
 3. Orders (keyed by customer, tagged by kind) go in through a controller-configured,
@@ -124,10 +125,16 @@ def processes(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return brokers, [p for p in status if p.get("kind") == "controller"]
 
 
+# The cluster runs secured (rocketha-cluster's default): every client of the demo signs its
+# calls as the generated admin user, whose keys `up` wrote to <dir>/admin.credentials.
+KEYS: str | None = None
+
+
 def probe(endpoint: str) -> dict[str, Any] | None:
     """One quick broker_info call; None when the broker does not answer."""
     config = ClientConfig(brokers=(endpoint,), request_timeout_ms=PROBE_TIMEOUT_MS,
-                          send_deadline_ms=PROBE_TIMEOUT_MS, retries_max=0)
+                          send_deadline_ms=PROBE_TIMEOUT_MS, retries_max=0,
+                          credentials_file=KEYS)
     try:
         return Admin(config).broker_info()
     except RocketHAError:
@@ -233,6 +240,7 @@ def spark_submit(spark: SparkTarget, directory: Path, controller: str, trigger: 
             "--checkpoint", str(directory / "checkpoints" / "orders_table"),
             "--trigger", trigger, "--body-json-schema", BODY_SCHEMA,
             "--option", "readFromReplicas=true",
+            *(["--credentials-file", KEYS] if KEYS else []),
             "--idle-timeout-s", str(idle_s), "--timeout-s", str(INGEST_TIMEOUT_S)]
     log_path = directory / "logs" / log_name
     say(f"spark-submit --master {spark.master} ingest_to_table ({trigger}), log in {log_path}")
@@ -373,7 +381,8 @@ def produce(controller: str, orders: int, batch: int, failover: Failover,
     the dead master had replicated is answered from the new master's idempotence table, not
     stored twice); the master is SIGKILLed half way (once the ingest has committed rows) and
     restarted three quarters in."""
-    config = ClientConfig(controller=controller, send_deadline_ms=SEND_DEADLINE_MS)
+    config = ClientConfig(controller=controller, send_deadline_ms=SEND_DEADLINE_MS,
+                          credentials_file=KEYS)
     rng = random.Random(7)
     report = ProduceReport()
     started = time.monotonic()
@@ -572,7 +581,8 @@ def run(args: argparse.Namespace, directory: Path, spark: SparkTarget,
     controller = controllers[0]["endpoint"]
     say(f"controller {controller} named {names[master['endpoint']]} master (epoch "
         f"{master['master_epoch']}), SyncStateSet {master['sync_state_set']}")
-    Admin(ClientConfig(controller=controller)).create_topic(TOPIC, queues=QUEUES)
+    Admin(ClientConfig(controller=controller, credentials_file=KEYS)).create_topic(
+        TOPIC, queues=QUEUES)
     table, log_path = directory / "orders_table", directory / "logs" / "ingest.log"
     ingest = spark_submit(spark, directory, controller, "processing:2s", "ingest.log",
                           args.ingest_idle_s)
@@ -602,7 +612,8 @@ def run(args: argparse.Namespace, directory: Path, spark: SparkTarget,
     rerun = spark_submit(spark, directory, controller, "available-now", "ingest-rerun.log")
     spark_jobs.append(rerun)
     rerun_rc = wait_ingest(rerun, INGEST_TIMEOUT_S)
-    stats = Admin(ClientConfig(brokers=(new_master["endpoint"],))).broker_stats()
+    stats = Admin(ClientConfig(brokers=(new_master["endpoint"],),
+                               credentials_file=KEYS)).broker_stats()
     return Outcome(
         orders=args.orders, report=report, master_before=names[master["endpoint"]],
         master_after=names[new_master["endpoint"]], master_after_endpoint=new_master["endpoint"],
@@ -638,12 +649,13 @@ def main(argv: list[str] | None = None) -> int:
     global _started_at
     started = _started_at = time.monotonic()
     say(f"demo data under {directory}")
-    cluster("up", "--dir", str(directory), "--insecure", "--controllers", "1",
-            "--replica-sets", "1",
+    cluster("up", "--dir", str(directory), "--controllers", "1", "--replica-sets", "1",
             "--replicas", str(REPLICAS),
             *(["--hosts", "--spare-hosts", "2"] if args.hosts else []),
             *[item for setting in CLUSTER_SETTINGS for item in ("--set", setting)],
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
+    global KEYS
+    KEYS = str(directory / "admin.credentials")
     where = " each on a test host of its own" if args.hosts else ""
     say(f"cluster up: controller-n1 and broker-a-0/1/2 (controller mode){where}")
     spark_jobs: list[subprocess.Popen[bytes]] = []
