@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
 from controller.api import AuthData, User

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector.client import Admin, ClientConfig, Consumer, Producer
 from connector.protocol import FatalError, RocketHAError
