@@ -27,12 +27,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import pyarrow.flight as flight  # noqa: E402
+from pyarrow import flight
 
-from connector.protocol.signing import Credentials, action_target, sign_headers  # noqa: E402
-from controller.api import AuthData, Policy, User, authorize, requirement_of  # noqa: E402
-from ha.broker.auth import AuthGate, AuthSettings  # noqa: E402
-from tests.integration.broker_process import BrokerProcess  # noqa: E402
+from connector.protocol.signing import Credentials, action_target, sign_headers
+from controller.api import AuthData, Policy, User, authorize, requirement_of
+from ha.broker.auth import AuthGate, AuthSettings
+from tests.integration.broker_process import BrokerProcess
 
 ALICE = User("alice", "AK_alice", "alice-secret-0123456789")
 ADMIN = User("admin", "AK_admin", "admin-secret-0123456789", "Super")

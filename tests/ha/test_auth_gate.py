@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import broker_identity, client_identity, controller_identity

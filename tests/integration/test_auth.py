@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector.client import Admin, ClientConfig, Consumer, Producer
 from connector.protocol import FatalError, RocketHAError
@@ -125,6 +125,12 @@ def test_a_wrong_secret_is_refused_typed_audited_and_the_broker_carries_on(
     assert _refused(lambda: Admin(secured.config(None)).list_topics()).name == "UNAUTHENTICATED"
     assert isinstance(Admin(secured.config(ADMIN)).list_topics(), list)
     assert secured.broker.process is not None and secured.broker.process.poll() is None
+    # every admin action is audited, allowed ones too
+    Admin(secured.config(ADMIN)).create_topic("audited", queues=2)
+    admin_lines = [line for line in _audit(secured.broker_audit) if line["event"] == "admin"]
+    assert admin_lines[-1]["operation"] == "create_topic"
+    assert admin_lines[-1]["resource"] == "Topic:audited"
+    assert admin_lines[-1]["principal"] == "User:admin" and admin_lines[-1]["outcome"] == "allowed"
 
 
 def test_an_expired_timestamp_is_refused(secured: Secured) -> None:
