@@ -2,7 +2,8 @@
 
 The first `up` of a cluster decides, and `cluster.json` remembers ("auth": {"enabled": ...}),
 so a later `up` (a restart) keeps it; `up --insecure` makes a cluster without authentication
-(the TLS side uses the same flag). A secured cluster gets, under its directory, mode 0600:
+(and without TLS: ha/cluster_security.py, the same choice). A secured cluster gets, under
+its directory, mode 0600:
 
     admin.credentials   accessKey=... and secretKey=... of the generated Super user "admin":
                         what `rocketha-admin --credentials-file`, the pipelines'
