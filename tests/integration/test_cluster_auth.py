@@ -35,13 +35,15 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 def _check_console(url: str, keys_text: str) -> None:
     """The console asks for a Super user's keys (HTTP Basic) and gathers signed."""
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(url + "api/cluster", timeout=10)
+        urllib.request.urlopen(url + "api/cluster", timeout=10).close()
+    caught.value.close()
     assert caught.value.code == 401
     keys = dict(line.split("=", 1) for line in keys_text.splitlines() if "=" in line)
     token = base64.b64encode(f"{keys['accessKey']}:{keys['secretKey']}".encode()).decode()
     request = urllib.request.Request(url + "api/cluster",
                                      headers={"Authorization": f"Basic {token}"})
-    view = json.loads(urllib.request.urlopen(request, timeout=10).read())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        view = json.loads(response.read())
     assert not view["errors"], view["errors"]
     assert view["leader"] is not None and view["replica_sets"]
 
