@@ -36,8 +36,8 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 def _check_console(url: str, keys_text: str) -> None:
     """The console asks for a Super user's keys (HTTP Basic) and gathers signed."""
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(url + "api/cluster", timeout=10)
-    caught.value.close()  # its response holds the socket (else a ResourceWarning, an error)
+        urllib.request.urlopen(url + "api/cluster", timeout=10).close()
+    caught.value.close()
     assert caught.value.code == 401
     keys = dict(line.split("=", 1) for line in keys_text.splitlines() if "=" in line)
     token = base64.b64encode(f"{keys['accessKey']}:{keys['secretKey']}".encode()).decode()
