@@ -85,9 +85,16 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str, replicas: st
                                                access_key=None, secret_key=None,
                                                retries_max=0)).list_topics()
         assert caught.value.name == "UNAUTHENTICATED"
+        audit = directory / "logs" / f"{broker['name']}-audit.log"
+        unsigned = audit.read_text().count("unsigned request")  # the refused call just above
         listed = _run("rocketha_admin", "--broker", endpoint, "--client-config",
                       str(properties), "topic", "list", "--json")
         assert listed.returncode == 0 and '"t"' in listed.stdout, listed.stderr
+        assert audit.read_text().count("unsigned request") == unsigned  # the probe signs too
+        if controllers == "0":  # static: the tool takes client.properties' first brokerAddr
+            alone = _run("rocketha_admin", "--client-config", str(properties), "topic", "list",
+                         "--json")
+            assert alone.returncode == 0 and '"t"' in alone.stdout, alone.stderr
         tls_only = directory / "tls-only.properties"
         tls_only.write_text("\n".join(line for line in properties.read_text().splitlines()
                                       if not line.startswith(("accessKey", "secretKey"))))
