@@ -6,9 +6,10 @@
     rocketha-admin --client-config DIR/client.properties <any of the above> ...
 
 `--client-config FILE` (like Kafka's --command-config): a client.properties, as
-`rocketha-cluster up` writes one; its controllerAddr is used when neither --broker nor
---controller is given, and its tls.client.* settings for every connection (a secure cluster
-answers nothing without them).
+`rocketha-cluster up` writes one; its controllerAddr (else its first brokerAddr) is used when
+neither --broker nor --controller is given, its tls.client.* settings for every connection (a
+secure cluster answers nothing without them), and its accessKey/secretKey (or credentialsFile)
+sign every call (--credentials-file FILE: another user's keys instead).
 
 The data commands (connector/admin_cli.py) work against one broker (`--broker`) or, through the
 controllers (`--controller`, the name service like `mqadmin -n`), against the current master
@@ -28,6 +29,9 @@ import sys
 
 from pyarrow import flight
 
+from connector.client import signed_options
+from connector.credentials import read_credentials_file
+from connector.protocol.signing import Credentials, action_target
 from connector.protocol.tls import (
     NO_TLS,
     ClientTLS,
@@ -39,12 +43,14 @@ from connector.protocol.tls import (
 
 __all__ = ["main"]
 
-CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes"})
+CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes",
+                                 "user", "acl"})
 DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
 PROBE_TIMEOUT_S = 5.0
 USAGE = """usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' {topic,produce,consume,offsets,group,broker} ...
        rocketha-admin --broker HOST:PORT {topic,produce,consume,offsets,group,broker} ...
-       rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes} ...
+       rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes,user,acl} ...
+(with authentication on: --credentials-file FILE, accessKey=/secretKey= lines, mode 0600)
 (add -h after a command for its options)"""
 
 
@@ -62,21 +68,24 @@ def _command(argv: list[str]) -> str | None:
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--broker", "--controller", "--timeout-s", "--client-config"):
+        elif arg in ("--broker", "--controller", "--timeout-s", "--client-config",
+                     "--credentials-file"):
             skip = True
         elif not arg.startswith("-"):
             return arg
     return None
 
 
-def probe(address: str, expected: str, tls: ClientTLS = NO_TLS) -> str | None:
+def probe(address: str, expected: str, tls: ClientTLS = NO_TLS,
+          credentials: Credentials | None = None) -> str | None:
     """None when `address` is a live `expected` ("broker" or "controller"), else the problem
-    in one line."""
+    in one line. Signed when the command will be (so a secured cluster's audit log does not
+    get an "unsigned request" refusal for every command)."""
     action = "broker_info" if expected == "broker" else "controller_status"
     client = connect_flight(address, tls)
     try:
-        results = list(client.do_action(flight.Action(action, b"{}"),
-                                        flight.FlightCallOptions(timeout=PROBE_TIMEOUT_S)))
+        results = list(client.do_action(flight.Action(action, b"{}"), signed_options(
+            credentials, "DO_ACTION", action_target(action, b"{}"), PROBE_TIMEOUT_S)))
         json.loads(results[0].body.to_pybytes())
         return None
     except flight.FlightError as err:
@@ -100,6 +109,20 @@ def probe(address: str, expected: str, tls: ClientTLS = NO_TLS) -> str | None:
         client.close()
 
 
+def _probe_credentials(credentials_file: str | None, client_config: str | None,
+                       properties: dict[str, str]) -> Credentials | None:
+    """The keys the command will sign with, for the probe; None when there are none or they
+    cannot be read (the command itself then says why)."""
+    path = credentials_file or (client_config if properties.get("secretKey")
+                                else properties.get("credentialsFile"))
+    if not path:
+        return None
+    try:
+        return read_credentials_file(path)
+    except (OSError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     broker, controller = _option(args, "--broker"), _option(args, "--controller")
@@ -108,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     tls = NO_TLS
     client_config = _option(args, "--client-config")
+    properties: dict[str, str] = {}
     if client_config is not None:
         try:
             properties = read_properties(client_config)
@@ -118,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         if broker is None and controller is None and properties.get("controllerAddr"):
             controller = properties["controllerAddr"]
             args = ["--controller", controller, *args]
+        elif broker is None and controller is None and properties.get("brokerAddr"):
+            broker = properties["brokerAddr"].split(",")[0].strip()  # a static cluster
+            args = ["--broker", broker, *args]
+    credentials = _probe_credentials(_option(args, "--credentials-file"), client_config,
+                                     properties)
     if broker is not None and controller is not None:
         print(f"rocketha-admin: give --broker or --controller, not both\n{USAGE}",
               file=sys.stderr)
@@ -132,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         DATA_COMMANDS | CONTROLLER_COMMANDS)
     if controller is not None:
         addresses = [a.strip() for a in controller.replace(",", ";").split(";") if a.strip()]
-        problems = [probe(address, "controller", tls) for address in addresses] \
+        problems = [probe(address, "controller", tls, credentials) for address in addresses] \
             if addresses and not help_asked and command != "status" else []
         if problems and all(problems):
             print(f"rocketha-admin: {problems[0]}", file=sys.stderr)
@@ -141,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             from controller.admin import main as controller_main
             return controller_main(args, prog="rocketha-admin")
     elif broker is not None and not help_asked:
-        problem = probe(broker, "broker", tls)
+        problem = probe(broker, "broker", tls, credentials)
         if problem:
             print(f"rocketha-admin: {problem}", file=sys.stderr)
             return 2

@@ -34,6 +34,7 @@ from connector.admin_data import consume, produce
 from connector.admin_output import Output, fail
 from connector.admin_target import Target
 from connector.client import ClientConfig
+from connector.credentials import read_credentials_file
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 from connector.protocol.tls import NO_TLS
@@ -60,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per call")
     parser.add_argument("--client-config", metavar="FILE", default=None,
                         help="client.properties: controllerAddr (when neither --broker nor "
-                        "--controller is given) and the tls.client.* settings")
+                        "--controller is given), the tls.client.* settings and the user's "
+                        "accessKey/secretKey (or credentialsFile)")
+    parser.add_argument("--credentials-file", default=None,
+                        help="accessKey= and secretKey= lines (mode 0600): sign every call "
+                        "(instead of --client-config's keys)")
     commands = parser.add_subparsers(dest="command", required=True)
     _topic_parser(commands, common)
     _data_parsers(commands, common)
@@ -117,21 +122,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
-    tls = NO_TLS
+    tls, credentials = NO_TLS, None
     if args.client_config is not None:
         try:
             config = ClientConfig.from_properties(args.client_config)
         except ValueError as err:
             parser.error(str(err))
-        tls = config.tls
+        tls, credentials = config.tls, config.credentials
         if args.broker is None and args.controller is None:
             args.controller = config.controller
             args.broker = config.brokers[0] if config.brokers and not config.controller \
                 else None
     if args.broker is None and args.controller is None:
         parser.error("one of --broker, --controller or --client-config is required")
+    try:
+        if args.credentials_file:
+            credentials = read_credentials_file(args.credentials_file, "--credentials-file")
+    except (OSError, ValueError) as err:
+        return fail(str(err), 2)
     target = Target(args.broker, args.controller, int(args.timeout_s * 1000), args.broker_name,
-                    tls)
+                    tls, credentials)
     out = Output(args.output or "table")
     try:
         return _dispatch(parser, args, target, out)

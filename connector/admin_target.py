@@ -7,6 +7,7 @@ import dataclasses
 
 from connector.client import Admin, ClientConfig, controller_cluster_list
 from connector.errors import RoutesUnavailableError
+from connector.protocol.signing import Credentials
 from connector.protocol.tls import NO_TLS, ClientTLS
 from connector.routes import ControllerRoutes, ReplicaSet, client_config
 
@@ -21,14 +22,16 @@ class Target:
     controller: str | None
     timeout_ms: int
     broker_name: str | None = None
-    tls: ClientTLS = NO_TLS
+    tls: ClientTLS = NO_TLS  # --client-config: its tls.client.* settings
+    credentials: Credentials | None = None  # --credentials-file (or --client-config's keys)
 
     def sets(self) -> list[ReplicaSet]:
         if self.broker is not None:
             name = self.admin_of((self.broker,)).broker_info()["broker_name"]
             return [ReplicaSet(str(name), (self.broker,))]
         assert self.controller is not None
-        sets = list(ControllerRoutes(self.controller, self.timeout_ms, self.tls).replica_sets())
+        sets = list(ControllerRoutes(self.controller, self.timeout_ms, self.tls,
+                                     self.credentials).replica_sets())
         if self.broker_name is not None:
             sets = [s for s in sets if s.broker_name == self.broker_name]
             if not sets:
@@ -41,7 +44,8 @@ class Target:
         if self.broker is not None:
             return [(self.sets()[0].broker_name, self.broker)]
         assert self.controller is not None
-        reply = controller_cluster_list(self.controller, self.timeout_ms, self.tls)
+        reply = controller_cluster_list(self.controller, self.timeout_ms, self.tls,
+                                        self.credentials)
         found = []
         for status in reply.get("replica_sets", []):
             replica = status["replica"]
@@ -53,14 +57,19 @@ class Target:
         return found
 
     def admin_of(self, endpoints: tuple[str, ...]) -> Admin:
-        return Admin(client_config(endpoints, self.timeout_ms, self.tls))
+        return Admin(client_config(endpoints, self.timeout_ms, self.tls, self.credentials))
 
     def client_config(self) -> ClientConfig:
         """For produce: the broker, or the controller (the client follows the masters)."""
-        tls = {"tls_trust_cert_path": self.tls.trust_cert_path,
-               "tls_cert_path": self.tls.cert_path, "tls_key_path": self.tls.key_path}
         if self.broker is not None:
             return ClientConfig(brokers=(self.broker,), request_timeout_ms=self.timeout_ms,
-                                send_deadline_ms=3 * self.timeout_ms, **tls)
+                                send_deadline_ms=3 * self.timeout_ms, **self._keys())
         return ClientConfig(controller=self.controller, request_timeout_ms=self.timeout_ms,
-                            send_deadline_ms=3 * self.timeout_ms, **tls)
+                            send_deadline_ms=3 * self.timeout_ms, **self._keys())
+
+    def _keys(self) -> dict[str, str | None]:
+        credentials = self.credentials
+        return {"access_key": credentials.access_key if credentials else None,
+                "secret_key": credentials.secret_key if credentials else None,
+                "tls_trust_cert_path": self.tls.trust_cert_path,
+                "tls_cert_path": self.tls.cert_path, "tls_key_path": self.tls.key_path}

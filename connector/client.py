@@ -11,8 +11,10 @@ when one is unreachable or answers NOT_MASTER. With `ClientConfig(controller=...
 are the alive masters the controller names (its `cluster_list`), fetched again after NOT_MASTER
 or a broken connection, so clients follow a failover. TLS: `tls_trust_cert_path` (the cluster
 CA) turns it on for every connection, `tls_cert_path`/`tls_key_path` add a client certificate
-(brokers and controllers that require one); `ClientConfig.from_properties(path)` reads them
-from a client.properties (`rocketha-cluster up` writes `<dir>/client.properties`).
+(brokers and controllers that require one). Authentication: `access_key`/`secret_key` (or
+`credentials_file`) sign every call (connector/protocol/signing.py).
+`ClientConfig.from_properties(path)` reads both from a client.properties (`rocketha-cluster up`
+writes `<dir>/client.properties`).
 Non-retriable put statuses (MESSAGE_ILLEGAL...) come back as results; request errors (BAD_SCHEMA, TOPIC_NOT_EXIST...)
 raise `FatalError`.
 """
@@ -35,6 +37,7 @@ import pyarrow as pa
 from pyarrow import flight
 
 from connector.async_sender import AsyncSender, SendFuture
+from connector.credentials import read_credentials_file, read_private_file
 from connector.master_watch import RoundTrips, replacement_of
 from connector.producer_core import (
     MESSAGE_OVERHEAD_BYTES,
@@ -63,6 +66,12 @@ from connector.protocol import (
     produce_descriptor_command,
     status_for,
 )
+from connector.protocol.signing import (
+    Credentials,
+    action_target,
+    descriptor_target,
+    sign_headers,
+)
 from connector.protocol.tls import (
     NO_TLS,
     ClientTLS,
@@ -89,6 +98,7 @@ __all__ = [
     "controller_cluster_list",
     "controller_masters",
     "controller_members",
+    "signed_options",
     "with_marker",
 ]
 
@@ -116,9 +126,20 @@ class ClientConfig:
     tls_trust_cert_path: str = ""
     tls_cert_path: str = ""
     tls_key_path: str = ""
-    # (the authentication work adds the access key settings here)
+    # Authentication (issue 16): every call is signed with the secret key (the secret never
+    # travels; connector/protocol/signing.py). Or `credentials_file`: a file only its owner
+    # may read, with accessKey= and secretKey= lines (read once, here).
+    access_key: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
+    credentials_file: str | None = None
 
     def __post_init__(self) -> None:
+        if self.credentials_file:
+            found = read_credentials_file(self.credentials_file, "ClientConfig.credentials_file")
+            object.__setattr__(self, "access_key", found.access_key)
+            object.__setattr__(self, "secret_key", found.secret_key)
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ValueError("ClientConfig: access_key and secret_key go together")
         if isinstance(self.brokers, str):
             object.__setattr__(self, "brokers", tuple(
                 part.strip() for part in self.brokers.split(",") if part.strip()))
@@ -147,20 +168,46 @@ class ClientConfig:
     @classmethod
     def from_properties(cls, path: str | os.PathLike[str], **overrides: Any) -> ClientConfig:
         """A client from a client.properties file: `controllerAddr` (host:port[;...]) or
-        `brokerAddr` (host:port[,...]), and `tls.client.trustCertPath` / `certPath` /
-        `keyPath`. `overrides` set any other field. Raises ValueError naming the key."""
+        `brokerAddr` (host:port[,...]), `tls.client.trustCertPath` / `certPath` /
+        `keyPath`, and the user's `accessKey` + `secretKey` (then the file must be private
+        to its owner, as a credentials file) or `credentialsFile` (a path to one).
+        `overrides` set any other field. Raises ValueError naming the key."""
         try:
             properties = read_properties(path)
             tls = client_tls_from_properties(properties)
+            if properties.get("secretKey"):
+                read_private_file(str(path), "client config")
         except (OSError, TLSConfigError) as err:
             raise ValueError(f"client config {path}: {err}") from err
         values: dict[str, Any] = {"tls_trust_cert_path": tls.trust_cert_path,
                                   "tls_cert_path": tls.cert_path, "tls_key_path": tls.key_path}
+        for key, field in (("accessKey", "access_key"), ("secretKey", "secret_key"),
+                           ("credentialsFile", "credentials_file")):
+            if properties.get(key):
+                values[field] = properties[key]
+        if bool(values.get("access_key")) != bool(values.get("secret_key")):
+            raise ValueError(f"client config {path}: accessKey and secretKey go together")
         if properties.get("controllerAddr"):
             values["controller"] = properties["controllerAddr"]
         if properties.get("brokerAddr"):
             values["brokers"] = properties["brokerAddr"]
         return cls(**{**values, **overrides})
+
+    @property
+    def credentials(self) -> Credentials | None:
+        if not self.access_key or not self.secret_key:
+            return None
+        return Credentials(self.access_key, self.secret_key)
+
+
+def signed_options(credentials: Credentials | None, method: str, target: bytes,
+                   timeout_s: float) -> flight.FlightCallOptions:
+    """Call options with the timeout and, with credentials, the signature headers for this
+    one call (`method` as Flight names it: DO_ACTION, DO_GET, DO_PUT...)."""
+    if credentials is None:
+        return flight.FlightCallOptions(timeout=timeout_s)
+    headers = sign_headers(credentials, method, target, int(time.time() * 1000))
+    return flight.FlightCallOptions(timeout=timeout_s, headers=headers)
 
 
 def controller_addresses(controller: str | None) -> tuple[str, ...]:
@@ -172,14 +219,15 @@ def controller_addresses(controller: str | None) -> tuple[str, ...]:
 CONTROLLER_REDIRECTS_MAX = 3  # NOT_LEADER hops followed per configured controller address
 
 
-def controller_cluster_list(controller: str, timeout_ms: int,
-                            tls: ClientTLS = NO_TLS) -> dict[str, Any]:
+def controller_cluster_list(controller: str, timeout_ms: int, tls: ClientTLS = NO_TLS,
+                            credentials: Credentials | None = None) -> dict[str, Any]:
     """The controller group's `cluster_list` reply (see `controller_call`)."""
-    return controller_call(controller, "cluster_list", None, timeout_ms, tls)
+    return controller_call(controller, "cluster_list", None, timeout_ms, tls, credentials)
 
 
 def controller_call(controller: str, action: str, body: Mapping[str, Any] | None,
-                    timeout_ms: int, tls: ClientTLS = NO_TLS) -> dict[str, Any]:
+                    timeout_ms: int, tls: ClientTLS = NO_TLS,
+                    credentials: Credentials | None = None) -> dict[str, Any]:
     """One DoAction JSON call answered by the controller group: any node answers or names its
     leader (NOT_LEADER + leader_address, followed at most CONTROLLER_REDIRECTS_MAX times per
     address). Returns the first OK reply (other actions: also a reply such as TOPIC_NOT_FOUND).
@@ -192,7 +240,8 @@ def controller_call(controller: str, action: str, body: Mapping[str, Any] | None
             if address is None:
                 break
             try:
-                reply = _controller_call(address, action, payload, timeout_ms, tls)
+                reply = _controller_call(address, action, payload, timeout_ms, tls,
+                                         credentials)
             except (flight.FlightError, OSError, ValueError) as err:
                 failures.append(f"{address}: {err}")
                 break
@@ -208,11 +257,13 @@ def controller_call(controller: str, action: str, body: Mapping[str, Any] | None
 
 
 def _controller_call(address: str, action: str, payload: bytes, timeout_ms: int,
-                     tls: ClientTLS = NO_TLS) -> dict[str, Any]:
+                     tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                     ) -> dict[str, Any]:
     """One DoAction JSON call to a controller's client endpoint; the reply is one object."""
     client = connect_flight(address, tls)
     try:
-        options = flight.FlightCallOptions(timeout=timeout_ms / 1000.0)
+        options = signed_options(credentials, "DO_ACTION", action_target(action, payload),
+                                 timeout_ms / 1000.0)
         results = list(client.do_action(flight.Action(action, payload), options))
         if len(results) != 1:
             raise ValueError(f"{action}: {len(results)} results")
@@ -225,10 +276,11 @@ def _controller_call(address: str, action: str, payload: bytes, timeout_ms: int,
         client.close()
 
 
-def controller_masters(controller: str, timeout_ms: int,
-                       tls: ClientTLS = NO_TLS) -> tuple[str, ...]:
+def controller_masters(controller: str, timeout_ms: int, tls: ClientTLS = NO_TLS,
+                       credentials: Credentials | None = None) -> tuple[str, ...]:
     """The alive masters of every replica set the controller knows, by brokerName."""
-    return _masters_of(controller_cluster_list(controller, timeout_ms, tls), controller)
+    return _masters_of(controller_cluster_list(controller, timeout_ms, tls, credentials),
+                       controller)
 
 
 def _alive_masters(cluster: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -262,11 +314,13 @@ def alive_members(status: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def controller_members(controller: str, timeout_ms: int, broker_name: str | None,
-                       tls: ClientTLS = NO_TLS) -> tuple[str, ...]:
+                       tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                       ) -> tuple[str, ...]:
     """The alive members of one replica set, its master first (when it has an alive one):
     where a consumer reads, on from a slave while the set has no master. `broker_name` None
     names the only replica set; with several, the consumer must say which (FatalError)."""
-    sets = controller_cluster_list(controller, timeout_ms, tls).get("replica_sets", [])
+    sets = controller_cluster_list(controller, timeout_ms, tls, credentials).get(
+        "replica_sets", [])
     names = sorted(str(status["replica"]["broker_name"]) for status in sets)
     if broker_name is None and len(names) > 1:
         raise FatalError(status_for("BAD_REQUEST"), f"controller {controller}: "
@@ -406,7 +460,8 @@ class _Base:
         return endpoints[routes.broker_index % len(endpoints)]
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
-        return controller_masters(controller, self.config.request_timeout_ms, self.config.tls)
+        return controller_masters(controller, self.config.request_timeout_ms, self.config.tls,
+                                  self.config.credentials)
 
     def _refresh_route(self, endpoint: str) -> None:
         _drop_connection(endpoint, self.config.tls)
@@ -414,8 +469,10 @@ class _Base:
         if self.config.controller is not None:
             self._routes.stale = True
 
-    def _options(self) -> flight.FlightCallOptions:
-        return flight.FlightCallOptions(timeout=self.config.request_timeout_ms / 1000.0)
+    def _options(self, method: str, target: bytes, timeout_s: float | None = None
+                 ) -> flight.FlightCallOptions:
+        return signed_options(self.config.credentials, method, target,
+                              timeout_s or self.config.request_timeout_ms / 1000.0)
 
     def _retry(self, call: Any, what: str) -> Any:
         """Run `call(endpoint)` with the retry policy; returns its value."""
@@ -456,7 +513,8 @@ class Admin(_Base):
 
         def call(endpoint: str) -> dict[str, Any]:
             results = list(_connection(endpoint, self.config.tls).do_action(
-                flight.Action(kind, payload), self._options()))
+                flight.Action(kind, payload),
+                self._options("DO_ACTION", action_target(kind, payload))))
             return json.loads(results[0].body.to_pybytes())
 
         return self._retry(call, f"action {kind}")
@@ -584,7 +642,7 @@ class _PutChannel(_Base):
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
         cluster = controller_cluster_list(controller, self.config.request_timeout_ms,
-                                          self.config.tls)
+                                          self.config.tls, self.config.credentials)
         self._routes.set_of_member = {
             str(member["broker_address"]): str(status["replica"]["broker_name"])
             for status in cluster.get("replica_sets", [])
@@ -697,7 +755,7 @@ class _PutChannel(_Base):
         try:
             cluster = controller_cluster_list(self.config.controller,
                                               self.config.master_check_interval_ms,
-                                              self.config.tls)
+                                              self.config.tls, self.config.credentials)
         except RetriableError:
             return None
         replacement = replacement_of(cluster, endpoint)
@@ -727,9 +785,11 @@ class _PutChannel(_Base):
 
     def _open_stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
         timeout_s = self.config.request_timeout_ms / 1000.0
-        descriptor = flight.FlightDescriptor.for_command(produce_descriptor_command(topic))
+        command = produce_descriptor_command(topic)
+        descriptor = flight.FlightDescriptor.for_command(command)
         writer, reader = _connection(endpoint, self.config.tls).do_put(
-            descriptor, schema, flight.FlightCallOptions(timeout=2 * timeout_s))
+            descriptor, schema, self._options("DO_PUT", descriptor_target(command, None),
+                                              2 * timeout_s))
         return _Stream(endpoint, schema, writer, reader, time.monotonic() + timeout_s)
 
     def _close_stream(self, topic: str, schema: pa.Schema) -> None:
@@ -1059,15 +1119,20 @@ class Consumer(_Base):
     With `controller`, a consumer reads from one replica set (`broker_name`; None when the
     cluster has only one): its master first, and its slaves after the master fails, so reads
     go on during a failover (a slave serves up to its confirm position, never past it); the
-    members are fetched again after each failure, so the new master is found."""
+    members are fetched again after each failure, so the new master is found.
 
-    def __init__(self, config: ClientConfig, *, broker_name: str | None = None) -> None:
+    `group` (optional) names the consumer group in each ticket: with authorization on, the
+    broker then requires Sub on the group as well as on the topic."""
+
+    def __init__(self, config: ClientConfig, *, broker_name: str | None = None,
+                 group: str | None = None) -> None:
         super().__init__(config)
         self.broker_name = broker_name
+        self.group = group
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
         return controller_members(controller, self.config.request_timeout_ms, self.broker_name,
-                                  self.config.tls)
+                                  self.config.tls, self.config.credentials)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, *, max_messages: int = 1024,
              max_bytes: int = 8 << 20, tag_filter: str | None = None,
@@ -1076,12 +1141,13 @@ class Consumer(_Base):
         the only columns the broker builds and sends, in CONSUME_SCHEMA's order; an unknown
         name raises FatalError BAD_REQUEST."""
         ticket = GetTicket(topic, queue_id, queue_offset, max_messages, max_bytes, tag_filter,
-                           max_wait_ms, None if columns is None else tuple(columns))
+                           max_wait_ms, None if columns is None else tuple(columns), self.group)
         timeout_s = (self.config.request_timeout_ms + max_wait_ms) / 1000.0
 
         def call(endpoint: str) -> PullResult:
+            encoded = ticket.encode()
             reader = _connection(endpoint, self.config.tls).do_get(
-                flight.Ticket(ticket.encode()), flight.FlightCallOptions(timeout=timeout_s))
+                flight.Ticket(encoded), self._options("DO_GET", encoded, timeout_s))
             batches, reply = [], None
             for chunk in reader:
                 batches.append(chunk.data)

@@ -106,7 +106,7 @@ def cold_reader() -> ColdReader:
 
 def _location(replica_set: ReplicaSet, options: SourceOptions) -> TierLocation | None:
     info = Admin(client_config(replica_set.endpoints, options.request_timeout_ms,
-                               options.tls)).broker_info()
+                               options.tls, options.credentials)).broker_info()
     tiered = info.get("tiered") or {}
     if not tiered.get("enabled") or not tiered.get("url"):
         return None

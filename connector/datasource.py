@@ -365,7 +365,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 admin = Admin(client_config(replica_set.endpoints,
-                                            self.options.request_timeout_ms, self.options.tls))
+                                            self.options.request_timeout_ms, self.options.tls,
+                                            self.options.credentials))
                 admin.commit_offset(self.options.group_id, ref.topic, ref.queue_id, queue_offset)
             except RocketHAError as err:
                 logger.warning("groupId %s: commit of %s/%s at %d failed: %s",
@@ -376,12 +377,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
     """The replica set a task writes to: the same one on every attempt (idempotence)."""
     routes = route_provider(options.brokers, options.controller, options.request_timeout_ms,
-                            options.tls)
+                            options.tls, options.credentials)
     replica_sets = sorted(routes.replica_sets())
     if options.topic is not None and len(replica_sets) > 1:  # prefer those hosting the topic
         hosting = [rs for rs in replica_sets
                    if options.topic in topic_queue_counts(rs, options.request_timeout_ms,
-                                                          options.tls)]
+                                                          options.tls, options.credentials)]
         replica_sets = hosting or replica_sets
     return replica_sets[partition_id % len(replica_sets)]
 

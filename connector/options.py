@@ -9,8 +9,10 @@ Keys are matched case-insensitively (Spark hands them over lower-cased in a Case
 the canonical spellings are the constants below.
 
     where:     brokers | controller, and/or clientConfig (a client.properties: its
-               controllerAddr/brokerAddr when neither option is given, and its tls.client.*
-               settings; the files it names must be readable on every executor)
+               controllerAddr/brokerAddr when neither option is given, its tls.client.*
+               settings (the files it names must be readable on every executor), and its
+               accessKey/secretKey or credentialsFile (read on the driver)
+    who:       accessKey + secretKey | credentialsFile (instead of clientConfig's keys)
     what:      subscribe | subscribePattern | assign                      (exactly one)
     from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp, endingOffsets
     how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from connector.columns import ALL_COLUMN_NAMES, with_extras
+from connector.credentials import read_credentials_file
 from connector.errors import OptionError
 from connector.offsets import (
     EARLIEST,
@@ -37,6 +40,7 @@ from connector.offsets import (
     parse_queue_key,
 )
 from connector.protocol import CODES
+from connector.protocol.signing import Credentials
 from connector.protocol.tls import (
     NO_TLS,
     ClientTLS,
@@ -47,11 +51,13 @@ from connector.protocol.tls import (
 
 __all__ = [
     "ACCEPT_STATUSES",
+    "ACCESS_KEY",
     "ASSIGN",
     "BROKERS",
     "CLIENT_CONFIG",
     "COLUMNS",
     "CONTROLLER",
+    "CREDENTIALS_FILE",
     "ENDING_OFFSETS",
     "EXACTLY_ONCE",
     "FAIL_ON_DATA_LOSS",
@@ -69,19 +75,20 @@ __all__ = [
     "READ_FROM_REPLICAS",
     "READ_OPTIONS",
     "REQUEST_TIMEOUT_MS",
+    "SECRET_KEY",
     "STARTING_OFFSETS",
     "STARTING_OFFSETS_BY_TIMESTAMP",
     "STARTING_TIMESTAMP",
     "SUBSCRIBE",
     "SUBSCRIBE_PATTERN",
-    "SourceOptions",
-    "SinkOptions",
     "TAG_FILTER",
     "TIER_STORAGE_OPTIONS",
     "TOPIC",
     "WRITE_BATCH_BYTES",
     "WRITE_BATCH_ROWS",
     "WRITE_OPTIONS",
+    "SinkOptions",
+    "SourceOptions",
     "parse_sink_options",
     "parse_source_options",
 ]
@@ -123,8 +130,16 @@ WRITE_BATCH_BYTES = "writeBatchBytes"
 INCLUDE_PROPERTIES = "includeProperties"
 INCLUDE_METADATA = "includeMetadata"
 COLUMNS = "columns"
+# Authentication (issue 16): the user's keys, or a file holding them (accessKey=/secretKey=
+# lines, mode 0600, read on the driver). Spark's default spark.redaction.regex
+# ((?i)secret|password|token|access[.]?key) redacts accessKey's and secretKey's values in
+# plans, the UI and logs (tests/connector/test_auth_options.py checks the names match).
+ACCESS_KEY = "accessKey"
+SECRET_KEY = "secretKey"
+CREDENTIALS_FILE = "credentialsFile"
 
-_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG)
+_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG, ACCESS_KEY, SECRET_KEY,
+           CREDENTIALS_FILE)
 READ_OPTIONS = frozenset(_COMMON + (
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
@@ -176,6 +191,7 @@ class SourceOptions:
                                                                            repr=False)
     columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
     tls: ClientTLS = NO_TLS  # from clientConfig (file paths only: picklable, no secret)
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -197,6 +213,7 @@ class SinkOptions:
     write_batch_rows: int
     write_batch_bytes: int
     tls: ClientTLS = NO_TLS  # from clientConfig
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
 
 def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
@@ -258,14 +275,17 @@ def _name(name: str, value: str) -> str:
     return value
 
 
-def _client_config(values: dict[str, str]) -> ClientTLS:
-    """The clientConfig file's TLS settings; its addresses fill brokers/controller in
-    `values` when neither option names any."""
+def _client_config(values: dict[str, str]) -> tuple[ClientTLS, str | None]:
+    """The clientConfig file's TLS settings, and the file that holds the user's keys (the
+    client.properties itself when it has secretKey=, or the credentialsFile= it names; None:
+    no keys). Its addresses fill brokers/controller in `values` when neither option names
+    any."""
     path = values.get(CLIENT_CONFIG)
     if path is None:
-        return NO_TLS
+        return NO_TLS, None
+    path = path.strip()
     try:
-        properties = read_properties(path.strip())
+        properties = read_properties(path)
         tls = client_tls_from_properties(properties)
     except (OSError, TLSConfigError) as err:
         raise OptionError(f"option {CLIENT_CONFIG}: {path!r}: {err}") from err
@@ -274,7 +294,9 @@ def _client_config(values: dict[str, str]) -> ClientTLS:
             values[CONTROLLER] = properties["controllerAddr"]
         elif properties.get("brokerAddr"):
             values[BROKERS] = properties["brokerAddr"]
-    return tls
+    keys_file = (path if properties.get("secretKey")
+                 else properties.get("credentialsFile") or None)
+    return tls, keys_file
 
 
 def _endpoints(values: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
@@ -371,7 +393,7 @@ def _assign(text: str) -> TopicOffsets:
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate reader options; raises OptionError naming the option."""
     values = _normalize(options, READ_OPTIONS)
-    tls = _client_config(values)
+    tls, keys_file = _client_config(values)
     brokers, controller = _endpoints(values)
     subscribe, pattern, assign = _subscription(values)
     by_timestamp = None
@@ -408,7 +430,36 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
         tier_storage_options=_tier_storage_options(values),
         columns=_columns(values),
+        credentials=_credentials(values, keys_file),
     )
+
+
+def _credentials(values: Mapping[str, str], keys_file: str | None = None
+                 ) -> Credentials | None:
+    """accessKey + secretKey, or credentialsFile, else the keys of the clientConfig file
+    (`keys_file`); none: unsigned calls. Errors never quote a secret."""
+    access_key, secret_key = values.get(ACCESS_KEY), values.get(SECRET_KEY)
+    path = values.get(CREDENTIALS_FILE)
+    if path is None and access_key is None and secret_key is None and keys_file is not None:
+        try:
+            return read_credentials_file(keys_file, f"option {CLIENT_CONFIG}: keys file")
+        except (OSError, ValueError) as err:
+            raise OptionError(str(err)) from None
+    if path is not None:
+        if access_key is not None or secret_key is not None:
+            raise OptionError(f"option {CREDENTIALS_FILE} excludes {ACCESS_KEY} and "
+                              f"{SECRET_KEY}")
+        try:
+            return read_credentials_file(path, f"option {CREDENTIALS_FILE}")
+        except (OSError, ValueError) as err:
+            raise OptionError(str(err)) from None
+    if (access_key is None) != (secret_key is None):
+        raise OptionError(f"options {ACCESS_KEY} and {SECRET_KEY} go together")
+    if access_key is None or secret_key is None:
+        return None
+    if not access_key.strip() or not secret_key:
+        raise OptionError(f"options {ACCESS_KEY} and {SECRET_KEY} must not be empty")
+    return Credentials(access_key.strip(), secret_key)
 
 
 def _columns(values: dict[str, str]) -> tuple[str, ...]:
@@ -469,7 +520,7 @@ def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str]
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate writer options; raises OptionError naming the option."""
     values = _normalize(options, WRITE_OPTIONS)
-    tls = _client_config(values)
+    tls, keys_file = _client_config(values)
     brokers, controller = _endpoints(values)
     topic = values.get(TOPIC)
     statuses_text = values.get(ACCEPT_STATUSES, "PUT_OK")
@@ -489,4 +540,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         write_batch_bytes=_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
                                64 << 20),
         tls=tls,
+        credentials=_credentials(values, keys_file),
     )

@@ -48,6 +48,7 @@ from connector.client import (
 )
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
+from connector.protocol.signing import Credentials
 from connector.protocol.tls import NO_TLS, ClientTLS
 
 __all__ = [
@@ -84,22 +85,27 @@ class RouteProvider(Protocol):
 
 
 def client_config(endpoints: Sequence[str], request_timeout_ms: int,
-                  tls: ClientTLS = NO_TLS) -> ClientConfig:
-    """A client for one replica set: calls give up after a few request timeouts."""
+                  tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                  ) -> ClientConfig:
+    """A client for one replica set: calls give up after a few request timeouts; TLS per
+    `tls`, signed with `credentials` (the accessKey/secretKey options) when given."""
     return ClientConfig(brokers=tuple(endpoints), request_timeout_ms=request_timeout_ms,
                         send_deadline_ms=3 * request_timeout_ms,
                         tls_trust_cert_path=tls.trust_cert_path, tls_cert_path=tls.cert_path,
-                        tls_key_path=tls.key_path)
+                        tls_key_path=tls.key_path,
+                        access_key=credentials.access_key if credentials else None,
+                        secret_key=credentials.secret_key if credentials else None)
 
 
 class StaticRoutes:
     """Replica sets from fixed endpoints (the `brokers` option)."""
 
     def __init__(self, brokers: Sequence[str], request_timeout_ms: int,
-                 tls: ClientTLS = NO_TLS) -> None:
+                 tls: ClientTLS = NO_TLS, credentials: Credentials | None = None) -> None:
         self._brokers = tuple(brokers)
         self._request_timeout_ms = request_timeout_ms
         self._tls = tls
+        self._credentials = credentials
 
     def replica_sets(self) -> tuple[ReplicaSet, ...]:
         """Endpoints that answer, grouped by brokerName; one that does not answer within the
@@ -110,7 +116,7 @@ class StaticRoutes:
         for endpoint in self._brokers:
             try:
                 config = dataclasses.replace(client_config([endpoint], self._request_timeout_ms,
-                                                           self._tls),
+                                                           self._tls, self._credentials),
                                              send_deadline_ms=2 * self._request_timeout_ms)
                 info = Admin(config).broker_info()
             except RocketHAError as err:
@@ -138,8 +144,9 @@ class ControllerRoutes:
     """
 
     def __init__(self, controller: str, request_timeout_ms: int,
-                 tls: ClientTLS = NO_TLS) -> None:
+                 tls: ClientTLS = NO_TLS, credentials: Credentials | None = None) -> None:
         self._tls = tls
+        self._credentials = credentials
         self._addresses = controller_addresses(controller)
         if not self._addresses:
             raise RoutesUnavailableError(f"option controller={controller!r} names no HOST:PORT")
@@ -165,22 +172,24 @@ class ControllerRoutes:
     def _cluster_list(self) -> dict[str, Any]:
         try:
             return controller_cluster_list(",".join(self._addresses), self._request_timeout_ms,
-                                           self._tls)
+                                           self._tls, self._credentials)
         except RocketHAError as err:
             raise RoutesUnavailableError(f"option controller: {err.message}") from err
 
 
 def route_provider(brokers: Sequence[str], controller: str | None,
-                   request_timeout_ms: int, tls: ClientTLS = NO_TLS) -> RouteProvider:
+                   request_timeout_ms: int, tls: ClientTLS = NO_TLS,
+                   credentials: Credentials | None = None) -> RouteProvider:
     if controller is not None:
-        return ControllerRoutes(controller, request_timeout_ms, tls)
-    return StaticRoutes(brokers, request_timeout_ms, tls)
+        return ControllerRoutes(controller, request_timeout_ms, tls, credentials)
+    return StaticRoutes(brokers, request_timeout_ms, tls, credentials)
 
 
 def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int,
-                       tls: ClientTLS = NO_TLS) -> dict[str, tuple[int, int]]:
+                       tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                       ) -> dict[str, tuple[int, int]]:
     """topic -> (read_queue_nums, write_queue_nums) on one replica set."""
-    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls))
+    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls, credentials))
     try:
         topics = admin.list_topics()
     except RocketHAError as err:
@@ -192,10 +201,11 @@ def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int,
 
 
 def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int,
-                 tls: ClientTLS = NO_TLS) -> list[QueueBounds]:
+                 tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                 ) -> list[QueueBounds]:
     """Min and max queue offsets of every readable queue of `topic` on one replica set, from
     its master, or from the next member that answers when the master does not (failover)."""
-    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls))
+    admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls, credentials))
     queues = admin.queue_offsets(topic)
     from_master = admin.endpoint == replica_set.endpoints[0]  # the member that answered
     if not from_master:

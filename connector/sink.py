@@ -181,7 +181,7 @@ def write_partition(batches: Iterable[pa.RecordBatch], *, options: SinkOptions,
 
     With `producer_id` (exactlyOnce), every chunk carries its idempotence marker."""
     producer = Producer(client_config(replica_set.endpoints, options.request_timeout_ms,
-                                      options.tls))
+                                      options.tls, options.credentials))
     tally = _Tally()
     sequence = 0
     try:

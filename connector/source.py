@@ -108,17 +108,19 @@ def _lost(options: SourceOptions, message: str) -> None:
 def discover(options: SourceOptions) -> tuple[dict[str, ReplicaSet], dict[QueueRef, Bounds]]:
     """The replica sets and the bounds of every queue the subscription selects."""
     routes = route_provider(options.brokers, options.controller, options.request_timeout_ms,
-                            options.tls)
+                            options.tls, options.credentials)
     replica_sets = {rs.broker_name: rs for rs in routes.replica_sets()}
     timeout_ms = options.request_timeout_ms
     bounds: dict[QueueRef, Bounds] = {}
     topics_seen: set[str] = set()
     for name, replica_set in sorted(replica_sets.items()):
-        for topic in sorted(topic_queue_counts(replica_set, timeout_ms, options.tls)):
+        for topic in sorted(topic_queue_counts(replica_set, timeout_ms, options.tls,
+                                               options.credentials)):
             if not options.topic_matches(topic):
                 continue
             topics_seen.add(topic)
-            for queue in queue_bounds(replica_set, topic, timeout_ms, options.tls):
+            for queue in queue_bounds(replica_set, topic, timeout_ms, options.tls,
+                                      options.credentials):
                 bounds[QueueRef(topic, name, queue.queue_id)] = Bounds(
                     queue.min_queue_offset, queue.max_queue_offset, queue.from_master)
     if options.subscribe:
@@ -210,7 +212,8 @@ def narrow_ranges(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
 
 
 def _admin(replica_set: ReplicaSet, options: SourceOptions) -> Admin:
-    return Admin(client_config(replica_set.endpoints, options.request_timeout_ms, options.tls))
+    return Admin(client_config(replica_set.endpoints, options.request_timeout_ms, options.tls,
+                               options.credentials))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -329,7 +332,7 @@ def read_range(partition: QueueRangePartition, options: SourceOptions, columns: 
     ahead, on a helper thread: Flight's receive and Spark's Arrow writer both release the GIL),
     so the broker builds the next block while the worker ships this one."""
     consumer = Consumer(client_config(partition.endpoints, options.request_timeout_ms,
-                                      options.tls))
+                                      options.tls, options.credentials), group=options.group_id)
     where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
     cursor, end = partition.start_queue_offset, partition.end_queue_offset
     deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0

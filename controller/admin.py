@@ -6,6 +6,11 @@
     python -m controller.admin --controller H:P elect broker-a [--broker-id 2]
     python -m controller.admin --controller H:P clean broker-a [--broker-id 3 ...]
     python -m controller.admin --controller H:P routes TOPIC
+    python -m controller.admin --controller H:P user|acl ...   (controller/admin_auth.py)
+
+With authentication on, `--credentials-file FILE` (accessKey= and secretKey= lines, mode 0600)
+or the keys of `--client-config FILE` (a client.properties, which also gives the tls.client.*
+settings) sign every call; user and acl commands need a Super user.
 
 Each command prints an aligned table (`--json`: the controller's JSON reply as it came,
 `--json-lines`: one object per row). Requests go to the first address and follow
@@ -25,8 +30,17 @@ from typing import Any
 
 from pyarrow import flight
 
+from controller.admin_auth import AUTH_COMMANDS, add_auth_parsers, auth_request
 from controller.admin_tables import print_reply
-from controller.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
+from controller.auth import read_credentials_file
+from controller.signing import Credentials, action_target, sign_headers
+from controller.tls import (
+    NO_TLS,
+    ClientTLS,
+    client_tls_from_properties,
+    connect_flight,
+    read_properties,
+)
 
 __all__ = ["main"]
 
@@ -34,20 +48,40 @@ REDIRECTS_MAX = 16
 RETRY_INTERVAL_S = 0.1
 
 
+def client_config(path: str) -> tuple[ClientTLS, Credentials | None]:
+    """The tls.client.* settings and the user's keys of a client.properties: accessKey= and
+    secretKey= in it (then the file must be its owner's only, as a credentials file) or
+    credentialsFile= naming one. Raises ValueError naming the file."""
+    try:
+        properties = read_properties(path)
+        tls = client_tls_from_properties(properties)
+    except ValueError as err:  # TLSConfigError is a ValueError
+        raise ValueError(f"--client-config {path}: {err}") from err
+    if properties.get("secretKey"):
+        return tls, read_credentials_file(path, "--client-config")
+    if properties.get("credentialsFile"):
+        return tls, read_credentials_file(properties["credentialsFile"],
+                                          f"--client-config {path}: credentialsFile")
+    return tls, None
+
+
 def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float,
-          tls: ClientTLS = NO_TLS) -> dict[str, Any]:
+          tls: ClientTLS = NO_TLS, credentials: Credentials | None = None) -> dict[str, Any]:
     client = connect_flight(endpoint, tls)
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
-        results = list(client.do_action(flight.Action(action, json.dumps(body).encode()),
-                                        options))
+        payload = json.dumps(body).encode()
+        headers = [] if credentials is None else sign_headers(
+            credentials, "DO_ACTION", action_target(action, payload), int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        results = list(client.do_action(flight.Action(action, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
 
 
 def call_leader(addresses: list[str], action: str, body: dict[str, Any],
-                timeout_s: float, tls: ClientTLS = NO_TLS) -> dict[str, Any]:
+                timeout_s: float, tls: ClientTLS = NO_TLS,
+                credentials: Credentials | None = None) -> dict[str, Any]:
     """Call the leader, following redirects. Raises ConnectionError when nobody answers."""
     deadline = time.monotonic() + timeout_s
     turn, endpoint = 0, addresses[0]
@@ -56,9 +90,11 @@ def call_leader(addresses: list[str], action: str, body: dict[str, Any],
         if time.monotonic() >= deadline:
             break
         try:
-            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()), tls)
-        except flight.FlightServerError:
-            raise  # a refused request (BAD_REQUEST...): no point in asking elsewhere
+            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()), tls,
+                          credentials)
+        except (flight.FlightServerError, flight.FlightUnauthenticatedError,
+                flight.FlightUnauthorizedError):
+            raise  # a refused request (BAD_REQUEST, NO_PERMISSION...): no point elsewhere
         except flight.FlightError as err:
             last = f"{endpoint}: {err}"
             reply = {"status": "UNREACHABLE", "leader_address": None}
@@ -94,7 +130,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
                         help="client address(es) of the controllers, ';'- or ','-separated")
     parser.add_argument("--timeout-s", type=float, default=10.0)
     parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties (controllerAddr, tls.client.*)")
+                        help="client.properties (controllerAddr, tls.client.*, the user's "
+                             "accessKey/secretKey or credentialsFile)")
+    parser.add_argument("--credentials-file", default=None,
+                        help="accessKey= and secretKey= lines (mode 0600): sign every call "
+                             "(instead of --client-config's keys)")
     output = argparse.ArgumentParser(add_help=False)
     formats = output.add_mutually_exclusive_group()
     formats.add_argument("--json", dest="output", action="store_const", const="json",
@@ -112,8 +152,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
         if name == "clean":
             sub.add_argument("--broker-id", type=int, action="append")
     commands.add_parser("routes", parents=[output]).add_argument("topic")
+    add_auth_parsers(commands, output)
     args = parser.parse_args(argv)
-    tls = client_tls_from_file(args.client_config) if args.client_config else NO_TLS
+    try:
+        tls, credentials = (client_config(args.client_config) if args.client_config
+                            else (NO_TLS, None))
+        if args.credentials_file:
+            credentials = read_credentials_file(args.credentials_file, "--credentials-file")
+        action, body = (auth_request(args) if args.command in AUTH_COMMANDS
+                        else ("", {}) if args.command == "status" else _request(args))
+    except (OSError, ValueError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
         parser.error("--controller names no address")
@@ -122,15 +172,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
         for address in addresses:
             try:
                 views.append({"address": address, **_call(address, "controller_status", {},
-                                                          args.timeout_s, tls)})
+                                                          args.timeout_s, tls, credentials)})
             except flight.FlightError as err:
                 views.append({"address": address, "status": "UNREACHABLE", "error": str(err)})
         print_reply("status", views, args.output)
         return 0 if all(v["status"] == "OK" for v in views) else 1
-    action, body = _request(args)
     try:
-        reply = call_leader(addresses, action, body, args.timeout_s, tls)
-    except (ConnectionError, flight.FlightServerError) as err:
+        reply = call_leader(addresses, action, body, args.timeout_s, tls, credentials)
+    except (ConnectionError, flight.FlightServerError, flight.FlightUnauthenticatedError,
+            flight.FlightUnauthorizedError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
     print_reply(args.command, reply, args.output)

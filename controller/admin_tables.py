@@ -33,6 +33,15 @@ def _table(command: str, reply: Any) -> tuple[list[str], list[dict[str, Any]]]:
     if command == "status":
         return (["address", "status", "node_id", "role", "term", "leader_id", "commit_index",
                  "applied_index", "error"], list(reply))
+    if command == "user":
+        if "users" not in reply:  # a change: its new version
+            return ["status", "version", "message"], [reply]
+        return ["name", "access_key", "type", "status"], list(reply["users"])
+    if command == "acl":
+        if "policies" not in reply:  # a change: its new version
+            return ["status", "version", "message"], [reply]
+        return (["subject", "resource", "actions", "decision", "source_ips"],
+                list(reply["policies"]))
     if command == "routes":
         sets = {route["broker_name"]: route for route in reply.get("replica_sets", [])}
         return (["broker_name", "read_queue_nums", "write_queue_nums", "perm",

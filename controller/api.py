@@ -14,6 +14,19 @@ outcome, not an exception:
     get_routes             GetRoutesRequest           RoutesReply
     cluster_list           {}                         ClusterListReply
     controller_status      {}                         ControllerStatusReply (any node answers)
+    get_auth_data          {}                         AuthDataReply (users with secrets, ACLs:
+                                                      members and Super users only)
+    user_create|update     UserRequest                AuthChangeReply (through Raft)
+    user_delete            UserNameRequest            AuthChangeReply
+    user_list              {}                         UsersReply (no secrets)
+    acl_create|update      AclRequest                 AuthChangeReply
+    acl_delete             AclDeleteRequest           AuthChangeReply
+    acl_list               AclListRequest             AclListReply
+
+Users and ACLs (issue 16): `controller.acl` (re-exported here) is their model and the one
+decision function, so a broker decides exactly as the controller does; with authentication on
+every call is signed (controller/signing.py) and refused with `controller error
+UNAUTHENTICATED` / `NO_PERMISSION` (Flight errors, not statuses) before it reaches the node.
 
 Statuses (RocketMQ's controller response codes, without the CONTROLLER_ prefix):
 `OK`; `NOT_LEADER` (this node does not lead; `leader_address` says who does, if known: call
@@ -26,7 +39,8 @@ the current one); `INVALID_MASTER` (the requester is not the current master); `I
 cluster, too many members); `BROKER_ALIVE` (refused to clean a broker that
 still heartbeats); `TOPIC_NOT_FOUND`; `BUSY` (the Raft log is full or slow: retry);
 `INTERNAL_ERROR` (the request hit a case the controller did not foresee: it is logged there,
-the request failed alone, the controller keeps serving).
+the request failed alone, the controller keeps serving); `FENCED_AUTH_VERSION` (a user/ACL
+change raced another one three times: retry).
 
 How a broker in controller mode uses this (RocketMQ's ReplicasManager, simplified):
 1. `register_broker` with its client address at the leader (follow `NOT_LEADER` /
@@ -58,12 +72,37 @@ import types
 import typing
 from typing import Any, ClassVar, TypeVar, Union
 
+from controller.acl import (
+    ADMIN_OPERATIONS,
+    OPERATIONS,
+    AclError,
+    AuthData,
+    Policy,
+    User,
+    authorize,
+    decide,
+    requirement_of,
+)
 from controller.errors import CodecError
 
 __all__ = [
     "ACTIONS",
+    "ADMIN_OPERATIONS",
+    "OPERATIONS",
+    "ROLE_MASTER",
+    "ROLE_NONE",
+    "ROLE_SLAVE",
+    "STATUSES",
+    "AclDeleteRequest",
+    "AclError",
+    "AclListReply",
+    "AclListRequest",
+    "AclRequest",
     "AlterSyncStateSetReply",
     "AlterSyncStateSetRequest",
+    "AuthChangeReply",
+    "AuthData",
+    "AuthDataReply",
     "BrokerHeartbeat",
     "BrokerMember",
     "CleanBrokerDataRequest",
@@ -76,10 +115,8 @@ __all__ = [
     "GetRoutesRequest",
     "HeartbeatReply",
     "JsonMessage",
+    "Policy",
     "QueueRoute",
-    "ROLE_MASTER",
-    "ROLE_NONE",
-    "ROLE_SLAVE",
     "RegisterBrokerReply",
     "RegisterBrokerRequest",
     "ReplicaInfo",
@@ -88,9 +125,15 @@ __all__ = [
     "ReplicaSetStatus",
     "RoleChange",
     "RoutesReply",
-    "STATUSES",
     "TopicInfo",
+    "User",
+    "UserNameRequest",
+    "UserRequest",
+    "UsersReply",
+    "authorize",
+    "decide",
     "lease_max_ms",
+    "requirement_of",
     "role_of",
 ]
 
@@ -98,7 +141,8 @@ STATUSES = (
     "OK", "NOT_LEADER", "MASTER_STILL_EXIST", "MASTER_NOT_AVAILABLE", "ELECT_MASTER_FAILED",
     "FENCED_MASTER_EPOCH", "FENCED_SYNC_STATE_SET_EPOCH", "INVALID_MASTER", "INVALID_REPLICAS",
     "BROKER_NOT_REGISTERED", "REPLICA_SET_NOT_FOUND", "BROKER_ALIVE", "TOPIC_NOT_FOUND", "BUSY",
-    "INVALID_REQUEST", "INTERNAL_ERROR",
+    "INVALID_REQUEST", "INTERNAL_ERROR", "FENCED_AUTH_VERSION", "NO_PERMISSION",
+    "UNAUTHENTICATED",
 )
 ROLE_MASTER = "master"
 ROLE_SLAVE = "slave"
@@ -312,6 +356,9 @@ class HeartbeatReply(JsonMessage):
     # the set's master has not heartbeated for half of controllerHeartbeatTimeoutMs: an
     # election may come, so heartbeat often (the elected slave then learns its role at once)
     master_silent: bool = False
+    # the version of the users and ACLs (AuthData): a broker whose copy is older fetches
+    # them with get_auth_data
+    auth_version: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -469,6 +516,127 @@ class ControllerStatusReply(JsonMessage):
     leader_changes: int = 0
 
 
+# -- users and ACLs (issue 16): admin -> controller, and brokers fetching the table ---------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserRequest(JsonMessage):
+    """user_create (every field) / user_update (empty fields keep their value)."""
+
+    KIND: ClassVar[str] = "user request"
+    name: str
+    access_key: str = ""
+    secret_key: str = dataclasses.field(default="", repr=False)
+    type: str = ""  # Super | Normal
+    status: str = ""  # enabled | disabled
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserNameRequest(JsonMessage):
+    KIND: ClassVar[str] = "user_delete request"
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AclRequest(JsonMessage):
+    """acl_create / acl_update: one entry per resource (replacing the subject's entry for it)."""
+
+    KIND: ClassVar[str] = "acl request"
+    subject: str
+    resources: tuple[str, ...]
+    actions: tuple[str, ...]
+    decision: str = "Allow"
+    source_ips: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AclDeleteRequest(JsonMessage):
+    """acl_delete: the subject's entries for `resources` (all of them when empty)."""
+
+    KIND: ClassVar[str] = "acl_delete request"
+    subject: str
+    resources: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AclListRequest(JsonMessage):
+    KIND: ClassVar[str] = "acl_list request"
+    subject: str = ""  # "": every subject
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthChangeReply(JsonMessage):
+    """A user/ACL change: committed through Raft (`version` is the table's new version), or
+    refused (`status` INVALID_REQUEST with `message`)."""
+
+    KIND: ClassVar[str] = "auth change reply"
+    status: str
+    leader_address: str | None = None
+    version: int = 0
+    message: str = ""
+
+
+class _AuthJsonReply(JsonMessage):
+    """Replies carrying users/policies: their codec is AuthData's (controller/acl.py)."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "leader_address": self.leader_address,  # type: ignore
+                **self._payload()}
+
+    def _payload(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthDataReply(_AuthJsonReply):
+    """get_auth_data: the whole table with secrets (members and Super users only)."""
+
+    KIND: ClassVar[str] = "get_auth_data reply"
+    status: str
+    leader_address: str | None = None
+    auth: AuthData | None = None
+
+    def _payload(self) -> dict[str, Any]:
+        return {"auth": self.auth.to_json() if self.auth is not None else None}
+
+    @classmethod
+    def from_json(cls, body: Any) -> AuthDataReply:
+        if not isinstance(body, dict) or not isinstance(body.get("status"), str):
+            raise CodecError(cls.KIND, "not a JSON object with a status")
+        try:
+            auth = AuthData.from_json(body["auth"]) if body.get("auth") is not None else None
+        except AclError as err:
+            raise CodecError(cls.KIND, str(err)) from None
+        leader = body.get("leader_address")
+        return cls(body["status"], leader if isinstance(leader, str) else None, auth)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsersReply(_AuthJsonReply):
+    """user_list: users without their secrets."""
+
+    KIND: ClassVar[str] = "user_list reply"
+    status: str
+    leader_address: str | None = None
+    users: tuple[User, ...] = ()
+
+    def _payload(self) -> dict[str, Any]:
+        return {"users": [user.to_json(with_secret=False) for user in self.users]}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AclListReply(_AuthJsonReply):
+    KIND: ClassVar[str] = "acl_list reply"
+    status: str
+    leader_address: str | None = None
+    policies: tuple[Policy, ...] = ()
+
+    def _payload(self) -> dict[str, Any]:
+        return {"policies": [policy.to_json() for policy in self.policies]}
+
+
 ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {
     "register_broker": (RegisterBrokerRequest, RegisterBrokerReply),
     "broker_heartbeat": (BrokerHeartbeat, HeartbeatReply),
@@ -479,4 +647,13 @@ ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {
     "get_routes": (GetRoutesRequest, RoutesReply),
     "cluster_list": (None, ClusterListReply),
     "controller_status": (None, ControllerStatusReply),
+    "get_auth_data": (None, AuthDataReply),
+    "user_create": (UserRequest, AuthChangeReply),
+    "user_update": (UserRequest, AuthChangeReply),
+    "user_delete": (UserNameRequest, AuthChangeReply),
+    "user_list": (None, UsersReply),
+    "acl_create": (AclRequest, AuthChangeReply),
+    "acl_update": (AclRequest, AuthChangeReply),
+    "acl_delete": (AclDeleteRequest, AuthChangeReply),
+    "acl_list": (AclListRequest, AclListReply),
 }

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
 from controller.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
@@ -145,7 +146,10 @@ class ControllerConfig:
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax
     log_files_kept: int = 5  # logFilesKept
     tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
-    allow_insecure: bool = False  # allowInsecure: listen beyond loopback without TLS
+    # allowInsecure: listen beyond loopback without TLS and authentication (else
+    # rocketha-controller refuses to start)
+    allow_insecure: bool = False
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # controller/auth.py
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -199,7 +203,9 @@ class ControllerConfig:
         """Why this controller must not start as configured (controller/tls.py)."""
         return plaintext_refusal(self.tls, self.allow_insecure, {
             "controllerDLegerPeers (Raft)": self.raft_bind_address()[0],
-            "controllerAddr (clients)": self.client_bind_address().rpartition(":")[0]})
+            "controllerAddr (clients)": self.client_bind_address().rpartition(":")[0]},
+            authenticated=self.auth.authentication_enabled,
+            client_keys=("controllerAddr (clients)",))
 
     def raft_bind_address(self) -> tuple[str, int]:
         """Where this node's Raft listener binds (its advertised port)."""
@@ -213,11 +219,15 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
-        unknown = sorted(set(properties) - set(_KEYS) - set(TLS_KEYS))
+        unknown = sorted(set(properties) - set(_KEYS) - set(TLS_KEYS) - set(AUTH_KEYS))
         if unknown:
             raise ConfigError(unknown[0], "unknown configuration key (see "
                               f"conf/controller.conf); all unknown: {unknown}")
-        kwargs: dict[str, Any] = {}
+        auth, errors = parse_auth_settings(properties)
+        if errors:
+            key, _, reason = errors[0].partition(": ")
+            raise ConfigError(key, reason)
+        kwargs: dict[str, Any] = {"auth": AuthSettings(**auth)}
         for key, (field, parse) in _KEYS.items():
             if key in properties:
                 try:

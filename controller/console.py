@@ -17,14 +17,19 @@ gathered at most once per REFRESH_MS whatever the number of viewers), `/healthz`
 step and nothing fetched from the internet: the page is three strings in
 controller/console_page.py, drawn with DOM calls (text only, never HTML from the data).
 
-Authentication: none yet. `ConsoleServer(authorize=...)` is the hook the security work plugs
-in: a callable that gets the request headers and returns True to serve, False to answer 401
-with a Basic challenge (so a browser asks for credentials).
+Authentication: `ConsoleServer(authorize=...)` gets the request headers and returns True to
+serve, False to answer 401 with a Basic challenge (so a browser asks for credentials). With
+authenticationEnabled the controller passes `basic_authorizer` (a Super user's accessKey and
+secretKey as the Basic user and password: send them over TLS only) and `credentials` (its
+initAuthenticationUser) to sign the console's own Flight calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
+import hmac
 import json
 import logging
 import sys
@@ -36,11 +41,12 @@ from typing import Any
 
 from pyarrow import flight
 
-from controller.admin import call_leader
+from controller.admin import call_leader, client_config
 from controller.console_page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
-from controller.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
+from controller.signing import Credentials, action_target, sign_headers
+from controller.tls import NO_TLS, ClientTLS, connect_flight
 
-__all__ = ["REFRESH_MS", "ConsoleServer", "gather", "main"]
+__all__ = ["REFRESH_MS", "ConsoleServer", "basic_authorizer", "gather", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +60,55 @@ GROUPS_SHOWN_MAX = 1000
 Authorize = Callable[[Mapping[str, str]], bool]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Link:
+    """How the console reaches controllers and brokers: TLS, and the keys that sign."""
+
+    tls: ClientTLS = NO_TLS
+    credentials: Credentials | None = None
+
+
 def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
-            timeout_s: float = CALL_TIMEOUT_S, *, tls: ClientTLS) -> dict[str, Any]:
-    client = connect_flight(endpoint, tls)
+            timeout_s: float = CALL_TIMEOUT_S, *, link: _Link) -> dict[str, Any]:
+    client = connect_flight(endpoint, link.tls)
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
-        results = list(client.do_action(flight.Action(name, json.dumps(body or {}).encode()),
-                                        options))
+        payload = json.dumps(body or {}).encode()
+        headers = [] if link.credentials is None else sign_headers(
+            link.credentials, "DO_ACTION", action_target(name, payload),
+            int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        results = list(client.do_action(flight.Action(name, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
 
 
-def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
-    """The console's view of the cluster (JSON-able); unreachable parts are listed in `errors`."""
+def basic_authorizer(super_secret_of: Callable[[str], str | None]) -> Authorize:
+    """HTTP Basic with a Super user's accessKey (user) and secretKey (password);
+    `super_secret_of(access_key)` is that enabled Super user's secret, else None."""
+
+    def authorize(headers: Mapping[str, str]) -> bool:
+        value = headers.get("Authorization") or headers.get("authorization") or ""
+        scheme, _, encoded = value.partition(" ")
+        if scheme.lower() != "basic" or len(encoded) > 1024:
+            return False
+        try:
+            user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        secret = super_secret_of(user) if sep else None
+        return secret is not None and hmac.compare_digest(secret.encode(), password.encode())
+
+    return authorize
+
+
+def gather(addresses: list[str], tls: ClientTLS = NO_TLS,
+           credentials: Credentials | None = None) -> dict[str, Any]:
+    """The console's view of the cluster (JSON-able); unreachable parts are listed in `errors`.
+    Its calls use `tls` and are signed with `credentials` (authentication on)."""
     errors: list[str] = []
-    controllers, elections = _controllers(addresses, errors, tls)
+    link = _Link(tls, credentials)
+    controllers, elections = _controllers(addresses, errors, link)
     leader = next((c for c in controllers if c.get("role") == "leader"), None)
     view: dict[str, Any] = {
         "generated_at_ms": int(time.time() * 1000), "controllers": controllers,
@@ -79,27 +118,28 @@ def gather(addresses: list[str], tls: ClientTLS = NO_TLS) -> dict[str, Any]:
         "errors": errors,
     }
     try:
-        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, tls)
+        cluster = call_leader(addresses, "cluster_list", {}, CALL_TIMEOUT_S * 2, tls,
+                              credentials)
     except (ConnectionError, flight.FlightError) as err:
         errors.append(f"cluster_list: {err}")
         return view
     for status in cluster.get("replica_sets", []):
-        replica_set, master_endpoint = _replica_set(status, errors, tls)
+        replica_set, master_endpoint = _replica_set(status, errors, link)
         view["replica_sets"].append(replica_set)
         if master_endpoint is not None:
-            view["topics"] += _topics(replica_set["name"], master_endpoint, errors, tls)
-            view["groups"] += _groups(replica_set["name"], master_endpoint, errors, tls)
+            view["topics"] += _topics(replica_set["name"], master_endpoint, errors, link)
+            view["groups"] += _groups(replica_set["name"], master_endpoint, errors, link)
     view["topics"] = view["topics"][:TOPICS_SHOWN_MAX]
     view["groups"] = view["groups"][:GROUPS_SHOWN_MAX]
     return view
 
 
-def _controllers(addresses: list[str], errors: list[str], tls: ClientTLS
+def _controllers(addresses: list[str], errors: list[str], link: _Link
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     controllers, elections = [], {}
     for address in addresses:
         try:
-            status = _action(address, "controller_status", tls=tls)
+            status = _action(address, "controller_status", link=link)
         except flight.FlightError as err:
             errors.append(f"controller {address}: {err}")
             controllers.append({"address": address, "reachable": False})
@@ -112,7 +152,7 @@ def _controllers(addresses: list[str], errors: list[str], tls: ClientTLS
     return controllers, ordered
 
 
-def _replica_set(status: dict[str, Any], errors: list[str], tls: ClientTLS
+def _replica_set(status: dict[str, Any], errors: list[str], link: _Link
                  ) -> tuple[dict[str, Any], str | None]:
     replica = status["replica"]
     alive = set(status.get("alive_broker_ids", []))
@@ -125,7 +165,7 @@ def _replica_set(status: dict[str, Any], errors: list[str], tls: ClientTLS
                                  "is_master": broker_id == replica["master_broker_id"]}
         if broker_id in alive:
             try:
-                info = _action(address, "broker_info", tls=tls)
+                info = _action(address, "broker_info", link=link)
             except flight.FlightError as err:
                 errors.append(f"broker {address}: {err}")
                 info = None
@@ -165,10 +205,10 @@ def _tier_summary(tier: dict[str, Any]) -> dict[str, Any]:
             "last_error": (tier.get("last_error") or {}).get("message")}
 
 
-def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
+def _topics(replica_set: str, master: str, errors: list[str], link: _Link
             ) -> list[dict[str, Any]]:
     try:
-        topics = _action(master, "list_topics", tls=tls)["topics"]
+        topics = _action(master, "list_topics", link=link)["topics"]
     except (flight.FlightError, KeyError) as err:
         errors.append(f"list_topics on {master}: {err}")
         return []
@@ -176,7 +216,7 @@ def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
     for topic in topics[:TOPICS_SHOWN_MAX]:
         try:
             queues = _action(master, "queue_offsets", {"topic": topic["name"]},
-                             tls=tls)["queues"]
+                             link=link)["queues"]
         except (flight.FlightError, KeyError):
             queues = []  # a write-only topic (perm), or deleted meanwhile
         shown.append({"name": topic["name"], "replica_set": replica_set,
@@ -188,10 +228,10 @@ def _topics(replica_set: str, master: str, errors: list[str], tls: ClientTLS
     return shown
 
 
-def _groups(replica_set: str, master: str, errors: list[str], tls: ClientTLS
+def _groups(replica_set: str, master: str, errors: list[str], link: _Link
             ) -> list[dict[str, Any]]:
     try:
-        groups = _action(master, "consumer_groups", tls=tls)["groups"]
+        groups = _action(master, "consumer_groups", link=link)["groups"]
     except (flight.FlightError, KeyError) as err:
         errors.append(f"consumer_groups on {master}: {err}")
         return []
@@ -210,9 +250,11 @@ def _groups(replica_set: str, master: str, errors: list[str], tls: ClientTLS
 class _Cache:
     """One gathering at a time, reused for REFRESH_MS (many viewers cost one gathering)."""
 
-    def __init__(self, addresses: list[str], tls: ClientTLS) -> None:
+    def __init__(self, addresses: list[str], tls: ClientTLS,
+                 credentials: Credentials | None) -> None:
         self._addresses = addresses
         self._tls = tls
+        self._credentials = credentials
         self._lock = threading.Lock()
         self._view: bytes = b""
         self._at = 0.0
@@ -220,7 +262,8 @@ class _Cache:
     def get(self) -> bytes:
         with self._lock:
             if not self._view or time.monotonic() - self._at >= REFRESH_MS / 1000:
-                self._view = json.dumps(gather(self._addresses, self._tls)).encode()
+                self._view = json.dumps(gather(self._addresses, self._tls,
+                                                    self._credentials)).encode()
                 self._at = time.monotonic()
             return self._view
 
@@ -229,8 +272,9 @@ class ConsoleServer:
     """The console's HTTP server on a daemon thread; `close()` stops it."""
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
-                 authorize: Authorize | None = None, tls: ClientTLS = NO_TLS) -> None:
-        cache = _Cache(addresses, tls)
+                 authorize: Authorize | None = None, tls: ClientTLS = NO_TLS,
+                 credentials: Credentials | None = None) -> None:
+        cache = _Cache(addresses, tls, credentials)
         slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
         handler = type("Handler", (_Handler,), {"cache": cache, "slots": slots,
                                                 "authorize": staticmethod(authorize)
@@ -315,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties: the tls.client.* settings (rocketha-cluster "
-                             "writes <dir>/client.properties)")
+                        help="client.properties: the tls.client.* settings and the keys that "
+                             "sign the console's calls (rocketha-cluster writes "
+                             "<dir>/client.properties); with keys, viewers must give the same "
+                             "keys (HTTP Basic)")
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
@@ -324,8 +370,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        tls = client_tls_from_file(args.client_config) if args.client_config else NO_TLS
-        server = ConsoleServer(addresses, args.host, args.port, tls=tls)
+        tls, credentials = (client_config(args.client_config) if args.client_config
+                            else (NO_TLS, None))
+    except (OSError, ValueError) as err:
+        print(f"rocketha-console: {err}", file=sys.stderr)
+        return 2
+    authorize = None
+    if credentials is not None:  # it signs as this user: show the cluster to that user only
+        authorize = basic_authorizer(lambda key: credentials.secret_key
+                                     if key == credentials.access_key else None)
+    try:
+        server = ConsoleServer(addresses, args.host, args.port, authorize=authorize, tls=tls,
+                               credentials=credentials)
     except OSError as err:
         print(f"rocketha-console: cannot listen on {args.host}:{args.port}: {err}",
               file=sys.stderr)

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from controller.auth import init_user
 from controller.config import ControllerConfig
-from controller.console import ConsoleServer
+from controller.console import ConsoleServer, basic_authorizer
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
 from controller.service import ControllerService
+from controller.signing import Credentials
 
 __all__ = ["main"]
 
@@ -45,14 +47,29 @@ def _start_metrics(config: ControllerConfig, node: ControllerNode,
         raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
 
 
-def _start_console(config: ControllerConfig) -> ConsoleServer | None:
-    """The read-only console (controller/console.py), gathering over the client endpoints."""
+def _start_console(config: ControllerConfig, node: ControllerNode) -> ConsoleServer | None:
+    """The read-only console (controller/console.py), gathering over the client endpoints.
+    With authentication on, viewers log in as a Super user (HTTP Basic) and the console signs
+    its calls as initAuthenticationUser (without one it cannot gather: the page shows why)."""
     if not config.console_port:
         return None
     host = config.client_address(config.node_id).rpartition(":")[0]
+    authorize, credentials = None, None
+    if config.auth.authentication_enabled:
+        def super_secret_of(access_key: str) -> str | None:
+            user = node.state.auth.user_by_access_key(access_key)
+            if user is None and node.init_user is not None \
+                    and node.init_user.access_key == access_key:
+                user = node.init_user
+            ok = user is not None and user.enabled and user.kind == "Super"
+            return user.secret_key if ok and user is not None else None
+        authorize = basic_authorizer(super_secret_of)
+        if node.init_user is not None:
+            credentials = Credentials(node.init_user.access_key, node.init_user.secret_key)
     try:
         return ConsoleServer(list(config.client_addresses), host, config.console_port,
-                             tls=config.tls.client())
+                             authorize=authorize, tls=config.tls.client(),
+                             credentials=credentials)
     except OSError as err:
         raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
 
@@ -62,7 +79,7 @@ async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
     metrics = _start_metrics(config, node, loop)
     console = None
     try:
-        console = _start_console(config)
+        console = _start_console(config, node)
         await _serve_node(config, node, loop)
     finally:
         for server in (console, metrics):
@@ -89,9 +106,12 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
                     config.client_address(config.node_id), *config.raft_address(config.node_id),
                     config.voter_ids, _tls_summary(config))
         if not config.tls.require_client_cert:
-            logger.warning("%s: brokers' calls (register, heartbeat, SyncStateSet) cannot be "
-                           "checked against their certificates: tls.server.mode=enforcing with "
-                           "tls.server.need.client.auth=require does that", node.prefix)
+            checked = ("only by their user's ACLs (any user with Update on Cluster may speak "
+                       "for any broker)" if config.auth.authentication_enabled else "not at all")
+            logger.warning("%s: brokers' calls (register, heartbeat, SyncStateSet) are checked "
+                           "%s: tls.server.mode=enforcing with tls.server.need.client.auth="
+                           "require checks them against the brokers' certificates", node.prefix,
+                           checked)
         stopper = tasks.create_task(stop_requested.wait(), name="wait-signal")
         await asyncio.wait([running, stopper], return_when=asyncio.FIRST_COMPLETED)
         logger.info("%s shutting down", node.prefix)
@@ -139,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rocketha-controller: logFile {config.log_file}: {err}", file=sys.stderr)
         return 2
     try:
-        node = ControllerNode(config)
+        bootstrap = init_user(config.auth)
+    except (ValueError, OSError) as err:
+        print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
+        return 2
+    try:
+        node = ControllerNode(config, init_user=bootstrap)
     except (StoreLockedError, RaftStorageError) as err:
         print(f"rocketha-controller: {err}", file=sys.stderr)
         return 2

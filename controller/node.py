@@ -40,10 +40,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.acl import AclError, AuthData, Policy, User
 from controller.api import (
     ACTIONS,
+    AclDeleteRequest,
+    AclListReply,
+    AclListRequest,
+    AclRequest,
     AlterSyncStateSetReply,
     AlterSyncStateSetRequest,
+    AuthChangeReply,
+    AuthDataReply,
     BrokerHeartbeat,
     CleanBrokerDataRequest,
     ClusterListReply,
@@ -59,6 +66,9 @@ from controller.api import (
     ReplicaInfo,
     ReplicaInfoReply,
     ReplicaSetStatus,
+    UserNameRequest,
+    UserRequest,
+    UsersReply,
     lease_max_ms,
     role_of,
 )
@@ -93,6 +103,7 @@ from controller.state import (
     Command,
     ControllerState,
     ElectMaster,
+    SetAuth,
     decode_command,
     encode_command,
 )
@@ -105,6 +116,7 @@ logger = logging.getLogger(__name__)
 
 SUSPECTS_MAX = 1024  # replica sets with a master probe pending at once
 HEARD_POLL_MS = 20  # how often an operator's election looks for the heartbeats it waits for
+AUTH_CHANGE_ATTEMPTS = 3  # a user/ACL change retried when another change committed first
 
 
 def _monotonic_ms() -> int:
@@ -112,8 +124,10 @@ def _monotonic_ms() -> int:
 
 
 class ControllerNode:
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: ControllerConfig, *, init_user: User | None = None) -> None:
         self.config = config
+        # initAuthenticationUser: the leader puts it in the replicated table when missing
+        self.init_user = init_user
         store = Path(config.store_path)
         store.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(store / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
@@ -376,6 +390,7 @@ class ControllerNode:
                 await self._scan()
 
     async def _scan(self) -> None:
+        await self._ensure_init_user()
         await self._probe_suspects()
         now_ms = _monotonic_ms()
         self.live.expire(now_ms)
@@ -386,6 +401,21 @@ class ControllerNode:
                 logger.info("%s could not elect for %s: %s", self.prefix, replica.broker_name,
                             err)
                 return
+
+    async def _ensure_init_user(self) -> None:
+        """Put initAuthenticationUser in the table when it is not there (first start; or
+        deleted: remove the key from the conf to retire it)."""
+        user = self.init_user
+        if user is None or self.state.auth.user(user.name) is not None:
+            return
+        try:
+            reply = await self._change_auth(lambda auth: auth.with_user(user))
+        except (NotLeaderError, BusyError) as err:
+            logger.info("%s could not add initAuthenticationUser %s: %s", self.prefix,
+                        user.name, err)
+            return
+        logger.info("%s: initAuthenticationUser %s: %s %s", self.prefix, user.name,
+                    reply.status, reply.message)
 
     async def _probe_suspects(self) -> None:
         """Probe masters a slave lost; forget those whose address refuses connections."""
@@ -497,13 +527,15 @@ class ControllerNode:
         if self._lease_held(replica, request.broker_id):
             # an operator's election is waiting for this master's lease to lapse: no renewal
             return HeartbeatReply("OK", None, None,
-                                  heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)
+                                  heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
+                                  auth_version=self.state.auth.version)
         silent_ms = self.live.silent_ms(replica, replica.master_broker_id, now_ms)
         return HeartbeatReply("OK", None, role_of(replica, request.broker_id),
                               heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
                               master_silent=(request.broker_id != replica.master_broker_id
                                              and silent_ms is not None
-                                             and 2 * silent_ms >= self.config.heartbeat_timeout_ms))
+                                             and 2 * silent_ms >= self.config.heartbeat_timeout_ms),
+                              auth_version=self.state.auth.version)
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
         await self.read_barrier()
@@ -650,6 +682,80 @@ class ControllerNode:
         return self._replica_reply(result.status, request.broker_name) if result.replica else (
             ReplicaInfoReply(result.status))
 
+    # -- users and ACLs (replicated: every change is a SetAuth entry) ------------------------
+
+    async def _get_auth_data(self, request: None) -> AuthDataReply:
+        await self.read_barrier()
+        return AuthDataReply("OK", None, self.state.auth)
+
+    async def _user_list(self, request: None) -> UsersReply:
+        await self.read_barrier()
+        return UsersReply("OK", None, self.state.auth.users)
+
+    async def _acl_list(self, request: AclListRequest) -> AclListReply:
+        await self.read_barrier()
+        return AclListReply("OK", None, tuple(
+            policy for policy in self.state.auth.policies
+            if not request.subject or policy.subject == request.subject))
+
+    async def _change_auth(self, change: Any) -> AuthChangeReply:
+        """Apply `change(current table) -> new table` through Raft (compare-and-set on the
+        version, retried when another change committed first)."""
+        for _ in range(AUTH_CHANGE_ATTEMPTS):
+            await self.read_barrier()
+            current = self.state.auth
+            try:
+                new = change(current)
+            except AclError as err:
+                return AuthChangeReply("INVALID_REQUEST", None, current.version, str(err))
+            result = await self.propose(SetAuth(current.version, new))
+            if result.status != "FENCED_AUTH_VERSION":
+                return AuthChangeReply(result.status, None, self.state.auth.version)
+        return AuthChangeReply("BUSY", self.leader_address(), self.state.auth.version)
+
+    async def _user_create(self, request: UserRequest) -> AuthChangeReply:
+        def change(auth: AuthData) -> AuthData:
+            if auth.user(request.name) is not None:
+                raise AclError(f"user {request.name} exists (user update changes it)")
+            return auth.with_user(User(request.name, request.access_key or request.name,
+                                       request.secret_key, request.type or "Normal",
+                                       request.status or "enabled"))
+        return await self._change_auth(change)
+
+    async def _user_update(self, request: UserRequest) -> AuthChangeReply:
+        def change(auth: AuthData) -> AuthData:
+            old = auth.user(request.name)
+            if old is None:
+                raise AclError(f"no user {request.name}")
+            return auth.with_user(User(request.name, request.access_key or old.access_key,
+                                       request.secret_key or old.secret_key,
+                                       request.type or old.kind, request.status or old.status))
+        return await self._change_auth(change)
+
+    async def _user_delete(self, request: UserNameRequest) -> AuthChangeReply:
+        def change(auth: AuthData) -> AuthData:
+            if auth.user(request.name) is None:
+                raise AclError(f"no user {request.name}")
+            if self.init_user is not None and request.name == self.init_user.name:
+                raise AclError(f"{request.name} is initAuthenticationUser (remove that key "
+                               "from the controllers' conf first)")
+            return auth.without_user(request.name)
+        return await self._change_auth(change)
+
+    async def _acl_create(self, request: AclRequest) -> AuthChangeReply:
+        return await self._change_auth(lambda auth: _with_acl(auth, request, create=True))
+
+    async def _acl_update(self, request: AclRequest) -> AuthChangeReply:
+        return await self._change_auth(lambda auth: _with_acl(auth, request, create=False))
+
+    async def _acl_delete(self, request: AclDeleteRequest) -> AuthChangeReply:
+        def change(auth: AuthData) -> AuthData:
+            new = auth.without_policies(request.subject, request.resources)
+            if len(new.policies) == len(auth.policies):
+                raise AclError(f"no policy of {request.subject} for {list(request.resources)}")
+            return new
+        return await self._change_auth(change)
+
     async def _get_routes(self, request: GetRoutesRequest) -> JsonMessage:
         return self.live.routes(request.topic, self.state.replica_infos(), _monotonic_ms())
 
@@ -669,6 +775,25 @@ class ControllerNode:
             for replica in self.state.replica_infos()
         )
         return ClusterListReply("OK", None, tuple(controllers), sets)
+
+
+def _with_acl(auth: AuthData, request: AclRequest, *, create: bool) -> AuthData:
+    """acl create/update: one entry per resource for an existing user."""
+    name = request.subject.partition(":")[2]
+    if auth.user(name) is None:
+        raise AclError(f"no user {name!r} (subject {request.subject!r}); create it first")
+    if not request.resources:
+        raise AclError("no resource")
+    policies = [Policy(request.subject, resource, request.actions, request.decision,
+                       request.source_ips) for resource in request.resources]
+    existing = {policy.key for policy in auth.policies}
+    if create and any(policy.key in existing for policy in policies):
+        raise AclError(f"{request.subject} already has a policy for one of "
+                       f"{list(request.resources)} (acl update replaces it)")
+    if not create and any(policy.key not in existing for policy in policies):
+        raise AclError(f"{request.subject} has no policy for one of {list(request.resources)} "
+                       "(acl create adds it)")
+    return auth.with_policies(policies)
 
 
 def _reply_type(action: str) -> type[Any]:

@@ -27,10 +27,12 @@ from typing import Any
 import pyarrow.flight as flight
 
 from controller.api import ACTIONS
+from controller.auth import AuditLog, AuthGate
 from controller.config import ControllerConfig
 from controller.errors import CodecError
 from controller.member_check import member_refusal
 from controller.node import ControllerNode
+from controller.signing import action_target
 from controller.tls import PeerRefusals, flight_location, flight_server_options, parse_identity
 
 __all__ = ["REQUESTS_INFLIGHT_MAX", "REQUEST_BODY_BYTES_MAX", "ControllerService"]
@@ -48,10 +50,17 @@ def _bad_request(message: str, name: str = "BAD_REQUEST") -> flight.FlightServer
 class ControllerService(flight.FlightServerBase):
     def __init__(self, config: ControllerConfig, node: ControllerNode,
                  loop: asyncio.AbstractEventLoop) -> None:
+        settings = config.auth
+        self.auth = AuthGate(settings, lambda: node.state.auth, bootstrap=node.init_user,
+                             audit=AuditLog(settings.audit_log_file,
+                                            settings.audit_log_bytes_max,
+                                            settings.audit_logs_kept, "controller"))
         # binds controllerBindAddress (default: its advertised host); NOT_LEADER names the
         # advertised client address (controllerAddr)
+        # the auth middleware, never a ServerAuthHandler: that would replace peer_identity()
+        # (the client certificate's identity, which the member checks below read)
         super().__init__(flight_location(config.client_bind_address(), config.tls.enabled),
-                         **flight_server_options(config.tls))
+                         middleware=self.auth.middleware(), **flight_server_options(config.tls))
         self._check_callers = config.tls.require_client_cert
         self.refusals = PeerRefusals(logger, f"controller n{config.node_id}")
         self.config = config
@@ -69,20 +78,24 @@ class ControllerService(flight.FlightServerBase):
             raise _bad_request(type(err).__name__, "INTERNAL_ERROR") from None
 
     def _do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
-        spec = ACTIONS.get(action.type)
-        if spec is None:
-            raise _bad_request(f"unknown action {action.type[:40]!r}; known: {sorted(ACTIONS)}",
-                               "UNKNOWN_ACTION")
-        request_type, reply_type = spec
         body = action.body.to_pybytes() if action.body is not None else b""
         if len(body) > REQUEST_BODY_BYTES_MAX:
             raise _bad_request(f"body of {len(body)} bytes exceeds {REQUEST_BODY_BYTES_MAX}")
+        target = action_target(action.type, body)
+        spec = ACTIONS.get(action.type)
+        if spec is None:
+            self.auth.principal_of(context, "DO_ACTION", target)  # strangers learn nothing
+            raise _bad_request(f"unknown action {action.type[:40]!r}; known: {sorted(ACTIONS)}",
+                               "UNKNOWN_ACTION")
+        request_type, reply_type = spec
         try:
             parsed = json.loads(body or b"{}")
             request = request_type.from_json(parsed) if request_type is not None else None
         except (ValueError, RecursionError, CodecError) as err:  # JSONDecodeError: ValueError
             raise _bad_request(f"{action.type}: {str(err)[:300]}") from None
-        if self._check_callers:
+        self.auth.check(context, action.type, "DO_ACTION", target,
+                        parsed if isinstance(parsed, dict) else {})
+        if self._check_callers:  # also for a signed call: a user cannot speak for a broker
             self._check_caller(context, action.type, request)
         if not self._slots.acquire(blocking=False):
             return iter([json.dumps(reply_type(status="BUSY").to_json()).encode()])
@@ -113,5 +126,6 @@ class ControllerService(flight.FlightServerBase):
         return next((m.broker_address for m in members if m.broker_id == broker_id), None)
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        self.auth.principal_of(context, "LIST_ACTIONS", b"")
         return [(name, (spec[0] or spec[1]).__doc__ or "") for name, spec in
                 sorted(ACTIONS.items())]

@@ -25,8 +25,13 @@ Commands (one JSON object per Raft entry, `{"command": <name>, ...fields}`):
                          master, master epoch, SyncStateSet epoch, members registered, master in
                          the set (the leader checked that members are alive)
     clean_broker_data    (set, ids | all): forget brokers (the leader checked they are dead)
+    set_auth             (expected version, the whole new users/ACL table): replaces
+                         `auth` when its version is still `expected version` (else
+                         FENCED_AUTH_VERSION): the leader computes a change from the applied
+                         table, so two concurrent admin changes cannot lose one another
 
-Snapshots are the JSON of every replica set (`snapshot()` / `ControllerState.restore`).
+Snapshots are the JSON of every replica set and of the users/ACL table (`snapshot()` /
+`ControllerState.restore`; a snapshot without "auth" restores an empty table).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import dataclasses
 import json
 from typing import Any, ClassVar, Union
 
+from controller.acl import AclError, AuthData
 from controller.api import MEMBERS_MAX, BrokerMember, JsonMessage, ReplicaInfo
 from controller.errors import CodecError
 
@@ -46,6 +52,7 @@ __all__ = [
     "Command",
     "ControllerState",
     "ElectMaster",
+    "SetAuth",
     "decode_command",
     "encode_command",
 ]
@@ -84,9 +91,31 @@ class CleanBrokerData(JsonMessage):
     broker_ids: tuple[int, ...]  # empty: the whole set
 
 
-Command = Union[ApplyBrokerId, ElectMaster, AlterSyncStateSet, CleanBrokerData]
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetAuth(JsonMessage):
+    """Replace the users/ACL table if it is still at `expected_version` (a compare-and-set)."""
+
+    KIND: ClassVar[str] = "set_auth"
+    expected_version: int
+    auth: AuthData
+
+    def to_json(self) -> dict[str, Any]:
+        return {"expected_version": self.expected_version, "auth": self.auth.to_json()}
+
+    @classmethod
+    def from_json(cls, body: Any) -> SetAuth:
+        if not isinstance(body, dict) or not isinstance(body.get("expected_version"), int):
+            raise CodecError(cls.KIND, "expected_version missing")
+        try:
+            return cls(body["expected_version"], AuthData.from_json(body.get("auth")))
+        except AclError as err:
+            raise CodecError(cls.KIND, str(err)) from None
+
+
+Command = Union[ApplyBrokerId, ElectMaster, AlterSyncStateSet, CleanBrokerData, SetAuth]
 _COMMANDS: dict[str, type[Any]] = {
-    cls.KIND: cls for cls in (ApplyBrokerId, ElectMaster, AlterSyncStateSet, CleanBrokerData)
+    cls.KIND: cls for cls in (ApplyBrokerId, ElectMaster, AlterSyncStateSet, CleanBrokerData,
+                              SetAuth)
 }
 
 
@@ -146,6 +175,8 @@ class ControllerState:
 
     def __init__(self) -> None:
         self._sets: dict[str, _ReplicaSet] = {}
+        # users and ACLs: replaced whole (never mutated), so handler threads may read it
+        self.auth = AuthData()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -165,7 +196,16 @@ class ControllerState:
             return self._elect_master(command)
         if isinstance(command, AlterSyncStateSet):
             return self._alter_sync_state_set(command)
+        if isinstance(command, SetAuth):
+            return self._set_auth(command)
         return self._clean_broker_data(command)
+
+    def _set_auth(self, command: SetAuth) -> ApplyResult:
+        if command.expected_version != self.auth.version or (
+                command.auth.version <= self.auth.version):
+            return ApplyResult("FENCED_AUTH_VERSION")
+        self.auth = command.auth
+        return ApplyResult("OK")
 
     def _apply_broker_id(self, command: ApplyBrokerId) -> ApplyResult:
         replica = self._sets.get(command.broker_name)
@@ -263,7 +303,10 @@ class ControllerState:
             replica = self._sets[name]
             sets.append({"info": replica.info().to_json(),
                          "next_broker_id": replica.next_broker_id})
-        return json.dumps({"version": 1, "replica_sets": sets}, separators=(",", ":")).encode()
+        body: dict[str, Any] = {"version": 1, "replica_sets": sets}
+        if self.auth.version:  # an unchanged table keeps the snapshot (and digest) as before
+            body["auth"] = self.auth.to_json()
+        return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
     def restore(cls, data: bytes) -> ControllerState:
@@ -282,6 +325,8 @@ class ControllerState:
                 )
             if not isinstance(sets, list):
                 raise TypeError("replica_sets is not a list")
-        except (ValueError, KeyError, TypeError, RecursionError) as err:
+            if body.get("auth") is not None:
+                state.auth = AuthData.from_json(body["auth"])
+        except (ValueError, KeyError, TypeError, RecursionError) as err:  # AclError: ValueError
             raise CodecError("controller snapshot", str(err)[:200]) from err
         return state

@@ -2,7 +2,7 @@
 
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
                         [--set key=value ...] [--set-file FILE ...]
-                        [--controller-set key=value ...] [--hosts]
+                        [--controller-set key=value ...] [--hosts] [--insecure]
                         [--grpc-port P] [--grpc-set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
@@ -22,9 +22,13 @@ changes it when the master dies (`status --json`: replica_set, role, controller_
 With controllers, `up` also starts the RocketMQ 5 gRPC endpoint, one `rocketha-proxy` for the
 cluster (ha/cluster_proxy.py; `--grpc-port 0`: none); `status --json` names it `grpc_endpoint`.
 
-Security (ha/cluster_security.py): the first `up` makes a cluster CA and member certificates
-under `DIR/tls/` and runs every link with mutual TLS, and `up` writes `DIR/client.properties`
-for the tools; `up --insecure` (at the first `up`) opts out.
+Security (ha/cluster_security.py, ha/cluster_auth.py) is on unless the first `up` says
+`--insecure` (later `up`s keep the choice): a cluster CA and member certificates under
+`DIR/tls/` (every link with mutual TLS), and authentication and authorization with a
+generated Super user "admin" (keys in DIR/admin.credentials, mode 0600). `up` writes
+`DIR/client.properties` (0600: the controllers' or brokers' addresses, the trust certificate,
+the tools' client certificate and the admin's keys), which `rocketha-admin --client-config`,
+the pipelines, the Spark option clientConfig and `ClientConfig.from_properties` read.
 
 `--hosts` (root): each controller and broker runs on its own test host, a network namespace
 with an address from 198.18.0.0/15 (ha/cluster_hosts.py); every address in the configs and in
@@ -51,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ha import cluster_plan
+from ha import cluster_auth, cluster_plan
 from ha.broker.peer import broker_info
 from ha.cluster_controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
@@ -134,6 +138,9 @@ class Cluster:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
             settings.update(member_tls_settings(self.directory, manifest, broker))
+            settings.update(cluster_auth.broker_settings(
+                self.directory, broker["name"], controller_mode=bool(controller_addr),
+                member_certificates=bool(manifest.get("tls"))))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
             lines += [f"{key}={value}" for key, value in settings.items()]
             write_private_text(broker["conf"], "\n".join(lines) + "\n")
@@ -161,7 +168,8 @@ class Cluster:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
                 raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
-            if broker_info(endpoint, 1.0, client_tls(self.directory, self.load())) is not None:
+            if broker_info(endpoint, 1.0, client_tls(self.directory, self.load()),
+                           cluster_auth.admin_credentials(self.directory)) is not None:
                 return
             time.sleep(POLL_INTERVAL_S)
         tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
@@ -176,7 +184,8 @@ class Cluster:
         for broker in manifest["brokers"]:
             pid = self.pid_of(broker)
             endpoint = f"{host_of(broker)}:{broker['port']}"
-            info = broker_info(endpoint, 2.0, tls) if pid is not None else None
+            info = (broker_info(endpoint, 2.0, tls, cluster_auth.admin_credentials(
+                self.directory)) if pid is not None else None)
             processes.append({
                 "name": broker["name"], "kind": "broker", "pid": pid,
                 "broker_id": broker.get("broker_id", 0),
@@ -336,8 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--grpc-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a rocketha-proxy key (connector/rmq_proxy/config.py)")
     up.add_argument("--insecure", action="store_true",
-                    help="no TLS (the first up decides: by default a cluster CA and member "
-                    "certificates are made under DIR/tls and every link uses mutual TLS)")
+                    help="no TLS and no authentication (the first up decides: by default a "
+                    "cluster CA and member certificates are made under DIR/tls, every link "
+                    "uses mutual TLS, and a generated admin user's keys are in "
+                    "DIR/admin.credentials and DIR/client.properties)")
     status = commands.add_parser("status")
     status.add_argument("--dir", required=True, type=Path)
     status.add_argument("--json", action="store_true")
@@ -371,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
         choose_tls(manifest, args.insecure)
         cluster.directory.mkdir(parents=True, exist_ok=True)
         cluster.save(manifest)
+        # authentication follows the same choice (a cluster from before security: neither)
+        if cluster_auth.prepare(cluster.directory, insecure=not manifest["tls"]):
+            print(f"rocketha-cluster: TLS and authentication on; client settings and the "
+                  f"admin user's keys are in {cluster.directory / 'client.properties'}",
+                  file=sys.stderr)
         for line in controllers.up(args.controllers, controller_overrides, hosts=args.hosts):
             print(line)
     if args.command == "up":
@@ -447,8 +463,11 @@ def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,
         proxy_entry = manifest.setdefault("proxy", {"name": "proxy"})
         proxy_entry.setdefault("name", "proxy")
         tls_server = proxy_tls_settings(cluster.directory, proxy_entry)
+    keys = cluster_auth.admin_credentials(cluster.directory) if client_config else None
     proxy = local.plan(manifest, args.grpc_port, controller_addr, overrides,
-                       client_config=client_config, tls_server=tls_server)
+                       client_config=client_config, tls_server=tls_server,
+                       client_keys=None if keys is None else (keys.access_key,
+                                                              keys.secret_key))
     cluster.save(manifest)
     if proxy is not None:
         local.start(proxy)

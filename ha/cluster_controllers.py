@@ -18,7 +18,9 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
+from ha import cluster_auth
 from ha.cluster_hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.cluster_security import client_tls, member_tls_settings
 from ha.local_processes import (
@@ -37,14 +39,17 @@ STARTUP_TIMEOUT_S = 30.0
 
 
 
-def controller_status(endpoint: str, timeout_s: float = 2.0,
-                      tls: ClientTLS = NO_TLS) -> dict[str, Any] | None:
+def controller_status(endpoint: str, timeout_s: float = 2.0, tls: ClientTLS = NO_TLS,
+                      credentials: Credentials | None = None) -> dict[str, Any] | None:
     try:
         client = connect_flight(endpoint, tls)
     except OSError:  # a certificate file is unreadable
         return None
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
+        headers = [] if credentials is None else sign_headers(
+            credentials, "DO_ACTION", action_target("controller_status", b"{}"),
+            int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
         results = list(client.do_action(flight.Action("controller_status", b"{}"), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     except (flight.FlightError, OSError, ValueError):
@@ -125,6 +130,7 @@ class LocalControllers:
                 "logFile": controller["log_file"],  # rotated by size (logFileBytesMax)
             }
             settings.update(member_tls_settings(self.directory, manifest, controller))
+            settings.update(cluster_auth.controller_settings(self.directory, controller["name"]))
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
             lines += [f"{key}={value}" for key, value in settings.items()]
@@ -165,7 +171,8 @@ class LocalControllers:
                     tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
                     raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
                                      f"tail:\n{tail}")
-            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, tls)
+            credentials = cluster_auth.admin_credentials(self.directory)
+            statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, tls, credentials)
                         for c in controllers]
             leaders = [c for c, s in zip(controllers, statuses) if s and s["role"] == "leader"]
             if all(statuses) and len(leaders) == 1:
@@ -180,7 +187,8 @@ class LocalControllers:
         for controller in manifest.get("controllers", []):
             pid = self.pid_of(controller)
             endpoint = f"{host_of(controller)}:{controller['port']}"
-            info = controller_status(endpoint, 2.0, tls) if pid is not None else None
+            info = controller_status(endpoint, 2.0, tls, cluster_auth.admin_credentials(
+                self.directory)) if pid is not None else None
             processes.append({
                 "name": controller["name"], "kind": "controller", "pid": pid,
                 "role": (info or {}).get("role", "unknown" if pid else "DOWN"),

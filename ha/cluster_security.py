@@ -1,5 +1,7 @@
 """Secure by default for `rocketha-cluster up`: certificates, TLS settings, client.properties.
 
+(The admin user and the auth settings: ha/cluster_auth.py.)
+
 The first `up` of a cluster decides (`cluster.json` "tls"): TLS and mutual TLS on, unless
 `--insecure`. A secure cluster gets, under `<dir>/tls/` (ha/cluster_certs.py, all 0600):
 the cluster CA, one certificate per controller and broker (its identity as a URI SAN and its
@@ -13,7 +15,7 @@ advertised host as an IP/DNS SAN; made again when the host or port changes), and
     controllerAddr=H:P;H:P            the controllers' client endpoints
     tls.client.trustCertPath=...      the cluster CA
     tls.client.certPath=... / tls.client.keyPath=...   the tools' certificate
-    (accessKey / secretKey: added by the authentication work)
+    accessKey=... / secretKey=...     the generated Super user admin (ha/cluster_auth.py)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from connector.protocol.tls import (
     client_identity,
     controller_identity,
 )
+from ha import cluster_auth
 from ha.cluster_certs import ensure_ca
 from ha.cluster_hosts import host_of
 from ha.local_processes import write_private_text
@@ -113,8 +116,10 @@ def write_client_properties(directory: Path, manifest: dict[str, Any],
         lines += [f"tls.client.trustCertPath={tls.trust_cert_path}",
                   f"tls.client.certPath={tls.cert_path}",
                   f"tls.client.keyPath={tls.key_path}"]
-    lines.append("# authentication (accessKey=, secretKey=): added here by the authentication "
-                 "work")
+    credentials = cluster_auth.admin_credentials(directory)
+    if credentials is not None:
+        lines += [f"# the Super user {cluster_auth.ADMIN_NAME} (also in {cluster_auth.CREDENTIALS_FILE})",
+                  f"accessKey={credentials.access_key}", f"secretKey={credentials.secret_key}"]
     path = directory / CLIENT_PROPERTIES
     write_private_text(path, "\n".join(lines) + "\n")
     return path

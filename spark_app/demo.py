@@ -15,7 +15,9 @@ addresses
    replica set of three brokers in controller mode (the controller names the master), quorum
    inSyncReplicas=2 with adaptive degradation down to 1, slaves serving reads, 256 KiB
    CommitLog segments (small, so a short demo seals several) tiered to `<dir>/tier` (file://,
-   shared by the set).
+   shared by the set). Secured (the tool's default): mutual TLS on every link, authentication
+   and ACLs on; every client here, and the ingest (`--client-config`), reads
+   `<dir>/client.properties` (TLS files and the generated admin user's keys).
 2. `ingest_to_table` under real `spark-submit` streams the `orders` topic into a Delta table
    (deltalake engine: Maven is unreachable here), with its routes from the controller.
 3. Orders (keyed by customer, tagged by kind) go in through a controller-configured,
@@ -126,8 +128,9 @@ def processes(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
 
 
 def client(**fields: Any) -> ClientConfig:
-    """A client with the cluster's client.properties (controllers, TLS: the demo cluster is
-    secured as every `rocketha-cluster up` is by default); `fields` override."""
+    """A client with the cluster's client.properties (controllers, TLS, the admin's keys: the
+    demo cluster is secured as every `rocketha-cluster up` is by default); `fields`
+    override."""
     assert _client_properties is not None
     return ClientConfig.from_properties(_client_properties, **fields)
 
@@ -655,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
             "--set", f"tieredStoreUrl=file://{directory / 'tier'}")
     where = " each on a test host of its own" if args.hosts else ""
     say(f"cluster up: controller-n1 and broker-a-0/1/2 (controller mode){where}, mutual TLS "
-        f"on every link, client settings in {_client_properties}")
+        f"on every link, authentication on, client settings and the admin's keys in "
+        f"{_client_properties}")
     spark_jobs: list[subprocess.Popen[bytes]] = []
     spark: SparkTarget | None = None
     try:

@@ -30,6 +30,8 @@ from spark_app import progress
 from spark_app.job_progress import JobProgress
 from spark_app.pipeline_cli import (
     UsageError,
+    add_credentials_argument,
+    credential_options,
     key_value,
     parse_trigger,
     run_pipeline,
@@ -61,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-s", type=float, default=0.0)
     parser.add_argument("--option", action="append", type=key_value, default=[],
                         metavar="KEY=VALUE", help="any other rocketha sink option")
+    add_credentials_argument(parser)
     return parser
 
 
@@ -91,6 +94,7 @@ def to_messages(rows: DataFrame, *, key_column: str | None = None,
 def _sink_options(args: argparse.Namespace) -> dict[str, str]:
     options = {"topic": args.topic}
     options.update(where_options(args))
+    options.update(credential_options(args))
     options.update(dict(args.option))
     return options
 

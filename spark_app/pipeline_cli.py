@@ -5,10 +5,12 @@ mean the same thing in each job:
 
     --brokers HOST:PORT[,...]   | --controller HOST:PORT[,...]     where the topics live
     --client-config FILE        a client.properties (its controllerAddr when neither flag is
-                                given; its TLS settings): the connector option clientConfig
+                                given; its TLS settings and keys): the option clientConfig
     --topics a,b                | --topic-pattern REGEX            what to read
     --trigger available-now | once | processing:<N>s                how often (streaming jobs)
+    --credentials-file FILE                                         accessKey=/secretKey= (0600)
     --option key=value (repeatable)                                 any other connector option
+                                (never secretKey: a command line is visible to every user)
     --storage-option key=value (repeatable)                         fsspec/delta-rs storage options
 
 Misuse raises `UsageError` naming the flag; `run_pipeline` turns it into exit status 2 and one
@@ -27,7 +29,9 @@ from collections.abc import Callable, Sequence
 __all__ = [
     "FILTER_PUSHDOWN_CONF",
     "UsageError",
+    "add_credentials_argument",
     "add_source_arguments",
+    "credential_options",
     "key_value",
     "parse_trigger",
     "run_pipeline",
@@ -77,7 +81,8 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, streaming: bool) ->
     where.add_argument("--controller", help="controller endpoints (routes from the name service)")
     parser.add_argument("--client-config", metavar="FILE",
                         help="client.properties (rocketha-cluster writes <dir>/client.properties)"
-                        ": addresses when --brokers/--controller are not given, TLS settings")
+                        ": addresses when --brokers/--controller are not given, TLS settings, "
+                        "the user's keys")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--topics", help="comma-separated topic names")
     what.add_argument("--topic-pattern", help="regex; topics created later are picked up")
@@ -92,6 +97,24 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, streaming: bool) ->
                             help="commit progress as this consumer group (lag in rocketha-admin)")
     parser.add_argument("--option", action="append", type=key_value, default=[],
                         metavar="KEY=VALUE", help="any other rocketha connector option")
+    add_credentials_argument(parser)
+
+
+def add_credentials_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--credentials-file", metavar="FILE",
+                        help="the user's keys (accessKey= and secretKey= lines, mode 0600) "
+                             "for a cluster with authentication on")
+
+
+def credential_options(args: argparse.Namespace) -> dict[str, str]:
+    """--credentials-file as the connector's credentialsFile option; a secret given with
+    --option is refused (ps shows every command line)."""
+    for key, _ in args.option:
+        if key.strip().lower() in ("secretkey", "tiers3secretaccesskey"):
+            raise UsageError(f"--option {key}: a secret on the command line is visible to "
+                             "every user; use --credentials-file")
+    path = getattr(args, "credentials_file", None)
+    return {"credentialsFile": path} if path else {}
 
 
 def where_options(args: argparse.Namespace) -> dict[str, str]:
@@ -140,6 +163,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     group_id = getattr(args, "group_id", None)
     if group_id:
         options["groupId"] = group_id
+    options.update(credential_options(args))
     for key, value in args.option:
         options[key] = value
     return options

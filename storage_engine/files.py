@@ -86,14 +86,16 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new content.
 
-    Write a sibling temp file, fsync it, rename over the target, fsync the directory.
+    Write a sibling temp file, fsync it, rename over the target, fsync the directory. `mode`:
+    the new file's permissions (0o600 for one holding secrets).
     """
     temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # also when a stale temp file existed with another mode
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

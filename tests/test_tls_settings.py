@@ -19,6 +19,7 @@ import controller.tls as controller_tls
 from connector import ClientConfig
 from connector.errors import OptionError
 from connector.options import parse_sink_options, parse_source_options
+from controller.admin import client_config as controller_admin_client_config
 from controller.api import (
     AlterSyncStateSetRequest,
     BrokerHeartbeat,
@@ -188,14 +189,65 @@ def test_plaintext_beyond_loopback_needs_allow_insecure(certs: dict[str, str]) -
     assert "allowInsecure=true" in (exposed.plaintext_refusal() or "")
     assert BrokerConfig.from_properties({"brokerIP1": "127.0.0.1", "bindAddress": "0.0.0.0",
                                          "allowInsecure": "true"}).plaintext_refusal() is None
-    assert BrokerConfig.from_properties({"brokerIP1": "198.18.0.1",
-                                         **certs}).plaintext_refusal() is None
+    # TLS alone is not enough for a client endpoint beyond loopback: authentication too
+    tls_only = BrokerConfig.from_properties({"brokerIP1": "198.18.0.1", **certs})
+    assert "without authentication" in (tls_only.plaintext_refusal() or "")
+    assert "TLS" not in (tls_only.plaintext_refusal() or "").split(";")[0].split("without")[1]
+    assert BrokerConfig.from_properties({"brokerIP1": "198.18.0.1", **certs,
+                                         "authenticationEnabled": "true", "aclFile": "acl.json"}
+                                        ).plaintext_refusal() is None
+    plain_authenticated = BrokerConfig.from_properties({
+        "brokerIP1": "198.18.0.1", "authenticationEnabled": "true",
+        "aclFile": "acl.json"}).plaintext_refusal() or ""
+    assert "without TLS;" in plain_authenticated
     replicated = BrokerConfig.from_properties({"brokerIP1": "127.0.0.1", "brokerIP2": "10.0.0.2",
                                                "totalReplicas": "2"})
     assert "haBindAddress 10.0.0.2" in (replicated.plaintext_refusal() or "")
     controller = ControllerConfig.from_properties({
         "controllerDLegerPeers": "n1-198.18.0.1:9880", "controllerAddr": "198.18.0.1:9876"})
     assert "Raft" in (controller.plaintext_refusal() or "")
+    assert "without TLS and authentication" in (controller.plaintext_refusal() or "")
     assert ControllerConfig.from_properties({
         "controllerDLegerPeers": "n1-198.18.0.1:9880", "controllerAddr": "198.18.0.1:9876",
         "allowInsecure": "true"}).plaintext_refusal() is None
+
+
+def test_one_client_properties_gives_tls_and_the_users_keys(tmp_path: Path,
+                                                            certs: dict[str, str]) -> None:
+    """What `rocketha-cluster up` writes: addresses, TLS files and the admin's keys in one
+    0600 file, read alike by ClientConfig, the Spark options and the admin tool."""
+    path = tmp_path / "client.properties"
+    path.write_text("controllerAddr=127.0.0.1:1\n"
+                    f"tls.client.trustCertPath={certs['tls.server.trustCertPath']}\n"
+                    "accessKey=AK_admin\nsecretKey=admin-secret-0123\n")
+    path.chmod(0o600)
+    config = ClientConfig.from_properties(path)
+    assert config.tls.enabled and config.credentials is not None
+    assert config.credentials.access_key == "AK_admin"
+    assert "admin-secret-0123" not in repr(config)
+    source = parse_source_options({"clientConfig": str(path), "subscribe": "t"})
+    assert source.credentials == config.credentials and source.tls == config.tls
+    assert "admin-secret-0123" not in repr(source)
+    assert parse_sink_options({"clientConfig": str(path), "topic": "t"}).credentials \
+        == config.credentials
+    other = parse_source_options({"clientConfig": str(path), "subscribe": "t",
+                                  "accessKey": "AK_bob", "secretKey": "bob-secret-0123"})
+    assert other.credentials is not None and other.credentials.access_key == "AK_bob"
+    tls, credentials = controller_admin_client_config(str(path))
+    assert tls.enabled and credentials is not None and credentials.access_key == "AK_admin"
+    path.chmod(0o644)  # a secret others may read is refused, by every reader
+    with pytest.raises(ValueError, match="chmod 600"):
+        ClientConfig.from_properties(path)
+    with pytest.raises(OptionError, match="chmod 600"):
+        parse_source_options({"clientConfig": str(path), "subscribe": "t"})
+    with pytest.raises(ValueError, match="chmod 600"):
+        controller_admin_client_config(str(path))
+    keys = tmp_path / "admin.credentials"  # or the file names a credentials file
+    keys.write_text("accessKey=AK_admin\nsecretKey=admin-secret-0123\n")
+    keys.chmod(0o600)
+    path.write_text(f"brokerAddr=127.0.0.1:1\ncredentialsFile={keys}\n")
+    assert ClientConfig.from_properties(path).credentials == config.credentials
+    assert parse_sink_options({"clientConfig": str(path), "topic": "t"}).credentials \
+        == config.credentials
+    from_file = controller_admin_client_config(str(path))[1]  # controller.signing's twin
+    assert from_file is not None and from_file.secret_key == "admin-secret-0123"

@@ -71,6 +71,7 @@ _TABLE = (
     StatusCode(26, "BUSY", retriable=True),
     StatusCode(27, "INTERNAL_ERROR", retriable=True),
     StatusCode(28, "GROUP_NOT_FOUND"),
+    StatusCode(29, "UNAUTHENTICATED"),  # no valid signature (NO_PERMISSION: an ACL refused)
     # read statuses (RocketMQ GetMessageStatus)
     StatusCode(40, "FOUND"),
     StatusCode(41, "NO_MATCHED_MESSAGE"),

@@ -39,7 +39,7 @@ import ipaddress
 import logging
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -385,15 +385,26 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve to any interface
 
 
-def plaintext_refusal(settings: TLSSettings, allow_insecure: bool,
-                      binds: Mapping[str, str]) -> str | None:
+def plaintext_refusal(settings: TLSSettings, allow_insecure: bool, binds: Mapping[str, str],
+                      *, authenticated: bool, client_keys: Collection[str] = ()) -> str | None:
     """Why a process must not start (None: it may): a listener (`binds`: conf key -> bind
-    host) reachable from other machines without TLS, and no allowInsecure=true saying so."""
-    if settings.enabled or allow_insecure:
+    host) reachable from other machines without TLS, or a client endpoint (`client_keys`)
+    reachable from other machines without authentication (`authenticated`:
+    authenticationEnabled), and no allowInsecure=true saying so. The member links (HA, Raft)
+    need TLS only: with it they are always mutual."""
+    if allow_insecure:
         return None
-    exposed = [f"{key} {host}" for key, host in binds.items() if not is_loopback(host)]
-    if not exposed:
+    exposed = {key: host for key, host in binds.items() if not is_loopback(host)}
+    missing, fixes = [], []
+    if exposed and not settings.enabled:
+        missing.append("TLS")
+        fixes.append("tls.server.mode=enforcing with certificates")
+    if not authenticated and any(key in client_keys for key in exposed):
+        missing.append("authentication")
+        fixes.append("authenticationEnabled=true with users")
+    if not missing:
         return None
-    return (f"{', '.join(exposed)}: listening beyond this machine without TLS; set "
-            "tls.server.mode=enforcing with certificates (rocketha-cluster up makes them), or "
-            "allowInsecure=true to accept plaintext")
+    listeners = ", ".join(f"{key} {host}" for key, host in exposed.items())
+    return (f"{listeners}: listening beyond this machine without {' and '.join(missing)}; "
+            f"set {' and '.join(fixes)} (rocketha-cluster up makes them), or "
+            "allowInsecure=true to accept that")

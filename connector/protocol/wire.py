@@ -23,7 +23,8 @@ consume — `DoGet`
     ticket      JSON (GetTicket): {"topic", "queue_id", "queue_offset", "max_messages",
                 "max_bytes", "tag_filter", "max_wait_ms"} and optionally "columns": a
                 non-empty list of CONSUME_SCHEMA column names, without repeats (absent or null:
-                every column). An unknown name is a BAD_REQUEST naming it.
+                every column). An unknown name is a BAD_REQUEST naming it. Optionally
+                "group": the consumer group reading (authorization checks Sub on it too).
     stream      batches of CONSUME_SCHEMA restricted to the ticket's columns, in schema order
                 whatever the ticket's order (`consume_schema(columns)`; the stream's declared
                 schema is that one too). The broker builds only those: no msg_id formatting
@@ -179,9 +180,14 @@ class GetTicket:
     tag_filter: str | None = None
     max_wait_ms: int = 0
     columns: tuple[str, ...] | None = None  # CONSUME_SCHEMA names wanted; None: all
+    # the consumer group reading (optional): with authorization on, the broker then checks
+    # Sub on the group as well as on the topic
+    group: str | None = None
 
     def encode(self) -> bytes:
         obj = dataclasses.asdict(self)
+        if self.group is None:
+            del obj["group"]
         if self.columns is None:  # the ticket of a full read is the same as before columns
             del obj["columns"]
         else:
@@ -208,6 +214,7 @@ class GetTicket:
             tag_filter=_field(obj, "tag_filter", str, what, None),
             max_wait_ms=_field(obj, "max_wait_ms", int, what, 0),
             columns=_columns(obj.get("columns")),
+            group=_field(obj, "group", str, what, None),
         )
         for name in ("queue_id", "queue_offset", "max_wait_ms"):
             if getattr(ticket, name) < 0:

@@ -111,7 +111,8 @@ class ClusterLinks:
         if cached is not None and now_s < cached[0]:
             return cached[1]
         reply = controller_call(self.config.controller_addr, "get_routes", {"topic": topic},
-                                self.config.request_timeout_ms, self._base.tls)
+                                self.config.request_timeout_ms, self._base.tls,
+                                self._base.credentials)
         route = None
         if reply.get("status") == "OK":
             route = TopicRoute(topic, tuple(
@@ -131,7 +132,8 @@ class ClusterLinks:
         if members and now_s < expires_s:
             return members
         cluster = controller_cluster_list(self.config.controller_addr,
-                                          self.config.request_timeout_ms, self._base.tls)
+                                          self.config.request_timeout_ms, self._base.tls,
+                                          self._base.credentials)
         members = {}
         for status in cluster.get("replica_sets", []):
             replica = status["replica"]

@@ -29,6 +29,7 @@ from typing import Any
 
 from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
+from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from ha.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
@@ -73,8 +74,10 @@ class BrokerConfig:
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
     ha: HAConfig = dataclasses.field(default_factory=HAConfig)
     tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)  # tls.* (README)
-    # allowInsecure: listen beyond loopback without TLS (else rocketha-broker refuses to start)
+    # allowInsecure: listen beyond loopback without TLS and authentication (else
+    # rocketha-broker refuses to start)
     allow_insecure: bool = False
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # ha/broker/auth.py
 
     def __post_init__(self) -> None:
         for key, value in (("brokerClusterName", self.broker_cluster_name),
@@ -104,6 +107,10 @@ class BrokerConfig:
             raise ConfigError("brokerId", f"{self.broker_id} with brokerRole="
                               f"{self.ha.broker_role.value}: brokerId 0 is the master, any "
                               "other id a SLAVE")
+        if self.auth.authentication_enabled and not (self.auth.acl_file
+                                                     or self.enable_controller_mode):
+            raise ConfigError("aclFile", "required with authenticationEnabled=true in static "
+                              "mode (controller mode gets users and ACLs from the controller)")
         _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
         _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
         _range("idempotenceRebuildWindowMs", self.idempotence_rebuild_window_ms, 0, 1 << 40)
@@ -146,7 +153,9 @@ class BrokerConfig:
         binds = {"bindAddress": self.client_bind_host}
         if self.ha.replicated:
             binds["haBindAddress"] = self.ha_bind_host
-        return plaintext_refusal(self.tls, self.allow_insecure, binds)
+        return plaintext_refusal(self.tls, self.allow_insecure, binds,
+                                 authenticated=self.auth.authentication_enabled,
+                                 client_keys=("bindAddress",))
 
     @property
     def client_bind_host(self) -> str:
@@ -177,6 +186,11 @@ class BrokerConfig:
             kwargs["tls"] = TLSSettings.from_properties(properties)
         except TLSConfigError as err:
             raise ConfigError(err.key, err.message) from err
+        auth, errors = parse_auth_settings(properties)
+        if errors:
+            key, _, reason = errors[0].partition(": ")
+            raise ConfigError(key, reason)
+        kwargs["auth"] = AuthSettings(**auth)
         return cls(**kwargs)
 
     @classmethod
@@ -245,7 +259,8 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFilesKept": ("log_files_kept", int),
     "allowInsecure": ("allow_insecure", _bool),
 }
-BROKER_KEYS = frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
+BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
+               | frozenset(AUTH_KEYS))
 
 
 # Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the

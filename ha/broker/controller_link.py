@@ -41,9 +41,12 @@ from typing import Any, TypeVar
 
 import pyarrow.flight as flight
 
+from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
 from controller.api import (
     TOPICS_MAX,
+    AuthData,
+    AuthDataReply,
     BrokerHeartbeat,
     HeartbeatReply,
     JsonMessage,
@@ -73,9 +76,11 @@ class ControllerClient:
     """DoAction JSON calls to the controller group's leader, following NOT_LEADER."""
 
     def __init__(self, addresses: Sequence[str], request_timeout_ms: int,
-                 redirects_max: int, tls: ClientTLS = NO_TLS) -> None:
+                 redirects_max: int, tls: ClientTLS = NO_TLS,
+                 credentials: Credentials | None = None) -> None:
         if not addresses:
             raise ValueError("controllerAddr: no controller address")
+        self._credentials = credentials  # innerClientCredentialsFile: every call is signed
         self.addresses = tuple(addresses)
         self._timeout_s = request_timeout_ms / 1000.0
         self._redirects_max = redirects_max
@@ -97,7 +102,10 @@ class ControllerClient:
         except OSError as err:  # a certificate file is unreadable
             raise ControllerUnavailableError(f"{address} {action}: {err}") from err
         try:
-            options = flight.FlightCallOptions(timeout=self._timeout_s)
+            headers = [] if self._credentials is None else sign_headers(
+                self._credentials, "DO_ACTION", action_target(action, body),
+                int(time.time() * 1000))
+            options = flight.FlightCallOptions(timeout=self._timeout_s, headers=headers)
             results = list(client.do_action(flight.Action(action, body), options))
             if len(results) != 1:
                 raise ControllerUnavailableError(f"{address} {action}: {len(results)} results")
@@ -160,8 +168,13 @@ class ControllerLink:
                  broker_address: str, heartbeat_interval_ms: int,
                  report: Callable[[], HeartbeatState],
                  on_role: Callable[[RoleChange], None],
-                 on_confirm: Callable[[RoleChange, int, int], None] | None = None) -> None:
+                 on_confirm: Callable[[RoleChange, int, int], None] | None = None,
+                 on_auth: Callable[[AuthData], None] | None = None) -> None:
         self.client = client
+        # users/ACLs: fetched (get_auth_data) when a heartbeat reply names a newer version
+        self._on_auth = on_auth
+        self.auth_version = -1  # the version last handed to on_auth
+        self._auth_wanted = -1
         self._cluster_name = cluster_name
         self._broker_name = broker_name
         self._address = broker_address
@@ -221,10 +234,28 @@ class ControllerLink:
                     # a slave without its master, or whose master the controller has not
                     # heard from for a while: the new role matters now, not in a second
                     interval_s = min(interval_s, FAST_HEARTBEAT_INTERVAL_MS / 1000.0)
+                if self._auth_wanted > self.auth_version:
+                    self._refresh_auth()
             except Exception:  # the link must outlive any one bad round
                 logger.exception("%s: controller round failed", self._broker_name)
             self._wake.wait(interval_s)
             self._wake.clear()
+
+    def _refresh_auth(self) -> None:
+        try:
+            reply = self.client.call("get_auth_data", None, AuthDataReply)
+        except ControllerUnavailableError as err:
+            logger.warning("%s: get_auth_data: %s", self._broker_name, err)
+            return
+        if reply.status != "OK" or reply.auth is None:
+            logger.warning("%s: get_auth_data refused: %s", self._broker_name, reply.status)
+            return
+        assert self._on_auth is not None
+        self._on_auth(reply.auth)
+        self.auth_version = reply.auth.version
+        logger.info("%s: users and ACLs at version %d (%d users, %d policies)",
+                    self._broker_name, reply.auth.version, len(reply.auth.users),
+                    len(reply.auth.policies))
 
     def _register(self) -> None:
         request = RegisterBrokerRequest(self._cluster_name, self._broker_name, self._address)
@@ -286,6 +317,9 @@ class ControllerLink:
             return
         self.heartbeats_ok += 1
         self._master_silent = reply.master_silent
+        if self._on_auth is not None and reply.auth_version > self._auth_wanted:
+            self._auth_wanted = reply.auth_version
+            self._wake.set()  # the link thread fetches the table now
         change = reply.role
         if change is None or change.broker_id != self.broker_id:
             return

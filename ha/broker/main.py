@@ -175,12 +175,15 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
-                              config.controller_redirects_max, config.tls.client())
+                              config.controller_redirects_max, config.tls.client(),
+                              service.inner_credentials)
     roles = RoleManager(service, client, tier).start()
     link = ControllerLink(client, cluster_name=config.broker_cluster_name,
                           broker_name=config.broker_name, broker_address=service.endpoint,
                           heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
-                          report=report, on_role=roles.submit, on_confirm=roles.confirm)
+                          report=report, on_role=roles.submit, on_confirm=roles.confirm,
+                          on_auth=service.set_auth_data if config.auth.authentication_enabled
+                          else None)
     roles.on_master_lost = link.wake
     service.controller_info = lambda: {**link.info(), **roles.info()}
     link.start()

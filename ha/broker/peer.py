@@ -8,25 +8,31 @@ for readiness and status.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pyarrow.flight as flight
 
+from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
 
 __all__ = ["broker_info"]
 
 
-def broker_info(endpoint: str, timeout_s: float = 2.0,
-                tls: ClientTLS = NO_TLS) -> dict[str, Any] | None:
+def broker_info(endpoint: str, timeout_s: float = 2.0, tls: ClientTLS = NO_TLS,
+                credentials: Credentials | None = None) -> dict[str, Any] | None:
     """The `broker_info` action's reply from the broker at `endpoint`; None when it does not
-    answer within `timeout_s` or the reply does not decode."""
+    answer within `timeout_s` or the reply does not decode. `credentials` sign the call (a
+    broker's innerClientCredentialsFile, the cluster tool's admin user)."""
     try:
         client = connect_flight(endpoint, tls)
     except OSError:  # a certificate file is unreadable
         return None
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
+        headers = [] if credentials is None else sign_headers(
+            credentials, "DO_ACTION", action_target("broker_info", b"{}"),
+            int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
         results = list(client.do_action(flight.Action("broker_info", b"{}"), options))
         reply = json.loads(results[0].body.to_pybytes())
         return reply if isinstance(reply, dict) else None

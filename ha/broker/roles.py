@@ -264,7 +264,8 @@ class RoleManager:
         tls = self._service.config.tls.client()
 
         def resolve() -> tuple[str, int] | None:
-            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S, tls)
+            info = broker_info(endpoint, MASTER_INFO_TIMEOUT_S, tls,
+                               getattr(self._service, "inner_credentials", None))
             if (info is None or info.get("role") != "MASTER"
                     or int(info.get("master_epoch", -1)) < epoch
                     or not isinstance(info.get("ha_listen_port"), int)):

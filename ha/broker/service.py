@@ -38,7 +38,9 @@ from connector.protocol import (
     decode_json_object,
     encode_error_info,
 )
+from connector.protocol.signing import action_target, descriptor_target
 from connector.protocol.tls import flight_location, flight_server_options
+from controller.api import AuthData
 from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
     BadBatch,
@@ -48,6 +50,7 @@ from ha.broker.arrow_codec import (
     records_to_batch,
     rows_from_batch,
 )
+from ha.broker.auth import AuditLog, AuthGate, load_acl_file, read_credentials_file
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
@@ -62,6 +65,7 @@ from storage_engine import (
     PutStatus,
     RecordBlock,
     TagFilter,
+    atomic_write_bytes,
     topic_name_error,
 )
 
@@ -72,6 +76,7 @@ logger = logging.getLogger(__name__)
 _WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
 _TOPIC_NAME_MAX = 127
 _STORED_NAMES = frozenset(status.name for status in PutStatus if status.stored)
+AUTH_CACHE_FILE = "auth.json"
 _MASTER_ONLY_ACTIONS = frozenset({"create_topic", "update_topic", "delete_topic", "commit_offset",
                                   "delete_group"})
 
@@ -125,12 +130,29 @@ class _Counters:
 class BrokerService(flight.FlightServerBase):
     def __init__(self, config: BrokerConfig, store: MessageStore, *,
                  tier_stats: Callable[[], dict[str, Any]] | None = None) -> None:
+        # authentication and authorization (ha/broker/auth.py): static mode reads aclFile,
+        # controller mode gets the table from the controller (controller_link)
+        settings = config.auth
+        # controller mode: the last table the controller served, kept for a restart while no
+        # controller answers (DESIGN §5.6: the controller down never stops the data plane)
+        self._auth_cache = config.store_dir / "config" / AUTH_CACHE_FILE
+        cached = (load_acl_file(str(self._auth_cache)) if not settings.acl_file
+                  and config.enable_controller_mode and self._auth_cache.exists() else None)
+        # innerClientCredentialsFile: how this broker signs its calls to the controller and to
+        # other brokers (a member's TLS certificate may stand in for it)
+        self.inner_credentials = (read_credentials_file(settings.inner_credentials_file,
+                                                        "innerClientCredentialsFile")
+                                  if settings.inner_credentials_file else None)
+        self.auth = AuthGate(settings, load_acl_file(settings.acl_file) if settings.acl_file
+                             else cached, audit=AuditLog(settings.audit_log_file,
+                                                       settings.audit_log_bytes_max,
+                                                       settings.audit_logs_kept, "broker"))
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
-        # TLS per tls.* (connector/protocol/tls.py); no auth handler, so peer_identity() is
-        # the client certificate's identity
+        # TLS per tls.* (connector/protocol/tls.py); the auth middleware, not an auth
+        # handler, so peer_identity() stays the client certificate's identity
         super().__init__(flight_location(join_host_port(config.client_bind_host,
                                                         config.listen_port), config.tls.enabled),
-                         **flight_server_options(config.tls))
+                         middleware=self.auth.middleware(), **flight_server_options(config.tls))
         self.config = config
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
@@ -172,6 +194,13 @@ class BrokerService(flight.FlightServerBase):
     @property
     def endpoint(self) -> str:
         return f"{self.config.broker_ip}:{self.port}"
+
+    def set_auth_data(self, auth: AuthData) -> None:
+        """The users/ACL table the controller serves (controller mode), replaced whole, and
+        kept under the store (mode 0600: it holds secrets) for a restart."""
+        self.auth.auth_data = auth
+        self._auth_cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self._auth_cache, json.dumps(auth.to_json()).encode(), 0o600)
 
     def _count(self, name: str, amount: int = 1) -> None:
         with self._counters.lock:
@@ -231,6 +260,8 @@ class BrokerService(flight.FlightServerBase):
         name = request.get("topic")
         if not isinstance(name, str):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
+        self.auth.check(context, "DoPut", "DO_PUT", descriptor_target(descriptor.command, None),
+                        {"topic": name})
         self.replication.check_writable()
         topic = self._topic_for_write(name)
         try:  # the schema message comes first: a bad stream ends before any batch is read
@@ -309,8 +340,10 @@ class BrokerService(flight.FlightServerBase):
     # -- consume ----------------------------------------------------------------------------
     @_guarded
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
-        self.replication.check_readable()
         request = GetTicket.decode(ticket.ticket)
+        self.auth.check(context, "DoGet", "DO_GET", ticket.ticket,
+                        {"topic": request.topic, "group": request.group})
+        self.replication.check_readable()
         topic = self._topic_for_read(request.topic)
         if request.queue_id >= topic.read_queue_nums:
             raise RequestError("BAD_REQUEST", f"queue_id {request.queue_id} not in "
@@ -403,8 +436,11 @@ class BrokerService(flight.FlightServerBase):
                         ) -> flight.FlightInfo:
         if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
             raise ProtocolError("GetFlightInfo takes a path descriptor naming one topic")
+        name = descriptor.path[0].decode("utf-8", "replace")
+        self.auth.check(context, "GetFlightInfo", "GET_FLIGHT_INFO",
+                        descriptor_target(None, descriptor.path), {"topic": name})
         self.replication.check_readable()
-        topic = self._topic_for_read(descriptor.path[0].decode("utf-8", "replace"))
+        topic = self._topic_for_read(name)
         return self._flight_info(topic)
 
     def _flight_info(self, topic: TopicConfig) -> flight.FlightInfo:
@@ -420,23 +456,33 @@ class BrokerService(flight.FlightServerBase):
 
     @_guarded
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
-        return iter([self._flight_info(topic) for topic in self.topics.all() if topic.readable])
+        principal = self.auth.check(context, "ListFlights", "LIST_FLIGHTS", criteria or b"", {})
+        return iter([self._flight_info(topic) for topic in self.topics.all()
+                     if topic.readable and self.auth.visible(principal, topic.name)])
 
     # -- admin ------------------------------------------------------------------------------
     @_guarded
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        body = action.body.to_pybytes() if action.body is not None else b""
+        target = action_target(action.type, body)
         handler = self._actions.get(action.type)
         if handler is None:
+            self.auth.principal_of(context, "DO_ACTION", target)  # strangers learn nothing
             raise RequestError("UNKNOWN_ACTION", f"unknown action {action.type!r}; known: "
                                f"{sorted(self._actions)}")
+        request = decode_json_object(body or b"{}", f"action {action.type} body")
+        principal = self.auth.check(context, action.type, "DO_ACTION", target, request)
         if action.type in _MASTER_ONLY_ACTIONS:
             self.replication.check_writable()
-        body = action.body.to_pybytes() if action.body is not None else b""
-        request = decode_json_object(body or b"{}", f"action {action.type} body")
         self._count("actions")
-        return iter([json.dumps(handler(request)).encode()])
+        reply = handler(request)
+        if action.type == "list_topics":  # only the topics this caller may use
+            reply["topics"] = [topic for topic in reply["topics"]
+                               if self.auth.visible(principal, topic["name"])]
+        return iter([json.dumps(reply).encode()])
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        self.auth.check(context, "ListActions", "LIST_ACTIONS", b"", {})
         return [(name, (handler.__doc__ or "").strip()) for name, handler in
                 sorted(self._actions.items())]
 

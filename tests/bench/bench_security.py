@@ -1,12 +1,15 @@
-"""Security benchmark: what mutual TLS costs, as ratios to plaintext measured in the same run.
+"""Security benchmark: what TLS, mutual TLS and authentication cost, as ratios to plaintext
+measured in the same run.
 
     python3 build.py bench security [--json] [--seconds S] [--producers P] [--backlog-mib N]
 
 Method: real broker processes started with `rocketha-cluster up`, twice: once secure (the
 default: TLS on the client endpoint with client certificates required, mutual TLS on the HA
-link) and once with `--insecure`. This process is the client over pyarrow.flight (TLS with the
-cluster's client certificate, or plaintext) with P concurrent DoPut streams, each waiting for
-its batch's reply before its next.
+link, authentication and authorization on) and once with `--insecure`. This process is the
+client over pyarrow.flight (TLS with the cluster's client certificate and every call signed
+with the admin's keys from client.properties, or plaintext and unsigned) with P concurrent
+DoPut streams, each waiting for its batch's reply before its next (a DoPut stream is signed
+once, when it opens).
 
 - produce: 100 B bodies in batches of 1024 against a SYNC_MASTER with 2 slaves and
   inSyncReplicas=2 (every put crosses the HA link before its ack), ASYNC_FLUSH; both clusters
@@ -17,8 +20,9 @@ its batch's reply before its next.
   received divided by the time from its first received byte to holding the master's whole
   log, TLS / plaintext (goal >= 0.7). The plaintext and TLS runs alternate CATCHUP_ROUNDS
   times; the ratio is of the medians.
-- auth_signature_us_per_request: the cost of checking a request signature, left for the
-  authentication work (null until it exists).
+- auth_signature_us_per_request: the server's check of one signed request in process
+  (verify: headers, HMAC-SHA256, clock skew, replay cache; then the ACL decision), from
+  tests/bench/bench_auth.py's signature_check_us (that bench also measures it on the wire).
 On this 2-core machine the client, the master and the slaves share the same two cores.
 """
 
@@ -42,8 +46,11 @@ import pyarrow as pa
 from pyarrow import flight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from connector.client import ClientConfig, signed_options
 from connector.protocol import PutReply, produce_descriptor_command
-from connector.protocol.tls import NO_TLS, ClientTLS, client_tls_from_file, connect_flight
+from connector.protocol.signing import Credentials, action_target, descriptor_target
+from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
+from tests.bench.bench_auth import signature_check_us
 
 SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 MESSAGES_MAX = 50_000_000
@@ -62,7 +69,8 @@ def cluster(directory: Path, *args: str) -> None:
 
 
 class Set:
-    """One replica set under `directory`, secure or not; `tls` is what its client presents."""
+    """One replica set under `directory`, secure or not; `tls` is what its client presents,
+    `credentials` what it signs with."""
 
     def __init__(self, directory: Path, replicas: int, secure: bool,
                  settings: dict[str, str]) -> None:
@@ -73,14 +81,18 @@ class Set:
         self.directory = directory
         self.brokers: list[dict[str, Any]] = json.loads(
             (directory / "cluster.json").read_text())["brokers"]
-        self.tls: ClientTLS = (client_tls_from_file(directory / "client.properties") if secure
-                               else NO_TLS)
+        client = (ClientConfig.from_properties(directory / "client.properties") if secure
+                  else None)
+        self.tls: ClientTLS = client.tls if client is not None else NO_TLS
+        self.credentials: Credentials | None = client.credentials if client is not None \
+            else None
         self.master = f"127.0.0.1:{self.brokers[0]['port']}"
 
     def info(self, endpoint: str) -> dict[str, Any]:
         client = connect_flight(endpoint, self.tls)
         try:
-            results = list(client.do_action(flight.Action("broker_info", b"{}")))
+            results = list(client.do_action(flight.Action("broker_info", b"{}"), signed_options(
+                self.credentials, "DO_ACTION", action_target("broker_info", b"{}"), 30.0)))
             return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
         finally:
             client.close()
@@ -96,12 +108,15 @@ class Set:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def produce(endpoint: str, tls: ClientTLS, topic: str, body_bytes: int, batch: int, *,
+def produce(replica_set: Set, topic: str, body_bytes: int, batch: int, *,
             seconds: float = 0.0, total_bytes: int = 0) -> float:
     """Acked messages per second, for `seconds` or until `total_bytes` of bodies were sent."""
-    client = connect_flight(endpoint, tls)
+    client = connect_flight(replica_set.master, replica_set.tls)
+    command = produce_descriptor_command(topic)
     writer, reader = client.do_put(
-        flight.FlightDescriptor.for_command(produce_descriptor_command(topic)), SCHEMA)
+        flight.FlightDescriptor.for_command(command), SCHEMA,
+        signed_options(replica_set.credentials, "DO_PUT", descriptor_target(command, None),
+                       CATCHUP_TIMEOUT_S))
     record_batch = pa.record_batch([pa.array([b"x" * body_bytes] * batch, pa.binary())],
                                    schema=SCHEMA)
     sent = 0
@@ -124,8 +139,8 @@ def produce(endpoint: str, tls: ClientTLS, topic: str, body_bytes: int, batch: i
 
 def produce_concurrently(replica_set: Set, producers: int, seconds: float) -> float:
     with concurrent.futures.ThreadPoolExecutor(producers) as pool:
-        rates = pool.map(lambda _: produce(replica_set.master, replica_set.tls, "bench", 100,
-                                           1024, seconds=seconds), range(producers))
+        rates = pool.map(lambda _: produce(replica_set, "bench", 100, 1024, seconds=seconds),
+                         range(producers))
         return sum(rates)
 
 
@@ -138,7 +153,7 @@ def produce_figures(root: Path, seconds: float, producers: int) -> tuple[float, 
                               {"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2"})
             sets.append(replica_set)
             replica_set.wait_sync_state_set(3)
-            produce(replica_set.master, replica_set.tls, "warm", 100, 1024, seconds=0.3)
+            produce(replica_set, "warm", 100, 1024, seconds=0.3)
         totals = [0.0, 0.0]
         for _ in range(ROUNDS):
             for index, replica_set in enumerate(sets):
@@ -160,8 +175,7 @@ def catchup(root: Path, secure: bool, backlog_bytes: int) -> float:
         os.kill(pid, signal.SIGTERM)
         while _alive(pid):
             time.sleep(0.05)
-        produce(replica_set.master, replica_set.tls, "backlog", 1024, 1024,
-                total_bytes=backlog_bytes)
+        produce(replica_set, "backlog", 1024, 1024, total_bytes=backlog_bytes)
         end = replica_set.info(replica_set.master)["max_log_position"]
         shutil.rmtree(slave_broker["store_dir"])
         Path(slave_broker["pid_file"]).unlink(missing_ok=True)
@@ -206,7 +220,7 @@ def main(argv: list[str]) -> int:
         figures.update(produce_plain_msgs_per_s=plain, produce_tls_msgs_per_s=secure,
                        tls_produce_ratio=secure / plain, producers=args.producers)
         print(f"acked produce, 3 replicas (inSync=2), 100 B x 1024, x{args.producers}: "
-              f"plaintext {plain:12,.0f} msgs/s, mutual TLS {secure:12,.0f} msgs/s, "
+              f"plaintext {plain:12,.0f} msgs/s, TLS + auth {secure:12,.0f} msgs/s, "
               f"ratio {secure / plain:.2f} (goal >= 0.8)")
         rates: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(CATCHUP_ROUNDS):
@@ -219,7 +233,10 @@ def main(argv: list[str]) -> int:
         print(f"slave catch-up over a {args.backlog_mib} MiB backlog (median of "
               f"{CATCHUP_ROUNDS}): plaintext {plain_mbps:.0f} MB/s, mutual TLS "
               f"{tls_mbps:.0f} MB/s, ratio {tls_mbps / plain_mbps:.2f} (goal >= 0.7)")
-        figures["auth_signature_us_per_request"] = None  # the authentication work fills it
+        check = signature_check_us()
+        figures["auth_signature_us_per_request"] = check["verify_us"] + check["authorize_us"]
+        print(f"signature check per request, in process: verify {check['verify_us']} us + "
+              f"authorize {check['authorize_us']} us (signing {check['sign_us']} us, client)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

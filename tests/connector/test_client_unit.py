@@ -131,7 +131,7 @@ def _cluster_list(*sets: tuple[str, int | None, list[int], list[int]]) -> dict: 
 
 def test_a_consumer_reads_from_one_replica_set_master_first(monkeypatch) -> None:  # type: ignore
     reply = _cluster_list(("b", 2, [1, 2, 3], [1, 2, 3]), ("a", 1, [1, 2], [2]))
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, tls=None: reply)
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, *_: reply)
     assert client.controller_members("c:1", 1000, "b") == ("b:2", "b:1", "b:3")
     assert client.controller_members("c:1", 1000, "a") == ("a:2",)  # the master is dead
     with pytest.raises(FatalError, match="name one"):
@@ -139,7 +139,7 @@ def test_a_consumer_reads_from_one_replica_set_master_first(monkeypatch) -> None
     with pytest.raises(RetriableError, match="no alive broker"):
         client.controller_members("c:1", 1000, "z")
     single = _cluster_list(("a", None, [1, 2], [1, 2]))
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, tls=None: single)
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, *_: single)
     assert client.controller_members("c:1", 1000, None) == ("a:1", "a:2")
 
 
@@ -149,7 +149,7 @@ def test_routes_fetched_again_after_a_failure_or_kept_without_a_controller(  # t
                                                            "controllers down")]
 
     def members(controller: str, timeout_ms: int, broker_name: str | None,
-                tls: object = None) -> tuple[str, ...]:
+                tls: object = None, credentials: object = None) -> tuple[str, ...]:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -178,7 +178,7 @@ def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to( 
         return reply
 
     answers = [cluster(1)]
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, tls=None: answers[0])
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, *_: answers[0])
     producer = client._PutChannel(ClientConfig(controller="c:1"), idempotent=True)
     plain = client._PutChannel(ClientConfig(controller="c:1"), idempotent=False)
     assert producer.endpoint == "a:1" and plain.endpoint == "a:1"

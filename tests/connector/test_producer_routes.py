@@ -40,7 +40,8 @@ def test_a_lane_uses_the_route_another_lane_learnt(monkeypatch) -> None:  # type
     answers = [_cluster_list("a:1", ("a:1", "a:2"))]
     asked: list[str] = []
 
-    def cluster_list(controller: str, timeout_ms: int, tls: object = None) -> dict:  # type: ignore
+    def cluster_list(controller: str, timeout_ms: int, tls: object = None,  # type: ignore
+                     credentials: object = None) -> dict:
         asked.append(controller)
         return answers[0]
 
@@ -72,7 +73,7 @@ def silent_endpoint() -> Iterator[str]:
 def test_a_new_stream_to_a_paused_master_is_abandoned_once_it_is_replaced(
         monkeypatch, silent_endpoint: str) -> None:  # type: ignore
     replacement = "127.0.0.1:1"  # never called: the abandonment is what is checked
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout_ms, tls=None:
+    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout_ms, tls=None, credentials=None:
                         _cluster_list(replacement, (silent_endpoint, replacement)))
     config = ClientConfig(controller="c:1", request_timeout_ms=30_000,
                           master_check_after_ms=100, master_check_interval_ms=50)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from controller.signing import Credentials, action_target, sign_headers
 from tests.controller.link_proxy import LinkProxy
 
 STARTUP_TIMEOUT_S = 20.0
@@ -31,12 +32,16 @@ def free_port() -> int:
 
 
 def call(endpoint: str, action: str, body: dict[str, Any] | None = None,
-         timeout_s: float = CALL_TIMEOUT_S) -> dict[str, Any]:
+         timeout_s: float = CALL_TIMEOUT_S, credentials: Credentials | None = None
+         ) -> dict[str, Any]:
+    """One DoAction; signed with `credentials` (controller.signing) when given."""
     client = flight.FlightClient(f"grpc://{endpoint}")
     try:
-        options = flight.FlightCallOptions(timeout=timeout_s)
-        results = list(client.do_action(flight.Action(action, json.dumps(body or {}).encode()),
-                                        options))
+        payload = json.dumps(body or {}).encode()
+        headers = [] if credentials is None else sign_headers(
+            credentials, "DO_ACTION", action_target(action, payload), int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        results = list(client.do_action(flight.Action(action, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
@@ -45,10 +50,13 @@ def call(endpoint: str, action: str, body: dict[str, Any] | None = None,
 class ControllerGroup:
     def __init__(self, directory: Path, size: int, *, proxied: bool = False,
                  hosts: dict[int, str] | None = None,
-                 launchers: dict[int, list[str]] | None = None, **overrides: str) -> None:
+                 launchers: dict[int, list[str]] | None = None,
+                 credentials: Credentials | None = None, **overrides: str) -> None:
         """`hosts`: each node's advertised host (default 127.0.0.1); `launchers`: a command
-        prefix per node (`ip netns exec NS` runs it on a test host, tests/support/hosts.py)."""
+        prefix per node (`ip netns exec NS` runs it on a test host, tests/support/hosts.py);
+        `credentials`: sign this helper's own calls (authenticationEnabled=true)."""
         self.directory = directory
+        self.credentials = credentials
         self.ids = list(range(1, size + 1))
         self.hosts = {n: (hosts or {}).get(n, "127.0.0.1") for n in self.ids}
         self.launchers = {n: list((launchers or {}).get(n, [])) for n in self.ids}
@@ -108,7 +116,8 @@ class ControllerGroup:
                 raise RuntimeError(f"controller n{node_id} exited {process.returncode}: "
                                    f"{self.log(node_id).read_text()[-3000:]}")
             try:
-                call(self.endpoint(node_id), "controller_status", timeout_s=1.0)
+                call(self.endpoint(node_id), "controller_status", timeout_s=1.0,
+                     credentials=self.credentials)
                 return
             except flight.FlightError:
                 time.sleep(0.05)
@@ -144,7 +153,8 @@ class ControllerGroup:
         result = {}
         for n in self.processes:
             try:
-                result[n] = call(self.endpoint(n), "controller_status", timeout_s=1.0)
+                result[n] = call(self.endpoint(n), "controller_status", timeout_s=1.0,
+                                 credentials=self.credentials)
             except flight.FlightError:
                 continue
         return result
@@ -172,7 +182,7 @@ class ControllerGroup:
         reply: dict[str, Any] = {}
         while time.monotonic() < deadline:
             try:
-                reply = call(endpoint, action, body)
+                reply = call(endpoint, action, body, credentials=self.credentials)
             except flight.FlightError:
                 reply = {"status": "UNREACHABLE", "leader_address": None}
             if reply["status"] in ("NOT_LEADER", "UNREACHABLE"):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pyarrow.flight as flight
 
+from connector.protocol.signing import Credentials, action_target, sign_headers
+
 STARTUP_TIMEOUT_S = 20.0
 
 
@@ -26,10 +28,13 @@ class BrokerProcess:
     """One `python -m ha.broker --conf FILE` subprocess with its own store directory."""
 
     def __init__(self, directory: Path, *, name: str = "broker-a", host: str = "127.0.0.1",
-                 launcher: list[str] | None = None, **overrides: str) -> None:
+                 launcher: list[str] | None = None, credentials: Credentials | None = None,
+                 **overrides: str) -> None:
         """`host`: brokerIP1 (advertised, and dialled by these helpers); `launcher`: a command
-        prefix (`ip netns exec NS` runs it on a test host, tests/support/hosts.py)."""
+        prefix (`ip netns exec NS` runs it on a test host, tests/support/hosts.py);
+        `credentials`: sign this helper's own calls (authenticationEnabled=true)."""
         self.directory = directory
+        self.credentials = credentials
         self.host = host
         self.launcher = list(launcher or [])
         self.port = free_port()
@@ -76,9 +81,12 @@ class BrokerProcess:
     def action(self, kind: str, body: dict | None = None) -> dict:  # type: ignore[type-arg]
         client = flight.FlightClient(f"grpc://{self.endpoint}")
         try:
-            options = flight.FlightCallOptions(timeout=5.0)
-            results = list(client.do_action(
-                flight.Action(kind, json.dumps(body or {}).encode()), options))
+            payload = json.dumps(body or {}).encode()
+            headers = [] if self.credentials is None else sign_headers(
+                self.credentials, "DO_ACTION", action_target(kind, payload),
+                int(time.time() * 1000))
+            options = flight.FlightCallOptions(timeout=5.0, headers=headers)
+            results = list(client.do_action(flight.Action(kind, payload), options))
             return json.loads(results[0].body.to_pybytes())
         finally:
             client.close()

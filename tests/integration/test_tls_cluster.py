@@ -32,8 +32,9 @@ import pytest
 from pyarrow import flight
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client import controller_cluster_list
+from connector.client import controller_cluster_list, signed_options
 from connector.protocol import RocketHAError
+from connector.protocol.signing import Credentials, action_target
 from connector.protocol.tls import (
     ClientTLS,
     broker_identity,
@@ -144,32 +145,43 @@ def test_admin_tool_takes_the_client_config(cluster: Secure) -> None:
 
 def test_console_gathers_over_mutual_tls(cluster: Secure) -> None:
     addresses = (cluster.config.controller or "").split(";")
-    view = gather(addresses, cluster.config.tls)
+    view = gather(addresses, cluster.config.tls, cluster.config.credentials)
     assert view["leader"] is not None and not view["errors"], view["errors"]
     roles = sorted(b.get("role") or "" for s in view["replica_sets"] for b in s["brokers"])
     assert roles == ["MASTER", "SLAVE", "SLAVE"]  # broker_info over TLS, from every broker
+    unsigned = gather(addresses, cluster.config.tls)  # authentication is on too
+    assert unsigned["leader"] is None and "UNAUTHENTICATED" in " ".join(unsigned["errors"])
     plain = gather(addresses)
     assert plain["leader"] is None and plain["errors"]
 
 
-def _call(address: str, tls: ClientTLS, action: str, body: dict[str, Any]) -> dict[str, Any]:
+def _call(address: str, tls: ClientTLS, action: str, body: dict[str, Any],
+          credentials: Credentials | None = None) -> dict[str, Any]:
     client = connect_flight(address, tls)
     try:
-        results = list(client.do_action(flight.Action(action, json.dumps(body).encode()),
-                                        flight.FlightCallOptions(timeout=5)))
+        payload = json.dumps(body).encode()
+        results = list(client.do_action(flight.Action(action, payload), signed_options(
+            credentials, "DO_ACTION", action_target(action, payload), 5.0)))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
 
 
 def test_member_calls_only_from_the_broker_they_are_about(cluster: Secure) -> None:
+    """The certificate decides who may speak for a broker, whatever user signs the call: the
+    admin's keys (a Super user) with a tool's or another set's certificate are refused; an
+    unsigned call is a member's only with a member's certificate (authentication is on)."""
     brokers = cluster.manifest["brokers"]
     controller = cluster.config.controller.split(";")[0]  # type: ignore[union-attr]
+    admin = cluster.config.credentials
+    assert admin is not None  # client.properties holds the generated admin's keys
     first, second = (f"127.0.0.1:{b['port']}" for b in brokers[:2])
     register = {"cluster_name": "LocalCluster", "broker_name": "broker-a",
                 "broker_address": first}
-    with pytest.raises(flight.FlightUnauthorizedError, match="FORBIDDEN"):
+    with pytest.raises(flight.FlightUnauthenticatedError, match="unsigned"):
         _call(controller, cluster.config.tls, "register_broker", register)  # a tool's cert
+    with pytest.raises(flight.FlightUnauthorizedError, match="FORBIDDEN"):
+        _call(controller, cluster.config.tls, "register_broker", register, admin)
     own = ClientTLS(cluster.config.tls_trust_cert_path, brokers[0]["tls_cert"]["cert"],
                     brokers[0]["tls_cert"]["key"])
     assert _call(controller, own, "register_broker", register)["status"] in ("OK", "NOT_LEADER")
@@ -180,8 +192,11 @@ def test_member_calls_only_from_the_broker_they_are_about(cluster: Secure) -> No
                 "broker_address": second})
     other_set = cluster.impostor("broker-b-0", broker_identity("broker-b", "127.0.0.1:1"))
     with pytest.raises(flight.FlightUnauthorizedError, match="broker of broker-b cannot"):
+        _call(controller, other_set, "elect_master", {"broker_name": "broker-a"}, admin)
+    with pytest.raises(flight.FlightUnauthorizedError, match="not a member operation"):
         _call(controller, other_set, "elect_master", {"broker_name": "broker-a"})
-    assert _call(controller, cluster.config.tls, "controller_status", {})["status"] == "OK"
+    assert _call(controller, cluster.config.tls, "controller_status", {}, admin)["status"] \
+        == "OK"
     identity = broker_identity("broker-a", first)
     lines = [line for line in cluster.log_text("controller").splitlines()
              if "refuses" in line and identity in line and "broker_heartbeat" in line]
@@ -190,7 +205,11 @@ def test_member_calls_only_from_the_broker_they_are_about(cluster: Secure) -> No
 
 def _tls_connect(address: tuple[str, int], tls: ClientTLS) -> ssl.SSLSocket:
     raw = socket.create_connection(address, timeout=5)
-    return client_ssl_context(tls).wrap_socket(raw, server_hostname=address[0])
+    try:
+        return client_ssl_context(tls).wrap_socket(raw, server_hostname=address[0])
+    except (OSError, ssl.SSLError):  # refused in the handshake: the test's `with` never runs
+        raw.close()
+        raise
 
 
 def test_impostor_slave_with_another_broker_name_is_refused(cluster: Secure) -> None:
@@ -298,11 +317,12 @@ def test_a_plaintext_listener_beyond_loopback_refuses_to_start(tmp_path: Path) -
 
 
 RMQ_SEND_OVER_TLS = """
-import sys
+import os, sys
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, topic = sys.argv[1:3]
-producer = Producer(ClientConfiguration(endpoint, Credentials("", ""), request_timeout=5),
-                    (topic,), tls_enable=True)
+keys = Credentials(os.environ["RMQ_AK"], os.environ["RMQ_SK"])
+producer = Producer(ClientConfiguration(endpoint, keys, request_timeout=5), (topic,),
+                    tls_enable=True)
 producer.startup()
 message = Message()
 message.topic, message.body, message.tag = topic, b"rocketmq-over-tls", "tls"
@@ -316,7 +336,9 @@ def test_the_rocketmq_endpoint_serves_tls_and_calls_the_cluster_over_mutual_tls(
     """The secured cluster's rocketha-proxy: its gRPC port has a certificate of the cluster CA
     (the official client, trusting DIR/tls/ca.pem, sends over TLS; a plaintext channel gets
     nothing), and its own calls to controllers and brokers use client.properties (a proxy
-    without it could not store the message: every member requires a client certificate)."""
+    without it could not store the message: every member requires a client certificate and a
+    signature). It accepts only the admin's keys (it calls the cluster as the admin): other
+    keys are refused."""
     import grpc
     from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
@@ -324,10 +346,18 @@ def test_the_rocketmq_endpoint_serves_tls_and_calls_the_cluster_over_mutual_tls(
                                        "--json"))["grpc_endpoint"]
     topic = "rmq-over-tls"
     Admin(cluster.config).create_topic(topic, queues=1)
-    env = dict(os.environ, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(cluster.ca.cert_path))
+    keys = cluster.config.credentials
+    assert keys is not None
+    env = dict(os.environ, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(cluster.ca.cert_path),
+               RMQ_AK=keys.access_key, RMQ_SK=keys.secret_key)
     sent = subprocess.run([sys.executable, "-c", RMQ_SEND_OVER_TLS, endpoint, topic], env=env,
                           capture_output=True, text=True, timeout=90, cwd=ROOT, check=False)
     assert sent.returncode == 0 and sent.stdout.strip(), sent.stderr[-2000:]
+    stranger = subprocess.run([sys.executable, "-c", RMQ_SEND_OVER_TLS, endpoint, topic],
+                              env={**env, "RMQ_AK": "stranger", "RMQ_SK": "guess"},
+                              capture_output=True, text=True, timeout=90, cwd=ROOT,
+                              check=False)
+    assert stranger.returncode != 0, stranger.stdout
 
     found = Consumer(cluster.config).pull(topic, 0, 0, max_messages=10)
     assert [bytes(body) for body in found.table.column("body").to_pylist()] \
