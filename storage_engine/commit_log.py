@@ -150,6 +150,10 @@ class CommitLog:
         index = 0
         while index < len(bodies):
             segment = self._segments.writable_segment()
+            if segment.remaining_bytes() == 0:
+                # full to its last byte: copied from a master whose blank record filled it
+                # (append_raw), so there is no room for a blank of ours; the next segment
+                segment = self._segments.roll()
             parts: list[bytes] = []
             stop = encode_batch(
                 topic_meta=topic_meta, bodies=bodies, properties=properties, queue_ids=queue_ids,

@@ -381,3 +381,25 @@ def test_retention_deletes_old_segments_below_the_floor(tmp_path: Path) -> None:
         assert fresh == 0  # not expired, disk not full
         forced = store.delete_expired(now_ms=0, floor_log_position=1 << 40, disk_used_ratio=0.99)
         assert forced >= 1 and len(list((tmp_path / "commitlog").iterdir())) >= 1
+
+
+def test_a_replica_whose_log_ends_at_a_segment_boundary_appends_after_promotion(
+        tmp_path: Path) -> None:
+    """A slave that replicated exactly up to the end of a segment (the master's blank record
+    filled it, then the master died before the next segment's bytes left) is promoted and
+    appends: the full segment has no room for a blank of its own, so the append starts the
+    next segment (it raised AssertionError in _seal_and_roll, and every put of the new master
+    failed; found by the demo's SIGKILL failover)."""
+    with MessageStore(tmp_path / "master", SMALL) as master:
+        while master.end_log_position <= SMALL.commit_log_segment_size_bytes:
+            master.put_message(Message(topic="T", body=b"x" * 4000, queue_id=0))
+        boundary = SMALL.commit_log_segment_size_bytes
+        first_segment = master.read_log(0, boundary)
+        assert len(first_segment) == boundary
+    with MessageStore(tmp_path / "slave", SMALL) as promoted:
+        promoted.append_replicated(0, first_segment)
+        promoted.dispatch_replicated()
+        assert promoted.end_log_position == boundary
+        result = promoted.put_message(Message(topic="T", body=b"after", queue_id=0))
+        assert result.status is PutStatus.PUT_OK
+        assert list(result.log_positions) == [boundary]  # the next segment's first record
