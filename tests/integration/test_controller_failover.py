@@ -201,6 +201,7 @@ def test_sigstop_master_past_the_heartbeat_timeout_then_sigcont(
         if late:
             problems.append(f"{len(late)} PUT_OK from the deposed master for puts sent after "
                             f"SIGSTOP, e.g. (seq, s after SIGSTOP) {late[:4]}")
+        cluster.wait_confirm_at_end(new)  # the last acks can be ahead of reads for a moment
         found = read_topic(cluster.endpoint(new), "orders")
         for name, history in (("load", load), ("direct", direct)):
             try:
@@ -289,6 +290,7 @@ def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: 
 
         load.stop()
         reader.stop()
+        cluster.wait_confirm_at_end(master)
         found = read_topic(cluster.endpoint(master), "orders")
         _assert_exactly_once(load, found)
         assert not reader.check_against(found), reader.check_against(found)[:5]
@@ -342,6 +344,7 @@ def test_two_replica_sets_one_lost_unordered_sends_move_to_the_other(tmp_path: P
         still = cluster.master_now("broker-b")
         assert still is not None and still[0] == master_b
         assert still[1]["master_epoch"] == info_b["master_epoch"]
+        cluster.wait_confirm_at_end(master_b)
         on_b = read_topic(cluster.endpoint(master_b), "spread")
         after = check_history(spread, on_b)
         assert not after.unexpected and not after.order_violations, after.summary()
@@ -470,6 +473,7 @@ def test_a_master_restarted_within_the_heartbeat_timeout_takes_a_new_epoch(
                 _assert_rejoined_identical(cluster, name, new, new_epoch)
         epochs = [epoch for epoch, _ in epoch_entries(cluster.store_dir(old))]
         assert epochs.count(old_epoch) == 1 and epochs == sorted(set(epochs)), epochs
+        cluster.wait_confirm_at_end(new)
         found = read_topic(cluster.endpoint(new), "orders")
         _assert_exactly_once(load, found)
         _assert_exactly_once(after, found)

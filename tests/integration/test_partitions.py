@@ -199,6 +199,7 @@ def test_cut_off_controller_leader_never_stops_the_data_plane(
         reader.stop()
         print(f"\ncontroller leader {leader} cut off -> {new_leader} leads after "
               f"{election_s:.2f}s; longest PUT_OK pause {gap_s:.2f}s")
+        cluster.wait_confirm_at_end(master)
         found = read_topic(cluster.endpoint(master), "orders")
         _assert_exactly_once(load, found)
         assert not reader.check_against(found), reader.check_against(found)[:5]
