@@ -95,7 +95,7 @@ def test(pytest_args: list[str]) -> int:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     argv = [str(python), "-m", "pytest", *pytest_args]
     print("+", " ".join(argv), flush=True)
-    return subprocess.run(argv, cwd=ROOT, env=env).returncode
+    return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
 
 
 def bench_all(python: Path) -> int:
@@ -132,7 +132,7 @@ def bench(args: list[str]) -> int:
         return 2
     python = setup()
     argv = [str(python), BENCHES[args[0]], *args[1:]]
-    return subprocess.run(argv, cwd=ROOT).returncode
+    return subprocess.run(argv, cwd=ROOT, check=False).returncode
 
 
 def sim(args: list[str]) -> int:
@@ -142,13 +142,13 @@ def sim(args: list[str]) -> int:
         module = "tests.sim.cluster_sim"
         args = [arg for arg in args if arg != "--cluster"]
     argv = [str(python), "-m", module, *args]
-    return subprocess.run(argv, cwd=ROOT).returncode
+    return subprocess.run(argv, cwd=ROOT, check=False).returncode
 
 
 def faults(args: list[str]) -> int:
     python = setup()
     argv = [str(python), "-m", "tests.integration.fault_run", *args]
-    return subprocess.run(argv, cwd=ROOT).returncode
+    return subprocess.run(argv, cwd=ROOT, check=False).returncode
 
 
 def chaos(args: list[str]) -> int:
@@ -195,7 +195,8 @@ def lint(args: list[str]) -> int:
 
 def demo(args: list[str]) -> int:
     python = setup()
-    return subprocess.run([str(python), "-m", "spark_app.demo", *args], cwd=ROOT).returncode
+    return subprocess.run([str(python), "-m", "spark_app.demo", *args], cwd=ROOT,
+                          check=False).returncode
 
 
 def main(argv: list[str]) -> int:

@@ -70,7 +70,7 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar, Union
 
 from controller.acl import (
     ADMIN_OPERATIONS,
@@ -151,7 +151,6 @@ NAME_BYTES_MAX = 255
 MEMBERS_MAX = 64  # brokers per replica set, members of a SyncStateSet
 TOPICS_MAX = 100_000  # topics in one heartbeat
 
-_T = TypeVar("_T", bound="JsonMessage")
 
 
 class JsonMessage:
@@ -165,7 +164,7 @@ class JsonMessage:
                 for field in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     @classmethod
-    def from_json(cls: type[_T], body: Any) -> _T:
+    def from_json(cls, body: Any) -> typing.Self:
         if not isinstance(body, dict):
             raise CodecError(cls.KIND, "not a JSON object")
         hints = _type_hints(cls)

@@ -238,7 +238,7 @@ class ControllerNode:
         try:
             self.raft.step(message)
             self._drain()
-        except Exception as err:  # called from a connection task: stop the whole node
+        except Exception as err:  # noqa: BLE001 - from a connection task: stop the whole node
             self._die(err)
 
     # -- the Ready loop --------------------------------------------------------------------

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from controller.api import ACTIONS
 from controller.auth import AuditLog, AuthGate

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from controller.acl import AclError, AuthData
 from controller.api import MEMBERS_MAX, BrokerMember, JsonMessage, ReplicaInfo
@@ -112,7 +112,7 @@ class SetAuth(JsonMessage):
             raise CodecError(cls.KIND, str(err)) from None
 
 
-Command = Union[ApplyBrokerId, ElectMaster, AlterSyncStateSet, CleanBrokerData, SetAuth]
+Command = ApplyBrokerId | ElectMaster | AlterSyncStateSet | CleanBrokerData | SetAuth
 _COMMANDS: dict[str, type[Any]] = {
     cls.KIND: cls for cls in (ApplyBrokerId, ElectMaster, AlterSyncStateSet, CleanBrokerData,
                               SetAuth)

@@ -20,10 +20,10 @@ from ha.master_service import MasterService
 from ha.slave_service import SlaveService
 
 __all__ = [
+    "HA_PROPERTY_KEYS",
     "BrokerRole",
     "FrameError",
     "HAConfig",
-    "HA_PROPERTY_KEYS",
     "LinkClosedError",
     "MasterService",
     "ReplicationError",

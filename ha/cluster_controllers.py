@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight

@@ -22,7 +22,7 @@ from typing import Any
 
 from storage_engine import ConfigError
 
-__all__ = ["BrokerRole", "HAConfig", "HA_PROPERTY_KEYS"]
+__all__ = ["HA_PROPERTY_KEYS", "BrokerRole", "HAConfig"]
 
 KiB = 1024
 MiB = 1024 * KiB

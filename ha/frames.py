@@ -42,8 +42,8 @@ from ha.errors import FrameError
 from storage_engine import EpochEntry
 
 __all__ = [
-    "Ack",
     "FRAME_HEADER",
+    "Ack",
     "Frame",
     "FrameHeader",
     "MasterHello",

@@ -101,7 +101,7 @@ class SlaveService:
         if resolve_master is None:
             host, _, port = config.master_address.rpartition(":")
             static = (host, int(port))
-            resolve_master = lambda: static  # noqa: E731
+            resolve_master = lambda: static
         self._resolve_master = resolve_master
         self._on_link_down = on_link_down
         self._master = ("", 0)

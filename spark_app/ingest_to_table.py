@@ -141,7 +141,7 @@ def transform(frame: DataFrame, ingest: IngestPlan) -> DataFrame:
     if ingest.body_json_schema:
         try:
             schema = StructType.fromDDL(ingest.body_json_schema)
-        except Exception as exc:  # pyspark raises several parse error types
+        except Exception as exc:  # noqa: BLE001 - pyspark raises several parse error types
             raise UsageError(f"--body-json-schema: {exc}") from None
         decoded = F.from_json(F.col("body").cast("string"), schema)
         return frame.withColumn("_decoded", decoded).select(
@@ -154,9 +154,9 @@ def transform(frame: DataFrame, ingest: IngestPlan) -> DataFrame:
 def delta_spark_available(spark: SparkSession) -> bool:
     """True when delta-spark's JARs are on the driver's classpath."""
     try:
-        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # noqa: SLF001
+        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()
         loader.loadClass(_DELTA_SOURCE_CLASS)
-    except Exception:  # Py4JJavaError (ClassNotFoundException) or no JVM access
+    except Exception:  # noqa: BLE001 - Py4JJavaError (ClassNotFoundException) or no JVM
         return False
     return True
 

@@ -32,7 +32,7 @@ from storage_engine.record_format import (
 )
 from storage_engine.segment import Segment, SegmentQueue, discard_tail
 
-__all__ = ["CommitLog", "RecoveryScan", "RecordRef"]
+__all__ = ["CommitLog", "RecordRef", "RecoveryScan"]
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from storage_engine.errors import ConfigError
 
-__all__ = ["FlushDiskType", "STORE_PROPERTY_KEYS", "StoreConfig", "TieredStoreConfig"]
+__all__ = ["STORE_PROPERTY_KEYS", "FlushDiskType", "StoreConfig", "TieredStoreConfig"]
 
 GiB = 1024 * 1024 * 1024
 MiB = 1024 * 1024

@@ -50,7 +50,6 @@ from storage_engine.errors import (
     CorruptFileError,
     FsyncFailedError,
     QueueOffsetsError,
-    StorageError,
 )
 from storage_engine.flush import FlushService
 from storage_engine.messages import (

@@ -56,6 +56,6 @@ class RetentionService:
         while not self._stop.wait(interval_s):
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001 - logged; the next pass tries again
+            except Exception:
                 self.failed_passes += 1
                 logger.exception("retention pass failed")

@@ -39,8 +39,15 @@ def segment_file_name(base_position: int) -> str:
 class Segment:
     """One preallocated file. Positions passed in and out are relative to the segment start."""
 
-    __slots__ = ("base_position", "size_bytes", "path", "fd", "map", "write_position",
-                 "flushed_position")
+    __slots__ = (
+        "base_position",
+        "fd",
+        "flushed_position",
+        "map",
+        "path",
+        "size_bytes",
+        "write_position",
+    )
 
     def __init__(self, path: Path, base_position: int, size_bytes: int) -> None:
         self.path = path

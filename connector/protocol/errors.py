@@ -135,7 +135,7 @@ def encode_error_info(name: str, message: str, detail: dict[str, Any] | None = N
     return text, info.encode()
 
 
-_TEXT_PATTERN = re.compile(r"rocketha error (\d+) ([A-Z_]+): (.*?)(?:\. Detail:.*)?$", re.S)
+_TEXT_PATTERN = re.compile(r"rocketha error (\d+) ([A-Z_]+): (.*?)(?:\. Detail:.*)?$", re.DOTALL)
 
 
 def decode_error_text(text: str, extra_info: bytes | None = None) -> RocketHAError | None:

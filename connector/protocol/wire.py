@@ -60,11 +60,11 @@ import pyarrow as pa
 __all__ = [
     "ACTIONS",
     "CONSUME_SCHEMA",
-    "GetReply",
-    "GetTicket",
     "IDEMPOTENCE_PROPERTY",
     "PRODUCE_COLUMNS",
     "PRODUCE_SCHEMA",
+    "GetReply",
+    "GetTicket",
     "ProtocolError",
     "PutIdempotence",
     "PutReply",

@@ -80,7 +80,7 @@ _FROM_LEADER = (AppendRequest, HeartbeatRequest, SnapshotRequest)
 
 
 class _PendingRead:
-    __slots__ = ("request_id", "read_seq", "entry_index")
+    __slots__ = ("entry_index", "read_seq", "request_id")
 
     def __init__(self, request_id: int, read_seq: int) -> None:
         self.request_id = request_id
@@ -285,10 +285,10 @@ class RaftNode:
             self.log.stable_to(ready.entries[-1].entry_index)
         if ready.committed:
             self.log.applied_to(ready.committed[-1].entry_index)
-        if self.role is Role.LEADER:
-            # The leader's own entries count toward a majority only once they are on its disk.
-            if self.progress[self.node_id].maybe_update(self.log.stable_index):
-                self._maybe_commit_and_broadcast()
+        # The leader's own entries count toward a majority only once they are on its disk.
+        if (self.role is Role.LEADER
+                and self.progress[self.node_id].maybe_update(self.log.stable_index)):
+            self._maybe_commit_and_broadcast()
 
     # -- role changes ----------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Union
 
 __all__ = [
     "AppendRequest",
@@ -190,15 +189,15 @@ class SnapshotRequest:
     snapshot: Snapshot
 
 
-Message = Union[
-    VoteRequest,
-    VoteResponse,
-    AppendRequest,
-    AppendResponse,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    SnapshotRequest,
-]
+Message = (
+    VoteRequest
+    | VoteResponse
+    | AppendRequest
+    | AppendResponse
+    | HeartbeatRequest
+    | HeartbeatResponse
+    | SnapshotRequest
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -37,8 +37,14 @@ class ProgressState(enum.Enum):
 
 class Progress:
     __slots__ = (
-        "match_index", "next_index", "state", "probe_sent", "pending_snapshot_index",
-        "snapshot_elapsed_ticks", "recent_active", "read_seq_acked",
+        "match_index",
+        "next_index",
+        "pending_snapshot_index",
+        "probe_sent",
+        "read_seq_acked",
+        "recent_active",
+        "snapshot_elapsed_ticks",
+        "state",
     )
 
     def __init__(self, next_index: int) -> None:

@@ -52,12 +52,12 @@ from controller.errors import CorruptLogError, CorruptSnapshotError, RaftStorage
 from controller.raft.messages import Entry, EntryKind, HardState, Ready, Snapshot
 
 __all__ = [
-    "FileRaftStorage",
     "LOG_RECORD_BYTES_MAX",
+    "SNAPSHOT_BYTES_MAX",
+    "FileRaftStorage",
     "MemoryRaftStorage",
     "PersistentState",
     "RaftStorage",
-    "SNAPSHOT_BYTES_MAX",
     "save_ready",
 ]
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight

@@ -16,7 +16,7 @@ from typing import Any
 
 from storage_engine import atomic_write_bytes, check_topic_name
 
-__all__ = ["ConsumerOffsets", "PERM_READ", "PERM_WRITE", "TopicConfig", "TopicTable"]
+__all__ = ["PERM_READ", "PERM_WRITE", "ConsumerOffsets", "TopicConfig", "TopicTable"]
 
 logger = logging.getLogger(__name__)
 

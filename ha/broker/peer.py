@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
 from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.protocol import (
     CONSUME_SCHEMA,

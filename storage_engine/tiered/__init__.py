@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from storage_engine.tiered.errors import (
     TierAccessDeniedError,
+    TieredStorageError,
     TierFencedError,
     TierManifestError,
     TierNotFoundError,
     TierTimeoutError,
     TierVerifyError,
-    TieredStorageError,
 )
 from storage_engine.tiered.file_io import FileIO, FileIOOptions, resolve_tier_url
 from storage_engine.tiered.layout import Manifest, QueueRange, SegmentEntry

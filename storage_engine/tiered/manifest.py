@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from storage_engine.tiered.errors import TierFencedError, TieredStorageError, TierManifestError
+from storage_engine.tiered.errors import TieredStorageError, TierFencedError, TierManifestError
 from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.layout import (
     Manifest,

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from storage_engine.config import TieredStoreConfig
-from storage_engine.tiered.errors import TierFencedError, TieredStorageError
+from storage_engine.tiered.errors import TieredStorageError, TierFencedError
 from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.layout import (
     CQ_ENTRY_SIZE_BYTES,

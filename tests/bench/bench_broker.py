@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from connector import Admin, ClientConfig, Producer  # noqa: E402
-from connector.protocol import GetReply, GetTicket, PutReply, produce_descriptor_command  # noqa: E402
-from tests.bench.bench_ha import cluster, up, wait_sync_state_set  # noqa: E402
-from tests.integration.broker_process import BrokerProcess  # noqa: E402
+from connector import Admin, ClientConfig, Producer
+from connector.protocol import GetReply, GetTicket, PutReply, produce_descriptor_command
+from tests.bench.bench_ha import cluster, up, wait_sync_state_set
+from tests.integration.broker_process import BrokerProcess
 
 SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 MESSAGES_MAX = 20_000_000

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.controller.controller_process import ControllerGroup, call  # noqa: E402
+from tests.controller.controller_process import ControllerGroup, call
 
 
 def _latencies(endpoint: str, action: str, bodies: list[dict[str, object]]) -> list[float]:

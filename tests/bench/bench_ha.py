@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from connector.protocol import PutReply, produce_descriptor_command  # noqa: E402
+from connector.protocol import PutReply, produce_descriptor_command
 
 SCHEMA = pa.schema([pa.field("body", pa.binary(), nullable=False)])
 MESSAGES_MAX = 50_000_000

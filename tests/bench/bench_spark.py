@@ -44,9 +44,9 @@ from pyspark.sql import functions as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from connector import Admin, ClientConfig, Producer  # noqa: E402
-from tests.bench.spark_ceiling import CeilingSource  # noqa: E402
-from tests.integration.broker_process import BrokerProcess  # noqa: E402
+from connector import Admin, ClientConfig, Producer
+from tests.bench.spark_ceiling import CeilingSource
+from tests.integration.broker_process import BrokerProcess
 
 QUEUES = 8
 BODY_BYTES = 100

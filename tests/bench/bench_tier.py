@@ -39,15 +39,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.flight as flight
+from pyarrow import flight
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from connector.protocol import GetReply, GetTicket  # noqa: E402
-from storage_engine import MessageBatch, MessageStore, StoreConfig  # noqa: E402
-from storage_engine.config import TieredStoreConfig  # noqa: E402
-from storage_engine.tiered import (  # noqa: E402
+from connector.protocol import GetReply, GetTicket
+from storage_engine import MessageBatch, MessageStore, StoreConfig
+from storage_engine.config import TieredStoreConfig
+from storage_engine.tiered import (
     BlockCache,
     FileIO,
     TierService,
@@ -56,8 +56,8 @@ from storage_engine.tiered import (  # noqa: E402
     plan_tier_ranges,
     read_tier_range,
 )
-from tests.integration.broker_process import BrokerProcess  # noqa: E402
-from tests.tiered.moto_s3 import moto_s3_server  # noqa: E402
+from tests.integration.broker_process import BrokerProcess
+from tests.tiered.moto_s3 import moto_s3_server
 
 MiB = 1 << 20
 SEGMENT_BYTES = 8 * MiB

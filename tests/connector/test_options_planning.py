@@ -8,6 +8,7 @@ table-driven inputs and a few hypothesis properties.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import socket
@@ -25,7 +26,6 @@ from connector.offsets import (
     unflatten,
 )
 from connector.options import parse_sink_options, parse_source_options
-from connector.routes import route_provider
 from connector.planning import (
     Bounds,
     QueueRange,
@@ -34,6 +34,7 @@ from connector.planning import (
     split_ranges,
     trigger_waits,
 )
+from connector.routes import route_provider
 
 BASE = {"brokers": "127.0.0.1:9876", "subscribe": "orders"}
 
@@ -206,7 +207,7 @@ def test_split_ranges_min_partitions() -> None:
     for ref, (low, high) in ((A0, (0, 100)), (A1, (0, 10))):
         mine = [p for p in parts if p.ref == ref]
         assert mine[0].start_queue_offset == low and mine[-1].end_queue_offset == high
-        assert all(a.end_queue_offset == b.start_queue_offset for a, b in zip(mine, mine[1:]))
+        assert all(a.end_queue_offset == b.start_queue_offset for a, b in itertools.pairwise(mine))
         assert all(p.count > 0 for p in mine)
 
 

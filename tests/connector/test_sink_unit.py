@@ -8,6 +8,7 @@ user's properties. Method: direct calls, hypothesis over incoming batch boundari
 
 from __future__ import annotations
 
+import itertools
 import pickle
 
 import pyarrow as pa
@@ -65,7 +66,7 @@ def as_batches(values: list[int], cuts: list[int]) -> list[pa.RecordBatch]:
     table = pa.table({"body": pa.array([b"%06d" % v for v in values])})
     points = sorted({0, len(values), *[c % (len(values) + 1) for c in cuts]})
     return [table.slice(a, b - a).combine_chunks().to_batches()[0]
-            for a, b in zip(points, points[1:]) if b > a]
+            for a, b in itertools.pairwise(points) if b > a]
 
 
 @settings(deadline=None)  # a loaded 2-core CI machine: no per-example deadline
@@ -80,7 +81,7 @@ def test_chunks_do_not_depend_on_incoming_boundaries(count: int, cuts_a: list[in
               for c in chunk_rows(as_batches(values, cuts_b), rows_max, 1 << 20)]
     assert first == second
     assert [len(c) for c in first[:-1]] == [rows_max] * (len(first) - 1)
-    assert sum(first, []) == [b"%06d" % v for v in values]
+    assert [row for chunk in first for row in chunk] == [b"%06d" % v for v in values]
 
 
 def test_chunks_split_by_bytes() -> None:

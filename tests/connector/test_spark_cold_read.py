@@ -11,12 +11,10 @@ driver-side planning inspected through the reader.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from connector import Admin, ClientConfig, Producer
-from connector import cold
+from connector import Admin, ClientConfig, Producer, cold
 from connector.datasource import BatchReader
 from connector.errors import OptionError
 from connector.options import parse_source_options

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from controller.signing import Credentials, action_target, sign_headers
 from tests.controller.link_proxy import LinkProxy

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _tool(*args: str) -> str:
     result = subprocess.run([sys.executable, "-m", "ha.cluster", *args], capture_output=True,
-                            text=True, timeout=120, cwd=ROOT)
+                            text=True, timeout=120, cwd=ROOT, check=False)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -64,23 +64,29 @@ def test_elect_master_raises_both_epochs_and_resets_the_sync_state_set() -> None
     assert state.apply(ElectMaster("zz", 0, 1)).status == "REPLICA_SET_NOT_FOUND"
 
 
+def _alter(master_broker_id: int, master_epoch: int, sync_state_set: tuple[int, ...],
+           sync_state_set_epoch: int) -> dict[str, object]:
+    return {"master_broker_id": master_broker_id, "master_epoch": master_epoch,
+            "sync_state_set": sync_state_set, "sync_state_set_epoch": sync_state_set_epoch}
+
+
 @pytest.mark.parametrize(
     ("request_fields", "status"),
     [
-        (dict(master_broker_id=1, master_epoch=1, sync_state_set=(1, 2), sync_state_set_epoch=1),
+        (_alter(1, 1, (1, 2), 1),
          "OK"),
         # the set it holds: a new epoch (a master fences a proposal it may have in flight)
-        (dict(master_broker_id=1, master_epoch=1, sync_state_set=(1,), sync_state_set_epoch=1),
+        (_alter(1, 1, (1,), 1),
          "OK"),
-        (dict(master_broker_id=2, master_epoch=1, sync_state_set=(1, 2), sync_state_set_epoch=1),
+        (_alter(2, 1, (1, 2), 1),
          "INVALID_MASTER"),
-        (dict(master_broker_id=1, master_epoch=0, sync_state_set=(1, 2), sync_state_set_epoch=1),
+        (_alter(1, 0, (1, 2), 1),
          "FENCED_MASTER_EPOCH"),
-        (dict(master_broker_id=1, master_epoch=1, sync_state_set=(1, 2), sync_state_set_epoch=0),
+        (_alter(1, 1, (1, 2), 0),
          "FENCED_SYNC_STATE_SET_EPOCH"),
-        (dict(master_broker_id=1, master_epoch=1, sync_state_set=(1, 7), sync_state_set_epoch=1),
+        (_alter(1, 1, (1, 7), 1),
          "INVALID_REPLICAS"),  # unknown member
-        (dict(master_broker_id=1, master_epoch=1, sync_state_set=(2, 3), sync_state_set_epoch=1),
+        (_alter(1, 1, (2, 3), 1),
          "INVALID_REPLICAS"),  # the master left out
     ],
 )
@@ -123,8 +129,8 @@ def test_commands_round_trip_and_bad_ones_are_refused() -> None:
     for command in commands:
         assert decode_command(encode_command(command)) == command
     for bad in (b"nope", b"[]", b'{"command": "x"}', b'{"command": "elect_master"}',
-                b'{"command": "elect_master", "broker_name": "a", '
-                b'"expected_master_epoch": "1", "new_master_broker_id": null}'):
+                (b'{"command": "elect_master", "broker_name": "a", '
+                b'"expected_master_epoch": "1", "new_master_broker_id": null}')):
         with pytest.raises(CodecError):
             decode_command(bad)
 

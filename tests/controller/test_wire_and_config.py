@@ -55,10 +55,10 @@ def test_raft_messages_round_trip(message: object) -> None:
     b"\xff\xfe", b"[]", b'{"v": 2, "type": "vote"}', b'{"v": 1, "type": "nope"}',
     b'{"v": 1, "type": "heartbeat_resp", "from_id": 1, "to_id": 2, "term": 3}',
     b'{"v": 1, "type": "heartbeat_resp", "from_id": 1, "to_id": 2, "term": -3, "read_seq": 0}',
-    b'{"v": 1, "type": "append", "from_id": 1, "to_id": 2, "term": 1, "prev_index": 0,'
-    b' "prev_term": 0, "entries": [[1, 1, 9, ""]], "commit_index": 0}',
-    b'{"v": 1, "type": "append", "from_id": 1, "to_id": 2, "term": 1, "prev_index": 0,'
-    b' "prev_term": 0, "entries": [[1, 1, 0, "!!"]], "commit_index": 0}',
+    (b'{"v": 1, "type": "append", "from_id": 1, "to_id": 2, "term": 1, "prev_index": 0,'
+    b' "prev_term": 0, "entries": [[1, 1, 9, ""]], "commit_index": 0}'),
+    (b'{"v": 1, "type": "append", "from_id": 1, "to_id": 2, "term": 1, "prev_index": 0,'
+    b' "prev_term": 0, "entries": [[1, 1, 0, "!!"]], "commit_index": 0}'),
 ])
 def test_malformed_raft_messages_raise_codec_errors(raw: bytes) -> None:
     with pytest.raises(CodecError):

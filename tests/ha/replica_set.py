@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.client import Admin, ClientConfig, Consumer
 from connector.protocol import PRODUCE_SCHEMA, PutReply, produce_descriptor_command

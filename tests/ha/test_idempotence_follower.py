@@ -50,7 +50,7 @@ def test_passes_equal_a_full_rebuild_and_a_cut_starts_over(tmp_path: Path) -> No
         table = follower.catch_up(now_ms=NOW_MS)
         assert sequences(table, producers) == [4, 4, None]
         cut_at = store.end_log_position
-        follower_reads_from = dict(follower._next)  # noqa: SLF001 - the pass bookkeeping
+        follower_reads_from = dict(follower._next)
         for sequence in range(5, 8):
             put_marked(store, "p1", sequence, 0)
         put_marked(store, "p3", 0, 1)
@@ -58,7 +58,7 @@ def test_passes_equal_a_full_rebuild_and_a_cut_starts_over(tmp_path: Path) -> No
         assert follower_reads_from == {("t", 0): 10, ("t", 1): 10}  # the 2nd pass began there
         full = rebuild_table(store, CONFIG, now_ms=NOW_MS)
         assert sequences(table, producers) == sequences(full, producers) == [7, 4, 0]
-        store._confirm = cut_at  # noqa: SLF001 - a slave's confirm lags; the fork is above it
+        store._confirm = cut_at
         store.truncate_to(cut_at)  # a fork cut: p1's 5..7 and p3's 0 are gone
         table = follower.catch_up(now_ms=NOW_MS)
         assert sequences(table, producers) == [4, 4, None]

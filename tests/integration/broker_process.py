@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
 

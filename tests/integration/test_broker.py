@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector import ClientConfig, Consumer
 from connector.protocol import (
@@ -94,7 +94,7 @@ def test_every_column_round_trips(broker: BrokerProcess) -> None:
     broker.action("create_topic", {"topic": "rt", "read_queue_nums": 2, "write_queue_nums": 2})
     before_ms = int(time.time() * 1000)
     table = pa.table({
-        "body": pa.array([b"\x00\xffbinary", b"", "text".encode()], pa.binary()),
+        "body": pa.array([b"\x00\xffbinary", b"", b"text"], pa.binary()),
         "key": pa.array(["k1", None, "k3"], pa.string()),
         "tags": pa.array(["TagA", "TagB", None], pa.string()),
         "properties": pa.array([[("a", "1"), ("b", "x y")], None, [("c", "")]], PROPS),

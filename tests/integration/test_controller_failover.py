@@ -31,6 +31,7 @@ import pytest
 
 from connector import Admin, ClientConfig, Consumer, Producer
 from connector.protocol.errors import RocketHAError
+from tests.ha.replica_set import wait_for
 from tests.integration.failover_cluster import (
     FailoverCluster,
     Load,
@@ -41,7 +42,6 @@ from tests.integration.failover_cluster import (
     epoch_entries,
     read_topic,
 )
-from tests.ha.replica_set import wait_for
 
 pytestmark = pytest.mark.integration
 

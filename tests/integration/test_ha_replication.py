@@ -12,8 +12,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import pyarrow.flight as flight
 import pytest
+from pyarrow import flight
 
 from connector.client import Admin, ClientConfig
 from tests.ha.replica_set import ReplicaSet, wait_for

@@ -136,10 +136,10 @@ class _FakeQuery:
     finish a batch (rows per wait from `script`; None: a batch with data is still running)."""
 
     def __init__(self, script: list[int | None], clock: list[float]) -> None:
-        self.script, self.clock, self.recentProgress = script, clock, []  # noqa: N815
+        self.script, self.clock, self.recentProgress = script, clock, []
         self.status = {"isTriggerActive": False, "isDataAvailable": False}
 
-    def awaitTermination(self, timeout_s: float) -> bool:  # noqa: N802 - Spark's name
+    def awaitTermination(self, timeout_s: float) -> bool:
         self.clock[0] += timeout_s
         if self.script:
             rows = self.script.pop(0)

@@ -278,9 +278,8 @@ def test_bad_input_is_rejected_and_nothing_written(tmp_path: Path) -> None:
 
 
 def test_second_opener_is_refused(tmp_path: Path) -> None:
-    with MessageStore(tmp_path, SMALL):
-        with pytest.raises(StoreLockedError):
-            MessageStore(tmp_path, SMALL)
+    with MessageStore(tmp_path, SMALL), pytest.raises(StoreLockedError):
+        MessageStore(tmp_path, SMALL)
 
 
 def test_reads_stop_at_the_confirm_position(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from connector.protocol import GetReply, GetTicket, PutReply, produce_descriptor_command
 from tests.integration.broker_process import BrokerProcess
@@ -94,6 +94,12 @@ def wait_for(what: str, condition: Callable[[], Any], timeout_s: float = 30.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def when(value: Any, predicate: Callable[[Any], Any]) -> Any:
+    """`value` when `predicate(value)` holds, else None: a wait_for condition that hands back
+    what it polled (the stats it waited for)."""
+    return value if predicate(value) else None
 
 
 def manifest_bases(tier_dir: Path) -> list[int]:

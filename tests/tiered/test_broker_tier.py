@@ -20,6 +20,7 @@ from tests.tiered.broker_tier import (
     read_all,
     tier_stats,
     wait_for,
+    when,
 )
 
 pytestmark = pytest.mark.integration
@@ -43,9 +44,9 @@ def test_tier_round_trip_through_the_broker(tmp_path: Path) -> None:
         produce(broker, batches=24)
         before = [read_all(broker, queue) for queue in (0, 1)]
         assert sum(map(len, before)) == 2400
-        info = wait_for("local segments deleted after tiering", lambda: (
-            lambda i: i if i["min_log_position"] > 0 and i["tiered"]["tier_segments"] >= 8
-            else None)(broker.action("broker_info")))
+        info = wait_for("local segments deleted after tiering", lambda: when(
+            broker.action("broker_info"),
+            lambda i: i["min_log_position"] > 0 and i["tiered"]["tier_segments"] >= 8))
         assert info["tiered"]["upload"]["state"] == "running"
         assert info["tiered"]["last_error"] is None
         assert [read_all(broker, queue) for queue in (0, 1)] == before
@@ -80,9 +81,9 @@ def test_sigkill_mid_upload_then_resume(tmp_path: Path) -> None:
             (broker.directory / "broker.conf").read_text().replace(
                 "tieredUploadBytesPerSecMax=98304", "tieredUploadBytesPerSecMax=67108864"))
         broker.start()
-        sealed = wait_for("every sealed segment tiered", lambda: (
-            lambda s: s if s["tier_segments"] >= 10 and not s["upload"]["uploading"]
-            and s["upload"]["pending_segments"] == 0 else None)(tier_stats(broker)))
+        sealed = wait_for("every sealed segment tiered", lambda: when(
+            tier_stats(broker), lambda s: s["tier_segments"] >= 10 and not s["upload"]["uploading"]
+            and s["upload"]["pending_segments"] == 0))
         wait_for("temp objects cleaned", lambda: not [
             p for p in segments_dir.iterdir() if ".tmp-" in p.name])
         assert _verify_listed(tier_dir) == sealed["tier_segments"] > listed

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker_process import BrokerProcess, free_port
-from tests.tiered.broker_tier import SMALL_TIER, produce, read_all, tier_stats, wait_for
+from tests.tiered.broker_tier import SMALL_TIER, produce, read_all, tier_stats, wait_for, when
 
 pytestmark = pytest.mark.integration
 
@@ -59,9 +59,9 @@ def test_promoted_slave_continues_from_the_manifest(tmp_path: Path) -> None:
                                          "tieredUploadBytesPerSecMax=67108864"]) + "\n")
         slave.start()
         sealed_min = 10
-        done = wait_for("the new master tiers the rest", lambda: (
-            lambda s: s if s["tier_segments"] >= sealed_min and s["upload"]["pending_segments"]
-            == 0 and not s["upload"]["uploading"] else None)(tier_stats(slave)))
+        done = wait_for("the new master tiers the rest", lambda: when(
+            tier_stats(slave), lambda s: s["tier_segments"] >= sealed_min
+            and s["upload"]["pending_segments"] == 0 and not s["upload"]["uploading"]))
         listed = _listed(tier_dir)
         assert len(listed) == done["tier_segments"]
         for base, entry in before_failover.items():  # nothing the old master listed changed

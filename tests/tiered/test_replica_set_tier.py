@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.ha.replica_set import ReplicaSet, wait_for
-from tests.tiered.broker_tier import SMALL_TIER
+from tests.tiered.broker_tier import SMALL_TIER, when
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +27,10 @@ def test_master_uploads_slave_reads_cold(tmp_path: Path) -> None:
             assert reply["status"] == "PUT_OK"
             acked.update(zip(map(tuple, reply["offsets"]), bodies))
         for index in (0, 1):
-            info = wait_for(lambda index=index: (
-                lambda i: i if i["min_log_position"] > 0 and i["tiered"]["tier_segments"] >= 8
-                else None)(replicas.info(index)), 30, f"replica {index} trimmed after tiering")
+            info = wait_for(lambda index=index: when(
+                replicas.info(index),
+                lambda i: i["min_log_position"] > 0 and i["tiered"]["tier_segments"] >= 8),
+                30, f"replica {index} trimmed after tiering")
             assert info["tiered"]["last_error"] is None
         assert replicas.info(0)["tiered"]["upload"]["uploaded_segments"] >= 8
         assert replicas.info(1)["tiered"]["upload"] == {"state": "off"}

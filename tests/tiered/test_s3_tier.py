@@ -26,7 +26,7 @@ from storage_engine.tiered import (
     TierVerifyError,
 )
 from tests.integration.broker_process import BrokerProcess
-from tests.tiered.broker_tier import SMALL_TIER, produce, read_all, tier_stats, wait_for
+from tests.tiered.broker_tier import SMALL_TIER, produce, read_all, tier_stats, wait_for, when
 from tests.tiered.moto_s3 import MotoS3, moto_s3_server
 
 pytestmark = [pytest.mark.s3, pytest.mark.integration]
@@ -96,9 +96,9 @@ def test_s3_round_trip_through_the_broker(s3: MotoS3, tmp_path: Path) -> None:
     try:
         produce(broker, batches=20)
         before = [read_all(broker, queue) for queue in (0, 1)]
-        info = wait_for("tiered to S3 and local segments deleted", lambda: (
-            lambda i: i if i["min_log_position"] > 0 and i["tiered"]["tier_segments"] >= 6
-            else None)(broker.action("broker_info")))
+        info = wait_for("tiered to S3 and local segments deleted", lambda: when(
+            broker.action("broker_info"),
+            lambda i: i["min_log_position"] > 0 and i["tiered"]["tier_segments"] >= 6))
         assert info["tiered"]["url"] == "s3://tier/cluster-1"
         assert info["tiered"]["last_error"] is None
         assert "Secret" not in str(info) and s3.secret_access_key not in str(info)
@@ -123,9 +123,8 @@ def test_s3_failures_are_reported_and_hot_traffic_goes_on(s3: MotoS3, tmp_path: 
     try:
         produce(broker, batches=12)
         expected_kind = "access_denied" if case == "bad_key" else "not_found"
-        stats = wait_for("the failure in stats", lambda: (
-            lambda s: s if s["last_error"] and s["upload"]["upload_failures"] >= 2 else None)(
-                tier_stats(broker)))
+        stats = wait_for("the failure in stats", lambda: when(
+            tier_stats(broker), lambda s: s["last_error"] and s["upload"]["upload_failures"] >= 2))
         assert stats["last_error"]["kind"] == expected_kind
         if case == "no_bucket":
             assert "no-such-bucket" in stats["last_error"]["message"]
@@ -164,9 +163,8 @@ def test_s3_sigkill_mid_upload_then_resume(s3: MotoS3, tmp_path: Path) -> None:
         conf.write_text(conf.read_text().replace("tieredUploadBytesPerSecMax=65536",
                                                  "tieredUploadBytesPerSecMax=67108864"))
         broker.start()
-        stats = wait_for("every sealed segment tiered", lambda: (
-            lambda s: s if s["tier_segments"] >= 4 and not s["upload"]["uploading"]
-            else None)(tier_stats(broker)))
+        stats = wait_for("every sealed segment tiered", lambda: when(
+            tier_stats(broker), lambda s: s["tier_segments"] >= 4 and not s["upload"]["uploading"]))
         assert _visible(client, "killed") == _listed(client, "killed")
         assert len(_listed(client, "killed")) == stats["tier_segments"]
         assert stats["last_error"] is None

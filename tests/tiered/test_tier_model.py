@@ -6,6 +6,7 @@ file:// tier in a temp directory; uploads and retention driven directly (no thre
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import time
 from pathlib import Path
@@ -73,7 +74,7 @@ def test_any_shape_any_upload_order_reads_back(shape: list, rng) -> None:
                 spans = sorted((q.first_queue_offset, q.end_queue_offset)
                                for s in manifest.segments for q in s.queues
                                if (q.topic, q.queue_id) == key)
-                assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+                assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
                 assert not spans or spans[0][0] == 0
             assert {key: _read_queue(store, *key) for key in queues} == before
         finally:

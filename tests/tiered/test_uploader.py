@@ -6,6 +6,7 @@ uploader's and retention's passes are driven by the test (no threads, no sleeps)
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import pickle
 import time
@@ -26,6 +27,7 @@ from storage_engine import (
     decode_record,
 )
 from storage_engine.config import TieredStoreConfig
+from storage_engine.tiered.errors import TieredStorageError
 from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.reader import (
     block_columns,
@@ -65,7 +67,7 @@ def _read_all(store: MessageStore, topic: str, queue_id: int, *, block: bool) ->
                                              max_bytes=20_000)
             sizes = np.asarray(result.sizes).tolist()
             ends = np.cumsum([0] + sizes).tolist()
-            found = [result.data[a:b] for a, b in zip(ends, ends[1:])]
+            found = [result.data[a:b] for a, b in itertools.pairwise(ends)]
         else:
             result = store.get_messages(topic, queue_id, cursor, max_count=37, max_bytes=20_000)
             found = list(result.records)
@@ -105,7 +107,7 @@ def test_tier_then_delete_local_then_read_back(store: MessageStore, tmp_path: Pa
     at_once: list[int] = []
     upload = tier.uploader.upload_segment
 
-    def counting(base: int, size: int):  # noqa: ANN202 - a spy around the real upload
+    def counting(base: int, size: int):
         at_once.append(len(tier.uploader._in_flight))
         return upload(base, size)
 
@@ -166,7 +168,7 @@ def test_upload_failure_is_reported_and_retried(store: MessageStore, tmp_path: P
     config = dataclasses.replace(TIERED, url=f"file://{blocker}/tier")
     tier = TierService(store, config, broker_name="broker-a", writer="w")
     tier.attach()
-    with pytest.raises(Exception):
+    with pytest.raises(TieredStorageError):
         tier.uploader.run_pass(wait=True)
     base, size, _ = store.tier_segments()[0]
     tier.uploader._upload_guarded(base, size)
