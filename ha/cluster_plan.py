@@ -3,14 +3,27 @@
     rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR
                           [--replica-sets N] [--set KEY=VALUE ...] [--controller-set KEY=VALUE ...]
                           [--install-dir /opt/rocketha] [--data-dir /var/lib/rocketha]
-                          [--user rocketha]
+                          [--user rocketha] [--insecure]
 
 Writes, for each host, a tree to copy onto that machine's root (`rsync -a DIR/a/ root@a:/`):
 
     DIR/<host>/etc/rocketha/<name>.conf                 broker or controller config
     DIR/<host>/etc/systemd/system/rocketha-<name>.service   one unit per process
     DIR/<host>/etc/rocketha/PORTS                        TCP ports to open on this machine
+    DIR/<host>/etc/rocketha/tls/                         ca.pem, <name>.pem, <name>-key.pem
+    DIR/<host>/etc/rocketha/admin.secret                 (controller hosts) the admin's secret
+    DIR/client/                                          client.properties, admin.credentials,
+                                                         the tools' certificate (the operator's)
+    DIR/ca/                                              the cluster CA's key: keep it offline
     DIR/plan.json                                       every process: host, ports, files
+
+Secured like `rocketha-cluster up` unless `--insecure`: mutual TLS on every link with member
+certificates of the plan's own CA (identities as `up` gives them, the host as IP/DNS SAN),
+authentication and authorization on, and a generated Super user `admin` that the controllers
+create at their first start (initAuthenticationUser; its secret only in admin.secret and in
+DIR/client). Secrets and keys are written 0600; the units run as `--user`, so after copying,
+`chown -R <user>: /etc/rocketha` on each machine. `--insecure` writes plaintext configs with
+allowInsecure=true (they may listen beyond loopback only because they say so).
 
 Placement: controller n<i> on host i (so `--controllers` <= number of hosts); the brokers of
 replica set s (`broker-a`, `broker-b`, ...) with brokerId i on host (s + i) mod hosts, so no two
@@ -31,11 +44,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import string
 from pathlib import Path
 from typing import Any
 
+from connector.protocol.tls import broker_identity, client_identity, controller_identity
+from ha.cluster_certs import ensure_ca
 from ha.cluster_controllers import CONTROLLER_COUNTS
+from ha.local_processes import write_private_text
 
 __all__ = ["PlanError", "add_arguments", "plan_cluster", "run", "unit_text", "write_plan"]
 
@@ -45,6 +62,9 @@ CONTROLLER_PORT = 9878  # client (Arrow Flight) port
 CONTROLLER_RAFT_PORT = 9880
 REPLICA_SETS_MAX = 26
 CLUSTER_NAME = "RocketHACluster"
+ETC_DIR = "/etc/rocketha"  # where a host's tree puts the configs (units name it too)
+ADMIN_NAME = "admin"
+CLIENT_CERT_NAME = "client-admin"
 
 
 EXTRA_PORT_KEYS = {"metricsPort": "metrics", "consolePort": "console"}  # 0 = off
@@ -74,11 +94,30 @@ QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyn
                          "allAckInSyncStateSet"})
 
 
+def _security(name: str, kind: str, admin_access_key: str | None) -> dict[str, str]:
+    """The tls.* and auth keys of one member (paths as installed under ETC_DIR); with no
+    admin key (`--insecure`), allowInsecure=true instead."""
+    if admin_access_key is None:
+        return {"allowInsecure": "true"}
+    tls = f"{ETC_DIR}/tls"
+    settings = {"tls.server.mode": "enforcing", "tls.server.need.client.auth": "require",
+                "tls.server.certPath": f"{tls}/{name}.pem",
+                "tls.server.keyPath": f"{tls}/{name}-key.pem",
+                "tls.server.trustCertPath": f"{tls}/ca.pem",
+                "authenticationEnabled": "true", "authorizationEnabled": "true"}
+    if kind == "controller":
+        settings.update({"initAuthenticationUser": f"{ADMIN_NAME}:{admin_access_key}",
+                         "initAuthenticationUserSecretFile": f"{ETC_DIR}/admin.secret"})
+    return settings
+
+
 def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_sets: int = 1,
                  broker_overrides: dict[str, str] | None = None,
                  controller_overrides: dict[str, str] | None = None,
-                 data_dir: str = "/var/lib/rocketha") -> list[dict[str, Any]]:
-    """Every process of the cluster: kind, name, host, ports, config settings."""
+                 data_dir: str = "/var/lib/rocketha",
+                 admin_access_key: str | None = None) -> list[dict[str, Any]]:
+    """Every process of the cluster: kind, name, host, ports, config settings, and (secured:
+    `admin_access_key` given) its certificate identity under "tls_identity"."""
     if not hosts or len(set(hosts)) != len(hosts) or any(not h.strip() for h in hosts):
         raise PlanError(f"--hosts {','.join(hosts)!r}: distinct, non-empty names")
     if controllers not in CONTROLLER_COUNTS[1:] or controllers > len(hosts):
@@ -95,17 +134,16 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
     controller_addr = ";".join(f"{hosts[i - 1]}:{CONTROLLER_PORT}" for i in ids)
     for node_id in ids:
         name = f"controller-n{node_id}"
+        identity = controller_identity(node_id)
         settings = {"controllerDLegerPeers": peers, "controllerDLegerSelfId": f"n{node_id}",
                     "controllerAddr": controller_addr,
                     "controllerStorePath": f"{data_dir}/{name}",
-                    # no certificates are planned yet: plaintext, said explicitly (README
-                    # "Transport security" shows the tls.* keys to add)
-                    "allowInsecure": "true",
+                    **_security(name, "controller", admin_access_key),
                     **(controller_overrides or {})}
         processes.append({"kind": "controller", "name": name, "host": hosts[node_id - 1],
                           "ports": {"client": CONTROLLER_PORT, "raft": CONTROLLER_RAFT_PORT,
                                     **_extra_ports(settings)},
-                          "settings": settings})
+                          "settings": settings, "tls_identity": identity})
     on_host = dict.fromkeys(hosts, 0)
     overrides = broker_overrides or {}
     for set_index in range(replica_sets):
@@ -119,7 +157,9 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
                         "brokerId": str(broker_id), "brokerIP1": host,
                         "listenPort": str(port), "storePathRootDir": f"{data_dir}/{name}",
                         "enableControllerMode": "true", "controllerAddr": controller_addr,
-                        "brokerRole": "SYNC_MASTER", "allowInsecure": "true"}
+                        "brokerRole": "SYNC_MASTER"}
+            identity = broker_identity(set_name, f"{host}:{port}")
+            settings.update(_security(name, "broker", admin_access_key))
             if replicas > 1:
                 settings.update({"totalReplicas": str(replicas), "haListenPort": str(port + 1)})
             settings.update(overrides)
@@ -128,7 +168,7 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
             ports = {"client": port, **({"ha": port + 1} if replicas > 1 else {}),
                      **_extra_ports(settings)}
             processes.append({"kind": "broker", "name": name, "host": host, "ports": ports,
-                              "settings": settings})
+                              "settings": settings, "tls_identity": identity})
     return processes
 
 
@@ -163,9 +203,58 @@ def unit_text(process: dict[str, Any], *, install_dir: str, user: str,
     ])
 
 
+def _write_secrets(processes: list[dict[str, Any]], out: Path, admin_access_key: str
+                   ) -> list[Path]:
+    """The CA (DIR/ca, never copied to a host), each member's certificate and key and the CA
+    certificate in its host's tls/, the admin's secret on the controllers' hosts, and the
+    operator's DIR/client (client.properties, admin.credentials, the tools' certificate)."""
+    ca = ensure_ca(out / "ca")
+    secret = secrets.token_urlsafe(24)
+    written: list[Path] = []
+
+    def place(source: Path, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_private_text(target, source.read_text())
+        written.append(target)
+
+    for process in processes:
+        etc = out / process["host"] / ETC_DIR.lstrip("/")
+        issued = ca.issue(process["name"], process["tls_identity"], [process["host"]])
+        place(issued.cert_path, etc / "tls" / f"{process['name']}.pem")
+        place(issued.key_path, etc / "tls" / f"{process['name']}-key.pem")
+        issued.key_path.unlink()  # the member's key lives only in its host's tree
+        place(ca.cert_path, etc / "tls" / "ca.pem")
+        if process["kind"] == "controller":
+            write_private_text(etc / "admin.secret", secret + "\n")
+            written.append(etc / "admin.secret")
+    client = (out / "client").resolve()
+    client.mkdir(parents=True, exist_ok=True)
+    issued = ca.issue(CLIENT_CERT_NAME, client_identity(ADMIN_NAME), ["127.0.0.1"])
+    for source in (ca.cert_path, issued.cert_path, issued.key_path):
+        place(source, client / source.name)
+    issued.key_path.unlink()
+    credentials = f"accessKey={admin_access_key}\nsecretKey={secret}\n"
+    write_private_text(client / "admin.credentials",
+                       f"# the cluster's Super user {ADMIN_NAME}\n{credentials}")
+    controller_addr = next(p["settings"]["controllerAddr"] for p in processes
+                           if p["kind"] == "controller")
+    write_private_text(client / "client.properties", "\n".join([
+        "# rocketha client settings, written by rocketha-cluster plan (mode 0600); the paths",
+        "# are where plan wrote them: edit them if this directory moves",
+        f"controllerAddr={controller_addr}",
+        f"tls.client.trustCertPath={client / 'ca.pem'}",
+        f"tls.client.certPath={client / (CLIENT_CERT_NAME + '.pem')}",
+        f"tls.client.keyPath={client / (CLIENT_CERT_NAME + '-key.pem')}",
+        f"# the Super user {ADMIN_NAME}", credentials]))
+    written += [client / "admin.credentials", client / "client.properties"]
+    return written
+
+
 def write_plan(processes: list[dict[str, Any]], out: Path, *, install_dir: str,
-               user: str, data_dir: str = "/var/lib/rocketha") -> list[Path]:
-    """Write the per-host trees and plan.json; returns the files written."""
+               user: str, data_dir: str = "/var/lib/rocketha",
+               admin_access_key: str | None = None) -> list[Path]:
+    """Write the per-host trees and plan.json (with `admin_access_key`: the certificates and
+    secrets of a secured plan too); returns the files written."""
     written: list[Path] = []
     by_host: dict[str, list[dict[str, Any]]] = {}
     for process in processes:
@@ -192,6 +281,8 @@ def write_plan(processes: list[dict[str, Any]], out: Path, *, install_dir: str,
                 lines.append(f"{port}/tcp\t{process['name']} {role}")
         ports.write_text("\n".join(lines) + "\n")
         written.append(ports)
+    if admin_access_key is not None:
+        written += _write_secrets(processes, out, admin_access_key)
     (out / "plan.json").write_text(json.dumps({"processes": processes}, indent=1))
     written.append(out / "plan.json")
     return written
@@ -222,24 +313,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default="/var/lib/rocketha",
                         help="stores: <data-dir>/<name>")
     parser.add_argument("--user", default="rocketha", help="the user the units run as")
+    parser.add_argument("--insecure", action="store_true",
+                        help="plaintext and no authentication (configs say allowInsecure=true)")
 
 
 def run(args: argparse.Namespace) -> int:
     """`plan`: prints one line per process, then where the files are."""
     hosts = [h.strip() for h in args.hosts.split(",")]
+    admin_access_key = None if args.insecure else f"rocketha-{secrets.token_hex(6)}"
     try:
         processes = plan_cluster(
             hosts, replicas=args.replicas, controllers=args.controllers,
             replica_sets=args.replica_sets, broker_overrides=_pairs(args.set, "--set"),
             controller_overrides=_pairs(args.controller_set, "--controller-set"),
-            data_dir=args.data_dir)
+            data_dir=args.data_dir, admin_access_key=admin_access_key)
     except PlanError as err:
         print(f"rocketha-cluster plan: {err}")
         return 2
+    if admin_access_key is not None and (args.out / "ca").exists():
+        print(f"rocketha-cluster plan: {args.out}/ca exists: a new plan gets a new CA "
+              "(choose another --out)")
+        return 2
     write_plan(processes, args.out, install_dir=args.install_dir, user=args.user,
-               data_dir=args.data_dir)
+               data_dir=args.data_dir, admin_access_key=admin_access_key)
     for process in processes:
         ports = ", ".join(f"{role} {port}" for role, port in process["ports"].items())
         print(f"{process['host']}\t{process['name']}\t{ports}")
     print(f"wrote {args.out}/<host>/etc/... for {len(set(hosts))} hosts and {args.out}/plan.json")
+    if admin_access_key is not None:
+        print(f"secured: copy each tree, then `chown -R {args.user}: {ETC_DIR}` there (keys and "
+              f"secrets are 0600); tools use {args.out}/client/client.properties; keep "
+              f"{args.out}/ca (the CA key) off the hosts")
     return 0
