@@ -21,13 +21,21 @@ brokers (epoch of their last log entry, max log position, priority). Output: an 
 The caller turns OK (and MASTER_NOT_AVAILABLE while a master is still recorded) into an
 `ElectMaster` command fenced by the master epoch it decided on; applying it raises the epoch.
 
-`positions_final` guards the early election (a master found dead by a probe, before its
-heartbeats time out): the candidates are ranked by the log positions their heartbeats carry,
-which trail by up to one heartbeat interval while the master was still shipping; a slave's
-report that it lost the master carries its final position (nothing arrives after that), so the
-election waits until every alive SyncStateSet member has sent one, or `wait_max_ms` passed.
-Ranking a stale position first could elect a slave that lacks acknowledged messages another
-member holds (seen: 10 acked rows cut as a fork on the better slave).
+`positions_final` guards every election that replaces a master (found dead by a probe, silent
+past the heartbeat timeout, or abandoning its epoch): with a quorum smaller than the
+SyncStateSet (inSyncReplicas=2 of 3, the default of `rocketha-cluster up`) an acknowledged
+message may be on the master and one slave only, so the new master must be the best of EVERY
+other member of the set, each with its final position: its latest heartbeat says it lost the
+master of this epoch (a slave still linked to the old master may be acking for it, and a
+position heard before the loss may understate its log). Until then nobody is elected: a
+member that is down, or that the controller cannot hear, stops the election (as a Raft
+majority would), and the master keeps serving those who still reach it (past its lease only
+with every member's ack). Found by a chaos campaign's ring partition (tests/chaos/nemesis.py
+`shape`): the controller leader heard one slave only, elected it, and the 156 messages the cut-
+off master had acknowledged with the other slave's ack were cut as a fork. Before that, an
+early election that ranked a stale position cut 10 acked rows the same way. After a "no
+master" fence (master_broker_id None) every member of the set must be heard, the old master
+included (the controller no longer knows which member it was).
 
 `failover_decision` is the leader's periodic check of one replica set (RocketMQ's
 scanInactiveMasterAndTriggerReelect): nothing while the master is alive (and keeps its
@@ -40,7 +48,7 @@ into the ElectMaster to propose (a new master, or "no master" to fence a dead on
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from controller.api import ReplicaInfo
 
@@ -108,6 +116,7 @@ def failover_decision(
     replica: ReplicaInfo,
     alive: Mapping[int, BrokerLiveness],
     *,
+    reported_lost: Collection[int],
     led_for_ms: int,
     heartbeat_timeout_ms: int,
     unclean_enabled: bool,
@@ -115,7 +124,9 @@ def failover_decision(
     """What the leader's scan should propose for `replica` (None: nothing).
 
     Returns an Election whose `broker_id` is the new master, or None-as-master ("no master",
-    status MASTER_NOT_AVAILABLE) to fence a dead master nobody can replace.
+    status MASTER_NOT_AVAILABLE) to fence a dead master nobody can replace. `reported_lost`:
+    the members whose latest heartbeat says they lost the master of this epoch
+    (LiveTable.reported_master_lost); a master is replaced only once `positions_final`.
     """
     master = replica.master_broker_id
     if master is not None:
@@ -127,6 +138,8 @@ def failover_decision(
         return None
     election = choose_master(replica, alive, unclean_enabled=unclean_enabled)
     if election.status == "OK":
+        if not unclean_enabled and not positions_final(replica, alive, reported_lost):
+            return None  # a member's acks may be missing from the best one heard: wait
         return election
     if election.status == "MASTER_NOT_AVAILABLE" and master is not None:
         return election
@@ -139,9 +152,13 @@ def _abandoned(replica: ReplicaInfo, master: BrokerLiveness) -> bool:
 
 
 def positions_final(replica: ReplicaInfo, alive: Mapping[int, BrokerLiveness],
-                    reported_lost: Iterable[int], *, waited_ms: int, wait_max_ms: int) -> bool:
-    """May the election rank `alive` by their log positions now? (See the module docstring.)
-    `reported_lost`: members whose latest heartbeat says they lost the master of this epoch."""
-    members = {broker_id for broker_id in replica.sync_state_set
-               if broker_id in alive and broker_id != replica.master_broker_id}
-    return members <= set(reported_lost) or waited_ms >= wait_max_ms
+                    reported_lost: Collection[int]) -> bool:
+    """May an election that replaces the master rank the members by their positions now?
+    (See the module docstring.) The first election of a set replaces nobody."""
+    if replica.master_epoch == 0:
+        return True
+    master = replica.master_broker_id
+    if master is None:  # fenced "no master": the old one is some member; hear them all
+        return set(replica.sync_state_set) <= set(alive)
+    others = set(replica.sync_state_set) - {master}
+    return others <= set(alive) and others <= set(reported_lost)

@@ -73,7 +73,7 @@ from controller.api import (
     role_of,
 )
 from controller.config import ControllerConfig
-from controller.election import choose_master, failover_decision, positions_final
+from controller.election import choose_master, failover_decision
 from controller.errors import (
     BusyError,
     CodecError,
@@ -159,9 +159,6 @@ class ControllerNode:
         self._lease_holds: dict[str, tuple[int, int | None]] = {}
         self._scan_wakeup: asyncio.Event | None = None
         self._suspects: dict[str, int] = {}  # broker_name -> master epoch a slave lost
-        # broker_name -> (master epoch, when a probe found its master dead): the election
-        # waits for the slaves' final positions (election.positions_final)
-        self._found_dead: dict[str, tuple[int, int]] = {}
         self._stopping: asyncio.Event | None = None
         self._transport: RaftTransport | None = None
         self._fatal: BaseException | None = None
@@ -432,22 +429,15 @@ class ControllerNode:
                 logger.info("%s: %s's master %d at %s refuses connections (a slave lost it): "
                             "dead", self.prefix, broker_name, replica.master_broker_id,
                             replica.master_address)
+                # elected once every other member reported its final position
+                # (election.positions_final, checked by failover_decision)
                 self.live.forget(broker_name, [replica.master_broker_id])
-                self._found_dead[broker_name] = (epoch, _monotonic_ms())
 
     async def _maybe_elect(self, replica: ReplicaInfo, now_ms: int) -> None:
         since = self._leader_since_ms
         alive = self.live.alive(replica, now_ms)
-        found = self._found_dead.get(replica.broker_name)
-        if found is not None and found[0] == replica.master_epoch:
-            if not positions_final(replica, alive, self.live.reported_master_lost(replica, now_ms),
-                                   waited_ms=now_ms - found[1],
-                                   wait_max_ms=self.config.heartbeat_timeout_ms):
-                return  # a slave's position may be stale: wait for its lost-master report
-        elif found is not None:
-            del self._found_dead[replica.broker_name]
         decision = failover_decision(
-            replica, alive,
+            replica, alive, reported_lost=self.live.reported_master_lost(replica, now_ms),
             led_for_ms=0 if since is None else now_ms - since,
             heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
             unclean_enabled=self.config.unclean_election_enabled,
@@ -509,11 +499,8 @@ class ControllerNode:
             return HeartbeatReply("BROKER_NOT_REGISTERED")
         abandoned = (request.broker_id == replica.master_broker_id
                      and request.master_epoch_abandoned == replica.master_epoch > 0)
-        if abandoned and len(self._found_dead) < SUSPECTS_MAX:
-            # the master restarted since its epoch began: elect again once the slaves' final
-            # positions are in (election.positions_final), as for a master found dead
-            self._found_dead.setdefault(replica.broker_name,
-                                        (replica.master_epoch, _monotonic_ms()))
+        # abandoned: the master restarted since its epoch began: elect again once the other
+        # members' final positions are in (election.positions_final)
         if ((replica.master_broker_id is None or abandoned)
                 and self._scan_wakeup is not None):
             self._scan_wakeup.set()  # elect now, not at the next scan

@@ -211,35 +211,58 @@ def test_choose_master(replica: ReplicaInfo, alive: dict[int, BrokerLiveness],
 
 
 @pytest.mark.parametrize(
-    ("replica", "alive", "led_for_ms", "expected"),
+    ("replica", "alive", "lost", "led_for_ms", "expected"),
     [
-        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0), (2, 4, 0, 0)), 10_000, None),  # alive
-        # alive, but it abandons its epoch: elect now (no grace: its heartbeat says so)
-        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0, 4), (2, 4, 5, 0)), 0, ("OK", 2)),
-        (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), 500, None),  # new leader: wait
-        (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), 3000, ("OK", 2)),
-        (_replica(1, 4, (1, 2)), {}, 10_000, None),  # nobody alive: nothing to do
-        (_replica(1, 4, (1, 2)), _alive((3, 4, 0, 0)), 10_000, ("MASTER_NOT_AVAILABLE", None)),
-        (_replica(None, 5, (1, 2)), _alive((3, 4, 0, 0)), 10_000, None),  # already fenced
-        (_replica(None, 5, (1, 2)), _alive((2, 4, 0, 0)), 0, ("OK", 2)),  # no grace needed
-        (_replica(None, 0, ()), _alive((3, 0, 0, 0)), 0, ("OK", 3)),  # first election
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0), (2, 4, 0, 0)), (), 10_000, None),  # alive
+        # alive, but it abandons its epoch: elect now (no grace: its heartbeat says so), once
+        # the other member reported it lost the master
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0, 4), (2, 4, 5, 0)), (2,), 0, ("OK", 2)),
+        (_replica(1, 4, (1, 2)), _alive((1, 4, 0, 0, 4), (2, 4, 5, 0)), (), 0, None),
+        (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), (2,), 500, None),  # new leader: wait
+        (_replica(1, 4, (1, 2)), _alive((2, 4, 0, 0)), (2,), 3000, ("OK", 2)),
+        (_replica(1, 4, (1, 2)), {}, (), 10_000, None),  # nobody alive: nothing to do
+        (_replica(1, 4, (1, 2)), _alive((3, 4, 0, 0)), (), 10_000,
+         ("MASTER_NOT_AVAILABLE", None)),
+        (_replica(None, 5, (1, 2)), _alive((3, 4, 0, 0)), (), 10_000, None),  # already fenced
+        # fenced "no master": every member of the set must be heard (the old one is one)
+        (_replica(None, 5, (1, 2)), _alive((2, 4, 0, 0)), (), 0, None),
+        (_replica(None, 5, (1, 2)), _alive((1, 4, 0, 0), (2, 4, 5, 0)), (), 0, ("OK", 2)),
+        (_replica(None, 0, ()), _alive((3, 0, 0, 0)), (), 0, ("OK", 3)),  # first election
+        # the chaos ring partition (seed 61): master 1 and slave 2 cut off from the leader,
+        # slave 3 heard alone; 1 acked puts with 2's ack that 3 lacks: 3 must not be elected
+        (_replica(1, 4, (1, 2, 3)), _alive((3, 4, 900, 0)), (3,), 10_000, None),
+        # 2 heard too, but still linked to the old master (no loss reported): not final yet
+        (_replica(1, 4, (1, 2, 3)), _alive((2, 4, 800, 0), (3, 4, 900, 0)), (3,), 10_000, None),
+        (_replica(1, 4, (1, 2, 3)), _alive((2, 4, 950, 0), (3, 4, 900, 0)), (2, 3), 10_000,
+         ("OK", 2)),
     ],
 )
 def test_failover_decision(replica: ReplicaInfo, alive: dict[int, BrokerLiveness],
-                           led_for_ms: int, expected: tuple[str, int | None] | None) -> None:
-    decision = failover_decision(replica, alive, led_for_ms=led_for_ms,
+                           lost: tuple[int, ...], led_for_ms: int,
+                           expected: tuple[str, int | None] | None) -> None:
+    decision = failover_decision(replica, alive, reported_lost=lost, led_for_ms=led_for_ms,
                                  heartbeat_timeout_ms=3000, unclean_enabled=False)
     assert (None if decision is None else (decision.status, decision.broker_id)) == expected
 
 
-def test_an_early_election_waits_for_every_slave_final_position() -> None:
-    # Master 1 found dead by a probe; slaves 2 and 3 alive, in the set. Slave 2 reported the
-    # loss (final position); slave 3's last heartbeat predates it and may understate its log.
+def test_unclean_election_does_not_wait_for_final_positions() -> None:
+    decision = failover_decision(_replica(1, 4, (1, 2, 3)), _alive((3, 4, 900, 0)),
+                                 reported_lost=(), led_for_ms=10_000, heartbeat_timeout_ms=3000,
+                                 unclean_enabled=True)
+    assert decision is not None and (decision.status, decision.broker_id) == ("OK", 3)
+
+
+def test_a_master_is_replaced_only_with_every_other_member_final() -> None:
+    # Master 1 gone; slaves 2 and 3 in the set. Slave 2 reported the loss (final position);
+    # slave 3's last heartbeat predates one and may understate its log (or it may still be
+    # acking for the old master).
     replica = _replica(1, 4, (1, 2, 3))
     alive = _alive((2, 4, 900, 0), (3, 4, 800, 0))
-    assert not positions_final(replica, alive, {2}, waited_ms=50, wait_max_ms=3000)
-    assert positions_final(replica, alive, {2, 3}, waited_ms=50, wait_max_ms=3000)
-    assert positions_final(replica, alive, {2}, waited_ms=3000, wait_max_ms=3000)  # bounded
-    # A member outside the set or not alive is not waited for.
-    assert positions_final(_replica(1, 4, (1, 2)), alive, {2}, waited_ms=0, wait_max_ms=3000)
-    assert positions_final(replica, _alive((2, 4, 900, 0)), {2}, waited_ms=0, wait_max_ms=3000)
+    assert not positions_final(replica, alive, {2})
+    assert positions_final(replica, alive, {2, 3})
+    # A member of the set that is not heard stops it: it may hold acks the others lack.
+    assert not positions_final(replica, _alive((2, 4, 900, 0)), {2})
+    # A member outside the set is not waited for.
+    assert positions_final(_replica(1, 4, (1, 2)), alive, {2})
+    # The first election replaces nobody.
+    assert positions_final(_replica(None, 0, ()), {}, ())

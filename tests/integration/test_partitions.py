@@ -157,6 +157,57 @@ def test_cut_off_master_with_in_sync_replicas_one_acks_alone_only_under_its_leas
     _partitioned_master(tmp_path, action=action, quorum=QUORUM_ONE, acks_on_master_alone=True)
 
 
+def test_a_bridge_partition_never_elects_a_slave_missing_acks(
+        test_hosts: Callable[[int], HostNetwork], tmp_path: Path) -> None:
+    """Chaos finding (seed 61, `--faults shape`): a partial partition. The master M and slave
+    S1 reach each other but not the controller; slave S2 reaches the controller but not M. M
+    keeps acknowledging under its lease with S1's ack (inSyncReplicas=2 of 3), so S2 lacks
+    those puts: electing S2, the only member the controller heard, cut them as a fork (156
+    acks in the campaign). Now an election waits until every other member of the SyncStateSet
+    reported its final position (controller/election.py positions_final): no election while
+    S1 is unheard; M, past its lease, acks only what every member holds (nothing, with S2 cut
+    off); after the heal M goes on as master and every acknowledged put is there once."""
+    cluster = load = None
+    try:
+        cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3, hosts=True,
+                                  controller_settings=CONTROLLER_FAST, **QUORUM_AUTO)
+        network = cluster.network
+        assert network is not None
+        master, info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(master, 3)
+        epoch = info["master_epoch"]
+        s1, s2 = sorted(name for name in cluster.members(SET_A) if name != master)
+        controller = cluster.host(next(iter(cluster.controllers)))
+        load = Load(_producer_config(cluster), "orders", _run_id(),
+                    messages_max=1_000_000).start()
+        load.wait_acks(ACKS_BEFORE)
+        cut_at = time.monotonic()
+        for name in (master, s1):  # M and S1 lose the controller
+            network.block(cluster.host(name), controller.address, direction="both")
+        network.block(cluster.host(master), cluster.host(s2).address, direction="both")
+        # past the heartbeat timeout (an election would have happened) and a bit more
+        held_s = int(CONTROLLER_FAST["controllerHeartbeatTimeoutMs"]) / 1000 + 3.0
+        time.sleep(held_s)
+        during = load.acks_after(cut_at)
+        state = cluster.replica_state(SET_A)
+        network.heal()
+        healed_at = time.monotonic()
+        load.wait_acks(len(load.acked) + ACKS_AFTER, timeout_s=ELECTION_DEADLINE_S)
+        load.stop()
+        final = cluster.master_now(SET_A)
+        assert final is not None
+        print(f"\nbridge: {master} and {s1} cut from the controller, {s2} from {master}; "
+              f"{len(during)} acks while cut; state while cut {state}; master after heal "
+              f"{final[0]} (epoch {final[1]['master_epoch']}); outcomes {dict(counts(load))}")
+        cluster.wait_confirm_at_end(final[0])
+        _assert_exactly_once(load, read_topic(cluster.endpoint(final[0]), "orders"))
+        # S2 alone was heard: it must not have been elected (it lacks M's acks)
+        assert state["master_epoch"] == epoch and state["master_broker_id"] is not None, state
+        assert load.acks_after(healed_at), "no put acknowledged after the heal"
+    finally:
+        _tear_down(cluster, load)
+
+
 def test_cut_off_controller_leader_never_stops_the_data_plane(
         test_hosts: Callable[[int], HostNetwork], tmp_path: Path) -> None:
     """The controller leader's host loses its link: a new leader within seconds, the master

@@ -118,6 +118,7 @@ from ha.slave_core import (
     RestartLogAt,
     SetConfirm,
     SlaveReplication,
+    SlaveState,
     Truncate,
 )
 from ha.slave_core import (
@@ -125,6 +126,7 @@ from ha.slave_core import (
 )
 from ha.slave_core import SendFrame as SlaveSendFrame
 from storage_engine import EpochEntry
+from tests.support.partitions import shape_cuts
 
 SET = "broker-a"
 CLUSTER = "sim"
@@ -167,9 +169,13 @@ class ClusterOptions:
     put_period_ms: int
     disk_delay_ms: int
     quorum: str = "all-ack"  # QUORUMS key: the brokers' quorum rule (the same for every seed)
+    # half of the partitions are partial (tests/chaos/nemesis.py shape_cuts: a bridge or a
+    # majorities ring over every process); off by default, so older seeds replay unchanged
+    partial: bool = False
 
     @classmethod
-    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack") -> ClusterOptions:
+    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack",
+                  partial: bool = False) -> ClusterOptions:
         rng = random.Random(seed ^ 0xC1A5)
         return cls(seed=seed, duration_ms=duration_ms,
                    drop_probability=rng.choice((0.0, 0.01, 0.05)),
@@ -180,12 +186,13 @@ class ClusterOptions:
                    torn_write_probability=rng.choice((0.0, 0.5)),
                    transfer_batch_bytes=rng.choice((24, 40, 4096)),
                    put_period_ms=rng.choice((5, 20, 50)),
-                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum)
+                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum, partial=partial)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
+        partial = " --partial" if self.partial else ""
         return (f"python3 build.py sim --cluster --seed {self.seed} "
-                f"--duration-ms {self.duration_ms}{quorum} --trace")
+                f"--duration-ms {self.duration_ms}{quorum}{partial} --trace")
 
 
 def make_record(msg_id: int) -> bytes:
@@ -336,6 +343,7 @@ class SimController:
         if replica is None:
             return
         decision = failover_decision(replica, self.live.alive(replica, now),
+                                     reported_lost=self.live.reported_master_lost(replica, now),
                                      led_for_ms=now - self.leader_since_ms,
                                      heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
                                      unclean_enabled=False)
@@ -433,7 +441,9 @@ class SimBroker:
             return
         last = self.log.epochs[-1].epoch if self.log.epochs else 0
         lost = 0
-        if self.slave is not None and self.link_id is None and self.role.current is not None:
+        # as ha/broker/replication.py master_unreachable_epoch: no link in TRANSFER
+        if (self.slave is not None and self.slave.state is not SlaveState.TRANSFER
+                and self.role.current is not None):
             lost = self.role.current.master_epoch
         body = BrokerHeartbeat(CLUSTER, SET, self.broker_id, self.name, last, self.log.end,
                                self.log.confirm, master_unreachable_epoch=lost,
@@ -999,7 +1009,15 @@ class ClusterSim:
         self.at(self.rng.randint(100, 600), self.fault)
         options, rng = self.options, self.rng
         roll = rng.random()
-        if roll < options.partition_probability:
+        if roll < options.partition_probability and options.partial and rng.random() < 0.5:
+            shape = rng.choice(("bridge", "ring"))
+            cuts = shape_cuts([*self.controllers, *BROKERS], shape, rng.random())
+            for a, b in cuts:
+                self.cuts.update(((a, b), (b, a)))
+            self.partitions += 1
+            self.trace(f"partition: {shape}, cut {sorted(cuts)}")
+            self.at(rng.randint(200, 2000), self.heal_some)
+        elif roll < options.partition_probability:
             names = [*self.controllers, *BROKERS]
             victim = rng.choice(names)
             if rng.random() < 0.5:  # most often the master: the interesting one
@@ -1074,12 +1092,12 @@ class ClusterSim:
 
 
 def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
-             quorum: str = "all-ack") -> dict[str, int]:
+             quorum: str = "all-ack", partial: bool = False) -> dict[str, int]:
     """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
-        options = ClusterOptions.from_seed(seed, duration_ms, quorum)
+        options = ClusterOptions.from_seed(seed, duration_ms, quorum, partial)
         return ClusterSim(options, trace=trace).run()
     finally:
         logging.disable(previous)
@@ -1097,6 +1115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quorum", choices=sorted(QUORUMS), default="all-ack",
                         help="the brokers' quorum rule (default: every SyncStateSet member)")
+    parser.add_argument("--partial", action="store_true",
+                        help="half of the partitions partial: a bridge or a majorities ring")
     args = parser.parse_args(argv)
     if args.seed is not None:
         seeds: Iterable[int] = [args.seed]
@@ -1111,7 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         count += 1
         try:
-            stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum)
+            stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum,
+                             partial=args.partial)
             steps += stats["events"]
             acks += stats["acks"]
         except SimFailure as failure:
