@@ -1,7 +1,7 @@
 """`python3 build.py chaos`: a fault campaign on test hosts, judged by tests/chaos/checker.py.
 
     python3 build.py chaos [--minutes 3] [--seed 1]
-        [--faults kill,pause,partition,loss,link,power,corrupt,disk]
+        [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape]]
         [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark] [--keep-data] [--out DIR]
 
 The cluster: `rocketha-cluster up --hosts` with 3 controllers and 2 replica sets of 3 brokers,
@@ -48,7 +48,7 @@ from connector.protocol import RocketHAError
 from tests.chaos.checker import check
 from tests.chaos.disk_faults import StoreMounts
 from tests.chaos.history import History
-from tests.chaos.nemesis import KINDS, Nemesis, schedule
+from tests.chaos.nemesis import KINDS, OPT_IN_KINDS, Nemesis, schedule
 from tests.chaos.report import write_html, write_timeline
 from tests.chaos.spark_ingest import SparkIngest
 from tests.chaos.workload import (
@@ -241,9 +241,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="where the history, PNG and HTML go (default .chaos/<time>-s<seed>)")
     args = parser.parse_args(argv)
-    unknown = set(args.faults) - set(KINDS)
+    unknown = set(args.faults) - {*KINDS, *OPT_IN_KINDS}
     if unknown:
-        parser.error(f"unknown faults {sorted(unknown)}; known: {','.join(KINDS)}")
+        parser.error(f"unknown faults {sorted(unknown)}; known: {','.join(KINDS)} "
+                     f"(default) and {','.join(OPT_IN_KINDS)}")
     if "power" in args.faults and fuse_unavailable_reason() is not None:
         parser.error(f"power faults need LazyFS: {fuse_unavailable_reason()} (leave out power)")
     out = args.out or ROOT / ".chaos" / f"{time.strftime('%Y%m%dT%H%M%S')}-s{args.seed}"
