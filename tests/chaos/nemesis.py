@@ -26,7 +26,7 @@ Kinds and variants (targets: master / slave of a replica set, controller leader 
                 cut the damage and the slave fetch it again
     shape       (opt-in: name it in --faults; the default kinds and so the schedules of
                 earlier seeds stay as they were) partial partitions over every host, in a
-                random order drawn from the fault's draw (`shape_cuts`): `bridge` (two halves
+                random order drawn from the fault's draw (tests/support/partitions.py): `bridge` (two halves
                 that cannot reach each other, and one host that reaches both) and `ring`
                 (Jepsen's majorities ring: each host reaches its nearest neighbours, a
                 majority counting itself, but no two hosts see the same majority). Healed by
@@ -37,20 +37,19 @@ Every fault is healed before the next one starts (`Nemesis.inject` returns the h
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tests.chaos.disk_faults import StoreMounts, corrupt_tail
 from tests.chaos.history import History
 from tests.integration.failover_cluster import FailoverCluster
+from tests.support.partitions import SHAPES, shape_cuts
 
-__all__ = ["KINDS", "OPT_IN_KINDS", "FaultPlan", "Nemesis", "schedule", "shape_cuts"]
+__all__ = ["KINDS", "OPT_IN_KINDS", "FaultPlan", "Nemesis", "schedule"]
 
 KINDS = ("kill", "pause", "partition", "loss", "link", "power", "corrupt", "disk")
 OPT_IN_KINDS = ("shape",)  # accepted by --faults, not in the default (keeps old schedules)
-SHAPES = ("bridge", "ring")
 PROCESS_TARGETS = ("master", "slave", "controller-leader", "controller-follower")
 PARTITIONS = ("halves", "isolate-master", "isolate-leader", "one-way")
 HOST_TARGETS = ("master", "controller-leader", "any")
@@ -89,23 +88,6 @@ def schedule(seed: int, kinds: tuple[str, ...]) -> Iterator[FaultPlan]:
         yield FaultPlan(index, kind, variant, rng.randrange(2), rng.random(),
                         rng.randint(*LOSS_PERCENT), round(rng.uniform(*HOLD_S), 2),
                         round(rng.uniform(*QUIET_S), 2))
-
-
-def shape_cuts(names: Sequence[str], shape: str, draw: float) -> list[tuple[str, str]]:
-    """The pairs of hosts that cannot reach each other in a `bridge` or `ring` partition of
-    `names`, in an order shuffled by `draw` (deterministic)."""
-    order = sorted(names)
-    random.Random(draw).shuffle(order)
-    if shape == "bridge":  # order[0] reaches everyone; the two halves of the rest do not meet
-        rest = order[1:]
-        half = len(rest) // 2
-        return [(a, b) for a in rest[:half] for b in rest[half:]]
-    if shape == "ring":  # each sees `reach` neighbours on either side: a majority with itself
-        count = len(order)
-        reach = (count // 2 + 1) // 2
-        return [(order[i], order[j]) for i, j in itertools.combinations(range(count), 2)
-                if min(j - i, count - (j - i)) > reach]
-    raise ValueError(f"shape {shape!r}: one of {SHAPES}")
 
 
 class Nemesis:

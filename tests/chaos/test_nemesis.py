@@ -1,4 +1,5 @@
-"""The fault schedule and the partial-partition shapes (tests/chaos/nemesis.py), without hosts."""
+"""The fault schedule (tests/chaos/nemesis.py) and the partial-partition shapes
+(tests/support/partitions.py), without hosts."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import itertools
 
 import pytest
 
-from tests.chaos.nemesis import KINDS, OPT_IN_KINDS, schedule, shape_cuts
+from tests.chaos.nemesis import KINDS, OPT_IN_KINDS, schedule
+from tests.support.partitions import shape_cuts
 
 NINE = [f"h{i}" for i in range(9)]  # 3 controllers + 2 sets of 3 brokers, as in a campaign
 
