@@ -245,6 +245,8 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
     if controller_addr:
         settings["enableControllerMode"] = "true"
         settings["controllerAddr"] = controller_addr
+        if replicas > 1:
+            settings.update(cluster_plan.HA_LINK_TIMERS)  # a paused master's failover time
     settings.update(overrides)
     if replicas > 1 and not QUORUM_KEYS & overrides.keys():  # else exactly what was said
         settings.update(quorum_defaults(replicas))

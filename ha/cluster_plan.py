@@ -90,6 +90,13 @@ def _quorum(replicas: int) -> dict[str, str]:
             "minInSyncReplicas": "1"}
 
 
+# A slave reports a lost master (and only then may the controller replace it:
+# controller/election.py positions_final) when its HA link ends: at once for a crash, after
+# haHousekeepingInterval of silence for a stopped or cut-off master. RocketMQ's 20 s would make
+# that the failover time of a SIGSTOPped master; 3 s matches controllerHeartbeatTimeoutMs.
+# The link's keep-alive (haSendHeartbeatInterval, both ways) must be well inside it.
+HA_LINK_TIMERS = {"haSendHeartbeatInterval": "1000", "haHousekeepingInterval": "3000"}
+
 QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyncReplicas",
                          "allAckInSyncStateSet"})
 
@@ -161,7 +168,8 @@ def plan_cluster(hosts: list[str], *, replicas: int, controllers: int, replica_s
             identity = broker_identity(set_name, f"{host}:{port}")
             settings.update(_security(name, "broker", admin_access_key))
             if replicas > 1:
-                settings.update({"totalReplicas": str(replicas), "haListenPort": str(port + 1)})
+                settings.update({"totalReplicas": str(replicas), "haListenPort": str(port + 1),
+                                 **HA_LINK_TIMERS})
             settings.update(overrides)
             if not QUORUM_KEYS & overrides.keys():
                 settings.update(_quorum(replicas))
