@@ -92,7 +92,7 @@ class _Worker:
                 continue
             try:
                 future.set_result(job())
-            except Exception as err:  # handed to the waiting caller
+            except Exception as err:  # noqa: BLE001 - handed to the waiting caller
                 future.set_exception(err)
 
 

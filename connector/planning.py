@@ -90,10 +90,10 @@ def admit(start: Mapping[QueueRef, int], latest: Mapping[QueueRef, int],
         return {ref: start.get(ref, latest[ref]) + size for ref, size in sizes.items()}
     shares = {ref: size * max_rows // total for ref, size in sizes.items()}
     leftover = max_rows - sum(shares.values())
-    for ref in sizes:
+    for ref, size in sizes.items():
         if leftover == 0:
             break
-        if shares[ref] < sizes[ref]:
+        if shares[ref] < size:
             shares[ref] += 1
             leftover -= 1
     return {ref: start.get(ref, latest[ref]) + share for ref, share in shares.items()}

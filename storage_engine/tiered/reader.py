@@ -427,7 +427,7 @@ def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, Any]
     positions = headers["log_position"].astype(np.int64)
     hosts = headers["store_host"].tolist()
     if count and hosts.count(hosts[0]) == count:
-        msg_ids = list(map(("%016X" % hosts[0] + "%016X").__mod__, positions.tolist()))
+        msg_ids = list(map((f"{hosts[0]:016X}" + "%016X").__mod__, positions.tolist()))
     else:
         msg_ids = [make_msg_id(host.to_bytes(8, "big"), position)
                    for host, position in zip(hosts, positions.tolist())]

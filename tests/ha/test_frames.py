@@ -70,7 +70,7 @@ def test_every_flipped_byte_is_rejected() -> None:
             damaged = bytearray(raw)
             damaged[index] ^= bit
             with pytest.raises(FrameError):
-                frames, used = decode_stream(bytes(damaged), LIMIT)
+                _frames, used = decode_stream(bytes(damaged), LIMIT)
                 # A damaged size may make the frame look incomplete: that is not a frame either.
                 if used == 0:
                     raise FrameError("incomplete")

@@ -34,10 +34,10 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def ha_config(role: BrokerRole, **overrides: object) -> HAConfig:
-    settings: dict[str, object] = dict(
-        broker_role=role, listen_port=0, transfer_batch_bytes=64 << 10,
-        heartbeat_interval_ms=100, housekeeping_interval_ms=1000, reconnect_interval_ms=20,
-        total_replicas=2, in_sync_replicas=2, min_in_sync_replicas=1)
+    settings: dict[str, object] = {
+        "broker_role": role, "listen_port": 0, "transfer_batch_bytes": 64 << 10,
+        "heartbeat_interval_ms": 100, "housekeeping_interval_ms": 1000, "reconnect_interval_ms": 20,
+        "total_replicas": 2, "in_sync_replicas": 2, "min_in_sync_replicas": 1}
     settings.update(overrides)
     return HAConfig(**settings)  # type: ignore[arg-type]
 
@@ -79,7 +79,7 @@ def pair(tmp_path: Path):
 
 
 def test_sync_puts_reach_the_slave_byte_for_byte(pair) -> None:
-    master_store, master, slave_store, slave, _ = pair
+    master_store, master, slave_store, _slave, _ = pair
     wait_for(lambda: master.stats().sync_state_set == (0, 1))
     statuses = [put(master_store, master, b"m%05d" % i * 40, queue_id=i % 3) for i in range(300)]
     assert statuses == [PutStatus.PUT_OK] * 300
@@ -95,7 +95,7 @@ def test_sync_puts_reach_the_slave_byte_for_byte(pair) -> None:
 
 
 def test_without_the_slave_puts_are_refused_before_writing(pair) -> None:
-    master_store, master, slave_store, slave, _ = pair
+    master_store, master, _slave_store, slave, _ = pair
     wait_for(lambda: master.stats().sync_state_set == (0, 1))
     assert put(master_store, master, b"first") is PutStatus.PUT_OK
     slave.close()
@@ -126,7 +126,7 @@ def test_a_restarted_slave_resumes_where_it_stopped(pair, tmp_path: Path) -> Non
 
 
 def test_a_garbage_frame_closes_only_its_own_link(pair) -> None:
-    master_store, master, slave_store, slave, _ = pair
+    master_store, master, slave_store, _slave, _ = pair
     wait_for(lambda: master.stats().sync_state_set == (0, 1))
     with socket.create_connection(("127.0.0.1", master.listen_port)) as intruder:
         intruder.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(64))

@@ -57,12 +57,11 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self) -> BrokerProcess:
-        log = open(self.log, "ab")
-        self.process = subprocess.Popen(
-            [*self.launcher, sys.executable, "-m", "ha.broker", "--conf", str(self.conf)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
-        )
-        log.close()
+        with open(self.log, "ab") as log:  # the child has its own copy of the descriptor
+            self.process = subprocess.Popen(
+                [*self.launcher, sys.executable, "-m", "ha.broker", "--conf", str(self.conf)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
+            )
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -28,6 +28,7 @@ give the network faults (ha/local_hosts.py); `down()` heals before stopping.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -68,7 +69,8 @@ def _env() -> dict[str, str]:
 
 def cluster_cli(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "ha.cluster", *args], capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT_S, cwd=ROOT, env=_env())
+                          text=True, timeout=CLI_TIMEOUT_S, cwd=ROOT, env=_env(),
+                          check=False)
     assert done.returncode == 0, (args, done.stderr[-3000:], done.stdout[-2000:])
     return done.stdout
 
@@ -96,7 +98,7 @@ class FailoverCluster:
             if (directory / "cluster.json").exists():
                 subprocess.run([sys.executable, "-m", "ha.cluster", "down", "--dir",
                                 str(directory)], capture_output=True, timeout=CLI_TIMEOUT_S,
-                               cwd=ROOT, env=_env())
+                               cwd=ROOT, env=_env(), check=False)
             raise
         manifest = json.loads((directory / "cluster.json").read_text())
         self.brokers: dict[str, dict[str, Any]] = {b["name"]: b for b in manifest["brokers"]}
@@ -371,7 +373,7 @@ class Load(_Worker):
         """The longest time in [start, end] without an ack."""
         times = sorted(a.acked_at for a in self.acks() if start <= a.acked_at <= end)
         edges = [start, *times, end]
-        return max(b - a for a, b in zip(edges, edges[1:]))
+        return max(b - a for a, b in itertools.pairwise(edges))
 
     def _run(self) -> None:
         producer = Producer(self.config)
@@ -393,7 +395,7 @@ class Load(_Worker):
                     seq += 1
                 if result is None:  # the client backed off already, or it was a reply
                     self._stop.wait(FAILED_SEND_PAUSE_S)
-        except BaseException as err:  # surfaced by stop() / wait_acks()
+        except BaseException as err:  # noqa: BLE001 - surfaced by stop() / wait_acks()
             self.error = err
         finally:
             producer.close()
@@ -453,7 +455,7 @@ class Reader(_Worker):
                     self.rows += [(now, queue_id, o, b) for o, b in zip(offsets, bodies)]
                     next_offsets[queue_id] = max(next_offsets[queue_id],
                                                  result.next_queue_offset)
-        except BaseException as err:  # surfaced by stop() / wait_rows_after()
+        except BaseException as err:  # noqa: BLE001 - surfaced by stop() / wait_rows_after()
             self.error = err
 
     def check_against(self, found: dict[tuple[int, int], bytes]) -> list[str]:
@@ -528,7 +530,7 @@ def check_history(load: Load, found: dict[tuple[int, int], bytes]) -> Verdict:
         where.setdefault(seq, []).append((queue_id, queue_offset))
         per_queue.setdefault(queue_id, []).append(seq)
     order = [f"queue {q}: {a} before {b}" for q, seqs in per_queue.items()
-             for a, b in zip(seqs, seqs[1:]) if a >= b]
+             for a, b in itertools.pairwise(seqs) if a >= b]
     if load.keys:  # one key, one queue
         queues_of_key: dict[str | None, set[int]] = {}
         for seq, places in where.items():

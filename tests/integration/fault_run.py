@@ -91,7 +91,7 @@ class PacedProducer:
                     status = err.name
                 self.outcomes[status] += 1
                 seq += 1
-        except BaseException as err:  # reported by run()
+        except BaseException as err:  # noqa: BLE001 - reported by run()
             self.error = err
         finally:
             producer.close()

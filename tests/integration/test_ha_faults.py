@@ -191,7 +191,7 @@ def test_continuous_writes_while_a_slave_is_killed_and_restarted_three_times(mak
     try:
         for cycle in range(3):
             victim = 1 + cycle % 2
-            wait_for(lambda: len(statuses) > 20 * (cycle + 1), 20, "writes to flow")
+            wait_for(lambda cycle=cycle: len(statuses) > 20 * (cycle + 1), 20, "writes to flow")
             replicas.signal(victim, signal.SIGKILL)
             replicas.wait_sync_state_set([0, 3 - victim])
             replicas.restart()

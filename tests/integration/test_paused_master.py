@@ -132,7 +132,7 @@ def test_an_idempotent_producer_leaves_a_paused_master_once_it_is_replaced(
                         if result.status == "PUT_OK":  # offsets -1: a recognised retry
                             acks.append((sent, time.monotonic(), result.queue_id,
                                          result.queue_offset, body))
-            except Exception as err:  # reported below
+            except Exception as err:  # noqa: BLE001 - reported below
                 errors.append(err)
 
         sender = threading.Thread(target=send, name="paused-sender", daemon=True)
