@@ -169,8 +169,9 @@ class ClusterOptions:
     put_period_ms: int
     disk_delay_ms: int
     quorum: str = "all-ack"  # QUORUMS key: the brokers' quorum rule (the same for every seed)
-    # half of the partitions are partial (tests/chaos/nemesis.py shape_cuts: a bridge or a
-    # majorities ring over every process); off by default, so older seeds replay unchanged
+    # half of the partitions are partial (tests/support/partitions.py: a bridge or a
+    # majorities ring over every process; or "pair": the master and one slave cut off from
+    # the rest together); off by default, so older seeds replay unchanged
     partial: bool = False
 
     @classmethod
@@ -1010,8 +1011,15 @@ class ClusterSim:
         options, rng = self.options, self.rng
         roll = rng.random()
         if roll < options.partition_probability and options.partial and rng.random() < 0.5:
-            shape = rng.choice(("bridge", "ring"))
-            cuts = shape_cuts([*self.controllers, *BROKERS], shape, rng.random())
+            shape = rng.choice(("bridge", "ring", "pair"))
+            if shape == "pair":  # the master and one slave cut off from everyone else
+                master = next((b.name for b in self.brokers.values()
+                               if b.alive and b.master is not None), rng.choice(BROKERS))
+                pair = {master, rng.choice([b for b in BROKERS if b != master])}
+                cuts = [(a, b) for a in sorted(pair)
+                        for b in [*self.controllers, *BROKERS] if b not in pair]
+            else:
+                cuts = shape_cuts([*self.controllers, *BROKERS], shape, rng.random())
             for a, b in cuts:
                 self.cuts.update(((a, b), (b, a)))
             self.partitions += 1
