@@ -38,7 +38,7 @@ accepted is passed in; `on_sync_state_set` hears every change of the local set (
 it is judged, so one that waited through a pause is judged by the lease after it.
 
 The path of one acknowledged put (README, "Where the time of one acknowledged put goes"): the
-put's thread ships its own bytes to every slave with nothing in flight (`_ship_idle`; the
+put's thread ships its own bytes to every slave not far behind (`_ship_idle`; the
 senders handle the rest: catching up, heartbeats, metadata), and waits on `_put_cond`, a second
 condition on `_cond`'s lock that every Ack notifies: the confirm position needs every member, a
 put only `need` replicas, so under a majority quorum the first slave's ack completes the put
@@ -217,7 +217,7 @@ class MasterService:
                 self._put_cond.wait(remaining)
 
     def _ship_idle(self, links: list[_LinkIO]) -> None:
-        """Send the new bytes to each link with nothing in flight from this (the put's)
+        """Send the new bytes to each link not far behind from this (the put's)
         thread, and wake the senders of the others. Why: the hand-off to a sender thread
         (wake it, let it take the GIL) cost ~35 us of a ~1 ms acknowledged put, and woke every
         sender of the set at once to compete for the GIL (README, "Where the time of one
@@ -463,7 +463,7 @@ class MasterService:
         elif isinstance(effect, SendMetadata):
             link.sock.send_frame(Metadata(effect.version, self._metadata_payload))
         else:
-            raise AssertionError(effect)
+            raise AssertionError(effect)  # noqa: TRY004 - a broken invariant, not input
 
     def _tick_loop(self) -> None:
         """Housekeeping every TICK_INTERVAL_MS; in between, while the confirm position moves,

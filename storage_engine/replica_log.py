@@ -4,9 +4,9 @@ A mixin of MessageStore (it shares the store's lock, CommitLog, ConsumeQueues, d
 and checkpoint; see message_store's module docstring for the replica path): the master reads raw
 bytes (`read_log`), a slave appends them at the same log positions (`append_replicated`, which may
 end inside a record), indexes the complete records (`dispatch_replicated`: single-topic runs in
-bulk through record_runs, the rest one by one), and truncates at a fork point (`truncate_to`,
-never below the confirm position) or restarts empty past a far-ahead master's minimum
-(`reset_to`).
+bulk through record_runs; the rest, and a handful of records such as one put's, one by one),
+and truncates at a fork point (`truncate_to`, never below the confirm position) or restarts
+empty past a far-ahead master's minimum (`reset_to`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from storage_engine.errors import (
     StorageError,
     TruncateBelowConfirmError,
 )
-from storage_engine.record_runs import RecordRun, group_entries, scan_run, walk_records
+from storage_engine.record_runs import (
+    RecordRun,
+    group_entries,
+    scan_run,
+    walk_few,
+    walk_records,
+)
 
 __all__ = ["BULK_RECORDS_MIN", "ReplicaLogMixin"]
 
@@ -69,10 +75,10 @@ class ReplicaLogMixin:
         with self._lock:
             if self._closed:
                 raise StorageError("store is closed")
-            if self._commit_log.end_log_position == 0 and not self._commit_log.segments:
-                if log_position:
-                    self._commit_log.start_at(log_position)
-                    self._dispatched = log_position
+            if (self._commit_log.end_log_position == 0 and not self._commit_log.segments
+                    and log_position):
+                self._commit_log.start_at(log_position)
+                self._dispatched = log_position
             start = self._commit_log.end_log_position
             if log_position != start:
                 raise StorageError(f"replicated data at {log_position}, log ends at {start}")
@@ -110,13 +116,21 @@ class ReplicaLogMixin:
             while self._dispatched < end:
                 segment = self._commit_log.segment_for(self._dispatched)
                 base = segment.base_position
+                start, stop = self._dispatched - base, min(segment.size_bytes, end - base)
                 try:
-                    positions, sizes, stop, blank = walk_records(
-                        segment.map, self._dispatched - base, min(segment.size_bytes, end - base))
+                    few = walk_few(segment.map, start, stop, BULK_RECORDS_MIN)
+                    if few is None:
+                        positions, sizes, stop, blank = walk_records(segment.map, start, stop)
+                    else:
+                        found, stop, blank = few
                 except CorruptRecordError as err:
                     raise CorruptRecordError(err.reason, log_position=base + err.log_position
                                              ) from err
-                if len(positions):
+                if few is not None:  # a handful of records (one put's): one by one
+                    if found:
+                        count += self._dispatch_refs(self._commit_log.iter_records(
+                            base + start, base + stop))
+                elif len(positions):
                     count += self._dispatch_run(segment.map, positions, sizes, base)
                 segment_end = base + segment.size_bytes
                 if not blank or segment_end > end:

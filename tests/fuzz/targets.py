@@ -9,7 +9,7 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
 
     target           what it parses                                   allowed error
     record_codec     a CommitLog record (decode_record, scan_record)  CorruptRecordError
-    record_runs      a replica's record bytes: walk_records,          CorruptRecordError
+    record_runs      a replica's record bytes: walk_few, walk_records, CorruptRecordError
                      scan_run, group_entries, the per-record path
     slave_indexer    a slave's MessageStore: append_replicated then   ReplicatedDataError,
                      dispatch_replicated (bad bytes cut, never below  QueueOffsetsError
@@ -85,7 +85,7 @@ from storage_engine import (
 )
 from storage_engine.commit_log import _record_ref
 from storage_engine.record_format import encode_host, encode_record
-from storage_engine.record_runs import group_entries, scan_run, walk_records
+from storage_engine.record_runs import group_entries, scan_run, walk_few, walk_records
 
 __all__ = ["TARGETS"]
 
@@ -139,6 +139,7 @@ def record_codec(data: bytes) -> None:
 def record_runs(data: bytes) -> None:
     data = _mutated(data)
     try:
+        walk_few(data, 0, len(data), 8)  # the single put's walk: same checks
         positions, sizes, _stop, _blank = walk_records(data, 0, len(data))
         done = 0
         while done < len(positions):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ha.frames import Ack, MasterHello, Refuse, SlaveHello, Transfer
 from ha.master_core import (
+    SHIP_FROM_PUT_BYTES_MAX,
     CloseLink,
     ConfirmTo,
     MasterLog,
@@ -205,3 +206,37 @@ def test_a_caught_up_slave_joins_while_the_master_keeps_writing() -> None:
         assert core.confirm_log_position <= end + 250
     assert core.sync_state_set == (0, 1), "the slave never joined under load"
     assert SyncStateSetChanged((0, 1)) in effects
+
+
+def test_a_put_ships_a_small_tail_itself_even_with_bytes_in_flight() -> None:
+    """next_send_idle: the put's thread ships the unsent tail when it is small, acked or not
+    (pipelined, in log order, accounted as the sender's sends); a link far behind, with much
+    in flight, with metadata due or with nothing new is left to its sender."""
+    core = master(total=3, in_sync=2, batch=1 << 20)
+    connect(core, 1, 1, 1000, log(1000))
+    first = core.next_send_idle(1, log(1200), now_ms=1)
+    assert isinstance(first, SendLog) and (first.transfer.log_position, first.size_bytes) == \
+        (1000, 200)
+    second = core.next_send_idle(1, log(1500), now_ms=2)  # 1200 not acked yet: pipelined
+    assert isinstance(second, SendLog) and (second.transfer.log_position, second.size_bytes) \
+        == (1200, 300)
+    assert core.next_send_idle(1, log(1500), now_ms=3) is None  # nothing new
+    far = 1500 + SHIP_FROM_PUT_BYTES_MAX + 1
+    assert core.next_send_idle(1, log(far), now_ms=4) is None  # its sender catches it up
+    assert core.next_send_idle(1, log(1600, version=1), now_ms=5) is None  # metadata first
+    sent = core.next_send(1, log(1600, version=1), now_ms=6)
+    assert isinstance(sent, SendMetadata)
+    third = core.next_send_idle(1, log(1600, version=1), now_ms=7)
+    assert isinstance(third, SendLog) and third.transfer.log_position == 1500
+    # a slave that stops acking: past SHIP_FROM_PUT_BYTES_MAX in flight, puts leave it alone
+    position, now_ms = 1600, 8
+    while True:
+        effect = core.next_send_idle(1, log(position + 4000, version=1), now_ms=now_ms)
+        if effect is None:
+            break
+        position += 4000
+        now_ms += 1
+    assert position - 1000 > SHIP_FROM_PUT_BYTES_MAX - 4000
+    core.on_frame(1, Ack(position), log(position + 4000, version=1), now_ms=now_ms)
+    assert isinstance(core.next_send_idle(1, log(position + 4000, version=1), now_ms=now_ms),
+                      SendLog)  # acked: small again
