@@ -7,7 +7,10 @@
     change    ChangeInvisibleDuration: a change record with a new nonce -> the new handle
     forward   ForwardMessageToDeadLetterQueue: the message onto `%DLQ%<group>`, then an ack
 A lease ending at grpcMaxDeliveryAttempts sends its message to `%DLQ%<group>` instead of
-delivering it again. Locks: one per (group, topic, replica set) around every decision on its
+delivering it again. With authentication, every read of a consumer's messages is a pull
+signed by that user and naming the group (the broker checks Sub on topic and group); an ack
+or change first proves the same right once per ACCESS_CHECK_TTL_S with a one-message pull;
+state records and dead letters are the proxy's own writes. Locks: one per (group, topic, replica set) around every decision on its
 queues (read state, read messages, write the record, apply it), then the set's state lock
 around the write (state_store.py); always in that order.
 """
@@ -27,12 +30,13 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from connector.client import with_marker
 from connector.protocol import IDEMPOTENCE_PROPERTY, PRODUCE_SCHEMA, PutIdempotence, RocketHAError
+from connector.protocol.signing import Credentials
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig
 from connector.rmq_proxy.messages import to_pb_message
 from connector.rmq_proxy.pop_core import PopState, QueueKey
 from connector.rmq_proxy.receipt import ReceiptHandle, ReceiptHandleCodec
-from connector.rmq_proxy.replies import duration_ms, status
+from connector.rmq_proxy.replies import duration_ms, refusal_or_error, status
 from connector.rmq_proxy.state_store import StateStore, StateWriteError
 
 __all__ = ["DLQ_PREFIX", "PopService"]
@@ -43,6 +47,8 @@ PERM_READ = 4
 DEFAULT_INVISIBLE_MS = 30_000
 DLQ_PREFIX = "%DLQ%"  # RocketMQ's dead-letter topic of a consumer group
 WAKE_INTERVAL_MS = 500  # a waiting receive looks again at least this often
+ACCESS_CHECK_TTL_S = 2.0  # a user's proven Sub right on (topic, group) is trusted this long
+ACCESS_CHECKS_MAX = 100_000
 DELIVERY_COLUMNS = ("queue_id", "queue_offset", "body", "key", "tags", "properties",
                     "born_timestamp", "store_timestamp", "msg_id")
 _PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
@@ -60,6 +66,7 @@ class PopService:
         self._group_locks: dict[tuple[str, str, str], threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._dlq_topics: set[tuple[str, str]] = set()
+        self._access: dict[tuple[str, str, str, str], float] = {}  # -> proven until (monotonic)
         self.delivered_messages = 0
         self.dead_lettered_messages = 0
 
@@ -67,7 +74,8 @@ class PopService:
         with self._locks_lock:
             return self._group_locks.setdefault((group, topic, broker_name), threading.Lock())
 
-    def receive(self, request: Any, context: Any) -> tuple[list[Any], Any]:
+    def receive(self, request: Any, context: Any, user: Credentials | None = None
+                ) -> tuple[list[Any], Any]:
         group, topic = request.group.name, request.message_queue.topic.name
         broker_name = request.message_queue.broker.name
         invisible_ms = (duration_ms(request.invisible_duration)
@@ -111,10 +119,11 @@ class PopService:
         order = queue_ids[first:] + queue_ids[:first]
         namespace = request.group.resource_namespace
         while True:  # bounded by deadline_ms
-            found = self._pop(group, topic, broker_name, order, batch, invisible_ms, tag_filter)
+            found = self._pop(group, topic, broker_name, order, batch, invisible_ms, tag_filter,
+                              user)
             if found or self._now_ms() >= deadline_ms or not context.is_active():
                 break
-            self._wait(group, topic, broker_name, order[0], deadline_ms)
+            self._wait(group, topic, broker_name, order[0], deadline_ms, user)
         messages = [to_pb_message(row, topic, namespace, receipt_handle=handle,
                                   delivery_attempt=attempt, invisible_ms=invisible_ms,
                                   broker_name=broker_name)
@@ -124,7 +133,7 @@ class PopService:
                                                               "no new message")
 
     def _wait(self, group: str, topic: str, broker_name: str, queue_id: int,
-              deadline_ms: int) -> None:
+              deadline_ms: int, user: Credentials | None) -> None:
         """Until a message may have arrived on `queue_id`, a lease may have expired, or the
         deadline (a long-polling pull that asks for offsets only)."""
         now_ms = self._now_ms()
@@ -138,10 +147,10 @@ class PopService:
             time.sleep(max(0, min(wait_ms, 50)) / 1000.0)
             return
         self.links.pull(broker_name, topic, queue_id, state.cursor, max_messages=1,
-                        max_wait_ms=wait_ms, columns=("queue_offset",))
+                        max_wait_ms=wait_ms, columns=("queue_offset",), user=user, group=group)
 
     def _pop(self, group: str, topic: str, broker_name: str, queue_ids: list[int],
-             batch: int, invisible_ms: int, tag_filter: str | None
+             batch: int, invisible_ms: int, tag_filter: str | None, user: Credentials | None
              ) -> list[tuple[dict[str, Any], str, int]]:
         """Lease up to `batch` messages of the set's queues; the leases are in the cluster
         before this returns them as (row, receipt handle, delivery attempt)."""
@@ -155,7 +164,7 @@ class PopService:
                     break
                 key = QueueKey(group, topic, broker_name, queue_id)
                 record, rows = self._pop_queue(key, batch - len(found), until_ms, now_ms,
-                                               tag_filter)
+                                               tag_filter, user)
                 if record is not None:
                     records.append(record)
                 found += rows
@@ -166,7 +175,7 @@ class PopService:
                 for row, handle, attempt in found]
 
     def _pop_queue(self, key: QueueKey, limit: int, until_ms: int, now_ms: int,
-                   tag_filter: str | None
+                   tag_filter: str | None, user: Credentials | None
                    ) -> tuple[dict[str, Any] | None, list[tuple[dict[str, Any], ReceiptHandle,
                                                                 int]]]:
         state = self.pop.get(key)
@@ -177,7 +186,7 @@ class PopService:
         dropped: list[int] = []
         rows: list[tuple[dict[str, Any], ReceiptHandle, int]] = []
         for queue_offset, lease in self.pop.due(key, now_ms, limit):
-            row = self._read_one(key, queue_offset)
+            row = self._read_one(key, queue_offset, user)
             if row is None:
                 dropped.append(queue_offset)  # retention removed it
                 continue
@@ -194,7 +203,7 @@ class PopService:
         if room > 0:
             result = self.links.pull(key.broker_name, key.topic, key.queue_id, cursor,
                                      max_messages=room, tag_filter=tag_filter,
-                                     columns=DELIVERY_COLUMNS)
+                                     columns=DELIVERY_COLUMNS, user=user, group=key.group)
             if result.status == "OFFSET_TOO_SMALL":  # retention passed the cursor
                 start = new_cursor = result.next_queue_offset
             elif result.status == "OFFSET_OVERFLOW_BADLY":
@@ -253,9 +262,12 @@ class PopService:
         self.dead_lettered_messages += 1
         return True
 
-    def _read_one(self, key: QueueKey, queue_offset: int) -> dict[str, Any] | None:
+    def _read_one(self, key: QueueKey, queue_offset: int, user: Credentials | None = None
+                  ) -> dict[str, Any] | None:
+        """The message at `queue_offset`, read as `user` (None: the proxy itself)."""
         result = self.links.pull(key.broker_name, key.topic, key.queue_id, queue_offset,
-                                 max_messages=1, columns=DELIVERY_COLUMNS)
+                                 max_messages=1, columns=DELIVERY_COLUMNS, user=user,
+                                 group=key.group if user is not None else None)
         for row in result.table.to_pylist():
             if row["queue_offset"] == queue_offset:
                 return row
@@ -273,14 +285,32 @@ class PopService:
                 return int(queue["min_queue_offset"])
         return 0
 
-    def _checked_handle(self, group: str, topic: str, text: str
+    def _may_consume(self, key: QueueKey, queue_offset: int, user: Credentials | None) -> None:
+        """Raise the broker's refusal (FatalError NO_PERMISSION...) unless `user` may consume
+        `key`'s topic as its group: a one-message pull as that user, its success trusted for
+        ACCESS_CHECK_TTL_S."""
+        if user is None:
+            return
+        access = (user.access_key, key.broker_name, key.topic, key.group)
+        now_s = time.monotonic()
+        if self._access.get(access, 0.0) > now_s:
+            return
+        self.links.pull(key.broker_name, key.topic, key.queue_id, queue_offset, max_messages=1,
+                        columns=("queue_offset",), user=user, group=key.group)
+        if len(self._access) >= ACCESS_CHECKS_MAX:
+            self._access.clear()
+        self._access[access] = now_s + ACCESS_CHECK_TTL_S
+
+    def _checked_handle(self, group: str, topic: str, text: str, user: Credentials | None
                         ) -> tuple[QueueKey, ReceiptHandle] | Any:
-        """(key, handle) of a current lease, or the INVALID_RECEIPT_HANDLE status."""
+        """(key, handle) of a current lease, or the INVALID_RECEIPT_HANDLE status; raises
+        the broker's refusal when `user` may not consume the topic as `group`."""
         handle = self.handles.decode(group, topic, text)
         if handle is None:
             return status("INVALID_RECEIPT_HANDLE", "not a receipt handle of this group and "
                           "topic")
         key = QueueKey(group, topic, handle.broker_name, handle.queue_id)
+        self._may_consume(key, handle.queue_offset, user)
         self.state.open_set(handle.broker_name)
         problem = self.pop.lease_problem(key, handle.queue_offset, handle.nonce,
                                          self._now_ms())
@@ -288,7 +318,7 @@ class PopService:
             return status("INVALID_RECEIPT_HANDLE", f"stale receipt handle: {problem}")
         return key, handle
 
-    def ack(self, group: str, topic: str, text: str) -> Any:
+    def ack(self, group: str, topic: str, text: str, user: Credentials | None = None) -> Any:
         """Ack one receipt handle: the ack record is PUT_OK before OK is answered."""
         handle = self.handles.decode(group, topic, text)
         if handle is None:
@@ -296,7 +326,7 @@ class PopService:
                           "topic")
         try:
             with self._group_lock(group, topic, handle.broker_name):
-                checked = self._checked_handle(group, topic, text)
+                checked = self._checked_handle(group, topic, text, user)
                 if not isinstance(checked, tuple):
                     return checked
                 key, handle = checked
@@ -304,12 +334,14 @@ class PopService:
                     self.state.write(key.broker_name, [{
                         "t": "ack", "k": key.to_json(),
                         "offsets": [[handle.queue_offset, handle.nonce]]}])
-        except (RocketHAError, StateWriteError) as err:
+        except RocketHAError as err:
+            return refusal_or_error(err, "ack not recorded")
+        except StateWriteError as err:
             return status("INTERNAL_SERVER_ERROR", f"ack not recorded: {err}")
         return status("OK")
 
-    def change(self, group: str, topic: str, text: str, invisible_ms: int
-               ) -> tuple[Any, str]:
+    def change(self, group: str, topic: str, text: str, invisible_ms: int,
+               user: Credentials | None = None) -> tuple[Any, str]:
         """ChangeInvisibleDuration: (status, the new handle or "")."""
         handle = self.handles.decode(group, topic, text)
         if handle is None:
@@ -317,7 +349,7 @@ class PopService:
                           "topic"), ""
         try:
             with self._group_lock(group, topic, handle.broker_name):
-                checked = self._checked_handle(group, topic, text)
+                checked = self._checked_handle(group, topic, text, user)
                 if not isinstance(checked, tuple):
                     return checked, ""
                 key, handle = checked
@@ -326,13 +358,16 @@ class PopService:
                     self.state.write(key.broker_name, [{
                         "t": "change", "k": key.to_json(), "offset": handle.queue_offset,
                         "nonce": handle.nonce, "new_nonce": nonce, "until": until_ms}])
-        except (RocketHAError, StateWriteError) as err:
+        except RocketHAError as err:
+            return refusal_or_error(err, "not recorded"), ""
+        except StateWriteError as err:
             return status("INTERNAL_SERVER_ERROR", f"not recorded: {err}"), ""
         new_handle = ReceiptHandle(key.broker_name, key.queue_id, handle.queue_offset, nonce,
                                    until_ms)
         return status("OK"), self.handles.encode(group, topic, new_handle)
 
-    def forward(self, group: str, topic: str, text: str) -> Any:
+    def forward(self, group: str, topic: str, text: str, user: Credentials | None = None
+                ) -> Any:
         """ForwardMessageToDeadLetterQueue: the message onto `%DLQ%<group>`, then an ack."""
         handle = self.handles.decode(group, topic, text)
         if handle is None:
@@ -340,11 +375,11 @@ class PopService:
                           "topic")
         try:
             with self._group_lock(group, topic, handle.broker_name):
-                checked = self._checked_handle(group, topic, text)
+                checked = self._checked_handle(group, topic, text, user)
                 if not isinstance(checked, tuple):
                     return checked
                 key, handle = checked
-                row = self._read_one(key, handle.queue_offset)
+                row = self._read_one(key, handle.queue_offset, user)
                 if row is not None and not self._dead_letter(key, row):
                     return status("INTERNAL_SERVER_ERROR", "the dead-letter topic did not "
                                   "take it")
@@ -352,6 +387,8 @@ class PopService:
                     self.state.write(key.broker_name, [{
                         "t": "ack", "k": key.to_json(),
                         "offsets": [[handle.queue_offset, handle.nonce]]}])
-        except (RocketHAError, StateWriteError) as err:
+        except RocketHAError as err:
+            return refusal_or_error(err, "not recorded")
+        except StateWriteError as err:
             return status("INTERNAL_SERVER_ERROR", f"not recorded: {err}")
         return status("OK")

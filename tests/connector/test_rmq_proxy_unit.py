@@ -9,13 +9,24 @@ replay property (no processes).
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
 from rocketmq.grpc_protocol import definition_pb2
 from rocketmq.v5.util.signature import Signature
 
-from connector.rmq_proxy.auth import Authenticator, AuthError, StaticSecrets, parse_authorization
+from connector.protocol import RetriableError, status_for
+from connector.protocol.signing import Credentials
+from connector.rmq_proxy.auth import (
+    Authenticator,
+    AuthError,
+    AuthUnavailable,
+    StaticSecrets,
+    parse_authorization,
+    parse_utc_offsets,
+    sign,
+)
 from connector.rmq_proxy.codes import code_for_status
 from connector.rmq_proxy.config import ProxyConfig, ProxyConfigError
 from connector.rmq_proxy.messages import InvalidMessage, to_pb_message, to_produce_row
@@ -27,6 +38,7 @@ from connector.rmq_proxy.pop_core import (
     encode_records,
 )
 from connector.rmq_proxy.receipt import ReceiptHandle, ReceiptHandleCodec
+from connector.rmq_proxy.users import AuthDataError, ControllerUsers, parse_users
 
 KEY = QueueKey("g", "t", "broker-a", 0)
 
@@ -136,18 +148,34 @@ def test_receipt_handles_are_bound_to_group_and_topic_and_unforgeable() -> None:
         assert codec.decode("g", "t", junk) is None
 
 
-def test_the_official_clients_signature_is_accepted_and_a_wrong_secret_is_not() -> None:
-    class Config:
-        class credentials:
-            ak, sk = "alice", "s3cret"
-        namespace = ""
+class _Keys:
+    """What Signature.metadata reads of the official client's configuration."""
 
-    metadata = Signature.metadata(Config, "client-1")
-    assert Authenticator(StaticSecrets({"alice": "s3cret"})).check(metadata) == "alice"
+    def __init__(self, ak: str, sk: str) -> None:
+        self.credentials = type("credentials", (), {"ak": ak, "sk": sk})
+        self.namespace = ""
+
+
+def _at(date_time: str) -> list[tuple[str, str]]:
+    """The client's headers with its x-mq-date-time set to `date_time` (re-signed)."""
+    metadata = dict(Signature.metadata(_Keys("alice", "s3cret"), "client-1"))
+    metadata["x-mq-date-time"] = date_time
+    metadata["authorization"] = (f"MQv2-HMAC-SHA1 Credential=alice, SignedHeaders="
+                                 f"x-mq-date-time, Signature={sign('s3cret', date_time)}")
+    return list(metadata.items())
+
+
+def test_the_official_clients_signature_is_accepted_and_a_wrong_secret_is_not() -> None:
+    metadata = Signature.metadata(_Keys("alice", "s3cret"), "client-1")
+    offsets = parse_utc_offsets("")  # the client formats this host's local time
+    caller = Authenticator(StaticSecrets({"alice": "s3cret"}),
+                           utc_offsets_minutes=offsets).check(metadata)
+    assert caller == Credentials("alice", "s3cret")  # the keys its Flight calls are signed with
     with pytest.raises(AuthError, match="does not match"):
-        Authenticator(StaticSecrets({"alice": "wrong"})).check(metadata)
+        Authenticator(StaticSecrets({"alice": "wrong"}), utc_offsets_minutes=offsets
+                      ).check(metadata)
     with pytest.raises(AuthError, match="does not match"):
-        Authenticator(StaticSecrets({})).check(metadata)
+        Authenticator(StaticSecrets({}), utc_offsets_minutes=offsets).check(metadata)
     assert Authenticator(None).check([]) is None
     with pytest.raises(AuthError, match="no authorization"):
         Authenticator(StaticSecrets({})).check([])
@@ -155,6 +183,78 @@ def test_the_official_clients_signature_is_accepted_and_a_wrong_secret_is_not() 
                 "SignedHeaders=x-mq-date-time, Signature=00"), "MQv2-HMAC-SHA1 " + "x" * 2000):
         with pytest.raises(AuthError):
             parse_authorization(bad)
+
+
+def test_a_signed_date_outside_the_skew_window_is_refused_in_every_accepted_offset() -> None:
+    now_ms = 1_795_000_000_000  # 2026-11-18T11:06:40Z
+    secrets = StaticSecrets({"alice": "s3cret"})
+
+    def check(date_time: str, offsets: tuple[int, ...] = (0,)) -> Credentials | None:
+        return Authenticator(secrets, clock_skew_ms=60_000, utc_offsets_minutes=offsets,
+                             now_ms=lambda: now_ms).check(_at(date_time))
+
+    assert check("20261118T110640Z") is not None
+    assert check("20261118T110740Z") is not None  # 60 s ahead: inside
+    with pytest.raises(AuthError, match="more than 60000 ms"):
+        check("20261118T110741Z")
+    with pytest.raises(AuthError, match="more than 60000 ms"):
+        check("20261118T110539Z")  # 61 s behind: a replay after the window
+    # a client in UTC+08:00 formats its local time: refused unless that offset is accepted
+    with pytest.raises(AuthError, match="more than"):
+        check("20261118T190640Z")
+    assert check("20261118T190640Z", parse_utc_offsets("+08:00")) is not None
+    assert check("20261118T053640Z", parse_utc_offsets("-05:30")) is not None
+    assert check("20261118T190640Z", parse_utc_offsets("any")) is not None
+    with pytest.raises(AuthError, match="is not"):
+        check("2026-11-18 11:06:40")
+    for bad in ("8:00", "+15:00", "+08:60", "utc"):
+        with pytest.raises(ValueError):
+            parse_utc_offsets(bad)
+
+
+def test_users_come_from_the_controller_and_are_fetched_again_when_old_or_missed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """ControllerUsers over a scripted get_auth_data: enabled users only, a miss fetches at
+    once (at most every second), an old table is fetched again, a failing controller keeps
+    the last table, and no secret reaches a log line."""
+    clock = [0.0]
+    replies: list[object] = [{"status": "OK", "auth": {"version": 3, "users": [
+        {"name": "alice", "access_key": "AK_a", "secret_key": "alice-secret-1"},
+        {"name": "bob", "access_key": "AK_b", "secret_key": "bob-secret-12",
+         "status": "disabled"}], "policies": []}}]
+
+    def fetch() -> object:
+        reply = replies[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    caplog.set_level(logging.DEBUG)
+    users = ControllerUsers(fetch, refresh_interval_ms=5000, clock_s=lambda: clock[0])
+    with pytest.raises(AuthUnavailable):
+        ControllerUsers(lambda: {"status": "NO_PERMISSION"}, 5000).secret_key("AK_a")
+    assert users.secret_key("AK_a") == "alice-secret-1" and users.fetches == 1
+    assert users.secret_key("AK_b") is None  # disabled
+    assert users.fetches == 1  # a miss within a second of the last fetch: no new fetch
+    replies[0] = {"status": "OK", "auth": {"version": 4, "users": [
+        {"name": "alice", "access_key": "AK_a", "secret_key": "alice-secret-1"},
+        {"name": "carol", "access_key": "AK_c", "secret_key": "carol-secret-1"}]}}
+    clock[0] = 1.5
+    assert users.secret_key("AK_c") == "carol-secret-1" and users.fetches == 2  # the miss
+    replies[0] = RetriableError(status_for("SERVICE_NOT_AVAILABLE"), "no controller answered")
+    clock[0] = 7.0
+    assert users.secret_key("AK_a") == "alice-secret-1"  # old table kept, fetch failed
+    assert users.fetches == 3 and users.version == 4
+    replies[0] = {"status": "OK", "auth": {"version": 5, "users": []}}
+    clock[0] = 13.0
+    assert users.secret_key("AK_a") is None and users.version == 5  # deleted
+    for bad in ({"status": "OK"}, {"status": "OK", "auth": {"users": [1]}},
+                {"status": "OK", "auth": {"users": [{"access_key": "x"}]}}):
+        with pytest.raises(AuthDataError):
+            parse_users(bad)
+    text = caplog.text
+    assert "version 5" in text and not any(secret in text for secret in (
+        "alice-secret-1", "bob-secret-12", "carol-secret-1"))
 
 
 def _message(**system: object) -> definition_pb2.Message:
@@ -216,3 +316,13 @@ def test_codes_and_config() -> None:
         ProxyConfig.from_properties({"grpcNoSuchKey": "1", "controllerAddr": "h:1"})
     with pytest.raises(ProxyConfigError, match="controllerAddr"):
         ProxyConfig.from_properties({})
+    with pytest.raises(ProxyConfigError, match="grpcCredentialsFile: gone"):
+        ProxyConfig.from_properties({"grpcCredentialsFile": "f", "controllerAddr": "h:1"})
+    with pytest.raises(ProxyConfigError, match="grpcAuthenticationEnabled"):
+        ProxyConfig.from_properties({"grpcAuthenticationEnabled": "yes",
+                                     "controllerAddr": "h:1"})
+    with pytest.raises(ProxyConfigError, match="grpcAuthClientUtcOffsets"):
+        ProxyConfig.from_properties({"grpcAuthClientUtcOffsets": "+99:00",
+                                     "controllerAddr": "h:1"})
+    assert code_for_status("NO_PERMISSION")[1] == "FORBIDDEN"
+    assert code_for_status("UNAUTHENTICATED")[1] == "UNAUTHORIZED"

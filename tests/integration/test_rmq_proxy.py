@@ -6,7 +6,7 @@ a real cluster (a controller, a 3-broker replica set, the proxy, all started by
 message not acked comes back after its invisible duration with delivery_attempt 2; stale,
 superseded and forged receipt handles get INVALID_RECEIPT_HANDLE (40013); delay messages get
 UNSUPPORTED; the client's retries of one message id are stored once; the POP state survives a
-SIGKILL of the proxy; a wrong secret is refused UNAUTHORIZED; one set of topics: our Flight
+SIGKILL of the proxy; TLS on the port; one set of topics: our Flight
 Consumer and Spark read what the RocketMQ client wrote, the RocketMQ client reads what our
 Producer wrote. Method: real processes, the real client; raw gRPC stubs only for requests the
 client library would not send (forged handles, a resent message id, a delay message).
@@ -43,7 +43,6 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.exception import BadRequestException
-from rocketmq.v5.util.signature import Signature
 
 from connector import Admin, ClientConfig, Consumer
 from connector import Producer as FlightProducer
@@ -346,49 +345,36 @@ def extra_proxy(cluster: ProxyCluster, directory: Path, **keys: str) -> Iterator
         process.wait(timeout=30)
 
 
-def test_tls_and_authentication_refuse_a_wrong_secret(cluster: ProxyCluster,
-                                                      tmp_path: Path) -> None:
-    """A proxy with TLS and credentials: the official client (tls_enable, its AK/SK) sends;
-    a wrong secret, no signature and a plaintext connection are refused."""
-    credentials = tmp_path / "credentials"
-    credentials.write_text("alice=s3cret\n")
-    credentials.chmod(0o600)
+def test_a_tls_port_and_authentication_that_needs_the_controllers_users(
+        cluster: ProxyCluster, tmp_path: Path) -> None:
+    """A proxy with TLS: the official client (tls_enable) sends; a plaintext connection gets
+    no answer. Authentication (grpcAuthenticationEnabled) checks the controllers' users, so
+    a proxy without a Super user's keys to read them refuses to start, naming clientConfig
+    (test_rmq_proxy_auth.py covers users, ACLs and wrong secrets on a secured cluster)."""
     cert_file, key_file = _self_signed(tmp_path)
-    with extra_proxy(cluster, tmp_path, grpcCredentialsFile=str(credentials),
-                     grpcTlsCertFile=str(cert_file), grpcTlsKeyFile=str(key_file)) as endpoint:
-        topic = "rmq-auth"
+    conf = tmp_path / "auth.conf"
+    conf.write_text(f"grpcListenPort={free_port()}\ncontrollerAddr={cluster.controller_addr}\n"
+                    "grpcAuthenticationEnabled=true\n")
+    refused = subprocess.run([sys.executable, "-m", "connector.rmq_proxy", "--conf", str(conf)],
+                             capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    assert refused.returncode == 2 and "clientConfig" in refused.stderr, refused.stderr[-2000:]
+    with extra_proxy(cluster, tmp_path, grpcTlsCertFile=str(cert_file),
+                     grpcTlsKeyFile=str(key_file)) as endpoint:
+        topic = "rmq-tls"
         make_topic(cluster, topic)
         roots = grpc.ssl_channel_credentials(root_certificates=cert_file.read_bytes())
         raw = service_pb2_grpc.MessagingServiceStub(grpc.secure_channel(endpoint, roots))
-
-        class Wrong:
-            class credentials:
-                ak, sk = "alice", "wrong"
-            namespace = ""
-
         request = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic))
-        code = wait_for(lambda: _query_code(raw, request, Signature.metadata(Wrong, "c")),
-                        30, "the authenticating proxy")
-        assert code == 40100  # UNAUTHORIZED
-        assert _query_code(raw, request, []) == 40100
+        code = wait_for(lambda: _query_code(raw, request, []), 30, "the TLS proxy")
+        assert code == 20000
         assert _query_code(stub(endpoint), request, []) is None  # plaintext: no answer
-        sent = subprocess.run([sys.executable, "-c", CLIENT_SEND, endpoint, topic, "alice",
-                               "s3cret"], capture_output=True, text=True, timeout=120,
-                              check=False, cwd=ROOT,
-                              env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH":
-                                   str(cert_file)})
+        sent = subprocess.run([sys.executable, "-c", CLIENT_SEND, endpoint, topic, "", ""],
+                              capture_output=True, text=True, timeout=120, check=False,
+                              cwd=ROOT, env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH":
+                                             str(cert_file)})
         assert sent.returncode == 0, sent.stderr[-2000:]
         assert sent.stdout.strip().splitlines()[-1] in {
             dict(r["properties"])["UNIQ_KEY"] for r in flight_rows(cluster, topic)}
-        refused = subprocess.run([sys.executable, "-c", CLIENT_SEND, endpoint, topic, "alice",
-                                  "wrong"], capture_output=True, text=True, timeout=120,
-                                 check=False, cwd=ROOT,
-                                 env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH":
-                                      str(cert_file)})
-        # the client reports its failed route query (the 40100 itself is in its own log;
-        # the stub above checked the code)
-        assert refused.returncode != 0 and "route" in refused.stderr, refused.stderr[-2000:]
-        assert len(flight_rows(cluster, topic)) == 1  # only the signed send was stored
 
 
 def _query_code(raw: object, request: object, metadata: list) -> int | None:
