@@ -1,8 +1,9 @@
 """The RocketMQ gRPC endpoint of a local `rocketha-cluster`: one `rocketha-proxy` process.
 
 One per cluster (not one per replica set): the proxy is a client of the whole cluster (routes
-name every replica set, and each set's POP state lives in that set), and the POP state of a
-consumer group is owned by one process at a time. Under the cluster directory:
+name every replica set, and each set's POP state lives in that set); more proxies may share a
+cluster (connector/rmq_proxy/state_store.py), but the local tool starts one. Under the cluster
+directory:
 `conf/proxy.conf`, `conf/proxy.key` (the receipt-handle HMAC key, 0600, kept across restarts so
 handles survive a proxy restart), `logs/proxy.log`, `run/proxy.pid`; its port is kept in
 `cluster.json` under "proxy". Started after the brokers, only with controllers (it takes

@@ -70,6 +70,9 @@ class ProxyConfig:
     consumer_queues_max: int = 100_000  # grpcConsumerQueuesMax: (group, topic, queue) states
     max_delivery_attempts: int = 16  # grpcMaxDeliveryAttempts (told to consumers)
     snapshot_interval_ms: int = 10_000  # grpcStateSnapshotIntervalMs
+    # grpcFifoConsumption: a message with a message group is not delivered while an earlier
+    # one of its group (same queue) is in flight, for every consumer group
+    fifo_consumption: bool = True
     log_file: str = ""  # logFile ("" = standard error)
 
     def __post_init__(self) -> None:
@@ -169,6 +172,7 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
     "grpcConsumerQueuesMax": ("consumer_queues_max", int),
     "grpcMaxDeliveryAttempts": ("max_delivery_attempts", int),
     "grpcStateSnapshotIntervalMs": ("snapshot_interval_ms", int),
+    "grpcFifoConsumption": ("fifo_consumption", bool),
     "logFile": ("log_file", str),
 }
 

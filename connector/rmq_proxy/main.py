@@ -104,6 +104,7 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
                 "on" if authenticator.enabled else "off", config.controller_addr)
     try:
         while not stop.wait(SNAPSHOT_POLL_S):  # the process's one loop: until SIGTERM
+            service.state.catch_up_all()  # other proxies' records on the same sets
             _snapshots(service, service.state.snapshot_due())
     finally:
         server.stop(STOP_GRACE_S).wait()

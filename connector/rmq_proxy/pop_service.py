@@ -33,8 +33,8 @@ from connector.protocol import IDEMPOTENCE_PROPERTY, PRODUCE_SCHEMA, PutIdempote
 from connector.protocol.signing import Credentials
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig
-from connector.rmq_proxy.messages import to_pb_message
-from connector.rmq_proxy.pop_core import PopState, QueueKey
+from connector.rmq_proxy.messages import SHARDING_KEY, to_pb_message
+from connector.rmq_proxy.pop_core import GROUP_CHARS_MAX, PopState, QueueKey
 from connector.rmq_proxy.receipt import ReceiptHandle, ReceiptHandleCodec
 from connector.rmq_proxy.replies import duration_ms, refusal_or_error, status
 from connector.rmq_proxy.state_store import StateStore, StateWriteError
@@ -68,6 +68,7 @@ class PopService:
         self._dlq_topics: set[tuple[str, str]] = set()
         self._access: dict[tuple[str, str, str, str], float] = {}  # -> proven until (monotonic)
         self.delivered_messages = 0
+        self.lost_leases = 0  # leases another proxy's earlier record had taken
         self.dead_lettered_messages = 0
 
     def _group_lock(self, group: str, topic: str, broker_name: str) -> threading.Lock:
@@ -171,8 +172,19 @@ class PopService:
             if records:
                 with self.state.lock(broker_name):
                     self.state.write(broker_name, records)
+                    # another proxy's record before ours may have taken some: only leases
+                    # whose nonce is current after our record are ours to hand out
+                    won = [(row, handle, attempt) for row, handle, attempt in found
+                           if self._lease_is(group, topic, handle, handle.nonce)]
+                self.lost_leases += len(found) - len(won)
+                found = won
         return [(row, self.handles.encode(group, topic, handle), attempt)
                 for row, handle, attempt in found]
+
+    def _lease_is(self, group: str, topic: str, handle: ReceiptHandle, nonce: int) -> bool:
+        state = self.pop.get(QueueKey(group, topic, handle.broker_name, handle.queue_id))
+        lease = state.leases.get(handle.queue_offset) if state is not None else None
+        return lease is not None and lease.nonce == nonce
 
     def _pop_queue(self, key: QueueKey, limit: int, until_ms: int, now_ms: int,
                    tag_filter: str | None, user: Credentials | None
@@ -183,19 +195,24 @@ class PopService:
         cursor = state.cursor if state is not None else start
         assert cursor is not None
         leases: list[list[int]] = []
-        dropped: list[int] = []
+        redeliver: list[list[int]] = []
+        dropped: list[list[int]] = []
+        groups: list[list[Any]] = []
         rows: list[tuple[dict[str, Any], ReceiptHandle, int]] = []
+        # FIFO: a message group with a message in flight (leased, expired or not: an expired
+        # one is redelivered first, below) holds its later messages back
+        in_flight = self.pop.groups_in_flight(key) if self.config.fifo_consumption else set()
         for queue_offset, lease in self.pop.due(key, now_ms, limit):
             row = self._read_one(key, queue_offset, user)
             if row is None:
-                dropped.append(queue_offset)  # retention removed it
+                dropped.append([queue_offset, lease.nonce])  # retention removed it
                 continue
             if lease.attempt >= self.config.max_delivery_attempts and \
                     self._dead_letter(key, row):
-                dropped.append(queue_offset)  # on %DLQ%<group> now: done here
+                dropped.append([queue_offset, lease.nonce])  # on %DLQ%<group> now: done
                 continue
             nonce = secrets.randbits(62)
-            leases.append([queue_offset, lease.attempt + 1, until_ms, nonce])
+            redeliver.append([queue_offset, lease.attempt + 1, until_ms, nonce, lease.nonce])
             rows.append((row, ReceiptHandle(key.broker_name, key.queue_id, queue_offset, nonce,
                                             until_ms), lease.attempt + 1))
         room = min(limit - len(rows), self.pop.room(key, self.config.inflight_messages_max))
@@ -210,16 +227,25 @@ class PopService:
                 logger.warning("%s: cursor %d is past the queue's end %d", key, cursor,
                                result.reply.max_queue_offset)
             else:
+                new_cursor = max(cursor, result.next_queue_offset)
                 for row in result.table.to_pylist():
+                    group = _message_group(row) if self.config.fifo_consumption else None
+                    if group is not None and group in in_flight:
+                        new_cursor = row["queue_offset"]  # waits for the group's earlier one
+                        break
                     nonce = secrets.randbits(62)
                     leases.append([row["queue_offset"], 1, until_ms, nonce])
+                    if group is not None:
+                        groups.append([row["queue_offset"], group])
+                        in_flight.add(group)
                     rows.append((row, ReceiptHandle(key.broker_name, key.queue_id,
                                                     row["queue_offset"], nonce, until_ms), 1))
-                new_cursor = max(cursor, result.next_queue_offset)
-        if not leases and not dropped and start is None and new_cursor == cursor:
+        if not leases and not redeliver and not dropped and start is None and \
+                new_cursor == cursor:
             return None, []
         return ({"t": "pop", "k": key.to_json(), "start": start, "cursor": new_cursor,
-                 "leases": leases, "dropped": dropped}, rows)
+                 "leases": leases, "redeliver": redeliver, "dropped": dropped,
+                 "groups": groups}, rows)
 
     def _dead_letter(self, key: QueueKey, row: dict[str, Any]) -> bool:
         """Put the message on RocketMQ's dead-letter topic `%DLQ%<group>` of its replica set
@@ -314,6 +340,10 @@ class PopService:
         self.state.open_set(handle.broker_name)
         problem = self.pop.lease_problem(key, handle.queue_offset, handle.nonce,
                                          self._now_ms())
+        if problem is not None:  # maybe another proxy's lease this view has not seen yet
+            self.state.catch_up(handle.broker_name)
+            problem = self.pop.lease_problem(key, handle.queue_offset, handle.nonce,
+                                             self._now_ms())
         if problem is not None:
             return status("INVALID_RECEIPT_HANDLE", f"stale receipt handle: {problem}")
         return key, handle
@@ -334,11 +364,21 @@ class PopService:
                     self.state.write(key.broker_name, [{
                         "t": "ack", "k": key.to_json(),
                         "offsets": [[handle.queue_offset, handle.nonce]]}])
+                    superseded = self._lease_is_other(key, handle)
         except RocketHAError as err:
             return refusal_or_error(err, "ack not recorded")
         except StateWriteError as err:
             return status("INTERNAL_SERVER_ERROR", f"ack not recorded: {err}")
+        if superseded:  # another proxy redelivered it first (log order)
+            return status("INVALID_RECEIPT_HANDLE", "stale receipt handle: superseded by a "
+                          "later delivery")
         return status("OK")
+
+    def _lease_is_other(self, key: QueueKey, handle: ReceiptHandle) -> bool:
+        """Is the message leased under another nonce than `handle`'s?"""
+        state = self.pop.get(key)
+        lease = state.leases.get(handle.queue_offset) if state is not None else None
+        return lease is not None and lease.nonce != handle.nonce
 
     def change(self, group: str, topic: str, text: str, invisible_ms: int,
                user: Credentials | None = None) -> tuple[Any, str]:
@@ -358,6 +398,10 @@ class PopService:
                     self.state.write(key.broker_name, [{
                         "t": "change", "k": key.to_json(), "offset": handle.queue_offset,
                         "nonce": handle.nonce, "new_nonce": nonce, "until": until_ms}])
+                    changed = self._lease_is(group, topic, handle, nonce)
+                if not changed:  # another proxy's record came first (log order)
+                    return status("INVALID_RECEIPT_HANDLE", "stale receipt handle: "
+                                  "superseded by a later delivery"), ""
         except RocketHAError as err:
             return refusal_or_error(err, "not recorded"), ""
         except StateWriteError as err:
@@ -392,3 +436,14 @@ class PopService:
         except StateWriteError as err:
             return status("INTERNAL_SERVER_ERROR", f"not recorded: {err}")
         return status("OK")
+
+
+def _message_group(row: dict[str, Any]) -> str | None:
+    """A row's RocketMQ message group (FIFO), as tracked in the state records: names longer
+    than GROUP_CHARS_MAX (a Flight producer may set any) by their SHA-1."""
+    group = dict(row.get("properties") or []).get(SHARDING_KEY)
+    if not group:
+        return None
+    if len(group) > GROUP_CHARS_MAX:
+        return "sha1:" + hashlib.sha1(group.encode()).hexdigest()
+    return str(group)

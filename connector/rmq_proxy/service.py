@@ -314,6 +314,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 "refused_requests": self.refused_requests,
                 "delivered_messages": self.pops.delivered_messages,
                 "dead_lettered_messages": self.pops.dead_lettered_messages,
+                "lost_leases": self.pops.lost_leases,
                 **self.pops.state.stats()}
 
 
