@@ -57,8 +57,12 @@ STATE_TOPIC = "rmq_sys_rocketha_pop_state"
 STATE_GROUP = "rocketha-proxy"
 REPLAY_BATCH_MESSAGES = 1024
 REPLAY_PULLS_MAX = 1 << 20  # bounds the replay loop (1G records)
-CATCH_UP_WAIT_MS = 200  # a catch-up read waits this long for the confirm position to pass
-CATCH_UP_TRIES_MAX = 10  # ... at most this often (then the set is replayed from scratch)
+# Reading up to our own record waits for the confirm position to pass the records before it
+# (PUT_OK may come before every SyncStateSet member confirmed them): each pull long-polls
+# CATCH_UP_WAIT_MS, for CATCH_UP_DEADLINE_S in all (then the request fails and the set is
+# replayed from scratch at its next use)
+CATCH_UP_WAIT_MS = 500
+CATCH_UP_DEADLINE_S = 15.0
 
 
 class StateWriteError(Exception):
@@ -126,7 +130,7 @@ class StateStore:
         count = 0
         queue_offset = self._applied[broker_name]
         first = queue_offset
-        empty_reads = 0
+        deadline_s = self._clock_s() + CATCH_UP_DEADLINE_S
         for _ in range(REPLAY_PULLS_MAX):
             if until is not None and queue_offset >= until:
                 break
@@ -150,12 +154,11 @@ class StateStore:
                     queue_offset = max(queue_offset, result.next_queue_offset)
                 if result.table.num_rows == 0 or queue_offset >= result.reply.max_queue_offset:
                     break
-            elif result.table.num_rows == 0:
-                empty_reads += 1
-                if empty_reads >= CATCH_UP_TRIES_MAX:
-                    self._applied[broker_name] = queue_offset
-                    raise RecordGapError(f"{STATE_TOPIC} on {broker_name} not readable from "
-                                         f"{queue_offset} up to {until}")
+            elif result.table.num_rows == 0 and self._clock_s() >= deadline_s:
+                self._applied[broker_name] = queue_offset
+                raise RecordGapError(f"{STATE_TOPIC} on {broker_name} not readable from "
+                                     f"{queue_offset} up to {until} within "
+                                     f"{CATCH_UP_DEADLINE_S:.0f} s")
         self._applied[broker_name] = queue_offset
         if replay:
             self.records_replayed += count
