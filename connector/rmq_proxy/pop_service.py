@@ -147,8 +147,17 @@ class PopService:
         if state is None or wait_ms <= 0:
             time.sleep(max(0, min(wait_ms, 50)) / 1000.0)
             return
-        self.links.pull(broker_name, topic, queue_id, state.cursor, max_messages=1,
-                        max_wait_ms=wait_ms, columns=("queue_offset",), user=user, group=group)
+        started_ms = self._now_ms()
+        result = self.links.pull(broker_name, topic, queue_id, state.cursor, max_messages=1,
+                                 max_wait_ms=wait_ms, columns=("queue_offset",), user=user,
+                                 group=group)
+        left_ms = wait_ms - (self._now_ms() - started_ms)
+        if result.table.num_rows and left_ms > 0:
+            # a message at the cursor that the last pass could not lease (held back by FIFO
+            # order, or the in-flight window is full): wait for newer ones, not spin on it
+            self.links.pull(broker_name, topic, queue_id, result.reply.max_queue_offset,
+                            max_messages=1, max_wait_ms=left_ms, columns=("queue_offset",),
+                            user=user, group=group)
 
     def _pop(self, group: str, topic: str, broker_name: str, queue_ids: list[int],
              batch: int, invisible_ms: int, tag_filter: str | None, user: Credentials | None

@@ -278,7 +278,17 @@ def test_pop_state_survives_a_proxy_kill(cluster: ProxyCluster) -> None:
         cluster.restart_proxy()
         wait_for(lambda: _ack_code(stub(cluster.grpc_endpoint), "g-restart", topic,
                                    "rh1.x.0") == 40013, 30, "the restarted proxy")
-        consumer.ack(b)  # a handle from before the restart is still valid
+
+        def ack_b() -> bool:  # a handle from before the restart is still valid
+            try:
+                consumer.ack(b)
+            except grpc.aio.AioRpcError as err:  # the client's channel is in its reconnect
+                if err.code() != grpc.StatusCode.UNAVAILABLE:  # backoff (the proxy was down)
+                    raise
+                return False
+            return True
+
+        wait_for(ack_b, 30, "the client's channel to the restarted proxy")
         assert consumer.receive(32, 30) == []  # a acked, b acked, c still invisible
         consumer.change_invisible_duration(c, 1)
         back = receive_all(consumer, 1, invisible_s=30)
