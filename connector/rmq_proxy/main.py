@@ -109,6 +109,7 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
     finally:
         server.stop(STOP_GRACE_S).wait()
         _snapshots(service, service.state.snapshot_due() + [])
+        service.pops.close()
         links.close()
         logger.info("rocketha-proxy stopped: %s", service.stats())
     return 0

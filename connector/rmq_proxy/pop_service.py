@@ -1,8 +1,10 @@
 """POP consumption for the RocketMQ SimpleConsumer and PushConsumer (service.py delegates).
 
     receive   lease up to a batch from the named replica set's queues (expired leases first,
-              delivery_attempt + 1; then new messages), long-polling; each lease is recorded
-              in the cluster (state_store.py) before the client sees the message
+              delivery_attempt + 1; then new messages; FIFO: not past a message whose group
+              has one in flight), long-polling every queue of the set at once (`_wait`);
+              each lease is recorded in the cluster (state_store.py), and won there, before
+              the client sees the message
     ack       a current lease's handle -> an ack record -> OK
     change    ChangeInvisibleDuration: a change record with a new nonce -> the new handle
     forward   ForwardMessageToDeadLetterQueue: the message onto `%DLQ%<group>`, then an ack
@@ -17,6 +19,7 @@ around the write (state_store.py); always in that order.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import logging
 import secrets
@@ -46,9 +49,13 @@ logger = logging.getLogger(__name__)
 PERM_READ = 4
 DEFAULT_INVISIBLE_MS = 30_000
 DLQ_PREFIX = "%DLQ%"  # RocketMQ's dead-letter topic of a consumer group
-WAKE_INTERVAL_MS = 500  # a waiting receive looks again at least this often
+WAKE_INTERVAL_MS = 500  # a waiting receive without a wait slot looks again this often
+WAIT_SLICE_MS = 2000  # one long-polling wait of a receive (then it looks again)
+WAIT_PULLS_MAX = 64  # long-polling pulls of waiting receives at once (the wait pool)
 ACCESS_CHECK_TTL_S = 2.0  # a user's proven Sub right on (topic, group) is trusted this long
 ACCESS_CHECKS_MAX = 100_000
+HANDLE_CATCH_UP_S = 3.0  # a handle newer than this view: read the state topic this long
+HANDLE_CATCH_UP_WAIT_MS = 300  # ... in long polls this long
 DELIVERY_COLUMNS = ("queue_id", "queue_offset", "body", "key", "tags", "properties",
                     "born_timestamp", "store_timestamp", "msg_id")
 _PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
@@ -67,6 +74,9 @@ class PopService:
         self._locks_lock = threading.Lock()
         self._dlq_topics: set[tuple[str, str]] = set()
         self._access: dict[tuple[str, str, str, str], float] = {}  # -> proven until (monotonic)
+        self._wait_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=WAIT_PULLS_MAX, thread_name_prefix="rmq-wait")
+        self._wait_slots = threading.BoundedSemaphore(WAIT_PULLS_MAX)
         self.delivered_messages = 0
         self.lost_leases = 0  # leases another proxy's earlier record had taken
         self.dead_lettered_messages = 0
@@ -124,7 +134,7 @@ class PopService:
                               user)
             if found or self._now_ms() >= deadline_ms or not context.is_active():
                 break
-            self._wait(group, topic, broker_name, order[0], deadline_ms, user)
+            self._wait(group, topic, broker_name, order, deadline_ms, user)
         messages = [to_pb_message(row, topic, namespace, receipt_handle=handle,
                                   delivery_attempt=attempt, invisible_ms=invisible_ms,
                                   broker_name=broker_name)
@@ -133,31 +143,64 @@ class PopService:
         return messages, status("OK") if messages else status("MESSAGE_NOT_FOUND",
                                                               "no new message")
 
-    def _wait(self, group: str, topic: str, broker_name: str, queue_id: int,
+    def _wait(self, group: str, topic: str, broker_name: str, queue_ids: list[int],
               deadline_ms: int, user: Credentials | None) -> None:
-        """Until a message may have arrived on `queue_id`, a lease may have expired, or the
-        deadline (a long-polling pull that asks for offsets only)."""
+        """Until a message may have arrived on one of `queue_ids`, a lease of theirs may have
+        expired, or the deadline: a long-polling pull per queue (offsets only), in parallel
+        on the wait pool, returning when the first one does. Each wait lasts at most
+        WAIT_SLICE_MS (a pull still running after the return holds its pool slot that long);
+        with the pool full, a queue is looked at again after WAKE_INTERVAL_MS instead."""
         now_ms = self._now_ms()
-        key = QueueKey(group, topic, broker_name, queue_id)
-        wait_ms = min(deadline_ms - now_ms, WAKE_INTERVAL_MS)
-        due_ms = self.pop.next_due_ms(key)
-        if due_ms is not None:
-            wait_ms = min(wait_ms, max(0, due_ms - now_ms))
-        state = self.pop.get(key)
-        if state is None or wait_ms <= 0:
+        keys = [QueueKey(group, topic, broker_name, queue_id) for queue_id in queue_ids]
+        wait_ms = min(deadline_ms - now_ms, WAIT_SLICE_MS)
+        for key in keys:
+            due_ms = self.pop.next_due_ms(key)
+            if due_ms is not None:
+                wait_ms = min(wait_ms, max(0, due_ms - now_ms))
+        waits = []
+        for key in keys:
+            state = self.pop.get(key)
+            if state is None or wait_ms <= 0:
+                break
+            if not self._wait_slots.acquire(blocking=False):
+                wait_ms = min(wait_ms, WAKE_INTERVAL_MS)
+                break
+            waits.append(self._wait_pool.submit(self._wait_one, key, state.cursor, wait_ms,
+                                                user))
+        if not waits:
             time.sleep(max(0, min(wait_ms, 50)) / 1000.0)
             return
-        started_ms = self._now_ms()
-        result = self.links.pull(broker_name, topic, queue_id, state.cursor, max_messages=1,
-                                 max_wait_ms=wait_ms, columns=("queue_offset",), user=user,
-                                 group=group)
-        left_ms = wait_ms - (self._now_ms() - started_ms)
-        if result.table.num_rows and left_ms > 0:
-            # a message at the cursor that the last pass could not lease (held back by FIFO
-            # order, or the in-flight window is full): wait for newer ones, not spin on it
-            self.links.pull(broker_name, topic, queue_id, result.reply.max_queue_offset,
-                            max_messages=1, max_wait_ms=left_ms, columns=("queue_offset",),
-                            user=user, group=group)
+        done, _ = concurrent.futures.wait(waits, timeout=wait_ms / 1000.0 + 1.0,
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in done:
+            future.result()  # a refusal (the user's rights) ends the receive here
+
+    def _wait_one(self, key: QueueKey, cursor: int, wait_ms: int,
+                  user: Credentials | None) -> None:
+        """One queue's long-polling wait (on the wait pool; releases its slot)."""
+        try:
+            started_ms = self._now_ms()
+            result = self.links.pull(key.broker_name, key.topic, key.queue_id, cursor,
+                                     max_messages=1, max_wait_ms=wait_ms,
+                                     columns=("queue_offset",), user=user, group=key.group)
+            left_ms = wait_ms - (self._now_ms() - started_ms)
+            if result.table.num_rows and left_ms > 0:
+                # a message at the cursor that the last pass could not lease (held back by
+                # FIFO order, or the in-flight window is full): wait for newer ones
+                self.links.pull(key.broker_name, key.topic, key.queue_id,
+                                result.reply.max_queue_offset, max_messages=1,
+                                max_wait_ms=left_ms, columns=("queue_offset",), user=user,
+                                group=key.group)
+            elif not result.table.num_rows and left_ms > 0:
+                # answered at once with nothing: the broker does not long-poll this queue
+                # (no message was ever written to it): look again after WAKE_INTERVAL_MS,
+                # without waking the receive now
+                time.sleep(min(left_ms, WAKE_INTERVAL_MS) / 1000.0)
+        finally:
+            self._wait_slots.release()
+
+    def close(self) -> None:
+        self._wait_pool.shutdown(wait=False, cancel_futures=True)
 
     def _pop(self, group: str, topic: str, broker_name: str, queue_ids: list[int],
              batch: int, invisible_ms: int, tag_filter: str | None, user: Credentials | None
@@ -349,13 +392,29 @@ class PopService:
         self.state.open_set(handle.broker_name)
         problem = self.pop.lease_problem(key, handle.queue_offset, handle.nonce,
                                          self._now_ms())
-        if problem is not None:  # maybe another proxy's lease this view has not seen yet
-            self.state.catch_up(handle.broker_name)
+        deadline_s = time.monotonic() + HANDLE_CATCH_UP_S
+        # a lease newer than this view (another proxy's, whose record may not be past the
+        # confirm position yet: the handle's MAC proves the proxies issued it): read on
+        while problem is not None and self._newer_than_view(key, handle) and \
+                time.monotonic() < deadline_s:
+            self.state.catch_up(handle.broker_name, wait_ms=HANDLE_CATCH_UP_WAIT_MS)
             problem = self.pop.lease_problem(key, handle.queue_offset, handle.nonce,
                                              self._now_ms())
         if problem is not None:
             return status("INVALID_RECEIPT_HANDLE", f"stale receipt handle: {problem}")
         return key, handle
+
+    def _newer_than_view(self, key: QueueKey, handle: ReceiptHandle) -> bool:
+        """May `handle` name a lease this view has not applied yet? (Not delivered here, or
+        leased here until an earlier time than the handle says.)"""
+        state = self.pop.get(key)
+        if state is None:
+            return True
+        lease = state.leases.get(handle.queue_offset)
+        if lease is None:
+            return handle.queue_offset >= state.cursor
+        return lease.nonce != handle.nonce and \
+            lease.invisible_until_ms < handle.invisible_until_ms
 
     def ack(self, group: str, topic: str, text: str, user: Credentials | None = None) -> Any:
         """Ack one receipt handle: the ack record is PUT_OK before OK is answered."""

@@ -123,7 +123,8 @@ class StateStore:
             logger.info("replica set %s: POP state replayed from %s@%d (%d records)",
                         broker_name, STATE_TOPIC, start, count)
 
-    def _apply_log(self, broker_name: str, until: int | None, *, replay: bool = False) -> int:
+    def _apply_log(self, broker_name: str, until: int | None, *, replay: bool = False,
+                   wait_ms: int = 0) -> int:
         """Apply the state topic from `applied` on: to its end (`until` None) or up to
         `until` (exclusive; RecordGapError if it cannot be read that far). Caller holds the
         set's lock. Returns the records applied."""
@@ -138,7 +139,8 @@ class StateStore:
                 REPLAY_BATCH_MESSAGES, until - queue_offset)
             result = self.links.pull(broker_name, STATE_TOPIC, 0, queue_offset,
                                      max_messages=wanted, columns=("queue_offset", "body"),
-                                     max_wait_ms=0 if until is None else CATCH_UP_WAIT_MS)
+                                     max_wait_ms=wait_ms if until is None else CATCH_UP_WAIT_MS)
+            wait_ms = 0  # (only the first read waits)
             if result.status == "OFFSET_TOO_SMALL" and result.next_queue_offset > queue_offset:
                 queue_offset = result.next_queue_offset  # retention removed older records
                 continue
@@ -182,12 +184,19 @@ class StateStore:
             count += 1
         return count
 
-    def catch_up(self, broker_name: str) -> None:
-        """Apply what other proxies appended to the set's state topic since our last read."""
-        if broker_name not in self._open or broker_name in self._missing:
+    def catch_up(self, broker_name: str, wait_ms: int = 0) -> None:
+        """Apply what other proxies appended to the set's state topic since our last read
+        (`wait_ms`: long-poll that long for a first new record)."""
+        if broker_name not in self._open:
+            return
+        if broker_name in self._missing:  # another proxy may have made it: replay then
+            with self.lock(broker_name):
+                self._open.discard(broker_name)
+                self._missing.discard(broker_name)
+            self.open_set(broker_name)
             return
         with self.lock(broker_name):
-            self._apply_log(broker_name, None)
+            self._apply_log(broker_name, None, wait_ms=wait_ms)
 
     def catch_up_all(self) -> None:
         """catch_up every open set (the proxy's main loop, every second): other proxies'
