@@ -77,6 +77,9 @@ class PopService:
         self._wait_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=WAIT_PULLS_MAX, thread_name_prefix="rmq-wait")
         self._wait_slots = threading.BoundedSemaphore(WAIT_PULLS_MAX)
+        # queues whose last pass stopped at a message it could not lease -> the queue's end
+        # then (-1: not read, the in-flight window was full)
+        self._held: dict[QueueKey, int] = {}
         self.delivered_messages = 0
         self.lost_leases = 0  # leases another proxy's earlier record had taken
         self.dead_lettered_messages = 0
@@ -165,8 +168,8 @@ class PopService:
             if not self._wait_slots.acquire(blocking=False):
                 wait_ms = min(wait_ms, WAKE_INTERVAL_MS)
                 break
-            waits.append(self._wait_pool.submit(self._wait_one, key, state.cursor, wait_ms,
-                                                user))
+            waits.append(self._wait_pool.submit(self._wait_one, key, state.cursor,
+                                                self._held.get(key), wait_ms, user))
         if not waits:
             time.sleep(max(0, min(wait_ms, 50)) / 1000.0)
             return
@@ -175,23 +178,27 @@ class PopService:
         for future in done:
             future.result()  # a refusal (the user's rights) ends the receive here
 
-    def _wait_one(self, key: QueueKey, cursor: int, wait_ms: int,
+    def _wait_one(self, key: QueueKey, cursor: int, held_end: int | None, wait_ms: int,
                   user: Credentials | None) -> None:
-        """One queue's long-polling wait (on the wait pool; releases its slot)."""
+        """One queue's long-polling wait (on the wait pool; releases its slot). `held_end`:
+        the last pass stopped at a message it could not lease (FIFO-held, or the in-flight
+        window is full: -1, end unknown): wait for messages past the queue's end then, not
+        for the one at the cursor (that would spin)."""
         try:
             started_ms = self._now_ms()
-            result = self.links.pull(key.broker_name, key.topic, key.queue_id, cursor,
+            wait_from = cursor
+            if held_end is not None:
+                wait_from = held_end
+                if held_end < 0:
+                    wait_from = self.links.pull(
+                        key.broker_name, key.topic, key.queue_id, cursor, max_messages=1,
+                        columns=("queue_offset",), user=user,
+                        group=key.group).reply.max_queue_offset
+            result = self.links.pull(key.broker_name, key.topic, key.queue_id, wait_from,
                                      max_messages=1, max_wait_ms=wait_ms,
                                      columns=("queue_offset",), user=user, group=key.group)
             left_ms = wait_ms - (self._now_ms() - started_ms)
-            if result.table.num_rows and left_ms > 0:
-                # a message at the cursor that the last pass could not lease (held back by
-                # FIFO order, or the in-flight window is full): wait for newer ones
-                self.links.pull(key.broker_name, key.topic, key.queue_id,
-                                result.reply.max_queue_offset, max_messages=1,
-                                max_wait_ms=left_ms, columns=("queue_offset",), user=user,
-                                group=key.group)
-            elif not result.table.num_rows and left_ms > 0:
+            if not result.table.num_rows and left_ms > 0:
                 # answered at once with nothing: the broker does not long-poll this queue
                 # (no message was ever written to it): look again after WAKE_INTERVAL_MS,
                 # without waking the receive now
@@ -269,6 +276,9 @@ class PopService:
                                             until_ms), lease.attempt + 1))
         room = min(limit - len(rows), self.pop.room(key, self.config.inflight_messages_max))
         new_cursor = cursor
+        self._held.pop(key, None)
+        if self.pop.room(key, self.config.inflight_messages_max) <= 0:
+            self._held[key] = -1
         if room > 0:
             result = self.links.pull(key.broker_name, key.topic, key.queue_id, cursor,
                                      max_messages=room, tag_filter=tag_filter,
@@ -284,6 +294,7 @@ class PopService:
                     group = _message_group(row) if self.config.fifo_consumption else None
                     if group is not None and group in in_flight:
                         new_cursor = row["queue_offset"]  # waits for the group's earlier one
+                        self._held[key] = result.reply.max_queue_offset
                         break
                     nonce = secrets.randbits(62)
                     leases.append([row["queue_offset"], 1, until_ms, nonce])
