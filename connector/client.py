@@ -231,8 +231,10 @@ def controller_call(controller: str, action: str, body: Mapping[str, Any] | None
     """One DoAction JSON call answered by the controller group: any node answers or names its
     leader (NOT_LEADER + leader_address, followed at most CONTROLLER_REDIRECTS_MAX times per
     address). Returns the first OK reply (other actions: also a reply such as TOPIC_NOT_FOUND).
-    Raises RetriableError SERVICE_NOT_AVAILABLE when no controller answers."""
+    Raises RetriableError SERVICE_NOT_AVAILABLE when no controller answers, FatalError
+    UNAUTHENTICATED / NO_PERMISSION when none answered but one refused the caller."""
     failures = []
+    refusal: FatalError | None = None
     payload = json.dumps(dict(body or {})).encode()
     for start in controller_addresses(controller):
         address: str | None = start
@@ -242,6 +244,14 @@ def controller_call(controller: str, action: str, body: Mapping[str, Any] | None
             try:
                 reply = _controller_call(address, action, payload, timeout_ms, tls,
                                          credentials)
+            except (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError) as err:
+                # an answer about the caller's keys or ACLs (another controller may not have
+                # applied a new user yet: ask it too, but report the refusal, not an outage)
+                refusal = FatalError(status_for(
+                    "UNAUTHENTICATED" if isinstance(err, flight.FlightUnauthenticatedError)
+                    else "NO_PERMISSION"), f"controller {address}: {err}")
+                failures.append(f"{address}: {err}")
+                break
             except (flight.FlightError, OSError, ValueError) as err:
                 failures.append(f"{address}: {err}")
                 break
@@ -251,6 +261,8 @@ def controller_call(controller: str, action: str, body: Mapping[str, Any] | None
             failures.append(f"{address}: {reply.get('status')}")
             address = reply.get("leader_address") if reply.get("status") == "NOT_LEADER" \
                 else None
+    if refusal is not None:
+        raise refusal
     raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
                          f"controller {controller}: no controller answered {action} ("
                          + "; ".join(failures[-4:]) + ")")

@@ -468,8 +468,7 @@ def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,
     keys = cluster_auth.admin_credentials(cluster.directory) if client_config else None
     proxy = local.plan(manifest, args.grpc_port, controller_addr, overrides,
                        client_config=client_config, tls_server=tls_server,
-                       client_keys=None if keys is None else (keys.access_key,
-                                                              keys.secret_key))
+                       authentication=keys is not None)
     cluster.save(manifest)
     if proxy is not None:
         local.start(proxy)

@@ -1,8 +1,9 @@
 """The RocketMQ gRPC endpoint of a local `rocketha-cluster`: one `rocketha-proxy` process.
 
 One per cluster (not one per replica set): the proxy is a client of the whole cluster (routes
-name every replica set, and each set's POP state lives in that set), and the POP state of a
-consumer group is owned by one process at a time. Under the cluster directory:
+name every replica set, and each set's POP state lives in that set); more proxies may share a
+cluster (connector/rmq_proxy/state_store.py), but the local tool starts one. Under the cluster
+directory:
 `conf/proxy.conf`, `conf/proxy.key` (the receipt-handle HMAC key, 0600, kept across restarts so
 handles survive a proxy restart), `logs/proxy.log`, `run/proxy.pid`; its port is kept in
 `cluster.json` under "proxy". Started after the brokers, only with controllers (it takes
@@ -41,15 +42,14 @@ class LocalProxy:
     def plan(self, manifest: dict[str, Any], port: int | None, controller_addr: str,
              overrides: dict[str, str], *, client_config: str = "",
              tls_server: dict[str, str] | None = None,
-             client_keys: tuple[str, str] | None = None) -> dict[str, Any] | None:
+             authentication: bool = False) -> dict[str, Any] | None:
         """Add or update the proxy entry (port None: keep the one chosen, else a free one;
         0: no proxy) and write its configuration. On a secured cluster `client_config` is
         the client.properties the proxy's own calls use, and `tls_server` the tls.server.*
         keys of a certificate from the cluster CA for its gRPC port (RocketMQ clients then
-        trust DIR/tls/ca.pem). `client_keys` (access key, secret key): the only RocketMQ
-        client keys the proxy accepts (grpcCredentialsFile, 0600): on a secured cluster the
-        admin's, since the proxy calls the cluster as the admin and does not check the
-        controller's users and ACLs itself yet (an open proxy would bypass them)."""
+        trust DIR/tls/ca.pem). `authentication`: every RocketMQ client signs with the keys of
+        one of the controllers' users and the proxy calls the cluster as that user
+        (grpcAuthenticationEnabled; it reads the users with client.properties' admin keys)."""
         proxy = manifest.get("proxy")
         if port == 0 or not controller_addr:
             manifest.pop("proxy", None)
@@ -74,11 +74,10 @@ class LocalProxy:
                     "logFile": proxy["log_file"]}
         if client_config:
             settings["clientConfig"] = client_config
-        if client_keys is not None:
-            keys_file = Path(self.directory / "conf" / "proxy.credentials")
-            write_private_text(keys_file, "# RocketMQ client keys rocketha-proxy accepts "
-                               "(accessKey=secretKey)\n" + f"{client_keys[0]}={client_keys[1]}\n")
-            settings["grpcCredentialsFile"] = str(keys_file)
+        if authentication:
+            settings["grpcAuthenticationEnabled"] = "true"
+            # (the admin-only key list of earlier versions: the proxy now checks every user)
+            Path(self.directory / "conf" / "proxy.credentials").unlink(missing_ok=True)
         if tls_server:
             settings["grpcTlsCertFile"] = tls_server["tls.server.certPath"]
             settings["grpcTlsKeyFile"] = tls_server["tls.server.keyPath"]

@@ -7,7 +7,8 @@ Producer and Consumer do. Its modules, leaves first:
     config.py       ProxyConfig (grpcListenPort, controllerAddr, limits)
     codes.py        our statuses -> apache.rocketmq.v2.Code
     receipt.py      HMAC'd receipt handles
-    auth.py         the clients' AK/SK signature (authorization header), behind SecretLookup
+    auth.py         the clients' AK/SK signature (authorization header, clock skew)
+    users.py        the controller's users as the SecretLookup of auth.py (get_auth_data)
     pop_core.py     sans-IO POP state (leases, acks, redelivery) and its records
     messages.py     RocketMQ messages <-> rocketha rows (keys, tag, properties, message id)
     replies.py      Status and Duration helpers

@@ -3,11 +3,21 @@ replica set through the client library (connector.client), so it follows a failo
 Producer and Consumer do.
 
     ClusterLinks.routes(topic)        get_routes from the controller group (cached route_ttl_ms)
+    ClusterLinks.user_routes(t, user) the same asked as `user` (the controller checks its ACLs)
     ClusterLinks.members(set)         the set's brokers, its alive master first (cluster_list)
     ClusterLinks.put(set, topic, b)   one produce batch on a pooled idempotent Producer of the
                                       set (at most producers_per_set puts at once per set)
     ClusterLinks.pull(set, ...)       one pull (reads stop at the confirm position)
     ClusterLinks.admin(set)           Admin of the set (topics, offsets)
+    ClusterLinks.auth_data()          the controllers' users and ACLs (get_auth_data)
+
+Identities: every call is signed with the keys of `clientConfig` (the proxy's own identity, a
+Super user on a secured cluster: routes, members, the POP state topic, dead letters), except
+the calls made for a RocketMQ client on a cluster with authentication (`user=`, the client's
+Credentials): its puts and pulls are signed with that user's keys, so the brokers apply that
+user's ACLs exactly as for a Flight client (Pub on the topic; Sub on the topic and group).
+Producer pools are per (replica set, user), at most USER_POOLS_MAX (least recently used
+closed first).
 
 A Producer built on a set's members moves to the next member after NOT_MASTER or a broken
 connection, so a put started before a failover reaches the new master within its deadline;
@@ -16,6 +26,7 @@ the pool is rebuilt when the controller names another master, so new puts start 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import queue
@@ -35,11 +46,14 @@ from connector.client import (
     controller_cluster_list,
 )
 from connector.protocol import PutReply, RetriableError, status_for
+from connector.protocol.signing import Credentials
 from connector.rmq_proxy.config import ProxyConfig
 
-__all__ = ["ClusterLinks", "TopicRoute"]
+__all__ = ["USER_POOLS_MAX", "ClusterLinks", "TopicRoute"]
 
 logger = logging.getLogger(__name__)
+
+USER_POOLS_MAX = 256  # (replica set, user) producer pools kept open
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,6 +68,7 @@ class _ProducerPool:
     def __init__(self, members: tuple[str, ...], client: ClientConfig,
                  config: ProxyConfig) -> None:
         self.members = members
+        self.credentials = client.credentials
         self._config = client
         self._idle: queue.LifoQueue[Producer] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(config.producers_per_set)
@@ -95,13 +110,36 @@ class ClusterLinks:
         self._lock = threading.Lock()
         self._routes: dict[str, tuple[float, TopicRoute | None]] = {}
         self._members: tuple[float, dict[str, tuple[str, ...]]] = (0.0, {})
-        self._pools: dict[str, _ProducerPool] = {}
+        self._pools: collections.OrderedDict[tuple[str, str], _ProducerPool] = \
+            collections.OrderedDict()
         self._base = _base_client(config)
 
-    def _client(self, broker_name: str, members: tuple[str, ...] | None = None
-                ) -> ClientConfig:
+    @property
+    def credentials(self) -> Credentials | None:
+        """The proxy's own keys (clientConfig); None on a cluster without authentication."""
+        return self._base.credentials
+
+    def _client(self, broker_name: str, members: tuple[str, ...] | None = None,
+                user: Credentials | None = None) -> ClientConfig:
+        keys: dict[str, Any] = {}
+        if user is not None:
+            keys = {"access_key": user.access_key, "secret_key": user.secret_key,
+                    "credentials_file": None}
         return dataclasses.replace(self._base, controller=None,
-                                   brokers=members or self.members(broker_name))
+                                   brokers=members or self.members(broker_name), **keys)
+
+    def auth_data(self) -> dict[str, Any]:
+        """The controllers' get_auth_data reply (users with secrets: never log it)."""
+        return controller_call(self.config.controller_addr, "get_auth_data", None,
+                               self.config.request_timeout_ms, self._base.tls,
+                               self._base.credentials)
+
+    def user_routes(self, topic: str, user: Credentials) -> TopicRoute | None:
+        """The topic's route asked as `user` (not cached): the controller answers only a
+        user with Pub, Sub or Get on the topic (FatalError NO_PERMISSION otherwise)."""
+        reply = controller_call(self.config.controller_addr, "get_routes", {"topic": topic},
+                                self.config.request_timeout_ms, self._base.tls, user)
+        return _route_of(topic, reply)
 
     def routes(self, topic: str) -> TopicRoute | None:
         """The topic's route (None: the controllers know no replica set serving it)."""
@@ -113,11 +151,7 @@ class ClusterLinks:
         reply = controller_call(self.config.controller_addr, "get_routes", {"topic": topic},
                                 self.config.request_timeout_ms, self._base.tls,
                                 self._base.credentials)
-        route = None
-        if reply.get("status") == "OK":
-            route = TopicRoute(topic, tuple(
-                (str(q["broker_name"]), int(q["read_queue_nums"]), int(q["write_queue_nums"]),
-                 int(q["perm"])) for q in reply.get("queues", [])))
+        route = _route_of(topic, reply)
         with self._lock:
             self._routes[topic] = (now_s + self.config.route_ttl_ms / 1000.0, route)
             if len(self._routes) > 100_000:
@@ -155,21 +189,34 @@ class ClusterLinks:
                                  f"replica set {broker_name} is unknown to the controllers")
         return members
 
-    def put(self, broker_name: str, topic: str, batch: pa.RecordBatch) -> PutReply:
+    def put(self, broker_name: str, topic: str, batch: pa.RecordBatch,
+            user: Credentials | None = None) -> PutReply:
+        """One put signed by `user` (None: the proxy's own keys)."""
         members = self.members(broker_name)
+        key = (broker_name, user.access_key if user is not None else "")
+        closed = []
         with self._lock:
-            pool = self._pools.get(broker_name)
-            if pool is None or pool.members != members:
+            pool = self._pools.get(key)
+            if pool is None or pool.members != members or (
+                    user is not None and pool.credentials != user):  # (a changed secret)
                 if pool is not None:
-                    pool.close()
-                pool = self._pools[broker_name] = _ProducerPool(
-                    members, self._client(broker_name, members), self.config)
+                    closed.append(pool)
+                pool = self._pools[key] = _ProducerPool(
+                    members, self._client(broker_name, members, user), self.config)
+            self._pools.move_to_end(key)
+            while len(self._pools) > USER_POOLS_MAX:
+                closed.append(self._pools.popitem(last=False)[1])
+        for old in closed:
+            old.close()
         return pool.put(topic, batch, self.config.send_deadline_ms / 1000.0)
 
     def pull(self, broker_name: str, topic: str, queue_id: int, queue_offset: int, *,
              max_messages: int, tag_filter: str | None = None, max_wait_ms: int = 0,
-             columns: tuple[str, ...] | None = None) -> PullResult:
-        consumer = Consumer(self._client(broker_name))
+             columns: tuple[str, ...] | None = None, user: Credentials | None = None,
+             group: str | None = None) -> PullResult:
+        """One pull signed by `user` (None: the proxy's own keys); `group` goes in the
+        ticket, so the broker checks Sub on it too."""
+        consumer = Consumer(self._client(broker_name, user=user), group=group)
         return consumer.pull(topic, queue_id, queue_offset, max_messages=max_messages,
                              tag_filter=tag_filter, max_wait_ms=max_wait_ms, columns=columns)
 
@@ -186,6 +233,14 @@ class ClusterLinks:
     def info(self) -> dict[str, Any]:
         with self._lock:
             return {"replica_sets": sorted(self._members[1])}
+
+
+def _route_of(topic: str, reply: dict[str, Any]) -> TopicRoute | None:
+    if reply.get("status") != "OK":
+        return None
+    return TopicRoute(topic, tuple(
+        (str(q["broker_name"]), int(q["read_queue_nums"]), int(q["write_queue_nums"]),
+         int(q["perm"])) for q in reply.get("queues", [])))
 
 
 def _base_client(config: ProxyConfig) -> ClientConfig:

@@ -40,7 +40,8 @@ _BY_STATUS = {
     "OS_PAGE_CACHE_BUSY": "TOO_MANY_REQUESTS",
     "BUSY": "TOO_MANY_REQUESTS",
     "TOPIC_NOT_EXIST": "TOPIC_NOT_FOUND",
-    "NO_PERMISSION": "FORBIDDEN",
+    "NO_PERMISSION": "FORBIDDEN",  # an ACL refused the user (Pub/Sub on topic or group)
+    "UNAUTHENTICATED": "UNAUTHORIZED",  # the user's keys no longer pass (deleted, new secret)
     "BAD_REQUEST": "BAD_REQUEST",
     "BAD_SCHEMA": "BAD_REQUEST",
     "BATCH_TOO_LARGE": "MESSAGE_BODY_TOO_LARGE",

@@ -9,8 +9,15 @@ or a bad value stops start-up with a ProxyConfigError naming the key.
     controllerAddr=h:p[;h:p]       the controllers' client endpoints (routes, replica sets)
     grpcReceiptHandleKeyFile=...   HMAC key of receipt handles (0600 file; "" = random per
                                    start: handles then do not survive a proxy restart)
-    grpcCredentialsFile=...        `accessKey=secretKey` lines: checks the clients' signature
-                                   ("" = authentication off; see auth.py)
+    grpcAuthenticationEnabled=false  true: every RocketMQ client signs with the AK/SK of a
+                                   user of the controllers (users.py), and the proxy calls the
+                                   cluster as that user (its ACLs apply); needs clientConfig
+                                   with a Super user's keys. Required when clientConfig has
+                                   keys (a secured cluster): an open proxy would act as them.
+    grpcAuthClockSkewMs=120000     the signed x-mq-date-time may be this far from our clock
+    grpcAuthClientUtcOffsets=      more UTC offsets the clients' local dates may be in
+                                   ("+08:00,-05:30"; "any"; "" = UTC and this host's): auth.py
+    grpcAuthRefreshIntervalMs=5000 the users are fetched again when older than this
     grpcTlsCertFile=, grpcTlsKeyFile=   PEM files: the port speaks TLS (clients: tls_enable)
 """
 
@@ -19,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+
+from connector.rmq_proxy.auth import parse_utc_offsets
 
 __all__ = ["PROXY_KEYS", "ProxyConfig", "ProxyConfigError", "parse_properties"]
 
@@ -41,7 +50,10 @@ class ProxyConfig:
     # calls to controllers and brokers: TLS trust and client certificate on a secured cluster
     client_config: str = ""
     receipt_handle_key_file: str = ""  # grpcReceiptHandleKeyFile
-    credentials_file: str = ""  # grpcCredentialsFile
+    authentication_enabled: bool = False  # grpcAuthenticationEnabled
+    auth_clock_skew_ms: int = 120_000  # grpcAuthClockSkewMs
+    auth_client_utc_offsets: str = ""  # grpcAuthClientUtcOffsets (auth.parse_utc_offsets)
+    auth_refresh_interval_ms: int = 5000  # grpcAuthRefreshIntervalMs
     tls_cert_file: str = ""  # grpcTlsCertFile: PEM chain; with grpcTlsKeyFile, TLS on the port
     tls_key_file: str = ""  # grpcTlsKeyFile: PEM private key (0600)
     threads_max: int = 128  # grpcThreadsMax: server threads (telemetry streams hold one each)
@@ -58,6 +70,9 @@ class ProxyConfig:
     consumer_queues_max: int = 100_000  # grpcConsumerQueuesMax: (group, topic, queue) states
     max_delivery_attempts: int = 16  # grpcMaxDeliveryAttempts (told to consumers)
     snapshot_interval_ms: int = 10_000  # grpcStateSnapshotIntervalMs
+    # grpcFifoConsumption: a message with a message group is not delivered while an earlier
+    # one of its group (same queue) is in flight, for every consumer group
+    fifo_consumption: bool = True
     log_file: str = ""  # logFile ("" = standard error)
 
     def __post_init__(self) -> None:
@@ -84,8 +99,15 @@ class ProxyConfig:
                 ("grpcInflightMessagesMax", self.inflight_messages_max, 1, 1_000_000),
                 ("grpcConsumerQueuesMax", self.consumer_queues_max, 1, 10_000_000),
                 ("grpcMaxDeliveryAttempts", self.max_delivery_attempts, 1, 1000),
-                ("grpcStateSnapshotIntervalMs", self.snapshot_interval_ms, 100, 86_400_000)):
+                ("grpcStateSnapshotIntervalMs", self.snapshot_interval_ms, 100, 86_400_000),
+                ("grpcAuthClockSkewMs", self.auth_clock_skew_ms, 1000, 86_400_000),
+                ("grpcAuthRefreshIntervalMs", self.auth_refresh_interval_ms, 100,
+                 3_600_000)):
             _range(key, value, low, high)
+        try:
+            parse_utc_offsets(self.auth_client_utc_offsets)
+        except ValueError as err:
+            raise ProxyConfigError("grpcAuthClientUtcOffsets", str(err)) from None
         if self.invisible_duration_min_ms > self.invisible_duration_max_ms:
             raise ProxyConfigError("grpcInvisibleDurationMinMs",
                                    "must be <= grpcInvisibleDurationMaxMs")
@@ -99,10 +121,17 @@ class ProxyConfig:
     def from_properties(cls, values: Mapping[str, str]) -> ProxyConfig:
         fields: dict[str, object] = {}
         for key, raw in values.items():
+            if key == "grpcCredentialsFile":
+                raise ProxyConfigError(key, "gone: set grpcAuthenticationEnabled=true (the "
+                                       "clients are checked against the controllers' users)")
             if key not in PROXY_KEYS:
                 raise ProxyConfigError(key, f"unknown key (known: {', '.join(sorted(PROXY_KEYS))})")
             name, kind = PROXY_KEYS[key]
-            if kind is int:
+            if kind is bool:
+                if raw.strip().lower() not in ("true", "false"):
+                    raise ProxyConfigError(key, f"{raw!r} is not true or false")
+                fields[name] = raw.strip().lower() == "true"
+            elif kind is int:
                 try:
                     fields[name] = int(raw)
                 except ValueError:
@@ -123,7 +152,10 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
     "controllerAddr": ("controller_addr", str),
     "clientConfig": ("client_config", str),
     "grpcReceiptHandleKeyFile": ("receipt_handle_key_file", str),
-    "grpcCredentialsFile": ("credentials_file", str),
+    "grpcAuthenticationEnabled": ("authentication_enabled", bool),
+    "grpcAuthClockSkewMs": ("auth_clock_skew_ms", int),
+    "grpcAuthClientUtcOffsets": ("auth_client_utc_offsets", str),
+    "grpcAuthRefreshIntervalMs": ("auth_refresh_interval_ms", int),
     "grpcTlsCertFile": ("tls_cert_file", str),
     "grpcTlsKeyFile": ("tls_key_file", str),
     "grpcThreadsMax": ("threads_max", int),
@@ -140,6 +172,7 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
     "grpcConsumerQueuesMax": ("consumer_queues_max", int),
     "grpcMaxDeliveryAttempts": ("max_delivery_attempts", int),
     "grpcStateSnapshotIntervalMs": ("snapshot_interval_ms", int),
+    "grpcFifoConsumption": ("fifo_consumption", bool),
     "logFile": ("log_file", str),
 }
 

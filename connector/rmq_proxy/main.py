@@ -27,11 +27,12 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from connector.protocol import RocketHAError
-from connector.rmq_proxy.auth import Authenticator, StaticSecrets
+from connector.rmq_proxy.auth import Authenticator, parse_utc_offsets
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig, ProxyConfigError
 from connector.rmq_proxy.service import MessagingService
 from connector.rmq_proxy.state_store import StateWriteError
+from connector.rmq_proxy.users import ControllerUsers
 
 __all__ = ["main", "serve"]
 
@@ -54,11 +55,29 @@ def _handle_key(path: str) -> bytes:
     return key
 
 
+def _authenticator(config: ProxyConfig, links: ClusterLinks) -> Authenticator:
+    """grpcAuthenticationEnabled: the clients against the controllers' users. Refused: a
+    proxy with keys (a secured cluster) and authentication off (every client would act with
+    those keys), or authentication without keys (the users cannot be fetched)."""
+    if not config.authentication_enabled:
+        if links.credentials is not None:
+            raise ProxyConfigError("grpcAuthenticationEnabled", "must be true: clientConfig "
+                                   "holds keys (a secured cluster), and without it every "
+                                   "RocketMQ client would act with them")
+        return Authenticator(None)
+    if links.credentials is None:
+        raise ProxyConfigError("clientConfig", "grpcAuthenticationEnabled needs the keys of a "
+                               "Super user (accessKey/secretKey) to read the users")
+    users = ControllerUsers(links.auth_data, config.auth_refresh_interval_ms)
+    users.refresh(wait=True)  # (a failure is logged; the first lookup tries again)
+    return Authenticator(users, clock_skew_ms=config.auth_clock_skew_ms,
+                         utc_offsets_minutes=parse_utc_offsets(config.auth_client_utc_offsets))
+
+
 def serve(config: ProxyConfig, stop: threading.Event) -> int:
     """Run until `stop` is set."""
-    authenticator = Authenticator(StaticSecrets.from_file(config.credentials_file)
-                                  if config.credentials_file else None)
     links = ClusterLinks(config)
+    authenticator = _authenticator(config, links)
     service = MessagingService(config, links, authenticator,
                                _handle_key(config.receipt_handle_key_file))
     message_bytes_max = config.message_body_bytes_max + (1 << 20)
@@ -85,10 +104,12 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
                 "on" if authenticator.enabled else "off", config.controller_addr)
     try:
         while not stop.wait(SNAPSHOT_POLL_S):  # the process's one loop: until SIGTERM
+            service.state.catch_up_all()  # other proxies' records on the same sets
             _snapshots(service, service.state.snapshot_due())
     finally:
         server.stop(STOP_GRACE_S).wait()
         _snapshots(service, service.state.snapshot_due() + [])
+        service.pops.close()
         links.close()
         logger.info("rocketha-proxy stopped: %s", service.stats())
     return 0

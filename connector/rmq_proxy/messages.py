@@ -26,6 +26,7 @@ from connector.protocol import IDEMPOTENCE_PROPERTY
 
 __all__ = [
     "RESERVED_PROPERTIES",
+    "SHARDING_KEY",
     "InvalidMessage",
     "ProduceRow",
     "to_pb_message",
@@ -38,6 +39,7 @@ RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", UNIQ_KEY, SHARDING_KEY, IDEMPOT
 MESSAGE_ID_CHARS_MAX = 64
 TAG_CHARS_MAX = 1024
 KEY_CHARS_MAX = 4096
+MESSAGE_GROUP_CHARS_MAX = 64  # RocketMQ's proxy default (maxMessageGroupSize)
 
 
 class InvalidMessage(ValueError):
@@ -71,6 +73,9 @@ def to_produce_row(message: Any, body_bytes_max: int) -> ProduceRow:
     group = system.message_group if system.HasField("message_group") else None
     if kind == definition_pb2.FIFO and not group:
         raise InvalidMessage("ILLEGAL_MESSAGE_GROUP", "a FIFO message needs a message group")
+    if group and (len(group) > MESSAGE_GROUP_CHARS_MAX or not group.isprintable()):
+        raise InvalidMessage("ILLEGAL_MESSAGE_GROUP", f"message group {group[:80]!r} must be "
+                             f"1..{MESSAGE_GROUP_CHARS_MAX} printable characters")
     if kind == definition_pb2.NORMAL and group:
         raise InvalidMessage("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
                              "a NORMAL message cannot have a message group (send it as FIFO)")

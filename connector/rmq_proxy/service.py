@@ -26,7 +26,9 @@
     QueryAssignment     one assignment per replica set (the PushConsumer then receives by POP)
 Anything else (transactions, PullMessage, offsets, recall, lite topics) answers UNSUPPORTED or
 gRPC UNIMPLEMENTED. Every RPC first checks the request's signature when authentication is on
-(auth.py): UNAUTHORIZED otherwise.
+(auth.py, against the controller's users): UNAUTHORIZED otherwise; the caller's Credentials
+then sign the calls made for it (routes asked of the controller, puts, pulls), so the
+controller and the brokers apply that user's ACLs (a refusal: FORBIDDEN).
 """
 
 from __future__ import annotations
@@ -46,14 +48,15 @@ from connector.protocol import (
     PutIdempotence,
     RocketHAError,
 )
-from connector.rmq_proxy.auth import Authenticator, AuthError
+from connector.protocol.signing import Credentials
+from connector.rmq_proxy.auth import Authenticator, AuthError, AuthUnavailable
 from connector.rmq_proxy.cluster_io import ClusterLinks, TopicRoute
 from connector.rmq_proxy.codes import CODE, code_for_status
 from connector.rmq_proxy.config import ProxyConfig
 from connector.rmq_proxy.messages import InvalidMessage, to_produce_row
 from connector.rmq_proxy.pop_service import PopService
 from connector.rmq_proxy.receipt import ReceiptHandleCodec
-from connector.rmq_proxy.replies import duration_ms, status, wall_ms
+from connector.rmq_proxy.replies import duration_ms, refusal_or_error, status, wall_ms
 from connector.rmq_proxy.state_store import StateWriteError
 
 __all__ = ["MessagingService"]
@@ -79,30 +82,38 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._endpoints = definition_pb2.Endpoints(
             scheme=_scheme(host), addresses=[definition_pb2.Address(host=host, port=int(port))])
         self.sent_messages = 0
+        self.refused_requests = 0
 
     # -- helpers ---------------------------------------------------------------------------
-    def _unauthorized(self, context: Any) -> Any | None:
+    def _caller(self, context: Any) -> tuple[Credentials | None, Any | None]:
+        """(the caller's keys, None) or (None, the refusal status). Keys are None when
+        authentication is off: the proxy's own identity then makes the calls."""
         try:
-            self.auth.check(context.invocation_metadata())
+            return self.auth.check(context.invocation_metadata()), None
+        except AuthUnavailable as err:
+            return None, status("INTERNAL_SERVER_ERROR", str(err))
         except AuthError as err:
+            self.refused_requests += 1
             logger.info("refused %s: %s", context.peer(), err)
-            return status("UNAUTHORIZED", str(err))
-        return None
+            return None, status("UNAUTHORIZED", str(err))
 
-    def _route(self, topic: str) -> TopicRoute | None:
+    def _route(self, topic: str, user: Credentials | None = None) -> TopicRoute | None:
+        """The topic's route; asked as `user` when there is one (the controller then checks
+        the user's rights on the topic: FatalError NO_PERMISSION)."""
+        if user is not None:
+            return self.links.user_routes(topic, user)
         return self.links.routes(topic)
 
     # -- routes and session ----------------------------------------------------------------
     def QueryRoute(self, request: Any, context: Any) -> Any:  # gRPC names the methods
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         if refused is not None:
             return service_pb2.QueryRouteResponse(status=refused)
         topic = request.topic.name
         try:
-            route = self._route(topic)
+            route = self._route(topic, user)
         except RocketHAError as err:
-            return service_pb2.QueryRouteResponse(
-                status=status("INTERNAL_SERVER_ERROR", f"routes: {err}"))
+            return service_pb2.QueryRouteResponse(status=refusal_or_error(err, "routes"))
         if route is None:
             return service_pb2.QueryRouteResponse(
                 status=status("TOPIC_NOT_FOUND", f"topic {topic!r} not found"))
@@ -124,15 +135,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response
 
     def Heartbeat(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        _, refused = self._caller(context)
         return service_pb2.HeartbeatResponse(status=refused or status("OK"))
 
     def NotifyClientTermination(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        _, refused = self._caller(context)
         return service_pb2.NotifyClientTerminationResponse(status=refused or status("OK"))
 
     def Telemetry(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:
-        refused = self._unauthorized(context)
+        _, refused = self._caller(context)
         if refused is not None:
             yield service_pb2.TelemetryCommand(status=refused)
             return
@@ -168,15 +179,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- producing ---------------------------------------------------------------------------
     def SendMessage(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         if refused is not None:
             return service_pb2.SendMessageResponse(status=refused)
         if not request.messages:
             return service_pb2.SendMessageResponse(status=status("BAD_REQUEST", "no message"))
-        entries = [self._send_one(message) for message in request.messages]
+        entries = [self._send_one(message, user) for message in request.messages]
         return service_pb2.SendMessageResponse(status=_overall(entries), entries=entries)
 
-    def _send_one(self, message: Any) -> Any:
+    def _send_one(self, message: Any, user: Credentials | None) -> Any:
         entry = service_pb2.SendResultEntry(message_id=message.system_properties.message_id)
         try:
             row = to_produce_row(message, self.config.message_body_bytes_max)
@@ -206,7 +217,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         columns["queue_id"] = pa.array([queue_id], pa.int32())
         batch = with_marker(pa.record_batch(columns), PutIdempotence(row.message_id, 0))
         try:
-            reply = self.links.put(broker_name, row.topic, batch)
+            reply = self.links.put(broker_name, row.topic, batch, user)
         except RocketHAError as err:
             _, name = code_for_status(err.name)
             entry.status.CopyFrom(status(name, f"{err.name}: {err.message}"))
@@ -227,14 +238,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- consuming: POP ----------------------------------------------------------------------
     def QueryAssignment(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         if refused is not None:
             return service_pb2.QueryAssignmentResponse(status=refused)
         try:
-            route = self._route(request.topic.name)
+            route = self._route(request.topic.name, user)
         except RocketHAError as err:
-            return service_pb2.QueryAssignmentResponse(
-                status=status("INTERNAL_SERVER_ERROR", f"routes: {err}"))
+            return service_pb2.QueryAssignmentResponse(status=refusal_or_error(err, "routes"))
         if route is None:
             return service_pb2.QueryAssignmentResponse(status=status("TOPIC_NOT_FOUND"))
         response = service_pb2.QueryAssignmentResponse(status=status("OK"))
@@ -250,13 +260,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response
 
     def ReceiveMessage(self, request: Any, context: Any) -> Iterator[Any]:
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         if refused is not None:
             yield service_pb2.ReceiveMessageResponse(status=refused)
             return
         try:
-            delivered, reply = self.pops.receive(request, context)
-        except (RocketHAError, StateWriteError) as err:
+            delivered, reply = self.pops.receive(request, context, user)
+        except RocketHAError as err:
+            delivered, reply = [], refusal_or_error(err, "receive")
+        except StateWriteError as err:
             delivered, reply = [], status("INTERNAL_SERVER_ERROR", str(err))
         yield service_pb2.ReceiveMessageResponse(status=reply)
         for message in delivered:
@@ -266,13 +278,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         yield stamp
 
     def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         reply = refused or self.pops.forward(request.group.name, request.topic.name,
-                                             request.receipt_handle)
+                                             request.receipt_handle, user)
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=reply)
 
     def AckMessage(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         if refused is not None:
             return service_pb2.AckMessageResponse(status=refused)
         group, topic = request.group.name, request.topic.name
@@ -280,11 +292,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for entry in request.entries:
             entries.append(service_pb2.AckMessageResultEntry(
                 message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                status=self.pops.ack(group, topic, entry.receipt_handle)))
+                status=self.pops.ack(group, topic, entry.receipt_handle, user)))
         return service_pb2.AckMessageResponse(status=_overall(entries), entries=entries)
 
     def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        refused = self._unauthorized(context)
+        user, refused = self._caller(context)
         if refused is not None:
             return service_pb2.ChangeInvisibleDurationResponse(status=refused)
         invisible_ms = duration_ms(request.invisible_duration)
@@ -294,13 +306,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return service_pb2.ChangeInvisibleDurationResponse(status=status(
                 "ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible_ms} ms"))
         reply, handle = self.pops.change(request.group.name, request.topic.name,
-                                         request.receipt_handle, invisible_ms)
+                                         request.receipt_handle, invisible_ms, user)
         return service_pb2.ChangeInvisibleDurationResponse(status=reply, receipt_handle=handle)
 
     def stats(self) -> dict[str, Any]:
         return {"sent_messages": self.sent_messages,
+                "refused_requests": self.refused_requests,
                 "delivered_messages": self.pops.delivered_messages,
                 "dead_lettered_messages": self.pops.dead_lettered_messages,
+                "lost_leases": self.pops.lost_leases,
                 **self.pops.state.stats()}
 
 
@@ -311,6 +325,8 @@ def _overall(entries: list[Any]) -> Any:
     if all(entry.status.code == CODE["OK"] for entry in entries):
         return status("OK")
     return definition_pb2.Status(code=30000, message="MULTIPLE_RESULTS")
+
+
 
 
 def _scheme(host: str) -> int:

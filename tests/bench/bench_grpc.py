@@ -13,7 +13,10 @@ single messages of `--body-bytes` for `--seconds`:
 and reports messages/s and send latency p50/p99 (ms). Then `rmq_consume`: a SimpleConsumer
 receives (batches of 32) and acks everything rmq_sync wrote: messages/s (every ack is a
 replicated state record). Both sides reach the same brokers with the same quorum; the proxy
-adds a gRPC hop, a Python server thread and a protobuf conversion per message.
+adds a gRPC hop, a Python server thread and a protobuf conversion per message. Last,
+`rmq_wake`: a SimpleConsumer's receive waits (long polling) on a drained 4-queue topic, a
+message is sent WAKE_ROUNDS times, each after the receive has waited a while: the time from the
+send's answer to the receive's return (p50 and max, ms).
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from connector import Producer as FlightProducer
 from connector.client import controller_call
 
 TOPIC = "bench-grpc"
+WAKE_TOPIC = "bench-grpc-wake"
+WAKE_ROUNDS = 12
+WAKE_IDLE_S = 1.0  # how long the receive waits before each send
 QUEUES = 4
 SENDS_MAX = 10_000_000  # loop bound of one sender
 
@@ -119,18 +125,21 @@ def _bench(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     endpoint = status["grpc_endpoint"]
     controller = ",".join(p["endpoint"] for p in status["processes"]
                           if p["kind"] == "controller")
-    Admin(ClientConfig(controller=controller)).create_topic(TOPIC, queues=QUEUES)
-    deadline = time.monotonic() + 30
-    while controller_call(controller, "get_routes", {"topic": TOPIC}, 3000)["status"] != "OK":
-        if time.monotonic() > deadline:
-            raise SystemExit("the topic's route never appeared")
-        time.sleep(0.1)
+    for topic in (TOPIC, WAKE_TOPIC):
+        Admin(ClientConfig(controller=controller)).create_topic(topic, queues=QUEUES)
+        deadline = time.monotonic() + 30
+        while controller_call(controller, "get_routes", {"topic": topic},
+                              3000)["status"] != "OK":
+            if time.monotonic() > deadline:
+                raise SystemExit("the topic's route never appeared")
+            time.sleep(0.1)
     figures: dict[str, Any] = {"body_bytes": BODY_BYTES, "seconds": args.seconds}
     for mode, threads in (("rmq_sync", 1), ("flight_sync", 1), ("rmq_threads", args.threads),
                           ("flight_threads", args.threads)):
         figures[mode] = _child(mode, endpoint, controller, threads, args.seconds)
     figures["rmq_consume"] = _child("rmq_consume", endpoint, controller,
                                     figures["rmq_sync"]["messages"], args.seconds)
+    figures["rmq_wake"] = _child("rmq_wake", endpoint, controller, WAKE_ROUNDS, args.seconds)
     return figures
 
 
@@ -158,6 +167,9 @@ def child(mode: str, endpoint: str, controller: str, number: int, seconds: float
         config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
         if mode == "rmq_consume":
             print(json.dumps(_consume(config, number)))
+            return
+        if mode == "rmq_wake":
+            print(json.dumps(_wake(config, number)))
             return
         rmq = Producer(config, (TOPIC,))
         rmq.startup()
@@ -212,6 +224,57 @@ def _consume(config: Any, count: int) -> dict[str, Any]:
         consumer.shutdown()
     elapsed = time.monotonic() - started
     return {"messages": received, "msgs_per_s": round(received / elapsed, 1)}
+
+
+def _wake(config: Any, rounds: int) -> dict[str, Any]:
+    """Wake-up latency of a waiting receive (module docstring, rmq_wake)."""
+    from rocketmq import FilterExpression, Message, Producer, SimpleConsumer
+    producer = Producer(config, (WAKE_TOPIC,))
+    producer.startup()
+    consumer = SimpleConsumer(config, "bench-wake", {WAKE_TOPIC: FilterExpression("*")},
+                              await_duration=10)
+    consumer.startup()
+    latencies_ms = []
+    try:
+        # warm up: a message on every queue first (the broker cannot long-poll a queue that
+        # was never written to; the proxy looks at those every 500 ms)
+        for index in range(4 * QUEUES):
+            message = Message()
+            message.topic = WAKE_TOPIC
+            message.body = f"warm-{index}".encode()
+            producer.send(message)
+        warmed, warm_deadline = 0, time.monotonic() + 60
+        while warmed < 4 * QUEUES and time.monotonic() < warm_deadline:
+            for received in consumer.receive(32, 30):
+                consumer.ack(received)
+                warmed += 1
+        for index in range(rounds):
+            got: dict[str, Any] = {}
+
+            def wait(got: dict[str, Any] = got) -> None:
+                got["messages"] = consumer.receive(1, 30)
+                got["at"] = time.monotonic()
+
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+            time.sleep(WAKE_IDLE_S)
+            message = Message()
+            message.topic = WAKE_TOPIC
+            message.body = f"wake-{index}".encode()
+            producer.send(message)
+            sent = time.monotonic()
+            waiter.join()
+            for received in got["messages"]:
+                consumer.ack(received)
+            if got["messages"]:
+                latencies_ms.append((got["at"] - sent) * 1000)
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    latencies_ms.sort()
+    return {"rounds": len(latencies_ms),
+            "wake_p50_ms": round(statistics.median(latencies_ms), 1) if latencies_ms else None,
+            "wake_max_ms": round(latencies_ms[-1], 1) if latencies_ms else None}
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ a real cluster (a controller, a 3-broker replica set, the proxy, all started by
 message not acked comes back after its invisible duration with delivery_attempt 2; stale,
 superseded and forged receipt handles get INVALID_RECEIPT_HANDLE (40013); delay messages get
 UNSUPPORTED; the client's retries of one message id are stored once; the POP state survives a
-SIGKILL of the proxy; a wrong secret is refused UNAUTHORIZED; one set of topics: our Flight
+SIGKILL of the proxy; TLS on the port; one set of topics: our Flight
 Consumer and Spark read what the RocketMQ client wrote, the RocketMQ client reads what our
 Producer wrote. Method: real processes, the real client; raw gRPC stubs only for requests the
 client library would not send (forged handles, a resent message id, a delay message).
@@ -22,9 +22,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -43,7 +45,6 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.exception import BadRequestException
-from rocketmq.v5.util.signature import Signature
 
 from connector import Admin, ClientConfig, Consumer
 from connector import Producer as FlightProducer
@@ -277,7 +278,17 @@ def test_pop_state_survives_a_proxy_kill(cluster: ProxyCluster) -> None:
         cluster.restart_proxy()
         wait_for(lambda: _ack_code(stub(cluster.grpc_endpoint), "g-restart", topic,
                                    "rh1.x.0") == 40013, 30, "the restarted proxy")
-        consumer.ack(b)  # a handle from before the restart is still valid
+
+        def ack_b() -> bool:  # a handle from before the restart is still valid
+            try:
+                consumer.ack(b)
+            except grpc.aio.AioRpcError as err:  # the client's channel is in its reconnect
+                if err.code() != grpc.StatusCode.UNAVAILABLE:  # backoff (the proxy was down)
+                    raise
+                return False
+            return True
+
+        wait_for(ack_b, 30, "the client's channel to the restarted proxy")
         assert consumer.receive(32, 30) == []  # a acked, b acked, c still invisible
         consumer.change_invisible_duration(c, 1)
         back = receive_all(consumer, 1, invisible_s=30)
@@ -325,9 +336,8 @@ producer.shutdown()
 
 @contextlib.contextmanager
 def extra_proxy(cluster: ProxyCluster, directory: Path, **keys: str) -> Iterator[str]:
-    """A second rocketha-proxy on the cluster with these keys; yields its endpoint. It never
-    writes a snapshot: its snapshot's commit would become the main proxy's replay start, and
-    one cluster has one proxy (the POP state's owner)."""
+    """A second rocketha-proxy on the cluster with these keys; yields its endpoint (log:
+    `directory/proxy.log`). By default it writes no snapshot."""
     keys = {"grpcStateSnapshotIntervalMs": "86400000", **keys}
     port = free_port()
     conf = directory / "proxy.conf"
@@ -346,49 +356,36 @@ def extra_proxy(cluster: ProxyCluster, directory: Path, **keys: str) -> Iterator
         process.wait(timeout=30)
 
 
-def test_tls_and_authentication_refuse_a_wrong_secret(cluster: ProxyCluster,
-                                                      tmp_path: Path) -> None:
-    """A proxy with TLS and credentials: the official client (tls_enable, its AK/SK) sends;
-    a wrong secret, no signature and a plaintext connection are refused."""
-    credentials = tmp_path / "credentials"
-    credentials.write_text("alice=s3cret\n")
-    credentials.chmod(0o600)
+def test_a_tls_port_and_authentication_that_needs_the_controllers_users(
+        cluster: ProxyCluster, tmp_path: Path) -> None:
+    """A proxy with TLS: the official client (tls_enable) sends; a plaintext connection gets
+    no answer. Authentication (grpcAuthenticationEnabled) checks the controllers' users, so
+    a proxy without a Super user's keys to read them refuses to start, naming clientConfig
+    (test_rmq_proxy_auth.py covers users, ACLs and wrong secrets on a secured cluster)."""
     cert_file, key_file = _self_signed(tmp_path)
-    with extra_proxy(cluster, tmp_path, grpcCredentialsFile=str(credentials),
-                     grpcTlsCertFile=str(cert_file), grpcTlsKeyFile=str(key_file)) as endpoint:
-        topic = "rmq-auth"
+    conf = tmp_path / "auth.conf"
+    conf.write_text(f"grpcListenPort={free_port()}\ncontrollerAddr={cluster.controller_addr}\n"
+                    "grpcAuthenticationEnabled=true\n")
+    refused = subprocess.run([sys.executable, "-m", "connector.rmq_proxy", "--conf", str(conf)],
+                             capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    assert refused.returncode == 2 and "clientConfig" in refused.stderr, refused.stderr[-2000:]
+    with extra_proxy(cluster, tmp_path, grpcTlsCertFile=str(cert_file),
+                     grpcTlsKeyFile=str(key_file)) as endpoint:
+        topic = "rmq-tls"
         make_topic(cluster, topic)
         roots = grpc.ssl_channel_credentials(root_certificates=cert_file.read_bytes())
         raw = service_pb2_grpc.MessagingServiceStub(grpc.secure_channel(endpoint, roots))
-
-        class Wrong:
-            class credentials:
-                ak, sk = "alice", "wrong"
-            namespace = ""
-
         request = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic))
-        code = wait_for(lambda: _query_code(raw, request, Signature.metadata(Wrong, "c")),
-                        30, "the authenticating proxy")
-        assert code == 40100  # UNAUTHORIZED
-        assert _query_code(raw, request, []) == 40100
+        code = wait_for(lambda: _query_code(raw, request, []), 30, "the TLS proxy")
+        assert code == 20000
         assert _query_code(stub(endpoint), request, []) is None  # plaintext: no answer
-        sent = subprocess.run([sys.executable, "-c", CLIENT_SEND, endpoint, topic, "alice",
-                               "s3cret"], capture_output=True, text=True, timeout=120,
-                              check=False, cwd=ROOT,
-                              env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH":
-                                   str(cert_file)})
+        sent = subprocess.run([sys.executable, "-c", CLIENT_SEND, endpoint, topic, "", ""],
+                              capture_output=True, text=True, timeout=120, check=False,
+                              cwd=ROOT, env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH":
+                                             str(cert_file)})
         assert sent.returncode == 0, sent.stderr[-2000:]
         assert sent.stdout.strip().splitlines()[-1] in {
             dict(r["properties"])["UNIQ_KEY"] for r in flight_rows(cluster, topic)}
-        refused = subprocess.run([sys.executable, "-c", CLIENT_SEND, endpoint, topic, "alice",
-                                  "wrong"], capture_output=True, text=True, timeout=120,
-                                 check=False, cwd=ROOT,
-                                 env={**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH":
-                                      str(cert_file)})
-        # the client reports its failed route query (the 40100 itself is in its own log;
-        # the stub above checked the code)
-        assert refused.returncode != 0 and "route" in refused.stderr, refused.stderr[-2000:]
-        assert len(flight_rows(cluster, topic)) == 1  # only the signed send was stored
 
 
 def _query_code(raw: object, request: object, metadata: list) -> int | None:
@@ -588,3 +585,120 @@ def test_consumer_states_are_bounded(cluster: ProxyCluster, tmp_path: Path) -> N
         assert codes[-1] == 42900, codes  # TOO_MANY_REQUESTS before limit / 4 new groups
         assert set(codes[:-1]) <= {40401}
         assert _receive_code(raw, "bounded-0", topic) == 40401  # a known group still works
+
+
+def test_two_proxies_serve_one_consumer_group_without_double_delivery(
+        cluster: ProxyCluster, tmp_path: Path) -> None:
+    """Two rocketha-proxy processes on one cluster, a SimpleConsumer of the same group on
+    each, receiving concurrently: every message is delivered once (none lost, none to both);
+    a handle from one proxy is acked on the other; then nothing comes back on either. The
+    proxies share the POP state through its log (state_store.py: conditional records in log
+    order, each proxy applying the log up to its own record before it answers)."""
+    topic = "rmq-two-proxies"
+    make_topic(cluster, topic, queues=2)
+    producer = Producer(rmq_config(cluster.grpc_endpoint), (topic,))
+    producer.startup()
+    try:
+        expected = [f"p{i}".encode() for i in range(40)]
+        for body in expected:
+            producer.send(rmq_message(topic, body))
+    finally:
+        producer.shutdown()
+    key_file = cluster.directory / "conf" / "proxy.key"
+    with extra_proxy(cluster, tmp_path, grpcReceiptHandleKeyFile=str(key_file),
+                     grpcStateSnapshotIntervalMs="500",
+                     grpcInvisibleDurationMinMs="1000") as second:
+        route = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic))
+        wait_for(lambda: _query_code(stub(second), route, []) == 20000, 30, "the 2nd proxy")
+        consumers = [simple_consumer(cluster, "g-two", topic),
+                     SimpleConsumer(rmq_config(second), "g-two",
+                                    {topic: FilterExpression("*")}, await_duration=1)]
+        consumers[1].startup()
+        got: list[list[bytes]] = [[], []]
+        deadline = time.monotonic() + 90
+
+        def consume(index: int) -> None:
+            while sum(map(len, got)) < len(expected) and time.monotonic() < deadline:
+                for message in consumers[index].receive(4, 60):
+                    got[index].append(message.body)
+                    consumers[index].ack(message)
+
+        try:
+            for index in (1, 0):  # one batch each first (a client's first call is slow)
+                batch = wait_for(lambda index=index: consumers[index].receive(4, 60), 30,
+                                 f"a first batch through proxy {index}")
+                for message in batch:
+                    got[index].append(message.body)
+                    consumers[index].ack(message)
+            threads = [threading.Thread(target=consume, args=(i,)) for i in (0, 1)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert sorted(got[0] + got[1]) == sorted(expected)  # once each, none lost
+            assert got[0] and got[1], (len(got[0]), len(got[1]))  # both proxies served
+            # a handle leased through the second proxy, acked through the first
+            extra = Producer(rmq_config(second), (topic,))
+            extra.startup()
+            try:
+                extra.send(rmq_message(topic, b"cross"))
+            finally:
+                extra.shutdown()
+            crossed = wait_for(lambda: consumers[1].receive(1, 60), 30, "the cross message")
+            assert [m.body for m in crossed] == [b"cross"]
+            assert _ack_code(stub(cluster.grpc_endpoint), "g-two", topic,
+                             crossed[0].receipt_handle) == 20000
+            assert consumers[0].receive(32, 30) == [] and consumers[1].receive(32, 30) == []
+        finally:
+            for consumer in consumers:
+                consumer.shutdown()
+    stopped = [line for line in (tmp_path / "proxy.log").read_text().splitlines()
+               if "rocketha-proxy stopped" in line]
+    assert stopped and "'records_caught_up': 0," not in stopped[-1], stopped
+
+
+def test_fifo_a_message_waits_while_an_earlier_one_of_its_group_is_in_flight(
+        cluster: ProxyCluster) -> None:
+    """RocketMQ's FIFO consumption (grpcFifoConsumption, on by default): in one queue
+    a0 b0 a1 n0 b1 a2 (groups A and B, n0 without a group). A message is held back while an
+    earlier one of its group is leased (in flight, expired or not), and so is what follows it
+    in the queue (the cursor stops there); an expired one is redelivered before the later
+    ones of its group."""
+    topic = "rmq-fifo-order"
+    make_topic(cluster, topic, queues=1)
+    producer = Producer(rmq_config(cluster.grpc_endpoint), (topic,))
+    producer.startup()
+    try:
+        for body in (b"a0", b"b0", b"a1", b"n0", b"b1", b"a2"):
+            message = rmq_message(topic, body)
+            if not body.startswith(b"n"):
+                message.message_group = "group-" + body[:1].decode()
+            producer.send(message)
+    finally:
+        producer.shutdown()
+    consumer = simple_consumer(cluster, "g-fifo-order", topic)
+
+    def receive(invisible_s: int = 30) -> dict[bytes, Any]:
+        return {m.body: m for m in consumer.receive(32, invisible_s)}
+
+    try:
+        first = receive(invisible_s=5)
+        assert sorted(first) == [b"a0", b"b0"]  # a1 waits for a0, and n0 b1 a2 behind it
+        assert receive() == {}
+        consumer.ack(first[b"a0"])
+        second = receive()
+        assert sorted(second) == [b"a1", b"n0"]  # b1 waits for b0 (in flight)
+        for body in (b"a1", b"n0"):
+            consumer.ack(second[body])
+        held = receive()  # b1 and a2 wait behind b0 (b0 itself once its time is over)
+        assert set(held) <= {b"b0"}, sorted(held)
+        expired = held or wait_for(lambda: receive(), 30, "b0 back after its invisible time")
+        assert sorted(expired) == [b"b0"] and expired[b"b0"].delivery_attempt == 2
+        consumer.ack(expired[b"b0"])
+        last = receive()
+        assert sorted(last) == [b"a2", b"b1"]
+        for message in last.values():
+            consumer.ack(message)
+        assert receive() == {}
+    finally:
+        consumer.shutdown()

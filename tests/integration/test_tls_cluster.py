@@ -337,8 +337,8 @@ def test_the_rocketmq_endpoint_serves_tls_and_calls_the_cluster_over_mutual_tls(
     (the official client, trusting DIR/tls/ca.pem, sends over TLS; a plaintext channel gets
     nothing), and its own calls to controllers and brokers use client.properties (a proxy
     without it could not store the message: every member requires a client certificate and a
-    signature). It accepts only the admin's keys (it calls the cluster as the admin): other
-    keys are refused."""
+    signature). It checks RocketMQ clients against the controllers' users
+    (grpcAuthenticationEnabled, test_rmq_proxy_auth.py): unknown keys are refused."""
     import grpc
     from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
