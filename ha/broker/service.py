@@ -53,6 +53,7 @@ from ha.broker.arrow_codec import (
 from ha.broker.auth import AuditLog, AuthGate, load_acl_file, read_credentials_file
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
+from ha.broker.long_poll import Arrivals, poll_until
 from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
 from ha.broker.replication import NotMasterError, Replication
 from ha.broker.telemetry import Traffic
@@ -160,7 +161,7 @@ class BrokerService(flight.FlightServerBase):
         self.topics = TopicTable(config.store_dir / "config")
         self.offsets = ConsumerOffsets(config.store_dir / "config")
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self._arrivals = threading.Condition()
+        self._arrivals = Arrivals()  # confirm moves wake long polls (ha/broker/long_poll.py)
         self._long_poll_slots = threading.BoundedSemaphore(config.long_polling_max)
         self._counters = _Counters()
         self.traffic = Traffic()  # per-batch counts for /metrics (ha/broker/telemetry.py)
@@ -223,8 +224,7 @@ class BrokerService(flight.FlightServerBase):
         return self._tier_stats()
 
     def _on_confirm(self, log_position: int) -> None:
-        with self._arrivals:
-            self._arrivals.notify_all()
+        self._arrivals.notify()
 
     # -- topics -----------------------------------------------------------------------------
     def _topic_for_write(self, name: str) -> TopicConfig:
@@ -406,26 +406,18 @@ class BrokerService(flight.FlightServerBase):
                    ) -> GetResult | RecordBlock:
         wait_ms = min(request.max_wait_ms, self.config.long_polling_wait_max_ms)
         deadline = time.monotonic() + wait_ms / 1000.0
-        result = self._get(request, request.queue_offset, request.max_messages,
-                           request.max_bytes, tag_filter)
+
+        def read() -> GetResult | RecordBlock:
+            return self._get(request, request.queue_offset, request.max_messages,
+                             request.max_bytes, tag_filter)
+
         if not self._long_poll_slots.acquire(blocking=False):
             self._count("long_poll_rejected")
-            return result
+            return read()
         self._count("long_polls")
         try:
-            while result.status in _WAITABLE:
-                with self._arrivals:
-                    if self.store.max_queue_offset(request.topic, request.queue_id) \
-                            <= request.queue_offset:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            return result
-                        self._arrivals.wait(remaining)
-                result = self._get(request, request.queue_offset, request.max_messages,
-                                   request.max_bytes, tag_filter)
-                if time.monotonic() >= deadline:
-                    return result
-            return result
+            return poll_until(read, lambda result: result.status in _WAITABLE,
+                              self._arrivals, deadline)
         finally:
             self._long_poll_slots.release()
             self._count("long_polls_done")
