@@ -32,8 +32,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +51,7 @@ from storage_engine.errors import (
     StorageError,
 )
 from storage_engine.flush import FlushService
+from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.messages import (
     GetResult,
     Message,
@@ -110,8 +109,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         store_host: tuple[str, int] = ("127.0.0.1", 0),
         auto_confirm: bool = True,
         clock_ms: Callable[[], int] | None = None,
+        fs: FileSystem = OS_FILE_SYSTEM,
+        flush_driven: bool = False,
     ) -> None:
+        """`fs`: the file layer (a simulated disk in tests/sim); `flush_driven`: no flush
+        thread, the caller flushes and checkpoints (`flush_step`, `checkpoint_step`)."""
         self.store_dir = Path(store_dir)
+        self.fs = fs
         self.config = config
         self._store_host = encode_host(*store_host)
         self._auto_confirm = auto_confirm
@@ -124,8 +128,8 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._closed = False
         self._fsync_failed: FsyncFailedError | None = None  # set once: nothing flushes after
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        self._directory_lock = DirectoryLock(self.store_dir)
+        fs.make_dirs(self.store_dir)
+        self._directory_lock = DirectoryLock(self.store_dir, fs)
         self._crashed = self._directory_lock.acquire()
         try:
             self._open()
@@ -137,7 +141,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             group_commit=self._sync_flush, flush_interval_ms=config.flush_interval_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
             flushed_log_position=self._commit_log.flushed_log_position,
-            name=f"flush-{self.store_dir.name}",
+            name=f"flush-{self.store_dir.name}", driven=flush_driven,
         )
         self._flush.start()
 
@@ -145,14 +149,14 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     def _open(self) -> None:
         path = self.store_dir / "checkpoint"
         try:
-            checkpoint = read_checkpoint(path) or Checkpoint(clean_shutdown=True)
+            checkpoint = read_checkpoint(path, self.fs) or Checkpoint(clean_shutdown=True)
         except CorruptFileError as err:
             logger.warning("%s; recovering from the start of the log", err)
             checkpoint = Checkpoint()
             self._crashed = True
         self._commit_log = CommitLog(self.store_dir / "commitlog",
-                                     self.config.commit_log_segment_size_bytes)
-        self.epochs = EpochFile(self.store_dir / "epochFileCheckpoint")
+                                     self.config.commit_log_segment_size_bytes, self.fs)
+        self.epochs = EpochFile(self.store_dir / "epochFileCheckpoint", self.fs)
         if checkpoint.truncate_intent_log_position >= 0:
             logger.warning("redoing an interrupted truncation to log_position %d",
                            checkpoint.truncate_intent_log_position)
@@ -183,15 +187,17 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         stale (a lost page can zero half an entry); the dispatcher rebuilds them from the log.
         """
         root = self.store_dir / "consumequeue"
-        root.mkdir(exist_ok=True)
-        for topic_dir in sorted(root.iterdir()):
-            if topic_name_error(topic_dir.name) is not None or not topic_dir.is_dir():
+        fs = self.fs
+        fs.make_dirs(root)
+        for topic in sorted(fs.list_dir(root)):
+            topic_dir = root / topic
+            if topic_name_error(topic) is not None or not fs.is_dir(topic_dir):
                 logger.warning("ignoring %s: not a topic's ConsumeQueue directory", topic_dir)
                 continue
-            for directory in sorted(topic_dir.iterdir()):
-                if not directory.name.isdigit() or int(directory.name) > QUEUE_ID_MAX:
+            for name in sorted(fs.list_dir(topic_dir)):
+                if not name.isdigit() or int(name) > QUEUE_ID_MAX:
                     continue
-                queue = self._consume_queue(topic_dir.name, int(directory.name))
+                queue = self._consume_queue(topic, int(name))
                 keep = self._last_trusted_entry(queue, trusted_below, log_end) + 1
                 queue.truncate_to_queue_offset(max(keep, queue.min_queue_offset))
 
@@ -228,7 +234,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         if queue is None:  # the one place a queue's path is built: checked (names.py)
             directory = queue_dir(self.store_dir / "consumequeue", topic, queue_id)
             queue = ConsumeQueue(directory, topic, queue_id,
-                                 self.config.consume_queue_segment_entries)
+                                 self.config.consume_queue_segment_entries, self.fs)
             self._queues[key] = queue
         return queue
 
@@ -418,6 +424,15 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     def wait_flushed(self, log_position: int, timeout_ms: int) -> bool:
         return self._flush.wait_flushed(log_position, timeout_ms)
 
+    def flush_step(self) -> bool:
+        """`flush_driven` stores: one group-commit flush now, as the flush thread would do
+        it (publishes the flushed position; fail-stop on an fsync failure: False)."""
+        return self._flush.flush_now()
+
+    def checkpoint_step(self) -> bool:
+        """`flush_driven` stores: write the checkpoint now; False when its fsync failed."""
+        return self._flush.checkpoint_now()
+
     def flush(self) -> int:
         """fsync the CommitLog now; returns the flushed log position."""
         return self._flush_commit_log()
@@ -448,7 +463,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         for queue in queues:
             queue.flush()
         flushed = self._commit_log.flush()
-        write_checkpoint(self.store_dir / "checkpoint", Checkpoint(
+        write_checkpoint(self.store_dir / "checkpoint", fs=self.fs, checkpoint=Checkpoint(
             flushed_log_position=flushed,
             consume_queue_log_position=min(dispatched, flushed),
             confirm_log_position=confirm,
@@ -686,7 +701,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             for key in keys:
                 self._queues.pop(key).delete_all()
             self._next_queue_offsets.pop(topic, None)
-            shutil.rmtree(directory, ignore_errors=True)
+            self.fs.remove_tree(directory)
         return len(keys)
 
     def queues(self) -> list[tuple[str, int]]:
@@ -701,8 +716,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         age while the disk is fuller than `diskMaxUsedSpaceRatio`; never when it holds data at
         or above `floor_log_position` or the confirm position, never the last one."""
         if disk_used_ratio is None:
-            usage = shutil.disk_usage(self.store_dir)
-            disk_used_ratio = usage.used / usage.total if usage.total else 0.0
+            disk_used_ratio = self.fs.disk_used_ratio(self.store_dir)
         over_ratio = disk_used_ratio > self.config.disk_max_used_space_ratio
         reserved_ms = self.config.file_reserved_time_hours * 3_600_000
         deleted = 0
@@ -716,7 +730,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
                 if self._tier is not None and not self._tier.holds_segment(
                         first.base_position, end):
                     break  # tiering on: only verified tiered segments may go
-                age_ms = now_ms - os.stat(first.path).st_mtime * 1000
+                age_ms = now_ms - self.fs.mtime_s(first.path) * 1000
                 if age_ms < reserved_ms and not over_ratio:
                     break
                 self._commit_log.delete_first_segment()

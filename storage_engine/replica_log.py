@@ -12,7 +12,6 @@ never below the confirm position) or restarts empty past a far-ahead master's mi
 from __future__ import annotations
 
 import logging
-import shutil
 
 import numpy as np
 
@@ -217,8 +216,8 @@ class ReplicaLogMixin:
                 queue.delete_all()
             self._queues.clear()
             self._next_queue_offsets.clear()
-            shutil.rmtree(self.store_dir / "consumequeue", ignore_errors=True)
-            (self.store_dir / "consumequeue").mkdir()
+            self.fs.remove_tree(self.store_dir / "consumequeue")
+            self.fs.make_dirs(self.store_dir / "consumequeue")
             self.epochs.truncate_from(-1)
             self.index_cuts += 1
             self._commit_log.start_at(log_position)
