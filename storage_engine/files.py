@@ -29,6 +29,7 @@ __all__ = [
     "atomic_write_bytes",
     "exit_on_fsync_failure",
     "fsync_directory",
+    "make_dirs_durable",
     "set_fsync_failure_handler",
     "sync_file",
 ]
@@ -82,6 +83,28 @@ def fsync_directory(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
     except OSError as err:
         _handler(err, str(path))
         raise FsyncFailedError(str(path), err) from err
+
+
+def make_dirs_durable(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
+    """mkdir -p, and make every directory it created durable (fsync of each new one's parent).
+
+    Why: a new directory's entry is durable only after its parent is fsynced (POSIX), and
+    files fsynced inside a directory whose entry is lost are lost with it: a ConsumeQueue
+    directory made by a plain mkdir could vanish in a power cut after the checkpoint vouched
+    for its entries (found by the simulated disk, tests/sim/test_engine_on_sim_disk.py).
+    """
+    missing: list[Path] = []
+    cursor = Path(path)
+    while not fs.exists(cursor):
+        missing.append(cursor)
+        if cursor.parent == cursor:
+            break
+        cursor = cursor.parent
+    if not missing:
+        return
+    fs.make_dirs(path)
+    for created in reversed(missing):  # outermost first
+        fsync_directory(created.parent, fs)
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644,

@@ -29,12 +29,13 @@ entries the checkpoint does not vouch for by parsing the CommitLog, and recomput
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,7 @@ from storage_engine.errors import (
     QueueOffsetsError,
     StorageError,
 )
+from storage_engine.files import make_dirs_durable
 from storage_engine.flush import FlushService
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.messages import (
@@ -128,7 +130,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._closed = False
         self._fsync_failed: FsyncFailedError | None = None  # set once: nothing flushes after
-        fs.make_dirs(self.store_dir)
+        make_dirs_durable(self.store_dir, fs)
         self._directory_lock = DirectoryLock(self.store_dir, fs)
         self._crashed = self._directory_lock.acquire()
         try:
@@ -188,7 +190,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         """
         root = self.store_dir / "consumequeue"
         fs = self.fs
-        fs.make_dirs(root)
+        make_dirs_durable(root, fs)
         for topic in sorted(fs.list_dir(root)):
             topic_dir = root / topic
             if topic_name_error(topic) is not None or not fs.is_dir(topic_dir):
@@ -262,9 +264,12 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=error)
         tags_codes = None if batch.tags is None else [
             0 if tag is None else java_string_hash(tag) for tag in batch.tags]
-        with self._lock:
+        with self._lock, self._fail_stop():
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is closed")
+            if self._fsync_failed is not None:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                 error=f"stopped after a failed fsync: {self._fsync_failed}")
             queue_offsets = self._assign_queue_offsets(batch.topic, batch.queue_ids)
             positions, sizes = self._commit_log.append_batch(
                 topic_meta=self._meta_for(batch.topic), bodies=batch.bodies,
@@ -437,6 +442,18 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         """fsync the CommitLog now; returns the flushed log position."""
         return self._flush_commit_log()
 
+    @contextlib.contextmanager
+    def _fail_stop(self) -> Iterator[None]:
+        """Latch any fsync failure below (a segment roll's directory fsync, a truncation, a
+        checkpoint): from then on nothing flushes, checkpoints or appends (fsyncgate; in a
+        broker the fsync failure handler has ended the process already)."""
+        try:
+            yield
+        except FsyncFailedError as err:
+            if self._fsync_failed is None:
+                self._fsync_failed = err
+            raise
+
     def _flush_commit_log(self) -> int:
         failed = self._fsync_failed
         if failed is not None:  # fail-stop: a later fsync may "succeed" over lost pages
@@ -456,6 +473,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         return flushed
 
     def _write_checkpoint(self, *, clean: bool = False, intent: int = -1) -> None:
+        failed = self._fsync_failed
+        if failed is not None:  # a checkpoint would vouch for pages the kernel may have lost
+            raise FsyncFailedError(failed.path, OSError(f"an earlier fsync failed: {failed}"))
+        with self._fail_stop():
+            self._write_checkpoint_now(clean, intent)
+
+    def _write_checkpoint_now(self, clean: bool, intent: int) -> None:
         with self._lock:
             dispatched = self._dispatched
             queues = list(self._queues.values())

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 
 from storage_engine.errors import StorageError
-from storage_engine.files import fsync_directory, sync_file
+from storage_engine.files import fsync_directory, make_dirs_durable, sync_file
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 
 __all__ = ["Segment", "SegmentQueue", "discard_tail", "segment_file_name"]
@@ -113,7 +113,7 @@ class SegmentQueue:
         self.segment_size_bytes = segment_size_bytes
         self.segments: list[Segment] = []
         self.fs = fs
-        fs.make_dirs(directory)
+        make_dirs_durable(directory, fs)
         self._load()
 
     def _load(self) -> None:
