@@ -35,10 +35,11 @@ from storage_engine import (
     MessageStore,
     PutStatus,
     StoreConfig,
+    commit_log,
     decode_record,
+    record_format,
     set_fsync_failure_handler,
 )
-from storage_engine import commit_log, record_format
 from tests.sim.sim_fs import SimDiskFaults, SimFileSystem
 
 SEEDS = 300
