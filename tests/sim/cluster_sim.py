@@ -22,11 +22,14 @@ What is re-modelled here (the shells, and what is not yet a core; see README "Si
 - the broker's put path (ha/broker/replication.py: fence, plan, append, fsync, wait for the
   quorum) and the take-over sequence (roles.py/replication.py/master_service.py: cut a partial
   tail record, confirm := log end, epoch entry) are written again in `SimBroker`;
-- THE DISK IS A MODEL, NOT THE STORAGE ENGINE: `SimLog` holds the CommitLog as bytes with a
-  synced length, the epoch list (durable on append, as the epoch file is) and the confirm
-  position; a crash drops every unsynced byte (or keeps a random prefix of them: a torn
-  write). storage_engine has no file-system seam yet (segments use os.pwrite + mmap), so the
-  real store cannot run here; no decision is taken by this model.
+- the disk, by default (`--disk model`, the suite's 1,000-seed batch), is a MODEL: `SimLog`
+  holds the CommitLog as bytes with a synced length, the epoch list (durable on append, as the
+  epoch file is) and the confirm position; a crash drops every unsynced byte (or keeps a random
+  prefix of them: a torn write); no decision is taken by this model;
+- with `--disk engine` each broker runs the REAL storage engine (MessageStore: segments,
+  ConsumeQueue, epoch file, checkpoint, recovery) over a simulated disk (tests/sim/sim_fs.py:
+  unsynced writes and directory entries lost at a crash, torn tails, flipped bits), driven
+  without threads (tests/sim/engine_log.py); a crash is a power cut plus the engine's recovery.
 
 Network: controller requests and replies may be dropped, duplicated, delayed (so reordered);
 partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
@@ -125,6 +128,8 @@ from ha.slave_core import (
 )
 from ha.slave_core import SendFrame as SlaveSendFrame
 from storage_engine import EpochEntry
+from tests.sim.engine_log import EngineLog
+from tests.sim.sim_fs import SimDiskFaults
 
 SET = "broker-a"
 CLUSTER = "sim"
@@ -137,6 +142,7 @@ HEARTBEAT_TIMEOUT_MS = 1000  # controllerHeartbeatTimeoutMs (lease max: 2/3 of i
 MASTER_LEASE_MS = 600
 SCAN_MS = 100
 PUT_TIMEOUT_MS = 800  # syncFlushTimeout
+CHECKPOINT_MS = 100  # --disk engine: how often a broker writes its store's checkpoint
 HEAL_MS = 4000  # after the faults: heal, then a master must hold every ack within this
 TRACE_KEPT = 60
 # The brokers' quorum rules a run may use (--quorum): every SyncStateSet member acks (the suite's
@@ -167,9 +173,12 @@ class ClusterOptions:
     put_period_ms: int
     disk_delay_ms: int
     quorum: str = "all-ack"  # QUORUMS key: the brokers' quorum rule (the same for every seed)
+    bit_flip_probability: float = 0.0  # per file at a crash (--disk engine only)
+    disk: str = "model"  # "model": SimLog; "engine": the storage engine on a SimFileSystem
 
     @classmethod
-    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack") -> ClusterOptions:
+    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack",
+                  disk: str = "model") -> ClusterOptions:
         rng = random.Random(seed ^ 0xC1A5)
         return cls(seed=seed, duration_ms=duration_ms,
                    drop_probability=rng.choice((0.0, 0.01, 0.05)),
@@ -180,12 +189,14 @@ class ClusterOptions:
                    torn_write_probability=rng.choice((0.0, 0.5)),
                    transfer_batch_bytes=rng.choice((24, 40, 4096)),
                    put_period_ms=rng.choice((5, 20, 50)),
-                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum)
+                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum,
+                   bit_flip_probability=rng.choice((0.0, 0.5)), disk=disk)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
+        disk = "" if self.disk == "model" else f" --disk {self.disk}"
         return (f"python3 build.py sim --cluster --seed {self.seed} "
-                f"--duration-ms {self.duration_ms}{quorum} --trace")
+                f"--duration-ms {self.duration_ms}{quorum}{disk} --trace")
 
 
 def make_record(msg_id: int) -> bytes:
@@ -241,6 +252,44 @@ class SimLog:
 
     def complete_end(self) -> int:
         return self.end - self.end % RECORD_BYTES
+
+    # the interface EngineLog shares (tests/sim/engine_log.py)
+    segment_size_bytes = 1 << 30
+
+    def append_record(self, record: bytes) -> tuple[int, int]:
+        start = self.end
+        self.append(start, record)
+        return start, self.end
+
+    def append_epoch(self, entry: EpochEntry) -> None:
+        self.epochs.append(entry)
+
+    def cut_incomplete_tail(self) -> None:
+        cut = self.complete_end()
+        if cut < self.end:
+            self.confirm = min(self.confirm, cut)
+            self.truncate(cut)
+
+    def confirm_to_end(self) -> None:
+        self.confirm = self.end
+
+    def dispatch(self) -> None:
+        pass
+
+    def checkpoint(self) -> None:
+        pass
+
+    def read(self, start: int, size: int) -> bytes:
+        return bytes(self.data[start:start + size])
+
+    def read_range(self, start: int, end: int) -> bytes:
+        return bytes(self.data[start:end])
+
+    def record_body(self, position: int) -> bytes | None:
+        return bytes(self.data[position:position + RECORD_BYTES]) or None
+
+    def visible_end(self) -> int:
+        return 0  # the model has no reader: the engine's reads are checked with --disk engine
 
 
 # -- controllers ------------------------------------------------------------------------------
@@ -396,7 +445,12 @@ class SimBroker:
     def __init__(self, sim: ClusterSim, name: str) -> None:
         self.sim = sim
         self.name = name
-        self.log = SimLog()
+        options = sim.options
+        self.log: SimLog | EngineLog = SimLog()
+        if options.disk == "engine":
+            self.log = EngineLog(name, random.Random(sim.rng.getrandbits(32)), SimDiskFaults(
+                torn_write_probability=options.torn_write_probability,
+                bit_flip_probability=options.bit_flip_probability), lambda: sim.now_ms)
         self.incarnation = 0
         self.alive = False
         self.start()
@@ -418,6 +472,8 @@ class SimBroker:
         self.alive = True
         self.sim.every(HEARTBEAT_MS, self, self.heartbeat)
         self.sim.every(20, self, self.tick)
+        if self.sim.options.disk == "engine":
+            self.sim.every(CHECKPOINT_MS, self, self.log.checkpoint)
 
     def crash(self) -> None:
         self.alive = False
@@ -504,19 +560,16 @@ class SimBroker:
         last = log.epochs[-1].epoch if log.epochs else None
         refusal = RoleCore.check_take_over(last, change.master_epoch)
         assert refusal is None, refusal  # the controller's epochs only grow
-        cut = log.complete_end()
-        if cut < log.end:
-            log.confirm = min(log.confirm, cut)
-            log.truncate(cut)
-        log.confirm = log.end
+        log.cut_incomplete_tail()
+        log.confirm_to_end()
         if last is None or last < change.master_epoch:  # (else: the checker fails the run)
-            log.epochs.append(EpochEntry(change.master_epoch, log.end))
+            log.append_epoch(EpochEntry(change.master_epoch, log.end))
         log.sync()
         settings = MasterSettings(
             quorum=QUORUMS[self.sim.options.quorum],
             transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
             heartbeat_interval_ms=100, housekeeping_interval_ms=600,
-            slave_not_catchup_max_ms=400, segment_size_bytes=1 << 30)
+            slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
         self.master = MasterReplication(
             settings, broker_id=change.broker_id, master_epoch=change.master_epoch,
             endpoint=self.name, master_log_position=log.synced,
@@ -542,7 +595,8 @@ class SimBroker:
                 self.link_id = self.sim.open_link(self.name, self.master_of)
                 log = self.log
                 self.apply_slave(self.slave.link_up(LocalLog(
-                    0, log.end, log.confirm, tuple(log.epochs), 1 << 30), now_ms=now))
+                    0, log.end, log.confirm, tuple(log.epochs), log.segment_size_bytes),
+                    now_ms=now))
             else:
                 self.apply_slave(self.slave.on_tick(now_ms=now))
         if self.master is not None:
@@ -614,7 +668,7 @@ class SimBroker:
                     break
                 if isinstance(effect, SendLog):
                     start = effect.transfer.log_position
-                    data = bytes(self.log.data[start:start + effect.size_bytes])
+                    data = self.log.read(start, effect.size_bytes)
                     frame: Frame = dataclasses.replace(effect.transfer, data=data)
                 elif isinstance(effect, MasterSendFrame):
                     frame = effect.frame
@@ -637,7 +691,7 @@ class SimBroker:
             elif isinstance(effect, SetConfirm):
                 log.set_confirm(effect.log_position)
             elif isinstance(effect, AppendEpoch):
-                log.epochs.append(EpochEntry(effect.epoch, effect.start_log_position))
+                log.append_epoch(EpochEntry(effect.epoch, effect.start_log_position))
             elif isinstance(effect, Truncate):
                 self.sim.trace(f"{self.name} truncates {log.end} -> {effect.log_position}")
                 log.truncate(effect.log_position)
@@ -649,7 +703,9 @@ class SimBroker:
                     self.link_id = None
                     if self.slave is not None:
                         self.slave.link_down()
-            elif isinstance(effect, (DispatchLog, ApplyMetadata, MasterKnown)):
+            elif isinstance(effect, DispatchLog):
+                log.dispatch()
+            elif isinstance(effect, (ApplyMetadata, MasterKnown)):
                 pass
             else:
                 raise TypeError(effect)
@@ -665,9 +721,8 @@ class SimBroker:
             self.sim.send(self.name, src, ("put_reply", request_id,
                                            "IN_SYNC_REPLICAS_NOT_ENOUGH", None))
             return
-        start = self.log.end
-        self.log.append(start, make_record(msg_id))
-        put = _Put(request_id, src, msg_id, start, self.log.end, plan.need,
+        start, end = self.log.append_record(make_record(msg_id))
+        put = _Put(request_id, src, msg_id, start, end, plan.need,
                    self.sim.now_ms + PUT_TIMEOUT_MS)
         self.puts.append(put)
         self.sim.later(self.sim.options.disk_delay_ms, self, self.flushed)
@@ -781,7 +836,7 @@ class ClusterChecker:
 
     def check_record(self, broker: SimBroker, msg_id: int, position: int, epoch: int,
                      when: str) -> None:
-        held = bytes(broker.log.data[position:position + RECORD_BYTES])
+        held = broker.log.record_body(position) or b""
         if held != make_record(msg_id):
             self.fail(f"ACKNOWLEDGED MESSAGE LOST: message {msg_id} (log_position {position}, "
                       f"acked in epoch {epoch}) lost or changed on {broker.name}, master of "
@@ -795,6 +850,10 @@ class ClusterChecker:
         if log.confirm < broker.confirm_seen:
             self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}")
         broker.confirm_seen = log.confirm
+        visible = log.visible_end()
+        if visible > log.confirm:
+            self.fail(f"{broker.name}: a reader sees a record ending at {visible}, past the "
+                      f"confirm position {log.confirm}")
         # The epoch file only grows, except where bytes are cut (fork truncation, a crash
         # that drops the data after an entry): then it restarts from what is left.
         last = log.epochs[-1].epoch if log.epochs else 0
@@ -820,7 +879,8 @@ class ClusterChecker:
                 versions, done = self.compared.get(key, ((-1, -1), 0))
                 if versions != (a.log.version, b.log.version):
                     done = 0
-                if below > done and a.log.data[done:below] != b.log.data[done:below]:
+                if below > done and a.log.read_range(done, below) != b.log.read_range(done,
+                                                                                       below):
                     self.fail(f"{a.name} and {b.name} differ below the confirm position {below}")
                 self.compared[key] = ((a.log.version, b.log.version), max(done, below))
 
@@ -1060,9 +1120,16 @@ class ClusterSim:
             self.now_ms = when
             action()
         self.check_end()
-        return {"seed": self.options.seed, "events": self.events, "acks": self.acks,
-                "crashes": self.crashes, "partitions": self.partitions,
-                "masters": len(self.checker.masters)}
+        stats = {"seed": self.options.seed, "events": self.events, "acks": self.acks,
+                 "crashes": self.crashes, "partitions": self.partitions,
+                 "masters": len(self.checker.masters)}
+        if self.options.disk == "engine":  # what the simulated disks did to the real stores
+            disks = [b.log.fs.stats for b in self.brokers.values()
+                     if isinstance(b.log, EngineLog)]
+            stats.update(torn_writes=sum(d.torn_writes for d in disks),
+                         bits_flipped=sum(d.bits_flipped for d in disks),
+                         unsynced_bytes_dropped=sum(d.unsynced_bytes_dropped for d in disks))
+        return stats
 
     def check_end(self) -> None:
         """After healing: one master serves the newest epoch and holds every ack."""
@@ -1074,12 +1141,12 @@ class ClusterSim:
 
 
 def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
-             quorum: str = "all-ack") -> dict[str, int]:
+             quorum: str = "all-ack", disk: str = "model") -> dict[str, int]:
     """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
-        options = ClusterOptions.from_seed(seed, duration_ms, quorum)
+        options = ClusterOptions.from_seed(seed, duration_ms, quorum, disk)
         return ClusterSim(options, trace=trace).run()
     finally:
         logging.disable(previous)
@@ -1097,6 +1164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quorum", choices=sorted(QUORUMS), default="all-ack",
                         help="the brokers' quorum rule (default: every SyncStateSet member)")
+    parser.add_argument("--disk", choices=("model", "engine"), default="model",
+                        help="the brokers' log: a byte model, or the real storage engine on a "
+                             "simulated disk")
     args = parser.parse_args(argv)
     if args.seed is not None:
         seeds: Iterable[int] = [args.seed]
@@ -1111,7 +1181,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         count += 1
         try:
-            stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum)
+            stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum,
+                             disk=args.disk)
             steps += stats["events"]
             acks += stats["acks"]
         except SimFailure as failure:
@@ -1122,7 +1193,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{elapsed:.1f} s ({count / elapsed:.1f} seeds/s)"
           + (f"; failing seeds: {failures}" if failures else ""))
     if args.json:
-        print(json.dumps({"seeds": count, "failures": len(failures),
+        print(json.dumps({"seeds": count, "failures": len(failures), "disk": args.disk,
                           "failing_seeds": failures, "controllers": len(CONTROLLERS),
                           "brokers": len(BROKERS), "steps": steps, "acks": acks,
                           "seconds": round(elapsed, 1)}))
