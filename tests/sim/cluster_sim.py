@@ -127,8 +127,8 @@ from ha.slave_core import (
     CloseLink as SlaveCloseLink,
 )
 from ha.slave_core import SendFrame as SlaveSendFrame
-from storage_engine import EpochEntry
-from tests.sim.engine_log import EngineLog
+from storage_engine import EpochEntry, FsyncFailedError, set_fsync_failure_handler
+from tests.sim.engine_log import DiskFailedError, EngineLog
 from tests.sim.sim_fs import SimDiskFaults
 
 SET = "broker-a"
@@ -174,6 +174,7 @@ class ClusterOptions:
     disk_delay_ms: int
     quorum: str = "all-ack"  # QUORUMS key: the brokers' quorum rule (the same for every seed)
     bit_flip_probability: float = 0.0  # per file at a crash (--disk engine only)
+    fsync_failure_probability: float = 0.0  # per fsync (--disk engine only): fail-stop
     disk: str = "model"  # "model": SimLog; "engine": the storage engine on a SimFileSystem
 
     @classmethod
@@ -190,7 +191,8 @@ class ClusterOptions:
                    transfer_batch_bytes=rng.choice((24, 40, 4096)),
                    put_period_ms=rng.choice((5, 20, 50)),
                    disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum,
-                   bit_flip_probability=rng.choice((0.0, 0.5)), disk=disk)
+                   bit_flip_probability=rng.choice((0.0, 0.5)),
+                   fsync_failure_probability=rng.choice((0.0, 0.0, 0.0003)), disk=disk)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
@@ -450,7 +452,9 @@ class SimBroker:
         if options.disk == "engine":
             self.log = EngineLog(name, random.Random(sim.rng.getrandbits(32)), SimDiskFaults(
                 torn_write_probability=options.torn_write_probability,
-                bit_flip_probability=options.bit_flip_probability), lambda: sim.now_ms)
+                bit_flip_probability=options.bit_flip_probability,
+                sync_failure_probability=options.fsync_failure_probability),
+                lambda: sim.now_ms)
         self.incarnation = 0
         self.alive = False
         self.start()
@@ -897,6 +901,7 @@ class ClusterSim:
         self.events = 0
         self.acks = 0
         self.crashes = 0
+        self.fsync_failures = 0
         self.partitions = 0
         self._print = trace
         self.trace_lines: deque[str] = deque(maxlen=TRACE_KEPT)
@@ -1084,14 +1089,27 @@ class ClusterSim:
             target = self.process(name)
             if target.alive:
                 self.trace(f"crash: {name}")
-                target.crash()
-                self.crashes += 1
-                for link_id, (a, b, _) in list(self.links.items()):
-                    if name in (a, b):
-                        self.close_link(link_id)
-                # back before the controller's heartbeat timeout, or after (a failover)
-                self.at(rng.choice((rng.randint(50, 800), rng.randint(1200, 2500))),
-                        lambda: self.restart(target))
+                self.crash(name)
+
+    def crash(self, name: str) -> None:
+        rng, target = self.rng, self.process(name)
+        target.crash()
+        self.crashes += 1
+        for link_id, (a, b, _) in list(self.links.items()):
+            if name in (a, b):
+                self.close_link(link_id)
+        # back before the controller's heartbeat timeout, or after (a failover)
+        self.at(rng.choice((rng.randint(50, 800), rng.randint(1200, 2500))),
+                lambda: self.restart(target))
+
+    def fail_stop(self) -> None:
+        """An fsync failed on a broker's simulated disk (--disk engine): that process stops
+        at once (storage_engine/files.py: fail-stop), as a crash; its restart recovers."""
+        for broker in self.brokers.values():
+            if broker.alive and isinstance(broker.log, EngineLog) and broker.log.disk_failed():
+                self.trace(f"fsync failed on {broker.name}: the process stops (fail-stop)")
+                self.fsync_failures += 1
+                self.crash(broker.name)
 
     def restart(self, target: Any) -> None:
         if not target.alive:
@@ -1118,7 +1136,10 @@ class ClusterSim:
         while self._heap and self._heap[0][0] <= end:
             when, _, action = heapq.heappop(self._heap)
             self.now_ms = when
-            action()
+            try:
+                action()
+            except (FsyncFailedError, DiskFailedError):
+                self.fail_stop()
         self.check_end()
         stats = {"seed": self.options.seed, "events": self.events, "acks": self.acks,
                  "crashes": self.crashes, "partitions": self.partitions,
@@ -1126,7 +1147,8 @@ class ClusterSim:
         if self.options.disk == "engine":  # what the simulated disks did to the real stores
             disks = [b.log.fs.stats for b in self.brokers.values()
                      if isinstance(b.log, EngineLog)]
-            stats.update(torn_writes=sum(d.torn_writes for d in disks),
+            stats.update(fsync_failures=self.fsync_failures,
+                         torn_writes=sum(d.torn_writes for d in disks),
                          bits_flipped=sum(d.bits_flipped for d in disks),
                          unsynced_bytes_dropped=sum(d.unsynced_bytes_dropped for d in disks))
         return stats
@@ -1147,7 +1169,12 @@ def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
     logging.disable(logging.CRITICAL)
     try:
         options = ClusterOptions.from_seed(seed, duration_ms, quorum, disk)
-        return ClusterSim(options, trace=trace).run()
+        # a failed fsync ends the broker in the simulation, not this process
+        handler = set_fsync_failure_handler(lambda err, path: None)
+        try:
+            return ClusterSim(options, trace=trace).run()
+        finally:
+            set_fsync_failure_handler(handler)
     finally:
         logging.disable(previous)
 

@@ -34,7 +34,7 @@ from storage_engine import (
 )
 from tests.sim.sim_fs import SimDiskFaults, SimFileSystem
 
-__all__ = ["ENGINE_CONFIG", "EngineLog"]
+__all__ = ["ENGINE_CONFIG", "DiskFailedError", "EngineLog"]
 
 TOPIC = "sim"
 # Small segments: a few seconds of puts roll CommitLog and ConsumeQueue files, so segment
@@ -42,6 +42,10 @@ TOPIC = "sim"
 ENGINE_CONFIG = StoreConfig(commit_log_segment_size_bytes=68 * 1024, message_size_max_bytes=1024,
                             consume_queue_segment_entries=64,
                             flush_disk_type=FlushDiskType.SYNC_FLUSH)
+
+
+class DiskFailedError(Exception):
+    """A flush or checkpoint step failed (an fsync failed): the broker must stop."""
 
 
 class EngineLog:
@@ -62,6 +66,7 @@ class EngineLog:
 
     def _open(self) -> MessageStore:
         self.fs.faults = SimDiskFaults()  # recovery runs on a quiet disk; faults hit later
+        self._sync_failures_at_open = self.fs.stats.sync_failures
         try:
             return MessageStore(self._directory, ENGINE_CONFIG, auto_confirm=False,
                                 clock_ms=self._clock_ms, fs=self.fs, flush_driven=True)
@@ -101,10 +106,16 @@ class EngineLog:
         self.store.dispatch_replicated()
 
     def sync(self) -> None:
-        assert self.store.flush_step(), "fsync failures are not simulated in the cluster yet"
+        if not self.store.flush_step():
+            raise DiskFailedError(f"flush of {self._directory} failed")
 
     def checkpoint(self) -> None:
-        assert self.store.checkpoint_step()
+        if not self.store.checkpoint_step():
+            raise DiskFailedError(f"checkpoint of {self._directory} failed")
+
+    def disk_failed(self) -> bool:
+        """An fsync failed since this store opened (the process must stop)."""
+        return self.fs.stats.sync_failures > self._sync_failures_at_open
 
     def truncate(self, position: int) -> None:
         if position < self.end:

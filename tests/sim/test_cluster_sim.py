@@ -109,6 +109,7 @@ def test_engine_runs_crash_over_unsynced_data_and_replay() -> None:
     # fsyncs before it acks; ConsumeQueue entries wait for the 100 ms checkpoint): the heavy
     # torn / flipped schedules are tests/sim/test_engine_on_sim_disk.py's
     assert sum(run["unsynced_bytes_dropped"] for run in runs) > 0
+    assert sum(run["fsync_failures"] for run in runs) > 0  # those brokers stopped (fail-stop)
     assert run_seed(7, 2000, disk="engine") == run_seed(7, 2000, disk="engine")
 
 
