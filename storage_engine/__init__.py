@@ -26,6 +26,7 @@ from storage_engine.files import (
     exit_on_fsync_failure,
     set_fsync_failure_handler,
 )
+from storage_engine.fs import OS_FILE_SYSTEM, FileHandle, FileLock, FileSystem, OsFileSystem
 from storage_engine.message_store import MessageStore, StoreStats
 from storage_engine.messages import (
     GetResult,
@@ -57,6 +58,9 @@ __all__ = [
     "EpochEntry",
     "EpochFile",
     "FSYNC_FAILED_EXIT_CODE",
+    "FileHandle",
+    "FileLock",
+    "FileSystem",
     "FlushDiskType",
     "FsyncFailedError",
     "GetResult",
@@ -65,6 +69,8 @@ __all__ = [
     "Message",
     "MessageBatch",
     "MessageStore",
+    "OS_FILE_SYSTEM",
+    "OsFileSystem",
     "PutResult",
     "PutStatus",
     "QueueOffsetsError",

@@ -147,7 +147,7 @@ class FlushService:
                 self.last_error = self._failed = err
                 self._condition.notify_all()
             return False
-        except Exception as err:  # thread boundary: report, keep flushing
+        except Exception as err:  # noqa: BLE001 - thread boundary: report, keep flushing
             logger.error("checkpoint failed: %s", err)
             self.last_error = err
         return True
@@ -156,7 +156,7 @@ class FlushService:
         """One flush; False when it failed (the service is then failed for good)."""
         try:
             flushed = self._flush()
-        except Exception as err:  # thread boundary: fail-stop, see the module docstring
+        except Exception as err:  # noqa: BLE001 - thread boundary: fail-stop (module docstring)
             logger.critical("flush failed, flushing stops for good (fail-stop): %s", err)
             with self._condition:
                 self.last_error = self._failed = err
