@@ -1123,6 +1123,9 @@ class ClusterSim:
         self.trace("heal: faults off, every process up, network whole")
         self.faults_on = False
         self.cuts.clear()
+        for broker in self.brokers.values():
+            if isinstance(broker.log, EngineLog):
+                broker.log.heal()
         for process in [*self.controllers.values(), *self.brokers.values()]:
             if not process.alive:
                 process.start()

@@ -113,6 +113,10 @@ class EngineLog:
         if not self.store.checkpoint_step():
             raise DiskFailedError(f"checkpoint of {self._directory} failed")
 
+    def heal(self) -> None:
+        """The run's faults are over: this disk no longer fails (nor tears at a crash)."""
+        self._faults = self.fs.faults = SimDiskFaults()
+
     def disk_failed(self) -> bool:
         """An fsync failed since this store opened (the process must stop)."""
         return self.fs.stats.sync_failures > self._sync_failures_at_open
