@@ -173,8 +173,8 @@ class EngineLog:
     def visible_end(self) -> int:
         """Where the last record a consumer can read ends (0: none): must be <= confirm.
         Asked after every event: answered again only when the log or its confirm moved."""
-        key = (self.version, self.store.end_log_position, self.store.confirm_log_position,
-               self.store.dispatched_log_position)
+        confirm = self.store.confirm_log_position
+        key = (self.version, confirm, min(confirm, self.store.dispatched_log_position))
         if key != self._visible_key:
             self._visible_key, self._visible_end = key, self._read_visible_end()
         return self._visible_end

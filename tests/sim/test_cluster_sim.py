@@ -52,9 +52,10 @@ IN_FLIGHT_SEEDS = (348, 693, 787, 798, 1207, 1414)
 AUTO_ISR_REGRESSIONS = (3, 165)
 AUTO_ISR_SEEDS = 100  # a smaller batch under the second rule
 # `--disk engine`: every broker runs the real storage engine on a simulated disk (torn tails,
-# flipped bits, lost directory entries at a crash; recovery through the engine). About 3x the
-# cost of a model seed, so a smaller batch; `build.py sim --cluster --disk engine` for more.
-ENGINE_SEEDS = 100
+# flipped bits, lost directory entries at a crash, failing fsyncs; recovery through the engine).
+# About 6x the CPU of a model seed (0.8 s), so a smaller batch (about 40 s of one quiet core);
+# `build.py sim --cluster --disk engine` for more.
+ENGINE_SEEDS = 50
 ENGINE_CHUNK = 25
 
 
