@@ -22,8 +22,9 @@ durable only after `sync` of its file; a create, rename or unlink only after `sy
 of its directory (POSIX; the simulated disk enforces exactly this).
 
 OsFileSystem is today's behaviour: os.pwrite into preallocated files, read-only mmap for reads,
-fdatasync/fsync, flock. It adds one Python call per write over calling `os` directly; reads
-slice the mmap as before (measured: README "Storage engine").
+fdatasync/fsync, flock. It adds one Python call per write over calling `os` directly (below
+the noise of a 1.6-1.8 µs pwrite, README "The real storage engine on a simulated disk"); reads
+slice the mmap as before.
 """
 
 from __future__ import annotations
