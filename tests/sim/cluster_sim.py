@@ -192,7 +192,7 @@ class ClusterOptions:
                    put_period_ms=rng.choice((5, 20, 50)),
                    disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum,
                    bit_flip_probability=rng.choice((0.0, 0.5)),
-                   fsync_failure_probability=rng.choice((0.0, 0.0, 0.0003)), disk=disk)
+                   fsync_failure_probability=rng.choice((0.0, 0.0, 0.002)), disk=disk)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
