@@ -8,7 +8,12 @@
                                       file (.bench-tmp/bench-all-<UTC time>.json)
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
     python3 build.py sim --cluster [--seeds N | --minutes M] [--seed S --trace] [--json]
-                                      whole-cluster simulation (tests/sim/cluster_sim.py)
+                      [--disk engine]   whole-cluster simulation (tests/sim/cluster_sim.py; with
+                                      --disk engine the brokers run the real storage engine on
+                                      a simulated disk)
+    python3 build.py sim --store [--seeds N | --minutes M] [--seed S] [--json]
+                                      crash schedules of one real store on a simulated disk
+                                      (tests/sim/store_sim.py)
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py chaos [--minutes M --seed S --faults kill,pause,...]   a fault campaign on
                                       test hosts judged by a Jepsen-style checker (tests/chaos/run.py)
@@ -141,6 +146,9 @@ def sim(args: list[str]) -> int:
     if "--cluster" in args:
         module = "tests.sim.cluster_sim"
         args = [arg for arg in args if arg != "--cluster"]
+    elif "--store" in args:
+        module = "tests.sim.store_sim"
+        args = [arg for arg in args if arg != "--store"]
     argv = [str(python), "-m", module, *args]
     return subprocess.run(argv, cwd=ROOT, check=False).returncode
 

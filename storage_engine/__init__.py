@@ -26,6 +26,7 @@ from storage_engine.files import (
     exit_on_fsync_failure,
     set_fsync_failure_handler,
 )
+from storage_engine.fs import OS_FILE_SYSTEM, FileHandle, FileLock, FileSystem, OsFileSystem
 from storage_engine.message_store import MessageStore, StoreStats
 from storage_engine.messages import (
     GetResult,
@@ -52,6 +53,7 @@ from storage_engine.statuses import GetStatus, PutStatus
 
 __all__ = [
     "FSYNC_FAILED_EXIT_CODE",
+    "OS_FILE_SYSTEM",
     "RECORD_CHECKSUM_PAIR_BYTES",
     "RECORD_HEADER",
     "STORE_PROPERTY_KEYS",
@@ -60,6 +62,9 @@ __all__ = [
     "CorruptRecordError",
     "EpochEntry",
     "EpochFile",
+    "FileHandle",
+    "FileLock",
+    "FileSystem",
     "FlushDiskType",
     "FsyncFailedError",
     "GetResult",
@@ -68,6 +73,7 @@ __all__ = [
     "Message",
     "MessageBatch",
     "MessageStore",
+    "OsFileSystem",
     "PutResult",
     "PutStatus",
     "QueueOffsetsError",

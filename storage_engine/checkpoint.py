@@ -21,14 +21,13 @@ lock:  an flock held while the store is open (per open file, so a second opener 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 import struct
 import zlib
 from pathlib import Path
 
 from storage_engine.errors import CorruptFileError, StoreLockedError
 from storage_engine.files import atomic_write_bytes, fsync_directory
+from storage_engine.fs import OS_FILE_SYSTEM, FileLock, FileSystem
 
 __all__ = ["Checkpoint", "DirectoryLock", "read_checkpoint", "write_checkpoint"]
 
@@ -48,19 +47,20 @@ class Checkpoint:
     clean_shutdown: bool = False
 
 
-def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+def write_checkpoint(path: Path, checkpoint: Checkpoint,
+                     fs: FileSystem = OS_FILE_SYSTEM) -> None:
     body = _LAYOUT.pack(
         MAGIC, VERSION, checkpoint.flushed_log_position, checkpoint.consume_queue_log_position,
         checkpoint.confirm_log_position, checkpoint.truncate_intent_log_position,
         FLAG_CLEAN_SHUTDOWN if checkpoint.clean_shutdown else 0,
     )
-    atomic_write_bytes(path, body + _CRC.pack(zlib.crc32(body)))
+    atomic_write_bytes(path, body + _CRC.pack(zlib.crc32(body)), fs=fs)
 
 
-def read_checkpoint(path: Path) -> Checkpoint | None:
+def read_checkpoint(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> Checkpoint | None:
     """The stored checkpoint; None if the file does not exist. CorruptFileError if damaged."""
     try:
-        data = path.read_bytes()
+        data = fs.read_bytes(path)
     except FileNotFoundError:
         return None
     if len(data) != _LAYOUT.size + _CRC.size:
@@ -75,35 +75,31 @@ def read_checkpoint(path: Path) -> Checkpoint | None:
 
 
 class DirectoryLock:
-    """`lock` file with an exclusive fcntl lock, plus the `abort` marker."""
+    """`lock` file with an exclusive lock (FileSystem.lock), plus the `abort` marker."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
         self._directory = directory
+        self._fs = fs
         self._lock_path = directory / "lock"
         self._abort_path = directory / "abort"
-        self._fd = -1
+        self._lock: FileLock | None = None
 
     def acquire(self) -> bool:
         """Take the lock; returns True when the previous run did not shut down cleanly."""
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock = self._fs.lock(self._lock_path)
         except OSError as err:
-            os.close(fd)
             raise StoreLockedError(str(self._lock_path)) from err
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        crashed = self._abort_path.exists()
-        self._abort_path.touch()
-        fsync_directory(self._directory)
+        crashed = self._fs.exists(self._abort_path)
+        self._fs.open(self._abort_path, create=True).close()
+        fsync_directory(self._directory, self._fs)
         return crashed
 
     def release(self, *, clean: bool) -> None:
         """Remove the abort marker when the shutdown was clean, then drop the lock."""
         if clean:
-            self._abort_path.unlink(missing_ok=True)
-            fsync_directory(self._directory)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            self._fs.remove(self._abort_path)
+            fsync_directory(self._directory, self._fs)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

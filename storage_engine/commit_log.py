@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from storage_engine.errors import CorruptRecordError
+from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.names import topic_name_error
 from storage_engine.record_format import (
     BLANK_RECORD_SIZE_BYTES,
@@ -65,9 +65,10 @@ class RecordRef:
 class CommitLog:
     """Segmented append-only log of records. Writers are serialized by the store's lock."""
 
-    def __init__(self, directory: Path, segment_size_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_size_bytes: int,
+                 fs: FileSystem = OS_FILE_SYSTEM) -> None:
         self.segment_size_bytes = segment_size_bytes
-        self._segments = SegmentQueue(directory, segment_size_bytes)
+        self._segments = SegmentQueue(directory, segment_size_bytes, fs)
 
     @property
     def min_log_position(self) -> int:
@@ -283,16 +284,15 @@ def _scan_segment(segment: Segment) -> tuple[int, str]:
 
 
 EXTENT_SCAN_CHUNK_BYTES = 16 << 20
-EXTENTS_MAX = 1 << 16  # data extents walked before giving up and scanning the whole file
 
 
 def _written_extent(segment: Segment) -> int:
     """How far non-zero bytes reach in the segment (for reporting what recovery cut).
 
     Runs at every open on the last segment (1 GiB by default), so it must not read the
-    file's unwritten tail byte by byte: file holes are skipped with SEEK_DATA/SEEK_HOLE, and
-    what remains is scanned from the end in numpy chunks."""
-    data_end = _last_data_end(segment.fd, segment.size_bytes)
+    file's unwritten tail byte by byte: file holes are skipped (FileHandle.data_end:
+    SEEK_DATA/SEEK_HOLE), and what remains is scanned from the end in numpy chunks."""
+    data_end = segment.file.data_end(segment.size_bytes)
     view = np.frombuffer(segment.map, dtype=np.uint8)
     end = data_end
     while end > 0:
@@ -302,17 +302,3 @@ def _written_extent(segment: Segment) -> int:
             return start + int(np.flatnonzero(chunk)[-1]) + 1
         end = start
     return 0
-
-
-def _last_data_end(fd: int, size_bytes: int) -> int:
-    """The end of the file's last data extent (size_bytes where holes are not reported)."""
-    position = last_end = 0
-    for _ in range(EXTENTS_MAX):
-        try:
-            start = os.lseek(fd, position, os.SEEK_DATA)
-        except OSError:  # ENXIO: no data after `position`
-            return last_end
-        position = last_end = min(os.lseek(fd, start, os.SEEK_HOLE), size_bytes)
-        if position >= size_bytes:
-            return size_bytes
-    return size_bytes

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.segment import SegmentQueue
 
 __all__ = ["CONSUME_QUEUE_ENTRY", "ConsumeQueue"]
@@ -29,10 +30,11 @@ _EMPTY_ENTRY = bytes(ENTRY_SIZE)
 class ConsumeQueue:
     """One queue's index. Not thread-safe for writers; the store serializes them."""
 
-    def __init__(self, directory: Path, topic: str, queue_id: int, segment_entries: int) -> None:
+    def __init__(self, directory: Path, topic: str, queue_id: int, segment_entries: int,
+                 fs: FileSystem = OS_FILE_SYSTEM) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self._segments = SegmentQueue(directory, segment_entries * ENTRY_SIZE)
+        self._segments = SegmentQueue(directory, segment_entries * ENTRY_SIZE, fs)
         self._recover_write_end()
 
     def _recover_write_end(self) -> None:
@@ -158,7 +160,7 @@ class ConsumeQueue:
     def delete_all(self, *, next_queue_offset: int = 0) -> None:
         for segment in list(self._segments.segments):
             segment.close()
-            segment.path.unlink(missing_ok=True)
+            self._segments.fs.remove(segment.path)
         self._segments.segments = []
         self._min_queue_offset = next_queue_offset
 

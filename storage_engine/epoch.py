@@ -20,6 +20,7 @@ from pathlib import Path
 
 from storage_engine.errors import CorruptFileError, StorageError
 from storage_engine.files import atomic_write_bytes
+from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 
 __all__ = ["EpochEntry", "EpochFile", "find_consistent_point"]
 
@@ -63,9 +64,10 @@ def find_consistent_point(
 class EpochFile:
     """The store's epoch list, fsynced on every change."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
         self._path = path
-        self._entries: list[EpochEntry] = _load(path)
+        self._fs = fs
+        self._entries: list[EpochEntry] = _load(path, fs)
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
@@ -108,14 +110,18 @@ class EpochFile:
     def _save(self) -> None:
         lines = "".join(f"{e.epoch}-{e.start_log_position}\n" for e in self._entries)
         text = f"{len(self._entries)}\n{zlib.crc32(lines.encode())}\n{lines}"
-        atomic_write_bytes(self._path, text.encode())
+        atomic_write_bytes(self._path, text.encode(), fs=self._fs)
 
 
-def _load(path: Path) -> list[EpochEntry]:
+def _load(path: Path, fs: FileSystem) -> list[EpochEntry]:
     try:
-        text = path.read_text()
+        raw = fs.read_bytes(path)
     except FileNotFoundError:
         return []
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as err:
+        raise CorruptFileError(str(path), "not text") from err
     header, _, rest = text.partition("\n")
     crc_text, _, lines = rest.partition("\n")
     try:

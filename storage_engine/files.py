@@ -4,7 +4,7 @@ Fail-stop on fsync errors (PostgreSQL's "fsyncgate" lesson): when fsync/fdatasyn
 kernel may already have dropped the dirty pages it could not write and marked them clean, so a
 second fsync can succeed although the data never reached the disk. Retrying is therefore never
 safe, nor is acknowledging anything that needed the failed fsync. Every fsync of the store goes
-through `fsync_file` / `fsync_directory`; a failure calls the process-wide fsync failure handler,
+through `sync_file` / `fsync_directory` (over the store's FileSystem, fs.py); a failure calls the process-wide fsync failure handler,
 whose default logs one CRITICAL line and ends the process at once with exit code
 `FSYNC_FAILED_EXIT_CODE` (no clean shutdown: the abort marker stays, the restart recovers from
 the log what really reached the disk). A test or the simulator installs its own handler with
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storage_engine.errors import FsyncFailedError
+from storage_engine.fs import OS_FILE_SYSTEM, FileHandle, FileSystem
 
 __all__ = [
     "FSYNC_FAILED_EXIT_CODE",
@@ -28,8 +29,9 @@ __all__ = [
     "atomic_write_bytes",
     "exit_on_fsync_failure",
     "fsync_directory",
-    "fsync_file",
+    "make_dirs_durable",
     "set_fsync_failure_handler",
+    "sync_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,42 +67,63 @@ def set_fsync_failure_handler(handler: FsyncFailureHandler) -> FsyncFailureHandl
     return previous
 
 
-def fsync_file(fd: int, path: str | Path, *, data_only: bool) -> None:
-    """fdatasync (`data_only`) or fsync `fd`; a failure goes to the fsync failure handler."""
+def sync_file(handle: FileHandle, path: str | Path, *, data_only: bool) -> None:
+    """fdatasync (`data_only`) or fsync a file; a failure goes to the fsync failure handler."""
     try:
-        if data_only:
-            os.fdatasync(fd)
-        else:
-            os.fsync(fd)
+        handle.sync(data_only=data_only)
     except OSError as err:
         _handler(err, str(path))
         raise FsyncFailedError(str(path), err) from err
 
 
-def fsync_directory(path: Path) -> None:
-    """Make a create/rename/unlink in `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_directory(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
+    """Make a create/rename/unlink in `path` durable; a failure goes to the handler."""
     try:
-        fsync_file(fd, path, data_only=False)
-    finally:
-        os.close(fd)
+        fs.sync_directory(path)
+    except OSError as err:
+        _handler(err, str(path))
+        raise FsyncFailedError(str(path), err) from err
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+def make_dirs_durable(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
+    """mkdir -p, and make every directory it created durable (fsync of each new one's parent).
+
+    Why: a new directory's entry is durable only after its parent is fsynced (POSIX), and
+    files fsynced inside a directory whose entry is lost are lost with it: a ConsumeQueue
+    directory made by a plain mkdir could vanish in a power cut after the checkpoint vouched
+    for its entries (found by the simulated disk, tests/sim/test_engine_on_sim_disk.py).
+    """
+    missing: list[Path] = []
+    cursor = Path(path)
+    while not fs.exists(cursor):
+        missing.append(cursor)
+        if cursor.parent == cursor:
+            break
+        cursor = cursor.parent
+    if not missing:
+        return
+    fs.make_dirs(path)
+    for created in reversed(missing):  # outermost first
+        fsync_directory(created.parent, fs)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644,
+                       fs: FileSystem = OS_FILE_SYSTEM) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new content.
 
     Write a sibling temp file, fsync it, rename over the target, fsync the directory. `mode`:
     the new file's permissions (0o600 for one holding secrets).
     """
     temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    handle = fs.open(temp, create=True, mode=mode)
     try:
-        os.fchmod(fd, mode)  # also when a stale temp file existed with another mode
+        handle.truncate(0)
         view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        fsync_file(fd, temp, data_only=False)
+        written = 0
+        while written < len(view):
+            written += handle.write_at(view[written:], written)
+        sync_file(handle, temp, data_only=False)
     finally:
-        os.close(fd)
-    os.replace(temp, path)
-    fsync_directory(path.parent)
+        handle.close()
+    fs.rename(temp, path)
+    fsync_directory(path.parent, fs)

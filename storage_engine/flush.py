@@ -7,6 +7,10 @@ whose deadline passes returns False (the store answers FLUSH_DISK_TIMEOUT). In A
 the thread flushes every `flush_interval_ms`. In both modes it writes the checkpoint every
 `checkpoint_interval_ms`.
 
+Driven mode (`driven=True`, for the simulator): no thread; whoever drives the store decides when
+a flush and a checkpoint happen (`flush_now`, `checkpoint_now`), and `wait_flushed` never
+blocks (it answers whether the position is flushed already). The same fail-stop rules apply.
+
 Fail-stop: a flush that raises (an fsync failed: storage_engine/files.py has already called the
 fsync failure handler, which in a broker ends the process) is never retried. The service marks
 itself failed, wakes every waiter with False (FLUSH_DISK_TIMEOUT, never PUT_OK), answers every
@@ -38,6 +42,7 @@ class FlushService:
         checkpoint_interval_ms: int,
         flushed_log_position: int,
         name: str,
+        driven: bool = False,
     ) -> None:
         self._flush = flush
         self._checkpoint = checkpoint
@@ -51,7 +56,9 @@ class FlushService:
         self._flush_count = 0
         self._failed: BaseException | None = None  # fail-stop: set once, never cleared
         self.last_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._driven = driven
+        self._thread = None if driven else threading.Thread(target=self._run, name=name,
+                                                             daemon=True)
 
     @property
     def flushed_log_position(self) -> int:
@@ -67,21 +74,38 @@ class FlushService:
         return self._flush_count
 
     def start(self) -> None:
-        self._thread.start()
+        if self._thread is not None:
+            self._thread.start()
 
     def stop(self) -> None:
         with self._condition:
             self._stopping = True
             self._condition.notify_all()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+
+    def flush_now(self) -> bool:
+        """Driven mode: one flush now (never after a failure); False when it failed."""
+        assert self._driven
+        if self._failed is not None or self._stopping:
+            return False
+        return self._flush_once()
+
+    def checkpoint_now(self) -> bool:
+        """Driven mode: write the checkpoint now; False when its fsync failed (fail-stop)."""
+        assert self._driven
+        if self._failed is not None or self._stopping:
+            return False
+        return self._checkpoint_once()
 
     def wait_flushed(self, log_position: int, timeout_ms: int) -> bool:
-        """Block until bytes below `log_position` are fsynced; False when the deadline passed."""
+        """Block until bytes below `log_position` are fsynced; False when the deadline passed.
+        Driven mode: never blocks (no thread would wake it)."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._condition:
             if self._flushed >= log_position:
                 return True
-            if self._failed is not None:
+            if self._failed is not None or self._driven:
                 return False
             if log_position > self._requested:
                 self._requested = log_position
@@ -110,23 +134,29 @@ class FlushService:
                 return  # fail-stop: never flush (or retry) again
             if time.monotonic() >= next_checkpoint:
                 next_checkpoint = time.monotonic() + self._checkpoint_interval_s
-                try:
-                    self._checkpoint()
-                except FsyncFailedError as err:  # fail-stop, as for a flush
-                    logger.critical("checkpoint fsync failed, flushing stops for good: %s", err)
-                    with self._condition:
-                        self.last_error = self._failed = err
-                        self._condition.notify_all()
+                if not self._checkpoint_once():
                     return
-                except Exception as err:  # thread boundary: report, keep flushing
-                    logger.error("checkpoint failed: %s", err)
-                    self.last_error = err
+
+    def _checkpoint_once(self) -> bool:
+        """One checkpoint; False when its fsync failed (the service is then failed for good)."""
+        try:
+            self._checkpoint()
+        except FsyncFailedError as err:  # fail-stop, as for a flush
+            logger.critical("checkpoint fsync failed, flushing stops for good: %s", err)
+            with self._condition:
+                self.last_error = self._failed = err
+                self._condition.notify_all()
+            return False
+        except Exception as err:  # noqa: BLE001 - thread boundary: report, keep flushing
+            logger.error("checkpoint failed: %s", err)
+            self.last_error = err
+        return True
 
     def _flush_once(self) -> bool:
         """One flush; False when it failed (the service is then failed for good)."""
         try:
             flushed = self._flush()
-        except Exception as err:  # thread boundary: fail-stop, see the module docstring
+        except Exception as err:  # noqa: BLE001 - thread boundary: fail-stop (module docstring)
             logger.critical("flush failed, flushing stops for good (fail-stop): %s", err)
             with self._condition:
                 self.last_error = self._failed = err

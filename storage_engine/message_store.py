@@ -29,15 +29,15 @@ entries the checkpoint does not vouch for by parsing the CommitLog, and recomput
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
-import os
-import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -51,7 +51,9 @@ from storage_engine.errors import (
     FsyncFailedError,
     QueueOffsetsError,
 )
+from storage_engine.files import make_dirs_durable
 from storage_engine.flush import FlushService
+from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.messages import (
     GetResult,
     Message,
@@ -109,8 +111,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         store_host: tuple[str, int] = ("127.0.0.1", 0),
         auto_confirm: bool = True,
         clock_ms: Callable[[], int] | None = None,
+        fs: FileSystem = OS_FILE_SYSTEM,
+        flush_driven: bool = False,
     ) -> None:
+        """`fs`: the file layer (a simulated disk in tests/sim); `flush_driven`: no flush
+        thread, the caller flushes and checkpoints (`flush_step`, `checkpoint_step`)."""
         self.store_dir = Path(store_dir)
+        self.fs = fs
         self.config = config
         self._store_host = encode_host(*store_host)
         self._auto_confirm = auto_confirm
@@ -123,8 +130,8 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._closed = False
         self._fsync_failed: FsyncFailedError | None = None  # set once: nothing flushes after
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        self._directory_lock = DirectoryLock(self.store_dir)
+        make_dirs_durable(self.store_dir, fs)
+        self._directory_lock = DirectoryLock(self.store_dir, fs)
         self._crashed = self._directory_lock.acquire()
         try:
             self._open()
@@ -136,7 +143,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             group_commit=self._sync_flush, flush_interval_ms=config.flush_interval_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
             flushed_log_position=self._commit_log.flushed_log_position,
-            name=f"flush-{self.store_dir.name}",
+            name=f"flush-{self.store_dir.name}", driven=flush_driven,
         )
         self._flush.start()
 
@@ -144,14 +151,14 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     def _open(self) -> None:
         path = self.store_dir / "checkpoint"
         try:
-            checkpoint = read_checkpoint(path) or Checkpoint(clean_shutdown=True)
+            checkpoint = read_checkpoint(path, self.fs) or Checkpoint(clean_shutdown=True)
         except CorruptFileError as err:
             logger.warning("%s; recovering from the start of the log", err)
             checkpoint = Checkpoint()
             self._crashed = True
         self._commit_log = CommitLog(self.store_dir / "commitlog",
-                                     self.config.commit_log_segment_size_bytes)
-        self.epochs = EpochFile(self.store_dir / "epochFileCheckpoint")
+                                     self.config.commit_log_segment_size_bytes, self.fs)
+        self.epochs = EpochFile(self.store_dir / "epochFileCheckpoint", self.fs)
         if checkpoint.truncate_intent_log_position >= 0:
             logger.warning("redoing an interrupted truncation to log_position %d",
                            checkpoint.truncate_intent_log_position)
@@ -182,15 +189,17 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         stale (a lost page can zero half an entry); the dispatcher rebuilds them from the log.
         """
         root = self.store_dir / "consumequeue"
-        root.mkdir(exist_ok=True)
-        for topic_dir in sorted(root.iterdir()):
-            if topic_name_error(topic_dir.name) is not None or not topic_dir.is_dir():
+        fs = self.fs
+        make_dirs_durable(root, fs)
+        for topic in sorted(fs.list_dir(root)):
+            topic_dir = root / topic
+            if topic_name_error(topic) is not None or not fs.is_dir(topic_dir):
                 logger.warning("ignoring %s: not a topic's ConsumeQueue directory", topic_dir)
                 continue
-            for directory in sorted(topic_dir.iterdir()):
-                if not directory.name.isdigit() or int(directory.name) > QUEUE_ID_MAX:
+            for name in sorted(fs.list_dir(topic_dir)):
+                if not name.isdigit() or int(name) > QUEUE_ID_MAX:
                     continue
-                queue = self._consume_queue(topic_dir.name, int(directory.name))
+                queue = self._consume_queue(topic, int(name))
                 keep = self._last_trusted_entry(queue, trusted_below, log_end) + 1
                 queue.truncate_to_queue_offset(max(keep, queue.min_queue_offset))
 
@@ -227,7 +236,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         if queue is None:  # the one place a queue's path is built: checked (names.py)
             directory = queue_dir(self.store_dir / "consumequeue", topic, queue_id)
             queue = ConsumeQueue(directory, topic, queue_id,
-                                 self.config.consume_queue_segment_entries)
+                                 self.config.consume_queue_segment_entries, self.fs)
             self._queues[key] = queue
         return queue
 
@@ -239,9 +248,10 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         """Append, then (SYNC_FLUSH) wait for the group commit. FLUSH_DISK_TIMEOUT means
         written but not known durable within `sync_flush_timeout_ms`."""
         result = self.append(batch)
-        if result.status is PutStatus.PUT_OK and self._sync_flush:
-            if not self.wait_flushed(result.log_position_end, self.config.sync_flush_timeout_ms):
-                return dataclasses.replace(result, status=PutStatus.FLUSH_DISK_TIMEOUT)
+        if (result.status is PutStatus.PUT_OK and self._sync_flush
+                and not self.wait_flushed(result.log_position_end,
+                                          self.config.sync_flush_timeout_ms)):
+            return dataclasses.replace(result, status=PutStatus.FLUSH_DISK_TIMEOUT)
         return result
 
     def append(self, batch: MessageBatch) -> PutResult:
@@ -255,9 +265,12 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=error)
         tags_codes = None if batch.tags is None else [
             0 if tag is None else java_string_hash(tag) for tag in batch.tags]
-        with self._lock:
+        with self._lock, self._fail_stop():
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is closed")
+            if self._fsync_failed is not None:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                 error=f"stopped after a failed fsync: {self._fsync_failed}")
             queue_offsets = self._assign_queue_offsets(batch.topic, batch.queue_ids)
             positions, sizes = self._commit_log.append_batch(
                 topic_meta=self._meta_for(batch.topic), bodies=batch.bodies,
@@ -417,9 +430,30 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     def wait_flushed(self, log_position: int, timeout_ms: int) -> bool:
         return self._flush.wait_flushed(log_position, timeout_ms)
 
+    def flush_step(self) -> bool:
+        """`flush_driven` stores: one group-commit flush now, as the flush thread would do
+        it (publishes the flushed position; fail-stop on an fsync failure: False)."""
+        return self._flush.flush_now()
+
+    def checkpoint_step(self) -> bool:
+        """`flush_driven` stores: write the checkpoint now; False when its fsync failed."""
+        return self._flush.checkpoint_now()
+
     def flush(self) -> int:
         """fsync the CommitLog now; returns the flushed log position."""
         return self._flush_commit_log()
+
+    @contextlib.contextmanager
+    def _fail_stop(self) -> Iterator[None]:
+        """Latch any fsync failure below (a segment roll's directory fsync, a truncation, a
+        checkpoint): from then on nothing flushes, checkpoints or appends (fsyncgate; in a
+        broker the fsync failure handler has ended the process already)."""
+        try:
+            yield
+        except FsyncFailedError as err:
+            if self._fsync_failed is None:
+                self._fsync_failed = err
+            raise
 
     def _flush_commit_log(self) -> int:
         failed = self._fsync_failed
@@ -440,6 +474,13 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         return flushed
 
     def _write_checkpoint(self, *, clean: bool = False, intent: int = -1) -> None:
+        failed = self._fsync_failed
+        if failed is not None:  # a checkpoint would vouch for pages the kernel may have lost
+            raise FsyncFailedError(failed.path, OSError(f"an earlier fsync failed: {failed}"))
+        with self._fail_stop():
+            self._write_checkpoint_now(clean, intent)
+
+    def _write_checkpoint_now(self, clean: bool, intent: int) -> None:
         with self._lock:
             dispatched = self._dispatched
             queues = list(self._queues.values())
@@ -447,7 +488,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         for queue in queues:
             queue.flush()
         flushed = self._commit_log.flush()
-        write_checkpoint(self.store_dir / "checkpoint", Checkpoint(
+        write_checkpoint(self.store_dir / "checkpoint", fs=self.fs, checkpoint=Checkpoint(
             flushed_log_position=flushed,
             consume_queue_log_position=min(dispatched, flushed),
             confirm_log_position=confirm,
@@ -685,7 +726,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             for key in keys:
                 self._queues.pop(key).delete_all()
             self._next_queue_offsets.pop(topic, None)
-            shutil.rmtree(directory, ignore_errors=True)
+            self.fs.remove_tree(directory)
         return len(keys)
 
     def queues(self) -> list[tuple[str, int]]:
@@ -700,8 +741,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         age while the disk is fuller than `diskMaxUsedSpaceRatio`; never when it holds data at
         or above `floor_log_position` or the confirm position, never the last one."""
         if disk_used_ratio is None:
-            usage = shutil.disk_usage(self.store_dir)
-            disk_used_ratio = usage.used / usage.total if usage.total else 0.0
+            disk_used_ratio = self.fs.disk_used_ratio(self.store_dir)
         over_ratio = disk_used_ratio > self.config.disk_max_used_space_ratio
         reserved_ms = self.config.file_reserved_time_hours * 3_600_000
         deleted = 0
@@ -715,7 +755,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
                 if self._tier is not None and not self._tier.holds_segment(
                         first.base_position, end):
                     break  # tiering on: only verified tiered segments may go
-                age_ms = now_ms - os.stat(first.path).st_mtime * 1000
+                age_ms = now_ms - self.fs.mtime_s(first.path) * 1000
                 if age_ms < reserved_ms and not over_ratio:
                     break
                 self._commit_log.delete_first_segment()
@@ -762,7 +802,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             queue.close()
         self._directory_lock.release(clean=clean)
 
-    def __enter__(self) -> MessageStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

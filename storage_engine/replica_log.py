@@ -12,7 +12,6 @@ empty past a far-ahead master's minimum (`reset_to`).
 from __future__ import annotations
 
 import logging
-import shutil
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from storage_engine.errors import (
     StorageError,
     TruncateBelowConfirmError,
 )
+from storage_engine.files import make_dirs_durable
 from storage_engine.record_runs import (
     RecordRun,
     group_entries,
@@ -72,9 +72,11 @@ class ReplicaLogMixin:
         """Append bytes shipped from the master at the same log positions (physical
         replication). `data` may end inside a record; `dispatch_replicated` indexes the complete
         ones. Raises StorageError when `log_position` is not the log's end."""
-        with self._lock:
+        with self._lock, self._fail_stop():
             if self._closed:
                 raise StorageError("store is closed")
+            if self._fsync_failed is not None:
+                raise StorageError(f"stopped after a failed fsync: {self._fsync_failed}")
             if (self._commit_log.end_log_position == 0 and not self._commit_log.segments
                     and log_position):
                 self._commit_log.start_at(log_position)
@@ -93,7 +95,7 @@ class ReplicaLogMixin:
         record (unless that is below the confirm position), so nothing unindexable stays.
         Queue offsets that do not continue their queue raise QueueOffsetsError and cut nothing
         (the records themselves are well formed: the link ends, as before)."""
-        with self._lock:
+        with self._lock, self._fail_stop():
             try:
                 return self._dispatch_replicated()
             except (CorruptRecordError, InvalidNameError) as err:
@@ -186,7 +188,7 @@ class ReplicaLogMixin:
         """Cut the log (and its index and epochs) at `log_position`, crash-safely.
 
         Raises TruncateBelowConfirmError below the confirm position (DESIGN.md §5.5)."""
-        with self._lock:
+        with self._lock, self._fail_stop():
             if log_position < self._confirm:
                 raise TruncateBelowConfirmError(log_position, self._confirm)
             if log_position >= self._commit_log.end_log_position:
@@ -221,7 +223,7 @@ class ReplicaLogMixin:
 
         Crash-safe: segments go newest first, so a crash leaves a prefix of the old log (the
         next handshake decides again); ConsumeQueues are rebuilt against what remains."""
-        with self._lock:
+        with self._lock, self._fail_stop():
             end = self._commit_log.end_log_position
             if log_position < end or log_position % self._commit_log.segment_size_bytes:
                 raise StorageError(f"reset_to({log_position}): must be a segment boundary at "
@@ -231,8 +233,8 @@ class ReplicaLogMixin:
                 queue.delete_all()
             self._queues.clear()
             self._next_queue_offsets.clear()
-            shutil.rmtree(self.store_dir / "consumequeue", ignore_errors=True)
-            (self.store_dir / "consumequeue").mkdir()
+            self.fs.remove_tree(self.store_dir / "consumequeue")
+            make_dirs_durable(self.store_dir / "consumequeue", self.fs)
             self.epochs.truncate_from(-1)
             self.index_cuts += 1
             self._commit_log.start_at(log_position)

@@ -6,6 +6,8 @@ Both the CommitLog and every ConsumeQueue are a `SegmentQueue`: a directory of f
 Why pwrite + mmap: writes go through `os.pwrite` into a file preallocated with ftruncate (the
 measured fast path on this machine, reference/machine-and-peers.md); reads slice a read-only mmap
 of the whole segment (no syscall per message, and the page cache is shared with the writes).
+All of it goes through the store's FileSystem (fs.py), so a simulator can put a simulated disk
+underneath; OsFileSystem is exactly the pwrite + mmap above.
 Nothing here understands records: the positions a caller passes are trusted, and invariants are
 asserted.
 
@@ -17,12 +19,11 @@ scanner treats as "no data".
 from __future__ import annotations
 
 import logging
-import mmap
-import os
 from pathlib import Path
 
 from storage_engine.errors import StorageError
-from storage_engine.files import fsync_directory, fsync_file
+from storage_engine.files import fsync_directory, make_dirs_durable, sync_file
+from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 
 __all__ = ["Segment", "SegmentQueue", "discard_tail", "segment_file_name"]
 
@@ -41,7 +42,7 @@ class Segment:
 
     __slots__ = (
         "base_position",
-        "fd",
+        "file",
         "flushed_position",
         "map",
         "path",
@@ -49,15 +50,16 @@ class Segment:
         "write_position",
     )
 
-    def __init__(self, path: Path, base_position: int, size_bytes: int) -> None:
+    def __init__(self, path: Path, base_position: int, size_bytes: int,
+                 fs: FileSystem = OS_FILE_SYSTEM) -> None:
         self.path = path
         self.base_position = base_position
         self.size_bytes = size_bytes
         try:
-            self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(self.fd).st_size != size_bytes:
-                os.ftruncate(self.fd, size_bytes)
-            self.map = mmap.mmap(self.fd, size_bytes, prot=mmap.PROT_READ)
+            self.file = fs.open(path, create=True)
+            if self.file.size_bytes() != size_bytes:
+                self.file.truncate(size_bytes)
+            self.map = self.file.map_readonly(size_bytes)
         except OSError as err:
             raise StorageError(f"cannot open segment {path}: {err}") from err
         self.write_position = 0
@@ -75,20 +77,20 @@ class Segment:
         """Append at write_position (the caller checked it fits)."""
         size = len(data)
         assert self.write_position + size <= self.size_bytes, (self.path, size)
-        written = os.pwrite(self.fd, data, self.write_position)
+        written = self.file.write_at(data, self.write_position)
         if written != size:
             raise StorageError(f"short write to {self.path}: {written} of {size} bytes")
         self.write_position += size
 
     def read(self, position: int, size: int) -> bytes:
         assert 0 <= position and position + size <= self.size_bytes, (self.path, position, size)
-        return self.map[position:position + size]
+        return bytes(self.map[position:position + size])  # mmap slices are bytes already
 
     def flush(self) -> int:
         """fdatasync if anything is unflushed; returns the flushed relative position."""
         target = self.write_position
         if target > self.flushed_position:
-            fsync_file(self.fd, self.path, data_only=True)
+            sync_file(self.file, self.path, data_only=True)
             self.flushed_position = max(self.flushed_position, target)
         return self.flushed_position
 
@@ -98,41 +100,41 @@ class Segment:
         cursor = position
         while cursor < end:
             chunk = min(ZERO_CHUNK_BYTES, end - cursor)
-            os.pwrite(self.fd, _ZEROS[:chunk], cursor)
+            self.file.write_at(_ZEROS[:chunk], cursor)
             cursor += chunk
-        fsync_file(self.fd, self.path, data_only=True)
+        sync_file(self.file, self.path, data_only=True)
         self.write_position = position
         self.flushed_position = min(self.flushed_position, position)
 
     def close(self) -> None:
-        try:
-            self.map.close()
-        except BufferError:  # a reader still holds a memoryview; the GC unmaps it later
-            logger.debug("segment %s still referenced at close", self.path)
-        os.close(self.fd)
+        self.file.unmap(self.map)  # a reader may still hold a view: the GC unmaps it later
+        self.file.close()
 
 
 class SegmentQueue:
     """Contiguous segments in one directory; absolute positions in and out."""
 
-    def __init__(self, directory: Path, segment_size_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_size_bytes: int,
+                 fs: FileSystem = OS_FILE_SYSTEM) -> None:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.segments: list[Segment] = []
-        directory.mkdir(parents=True, exist_ok=True)
+        self.fs = fs
+        make_dirs_durable(directory, fs)
         self._load()
 
     def _load(self) -> None:
-        names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit())
+        names = sorted(name for name in self.fs.list_dir(self.directory) if name.isdigit())
         expected = None
         for name in names:
             base = int(name)
             if base % self.segment_size_bytes != 0 or (expected is not None and base != expected):
                 # A gap or misaligned file: everything from here on cannot be trusted.
                 logger.warning("removing non-contiguous segment %s/%s", self.directory, name)
-                (self.directory / name).unlink()
+                self.fs.remove(self.directory / name)
                 continue
-            self.segments.append(Segment(self.directory / name, base, self.segment_size_bytes))
+            self.segments.append(Segment(self.directory / name, base, self.segment_size_bytes,
+                                         self.fs))
             expected = base + self.segment_size_bytes
 
     @property
@@ -158,9 +160,10 @@ class SegmentQueue:
         segment.write_position = segment.flushed_position = position - base
 
     def _create(self, base: int) -> Segment:
-        segment = Segment(self.directory / segment_file_name(base), base, self.segment_size_bytes)
+        segment = Segment(self.directory / segment_file_name(base), base, self.segment_size_bytes,
+                          self.fs)
         self.segments.append(segment)
-        fsync_directory(self.directory)
+        fsync_directory(self.directory, self.fs)
         return segment
 
     def writable_segment(self) -> Segment:
@@ -228,15 +231,15 @@ class SegmentQueue:
     def _delete_last(self) -> None:
         segment = self.segments.pop()
         segment.close()
-        segment.path.unlink(missing_ok=True)
-        fsync_directory(self.directory)
+        self.fs.remove(segment.path)
+        fsync_directory(self.directory, self.fs)
 
     def delete_first(self) -> Segment:
         """Drop the oldest segment (retention). Never the last one: it holds the write end."""
         assert len(self.segments) > 1
         segment = self.segments.pop(0)
         segment.close()
-        segment.path.unlink(missing_ok=True)
+        self.fs.remove(segment.path)
         return segment
 
     def close(self) -> None:
@@ -248,7 +251,7 @@ class SegmentQueue:
 def discard_tail(segment: Segment, relative: int) -> None:
     """Recovery only (no reader can hold the map yet): zero everything from `relative` to the
     end of the file, however far stale bytes reach, by shrinking and re-growing the file."""
-    os.ftruncate(segment.fd, relative)
-    os.ftruncate(segment.fd, segment.size_bytes)
-    fsync_file(segment.fd, segment.path, data_only=True)
+    segment.file.truncate(relative)
+    segment.file.truncate(segment.size_bytes)
+    sync_file(segment.file, segment.path, data_only=True)
     segment.write_position = segment.flushed_position = relative

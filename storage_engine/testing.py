@@ -11,7 +11,6 @@ without a checkpoint and the `abort` marker stays, so the next open runs crash r
 
 from __future__ import annotations
 
-import os
 import random
 
 from storage_engine.message_store import MessageStore
@@ -39,8 +38,8 @@ def _drop_unsynced(segment: Segment, rng: random.Random, *, flip_bits: bool) -> 
     keep = rng.choice((0, rng.randint(0, written - synced), written - synced))
     start = synced + keep
     if start < written:
-        os.pwrite(segment.fd, bytes(written - start), start)
+        segment.file.write_at(bytes(written - start), start)
     if flip_bits and keep > 0:
         position = rng.randrange(synced, start)
-        byte = os.pread(segment.fd, 1, position)[0] ^ (1 << rng.randrange(8))
-        os.pwrite(segment.fd, bytes((byte,)), position)
+        byte = segment.file.read_at(position, 1)[0] ^ (1 << rng.randrange(8))
+        segment.file.write_at(bytes((byte,)), position)

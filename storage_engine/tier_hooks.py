@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Protocol
 
 import numpy as np
@@ -77,7 +76,7 @@ class TieredReadsMixin:
         with self._lock:
             confirm = self._confirm
             segments = list(self._commit_log.segments[:-1])
-        return [(s.base_position, s.size_bytes, os.stat(s.path).st_mtime) for s in segments
+        return [(s.base_position, s.size_bytes, self.fs.mtime_s(s.path)) for s in segments
                 if s.base_position + s.size_bytes <= confirm]
 
     def tier_queue_ranges(self, log_start: int, log_end: int) -> list[tuple[str, int, int, int]]:

@@ -22,11 +22,14 @@ What is re-modelled here (the shells, and what is not yet a core; see README "Si
 - the broker's put path (ha/broker/replication.py: fence, plan, append, fsync, wait for the
   quorum) and the take-over sequence (roles.py/replication.py/master_service.py: cut a partial
   tail record, confirm := log end, epoch entry) are written again in `SimBroker`;
-- THE DISK IS A MODEL, NOT THE STORAGE ENGINE: `SimLog` holds the CommitLog as bytes with a
-  synced length, the epoch list (durable on append, as the epoch file is) and the confirm
-  position; a crash drops every unsynced byte (or keeps a random prefix of them: a torn
-  write). storage_engine has no file-system seam yet (segments use os.pwrite + mmap), so the
-  real store cannot run here; no decision is taken by this model.
+- the disk, by default (`--disk model`, the suite's 1,000-seed batch), is a MODEL: `SimLog`
+  holds the CommitLog as bytes with a synced length, the epoch list (durable on append, as the
+  epoch file is) and the confirm position; a crash drops every unsynced byte (or keeps a random
+  prefix of them: a torn write); no decision is taken by this model;
+- with `--disk engine` each broker runs the REAL storage engine (MessageStore: segments,
+  ConsumeQueue, epoch file, checkpoint, recovery) over a simulated disk (tests/sim/sim_fs.py:
+  unsynced writes and directory entries lost at a crash, torn tails, flipped bits), driven
+  without threads (tests/sim/engine_log.py); a crash is a power cut plus the engine's recovery.
 
 Network: controller requests and replies may be dropped, duplicated, delayed (so reordered);
 partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
@@ -125,7 +128,9 @@ from ha.slave_core import (
     CloseLink as SlaveCloseLink,
 )
 from ha.slave_core import SendFrame as SlaveSendFrame
-from storage_engine import EpochEntry
+from storage_engine import EpochEntry, FsyncFailedError, set_fsync_failure_handler
+from tests.sim.engine_log import DiskFailedError, EngineLog
+from tests.sim.sim_fs import SimDiskFaults
 from tests.support.partitions import shape_cuts
 
 SET = "broker-a"
@@ -139,6 +144,7 @@ HEARTBEAT_TIMEOUT_MS = 1000  # controllerHeartbeatTimeoutMs (lease max: 2/3 of i
 MASTER_LEASE_MS = 600
 SCAN_MS = 100
 PUT_TIMEOUT_MS = 800  # syncFlushTimeout
+CHECKPOINT_MS = 100  # --disk engine: how often a broker writes its store's checkpoint
 HEAL_MS = 4000  # after the faults: heal, then a master must hold every ack within this
 TRACE_KEPT = 60
 # The brokers' quorum rules a run may use (--quorum): every SyncStateSet member acks (the suite's
@@ -173,10 +179,13 @@ class ClusterOptions:
     # majorities ring over every process; or "pair": the master and one slave cut off from
     # the rest together); off by default, so older seeds replay unchanged
     partial: bool = False
+    bit_flip_probability: float = 0.0  # per file at a crash (--disk engine only)
+    fsync_failure_probability: float = 0.0  # per fsync (--disk engine only): fail-stop
+    disk: str = "model"  # "model": SimLog; "engine": the storage engine on a SimFileSystem
 
     @classmethod
-    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack",
-                  partial: bool = False) -> ClusterOptions:
+    def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack", *,
+                  partial: bool = False, disk: str = "model") -> ClusterOptions:
         rng = random.Random(seed ^ 0xC1A5)
         return cls(seed=seed, duration_ms=duration_ms,
                    drop_probability=rng.choice((0.0, 0.01, 0.05)),
@@ -187,13 +196,16 @@ class ClusterOptions:
                    torn_write_probability=rng.choice((0.0, 0.5)),
                    transfer_batch_bytes=rng.choice((24, 40, 4096)),
                    put_period_ms=rng.choice((5, 20, 50)),
-                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum, partial=partial)
+                   disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum, partial=partial,
+                   bit_flip_probability=rng.choice((0.0, 0.5)),
+                   fsync_failure_probability=rng.choice((0.0, 0.0, 0.002)), disk=disk)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
         partial = " --partial" if self.partial else ""
+        disk = "" if self.disk == "model" else f" --disk {self.disk}"
         return (f"python3 build.py sim --cluster --seed {self.seed} "
-                f"--duration-ms {self.duration_ms}{quorum}{partial} --trace")
+                f"--duration-ms {self.duration_ms}{quorum}{partial}{disk} --trace")
 
 
 def make_record(msg_id: int) -> bytes:
@@ -249,6 +261,44 @@ class SimLog:
 
     def complete_end(self) -> int:
         return self.end - self.end % RECORD_BYTES
+
+    # the interface EngineLog shares (tests/sim/engine_log.py)
+    segment_size_bytes = 1 << 30
+
+    def append_record(self, record: bytes) -> tuple[int, int]:
+        start = self.end
+        self.append(start, record)
+        return start, self.end
+
+    def append_epoch(self, entry: EpochEntry) -> None:
+        self.epochs.append(entry)
+
+    def cut_incomplete_tail(self) -> None:
+        cut = self.complete_end()
+        if cut < self.end:
+            self.confirm = min(self.confirm, cut)
+            self.truncate(cut)
+
+    def confirm_to_end(self) -> None:
+        self.confirm = self.end
+
+    def dispatch(self) -> None:
+        pass
+
+    def checkpoint(self) -> None:
+        pass
+
+    def read(self, start: int, size: int) -> bytes:
+        return bytes(self.data[start:start + size])
+
+    def read_range(self, start: int, end: int) -> bytes:
+        return bytes(self.data[start:end])
+
+    def record_body(self, position: int) -> bytes | None:
+        return bytes(self.data[position:position + RECORD_BYTES]) or None
+
+    def visible_end(self) -> int:
+        return 0  # the model has no reader: the engine's reads are checked with --disk engine
 
 
 # -- controllers ------------------------------------------------------------------------------
@@ -405,7 +455,14 @@ class SimBroker:
     def __init__(self, sim: ClusterSim, name: str) -> None:
         self.sim = sim
         self.name = name
-        self.log = SimLog()
+        options = sim.options
+        self.log: SimLog | EngineLog = SimLog()
+        if options.disk == "engine":
+            self.log = EngineLog(name, random.Random(sim.rng.getrandbits(32)), SimDiskFaults(
+                torn_write_probability=options.torn_write_probability,
+                bit_flip_probability=options.bit_flip_probability,
+                sync_failure_probability=options.fsync_failure_probability),
+                lambda: sim.now_ms)
         self.incarnation = 0
         self.alive = False
         self.start()
@@ -427,6 +484,8 @@ class SimBroker:
         self.alive = True
         self.sim.every(HEARTBEAT_MS, self, self.heartbeat)
         self.sim.every(20, self, self.tick)
+        if self.sim.options.disk == "engine":
+            self.sim.every(CHECKPOINT_MS, self, self.log.checkpoint)
 
     def crash(self) -> None:
         self.alive = False
@@ -515,19 +574,16 @@ class SimBroker:
         last = log.epochs[-1].epoch if log.epochs else None
         refusal = RoleCore.check_take_over(last, change.master_epoch)
         assert refusal is None, refusal  # the controller's epochs only grow
-        cut = log.complete_end()
-        if cut < log.end:
-            log.confirm = min(log.confirm, cut)
-            log.truncate(cut)
-        log.confirm = log.end
+        log.cut_incomplete_tail()
+        log.confirm_to_end()
         if last is None or last < change.master_epoch:  # (else: the checker fails the run)
-            log.epochs.append(EpochEntry(change.master_epoch, log.end))
+            log.append_epoch(EpochEntry(change.master_epoch, log.end))
         log.sync()
         settings = MasterSettings(
             quorum=QUORUMS[self.sim.options.quorum],
             transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
             heartbeat_interval_ms=100, housekeeping_interval_ms=600,
-            slave_not_catchup_max_ms=400, segment_size_bytes=1 << 30)
+            slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
         self.master = MasterReplication(
             settings, broker_id=change.broker_id, master_epoch=change.master_epoch,
             endpoint=self.name, master_log_position=log.synced,
@@ -553,7 +609,8 @@ class SimBroker:
                 self.link_id = self.sim.open_link(self.name, self.master_of)
                 log = self.log
                 self.apply_slave(self.slave.link_up(LocalLog(
-                    0, log.end, log.confirm, tuple(log.epochs), 1 << 30), now_ms=now))
+                    0, log.end, log.confirm, tuple(log.epochs), log.segment_size_bytes),
+                    now_ms=now))
             else:
                 self.apply_slave(self.slave.on_tick(now_ms=now))
         if self.master is not None:
@@ -625,7 +682,7 @@ class SimBroker:
                     break
                 if isinstance(effect, SendLog):
                     start = effect.transfer.log_position
-                    data = bytes(self.log.data[start:start + effect.size_bytes])
+                    data = self.log.read(start, effect.size_bytes)
                     frame: Frame = dataclasses.replace(effect.transfer, data=data)
                 elif isinstance(effect, MasterSendFrame):
                     frame = effect.frame
@@ -648,7 +705,7 @@ class SimBroker:
             elif isinstance(effect, SetConfirm):
                 log.set_confirm(effect.log_position)
             elif isinstance(effect, AppendEpoch):
-                log.epochs.append(EpochEntry(effect.epoch, effect.start_log_position))
+                log.append_epoch(EpochEntry(effect.epoch, effect.start_log_position))
             elif isinstance(effect, Truncate):
                 self.sim.trace(f"{self.name} truncates {log.end} -> {effect.log_position}")
                 log.truncate(effect.log_position)
@@ -660,7 +717,9 @@ class SimBroker:
                     self.link_id = None
                     if self.slave is not None:
                         self.slave.link_down()
-            elif isinstance(effect, (DispatchLog, ApplyMetadata, MasterKnown)):
+            elif isinstance(effect, DispatchLog):
+                log.dispatch()
+            elif isinstance(effect, (ApplyMetadata, MasterKnown)):
                 pass
             else:
                 raise TypeError(effect)
@@ -676,9 +735,8 @@ class SimBroker:
             self.sim.send(self.name, src, ("put_reply", request_id,
                                            "IN_SYNC_REPLICAS_NOT_ENOUGH", None))
             return
-        start = self.log.end
-        self.log.append(start, make_record(msg_id))
-        put = _Put(request_id, src, msg_id, start, self.log.end, plan.need,
+        start, end = self.log.append_record(make_record(msg_id))
+        put = _Put(request_id, src, msg_id, start, end, plan.need,
                    self.sim.now_ms + PUT_TIMEOUT_MS)
         self.puts.append(put)
         self.sim.later(self.sim.options.disk_delay_ms, self, self.flushed)
@@ -792,7 +850,7 @@ class ClusterChecker:
 
     def check_record(self, broker: SimBroker, msg_id: int, position: int, epoch: int,
                      when: str) -> None:
-        held = bytes(broker.log.data[position:position + RECORD_BYTES])
+        held = broker.log.record_body(position) or b""
         if held != make_record(msg_id):
             self.fail(f"ACKNOWLEDGED MESSAGE LOST: message {msg_id} (log_position {position}, "
                       f"acked in epoch {epoch}) lost or changed on {broker.name}, master of "
@@ -806,6 +864,10 @@ class ClusterChecker:
         if log.confirm < broker.confirm_seen:
             self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}")
         broker.confirm_seen = log.confirm
+        visible = log.visible_end()
+        if visible > log.confirm:
+            self.fail(f"{broker.name}: a reader sees a record ending at {visible}, past the "
+                      f"confirm position {log.confirm}")
         # The epoch file only grows, except where bytes are cut (fork truncation, a crash
         # that drops the data after an entry): then it restarts from what is left.
         last = log.epochs[-1].epoch if log.epochs else 0
@@ -831,7 +893,8 @@ class ClusterChecker:
                 versions, done = self.compared.get(key, ((-1, -1), 0))
                 if versions != (a.log.version, b.log.version):
                     done = 0
-                if below > done and a.log.data[done:below] != b.log.data[done:below]:
+                if below > done and a.log.read_range(done, below) != b.log.read_range(done,
+                                                                                       below):
                     self.fail(f"{a.name} and {b.name} differ below the confirm position {below}")
                 self.compared[key] = ((a.log.version, b.log.version), max(done, below))
 
@@ -848,6 +911,7 @@ class ClusterSim:
         self.events = 0
         self.acks = 0
         self.crashes = 0
+        self.fsync_failures = 0
         self.partitions = 0
         self._print = trace
         self.trace_lines: deque[str] = deque(maxlen=TRACE_KEPT)
@@ -1050,14 +1114,27 @@ class ClusterSim:
             target = self.process(name)
             if target.alive:
                 self.trace(f"crash: {name}")
-                target.crash()
-                self.crashes += 1
-                for link_id, (a, b, _) in list(self.links.items()):
-                    if name in (a, b):
-                        self.close_link(link_id)
-                # back before the controller's heartbeat timeout, or after (a failover)
-                self.at(rng.choice((rng.randint(50, 800), rng.randint(1200, 2500))),
-                        lambda: self.restart(target))
+                self.crash(name)
+
+    def crash(self, name: str) -> None:
+        rng, target = self.rng, self.process(name)
+        target.crash()
+        self.crashes += 1
+        for link_id, (a, b, _) in list(self.links.items()):
+            if name in (a, b):
+                self.close_link(link_id)
+        # back before the controller's heartbeat timeout, or after (a failover)
+        self.at(rng.choice((rng.randint(50, 800), rng.randint(1200, 2500))),
+                lambda: self.restart(target))
+
+    def fail_stop(self) -> None:
+        """An fsync failed on a broker's simulated disk (--disk engine): that process stops
+        at once (storage_engine/files.py: fail-stop), as a crash; its restart recovers."""
+        for broker in self.brokers.values():
+            if broker.alive and isinstance(broker.log, EngineLog) and broker.log.disk_failed():
+                self.trace(f"fsync failed on {broker.name}: the process stops (fail-stop)")
+                self.fsync_failures += 1
+                self.crash(broker.name)
 
     def restart(self, target: Any) -> None:
         if not target.alive:
@@ -1071,6 +1148,9 @@ class ClusterSim:
         self.trace("heal: faults off, every process up, network whole")
         self.faults_on = False
         self.cuts.clear()
+        for broker in self.brokers.values():
+            if isinstance(broker.log, EngineLog):
+                broker.log.heal()
         for process in [*self.controllers.values(), *self.brokers.values()]:
             if not process.alive:
                 process.start()
@@ -1084,11 +1164,22 @@ class ClusterSim:
         while self._heap and self._heap[0][0] <= end:
             when, _, action = heapq.heappop(self._heap)
             self.now_ms = when
-            action()
+            try:
+                action()
+            except (FsyncFailedError, DiskFailedError):
+                self.fail_stop()
         self.check_end()
-        return {"seed": self.options.seed, "events": self.events, "acks": self.acks,
-                "crashes": self.crashes, "partitions": self.partitions,
-                "masters": len(self.checker.masters)}
+        stats = {"seed": self.options.seed, "events": self.events, "acks": self.acks,
+                 "crashes": self.crashes, "partitions": self.partitions,
+                 "masters": len(self.checker.masters)}
+        if self.options.disk == "engine":  # what the simulated disks did to the real stores
+            disks = [b.log.fs.stats for b in self.brokers.values()
+                     if isinstance(b.log, EngineLog)]
+            stats.update(fsync_failures=self.fsync_failures,
+                         torn_writes=sum(d.torn_writes for d in disks),
+                         bits_flipped=sum(d.bits_flipped for d in disks),
+                         unsynced_bytes_dropped=sum(d.unsynced_bytes_dropped for d in disks))
+        return stats
 
     def check_end(self) -> None:
         """After healing: one master serves the newest epoch and holds every ack."""
@@ -1100,13 +1191,20 @@ class ClusterSim:
 
 
 def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
-             quorum: str = "all-ack", partial: bool = False) -> dict[str, int]:
+             quorum: str = "all-ack", partial: bool = False, disk: str = "model"
+             ) -> dict[str, int]:
     """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
-        options = ClusterOptions.from_seed(seed, duration_ms, quorum, partial)
-        return ClusterSim(options, trace=trace).run()
+        options = ClusterOptions.from_seed(seed, duration_ms, quorum, partial=partial,
+                                           disk=disk)
+        # a failed fsync ends the broker in the simulation, not this process
+        handler = set_fsync_failure_handler(lambda err, path: None)
+        try:
+            return ClusterSim(options, trace=trace).run()
+        finally:
+            set_fsync_failure_handler(handler)
     finally:
         logging.disable(previous)
 
@@ -1124,7 +1222,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quorum", choices=sorted(QUORUMS), default="all-ack",
                         help="the brokers' quorum rule (default: every SyncStateSet member)")
     parser.add_argument("--partial", action="store_true",
-                        help="half of the partitions partial: a bridge or a majorities ring")
+                        help="half of the partitions partial: a bridge, a majorities ring, or "
+                             "the master and one slave cut off together")
+    parser.add_argument("--disk", choices=("model", "engine"), default="model",
+                        help="the brokers' log: a byte model, or the real storage engine on a "
+                             "simulated disk")
     args = parser.parse_args(argv)
     if args.seed is not None:
         seeds: Iterable[int] = [args.seed]
@@ -1140,7 +1242,7 @@ def main(argv: list[str] | None = None) -> int:
         count += 1
         try:
             stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum,
-                             partial=args.partial)
+                             partial=args.partial, disk=args.disk)
             steps += stats["events"]
             acks += stats["acks"]
         except SimFailure as failure:
@@ -1151,7 +1253,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{elapsed:.1f} s ({count / elapsed:.1f} seeds/s)"
           + (f"; failing seeds: {failures}" if failures else ""))
     if args.json:
-        print(json.dumps({"seeds": count, "failures": len(failures),
+        print(json.dumps({"seeds": count, "failures": len(failures), "disk": args.disk,
                           "failing_seeds": failures, "controllers": len(CONTROLLERS),
                           "brokers": len(BROKERS), "steps": steps, "acks": acks,
                           "seconds": round(elapsed, 1)}))

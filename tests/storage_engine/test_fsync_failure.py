@@ -61,7 +61,8 @@ def test_a_failed_fsync_is_final(tmp_path: Path, failures: list[str],
     assert len(calls) == 1  # tried once, never again
     monkeypatch.undo()  # the disk "works" again: a retry would now succeed over lost pages
     later = store.put_messages(MessageBatch(topic="t", bodies=[b"after"], queue_ids=[0]))
-    assert later.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert later.status is PutStatus.SERVICE_NOT_AVAILABLE  # stopped: nothing is even written
+    assert "failed fsync" in later.error
     with pytest.raises(FsyncFailedError):
         store.flush()
     assert store.stats().flushed_log_position == ok.log_position_end
