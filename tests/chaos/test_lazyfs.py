@@ -83,3 +83,16 @@ def test_rename_after_fsync_keeps_the_new_file(lazy: tuple[Path, Path]) -> None:
     power_loss(str(backing))
     assert (mount / "checkpoint").read_bytes() == b"v2"
     assert (mount / "other").read_bytes() == b""
+
+
+def test_times_read_through_the_mount_are_the_backing_files(lazy: tuple[Path, Path]) -> None:
+    """mfusepy with use_ns takes nanoseconds: a file's mtime must not read as 1970 (the store's
+    retention took every sealed segment for decades old and deleted it in a 75-minute
+    campaign)."""
+    backing, mount = lazy
+    (mount / "segment").write_bytes(b"x")
+    through = os.stat(mount / "segment")
+    assert abs(through.st_mtime - time.time()) < 60
+    assert abs(through.st_mtime_ns - os.stat(backing / "segment").st_mtime_ns) < 10**9
+    os.utime(mount / "segment", ns=(10**18, 2 * 10**18))
+    assert os.stat(mount / "segment").st_mtime_ns == 2 * 10**18

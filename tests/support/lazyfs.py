@@ -167,8 +167,10 @@ class LazyFS(mfusepy.Operations if _BINDING_ERROR is None else object):  # type:
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         st = os.lstat(self._real(path))
         attrs = {key: getattr(st, key) for key in (
-            "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime", "st_mtime",
-            "st_ctime")}
+            "st_mode", "st_nlink", "st_uid", "st_gid", "st_size")}
+        # use_ns: times in nanoseconds (seconds here read as 1970: the store's retention then
+        # took every sealed segment for 55 years old and deleted it)
+        attrs.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
         with self._lock:
             if path in self._sizes:
                 attrs["st_size"] = self._sizes[path]
