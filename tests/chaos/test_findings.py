@@ -26,8 +26,6 @@ from tests.integration.test_partitions import CONTROLLER_FAST
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(strict=True, reason="finding 1: group offsets reach slaves asynchronously "
-                   "(haMetadataSyncInterval); a new master serves older ones")
 def test_committed_offset_survives_a_failover(tmp_path: Path) -> None:
     cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
                               controller_settings=CONTROLLER_FAST,

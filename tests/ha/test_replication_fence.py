@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ha.broker.config import BrokerConfig
-from ha.broker.metadata import ConsumerOffsets, TopicTable
+from ha.broker.metadata import TopicTable
+from ha.broker.offset_log import OffsetLog
 from ha.broker.replication import NotMasterError, Replication
 from storage_engine import MessageBatch, MessageStore, PutResult, PutStatus
 
@@ -25,10 +26,15 @@ def replication(tmp_path: Path) -> Iterator[Replication]:
                                            "mappedFileSizeCommitLog": str(8 << 20),
                                            "maxMessageSize": str(1 << 20)})
     store = MessageStore(config.store_dir, config.store, auto_confirm=True)
+    replication: Replication | None = None
+    offsets = OffsetLog(tmp_path / "c", store, flush_interval_ms=1000, write_timeout_ms=1000,
+                        put=lambda batch: replication.put(batch) if replication else None)
+    replication = Replication(config, store, endpoint="h:1", topics=TopicTable(tmp_path / "c"),
+                              offsets=offsets)
     try:
-        yield Replication(config, store, endpoint="h:1", topics=TopicTable(tmp_path / "c"),
-                          offsets=ConsumerOffsets(tmp_path / "c"))
+        yield replication
     finally:
+        replication.close()
         store.close()
 
 
