@@ -85,7 +85,7 @@ class OffsetLimitError(Exception):
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Pending:
     queue_offset: int
-    log_position_end: int
+    log_position: int
     body: bytes
 
 
@@ -160,35 +160,38 @@ class OffsetLog:
                 return result
             self.records_written += 1
             queue_offset = result.queue_offsets[0]
-            self._pending.append(_Pending(queue_offset, result.log_position_end, body))
+            self._pending.append(_Pending(queue_offset, result.log_positions[0], body))
             if result.status is not PutStatus.PUT_OK:
                 return result
-            if not self._apply_pending(queue_offset, result.log_position_end):
+            if not self._apply_pending(queue_offset):
                 return dataclasses.replace(result, status=PutStatus.FLUSH_SLAVE_TIMEOUT, error=(
                     "earlier offset records were not confirmed in time; this one is kept and "
                     "applied with them"))
             return result
 
-    def _apply_pending(self, queue_offset: int, log_position_end: int) -> bool:
+    def _apply_pending(self, queue_offset: int) -> bool:
         """Apply every pending record up to `queue_offset` (just acknowledged: the quorum
-        holds all bytes before `log_position_end`). Records this process did not write or
-        lost track of (a restart, a put cut short by an error) are read from the log once
-        confirmed. False: they were not confirmed within the write timeout."""
+        holds every byte before it too). Records this process did not write or lost track of
+        (a restart, a put cut short by an error) are read from the log once the confirm
+        position reaches the first pending record. False: it did not within the write
+        timeout (the records stay pending)."""
         self._drop_applied_pending()
-        first = self._pending[0].queue_offset if self._pending else queue_offset + 1
-        if first > self._table.applied_queue_offset:
+        if self._pending and self._pending[0].queue_offset > self._table.applied_queue_offset:
+            first = self._pending[0].log_position
             deadline = time.monotonic() + self._write_timeout_s
-            while self._store.confirm_log_position < log_position_end:
+            while self._store.confirm_log_position < first:
                 if time.monotonic() >= deadline or self._stopping.is_set():
                     return False
                 time.sleep(CONFIRM_POLL_MS / 1000.0)  # rare: see the docstring
             self._catch_up_locked(take_over=False)
             self._drop_applied_pending()
-            return self._table.applied_queue_offset > queue_offset
+            if self._pending and \
+                    self._pending[0].queue_offset > self._table.applied_queue_offset:
+                return False
         while self._pending and self._pending[0].queue_offset <= queue_offset:
             pending = self._pending.popleft()
             self._apply(pending.queue_offset, pending.body)
-        return True
+        return self._table.applied_queue_offset > queue_offset
 
     def _drop_applied_pending(self) -> None:
         applied = self._table.applied_queue_offset

@@ -202,6 +202,13 @@ class Replication:
             raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
                                  f"is a SLAVE; the master is {self._master_hint()}")
 
+    def check_offsets_readable(self) -> None:
+        """Controller mode: committed offsets are answered by the master once its take-over
+        applied every offset record (a slave's table lags the commits the master acked, so a
+        client must not read it across a failover); static mode: any broker answers."""
+        if self._config.runtime_roles:
+            self.check_writable()
+
     def check_readable(self) -> None:
         not_master = self.slave is not None or (self._config.runtime_roles
                                                 and self.master is None)

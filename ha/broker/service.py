@@ -485,6 +485,8 @@ class BrokerService(flight.FlightServerBase):
         principal = self.auth.check(context, action.type, "DO_ACTION", target, request)
         if action.type in _MASTER_ONLY_ACTIONS:
             self.replication.check_writable()
+        elif action.type == "query_offsets":
+            self.replication.check_offsets_readable()
         self._count("actions")
         reply = handler(request)
         if action.type == "list_topics":  # only the topics this caller may use
