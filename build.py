@@ -54,6 +54,7 @@ BENCHES = {
     "grpc": "tests/bench/bench_grpc.py",
     "security": "tests/bench/bench_security.py",
     "latency": "tests/bench/bench_latency.py",
+    "offsets": "tests/bench/bench_offsets.py",
 }
 
 
