@@ -86,3 +86,28 @@ def test_a_paused_master_acknowledges_no_commit_the_new_master_lacks(tmp_path: P
             assert offsets in ({0: 7}, {0: 9}), f"the acknowledged 7 moved back: {offsets}"
     finally:
         cluster.down()
+
+
+@pytest.mark.xfail(strict=True, reason="finding 3: topic configs reach slaves asynchronously "
+                   "(haMetadataSyncInterval); a new master lacks a topic created just before")
+def test_a_created_topic_survives_a_failover(tmp_path: Path) -> None:
+    """Finding 3 (read in the code while fixing finding 1, not yet seen by a campaign): topic
+    configs still travel as HA metadata, so a topic whose create_topic was answered OK is
+    unknown to a slave elected before the next sync (produce then auto-creates it with the
+    default queue count, or fails TOPIC_NOT_EXIST). Replay: metadata synced at start only, a
+    topic created with 3 queues, the master killed, the new master asked."""
+    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
+                              controller_settings=CONTROLLER_FAST,
+                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
+    try:
+        old, info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(old, 3)
+        admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=3))
+        admin.create_topic("invoices", queues=3)
+        cluster.kill(old)
+        new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[old])
+        topic = Admin(ClientConfig(brokers=(cluster.endpoint(new),), retries_max=3)
+                      ).get_topic("invoices")
+        assert topic["read_queue_nums"] == 3, topic
+    finally:
+        cluster.down()
