@@ -204,10 +204,20 @@ class Replication:
 
     def check_offsets_readable(self) -> None:
         """Controller mode: committed offsets are answered by the master once its take-over
-        applied every offset record (a slave's table lags the commits the master acked, so a
-        client must not read it across a failover); static mode: any broker answers."""
-        if self._config.runtime_roles:
-            self.check_writable()
+        applied every offset record, and only while its master lease holds (a slave's table,
+        or a deposed master's, lags the commits the new master acked: a client reading it
+        after the new master would see the group's offset move back); static mode: any broker
+        answers. So while no controller renews the lease, offset queries get NOT_MASTER
+        (commits go on under the lease rule of ha/master_core.py)."""
+        if not self._config.runtime_roles:
+            return
+        self.check_writable()
+        master = self.master
+        lease_until_ms = master.stats().lease_until_ms if master is not None else None
+        if lease_until_ms is not None and time.monotonic() * 1000 >= lease_until_ms:
+            raise NotMasterError(f"broker {self._config.broker_name}: the master lease lapsed "
+                                 "(no controller confirmed this master lately); committed "
+                                 "offsets are answered once one does")
 
     def check_readable(self) -> None:
         not_master = self.slave is not None or (self._config.runtime_roles
