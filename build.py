@@ -59,6 +59,7 @@ BENCHES = {
     "grpc": "tests/bench/bench_grpc.py",
     "security": "tests/bench/bench_security.py",
     "latency": "tests/bench/bench_latency.py",
+    "offsets": "tests/bench/bench_offsets.py",
 }
 
 

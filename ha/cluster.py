@@ -151,13 +151,13 @@ class Cluster:
         return pid_from_file(broker["pid_file"])
 
     def start(self, broker: dict[str, Any]) -> int:
-        log = open(broker["log_file"], "ab")
-        process = subprocess.Popen(
-            [*launcher_of(broker), sys.executable, "-m", "ha.broker", "--conf", broker["conf"]],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
-        )
-        log.close()
+        with open(broker["log_file"], "ab") as log:  # the child has its own descriptor
+            process = subprocess.Popen(
+                [*launcher_of(broker), sys.executable, "-m", "ha.broker", "--conf",
+                 broker["conf"]],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
+            )
         Path(broker["pid_file"]).write_text(f"{process.pid}\n")
         return process.pid
 

@@ -201,7 +201,7 @@ class SlaveService:
 
     def _follow(self, raw: socket.socket) -> bool:
         """Run one link until it ends; True when it got as far as receiving data."""
-        peer = "%s:%d" % self._master
+        peer = f"{self._master[0]}:{self._master[1]}"
         sock = FrameSocket(raw, body_bytes_max=self._config.frame_body_bytes_max, peer=peer,
                            io_timeout_s=self._config.frame_timeout_ms / 1000)
         store = self._store
@@ -270,5 +270,5 @@ class SlaveService:
                 log("closing the HA link: %s", effect.reason)
                 return True
             else:
-                raise AssertionError(effect)
+                raise AssertionError(effect)  # noqa: TRY004 - an effect the core never makes
         return False

@@ -1,8 +1,9 @@
-"""Broker metadata that must survive restarts: topic configs and consumer-group offsets.
+"""Broker metadata that must survive restarts: topic configs.
 
-Both live as JSON under `<storePathRootDir>/config/` (RocketMQ's topics.json and
-consumerOffset.json), replaced atomically on every change (temp + fsync + rename), so a crash
-leaves the old or the new file, never a torn one.
+They live as JSON in `<storePathRootDir>/config/topics.json` (RocketMQ's file), replaced
+atomically on every change (temp + fsync + rename), so a crash leaves the old or the new file,
+never a torn one. Consumer-group offsets are records in the CommitLog (ha/broker/offset_log.py),
+with consumerOffset.json as their snapshot.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from typing import Any
 
 from storage_engine import atomic_write_bytes, check_topic_name
 
-__all__ = ["PERM_READ", "PERM_WRITE", "ConsumerOffsets", "TopicConfig", "TopicTable"]
+__all__ = ["PERM_READ", "PERM_WRITE", "TopicConfig", "TopicTable"]
 
 logger = logging.getLogger(__name__)
 
 PERM_READ = 4
 PERM_WRITE = 2
 QUEUE_NUMS_MAX = 1024
-GROUPS_MAX = 100_000
 TOPICS_MAX = 100_000
 
 
@@ -103,53 +103,3 @@ class TopicTable:
     def _save(self) -> None:
         payload = {"topics": [topic.to_json() for topic in self.all()]}
         atomic_write_bytes(self._path, json.dumps(payload, indent=1).encode())
-
-
-class ConsumerOffsets:
-    """(group, topic, queue_id) → committed queue_offset, persisted in consumerOffset.json."""
-
-    def __init__(self, config_dir: Path) -> None:
-        self._path = config_dir / "consumerOffset.json"
-        config_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._offsets: dict[str, dict[str, dict[str, int]]] = {}
-        if self._path.exists():
-            self._offsets = json.loads(self._path.read_text()).get("offsets", {})
-
-    def commit(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
-        with self._lock:
-            if group not in self._offsets and len(self._offsets) >= GROUPS_MAX:
-                raise ValueError(f"more than {GROUPS_MAX} consumer groups")
-            self._offsets.setdefault(group, {}).setdefault(topic, {})[str(queue_id)] = queue_offset
-            atomic_write_bytes(self._path, json.dumps({"offsets": self._offsets}).encode())
-
-    def snapshot(self) -> dict[str, dict[str, dict[str, int]]]:
-        with self._lock:
-            return json.loads(json.dumps(self._offsets))
-
-    def replace_all(self, offsets: dict[str, dict[str, dict[str, int]]]) -> None:
-        """Take the master's offsets (a slave); TypeError on a malformed payload."""
-        if not isinstance(offsets, dict) or len(offsets) > GROUPS_MAX or not all(
-                isinstance(topics, dict) and all(isinstance(queues, dict) and all(
-                    isinstance(value, int) for value in queues.values())
-                    for queues in topics.values()) for topics in offsets.values()):
-            raise TypeError("consumer offsets must map group -> topic -> queue -> int")
-        with self._lock:
-            if offsets != self._offsets:
-                self._offsets = offsets
-                atomic_write_bytes(self._path, json.dumps({"offsets": offsets}).encode())
-
-    def query(self, group: str, topic: str) -> dict[str, int]:
-        return dict(self._offsets.get(group, {}).get(topic, {}))
-
-    def delete_group(self, group: str) -> bool:
-        """Forget a group's offsets (False: no such group)."""
-        with self._lock:
-            if group not in self._offsets:
-                return False
-            del self._offsets[group]
-            atomic_write_bytes(self._path, json.dumps({"offsets": self._offsets}).encode())
-            return True
-
-    def groups(self) -> list[str]:
-        return sorted(self._offsets)

@@ -15,16 +15,19 @@ one-line call there):
     SLAVE                     NOT_MASTER naming the master's endpoint        slaveReadEnable, up
                                                                              to the confirm it got
 
-Metadata: a master serialises its topics and consumer-group offsets (JSON) and ships them when
-they change (at most every haMetadataSyncInterval); a slave replaces its own with them, so a
-slave promoted later has them.
+Metadata: a master serialises its topics (JSON) and ships them when they change (at most every
+haMetadataSyncInterval); a slave replaces its own with them, so a slave promoted later has them.
+Consumer-group offsets are records in the CommitLog (ha/broker/offset_log.py): written by `put`,
+replicated with the log, applied by every replica; the metadata carries the master's offset
+snapshot only for a slave whose log lost records to retention.
 
 Runtime roles (controller mode with replicas, `BrokerConfig.runtime_roles`): the broker starts
 with neither service and fenced; ha/broker/roles.py calls `become_master` / `become_slave` /
 `become_none` as the controller decides. Ordering that keeps the safety rules:
 - promotion: fence, stop following, cut a partial tail record, raise the confirm position to
-  the log's end (DESIGN §5.4), open the term at the controller's epoch, start the master
-  service; the caller lifts the fence only after the rest of the take-over (idempotence table);
+  the log's end (DESIGN §5.4), apply the offset records up to it, open the term at the
+  controller's epoch, start the master service; the caller lifts the fence only after the rest
+  of the take-over (idempotence table);
 - demotion: fence first (no new put passes `check_writable`; a put already past it is answered
   FLUSH_SLAVE_TIMEOUT by `_fenced_after`), then stop the master service (its waiting puts return
   at once), then follow the new master, whose handshake truncates this log's fork.
@@ -42,7 +45,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ha.broker.config import BrokerConfig
-from ha.broker.metadata import ConsumerOffsets, TopicTable
+from ha.broker.metadata import TopicTable
+from ha.broker.offset_log import OffsetLog
 from ha.config import BrokerRole
 from ha.master_service import MasterService
 from ha.slave_service import SlaveService
@@ -67,7 +71,7 @@ class NotMasterError(Exception):
 
 class Replication:
     def __init__(self, config: BrokerConfig, store: MessageStore, *, endpoint: str,
-                 topics: TopicTable, offsets: ConsumerOffsets) -> None:
+                 topics: TopicTable, offsets: OffsetLog) -> None:
         self._config = config
         self._ha = config.ha
         self._store = store
@@ -99,8 +103,10 @@ class Replication:
         return self._ha.broker_role
 
     def close(self) -> None:
+        """Stop replicating; then the offset log writes its last snapshot."""
         self._stop_master()
         self._stop_slave()
+        self._offsets.close()
 
     def _stop_master(self) -> None:
         master, self.master = self.master, None
@@ -127,6 +133,7 @@ class Replication:
         store = self._store
         store.truncate_incomplete_tail()  # a replica's log may end inside a record
         store.set_confirm_log_position(store.end_log_position)
+        self._offsets.take_over()  # every offset record in the log, before writes resume
         last = store.epochs.last
         if last is not None and last.epoch > master_epoch:
             raise RoleChangeError(f"the local epoch file ends at epoch {last.epoch}, newer than "
@@ -194,6 +201,23 @@ class Replication:
         if self.slave is not None:
             raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
                                  f"is a SLAVE; the master is {self._master_hint()}")
+
+    def check_offsets_readable(self) -> None:
+        """Controller mode: committed offsets are answered by the master once its take-over
+        applied every offset record, and only while its master lease holds (a slave's table,
+        or a deposed master's, lags the commits the new master acked: a client reading it
+        after the new master would see the group's offset move back); static mode: any broker
+        answers. So while no controller renews the lease, offset queries get NOT_MASTER
+        (commits go on under the lease rule of ha/master_core.py)."""
+        if not self._config.runtime_roles:
+            return
+        self.check_writable()
+        master = self.master
+        lease_until_ms = master.stats().lease_until_ms if master is not None else None
+        if lease_until_ms is not None and time.monotonic() * 1000 >= lease_until_ms:
+            raise NotMasterError(f"broker {self._config.broker_name}: the master lease lapsed "
+                                 "(no controller confirmed this master lately); committed "
+                                 "offsets are answered once one does")
 
     def check_readable(self) -> None:
         not_master = self.slave is not None or (self._config.runtime_roles
@@ -267,7 +291,7 @@ class Replication:
     # -- metadata ---------------------------------------------------------------------------
     def _metadata(self) -> bytes:
         return json.dumps({"topics": [topic.to_json() for topic in self._topics.all()],
-                           "offsets": self._offsets.snapshot()}, sort_keys=True).encode()
+                           **self._offsets.metadata_json()}, sort_keys=True).encode()
 
     def _apply_metadata(self, payload: bytes) -> None:
         if len(payload) > METADATA_BYTES_MAX:
@@ -277,7 +301,7 @@ class Replication:
         try:
             decoded = json.loads(payload)
             self._topics.replace_all(decoded["topics"])
-            self._offsets.replace_all(decoded["offsets"])
+            self._offsets.note_master_snapshot(decoded)
         except (ValueError, KeyError, TypeError, RecursionError) as err:
             logger.warning("ignoring malformed metadata from the master: %.300s", err)
 

@@ -54,7 +54,8 @@ from ha.broker.auth import AuditLog, AuthGate, load_acl_file, read_credentials_f
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.long_poll import Arrivals, poll_until
-from ha.broker.metadata import ConsumerOffsets, TopicConfig, TopicTable
+from ha.broker.metadata import TopicConfig, TopicTable
+from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLimitError, OffsetLog
 from ha.broker.replication import NotMasterError, Replication
 from ha.broker.telemetry import Traffic
 from storage_engine import (
@@ -63,6 +64,7 @@ from storage_engine import (
     GetStatus,
     MessageBatch,
     MessageStore,
+    PutResult,
     PutStatus,
     RecordBlock,
     TagFilter,
@@ -159,7 +161,11 @@ class BrokerService(flight.FlightServerBase):
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode
         self.topics = TopicTable(config.store_dir / "config")
-        self.offsets = ConsumerOffsets(config.store_dir / "config")
+        # consumer-group offsets: records in the CommitLog, written through replication.put
+        self.offsets = OffsetLog(config.store_dir / "config", store,
+                                 flush_interval_ms=config.flush_consumer_offset_interval_ms,
+                                 put=self._put_offset_record,
+                                 write_timeout_ms=store.config.sync_flush_timeout_ms)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._arrivals = Arrivals()  # confirm moves wake long polls (ha/broker/long_poll.py)
         self._long_poll_slots = threading.BoundedSemaphore(config.long_polling_max)
@@ -169,6 +175,7 @@ class BrokerService(flight.FlightServerBase):
         store.add_confirm_listener(self._on_confirm)
         self.replication = Replication(config, store, endpoint=self.endpoint,
                                        topics=self.topics, offsets=self.offsets)
+        self.offsets.start()
         self.idempotence = IdempotentPuts(rebuild_table(store, IdempotenceConfig(
             producers_max=config.idempotence_producers_max,
             window_messages=config.idempotence_rebuild_messages,
@@ -223,11 +230,15 @@ class BrokerService(flight.FlightServerBase):
     def tier_stats(self) -> dict[str, Any]:
         return self._tier_stats()
 
+    def _put_offset_record(self, batch: MessageBatch) -> PutResult:
+        return self.replication.put(batch)
+
     def _on_confirm(self, log_position: int) -> None:
         self._arrivals.notify()
 
     # -- topics -----------------------------------------------------------------------------
     def _topic_for_write(self, name: str) -> TopicConfig:
+        _check_not_internal(name)
         topic = self.topics.get(name)
         if topic is None:
             _check_topic_name(name)
@@ -466,6 +477,8 @@ class BrokerService(flight.FlightServerBase):
         principal = self.auth.check(context, action.type, "DO_ACTION", target, request)
         if action.type in _MASTER_ONLY_ACTIONS:
             self.replication.check_writable()
+        elif action.type == "query_offsets":
+            self.replication.check_offsets_readable()
         self._count("actions")
         reply = handler(request)
         if action.type == "list_topics":  # only the topics this caller may use
@@ -481,6 +494,7 @@ class BrokerService(flight.FlightServerBase):
     def _topic_from_request(self, request: dict[str, Any], *, existing: bool) -> TopicConfig:
         name = _string(request, "topic")
         _check_topic_name(name)
+        _check_not_internal(name)
         current = self.topics.get(name)
         if existing and current is None:
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
@@ -508,6 +522,7 @@ class BrokerService(flight.FlightServerBase):
         """Delete a topic's config and queues (records age out with retention)."""
         name = _string(request, "topic")
         _check_topic_name(name)
+        _check_not_internal(name)
         if not self.topics.delete(name):
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
         self.store.delete_topic(name)
@@ -543,16 +558,18 @@ class BrokerService(flight.FlightServerBase):
             topic.name, queue_id, timestamp_ms)}
 
     def _commit_offset(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Commit a consumer group's offset for one queue."""
+        """Commit a consumer group's offset for one queue (answered once the replica set
+        holds it as it would a message: PUT_OK; else the put's status as the error)."""
         group = _string(request, "group")
         _check_topic_name(group)
         topic = self._topic_for_read(_string(request, "topic"))
         queue_id = _int(request, "queue_id", None, 0, topic.read_queue_nums - 1)
         queue_offset = _int(request, "queue_offset", None, 0, 1 << 62)
         try:
-            self.offsets.commit(group, topic.name, queue_id, queue_offset)
-        except ValueError as err:
+            result = self.offsets.commit(group, topic.name, queue_id, queue_offset)
+        except OffsetLimitError as err:
             raise RequestError("BUSY", str(err)) from err
+        _check_offset_put(result, f"commit of group {group}")
         return {}
 
     def _consumer_groups(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -568,8 +585,10 @@ class BrokerService(flight.FlightServerBase):
     def _delete_group(self, request: dict[str, Any]) -> dict[str, Any]:
         """Forget a consumer group's committed offsets (GROUP_NOT_FOUND if it has none)."""
         group = _string(request, "group")
-        if not self.offsets.delete_group(group):
+        result = self.offsets.delete_group(group)
+        if result is None:
             raise RequestError("GROUP_NOT_FOUND", f"consumer group {group!r} has no offsets here")
+        _check_offset_put(result, f"delete of group {group}")
         return {"deleted": True}
 
     def _get_config(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -640,6 +659,10 @@ class BrokerService(flight.FlightServerBase):
             "idempotence": {"producers": len(self.idempotence.table),
                             "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),
+            "offset_records": {"written": self.offsets.records_written,
+                               "applied": self.offsets.records_applied,
+                               "applied_queue_offset": self.offsets.applied_queue_offset,
+                               "lost": self.offsets.records_lost},
             "tiered": self._tier_stats(),
         }
 
@@ -668,6 +691,19 @@ def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
         else:
             entry[2] += 1
     return list(ranges.values())
+
+
+def _check_offset_put(result: PutResult, what: str) -> None:
+    """An offset record's put that is not PUT_OK fails the request with the put's status
+    (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE...: the record may still take effect later)."""
+    if result.status is not PutStatus.PUT_OK:
+        raise RequestError(result.status.name, f"{what}: {result.status.name}"
+                           + (f" ({result.error})" if result.error else ""))
+
+
+def _check_not_internal(name: str) -> None:
+    if name == OFFSETS_TOPIC:
+        raise RequestError("NO_PERMISSION", f"topic {name!r} is internal (consumer offsets)")
 
 
 def _check_topic_name(name: str) -> None:

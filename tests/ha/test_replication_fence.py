@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ha.broker.config import BrokerConfig
-from ha.broker.metadata import ConsumerOffsets, TopicTable
+from ha.broker.metadata import TopicTable
+from ha.broker.offset_log import OffsetLog
 from ha.broker.replication import NotMasterError, Replication
 from storage_engine import MessageBatch, MessageStore, PutResult, PutStatus
 
@@ -25,10 +26,20 @@ def replication(tmp_path: Path) -> Iterator[Replication]:
                                            "mappedFileSizeCommitLog": str(8 << 20),
                                            "maxMessageSize": str(1 << 20)})
     store = MessageStore(config.store_dir, config.store, auto_confirm=True)
+    replication: Replication | None = None
+
+    def put(batch: MessageBatch) -> PutResult:  # the broker wires the offset log the same way
+        assert replication is not None
+        return replication.put(batch)
+
+    offsets = OffsetLog(tmp_path / "c", store, flush_interval_ms=1000, write_timeout_ms=1000,
+                        put=put)
+    replication = Replication(config, store, endpoint="h:1", topics=TopicTable(tmp_path / "c"),
+                              offsets=offsets)
     try:
-        yield Replication(config, store, endpoint="h:1", topics=TopicTable(tmp_path / "c"),
-                          offsets=ConsumerOffsets(tmp_path / "c"))
+        yield replication
     finally:
+        replication.close()
         store.close()
 
 
@@ -57,3 +68,17 @@ def test_a_put_completing_under_the_fence_is_not_acknowledged(
     assert completed.status is PutStatus.FLUSH_SLAVE_TIMEOUT and "deposed" in completed.error
     refused = replication._fenced_after(PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 10))
     assert refused.status is PutStatus.FLUSH_DISK_TIMEOUT
+
+
+def test_a_fenced_broker_acknowledges_no_offset_commit(replication: Replication) -> None:
+    """A commit is a put (ha/broker/offset_log.py): a deposed broker refuses it like any put
+    and writes nothing, so the new master never lacks a commit this one answered."""
+    offsets = replication._offsets
+    assert offsets.commit("g", "t", 0, 5).status is PutStatus.PUT_OK
+    replication.fence("the controller names broker 2 at h:2 master (epoch 3)")
+    with pytest.raises(NotMasterError):
+        offsets.commit("g", "t", 0, 9)
+    assert offsets.query("g", "t") == {"0": 5} and offsets.records_written == 1
+    replication.fence(None)
+    assert offsets.commit("g", "t", 0, 9).status is PutStatus.PUT_OK
+    assert offsets.query("g", "t") == {"0": 9} and offsets.applied_queue_offset == 2
