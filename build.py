@@ -97,7 +97,16 @@ def setup() -> Path:
 
 
 def test(pytest_args: list[str]) -> int:
+    """The default suite (ruff first: the tree is kept lint-clean, DEBTS.md 8); with pytest
+    arguments only what they select, without the lint."""
     python = setup()
+    if not pytest_args:
+        linted = subprocess.run([str(python), "-m", "ruff", "check", "."], cwd=ROOT,
+                                check=False)
+        if linted.returncode != 0:
+            print("build.py test: ruff check failed (fix it, or `build.py lint` for counts)",
+                  file=sys.stderr)
+            return linted.returncode
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     argv = [str(python), "-m", "pytest", *pytest_args]
     print("+", " ".join(argv), flush=True)
@@ -195,7 +204,7 @@ def fuzz(args: list[str]) -> int:
 
 
 def lint(args: list[str]) -> int:
-    """ruff over the tree. Not yet part of `test`: the tree is not clean (DEBTS.md 8)."""
+    """ruff over the tree, with counts per rule (`test` runs it first)."""
     python = setup()
     result = subprocess.run([str(python), "-m", "ruff", "check", ".", "--statistics", *args],
                             cwd=ROOT, check=False)
