@@ -160,6 +160,14 @@ class _Slave:
     directory = ""
 
 
+def _drop_slave_store(directory: str) -> None:
+    """At exit: close the store first, or its flush thread checkpoints into a removed dir."""
+    if _Slave.store is not None and _Slave.directory == directory:
+        _Slave.store.close()
+        _Slave.store = None
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _slave_store() -> MessageStore:
     store = _Slave.store
     if store is None or store.end_log_position > SEGMENT_BYTES // 2:
@@ -168,7 +176,7 @@ def _slave_store() -> MessageStore:
             shutil.rmtree(_Slave.directory, ignore_errors=True)
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         _Slave.directory = tempfile.mkdtemp(prefix="rocketha-fuzz-", dir=shm)
-        atexit.register(shutil.rmtree, _Slave.directory, True)
+        atexit.register(_drop_slave_store, _Slave.directory)
         store = _Slave.store = MessageStore(_Slave.directory, StoreConfig(
             commit_log_segment_size_bytes=SEGMENT_BYTES, message_size_max_bytes=4096,
             consume_queue_segment_entries=1024), auto_confirm=False)

@@ -165,8 +165,10 @@ def test_sigstop_master_past_the_heartbeat_timeout_then_sigcont(
                                    send_deadline_ms=30_000, retries_max=0),
                       "orders", _run_id(), resend=False).start()
         direct.wait_acks(20)
-        stopped_at = time.monotonic()
+        # pause() returns once every thread has stopped: a put sent before that may still be
+        # acked by the valid master (the CI saw one sent during the pid look-up); none after
         cluster.pause(old)
+        stopped_at = time.monotonic()
 
         new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1, exclude=[old],
                                             timeout_s=ELECTION_DEADLINE_S)
