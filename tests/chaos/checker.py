@@ -316,15 +316,16 @@ def _commits(result: CheckResult, events: Sequence[Event]) -> None:
 
 # -- replicas and the controller ----------------------------------------------------------------
 def _replicas(result: CheckResult, events: Sequence[Event]) -> None:
-    by_set: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+    by_set: dict[tuple[str, int, int], dict[str, str]] = defaultdict(dict)
     for event in events:
         if event["f"] == "replica_digest" and event["type"] == "ok":
-            by_set[(event["set"], int(event["end"]))][event["broker"]] = event["sha256"]
-    for (replica_set, end), digests in sorted(by_set.items()):
+            span = (event["set"], int(event.get("start", 0)), int(event["end"]))
+            by_set[span][event["broker"]] = event["sha256"]
+    for (replica_set, start, end), digests in sorted(by_set.items()):
         result.replicas_compared += len(digests)
         if len(set(digests.values())) > 1:
             result.replica_divergence.append(
-                f"{replica_set}: CommitLog bytes [0, {end}) differ: "
+                f"{replica_set}: CommitLog bytes [{start}, {end}) differ: "
                 + ", ".join(f"{b} {d[:12]}" for b, d in sorted(digests.items())))
 
 

@@ -22,7 +22,8 @@ Operations (`f`), with their fields:
     elections       type ok: controller, records [{broker_name, master_epoch,
                     master_broker_id, entry_index}] (controller_status recent_elections)
     replica_state   type ok: set, master_broker_id, master_epoch, sync_state_set
-    replica_digest  type ok: set, broker, end, sha256 (CommitLog bytes [0, end) after heal)
+    replica_digest  type ok: set, broker, start, end, sha256 (CommitLog bytes [start, end) after
+                    heal; start is the highest first segment among the members, 0 if absent)
 
 Writing is thread-safe and line-buffered: a run that dies leaves a readable prefix.
 """

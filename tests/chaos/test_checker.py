@@ -15,6 +15,7 @@ import pytest
 
 from tests.chaos.checker import check, percentile
 from tests.chaos.history import Event, History, read_history
+from tests.integration.failover_cluster import commitlog_bytes, commitlog_segments
 
 REAL_RUN = Path(__file__).parent / "testdata" / "real_run.jsonl.gz"
 
@@ -159,8 +160,10 @@ def test_a_regressing_commit_is_found() -> None:
     assert check(b.events).commit_regressions == ["group g a/0: read 2 after reading 3"]
 
 
-def digest(b: Builder, broker: str, sha: str, *, set_: str = "a", end: int = 100) -> Builder:
-    return b.add("final", "ok", "replica_digest", set=set_, broker=broker, end=end, sha256=sha)
+def digest(b: Builder, broker: str, sha: str, *, set_: str = "a", end: int = 100,
+           start: int | None = None) -> Builder:
+    span = {"end": end} if start is None else {"start": start, "end": end}
+    return b.add("final", "ok", "replica_digest", set=set_, broker=broker, sha256=sha, **span)
 
 
 def test_replica_divergence_below_the_confirm_position_is_found() -> None:
@@ -169,6 +172,30 @@ def test_replica_divergence_below_the_confirm_position_is_found() -> None:
     b = digest(b, "a-2", "bb", end=120).add("x", "ok", "noop")
     b = digest(b, "a-1", "cc", end=120)
     assert check(b.events).replica_divergence[0].startswith("a: CommitLog bytes [0, 120)")
+
+
+def test_replicas_are_compared_over_the_same_span_only() -> None:
+    """A long run hashes from the highest first segment (retention): spans with another start
+    are other comparisons, and a divergence names its span."""
+    b = digest(digest(good(), "a-0", "aa", start=64, end=200), "a-1", "aa", start=64, end=200)
+    assert check(b.events).valid and check(b.events).replicas_compared == 2
+    b = digest(b, "a-2", "bb", start=64, end=200)
+    assert check(b.events).replica_divergence[0].startswith("a: CommitLog bytes [64, 200)")
+
+
+def test_commitlog_bytes_start_at_a_later_segment(tmp_path: Path) -> None:
+    """commitlog_bytes reads [start, end) across segment files; a start that is not the first
+    kept segment is an error, not a silently shorter comparison."""
+    log = tmp_path / "commitlog"
+    log.mkdir()
+    (log / f"{16:020d}").write_bytes(b"b" * 16)
+    (log / f"{32:020d}").write_bytes(b"c" * 10)
+    assert commitlog_bytes(tmp_path, 40, 16) == b"b" * 16 + b"c" * 8
+    assert commitlog_segments(tmp_path)[0][0] == 16
+    with pytest.raises(AssertionError, match="segments"):
+        commitlog_bytes(tmp_path, 40)  # [0, 16) was deleted
+    with pytest.raises(AssertionError, match="bytes"):
+        commitlog_bytes(tmp_path, 50, 16)  # past the end of what is written
 
 
 def elections(b: Builder, controller: str, *records: tuple[str, int, int | None, int]

@@ -559,23 +559,31 @@ def epoch_entries(store_dir: Path) -> list[tuple[int, int]]:
     return entries  # type: ignore[return-value]
 
 
-def commitlog_bytes(store_dir: Path, end: int) -> bytes:
-    """CommitLog bytes [0, end) straight from the segment files (named by start position)."""
-    segments = sorted((int(path.name), path) for path in (store_dir / "commitlog").iterdir()
-                      if path.name.isdigit())
-    assert segments and segments[0][0] == 0, f"{store_dir}: segments {segments[:3]}"
+def commitlog_segments(store_dir: Path) -> list[tuple[int, Path]]:
+    """A store's CommitLog segment files, as (start position, path), lowest first."""
+    return sorted((int(path.name), path) for path in (store_dir / "commitlog").iterdir()
+                  if path.name.isdigit())
+
+
+def commitlog_bytes(store_dir: Path, end: int, start: int = 0) -> bytes:
+    """CommitLog bytes [start, end) straight from the segment files (named by start position).
+    `start` must be a segment's start: retention deletes whole segments from the front, so a
+    long run compares replicas from the highest first segment among them."""
+    assert start <= end, (start, end)
+    segments = [(first, path) for first, path in commitlog_segments(store_dir) if first >= start]
+    assert segments and segments[0][0] == start, f"{store_dir}: segments {segments[:3]}"
     out = bytearray()
-    for start, path in segments:
-        if start >= end:
+    for first, path in segments:
+        if first >= end:
             break
-        assert start == len(out), f"{path}: starts at {start}, expected {len(out)}"
+        assert first == start + len(out), f"{path}: starts at {first}, expected {start + len(out)}"
         with open(path, "rb") as segment:
-            data = segment.read(end - start)
+            data = segment.read(end - first)
         out += data
         size = path.stat().st_size
-        if start + size < end:  # a full segment: the next one continues it
+        if first + size < end:  # a full segment: the next one continues it
             assert len(data) == size
-    assert len(out) == end, f"{store_dir}: {len(out)} of {end} bytes"
+    assert start + len(out) == end, f"{store_dir}: {len(out)} of {end - start} bytes"
     return bytes(out)
 
 
