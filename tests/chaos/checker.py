@@ -31,8 +31,10 @@ Checks (a violation in any of them makes the history invalid):
   goes back.
 
 Availability (reported, not judged): RTO per fault = from its start until every producer that
-sent after it had an acknowledged write invoked after it (the slowest producer); send latency
-p50/p99 of acknowledged sends invoked outside and during faults.
+sent after it had an acknowledged write invoked after it (the slowest producer); per replica
+set, from its start to that set's first acknowledged write invoked after it (`by_set_s`,
+`rto_p99_by_set_s`); send latency p50/p99 of acknowledged sends invoked outside and during
+faults.
 """
 
 from __future__ import annotations
@@ -116,6 +118,14 @@ class CheckResult:
         values = [entry["rto_s"] for entry in self.rto if entry["rto_s"] is not None]
         return percentile(values, fraction)
 
+    def rto_p99_by_set_s(self) -> dict[str, float | None]:
+        """p99 over the faults of each set's time to its first acknowledged write."""
+        by_set: dict[str, list[float]] = defaultdict(list)
+        for entry in self.rto:
+            for name, seconds in entry.get("by_set_s", {}).items():
+                by_set[name].append(seconds)
+        return {name: _round(percentile(values, 0.99)) for name, values in sorted(by_set.items())}
+
     def to_json(self) -> dict[str, Any]:
         """Counts for every check, the first examples of each violation."""
         out: dict[str, Any] = {
@@ -140,6 +150,7 @@ class CheckResult:
             "rto_p50_s": _round(self.rto_percentile_s(0.5)),
             "rto_p99_s": _round(self.rto_percentile_s(0.99)),
             "rto_max_s": _round(self.rto_percentile_s(1.0)),
+            "rto_p99_by_set_s": self.rto_p99_by_set_s(),
             "latency_ms": self.latency_ms,
         }
         out["examples"] = {name: list(getattr(self, name))[:EXAMPLES_MAX]
@@ -406,6 +417,23 @@ def fault_windows(events: Sequence[Event]) -> list[FaultWindow]:
     return sorted(windows, key=lambda w: w.start_ns)
 
 
+def _first_ack_by_set(oks: list[tuple[Event, Event | None]], start_ns: int,
+                      end_ns: int) -> dict[str, float]:
+    """Per replica set: seconds from a fault's start to the set's first acknowledged write
+    invoked after it (until the history's end when there was none: never recovered).
+    A fault on one set's master shows there; the other set's figure stays near zero."""
+    first: dict[str, float] = {}
+    for invoke, done in oks:
+        assert done is not None
+        replica_set = done.get("set")
+        if replica_set is None:
+            continue
+        first.setdefault(replica_set, (end_ns - start_ns) / NS_PER_S)
+        if invoke["t"] >= start_ns:
+            first[replica_set] = min(first[replica_set], (done["t"] - start_ns) / NS_PER_S)
+    return {name: round(seconds, 3) for name, seconds in sorted(first.items())}
+
+
 def _availability(result: CheckResult, sends: list[tuple[Event, Event | None]],
                   windows: list[FaultWindow], end_ns: int) -> None:
     oks = [(invoke, done) for invoke, done in sends if done is not None and done["type"] == "ok"]
@@ -425,7 +453,8 @@ def _availability(result: CheckResult, sends: list[tuple[Event, Event | None]],
         result.rto.append({"kind": window.kind, "name": window.name,
                            "targets": list(window.targets),
                            "rto_s": None if not per_producer else _round(rto),
-                           "recovered": recovered})
+                           "recovered": recovered,
+                           "by_set_s": _first_ack_by_set(oks, window.start_ns, end_ns)})
     during, outside = [], []
     for invoke, done in oks:
         assert done is not None

@@ -82,7 +82,9 @@ def write_html(report: dict[str, Any], png: Path, path: Path) -> Path:
     """The timeline beside the report, and the fault table with each recovery time."""
     rows = "".join(
         f"<tr><td>{html.escape(str(r['name']))}</td><td>{html.escape(', '.join(r['targets']))}"
-        f"</td><td>{r['rto_s']}</td><td>{'yes' if r['recovered'] else 'NO'}</td></tr>"
+        f"</td><td>{r['rto_s']}</td><td>{'yes' if r['recovered'] else 'NO'}</td><td>"
+        f"{html.escape(', '.join(f'{k} {v}' for k, v in r.get('by_set_s', {}).items()))}"
+        "</td></tr>"
         for r in report.get("rto", []))
     verdict = "valid" if report["valid"] else f"INVALID: {report.get('first_violation')}"
     page = f"""<!doctype html>
@@ -94,7 +96,7 @@ td,th{{padding:2px 8px;font-size:12px}} .bad{{color:#b00}}</style></head>
 <div class="row"><img src="{html.escape(png.name)}" alt="timeline">
 <pre>{html.escape(json.dumps({k: v for k, v in report.items() if k != 'rto'}, indent=1))}</pre>
 </div><h2>faults</h2><table><tr><th>fault</th><th>targets</th><th>RTO (s)</th>
-<th>recovered</th></tr>{rows}</table></body></html>
+<th>recovered</th><th>first ack per set (s)</th></tr>{rows}</table></body></html>
 """
     path.write_text(page)
     return path

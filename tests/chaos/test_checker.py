@@ -253,6 +253,21 @@ def test_rto_and_latency_are_measured_per_fault() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([], 0.5) is None
 
 
+def test_rto_is_also_measured_per_replica_set() -> None:
+    """A fault on set a's master: set b acks on at once, set a after 2 s; the per-fault figure
+    (slowest producer) would hide which set was down."""
+    b = Builder().send("v0", 0, 0, set_="a").send("v1", 0, 0, set_="b")
+    b.add("nemesis", "info", "fault", phase="start", kind="kill", name="f1", targets=["a-0"])
+    b.send("v2", 0, 1, set_="b", process="p1")
+    b.t += 2_000_000_000
+    b.send("v3", 0, 1, set_="a")
+    b.add("nemesis", "info", "fault", phase="stop", kind="kill", name="f1", targets=["a-0"])
+    result = check(b.events)
+    by_set = result.rto[0]["by_set_s"]
+    assert 2.0 < by_set["a"] < 2.01 and by_set["b"] < 0.01, by_set
+    assert result.to_json()["rto_p99_by_set_s"] == by_set
+
+
 def test_history_file_round_trip(tmp_path: Path) -> None:
     history = History(tmp_path / "h.jsonl")
     history.add("p0", "invoke", "send", value="x", key="k", tags="t", idempotent=True)
