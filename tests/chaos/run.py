@@ -2,9 +2,9 @@
 
     python3 build.py chaos [--minutes 3] [--seed 1]
         [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape]]
-        [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark] [--keep-data] [--out DIR]
+        [--controllers 3|5] [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark] [--keep-data] [--out DIR]
 
-The cluster: `rocketha-cluster up --hosts` with 3 controllers and 2 replica sets of 3 brokers,
+The cluster: `rocketha-cluster up --hosts` with 3 (or 5) controllers and 2 replica sets of 3 brokers,
 each process on its own test host (network namespaces on a bridge, 198.18.0.0/15; clients in
 the root namespace), the cluster tool's quorum (inSyncReplicas 2 of 3, degrading to 1) and
 short timers. The workload (tests/chaos/workload.py) runs throughout: idempotent producers
@@ -90,8 +90,9 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     cluster = mounts = spark = None
     workers: list[Any] = []
     try:
-        cluster = FailoverCluster(out / "cluster", controllers=3, replica_sets=2, replicas=3,
-                                  hosts=True, controller_settings=CONTROLLER_FAST, **QUORUM)
+        cluster = FailoverCluster(out / "cluster", controllers=args.controllers, replica_sets=2,
+                                  replicas=3, hosts=True, controller_settings=CONTROLLER_FAST,
+                                  **QUORUM)
         if "power" in args.faults or "disk" in args.faults:
             mounts = StoreMounts(
                 cluster, lazy=sorted(cluster.brokers) if "power" in args.faults else [],
@@ -239,6 +240,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--faults", type=lambda text: text.split(","), default=list(KINDS))
+    parser.add_argument("--controllers", type=int, choices=(3, 5), default=3,
+                        help="controller quorum size: 5 makes a bridge or ring over the "
+                        "controllers leave a majority that can still elect (Jepsen's shapes)")
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--rate", type=float, default=40.0, help="sends per second, each")
     parser.add_argument("--tolerate", type=lambda text: text.split(","), default=[],
