@@ -20,7 +20,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from storage_engine import ConfigError
+from storage_engine import ConfigError, parse_bool
 
 __all__ = ["HA_PROPERTY_KEYS", "BrokerRole", "HAConfig"]
 
@@ -130,12 +130,6 @@ def _range(key: str, value: int, low: int, high: int) -> None:
         raise ConfigError(key, f"{value!r} not an integer in [{low}, {high}]")
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    raise ValueError("expected true or false")
-
-
 def _role(text: str) -> BrokerRole:
     try:
         return BrokerRole[text]
@@ -151,13 +145,13 @@ _PROPERTY_MAP: dict[str, tuple[str, Any]] = {
     "haSendHeartbeatInterval": ("heartbeat_interval_ms", int),
     "haHousekeepingInterval": ("housekeeping_interval_ms", int),
     "haMaxTimeSlaveNotCatchup": ("slave_not_catchup_max_ms", int),
-    "slaveReadEnable": ("slave_read_enable", _bool),
+    "slaveReadEnable": ("slave_read_enable", parse_bool),
     "totalReplicas": ("total_replicas", int),
     "inSyncReplicas": ("in_sync_replicas", int),
     "minInSyncReplicas": ("min_in_sync_replicas", int),
-    "enableAutoInSyncReplicas": ("auto_in_sync_replicas", _bool),
+    "enableAutoInSyncReplicas": ("auto_in_sync_replicas", parse_bool),
     "haMaxGapNotInSync": ("gap_not_in_sync_bytes_max", int),
-    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", _bool),
+    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", parse_bool),
     "haReconnectInterval": ("reconnect_interval_ms", int),
     "haConnectionsMax": ("links_max", int),
     "haMetadataSyncInterval": ("metadata_sync_interval_ms", int),

@@ -14,7 +14,13 @@ from typing import Any
 
 from storage_engine.errors import ConfigError
 
-__all__ = ["STORE_PROPERTY_KEYS", "FlushDiskType", "StoreConfig", "TieredStoreConfig"]
+__all__ = [
+    "STORE_PROPERTY_KEYS",
+    "FlushDiskType",
+    "StoreConfig",
+    "TieredStoreConfig",
+    "parse_bool",
+]
 
 GiB = 1024 * 1024 * 1024
 MiB = 1024 * 1024
@@ -228,7 +234,9 @@ class TieredStoreConfig:
             raise ConfigError(key, str(err).split(": ", 1)[-1]) from err
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """A RocketMQ boolean property: `true` or `false` in any case, nothing else (the broker's
+    and the HA configs use this too; controller and connector keep their own, by DESIGN §2)."""
     value = text.strip().lower()
     if value not in ("true", "false"):
         raise ValueError("expected true or false")
@@ -236,7 +244,7 @@ def _parse_bool(text: str) -> bool:
 
 
 _TIERED_PROPERTY_MAP: dict[str, tuple[str, Any]] = {
-    "tieredStoreEnable": ("enabled", _parse_bool),
+    "tieredStoreEnable": ("enabled", parse_bool),
     "tieredStoreUrl": ("url", str.strip),
     "tieredStoreFileReservedTime": ("file_reserved_time_hours", lambda text: float(text)),
     "tieredUploadBytesPerSecMax": ("upload_bytes_per_sec_max", _parse_int),

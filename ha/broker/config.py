@@ -31,7 +31,7 @@ from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaint
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from ha.config import HA_PROPERTY_KEYS, HAConfig
-from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
+from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig, parse_bool
 
 __all__ = ["BROKER_KEYS", "RUNTIME_KEYS", "BrokerConfig", "parse_properties", "runtime_update",
            "top_level_properties"]
@@ -222,12 +222,6 @@ def _range(key: str, value: int, low: int, high: int) -> None:
         raise ConfigError(key, f"{value} not in [{low}, {high}]")
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    raise ValueError("expected true or false")
-
-
 def _addresses(text: str) -> tuple[str, ...]:
     """`host:port[,host:port...]` (RocketMQ also accepts `;` between addresses)."""
     return tuple(part.strip() for part in text.replace(";", ",").split(",") if part.strip())
@@ -243,7 +237,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "haBindAddress": ("ha_bind_address", str),
     "listenPort": ("listen_port", int),
     "storePathRootDir": ("store_path_root_dir", str),
-    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", parse_bool),
     "defaultTopicQueueNums": ("default_topic_queue_nums", int),
     "longPollingMax": ("long_polling_max", int),
     "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
@@ -253,7 +247,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
     "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval_ms", int),
-    "enableControllerMode": ("enable_controller_mode", _bool),
+    "enableControllerMode": ("enable_controller_mode", parse_bool),
     "controllerAddr": ("controller_addr", _addresses),
     "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
     "controllerRequestTimeoutMs": ("controller_request_timeout_ms", int),
@@ -263,7 +257,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
-    "allowInsecure": ("allow_insecure", _bool),
+    "allowInsecure": ("allow_insecure", parse_bool),
 }
 BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
                | frozenset(AUTH_KEYS))
