@@ -186,28 +186,29 @@ class SystemLog(Generic[F]):
             return result
 
     def _apply_pending(self, queue_offset: int) -> bool:
-        """Apply every pending record up to `queue_offset` (just acknowledged: the quorum
-        holds every byte before it too). Records this process did not write or lost track of
-        (a restart, a put cut short by an error) are read from the log once the confirm
-        position reaches the first pending record. False: it did not within the write
-        timeout (the records stay pending)."""
-        self._drop_applied_pending()
-        if self._pending and self._pending[0].queue_offset > self._fold.applied_queue_offset:
-            first = self._pending[0].log_position
-            deadline = time.monotonic() + self._write_timeout_s
-            while self._store.confirm_log_position < first:
+        """Apply every record up to `queue_offset` (just acknowledged: the quorum holds every
+        byte before it too), in queue-offset order. A record this process did not write or
+        lost track of (a restart, a put that raised after its append) is read from the log
+        once the confirm position reaches the pending record after it. False: that did not
+        happen within the write timeout (the records stay pending)."""
+        deadline = time.monotonic() + self._write_timeout_s
+        while self._fold.applied_queue_offset <= queue_offset:
+            self._drop_applied_pending()
+            applied = self._fold.applied_queue_offset
+            if not self._pending:
+                return False  # applied past what was pending, short of queue_offset: a bug
+            if self._pending[0].queue_offset == applied:
+                pending = self._pending.popleft()
+                self._apply(pending.queue_offset, pending.body)
+                continue
+            while self._store.confirm_log_position < self._pending[0].log_position:
                 if time.monotonic() >= deadline or self._stopping.is_set():
                     return False
                 time.sleep(CONFIRM_POLL_MS / 1000.0)  # rare: see the docstring
             self._catch_up_locked(take_over=False)
-            self._drop_applied_pending()
-            if self._pending and \
-                    self._pending[0].queue_offset > self._fold.applied_queue_offset:
-                return False
-        while self._pending and self._pending[0].queue_offset <= queue_offset:
-            pending = self._pending.popleft()
-            self._apply(pending.queue_offset, pending.body)
-        return self._fold.applied_queue_offset > queue_offset
+            if self._fold.applied_queue_offset == applied:
+                return False  # the records are gone (retention): catch-up waits for them
+        return True
 
     def _drop_applied_pending(self) -> None:
         applied = self._fold.applied_queue_offset

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from connector import Admin, ClientConfig
+from connector import Admin, ClientConfig, Consumer, Producer
 from connector.protocol import RocketHAError
 from tests.integration.failover_cluster import FailoverCluster
 from tests.integration.test_controller_failover import QUORUM_AUTO, SET_A
@@ -88,14 +88,14 @@ def test_a_paused_master_acknowledges_no_commit_the_new_master_lacks(tmp_path: P
         cluster.down()
 
 
-@pytest.mark.xfail(strict=True, reason="finding 3: topic configs reach slaves asynchronously "
-                   "(haMetadataSyncInterval); a new master lacks a topic created just before")
 def test_a_created_topic_survives_a_failover(tmp_path: Path) -> None:
-    """Finding 3 (read in the code while fixing finding 1, not yet seen by a campaign): topic
-    configs still travel as HA metadata, so a topic whose create_topic was answered OK is
-    unknown to a slave elected before the next sync (produce then auto-creates it with the
-    default queue count, or fails TOPIC_NOT_EXIST). Replay: metadata synced at start only, a
-    topic created with 3 queues, the master killed, the new master asked."""
+    """Finding 3 (read in the code while fixing finding 1; fixed): topic configs travelled as
+    HA metadata, so a topic whose create_topic was answered OK was unknown to a slave elected
+    before the next sync (produce then auto-created it with the default queue count, or failed
+    TOPIC_NOT_EXIST), and a deleted topic came back. Now every topic change is a record in the
+    CommitLog, answered only on PUT_OK (ha/broker/topic_log.py). Replay: metadata synced at
+    start only; a topic created with 3 queues, one updated, one deleted, one auto-created by a
+    first put; the master killed; the new master asked."""
     cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
                               controller_settings=CONTROLLER_FAST,
                               haMetadataSyncInterval="600000", **QUORUM_AUTO)
@@ -104,10 +104,60 @@ def test_a_created_topic_survives_a_failover(tmp_path: Path) -> None:
         cluster.wait_full_sync_state_set(old, 3)
         admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=3))
         admin.create_topic("invoices", queues=3)
+        admin.create_topic("refunds", queues=1)
+        admin.update_topic("refunds", read_queue_nums=2, write_queue_nums=2, perm=4)
+        admin.create_topic("drafts", queues=1)
+        admin.delete_topic("drafts")
+        with Producer(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=3)) as producer:
+            assert producer.send("receipts", b"first", queue_id=0).status == "PUT_OK"
         cluster.kill(old)
         new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[old])
-        topic = Admin(ClientConfig(brokers=(cluster.endpoint(new),), retries_max=3)
-                      ).get_topic("invoices")
-        assert topic["read_queue_nums"] == 3, topic
+        topics = {topic["name"]: topic for topic in Admin(ClientConfig(
+            brokers=(cluster.endpoint(new),), retries_max=3)).list_topics()}
+        assert set(topics) == {"invoices", "refunds", "receipts"}, topics
+        assert topics["invoices"]["read_queue_nums"] == 3, topics
+        assert (topics["refunds"]["write_queue_nums"], topics["refunds"]["perm"]) == (2, 4)
+        pulled = Consumer(ClientConfig(brokers=(cluster.endpoint(new),), retries_max=3)
+                          ).pull("receipts", 0, 0, max_messages=10)
+        assert pulled.table.column("body").to_pylist() == [b"first"]
+    finally:
+        cluster.down()
+
+
+def test_a_paused_master_acknowledges_no_topic_the_new_master_lacks(tmp_path: Path) -> None:
+    """A create_topic sent to a SIGSTOPped master, answered after a new master took over and
+    the old one resumed: it must not be OK, or if it is, the new master must have the topic."""
+    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
+                              controller_settings=CONTROLLER_FAST,
+                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
+    try:
+        old, info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(old, 3)
+        admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=0,
+                                   request_timeout_ms=60_000, send_deadline_ms=60_000))
+        admin.create_topic("orders", queues=1)
+        cluster.pause(old)
+        outcome: list[object] = []
+
+        def late_create() -> None:  # queued in the paused master's socket
+            try:
+                admin.create_topic("late", queues=5)
+                outcome.append("OK")
+            except RocketHAError as err:
+                outcome.append(err)
+
+        creator = threading.Thread(target=late_create, daemon=True)
+        creator.start()
+        new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[old])
+        cluster.resume(old)
+        creator.join(timeout=90)
+        assert outcome, "the resumed master never answered the create"
+        names = {topic["name"]: topic for topic in Admin(ClientConfig(
+            brokers=(cluster.endpoint(new),), retries_max=3)).list_topics()}
+        print(f"the resumed master answered {outcome[0]!r}; the new master has {sorted(names)}")
+        assert "orders" in names, f"the acknowledged create of orders is gone: {names}"
+        if outcome[0] == "OK":
+            assert names.get("late", {}).get("read_queue_nums") == 5, \
+                f"the old master acked topic late, the new master has {names}"
     finally:
         cluster.down()
