@@ -135,6 +135,9 @@ class SystemLog(Generic[F]):
         self.records_lost = 0  # removed by retention before this replica applied them
 
     def start(self) -> SystemLog[F]:
+        """Apply what is confirmed before the broker serves (a restart's snapshot may lag the
+        log: a change decided on a lagging fold would be decided wrong), then keep up."""
+        self.catch_up()
         self._thread.start()
         return self
 
@@ -163,6 +166,7 @@ class SystemLog(Generic[F]):
         writing, or what the put raises (NOT_MASTER)."""
         with self._write_lock:
             if needed is not None:
+                self._catch_up_locked(take_over=False)  # decide on every confirmed record
                 with self._state_lock:
                     if not needed(self._fold):
                         return None
