@@ -23,9 +23,15 @@ records are replayed from 0 on top of it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
+from ha.broker.system_record import (
+    QUEUE_OFFSET_MAX,
+    FoldPosition,
+    decode_envelope,
+    encode_envelope,
+    int_in,
+)
 from storage_engine import topic_name_error
 
 __all__ = ["PERM_READ", "PERM_WRITE", "QUEUE_NUMS_MAX", "TOPICS_MAX", "TOPICS_TOPIC",
@@ -38,8 +44,6 @@ PERM_MAX = 7
 QUEUE_NUMS_MAX = 1024
 TOPICS_MAX = 100_000  # topics one replica set keeps
 TOPICS_TOPIC = "rmq_sys_rocketha_topics"  # one queue (0) per replica set
-RECORD_VERSION = 1
-QUEUE_OFFSET_MAX = 1 << 62
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,24 +75,17 @@ class TopicRecord:
 
 
 def encode_put(topic: TopicConfig) -> bytes:
-    return json.dumps({"v": RECORD_VERSION, "op": "put", **topic.to_json()},
-                      sort_keys=True).encode()
+    return encode_envelope("put", topic.to_json())
 
 
 def encode_delete(name: str) -> bytes:
-    return json.dumps({"v": RECORD_VERSION, "op": "delete", "name": name},
-                      sort_keys=True).encode()
+    return encode_envelope("delete", {"name": name})
 
 
 def decode_topic_record(body: bytes) -> TopicRecord:
     """The record in `body`; ValueError (naming what is wrong) for anything else."""
-    try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, RecursionError) as err:
-        raise ValueError(f"not JSON: {err}") from err
-    if not isinstance(raw, dict) or raw.get("v") != RECORD_VERSION:
-        raise ValueError(f"not a version {RECORD_VERSION} topic record")
-    op, name = raw.get("op"), raw.get("name")
+    op, raw = decode_envelope(body, "topic")
+    name = raw.get("name")
     _check_name(name)
     if op == "delete":
         return TopicRecord("delete", name)
@@ -107,10 +104,10 @@ def topic_from_json(item: Any) -> TopicConfig:
     _check_name(name)
     counts = (item.get("read_queue_nums"), item.get("write_queue_nums"))
     for count in counts:
-        if not _int_in(count, 1, QUEUE_NUMS_MAX):
+        if not int_in(count, 1, QUEUE_NUMS_MAX):
             raise ValueError(f"topic {name}: queue count {count!r:.20}")
     perm = item.get("perm", PERM_READ | PERM_WRITE)
-    if not _int_in(perm, 0, PERM_MAX):
+    if not int_in(perm, 0, PERM_MAX):
         raise ValueError(f"topic {name}: perm {perm!r:.20}")
     return TopicConfig(name, counts[0], counts[1], perm)
 
@@ -120,27 +117,20 @@ def _check_name(name: Any) -> None:
         raise ValueError(f"bad topic name {name!r:.60}")
 
 
-def _int_in(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-class TopicTable:
+class TopicTable(FoldPosition):
     """The topics after the records [0, applied_queue_offset) of TOPICS_TOPIC (not
     thread-safe: ha/broker/system_log.py serializes every call)."""
 
     def __init__(self, topics: dict[str, TopicConfig] | None = None,
                  applied_queue_offset: int = 0) -> None:
-        assert applied_queue_offset >= 0, applied_queue_offset
+        super().__init__(applied_queue_offset)
         self.topics: dict[str, TopicConfig] = topics if topics is not None else {}
-        self.applied_queue_offset = applied_queue_offset
         self.records_skipped = 0  # did not decode, or a new topic past TOPICS_MAX
 
     def apply(self, queue_offset: int, body: bytes) -> TopicRecord | None:
         """Apply the record at `queue_offset`, which must be the next one. Returns it, or None
         when it was skipped (undecodable, or a new topic past TOPICS_MAX)."""
-        assert queue_offset == self.applied_queue_offset, (queue_offset,
-                                                           self.applied_queue_offset)
-        self.applied_queue_offset += 1
+        self._advance(queue_offset)
         try:
             record = decode_topic_record(body)
         except ValueError:
@@ -154,14 +144,6 @@ class TopicTable:
             return None
         self.topics[record.name] = record.topic
         return record
-
-    def skip_to(self, queue_offset: int) -> int:
-        """Move past records that can no longer be read (retention removed them before this
-        replica applied them); returns how many were skipped."""
-        assert queue_offset >= self.applied_queue_offset
-        skipped = queue_offset - self.applied_queue_offset
-        self.applied_queue_offset = queue_offset
-        return skipped
 
     def sorted_topics(self) -> list[TopicConfig]:
         return sorted(self.topics.values(), key=lambda topic: topic.name)
@@ -179,7 +161,7 @@ class TopicTable:
             raise TypeError("a topic snapshot is a JSON object")
         items = raw.get("topics", [])
         applied = raw.get("applied_queue_offset", 0)
-        if not _int_in(applied, 0, QUEUE_OFFSET_MAX):
+        if not int_in(applied, 0, QUEUE_OFFSET_MAX):
             raise ValueError(f"applied_queue_offset {applied!r:.20}")
         if not isinstance(items, list) or len(items) > TOPICS_MAX:
             raise TypeError(f"topics must be a list of at most {TOPICS_MAX}")

@@ -17,7 +17,9 @@ is, the new master must have it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,26 +63,12 @@ def test_a_paused_master_acknowledges_no_commit_the_new_master_lacks(tmp_path: P
                                    request_timeout_ms=60_000, send_deadline_ms=60_000))
         admin.create_topic("orders", queues=1)
         admin.commit_offset("billing", "orders", 0, 7)
-        cluster.pause(old)
-        outcome: list[object] = []
-
-        def late_commit() -> None:  # queued in the paused master's socket
-            try:
-                admin.commit_offset("billing", "orders", 0, 9)
-                outcome.append("OK")
-            except RocketHAError as err:
-                outcome.append(err)
-
-        committer = threading.Thread(target=late_commit, daemon=True)
-        committer.start()
-        new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[old])
-        cluster.resume(old)
-        committer.join(timeout=90)
-        assert outcome, "the resumed master never answered the commit"
+        outcome, new = _answer_after_failover(
+            cluster, old, info, lambda: admin.commit_offset("billing", "orders", 0, 9))
         offsets = Admin(ClientConfig(brokers=(cluster.endpoint(new),), retries_max=3)
                         ).query_offsets("billing", "orders")
-        print(f"the resumed master answered {outcome[0]!r}; the new master has {offsets}")
-        if outcome[0] == "OK":
+        print(f"the resumed master answered {outcome!r}; the new master has {offsets}")
+        if outcome == "OK":
             assert offsets == {0: 9}, f"the old master acked 9, the new master has {offsets}"
         else:
             assert offsets in ({0: 7}, {0: 9}), f"the acknowledged 7 moved back: {offsets}"
@@ -136,28 +124,38 @@ def test_a_paused_master_acknowledges_no_topic_the_new_master_lacks(tmp_path: Pa
         admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=0,
                                    request_timeout_ms=60_000, send_deadline_ms=60_000))
         admin.create_topic("orders", queues=1)
-        cluster.pause(old)
-        outcome: list[object] = []
-
-        def late_create() -> None:  # queued in the paused master's socket
-            try:
-                admin.create_topic("late", queues=5)
-                outcome.append("OK")
-            except RocketHAError as err:
-                outcome.append(err)
-
-        creator = threading.Thread(target=late_create, daemon=True)
-        creator.start()
-        new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[old])
-        cluster.resume(old)
-        creator.join(timeout=90)
-        assert outcome, "the resumed master never answered the create"
+        outcome, new = _answer_after_failover(
+            cluster, old, info, lambda: admin.create_topic("late", queues=5))
         names = {topic["name"]: topic for topic in Admin(ClientConfig(
             brokers=(cluster.endpoint(new),), retries_max=3)).list_topics()}
-        print(f"the resumed master answered {outcome[0]!r}; the new master has {sorted(names)}")
+        print(f"the resumed master answered {outcome!r}; the new master has {sorted(names)}")
         assert "orders" in names, f"the acknowledged create of orders is gone: {names}"
-        if outcome[0] == "OK":
+        if outcome == "OK":
             assert names.get("late", {}).get("read_queue_nums") == 5, \
                 f"the old master acked topic late, the new master has {names}"
     finally:
         cluster.down()
+
+
+def _answer_after_failover(cluster: FailoverCluster, old: str, info: dict[str, Any],
+                           call: Callable[[], object]) -> tuple[object, str]:
+    """SIGSTOP the master `old`, send `call` (it waits in the paused master's socket), let a
+    new master take over, SIGCONT the old one: ("OK" or the error it answered, the new
+    master)."""
+    cluster.pause(old)
+    outcome: list[object] = []
+
+    def late_call() -> None:
+        try:
+            call()
+            outcome.append("OK")
+        except RocketHAError as err:
+            outcome.append(err)
+
+    caller = threading.Thread(target=late_call, daemon=True)
+    caller.start()
+    new, _ = cluster.wait_master(SET_A, min_epoch=info["master_epoch"] + 1, exclude=[old])
+    cluster.resume(old)
+    caller.join(timeout=90)
+    assert outcome, "the resumed master never answered"
+    return outcome[0], new

@@ -13,7 +13,6 @@ store answered with a scripted status (the quorum's verdict).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,15 +81,6 @@ def test_the_snapshot_round_trips_and_old_files_replay_from_zero() -> None:
 
 
 # -- the shell over a real store ---------------------------------------------------------------
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MessageStore]:
-    store = _open_store(tmp_path / "store")
-    try:
-        yield store
-    finally:
-        store.close()
-
-
 def _offset_log(directory: Path, store: MessageStore, put: ScriptedPut | None = None,
                 write_timeout_ms: int = 200) -> OffsetLog:
     return OffsetLog(directory, store, flush_interval_ms=100_000,

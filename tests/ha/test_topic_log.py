@@ -12,7 +12,6 @@ the put path replaced at its boundary (tests/support/scripted_put.py), as for th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,15 +84,6 @@ def test_the_snapshot_round_trips_and_old_files_replay_from_zero() -> None:
 
 
 # -- the shell over a real store ---------------------------------------------------------------
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MessageStore]:
-    store = open_small_store(tmp_path / "store")
-    try:
-        yield store
-    finally:
-        store.close()
-
-
 def _topic_log(directory: Path, store: MessageStore, put: ScriptedPut | None = None) -> TopicLog:
     return TopicLog(directory, store, put=put or ScriptedPut(store), write_timeout_ms=200)
 
