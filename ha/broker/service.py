@@ -13,6 +13,7 @@ becomes visible without busy polling.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -55,9 +56,9 @@ from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_lev
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.long_poll import Arrivals, poll_until
 from ha.broker.metadata import TOPICS_TOPIC, TopicConfig
-from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLimitError, OffsetLog
+from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLog
 from ha.broker.replication import NotMasterError, Replication
-from ha.broker.system_log import SystemLogLimitError
+from ha.broker.system_log import SystemLog, SystemLogLimitError
 from ha.broker.telemetry import Traffic
 from ha.broker.topic_log import TopicLimitError, TopicLog
 from storage_engine import (
@@ -263,12 +264,8 @@ class BrokerService(flight.FlightServerBase):
         """A first put into an unknown topic: its record is acknowledged (PUT_OK) before the
         first message is written, so no message is acked into a topic a new master lacks.
         Anything else refuses the put before it stores a byte: retriable, not "stored"."""
-        try:
+        with _record_limits():
             result = self.topics.put(topic, only_if_absent=True)
-        except TopicLimitError as err:
-            raise RequestError("BAD_REQUEST", str(err)) from err
-        except SystemLogLimitError as err:
-            raise RequestError("BUSY", str(err)) from err
         if result is None:  # another put created it first
             return
         if result.status is not PutStatus.PUT_OK:
@@ -544,12 +541,8 @@ class BrokerService(flight.FlightServerBase):
         return self._put_topic(self._topic_from_request(request, existing=True))
 
     def _put_topic(self, topic: TopicConfig) -> dict[str, Any]:
-        try:
+        with _record_limits():
             result = self.topics.put(topic)
-        except TopicLimitError as err:
-            raise RequestError("BAD_REQUEST", str(err)) from err
-        except SystemLogLimitError as err:
-            raise RequestError("BUSY", str(err)) from err
         if result is not None:  # None: the table already had this config
             _check_record_put(result, f"change of topic {topic.name}")
         return {"topic": topic.to_json()}
@@ -559,10 +552,8 @@ class BrokerService(flight.FlightServerBase):
         name = _string(request, "topic")
         _check_topic_name(name)
         _check_not_internal(name)
-        try:
+        with _record_limits():
             result = self.topics.delete(name)
-        except SystemLogLimitError as err:
-            raise RequestError("BUSY", str(err)) from err
         if result is None:
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
         _check_record_put(result, f"delete of topic {name}")
@@ -606,10 +597,8 @@ class BrokerService(flight.FlightServerBase):
         topic = self._topic_for_read(_string(request, "topic"))
         queue_id = _int(request, "queue_id", None, 0, topic.read_queue_nums - 1)
         queue_offset = _int(request, "queue_offset", None, 0, 1 << 62)
-        try:
+        with _record_limits():
             result = self.offsets.commit(group, topic.name, queue_id, queue_offset)
-        except OffsetLimitError as err:
-            raise RequestError("BUSY", str(err)) from err
         _check_record_put(result, f"commit of group {group}")
         return {}
 
@@ -626,7 +615,8 @@ class BrokerService(flight.FlightServerBase):
     def _delete_group(self, request: dict[str, Any]) -> dict[str, Any]:
         """Forget a consumer group's committed offsets (GROUP_NOT_FOUND if it has none)."""
         group = _string(request, "group")
-        result = self.offsets.delete_group(group)
+        with _record_limits():
+            result = self.offsets.delete_group(group)
         if result is None:
             raise RequestError("GROUP_NOT_FOUND", f"consumer group {group!r} has no offsets here")
         _check_record_put(result, f"delete of group {group}")
@@ -700,10 +690,8 @@ class BrokerService(flight.FlightServerBase):
             "idempotence": {"producers": len(self.idempotence.table),
                             "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),
-            "offset_records": {"written": self.offsets.records_written,
-                               "applied": self.offsets.records_applied,
-                               "applied_queue_offset": self.offsets.applied_queue_offset,
-                               "lost": self.offsets.records_lost},
+            "offset_records": _record_stats(self.offsets),
+            "topic_records": _record_stats(self.topics),
             "tiered": self._tier_stats(),
         }
 
@@ -722,6 +710,11 @@ def _to_batch(result: GetResult | RecordBlock, topic: str, columns: tuple[str, .
             sum(map(len, result.records)))
 
 
+def _record_stats(log: SystemLog[Any]) -> dict[str, int]:
+    return {"written": log.records_written, "applied": log.records_applied,
+            "applied_queue_offset": log.applied_queue_offset, "lost": log.records_lost}
+
+
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
     """[[queue_id, first_queue_offset, count]] in first-appearance order."""
     ranges: dict[int, list[int]] = {}
@@ -732,6 +725,18 @@ def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
         else:
             entry[2] += 1
     return list(ranges.values())
+
+
+@contextlib.contextmanager
+def _record_limits() -> Iterator[None]:
+    """A topic or offset change the system log refused before writing, as a wire error: a full
+    table is the request's fault, records piling up unacknowledged a reason to retry later."""
+    try:
+        yield
+    except TopicLimitError as err:
+        raise RequestError("BAD_REQUEST", str(err)) from err
+    except SystemLogLimitError as err:
+        raise RequestError("BUSY", str(err)) from err
 
 
 def _check_record_put(result: PutResult, what: str) -> None:
