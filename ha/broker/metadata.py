@@ -125,16 +125,12 @@ class TopicTable(FoldPosition):
                  applied_queue_offset: int = 0) -> None:
         super().__init__(applied_queue_offset)
         self.topics: dict[str, TopicConfig] = topics if topics is not None else {}
-        self.records_skipped = 0  # did not decode, or a new topic past TOPICS_MAX
 
     def apply(self, queue_offset: int, body: bytes) -> TopicRecord | None:
         """Apply the record at `queue_offset`, which must be the next one. Returns it, or None
         when it was skipped (undecodable, or a new topic past TOPICS_MAX)."""
-        self._advance(queue_offset)
-        try:
-            record = decode_topic_record(body)
-        except ValueError:
-            self.records_skipped += 1
+        record = self._advance(queue_offset, body, decode_topic_record)
+        if record is None:
             return None
         if record.topic is None:
             self.topics.pop(record.name, None)

@@ -87,16 +87,12 @@ class OffsetTable(FoldPosition):
     def __init__(self, offsets: Offsets | None = None, applied_queue_offset: int = 0) -> None:
         super().__init__(applied_queue_offset)
         self.offsets: Offsets = offsets if offsets is not None else {}
-        self.records_skipped = 0  # did not decode, or a new group past GROUPS_MAX
 
     def apply(self, queue_offset: int, body: bytes) -> OffsetRecord | None:
         """Apply the record at `queue_offset`, which must be the next one. Returns it, or None
         when it was skipped (undecodable, or a new group past GROUPS_MAX)."""
-        self._advance(queue_offset)
-        try:
-            record = decode_offset_record(body)
-        except ValueError:
-            self.records_skipped += 1
+        record = self._advance(queue_offset, body, decode_offset_record)
+        if record is None:
             return None
         if record.op == "delete_group":
             self.offsets.pop(record.group, None)

@@ -9,13 +9,16 @@ not such an object is refused with ValueError, which a fold counts and skips.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["QUEUE_OFFSET_MAX", "RECORD_VERSION", "FoldPosition", "decode_envelope",
            "encode_envelope", "int_in"]
 
 RECORD_VERSION = 1
 QUEUE_OFFSET_MAX = 1 << 62
+
+R = TypeVar("R")
 
 
 def encode_envelope(op: str, fields: dict[str, Any]) -> bytes:
@@ -39,18 +42,26 @@ def int_in(value: Any, low: int, high: int) -> bool:
 
 
 class FoldPosition:
-    """The queue offset a fold has applied up to (the records [0, applied_queue_offset))."""
+    """The queue offset a fold has applied up to (the records [0, applied_queue_offset)),
+    and how many of them it skipped."""
 
     def __init__(self, applied_queue_offset: int) -> None:
         assert applied_queue_offset >= 0, applied_queue_offset
         self.applied_queue_offset = applied_queue_offset
+        self.records_skipped = 0  # did not decode, or past a table's limit
 
-    def _advance(self, queue_offset: int) -> None:
-        """The record at `queue_offset` is being applied: it must be the next one (out of
-        order is a bug, never applied)."""
+    def _advance(self, queue_offset: int, body: bytes,
+                 decode: Callable[[bytes], R]) -> R | None:
+        """The record at `queue_offset`, which must be the next one (out of order is a bug,
+        never applied), decoded; None (counted as skipped) when it does not decode."""
         assert queue_offset == self.applied_queue_offset, (queue_offset,
                                                            self.applied_queue_offset)
         self.applied_queue_offset += 1
+        try:
+            return decode(body)
+        except ValueError:
+            self.records_skipped += 1
+            return None
 
     def skip_to(self, queue_offset: int) -> int:
         """Move past records that can no longer be read (retention removed them before this

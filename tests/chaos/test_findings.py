@@ -16,8 +16,9 @@ is, the new master must have it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_committed_offset_survives_a_failover(tmp_path: Path) -> None:
-    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
-                              controller_settings=CONTROLLER_FAST,
-                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
-    try:
-        old, info = cluster.wait_master(SET_A)
-        cluster.wait_full_sync_state_set(old, 3)
+    with _metadata_synced_once(tmp_path) as (cluster, old, info):
         admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=3))
         admin.create_topic("orders", queues=1)
         admin.commit_offset("billing", "orders", 0, 7)
@@ -48,17 +44,10 @@ def test_committed_offset_survives_a_failover(tmp_path: Path) -> None:
         offsets = Admin(ClientConfig(brokers=(cluster.endpoint(new),), retries_max=3)
                         ).query_offsets("billing", "orders")
         assert offsets == {0: 7}, f"the acknowledged commit moved back: {offsets}"
-    finally:
-        cluster.down()
 
 
 def test_a_paused_master_acknowledges_no_commit_the_new_master_lacks(tmp_path: Path) -> None:
-    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
-                              controller_settings=CONTROLLER_FAST,
-                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
-    try:
-        old, info = cluster.wait_master(SET_A)
-        cluster.wait_full_sync_state_set(old, 3)
+    with _metadata_synced_once(tmp_path) as (cluster, old, info):
         admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=0,
                                    request_timeout_ms=60_000, send_deadline_ms=60_000))
         admin.create_topic("orders", queues=1)
@@ -72,8 +61,6 @@ def test_a_paused_master_acknowledges_no_commit_the_new_master_lacks(tmp_path: P
             assert offsets == {0: 9}, f"the old master acked 9, the new master has {offsets}"
         else:
             assert offsets in ({0: 7}, {0: 9}), f"the acknowledged 7 moved back: {offsets}"
-    finally:
-        cluster.down()
 
 
 def test_a_created_topic_survives_a_failover(tmp_path: Path) -> None:
@@ -84,12 +71,7 @@ def test_a_created_topic_survives_a_failover(tmp_path: Path) -> None:
     CommitLog, answered only on PUT_OK (ha/broker/topic_log.py). Replay: metadata synced at
     start only; a topic created with 3 queues, one updated, one deleted, one auto-created by a
     first put; the master killed; the new master asked."""
-    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
-                              controller_settings=CONTROLLER_FAST,
-                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
-    try:
-        old, info = cluster.wait_master(SET_A)
-        cluster.wait_full_sync_state_set(old, 3)
+    with _metadata_synced_once(tmp_path) as (cluster, old, info):
         admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=3))
         admin.create_topic("invoices", queues=3)
         admin.create_topic("refunds", queues=1)
@@ -108,19 +90,12 @@ def test_a_created_topic_survives_a_failover(tmp_path: Path) -> None:
         pulled = Consumer(ClientConfig(brokers=(cluster.endpoint(new),), retries_max=3)
                           ).pull("receipts", 0, 0, max_messages=10)
         assert pulled.table.column("body").to_pylist() == [b"first"]
-    finally:
-        cluster.down()
 
 
 def test_a_paused_master_acknowledges_no_topic_the_new_master_lacks(tmp_path: Path) -> None:
     """A create_topic sent to a SIGSTOPped master, answered after a new master took over and
     the old one resumed: it must not be OK, or if it is, the new master must have the topic."""
-    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
-                              controller_settings=CONTROLLER_FAST,
-                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
-    try:
-        old, info = cluster.wait_master(SET_A)
-        cluster.wait_full_sync_state_set(old, 3)
+    with _metadata_synced_once(tmp_path) as (cluster, old, info):
         admin = Admin(ClientConfig(brokers=(cluster.endpoint(old),), retries_max=0,
                                    request_timeout_ms=60_000, send_deadline_ms=60_000))
         admin.create_topic("orders", queues=1)
@@ -133,6 +108,21 @@ def test_a_paused_master_acknowledges_no_topic_the_new_master_lacks(tmp_path: Pa
         if outcome == "OK":
             assert names.get("late", {}).get("read_queue_nums") == 5, \
                 f"the old master acked topic late, the new master has {names}"
+
+
+@contextlib.contextmanager
+def _metadata_synced_once(tmp_path: Path
+                          ) -> Iterator[tuple[FailoverCluster, str, dict[str, Any]]]:
+    """3 brokers whose HA metadata is synced at start only (haMetadataSyncInterval 10 min, so
+    it cannot carry a change), 1 controller: (the cluster, its master, the master's info) once
+    every broker is in the SyncStateSet; down at the end."""
+    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3,
+                              controller_settings=CONTROLLER_FAST,
+                              haMetadataSyncInterval="600000", **QUORUM_AUTO)
+    try:
+        old, info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(old, 3)
+        yield cluster, old, info
     finally:
         cluster.down()
 
