@@ -45,8 +45,10 @@ class TopicLimitError(SystemLogLimitError):
 
 
 class TopicLog(SystemLog[TopicTable]):
-    """The topic configs of one broker (see the module docstring). `get` and `all` read the
-    applied table without touching the log: they are on every put's path."""
+    """The topic configs of one broker (see the module docstring). `get` finding the topic
+    reads only the applied table (it is on every put's path); a miss, and `all`, first apply
+    what was confirmed since the last pass (a slave serving reads lags by up to
+    CATCH_UP_INTERVAL_MS otherwise)."""
 
     def __init__(self, config_dir: Path, store: MessageStore, *,
                  put: Callable[[MessageBatch], PutResult], write_timeout_ms: int) -> None:
@@ -91,7 +93,12 @@ class TopicLog(SystemLog[TopicTable]):
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, name: str) -> TopicConfig | None:
-        return self._fold.topics.get(name)  # one dict read: no lock on the put path
+        topic = self._fold.topics.get(name)  # one dict read: no lock on the put path
+        if topic is None:  # a replica may not have applied a recent create yet: catch up
+            self.catch_up(wait=False)
+            topic = self._fold.topics.get(name)
+        return topic
 
     def all(self) -> list[TopicConfig]:
+        self.catch_up(wait=False)
         return self._read(lambda table: table.sorted_topics())
