@@ -60,6 +60,7 @@ BENCHES = {
     "security": "tests/bench/bench_security.py",
     "latency": "tests/bench/bench_latency.py",
     "offsets": "tests/bench/bench_offsets.py",
+    "topics": "tests/bench/bench_topics.py",
 }
 
 

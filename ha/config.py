@@ -58,7 +58,7 @@ class HAConfig:
     all_ack_in_sync_state_set: bool = False  # allAckInSyncStateSet
     reconnect_interval_ms: int = 1000  # haReconnectInterval (slave: pause between attempts)
     links_max: int = 16  # haConnectionsMax (slave links a master accepts at once)
-    metadata_sync_interval_ms: int = 1000  # haMetadataSyncInterval (topics/offsets to slaves)
+    metadata_sync_interval_ms: int = 1000  # haMetadataSyncInterval (topic/offset snapshots)
     # a new link must say SlaveHello within this (idle strangers do not keep haConnectionsMax
     # slots), and a started frame, or a send, must complete within haFrameTimeoutMs (a frame
     # sent one byte at a time does not hold a link for ever)

@@ -21,9 +21,15 @@ it covers, so a restart replays only the records after it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
+from ha.broker.system_record import (
+    QUEUE_OFFSET_MAX,
+    FoldPosition,
+    decode_envelope,
+    encode_envelope,
+    int_in,
+)
 from storage_engine import topic_name_error
 
 __all__ = ["GROUPS_MAX", "OFFSETS_TOPIC", "OffsetRecord", "OffsetTable", "decode_offset_record",
@@ -31,9 +37,7 @@ __all__ = ["GROUPS_MAX", "OFFSETS_TOPIC", "OffsetRecord", "OffsetTable", "decode
 
 OFFSETS_TOPIC = "rmq_sys_rocketha_offsets"  # one queue (0) per replica set
 GROUPS_MAX = 100_000  # consumer groups one replica set keeps offsets for
-RECORD_VERSION = 1
 QUEUE_ID_MAX = 1023  # a topic has at most 1024 queues (ha/broker/metadata.py)
-QUEUE_OFFSET_MAX = 1 << 62
 
 Offsets = dict[str, dict[str, dict[str, int]]]  # group -> topic -> str(queue_id) -> offset
 
@@ -50,28 +54,20 @@ class OffsetRecord:
 
 
 def encode_commit(group: str, topic: str, queue_id: int, queue_offset: int) -> bytes:
-    return json.dumps({"v": RECORD_VERSION, "op": "commit", "group": group, "topic": topic,
-                       "queue_id": queue_id, "queue_offset": queue_offset},
-                      sort_keys=True).encode()
+    return encode_envelope("commit", {"group": group, "topic": topic, "queue_id": queue_id,
+                                      "queue_offset": queue_offset})
 
 
 def encode_delete_group(group: str) -> bytes:
-    return json.dumps({"v": RECORD_VERSION, "op": "delete_group", "group": group},
-                      sort_keys=True).encode()
+    return encode_envelope("delete_group", {"group": group})
 
 
 def decode_offset_record(body: bytes) -> OffsetRecord:
     """The record in `body`; ValueError (naming what is wrong) for anything else."""
-    try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, RecursionError) as err:
-        raise ValueError(f"not JSON: {err}") from err
-    if not isinstance(raw, dict) or raw.get("v") != RECORD_VERSION:
-        raise ValueError(f"not a version {RECORD_VERSION} offset record")
+    op, raw = decode_envelope(body, "offset")
     group = raw.get("group")
     if not isinstance(group, str) or topic_name_error(group) is not None:
         raise ValueError(f"bad group {group!r:.60}")
-    op = raw.get("op")
     if op == "delete_group":
         return OffsetRecord("delete_group", group)
     if op != "commit":
@@ -79,35 +75,24 @@ def decode_offset_record(body: bytes) -> OffsetRecord:
     topic, queue_id, queue_offset = raw.get("topic"), raw.get("queue_id"), raw.get("queue_offset")
     if not isinstance(topic, str) or topic_name_error(topic) is not None:
         raise ValueError(f"bad topic {topic!r:.60}")
-    if not _int_in(queue_id, 0, QUEUE_ID_MAX) or not _int_in(queue_offset, 0, QUEUE_OFFSET_MAX):
+    if not int_in(queue_id, 0, QUEUE_ID_MAX) or not int_in(queue_offset, 0, QUEUE_OFFSET_MAX):
         raise ValueError(f"bad queue_id {queue_id!r:.20} or queue_offset {queue_offset!r:.20}")
     return OffsetRecord("commit", group, topic, queue_id, queue_offset)
 
 
-def _int_in(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-class OffsetTable:
+class OffsetTable(FoldPosition):
     """The offsets after the records [0, applied_queue_offset) of OFFSETS_TOPIC (not
     thread-safe: ha/broker/offset_log.py serializes every call)."""
 
     def __init__(self, offsets: Offsets | None = None, applied_queue_offset: int = 0) -> None:
-        assert applied_queue_offset >= 0, applied_queue_offset
+        super().__init__(applied_queue_offset)
         self.offsets: Offsets = offsets if offsets is not None else {}
-        self.applied_queue_offset = applied_queue_offset
-        self.records_skipped = 0  # did not decode, or a new group past GROUPS_MAX
 
     def apply(self, queue_offset: int, body: bytes) -> OffsetRecord | None:
         """Apply the record at `queue_offset`, which must be the next one. Returns it, or None
         when it was skipped (undecodable, or a new group past GROUPS_MAX)."""
-        assert queue_offset == self.applied_queue_offset, (queue_offset,
-                                                           self.applied_queue_offset)
-        self.applied_queue_offset += 1
-        try:
-            record = decode_offset_record(body)
-        except ValueError:
-            self.records_skipped += 1
+        record = self._advance(queue_offset, body, decode_offset_record)
+        if record is None:
             return None
         if record.op == "delete_group":
             self.offsets.pop(record.group, None)
@@ -118,14 +103,6 @@ class OffsetTable:
         topics = self.offsets.setdefault(record.group, {})
         topics.setdefault(record.topic, {})[str(record.queue_id)] = record.queue_offset
         return record
-
-    def skip_to(self, queue_offset: int) -> int:
-        """Move past records that can no longer be read (retention removed them before this
-        replica applied them); returns how many were skipped."""
-        assert queue_offset >= self.applied_queue_offset
-        skipped = queue_offset - self.applied_queue_offset
-        self.applied_queue_offset = queue_offset
-        return skipped
 
     def query(self, group: str, topic: str) -> dict[str, int]:
         return dict(self.offsets.get(group, {}).get(topic, {}))
@@ -146,11 +123,11 @@ class OffsetTable:
             raise TypeError("an offset snapshot is a JSON object")
         offsets = raw.get("offsets", {})
         applied = raw.get("applied_queue_offset", 0)
-        if not _int_in(applied, 0, QUEUE_OFFSET_MAX):
+        if not int_in(applied, 0, QUEUE_OFFSET_MAX):
             raise ValueError(f"applied_queue_offset {applied!r:.20}")
         if not isinstance(offsets, dict) or len(offsets) > GROUPS_MAX or not all(
                 isinstance(topics, dict) and all(isinstance(queues, dict) and all(
-                    _int_in(value, 0, QUEUE_OFFSET_MAX) for value in queues.values())
+                    int_in(value, 0, QUEUE_OFFSET_MAX) for value in queues.values())
                     for queues in topics.values()) for topics in offsets.values()):
             raise TypeError("consumer offsets must map group -> topic -> queue -> int")
         return cls(offsets, applied)

@@ -15,17 +15,17 @@ one-line call there):
     SLAVE                     NOT_MASTER naming the master's endpoint        slaveReadEnable, up
                                                                              to the confirm it got
 
-Metadata: a master serialises its topics (JSON) and ships them when they change (at most every
-haMetadataSyncInterval); a slave replaces its own with them, so a slave promoted later has them.
-Consumer-group offsets are records in the CommitLog (ha/broker/offset_log.py): written by `put`,
-replicated with the log, applied by every replica; the metadata carries the master's offset
-snapshot only for a slave whose log lost records to retention.
+Metadata: topic configs and consumer-group offsets are records in the CommitLog
+(ha/broker/topic_log.py, offset_log.py over ha/broker/system_log.py): written by `put`,
+replicated with the log, applied by every replica. A master still ships its topic and offset
+snapshots as HA metadata when they change (at most every haMetadataSyncInterval), used only by
+a slave whose log lost records to retention.
 
 Runtime roles (controller mode with replicas, `BrokerConfig.runtime_roles`): the broker starts
 with neither service and fenced; ha/broker/roles.py calls `become_master` / `become_slave` /
 `become_none` as the controller decides. Ordering that keeps the safety rules:
 - promotion: fence, stop following, cut a partial tail record, raise the confirm position to
-  the log's end (DESIGN §5.4), apply the offset records up to it, open the term at the
+  the log's end (DESIGN §5.4), apply the topic and offset records up to it, open the term at the
   controller's epoch, start the master service; the caller lifts the fence only after the rest
   of the take-over (idempotence table);
 - demotion: fence first (no new put passes `check_writable`; a put already past it is answered
@@ -45,8 +45,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ha.broker.config import BrokerConfig
-from ha.broker.metadata import TopicTable
 from ha.broker.offset_log import OffsetLog
+from ha.broker.topic_log import TopicLog
 from ha.config import BrokerRole
 from ha.master_service import MasterService
 from ha.slave_service import SlaveService
@@ -71,7 +71,7 @@ class NotMasterError(Exception):
 
 class Replication:
     def __init__(self, config: BrokerConfig, store: MessageStore, *, endpoint: str,
-                 topics: TopicTable, offsets: OffsetLog) -> None:
+                 topics: TopicLog, offsets: OffsetLog) -> None:
         self._config = config
         self._ha = config.ha
         self._store = store
@@ -103,9 +103,10 @@ class Replication:
         return self._ha.broker_role
 
     def close(self) -> None:
-        """Stop replicating; then the offset log writes its last snapshot."""
+        """Stop replicating; then the topic and offset logs write their last snapshots."""
         self._stop_master()
         self._stop_slave()
+        self._topics.close()
         self._offsets.close()
 
     def _stop_master(self) -> None:
@@ -133,7 +134,8 @@ class Replication:
         store = self._store
         store.truncate_incomplete_tail()  # a replica's log may end inside a record
         store.set_confirm_log_position(store.end_log_position)
-        self._offsets.take_over()  # every offset record in the log, before writes resume
+        self._topics.take_over()  # every topic and offset record in the log, before writes
+        self._offsets.take_over()  # resume (ha/broker/system_log.py)
         last = store.epochs.last
         if last is not None and last.epoch > master_epoch:
             raise RoleChangeError(f"the local epoch file ends at epoch {last.epoch}, newer than "
@@ -290,8 +292,8 @@ class Replication:
 
     # -- metadata ---------------------------------------------------------------------------
     def _metadata(self) -> bytes:
-        return json.dumps({"topics": [topic.to_json() for topic in self._topics.all()],
-                           **self._offsets.metadata_json()}, sort_keys=True).encode()
+        return json.dumps({**self._topics.metadata_json(), **self._offsets.metadata_json()},
+                          sort_keys=True).encode()
 
     def _apply_metadata(self, payload: bytes) -> None:
         if len(payload) > METADATA_BYTES_MAX:
@@ -300,7 +302,9 @@ class Replication:
             return
         try:
             decoded = json.loads(payload)
-            self._topics.replace_all(decoded["topics"])
+            if not isinstance(decoded, dict):
+                raise TypeError("metadata is a JSON object")
+            self._topics.note_master_snapshot(decoded)
             self._offsets.note_master_snapshot(decoded)
         except (ValueError, KeyError, TypeError, RecursionError) as err:
             logger.warning("ignoring malformed metadata from the master: %.300s", err)

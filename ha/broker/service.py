@@ -13,6 +13,7 @@ becomes visible without busy polling.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -54,10 +55,12 @@ from ha.broker.auth import AuditLog, AuthGate, load_acl_file, read_credentials_f
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.long_poll import Arrivals, poll_until
-from ha.broker.metadata import TopicConfig, TopicTable
-from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLimitError, OffsetLog
+from ha.broker.metadata import TOPICS_TOPIC, TopicConfig
+from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLog
 from ha.broker.replication import NotMasterError, Replication
+from ha.broker.system_log import SystemLog, SystemLogLimitError
 from ha.broker.telemetry import Traffic
+from ha.broker.topic_log import TopicLimitError, TopicLog
 from storage_engine import (
     ConfigError,
     GetResult,
@@ -160,11 +163,13 @@ class BrokerService(flight.FlightServerBase):
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode
-        self.topics = TopicTable(config.store_dir / "config")
-        # consumer-group offsets: records in the CommitLog, written through replication.put
+        # topic configs and consumer-group offsets: records in the CommitLog, written through
+        # replication.put (ha/broker/system_log.py)
+        self.topics = TopicLog(config.store_dir / "config", store, put=self._put_system_record,
+                               write_timeout_ms=store.config.sync_flush_timeout_ms)
         self.offsets = OffsetLog(config.store_dir / "config", store,
                                  flush_interval_ms=config.flush_consumer_offset_interval_ms,
-                                 put=self._put_offset_record,
+                                 put=self._put_system_record,
                                  write_timeout_ms=store.config.sync_flush_timeout_ms)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._arrivals = Arrivals()  # confirm moves wake long polls (ha/broker/long_poll.py)
@@ -175,6 +180,7 @@ class BrokerService(flight.FlightServerBase):
         store.add_confirm_listener(self._on_confirm)
         self.replication = Replication(config, store, endpoint=self.endpoint,
                                        topics=self.topics, offsets=self.offsets)
+        self.topics.start()
         self.offsets.start()
         self.idempotence = IdempotentPuts(rebuild_table(store, IdempotenceConfig(
             producers_max=config.idempotence_producers_max,
@@ -230,7 +236,7 @@ class BrokerService(flight.FlightServerBase):
     def tier_stats(self) -> dict[str, Any]:
         return self._tier_stats()
 
-    def _put_offset_record(self, batch: MessageBatch) -> PutResult:
+    def _put_system_record(self, batch: MessageBatch) -> PutResult:
         return self.replication.put(batch)
 
     def _on_confirm(self, log_position: int) -> None:
@@ -246,11 +252,28 @@ class BrokerService(flight.FlightServerBase):
                 raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist "
                                    "(autoCreateTopicEnable=false)")
             queues = self.config.default_topic_queue_nums
-            topic = self.topics.put(TopicConfig(name, queues, queues))
-            logger.info("auto-created topic %s with %d queues", name, queues)
+            self._auto_create(TopicConfig(name, queues, queues))
+            topic = self.topics.get(name)
+            if topic is None:  # deleted again between its create and this read
+                raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} was just deleted")
         if not topic.writable:
             raise RequestError("NO_PERMISSION", f"topic {name!r} is not writable (perm {topic.perm})")
         return topic
+
+    def _auto_create(self, topic: TopicConfig) -> None:
+        """A first put into an unknown topic: its record is acknowledged (PUT_OK) before the
+        first message is written, so no message is acked into a topic a new master lacks.
+        Anything else refuses the put before it stores a byte: retriable, not "stored"."""
+        with _record_limits():
+            result = self.topics.put(topic, only_if_absent=True)
+        if result is None:  # another put created it first
+            return
+        if result.status is not PutStatus.PUT_OK:
+            raise RequestError(
+                "SERVICE_NOT_AVAILABLE" if result.status.stored else result.status.name,
+                f"auto-create of topic {topic.name!r} not acknowledged: {result.status.name}"
+                + (f" ({result.error})" if result.error else "") + "; nothing was stored")
+        logger.info("auto-created topic %s with %d queues", topic.name, topic.write_queue_nums)
 
     def _topic_for_read(self, name: str) -> TopicConfig:
         topic = self.topics.get(name)
@@ -509,22 +532,31 @@ class BrokerService(flight.FlightServerBase):
         return topic
 
     def _create_topic(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Create (or reconfigure) a topic: topic, read_queue_nums, write_queue_nums, perm."""
-        return {"topic": self.topics.put(self._topic_from_request(request, existing=False))
-                .to_json()}
+        """Create (or reconfigure) a topic: topic, read_queue_nums, write_queue_nums, perm
+        (answered once the replica set holds it as it would a message: PUT_OK)."""
+        return self._put_topic(self._topic_from_request(request, existing=False))
 
     def _update_topic(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Change an existing topic's queue counts or permission."""
-        return {"topic": self.topics.put(self._topic_from_request(request, existing=True))
-                .to_json()}
+        """Change an existing topic's queue counts or permission (answered on PUT_OK)."""
+        return self._put_topic(self._topic_from_request(request, existing=True))
+
+    def _put_topic(self, topic: TopicConfig) -> dict[str, Any]:
+        with _record_limits():
+            result = self.topics.put(topic)
+        if result is not None:  # None: the table already had this config
+            _check_record_put(result, f"change of topic {topic.name}")
+        return {"topic": topic.to_json()}
 
     def _delete_topic(self, request: dict[str, Any]) -> dict[str, Any]:
         """Delete a topic's config and queues (records age out with retention)."""
         name = _string(request, "topic")
         _check_topic_name(name)
         _check_not_internal(name)
-        if not self.topics.delete(name):
+        with _record_limits():
+            result = self.topics.delete(name)
+        if result is None:
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
+        _check_record_put(result, f"delete of topic {name}")
         self.store.delete_topic(name)
         return {"deleted": True}
 
@@ -565,11 +597,9 @@ class BrokerService(flight.FlightServerBase):
         topic = self._topic_for_read(_string(request, "topic"))
         queue_id = _int(request, "queue_id", None, 0, topic.read_queue_nums - 1)
         queue_offset = _int(request, "queue_offset", None, 0, 1 << 62)
-        try:
+        with _record_limits():
             result = self.offsets.commit(group, topic.name, queue_id, queue_offset)
-        except OffsetLimitError as err:
-            raise RequestError("BUSY", str(err)) from err
-        _check_offset_put(result, f"commit of group {group}")
+        _check_record_put(result, f"commit of group {group}")
         return {}
 
     def _consumer_groups(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -585,10 +615,11 @@ class BrokerService(flight.FlightServerBase):
     def _delete_group(self, request: dict[str, Any]) -> dict[str, Any]:
         """Forget a consumer group's committed offsets (GROUP_NOT_FOUND if it has none)."""
         group = _string(request, "group")
-        result = self.offsets.delete_group(group)
+        with _record_limits():
+            result = self.offsets.delete_group(group)
         if result is None:
             raise RequestError("GROUP_NOT_FOUND", f"consumer group {group!r} has no offsets here")
-        _check_offset_put(result, f"delete of group {group}")
+        _check_record_put(result, f"delete of group {group}")
         return {"deleted": True}
 
     def _get_config(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -659,10 +690,8 @@ class BrokerService(flight.FlightServerBase):
             "idempotence": {"producers": len(self.idempotence.table),
                             "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),
-            "offset_records": {"written": self.offsets.records_written,
-                               "applied": self.offsets.records_applied,
-                               "applied_queue_offset": self.offsets.applied_queue_offset,
-                               "lost": self.offsets.records_lost},
+            "offset_records": _record_stats(self.offsets),
+            "topic_records": _record_stats(self.topics),
             "tiered": self._tier_stats(),
         }
 
@@ -681,6 +710,11 @@ def _to_batch(result: GetResult | RecordBlock, topic: str, columns: tuple[str, .
             sum(map(len, result.records)))
 
 
+def _record_stats(log: SystemLog[Any]) -> dict[str, int]:
+    return {"written": log.records_written, "applied": log.records_applied,
+            "applied_queue_offset": log.applied_queue_offset, "lost": log.records_lost}
+
+
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
     """[[queue_id, first_queue_offset, count]] in first-appearance order."""
     ranges: dict[int, list[int]] = {}
@@ -693,17 +727,31 @@ def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
     return list(ranges.values())
 
 
-def _check_offset_put(result: PutResult, what: str) -> None:
-    """An offset record's put that is not PUT_OK fails the request with the put's status
-    (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE...: the record may still take effect later)."""
+@contextlib.contextmanager
+def _record_limits() -> Iterator[None]:
+    """A topic or offset change the system log refused before writing, as a wire error: a full
+    table is the request's fault, records piling up unacknowledged a reason to retry later."""
+    try:
+        yield
+    except TopicLimitError as err:
+        raise RequestError("BAD_REQUEST", str(err)) from err
+    except SystemLogLimitError as err:
+        raise RequestError("BUSY", str(err)) from err
+
+
+def _check_record_put(result: PutResult, what: str) -> None:
+    """A topic or offset record's put that is not PUT_OK fails the request with the put's
+    status (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE...: the record may still take effect
+    later)."""
     if result.status is not PutStatus.PUT_OK:
         raise RequestError(result.status.name, f"{what}: {result.status.name}"
                            + (f" ({result.error})" if result.error else ""))
 
 
 def _check_not_internal(name: str) -> None:
-    if name == OFFSETS_TOPIC:
-        raise RequestError("NO_PERMISSION", f"topic {name!r} is internal (consumer offsets)")
+    if name in (OFFSETS_TOPIC, TOPICS_TOPIC):
+        raise RequestError("NO_PERMISSION", f"topic {name!r} is internal (consumer offsets, "
+                           "topic configs)")
 
 
 def _check_topic_name(name: str) -> None:

@@ -12,9 +12,7 @@ store answered with a scripted status (the quorum's verdict).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,9 @@ from ha.broker.offset_table import (
     encode_commit,
     encode_delete_group,
 )
-from storage_engine import MessageBatch, MessageStore, PutResult, PutStatus, StoreConfig
+from storage_engine import MessageBatch, MessageStore, PutStatus
+from tests.support.scripted_put import ScriptedPut
+from tests.support.scripted_put import open_small_store as _open_store
 
 
 # -- the pure table ----------------------------------------------------------------------------
@@ -81,35 +81,6 @@ def test_the_snapshot_round_trips_and_old_files_replay_from_zero() -> None:
 
 
 # -- the shell over a real store ---------------------------------------------------------------
-class ScriptedPut:
-    """Replication.put at its boundary: the record goes into the real log; the status is the
-    quorum's verdict the test scripted (PUT_OK when none is queued)."""
-
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
-        self.verdicts: list[PutStatus] = []
-
-    def __call__(self, batch: MessageBatch) -> PutResult:
-        result = self.store.append(batch)
-        verdict = self.verdicts.pop(0) if self.verdicts else PutStatus.PUT_OK
-        return dataclasses.replace(result, status=verdict)
-
-
-def _open_store(directory: Path) -> MessageStore:
-    config = StoreConfig.from_properties({"mappedFileSizeCommitLog": str(1 << 20),
-                                          "maxMessageSize": str(64 << 10)})
-    return MessageStore(directory, config, auto_confirm=False)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MessageStore]:
-    store = _open_store(tmp_path / "store")
-    try:
-        yield store
-    finally:
-        store.close()
-
-
 def _offset_log(directory: Path, store: MessageStore, put: ScriptedPut | None = None,
                 write_timeout_ms: int = 200) -> OffsetLog:
     return OffsetLog(directory, store, flush_interval_ms=100_000,

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from ha.broker.config import BrokerConfig
-from ha.broker.metadata import TopicTable
+from ha.broker.metadata import TopicConfig
 from ha.broker.offset_log import OffsetLog
 from ha.broker.replication import NotMasterError, Replication
+from ha.broker.topic_log import TopicLog
 from storage_engine import MessageBatch, MessageStore, PutResult, PutStatus
 
 
@@ -34,8 +35,8 @@ def replication(tmp_path: Path) -> Iterator[Replication]:
 
     offsets = OffsetLog(tmp_path / "c", store, flush_interval_ms=1000, write_timeout_ms=1000,
                         put=put)
-    replication = Replication(config, store, endpoint="h:1", topics=TopicTable(tmp_path / "c"),
-                              offsets=offsets)
+    topics = TopicLog(tmp_path / "c", store, write_timeout_ms=1000, put=put)
+    replication = Replication(config, store, endpoint="h:1", topics=topics, offsets=offsets)
     try:
         yield replication
     finally:
@@ -82,3 +83,19 @@ def test_a_fenced_broker_acknowledges_no_offset_commit(replication: Replication)
     replication.fence(None)
     assert offsets.commit("g", "t", 0, 9).status is PutStatus.PUT_OK
     assert offsets.query("g", "t") == {"0": 9} and offsets.applied_queue_offset == 2
+
+
+def test_a_fenced_broker_acknowledges_no_topic_change(replication: Replication) -> None:
+    """A topic change is a put too (ha/broker/topic_log.py): a deposed broker refuses a create,
+    an update and a delete, writes nothing, and its table keeps what was acknowledged."""
+    topics = replication._topics
+    assert topics.put(TopicConfig("t", 3, 3)).status is PutStatus.PUT_OK  # type: ignore[union-attr]
+    replication.fence("the controller names broker 2 at h:2 master (epoch 3)")
+    for change in (lambda: topics.put(TopicConfig("u", 1, 1)),
+                   lambda: topics.put(TopicConfig("t", 8, 8)), lambda: topics.delete("t")):
+        with pytest.raises(NotMasterError):
+            change()
+    assert topics.all() == [TopicConfig("t", 3, 3)] and topics.records_written == 1
+    replication.fence(None)
+    assert topics.delete("t").status is PutStatus.PUT_OK  # type: ignore[union-attr]
+    assert topics.all() == [] and topics.applied_queue_offset == 2

@@ -312,6 +312,9 @@ def test_acknowledged_messages_survive_restart(tmp_path: Path, how: str) -> None
         acked[batch % 3].extend(bodies)
     broker.action("commit_offset", {"group": "g1", "topic": "durable", "queue_id": 2,
                                     "queue_offset": 17})
+    # a topic change is a CommitLog record: killed before topics.json's next snapshot, the
+    # restart replays it (and starts serving only after)
+    broker.action("create_topic", {"topic": "late", "read_queue_nums": 5, "write_queue_nums": 5})
     if how == "sigkill":
         broker.kill()
     else:
@@ -324,6 +327,8 @@ def test_acknowledged_messages_survive_restart(tmp_path: Path, how: str) -> None
         assert [row["queue_offset"] for row in rows] == list(range(len(bodies)))
     assert broker.action("query_offsets", {"group": "g1", "topic": "durable"})["offsets"] == \
         {"2": 17}
+    assert broker.action("get_topic", {"topic": "late"})["topic"]["write_queue_nums"] == 5
+    assert broker.action("broker_stats", {})["topic_records"]["applied_queue_offset"] == 2
     (reply,) = produce(broker, "durable", bodies_table([b"after"], queue_id=[0]))
     assert reply.queues == [[0, len(acked[0]), 1]]
     assert broker.stop() == 0
