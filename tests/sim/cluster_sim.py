@@ -91,6 +91,7 @@ from controller.state import (
     decode_command,
     encode_command,
 )
+from ha import put_core, takeover_core
 from ha.frames import Frame, MasterHello, Transfer
 from ha.master_core import (
     CloseLink as MasterCloseLink,
@@ -100,7 +101,6 @@ from ha.master_core import (
     MasterLog,
     MasterReplication,
     MasterSettings,
-    PutProgress,
     SendLog,
     SendMetadata,
     SyncStateSetChanged,
@@ -128,7 +128,23 @@ from ha.slave_core import (
     CloseLink as SlaveCloseLink,
 )
 from ha.slave_core import SendFrame as SlaveSendFrame
-from storage_engine import EpochEntry, FsyncFailedError, set_fsync_failure_handler
+from ha.takeover_core import AppendEpoch as TakeOverAppendEpoch
+from ha.takeover_core import ConfirmTo as TakeOverConfirmTo
+from ha.takeover_core import (
+    CutTail,
+    FlushLog,
+    LiftFence,
+    OpenTerm,
+    ReplayState,
+    TakeOverLog,
+)
+from storage_engine import (
+    EpochEntry,
+    FsyncFailedError,
+    PutStatus,
+    ReplicatedDataError,
+    set_fsync_failure_handler,
+)
 from tests.sim.engine_log import DiskFailedError, EngineLog
 from tests.sim.sim_fs import SimDiskFaults
 from tests.support.partitions import shape_cuts
@@ -273,14 +289,11 @@ class SimLog:
     def append_epoch(self, entry: EpochEntry) -> None:
         self.epochs.append(entry)
 
-    def cut_incomplete_tail(self) -> None:
-        cut = self.complete_end()
-        if cut < self.end:
-            self.confirm = min(self.confirm, cut)
-            self.truncate(cut)
-
-    def confirm_to_end(self) -> None:
-        self.confirm = self.end
+    def cut_tail(self, position: int) -> None:
+        assert position <= self.complete_end(), (position, self.complete_end())
+        if position < self.end:
+            self.confirm = min(self.confirm, position)
+            self.truncate(position)
 
     def dispatch(self) -> None:
         pass
@@ -570,28 +583,40 @@ class SimBroker:
         self.role.applied(plan)
 
     def take_over(self, change: RoleChange) -> None:
+        """The take-over sequence of ha/takeover_core.py, carried out as replication.py does
+        (on SimLog or EngineLog)."""
         log = self.log
-        last = log.epochs[-1].epoch if log.epochs else None
-        refusal = RoleCore.check_take_over(last, change.master_epoch)
-        assert refusal is None, refusal  # the controller's epochs only grow
-        log.cut_incomplete_tail()
-        log.confirm_to_end()
-        if last is None or last < change.master_epoch:  # (else: the checker fails the run)
-            log.append_epoch(EpochEntry(change.master_epoch, log.end))
-        log.sync()
-        settings = MasterSettings(
-            quorum=QUORUMS[self.sim.options.quorum],
-            transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
-            heartbeat_interval_ms=100, housekeeping_interval_ms=600,
-            slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
-        self.master = MasterReplication(
-            settings, broker_id=change.broker_id, master_epoch=change.master_epoch,
-            endpoint=self.name, master_log_position=log.synced,
-            confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
-            accepted_sync_state_set=change.sync_state_set,
-            accepted_sync_state_set_epoch=change.sync_state_set_epoch,
-            lease_until_ms=self.role.lease_until_ms(change.master_epoch))
-        self.fenced = False
+        plan = takeover_core.plan_take_over(
+            TakeOverLog(log.end, log.complete_end(), tuple(log.epochs)), change.master_epoch)
+        assert plan.refusal is None, plan.refusal  # the controller's epochs only grow
+        for effect in plan.effects:
+            if isinstance(effect, CutTail):
+                log.cut_tail(effect.log_position)
+            elif isinstance(effect, TakeOverConfirmTo):
+                log.set_confirm(effect.log_position)
+            elif isinstance(effect, ReplayState):
+                pass  # the simulated records hold no state (no offsets topic)
+            elif isinstance(effect, TakeOverAppendEpoch):
+                log.append_epoch(EpochEntry(effect.epoch, effect.start_log_position))
+            elif isinstance(effect, FlushLog):
+                log.sync()
+            elif isinstance(effect, OpenTerm):
+                settings = MasterSettings(
+                    quorum=QUORUMS[self.sim.options.quorum],
+                    transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
+                    heartbeat_interval_ms=100, housekeeping_interval_ms=600,
+                    slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
+                self.master = MasterReplication(
+                    settings, broker_id=change.broker_id, master_epoch=effect.master_epoch,
+                    endpoint=self.name, master_log_position=log.synced,
+                    confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
+                    accepted_sync_state_set=change.sync_state_set,
+                    accepted_sync_state_set_epoch=change.sync_state_set_epoch,
+                    lease_until_ms=self.role.lease_until_ms(change.master_epoch))
+            elif isinstance(effect, LiftFence):
+                self.fenced = False
+            else:
+                raise TypeError(effect)
         self.sim.checker.on_serving(self, change.master_epoch)
 
     def follow(self, change: RoleChange) -> None:
@@ -718,22 +743,28 @@ class SimBroker:
                     if self.slave is not None:
                         self.slave.link_down()
             elif isinstance(effect, DispatchLog):
-                log.dispatch()
+                try:
+                    log.dispatch()
+                except ReplicatedDataError as err:  # ha/slave_service.py refuses the link
+                    self.sim.fail(f"{self.name} refused its master's bytes: {err}")
             elif isinstance(effect, (ApplyMetadata, MasterKnown)):
                 pass
             else:
                 raise TypeError(effect)
 
-    # puts (replication.py's put path, re-modelled)
+    # puts (ha/put_core.py decides; this is the event-driven shell of replication.py's put)
     def on_put(self, src: str, request_id: int, msg_id: int) -> None:
         master = self.master
-        if self.fenced or master is None:
+        admission = put_core.admit(fenced=self.fenced, following=self.slave is not None,
+                                   serving=master is not None, runtime_roles=True)
+        if admission.refused:
             self.sim.send(self.name, src, ("put_reply", request_id, "NOT_MASTER", None))
             return
+        assert master is not None and admission is put_core.Admission.REPLICATE, admission
         plan = master.plan_put(self.log.end)
-        if plan.refused:
-            self.sim.send(self.name, src, ("put_reply", request_id,
-                                           "IN_SYNC_REPLICAS_NOT_ENOUGH", None))
+        refused = put_core.plan_status(plan)
+        if refused is not None:
+            self.sim.send(self.name, src, ("put_reply", request_id, refused.name, None))
             return
         start, end = self.log.append_record(make_record(msg_id))
         put = _Put(request_id, src, msg_id, start, end, plan.need,
@@ -750,39 +781,47 @@ class SimBroker:
             put.durable = put.durable or self.log.synced >= put.end
         self.after()
 
+    def judge(self, put: _Put, *, stopping: bool = False) -> PutStatus | None:
+        """ha/put_core.py on one waiting put: its status now (None: it waits on). One
+        deadline covers the flush and the quorum here (replication.py waits up to
+        syncFlushTimeout for each)."""
+        master, now = self.master, self.sim.now_ms
+        deposed = master is None or self.fenced
+        expired = now >= put.deadline_ms
+        status = put_core.flush_status(put.durable, expired=expired, deposed=deposed)
+        if status is not None or not put.durable:
+            return status
+        progress = (None if master is None
+                    else master.put_progress(put.end, put.need, now_ms=now))
+        status = put_core.quorum_status(progress, expired=expired,
+                                        stopping=stopping or deposed)
+        return None if status is None else put_core.answer(status, fenced=deposed)
+
     def after(self) -> None:
         """After every event: ship, then answer the puts that are decided."""
         if not self.alive:
             return
         self.pump()
-        master, now = self.master, self.sim.now_ms
         waiting: list[_Put] = []
         for put in self.puts:
-            status = None
-            if master is None or self.fenced:
-                status = "FLUSH_SLAVE_TIMEOUT"
-            elif put.durable:
-                progress = master.put_progress(put.end, put.need, now_ms=now)
-                if progress is PutProgress.DONE:
-                    status = "PUT_OK"
-                elif progress is PutProgress.UNREACHABLE:
-                    status = "SLAVE_NOT_AVAILABLE"
-            if status is None and now >= put.deadline_ms:
-                status = "FLUSH_SLAVE_TIMEOUT" if put.durable else "FLUSH_DISK_TIMEOUT"
+            status = self.judge(put)
             if status is None:
                 waiting.append(put)
                 continue
-            if status == "PUT_OK":
-                assert master is not None
-                self.sim.checker.on_ack(self, master.master_epoch, put.msg_id, put.start)
-            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status, put.start))
+            if status is PutStatus.PUT_OK:
+                assert self.master is not None
+                self.sim.checker.on_ack(self, self.master.master_epoch, put.msg_id, put.start)
+            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status.name,
+                                               put.start))
         self.puts = waiting
         self.sim.checker.check_broker(self)
 
     def fail_puts(self) -> None:
+        """Deposed (fenced already): the master service stops, its waiting puts return."""
         for put in self.puts:
-            self.sim.send(self.name, put.src, ("put_reply", put.request_id,
-                                               "FLUSH_SLAVE_TIMEOUT", None))
+            status = self.judge(put, stopping=True)
+            assert status is not None and status is not PutStatus.PUT_OK, status
+            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status.name, None))
         self.puts = []
 
 
