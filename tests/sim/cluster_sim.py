@@ -13,15 +13,19 @@ What runs is the production decision code, driven here instead of by threads and
   (controller/election.py: failover_decision) and role_of (controller/api.py);
 - brokers: the role core (ha/role_core.py: which role a controller reply means, the master
   lease arithmetic, SyncStateSet proposals and adoption, the take-over epoch check), the
-  master core (ha/master_core.py: quorum, confirm position, SyncStateSet, lease) and the slave
-  core (ha/slave_core.py: fork-point truncation, acks, confirm).
+  master core (ha/master_core.py: quorum, confirm position, SyncStateSet, lease), the slave
+  core (ha/slave_core.py: fork-point truncation, acks, confirm), the take-over core
+  (ha/takeover_core.py: cut a partial tail record, confirm := log end, epoch entry, fsync,
+  open the term, lift the fence; SimBroker carries its effects out as replication.py does)
+  and the put core (ha/put_core.py: NOT_MASTER, IN_SYNC_REPLICAS_NOT_ENOUGH, the flush and
+  quorum statuses, a deposed master's PUT_OK turned into FLUSH_SLAVE_TIMEOUT).
 
 What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
 - the controller leader's request handling (controller/node.py: heartbeat replies, the scan
   that elects, alter_sync_state_set) is written again in `SimController` in a few lines;
-- the broker's put path (ha/broker/replication.py: fence, plan, append, fsync, wait for the
-  quorum) and the take-over sequence (roles.py/replication.py/master_service.py: cut a partial
-  tail record, confirm := log end, epoch entry) are written again in `SimBroker`;
+- the shells themselves: SimBroker is event-driven where ha/broker waits on threads, so one
+  deadline (syncFlushTimeout) covers a put's flush and quorum waits here (replication.py
+  gives each its own), and a deposed master answers its waiting puts at once;
 - the disk, by default (`--disk model`, the suite's 1,000-seed batch), is a MODEL: `SimLog`
   holds the CommitLog as bytes with a synced length, the epoch list (durable on append, as the
   epoch file is) and the confirm position; a crash drops every unsynced byte (or keeps a random
@@ -35,7 +39,8 @@ Network: controller requests and replies may be dropped, duplicated, delayed (so
 partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
 partition breaks it (both ends see it close). Clock: one virtual clock (no drift yet).
 
-Invariants checked after every event (`ClusterChecker`):
+Invariants checked after every event (`ClusterChecker`; with `--disk engine` also: no
+slave's engine refuses the bytes its master shipped as not being whole records):
 - no acknowledged message is lost or changed: the serving master of the highest epoch holds
   every PUT_OK'd record, byte for byte, where it was acknowledged;
 - replicas are identical below the confirm position (any two brokers agree below the smaller
@@ -462,8 +467,8 @@ class _Put:
 
 
 class SimBroker:
-    """One broker process: the real role, master and slave cores; the put path and the
-    take-over sequence of ha/broker, re-modelled; the disk is `SimLog` (a model)."""
+    """One broker process: the real role, master, slave, take-over and put cores, driven by
+    events instead of ha/broker's threads; the disk is `SimLog` (a model) or `EngineLog`."""
 
     def __init__(self, sim: ClusterSim, name: str) -> None:
         self.sim = sim
