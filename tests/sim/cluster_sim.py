@@ -10,7 +10,9 @@ run replays exactly. A failure prints its seed, the replay command and the last 
 What runs is the production decision code, driven here instead of by threads and sockets:
 - controllers: the Raft core (controller/raft), the replicated state machine
   (controller/state.py), the liveness table (controller/liveness.py), the election policy
-  (controller/election.py: failover_decision) and role_of (controller/api.py);
+  (controller/election.py: failover_decision), role_of (controller/api.py) and the leader
+  core (controller/leader_core.py: what a heartbeat is answered, when a SyncStateSet
+  proposal is refused before Raft, the scan's election decision);
 - brokers: the role core (ha/role_core.py: which role a controller reply means, the master
   lease arithmetic, SyncStateSet proposals and adoption, the take-over epoch check), the
   master core (ha/master_core.py: quorum, confirm position, SyncStateSet, lease), the slave
@@ -21,8 +23,10 @@ What runs is the production decision code, driven here instead of by threads and
   quorum statuses, a deposed master's PUT_OK turned into FLUSH_SLAVE_TIMEOUT).
 
 What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
-- the controller leader's request handling (controller/node.py: heartbeat replies, the scan
-  that elects, alter_sync_state_set) is written again in `SimController` in a few lines;
+- the controller leader's shell (controller/node.py): `SimController` proposes and answers
+  as node.py does, but scans every SCAN_MS only (node.py also scans at once when a heartbeat
+  asks for it: leader_core's `wake`), never probes a master's address, has no operator
+  elections (so no lease holds) and no read barriers;
 - the shells themselves: SimBroker is event-driven where ha/broker waits on threads, so one
   deadline (syncFlushTimeout) covers a put's flush and quorum waits here (replication.py
   gives each its own), and a deposed master answers its waiting puts at once;
@@ -74,9 +78,8 @@ from controller.api import (
     BrokerHeartbeat,
     ReplicaInfo,
     RoleChange,
-    role_of,
 )
-from controller.election import failover_decision
+from controller.leader_core import answer_heartbeat, refuse_sync_state_set, scan_decision
 from controller.liveness import LiveTable
 from controller.raft import (
     EntryKind,
@@ -321,8 +324,9 @@ class SimLog:
 
 # -- controllers ------------------------------------------------------------------------------
 class SimController:
-    """One controller process: the real Raft core, state machine, liveness table and election
-    policy; the request handling of controller/node.py, re-modelled."""
+    """One controller process: the real Raft core, state machine, liveness table, election
+    policy and leader core (controller/leader_core.py: heartbeat answers, SyncStateSet
+    refusals, the scan's decision); proposing and answering, as controller/node.py does."""
 
     def __init__(self, sim: ClusterSim, node_id: int) -> None:
         self.sim = sim
@@ -411,11 +415,9 @@ class SimController:
         replica = self.state.replica_info(SET)
         if replica is None:
             return
-        decision = failover_decision(replica, self.live.alive(replica, now),
-                                     reported_lost=self.live.reported_master_lost(replica, now),
-                                     led_for_ms=now - self.leader_since_ms,
-                                     heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
-                                     unclean_enabled=False)
+        decision = scan_decision(replica, self.live, now, leader_since_ms=self.leader_since_ms,
+                                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                                 unclean_enabled=False)
         if decision is not None:
             self.sim.trace(f"c{self.node_id} elects {decision.broker_id} "
                            f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
@@ -437,14 +439,21 @@ class SimController:
                          lambda r: answer(None if r is None else r.broker_id))
         elif kind == "heartbeat":
             replica = self.state.replica_info(SET)
-            if replica is None or body.broker_id not in {m.broker_id for m in replica.brokers}:
-                return
-            answer((role_of(replica, body.broker_id), HEARTBEAT_TIMEOUT_MS))
+            heard = answer_heartbeat(
+                replica, body, lease_held=False,  # no operator elections here
+                master_silent_ms=(None if replica is None else
+                                  self.live.silent_ms(replica, replica.master_broker_id, now)),
+                heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
+            if heard.status != "OK":
+                return  # (node.py answers BROKER_NOT_REGISTERED; the broker registers anyway)
+            # heard.wake: node.py scans at once; this leader scans every SCAN_MS
+            answer((heard.role, HEARTBEAT_TIMEOUT_MS))
         elif kind == "alter_sss":
             replica = self.state.replica_info(SET)
             alive = self.live.alive(replica, now) if replica else {}
-            if replica is None or any(m not in alive for m in body.sync_state_set):
-                answer(("INVALID_REPLICAS", None))
+            refusal = refuse_sync_state_set(replica, body.sync_state_set, alive)
+            if refusal is not None:
+                answer((refusal, None))
                 return
             self.propose(AlterSyncStateSet(SET, body.master_broker_id, body.master_epoch,
                                            body.sync_state_set, body.sync_state_set_epoch),
