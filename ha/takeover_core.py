@@ -26,7 +26,9 @@ the same sequence.
                                                               controller's epoch (a retried
                                                               take-over finds it there)
     FlushLog(end)           always                            the new master counts its own
-                                                              copy from `end`: make it durable
+                                                              copy from `end`: as durable as
+                                                              a put's bytes (SYNC_FLUSH: the
+                                                              flush thread fsyncs them)
     OpenTerm(E, end)        always                            start the master service of E
     LiftFence()             last                              writes are accepted
 
@@ -93,7 +95,9 @@ class AppendEpoch:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlushLog:
-    """fsync the log up to `log_position` before the term counts the master's copy."""
+    """Make the log up to `log_position` as durable as a put's bytes (fsynced under
+    SYNC_FLUSH) before the term counts the master's copy; a shell that cannot refuses the
+    take-over (the broker stays fenced and tries again)."""
 
     log_position: int
 

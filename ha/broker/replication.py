@@ -159,8 +159,11 @@ class Replication:
                 self._offsets.take_over()  # every offset record in the log
             elif isinstance(effect, AppendEpoch):
                 store.epochs.append(effect.epoch, effect.start_log_position)
-            elif isinstance(effect, FlushLog):
-                store.flush()
+            elif isinstance(effect, FlushLog):  # as durable as a put's bytes: the flush thread
+                timeout_ms = store.config.sync_flush_timeout_ms
+                if self._sync_flush and not store.wait_flushed(effect.log_position, timeout_ms):
+                    raise RoleChangeError(f"the log was not flushed to {effect.log_position} "
+                                          f"within {timeout_ms} ms (syncFlushTimeout)")
             elif isinstance(effect, OpenTerm):
                 master = self.master = MasterService(
                     store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
