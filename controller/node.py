@@ -70,16 +70,21 @@ from controller.api import (
     UserRequest,
     UsersReply,
     lease_max_ms,
-    role_of,
 )
 from controller.config import ControllerConfig
-from controller.election import choose_master, failover_decision
+from controller.election import choose_master
 from controller.errors import (
     BusyError,
     CodecError,
     ControllerError,
     NotLeaderError,
     StoreLockedError,
+)
+from controller.leader_core import (
+    Wake,
+    answer_heartbeat,
+    refuse_sync_state_set,
+    scan_decision,
 )
 from controller.liveness import LiveTable
 from controller.raft import (
@@ -434,14 +439,10 @@ class ControllerNode:
                 self.live.forget(broker_name, [replica.master_broker_id])
 
     async def _maybe_elect(self, replica: ReplicaInfo, now_ms: int) -> None:
-        since = self._leader_since_ms
-        alive = self.live.alive(replica, now_ms)
-        decision = failover_decision(
-            replica, alive, reported_lost=self.live.reported_master_lost(replica, now_ms),
-            led_for_ms=0 if since is None else now_ms - since,
-            heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
-            unclean_enabled=self.config.unclean_election_enabled,
-        )
+        decision = scan_decision(replica, self.live, now_ms,
+                                 leader_since_ms=self._leader_since_ms,
+                                 heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
+                                 unclean_enabled=self.config.unclean_election_enabled)
         if decision is None:
             return
         logger.info("%s: %s has master %s (epoch %d), not alive or absent: proposes %s",
@@ -495,33 +496,25 @@ class ControllerNode:
 
     async def _broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
         replica = self.state.replica_info(request.broker_name)
-        if replica is None or request.broker_id not in {m.broker_id for m in replica.brokers}:
-            return HeartbeatReply("BROKER_NOT_REGISTERED")
-        abandoned = (request.broker_id == replica.master_broker_id
-                     and request.master_epoch_abandoned == replica.master_epoch > 0)
-        # abandoned: the master restarted since its epoch began: elect again once the other
-        # members' final positions are in (election.positions_final)
-        if ((replica.master_broker_id is None or abandoned)
-                and self._scan_wakeup is not None):
-            self._scan_wakeup.set()  # elect now, not at the next scan
-        elif (request.master_unreachable_epoch == replica.master_epoch
-              and request.broker_id in replica.sync_state_set
-              and request.broker_id != replica.master_broker_id
-              and self._scan_wakeup is not None and len(self._suspects) < SUSPECTS_MAX):
-            self._suspects[replica.broker_name] = replica.master_epoch
-            self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
         now_ms = _monotonic_ms()
-        if self._lease_held(replica, request.broker_id):
-            # an operator's election is waiting for this master's lease to lapse: no renewal
-            return HeartbeatReply("OK", None, None,
-                                  heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
-                                  auth_version=self.state.auth.version)
-        silent_ms = self.live.silent_ms(replica, replica.master_broker_id, now_ms)
-        return HeartbeatReply("OK", None, role_of(replica, request.broker_id),
+        heard = answer_heartbeat(
+            replica, request,
+            lease_held=replica is not None and self._lease_held(replica, request.broker_id),
+            master_silent_ms=(None if replica is None
+                              else self.live.silent_ms(replica, replica.master_broker_id, now_ms)),
+            heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)
+        if heard.status != "OK":
+            return HeartbeatReply(heard.status)
+        assert replica is not None
+        if self._scan_wakeup is not None:
+            if heard.wake is Wake.ELECT:
+                self._scan_wakeup.set()  # elect now, not at the next scan
+            elif heard.wake is Wake.PROBE and len(self._suspects) < SUSPECTS_MAX:
+                self._suspects[replica.broker_name] = replica.master_epoch
+                self._scan_wakeup.set()  # probe the master now (or elect, once every slave told)
+        return HeartbeatReply("OK", None, heard.role,
                               heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
-                              master_silent=(request.broker_id != replica.master_broker_id
-                                             and silent_ms is not None
-                                             and 2 * silent_ms >= self.config.heartbeat_timeout_ms),
+                              master_silent=heard.master_silent,
                               auth_version=self.state.auth.version)
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
@@ -539,11 +532,12 @@ class ControllerNode:
         self, request: AlterSyncStateSetRequest
     ) -> AlterSyncStateSetReply:
         replica = self.state.replica_info(request.broker_name)
-        if replica is None:
-            return AlterSyncStateSetReply("REPLICA_SET_NOT_FOUND")
-        alive = self.live.alive(replica, _monotonic_ms())
-        if any(member not in alive for member in request.sync_state_set):
-            return AlterSyncStateSetReply("INVALID_REPLICAS", None, replica.sync_state_set,
+        alive = {} if replica is None else self.live.alive(replica, _monotonic_ms())
+        refusal = refuse_sync_state_set(replica, request.sync_state_set, alive)
+        if refusal is not None:
+            if replica is None:
+                return AlterSyncStateSetReply(refusal)
+            return AlterSyncStateSetReply(refusal, None, replica.sync_state_set,
                                           replica.sync_state_set_epoch)
         result = await self.propose(AlterSyncStateSet(
             request.broker_name, request.master_broker_id, request.master_epoch,

@@ -51,7 +51,7 @@ from storage_engine.errors import (
     FsyncFailedError,
     QueueOffsetsError,
 )
-from storage_engine.files import make_dirs_durable
+from storage_engine.files import fsync_directory, make_dirs_durable
 from storage_engine.flush import FlushService
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.messages import (
@@ -719,14 +719,18 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
 
     def delete_topic(self, topic: str) -> int:
         """Drop a topic's ConsumeQueues (its records stay in the CommitLog until retention).
-        Returns the number of queues removed. Raises InvalidNameError for a bad name."""
+        Returns the number of queues removed. Raises InvalidNameError for a bad name.
+        The removal is durable before this returns (the parent directory is fsynced: else a
+        power cut undoes it and the deleted topic's queues come back, tests/sim)."""
         directory = queue_dir(self.store_dir / "consumequeue", topic)
-        with self._lock:
+        with self._lock, self._fail_stop():
             keys = [key for key in self._queues if key[0] == topic]
             for key in keys:
                 self._queues.pop(key).delete_all()
             self._next_queue_offsets.pop(topic, None)
             self.fs.remove_tree(directory)
+            if self.fs.exists(directory.parent):
+                fsync_directory(directory.parent, self.fs)
         return len(keys)
 
     def queues(self) -> list[tuple[str, int]]:

@@ -210,11 +210,25 @@ class ReplicaLogMixin:
         as batches are cut by size); the confirm position comes down to that record's end if
         it was inside the cut (no reader could see a partial record anyway)."""
         with self._lock:
+            self.cut_tail(self.complete_end_log_position())
+
+    def complete_end_log_position(self) -> int:
+        """Where the last complete record ends (indexes what was appended first). A take-over
+        reads it (ha/takeover_core.py) and cuts there with `cut_tail`."""
+        with self._lock:
             self.dispatch_replicated()
-            end = self._dispatched
-            if end < self._commit_log.end_log_position:
-                self._confirm = min(self._confirm, end)
-                self.truncate_to(end)
+            return self._dispatched
+
+    def cut_tail(self, log_position: int) -> None:
+        """Cut the bytes of a partial record from `log_position`, the end of the last complete
+        one (`complete_end_log_position`); the confirm position comes down to it if above."""
+        with self._lock:
+            if log_position > self._dispatched:
+                raise StorageError(f"cut_tail({log_position}): complete records end at "
+                                   f"{self._dispatched}")
+            if log_position < self._commit_log.end_log_position:
+                self._confirm = min(self._confirm, log_position)
+                self.truncate_to(log_position)
 
     def reset_to(self, log_position: int) -> None:
         """Drop the whole log (segments, ConsumeQueues, epochs) and start it empty at

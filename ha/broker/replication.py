@@ -24,10 +24,11 @@ a slave whose log lost records to retention.
 Runtime roles (controller mode with replicas, `BrokerConfig.runtime_roles`): the broker starts
 with neither service and fenced; ha/broker/roles.py calls `become_master` / `become_slave` /
 `become_none` as the controller decides. Ordering that keeps the safety rules:
-- promotion: fence, stop following, cut a partial tail record, raise the confirm position to
-  the log's end (DESIGN §5.4), apply the topic and offset records up to it, open the term at the
-  controller's epoch, start the master service; the caller lifts the fence only after the rest
-  of the take-over (idempotence table);
+- promotion: fence, stop following, then the steps ha/takeover_core.py plans from the log's
+  state (the simulator runs the same plan): cut a partial tail record, raise the confirm
+  position to the log's end (DESIGN §5.4), apply the topic and offset records up to it, open
+  the term at the controller's epoch, fsync, start the master service; the caller lifts the
+  fence only after the rest of the take-over (idempotence table);
 - demotion: fence first (no new put passes `check_writable`; a put already past it is answered
   FLUSH_SLAVE_TIMEOUT by `_fenced_after`), then stop the master service (its waiting puts return
   at once), then follow the new master, whose handshake truncates this log's fork.
@@ -49,7 +50,19 @@ from ha.broker.offset_log import OffsetLog
 from ha.broker.topic_log import TopicLog
 from ha.config import BrokerRole
 from ha.master_service import MasterService
+from ha.put_core import Admission, admit, answer, flush_status, plan_status
 from ha.slave_service import SlaveService
+from ha.takeover_core import (
+    AppendEpoch,
+    ConfirmTo,
+    CutTail,
+    FlushLog,
+    LiftFence,
+    OpenTerm,
+    ReplayState,
+    TakeOverLog,
+    plan_take_over,
+)
 from storage_engine import FlushDiskType, MessageBatch, MessageStore, PutResult, PutStatus
 
 __all__ = ["NotMasterError", "Replication", "RoleChangeError"]
@@ -132,23 +145,42 @@ class Replication:
         self._stop_slave()
         self._stop_master()  # a newer epoch for a master: a new term
         store = self._store
-        store.truncate_incomplete_tail()  # a replica's log may end inside a record
-        store.set_confirm_log_position(store.end_log_position)
-        self._topics.take_over()  # every topic and offset record in the log, before writes
-        self._offsets.take_over()  # resume (ha/broker/system_log.py)
-        last = store.epochs.last
-        if last is not None and last.epoch > master_epoch:
-            raise RoleChangeError(f"the local epoch file ends at epoch {last.epoch}, newer than "
-                                  f"the controller's master epoch {master_epoch}")
-        self.master = MasterService(
-            store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
-            metadata_source=self._metadata, host=self._config.ha_bind_host,
-            master_epoch=master_epoch, accepted_sync_state_set=sync_state_set,
-            accepted_sync_state_set_epoch=sync_state_set_epoch,
-            on_sync_state_set=on_sync_state_set, lease_until_ms=lease_until_ms,
-            sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER,
-            tls=self._config.tls, broker_name=self._config.broker_name).start()
-        return self.master
+        plan = plan_take_over(TakeOverLog(store.end_log_position,
+                                          store.complete_end_log_position(),
+                                          tuple(store.epochs.entries)), master_epoch)
+        if plan.refusal is not None:
+            raise RoleChangeError(plan.refusal)
+        master: MasterService | None = None
+        for effect in plan.effects:  # in order: ha/takeover_core.py
+            if isinstance(effect, CutTail):  # a replica's log may end inside a record
+                store.cut_tail(effect.log_position)
+            elif isinstance(effect, ConfirmTo):
+                store.set_confirm_log_position(effect.log_position)
+            elif isinstance(effect, ReplayState):  # every topic and offset record in the log,
+                self._topics.take_over()  # before writes resume (ha/broker/system_log.py)
+                self._offsets.take_over()
+            elif isinstance(effect, AppendEpoch):
+                store.epochs.append(effect.epoch, effect.start_log_position)
+            elif isinstance(effect, FlushLog):  # as durable as a put's bytes: the flush thread
+                timeout_ms = store.config.sync_flush_timeout_ms
+                if self._sync_flush and not store.wait_flushed(effect.log_position, timeout_ms):
+                    raise RoleChangeError(f"the log was not flushed to {effect.log_position} "
+                                          f"within {timeout_ms} ms (syncFlushTimeout)")
+            elif isinstance(effect, OpenTerm):
+                master = self.master = MasterService(
+                    store, self._ha, broker_id=broker_id, endpoint=self._endpoint,
+                    metadata_source=self._metadata, host=self._config.ha_bind_host,
+                    master_epoch=effect.master_epoch, accepted_sync_state_set=sync_state_set,
+                    accepted_sync_state_set_epoch=sync_state_set_epoch,
+                    on_sync_state_set=on_sync_state_set, lease_until_ms=lease_until_ms,
+                    sync_master=self._ha.broker_role is not BrokerRole.ASYNC_MASTER,
+                    tls=self._config.tls, broker_name=self._config.broker_name).start()
+            elif isinstance(effect, LiftFence):
+                pass  # the caller's, after the rest of the take-over (ha/broker/roles.py)
+            else:
+                raise AssertionError(effect)  # noqa: TRY004 - a broken invariant, not input
+        assert master is not None, plan
+        return master
 
     def become_slave(self, *, broker_id: int, master_epoch: int, master_endpoint: str,
                      resolve_master: Callable[[], tuple[str, int] | None],
@@ -196,13 +228,27 @@ class Replication:
         self._fenced = reason
 
     def check_writable(self) -> None:
-        fenced = self._fenced
-        if fenced is not None:
+        """NOT_MASTER while fenced or following (ha/put_core.py `admit`)."""
+        self._admit()
+
+    def _admit(self, *, writing: bool = False) -> MasterService | None:
+        """ha/put_core.py `admit` on this broker's state: NotMasterError when refused, else
+        the master service (None: standalone). `writing`: a put about to write, which also
+        needs the master service in controller mode. The master is read after the fence."""
+        fenced, slave = self._fenced, self.slave
+        master = self.master
+        admission = admit(fenced=fenced is not None, following=slave is not None,
+                          serving=master is not None or not writing,
+                          runtime_roles=self._config.runtime_roles)
+        if admission is Admission.FENCED:
             raise NotMasterError(f"broker {self._config.broker_name} is not the master: "
                                  f"{fenced}")
-        if self.slave is not None:
+        if admission is Admission.SLAVE:
             raise NotMasterError(f"broker {self._config.broker_name}-{self._config.broker_id} "
                                  f"is a SLAVE; the master is {self._master_hint()}")
+        if admission is Admission.CHANGING_ROLE:
+            raise NotMasterError(f"broker {self._config.broker_name} is changing role")
+        return master
 
     def check_offsets_readable(self) -> None:
         """Controller mode: committed offsets are answered by the master once its take-over
@@ -231,23 +277,24 @@ class Replication:
 
     # -- puts -------------------------------------------------------------------------------
     def put(self, batch: MessageBatch) -> PutResult:
-        self.check_writable()
-        master = self.master  # read after the fence check: see the module docstring
-        if master is None:
-            if self._config.runtime_roles:
-                raise NotMasterError(f"broker {self._config.broker_name} is changing role")
+        """The put path; every status is ha/put_core.py's answer to what happened."""
+        master = self._admit(writing=True)
+        if master is None:  # no replication (STANDALONE)
             return self._fenced_after(self._store.put_messages(batch))
         plan = master.plan_put()
-        if plan.refused:
-            return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, error=plan.refused)
+        status = plan_status(plan)
+        if status is not None:
+            return PutResult(status, error=plan.refused)
         result = self._store.append(batch)
         if result.status is not PutStatus.PUT_OK:
             return result
         end = result.log_position_end
         timeout_ms = self._store.config.sync_flush_timeout_ms
-        if self._sync_flush and not self._store.wait_flushed(end, timeout_ms):
-            return dataclasses.replace(result, status=PutStatus.FLUSH_DISK_TIMEOUT)
-        status = master.replicate(end, plan.need, timeout_ms)
+        if self._sync_flush:  # wait_flushed is False only once the wait expired
+            status = flush_status(self._store.wait_flushed(end, timeout_ms), expired=True)
+            if status is not None:
+                return dataclasses.replace(result, status=status)
+        status = master.replicate(end, plan.need, timeout_ms)  # quorum_status, waiting
         if status is PutStatus.PUT_OK:
             return self._fenced_after(result)
         return dataclasses.replace(result, status=status, error=(
@@ -256,11 +303,13 @@ class Replication:
 
     def _fenced_after(self, result: PutResult) -> PutResult:
         """A put that completed while the broker was deposed is not acknowledged: its fate is
-        the new master's (truncated at the fork point or kept), so the client must retry."""
+        the new master's (truncated at the fork point or kept), so the client must retry
+        (ha/put_core.py `answer`)."""
         fenced = self._fenced
-        if fenced is None or result.status is not PutStatus.PUT_OK:
+        status = answer(result.status, fenced=fenced is not None)
+        if status is result.status:
             return result
-        return dataclasses.replace(result, status=PutStatus.FLUSH_SLAVE_TIMEOUT,
+        return dataclasses.replace(result, status=status,
                                    error=f"deposed during the put: {fenced}")
 
     def settle(self, log_position_end: int) -> str:
@@ -268,16 +317,20 @@ class Replication:
         flush and quorum waits of `put`, without writing (answers to idempotent duplicates)."""
         self.check_writable()
         timeout_ms = self._store.config.sync_flush_timeout_ms
-        if self._sync_flush and not self._store.wait_flushed(log_position_end, timeout_ms):
-            return PutStatus.FLUSH_DISK_TIMEOUT.name
-        master = self.master
+        if self._sync_flush:
+            status = flush_status(self._store.wait_flushed(log_position_end, timeout_ms),
+                                  expired=True)
+            if status is not None:
+                return status.name
+        master = self.master  # the fence was checked before the wait, as for a put
         if master is None:
             if self._config.runtime_roles:
                 raise NotMasterError(f"broker {self._config.broker_name} is changing role")
             return self._fenced_after(PutResult(PutStatus.PUT_OK)).status.name
         plan = master.plan_put()
-        if plan.refused:
-            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.name
+        status = plan_status(plan)
+        if status is not None:
+            return status.name
         status = master.replicate(log_position_end, plan.need, timeout_ms)
         return self._fenced_after(PutResult(status)).status.name
 

@@ -246,7 +246,7 @@ class RoleManager:
         if self._tier is not None:
             self._tier.set_uploading(True)
         self._master = master
-        self._replication.fence(None)
+        self._replication.fence(None)  # LiftFence, the last step of ha/takeover_core.py's plan
         self._sss_wake.set()
         logger.info("%s: master of epoch %d after a %.0f ms take-over (log end %d)",
                     config.broker_name, change.master_epoch,

@@ -10,18 +10,26 @@ run replays exactly. A failure prints its seed, the replay command and the last 
 What runs is the production decision code, driven here instead of by threads and sockets:
 - controllers: the Raft core (controller/raft), the replicated state machine
   (controller/state.py), the liveness table (controller/liveness.py), the election policy
-  (controller/election.py: failover_decision) and role_of (controller/api.py);
+  (controller/election.py: failover_decision), role_of (controller/api.py) and the leader
+  core (controller/leader_core.py: what a heartbeat is answered, when a SyncStateSet
+  proposal is refused before Raft, the scan's election decision);
 - brokers: the role core (ha/role_core.py: which role a controller reply means, the master
   lease arithmetic, SyncStateSet proposals and adoption, the take-over epoch check), the
-  master core (ha/master_core.py: quorum, confirm position, SyncStateSet, lease) and the slave
-  core (ha/slave_core.py: fork-point truncation, acks, confirm).
+  master core (ha/master_core.py: quorum, confirm position, SyncStateSet, lease), the slave
+  core (ha/slave_core.py: fork-point truncation, acks, confirm), the take-over core
+  (ha/takeover_core.py: cut a partial tail record, confirm := log end, epoch entry, fsync,
+  open the term, lift the fence; SimBroker carries its effects out as replication.py does)
+  and the put core (ha/put_core.py: NOT_MASTER, IN_SYNC_REPLICAS_NOT_ENOUGH, the flush and
+  quorum statuses, a deposed master's PUT_OK turned into FLUSH_SLAVE_TIMEOUT).
 
 What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
-- the controller leader's request handling (controller/node.py: heartbeat replies, the scan
-  that elects, alter_sync_state_set) is written again in `SimController` in a few lines;
-- the broker's put path (ha/broker/replication.py: fence, plan, append, fsync, wait for the
-  quorum) and the take-over sequence (roles.py/replication.py/master_service.py: cut a partial
-  tail record, confirm := log end, epoch entry) are written again in `SimBroker`;
+- the controller leader's shell (controller/node.py): `SimController` proposes and answers
+  as node.py does, but scans every SCAN_MS only (node.py also scans at once when a heartbeat
+  asks for it: leader_core's `wake`), never probes a master's address, has no operator
+  elections (so no lease holds) and no read barriers;
+- the shells themselves: SimBroker is event-driven where ha/broker waits on threads, so one
+  deadline (syncFlushTimeout) covers a put's flush and quorum waits here (replication.py
+  gives each its own), and a deposed master answers its waiting puts at once;
 - the disk, by default (`--disk model`, the suite's 1,000-seed batch), is a MODEL: `SimLog`
   holds the CommitLog as bytes with a synced length, the epoch list (durable on append, as the
   epoch file is) and the confirm position; a crash drops every unsynced byte (or keeps a random
@@ -35,7 +43,8 @@ Network: controller requests and replies may be dropped, duplicated, delayed (so
 partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
 partition breaks it (both ends see it close). Clock: one virtual clock (no drift yet).
 
-Invariants checked after every event (`ClusterChecker`):
+Invariants checked after every event (`ClusterChecker`; with `--disk engine` also: no
+slave's engine refuses the bytes its master shipped as not being whole records):
 - no acknowledged message is lost or changed: the serving master of the highest epoch holds
   every PUT_OK'd record, byte for byte, where it was acknowledged;
 - replicas are identical below the confirm position (any two brokers agree below the smaller
@@ -69,9 +78,8 @@ from controller.api import (
     BrokerHeartbeat,
     ReplicaInfo,
     RoleChange,
-    role_of,
 )
-from controller.election import failover_decision
+from controller.leader_core import answer_heartbeat, refuse_sync_state_set, scan_decision
 from controller.liveness import LiveTable
 from controller.raft import (
     EntryKind,
@@ -91,6 +99,7 @@ from controller.state import (
     decode_command,
     encode_command,
 )
+from ha import put_core, takeover_core
 from ha.frames import Frame, MasterHello, Transfer
 from ha.master_core import (
     CloseLink as MasterCloseLink,
@@ -100,7 +109,6 @@ from ha.master_core import (
     MasterLog,
     MasterReplication,
     MasterSettings,
-    PutProgress,
     SendLog,
     SendMetadata,
     SyncStateSetChanged,
@@ -128,7 +136,23 @@ from ha.slave_core import (
     CloseLink as SlaveCloseLink,
 )
 from ha.slave_core import SendFrame as SlaveSendFrame
-from storage_engine import EpochEntry, FsyncFailedError, set_fsync_failure_handler
+from ha.takeover_core import AppendEpoch as TakeOverAppendEpoch
+from ha.takeover_core import ConfirmTo as TakeOverConfirmTo
+from ha.takeover_core import (
+    CutTail,
+    FlushLog,
+    LiftFence,
+    OpenTerm,
+    ReplayState,
+    TakeOverLog,
+)
+from storage_engine import (
+    EpochEntry,
+    FsyncFailedError,
+    PutStatus,
+    ReplicatedDataError,
+    set_fsync_failure_handler,
+)
 from tests.sim.engine_log import DiskFailedError, EngineLog
 from tests.sim.sim_fs import SimDiskFaults
 from tests.support.partitions import shape_cuts
@@ -273,14 +297,11 @@ class SimLog:
     def append_epoch(self, entry: EpochEntry) -> None:
         self.epochs.append(entry)
 
-    def cut_incomplete_tail(self) -> None:
-        cut = self.complete_end()
-        if cut < self.end:
-            self.confirm = min(self.confirm, cut)
-            self.truncate(cut)
-
-    def confirm_to_end(self) -> None:
-        self.confirm = self.end
+    def cut_tail(self, position: int) -> None:
+        assert position <= self.complete_end(), (position, self.complete_end())
+        if position < self.end:
+            self.confirm = min(self.confirm, position)
+            self.truncate(position)
 
     def dispatch(self) -> None:
         pass
@@ -303,8 +324,9 @@ class SimLog:
 
 # -- controllers ------------------------------------------------------------------------------
 class SimController:
-    """One controller process: the real Raft core, state machine, liveness table and election
-    policy; the request handling of controller/node.py, re-modelled."""
+    """One controller process: the real Raft core, state machine, liveness table, election
+    policy and leader core (controller/leader_core.py: heartbeat answers, SyncStateSet
+    refusals, the scan's decision); proposing and answering, as controller/node.py does."""
 
     def __init__(self, sim: ClusterSim, node_id: int) -> None:
         self.sim = sim
@@ -393,11 +415,9 @@ class SimController:
         replica = self.state.replica_info(SET)
         if replica is None:
             return
-        decision = failover_decision(replica, self.live.alive(replica, now),
-                                     reported_lost=self.live.reported_master_lost(replica, now),
-                                     led_for_ms=now - self.leader_since_ms,
-                                     heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
-                                     unclean_enabled=False)
+        decision = scan_decision(replica, self.live, now, leader_since_ms=self.leader_since_ms,
+                                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                                 unclean_enabled=False)
         if decision is not None:
             self.sim.trace(f"c{self.node_id} elects {decision.broker_id} "
                            f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
@@ -419,14 +439,21 @@ class SimController:
                          lambda r: answer(None if r is None else r.broker_id))
         elif kind == "heartbeat":
             replica = self.state.replica_info(SET)
-            if replica is None or body.broker_id not in {m.broker_id for m in replica.brokers}:
-                return
-            answer((role_of(replica, body.broker_id), HEARTBEAT_TIMEOUT_MS))
+            heard = answer_heartbeat(
+                replica, body, lease_held=False,  # no operator elections here
+                master_silent_ms=(None if replica is None else
+                                  self.live.silent_ms(replica, replica.master_broker_id, now)),
+                heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
+            if heard.status != "OK":
+                return  # (node.py answers BROKER_NOT_REGISTERED; the broker registers anyway)
+            # heard.wake: node.py scans at once; this leader scans every SCAN_MS
+            answer((heard.role, HEARTBEAT_TIMEOUT_MS))
         elif kind == "alter_sss":
             replica = self.state.replica_info(SET)
             alive = self.live.alive(replica, now) if replica else {}
-            if replica is None or any(m not in alive for m in body.sync_state_set):
-                answer(("INVALID_REPLICAS", None))
+            refusal = refuse_sync_state_set(replica, body.sync_state_set, alive)
+            if refusal is not None:
+                answer((refusal, None))
                 return
             self.propose(AlterSyncStateSet(SET, body.master_broker_id, body.master_epoch,
                                            body.sync_state_set, body.sync_state_set_epoch),
@@ -449,8 +476,8 @@ class _Put:
 
 
 class SimBroker:
-    """One broker process: the real role, master and slave cores; the put path and the
-    take-over sequence of ha/broker, re-modelled; the disk is `SimLog` (a model)."""
+    """One broker process: the real role, master, slave, take-over and put cores, driven by
+    events instead of ha/broker's threads; the disk is `SimLog` (a model) or `EngineLog`."""
 
     def __init__(self, sim: ClusterSim, name: str) -> None:
         self.sim = sim
@@ -570,28 +597,40 @@ class SimBroker:
         self.role.applied(plan)
 
     def take_over(self, change: RoleChange) -> None:
+        """The take-over sequence of ha/takeover_core.py, carried out as replication.py does
+        (on SimLog or EngineLog)."""
         log = self.log
-        last = log.epochs[-1].epoch if log.epochs else None
-        refusal = RoleCore.check_take_over(last, change.master_epoch)
-        assert refusal is None, refusal  # the controller's epochs only grow
-        log.cut_incomplete_tail()
-        log.confirm_to_end()
-        if last is None or last < change.master_epoch:  # (else: the checker fails the run)
-            log.append_epoch(EpochEntry(change.master_epoch, log.end))
-        log.sync()
-        settings = MasterSettings(
-            quorum=QUORUMS[self.sim.options.quorum],
-            transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
-            heartbeat_interval_ms=100, housekeeping_interval_ms=600,
-            slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
-        self.master = MasterReplication(
-            settings, broker_id=change.broker_id, master_epoch=change.master_epoch,
-            endpoint=self.name, master_log_position=log.synced,
-            confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
-            accepted_sync_state_set=change.sync_state_set,
-            accepted_sync_state_set_epoch=change.sync_state_set_epoch,
-            lease_until_ms=self.role.lease_until_ms(change.master_epoch))
-        self.fenced = False
+        plan = takeover_core.plan_take_over(
+            TakeOverLog(log.end, log.complete_end(), tuple(log.epochs)), change.master_epoch)
+        assert plan.refusal is None, plan.refusal  # the controller's epochs only grow
+        for effect in plan.effects:
+            if isinstance(effect, CutTail):
+                log.cut_tail(effect.log_position)
+            elif isinstance(effect, TakeOverConfirmTo):
+                log.set_confirm(effect.log_position)
+            elif isinstance(effect, ReplayState):
+                pass  # the simulated records hold no state (no offsets topic)
+            elif isinstance(effect, TakeOverAppendEpoch):
+                log.append_epoch(EpochEntry(effect.epoch, effect.start_log_position))
+            elif isinstance(effect, FlushLog):
+                log.sync()
+            elif isinstance(effect, OpenTerm):
+                settings = MasterSettings(
+                    quorum=QUORUMS[self.sim.options.quorum],
+                    transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
+                    heartbeat_interval_ms=100, housekeeping_interval_ms=600,
+                    slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
+                self.master = MasterReplication(
+                    settings, broker_id=change.broker_id, master_epoch=effect.master_epoch,
+                    endpoint=self.name, master_log_position=log.synced,
+                    confirm_log_position=log.confirm, now_ms=self.sim.now_ms,
+                    accepted_sync_state_set=change.sync_state_set,
+                    accepted_sync_state_set_epoch=change.sync_state_set_epoch,
+                    lease_until_ms=self.role.lease_until_ms(change.master_epoch))
+            elif isinstance(effect, LiftFence):
+                self.fenced = False
+            else:
+                raise TypeError(effect)
         self.sim.checker.on_serving(self, change.master_epoch)
 
     def follow(self, change: RoleChange) -> None:
@@ -718,22 +757,28 @@ class SimBroker:
                     if self.slave is not None:
                         self.slave.link_down()
             elif isinstance(effect, DispatchLog):
-                log.dispatch()
+                try:
+                    log.dispatch()
+                except ReplicatedDataError as err:  # ha/slave_service.py refuses the link
+                    self.sim.fail(f"{self.name} refused its master's bytes: {err}")
             elif isinstance(effect, (ApplyMetadata, MasterKnown)):
                 pass
             else:
                 raise TypeError(effect)
 
-    # puts (replication.py's put path, re-modelled)
+    # puts (ha/put_core.py decides; this is the event-driven shell of replication.py's put)
     def on_put(self, src: str, request_id: int, msg_id: int) -> None:
         master = self.master
-        if self.fenced or master is None:
+        admission = put_core.admit(fenced=self.fenced, following=self.slave is not None,
+                                   serving=master is not None, runtime_roles=True)
+        if admission.refused:
             self.sim.send(self.name, src, ("put_reply", request_id, "NOT_MASTER", None))
             return
+        assert master is not None and admission is put_core.Admission.REPLICATE, admission
         plan = master.plan_put(self.log.end)
-        if plan.refused:
-            self.sim.send(self.name, src, ("put_reply", request_id,
-                                           "IN_SYNC_REPLICAS_NOT_ENOUGH", None))
+        refused = put_core.plan_status(plan)
+        if refused is not None:
+            self.sim.send(self.name, src, ("put_reply", request_id, refused.name, None))
             return
         start, end = self.log.append_record(make_record(msg_id))
         put = _Put(request_id, src, msg_id, start, end, plan.need,
@@ -750,39 +795,47 @@ class SimBroker:
             put.durable = put.durable or self.log.synced >= put.end
         self.after()
 
+    def judge(self, put: _Put, *, stopping: bool = False) -> PutStatus | None:
+        """ha/put_core.py on one waiting put: its status now (None: it waits on). One
+        deadline covers the flush and the quorum here (replication.py waits up to
+        syncFlushTimeout for each)."""
+        master, now = self.master, self.sim.now_ms
+        deposed = master is None or self.fenced
+        expired = now >= put.deadline_ms
+        status = put_core.flush_status(put.durable, expired=expired, deposed=deposed)
+        if status is not None or not put.durable:
+            return status
+        progress = (None if master is None
+                    else master.put_progress(put.end, put.need, now_ms=now))
+        status = put_core.quorum_status(progress, expired=expired,
+                                        stopping=stopping or deposed)
+        return None if status is None else put_core.answer(status, fenced=deposed)
+
     def after(self) -> None:
         """After every event: ship, then answer the puts that are decided."""
         if not self.alive:
             return
         self.pump()
-        master, now = self.master, self.sim.now_ms
         waiting: list[_Put] = []
         for put in self.puts:
-            status = None
-            if master is None or self.fenced:
-                status = "FLUSH_SLAVE_TIMEOUT"
-            elif put.durable:
-                progress = master.put_progress(put.end, put.need, now_ms=now)
-                if progress is PutProgress.DONE:
-                    status = "PUT_OK"
-                elif progress is PutProgress.UNREACHABLE:
-                    status = "SLAVE_NOT_AVAILABLE"
-            if status is None and now >= put.deadline_ms:
-                status = "FLUSH_SLAVE_TIMEOUT" if put.durable else "FLUSH_DISK_TIMEOUT"
+            status = self.judge(put)
             if status is None:
                 waiting.append(put)
                 continue
-            if status == "PUT_OK":
-                assert master is not None
-                self.sim.checker.on_ack(self, master.master_epoch, put.msg_id, put.start)
-            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status, put.start))
+            if status is PutStatus.PUT_OK:
+                assert self.master is not None
+                self.sim.checker.on_ack(self, self.master.master_epoch, put.msg_id, put.start)
+            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status.name,
+                                               put.start))
         self.puts = waiting
         self.sim.checker.check_broker(self)
 
     def fail_puts(self) -> None:
+        """Deposed (fenced already): the master service stops, its waiting puts return."""
         for put in self.puts:
-            self.sim.send(self.name, put.src, ("put_reply", put.request_id,
-                                               "FLUSH_SLAVE_TIMEOUT", None))
+            status = self.judge(put, stopping=True)
+            assert status is not None and status is not PutStatus.PUT_OK, status
+            self.sim.send(self.name, put.src, ("put_reply", put.request_id, status.name, None))
         self.puts = []
 
 

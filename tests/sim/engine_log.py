@@ -12,8 +12,8 @@ of topic `sim`, queue 0.
 Effects map one to one onto what ha/broker does with the store: a master's put is `append`;
 a slave's AppendLog is `append_replicated` (+ a flush step when the core asks to fsync before
 its ack), DispatchLog is `dispatch_replicated`, Truncate is `truncate_to`, SetConfirm/ConfirmTo
-is `set_confirm_log_position`, AppendEpoch is the epoch file's `append`, a take-over cuts the
-incomplete tail (`truncate_incomplete_tail`) and confirms the whole log.
+is `set_confirm_log_position`, AppendEpoch is the epoch file's `append`, a take-over runs ha/takeover_core.py's plan (`complete_end_log_position`, `cut_tail`,
+confirm, epoch entry, flush), as ha/broker/replication.py does.
 """
 
 from __future__ import annotations
@@ -126,14 +126,15 @@ class EngineLog:
             self.version += 1
         self.store.truncate_to(position)
 
-    def cut_incomplete_tail(self) -> None:
+    def complete_end(self) -> int:
+        """Where the last whole record ends (a take-over cuts there: ha/takeover_core.py)."""
+        return self.store.complete_end_log_position()
+
+    def cut_tail(self, position: int) -> None:
         end = self.end
-        self.store.truncate_incomplete_tail()
+        self.store.cut_tail(position)
         if self.end < end:
             self.version += 1
-
-    def confirm_to_end(self) -> None:
-        self.store.set_confirm_log_position(self.end)
 
     def set_confirm(self, position: int) -> None:
         self.store.set_confirm_log_position(max(self.confirm, min(position, self.end)))

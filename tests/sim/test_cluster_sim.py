@@ -13,10 +13,13 @@ in this form, a test switches the fix off again and requires the simulator to no
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import ha.master_core
 import ha.role_core
+import ha.takeover_core
 from tests.sim.cluster_sim import SimFailure, run_seed
 
 # The bounded batch: 1,000 seeds, about 100 s on one quiet core of this machine (9-10
@@ -203,3 +206,22 @@ def test_the_checker_catches_a_restarted_master_that_continues_its_epoch(
     monkeypatch.setattr(ha.role_core.RoleCore, "plan", continue_the_epoch)
     with pytest.raises(SimFailure, match="serves epoch 1 again after a restart"):
         run_seed(275, DURATION_MS)
+
+
+def test_the_checker_catches_a_take_over_that_keeps_a_partial_tail_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # ha/takeover_core.py with its first step off: a slave elected while its log ends inside a
+    # record appends after the partial bytes; the real engine's slaves find bytes that are not
+    # records where the new master's first record should be (the byte model has no framing,
+    # so this runs on the engine)
+    plan = ha.takeover_core.plan_take_over
+
+    def keep_the_tail(log: ha.takeover_core.TakeOverLog, master_epoch: int
+                      ) -> ha.takeover_core.TakeOverPlan:
+        whole = dataclasses.replace(log, complete_end_log_position=log.end_log_position)
+        return plan(whole, master_epoch)
+    monkeypatch.setattr(ha.takeover_core, "plan_take_over", keep_the_tail)
+    with pytest.raises(SimFailure, match="refused its master's bytes"):
+        run_seed(9, DURATION_MS, disk="engine")
+    monkeypatch.undo()
+    run_seed(9, DURATION_MS, disk="engine")
