@@ -39,16 +39,11 @@ it is judged, so one that waited through a pause is judged by the lease after it
 
 The path of one acknowledged put (README, "Where the time of one acknowledged put goes"): the
 put's thread ships its own bytes to every slave not far behind (`_ship_idle`; the
-senders handle the rest: catching up, heartbeats, metadata), and waits on a lock of its own
-(`_PutWaiter`). The thread that receives an Ack (ha-read-<link>) judges every waiting put with
-the core's `put_progress`, under the core lock, and releases the lock of each one done (or
-unreachable) with its verdict: the put's thread wakes once, on one futex, and answers without
-taking the core lock back. Before, puts waited on a Condition of the core lock that every Ack
-notified: every waiting put woke, each then waited for the reader to let go of the core lock
-(a second wake-up) to judge itself. The confirm position needs every member, a put only `need`
-replicas, so under a majority quorum the first slave's ack completes the put (waiting for a
-confirm move made every put wait for the slowest slave). Appends wake only the senders, acks
-only the puts that are done.
+senders handle the rest: catching up, heartbeats, metadata), and waits on `_put_cond`, a second
+condition on `_cond`'s lock that every Ack notifies: the confirm position needs every member, a
+put only `need` replicas, so under a majority quorum the first slave's ack completes the put
+(waiting for a confirm move made every put wait for the slowest slave). Appends wake only the
+senders, acks only the puts.
 """
 
 from __future__ import annotations
@@ -120,32 +115,6 @@ class _LinkIO:
         self.ship_lock = threading.Lock()
 
 
-class _PutWaiter:
-    """One put waiting for its replicas: a lock held while it waits (the cheapest wake-up
-    Python has: one futex, no condition lock to take back after it), released by whoever
-    judges the put done or unreachable, with the verdict in `status`."""
-
-    __slots__ = ("armed", "lock", "log_position", "need", "status")
-
-    def __init__(self, log_position: int, need: int) -> None:
-        self.log_position = log_position
-        self.need = need
-        self.status: PutStatus | None = None
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.armed = True  # the lock is held for the waiter to block on (under the core lock)
-
-    def wake(self) -> None:  # under the core lock
-        if self.armed:
-            self.armed = False
-            self.lock.release()
-
-    def rearm(self) -> None:  # under the core lock, by the waiter
-        if not self.armed:
-            self.lock.acquire(blocking=False)  # released by wake(), maybe not taken back
-            self.armed = True
-
-
 class MasterService:
     """Serve slave links for one master term over `store` (opened with auto_confirm=False)."""
 
@@ -194,7 +163,7 @@ class MasterService:
             lease_until_ms=lease_until_ms)
         lock = threading.RLock()
         self._cond = threading.Condition(lock)  # senders: new bytes to ship
-        self._put_waiters: list[_PutWaiter] = []  # puts waiting for acks, lease, membership
+        self._put_cond = threading.Condition(lock)  # waiting puts: acks, lease, membership
         self._tick_cond = threading.Condition(lock)  # the tick thread, idle between ticks
         self._confirm_moved = False  # since the senders last re-timed their confirm push
         self._tick_idle = False
@@ -235,57 +204,17 @@ class MasterService:
         else:  # an ASYNC_MASTER's put does not wait for its slaves: the senders ship
             with self._cond:
                 self._cond.notify_all()
-        waiter = _PutWaiter(log_position, need)
-        with self._cond:
-            status = self._judge_locked(waiter, _now_ms())
-            if status is not None:
-                return status
-            self._put_waiters.append(waiter)
-        while True:
-            # the thread that judged this put done (an HA reader, mostly) left its verdict
-            # here and released the lock: read without taking the core lock (docstring)
-            woken = waiter.lock.acquire(timeout=max(deadline - time.monotonic(), 0.0))
-            if woken and waiter.status is not None:
-                return waiter.status
-            with self._cond:
-                if waiter.status is not None:  # judged while the lock wait timed out
-                    return waiter.status
-                status = self._judge_locked(waiter, _now_ms())
-                if status is None and (time.monotonic() >= deadline
-                                       or self._stopping.is_set()):
-                    status = PutStatus.FLUSH_SLAVE_TIMEOUT  # stopping: deposed or shut down
-                if status is not None:
-                    self._put_waiters.remove(waiter)
-                    return status
-                waiter.rearm()
-
-    def _judge_locked(self, waiter: _PutWaiter, now_ms: int) -> PutStatus | None:
-        progress = self._core.put_progress(waiter.log_position, waiter.need, now_ms=now_ms)
-        if progress is PutProgress.DONE:
-            return PutStatus.PUT_OK
-        if progress is PutProgress.UNREACHABLE:
-            return PutStatus.SLAVE_NOT_AVAILABLE
-        return None
-
-    def _wake_puts_locked(self, *, every: bool = False) -> None:
-        """Judge every waiting put now (an ack, a confirm move, a lease or membership change)
-        and wake those with a verdict, handing it over; `every`: wake the others too, to judge
-        themselves (shutdown). Runs on the thread that saw the change, under the core lock,
-        so a waiter's verdict and its wake-up cannot cross its own re-judging."""
-        if not self._put_waiters:
-            return
-        now_ms = _now_ms()
-        kept: list[_PutWaiter] = []
-        for waiter in self._put_waiters:
-            status = self._judge_locked(waiter, now_ms)
-            if status is not None:
-                waiter.status = status
-                waiter.wake()
-            else:
-                kept.append(waiter)
-                if every:
-                    waiter.wake()
-        self._put_waiters = kept
+        with self._put_cond:
+            while True:
+                progress = self._core.put_progress(log_position, need, now_ms=_now_ms())
+                if progress is PutProgress.DONE:
+                    return PutStatus.PUT_OK
+                if progress is PutProgress.UNREACHABLE:
+                    return PutStatus.SLAVE_NOT_AVAILABLE
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping.is_set():  # stopping: deposed or shut down
+                    return PutStatus.FLUSH_SLAVE_TIMEOUT
+                self._put_cond.wait(remaining)
 
     def _ship_idle(self, links: list[_LinkIO]) -> None:
         """Send the new bytes to each link not far behind from this (the put's)
@@ -383,7 +312,7 @@ class MasterService:
             # need it only to re-time their confirm push, so the tick thread wakes them once
             # per CONFIRM_WAKE_INTERVAL_MS instead of at every put (they woke ~2.8 times per
             # put for nothing, taking the GIL just as the put's thread wrote its reply)
-            self._wake_puts_locked()
+            self._put_cond.notify_all()
             self._confirm_moved = True
             if self._tick_idle:
                 self._tick_cond.notify()
@@ -393,7 +322,7 @@ class MasterService:
 
     def _notify_all_locked(self) -> None:
         self._cond.notify_all()
-        self._wake_puts_locked(every=self._stopping.is_set())
+        self._put_cond.notify_all()
         self._tick_cond.notify_all()
 
     def _send_frames(self, effects: list[MasterEffect]) -> None:
@@ -487,7 +416,7 @@ class MasterService:
                 with self._cond:
                     later = self._apply_locked(self._core.on_frame(
                         link.link_id, frame, self._log(), now_ms=_now_ms()))
-                    self._wake_puts_locked()  # an ack may complete a put (docstring)
+                    self._put_cond.notify_all()  # an ack may complete a put (docstring)
                 self._send_frames(later)
         except (FrameError, LinkClosedError, OSError) as err:
             if not link.closed.is_set():
