@@ -69,6 +69,9 @@ class FaultWindow:
 class CheckResult:
     attempted: int = 0
     acknowledged: int = 0
+    # acknowledged sends per replica set (the ack's `set`): a set that got few or none was
+    # barely tested under faults (the workload rotates producers over masters for it)
+    acknowledged_by_set: dict[str, int] = dataclasses.field(default_factory=dict)
     indeterminate: int = 0
     failed: int = 0
     read: int = 0
@@ -132,6 +135,7 @@ class CheckResult:
             "valid": self.valid, "first_violation": self.first_violation,
             "tolerated": list(self.tolerated),
             "attempted": self.attempted, "acknowledged": self.acknowledged,
+            "acknowledged_by_set": dict(sorted(self.acknowledged_by_set.items())),
             "indeterminate": self.indeterminate, "failed": self.failed, "read": self.read,
             "recovered": self.recovered, "lost": len(self.lost),
             "unexpected": len(self.unexpected), "duplicated": len(self.duplicated),
@@ -216,6 +220,8 @@ def _total_queue(result: CheckResult, sends: list[tuple[Event, Event | None]],
     acked = {invoke["value"] for invoke, done in sends if done and done["type"] == "ok"}
     result.attempted = len(attempted)
     result.acknowledged = len(acked)
+    result.acknowledged_by_set = dict(Counter(
+        str(done.get("set")) for _, done in sends if done and done["type"] == "ok"))
     result.failed = sum(1 for _, done in sends if done and done["type"] == "fail")
     result.indeterminate = result.attempted - result.acknowledged - result.failed
     where: dict[str, set[Position]] = defaultdict(set)

@@ -85,6 +85,8 @@ def _campaign(tmp_path: Path, minutes: float, seed: int, *extra: str) -> dict[st
     assert report["duplicated_unexplained"] == report["replica_divergence"] == 0
     assert report["controller_violations"] == 0
     assert report["acknowledged"] > 1000 and report["read"] >= report["acknowledged"]
+    assert all(report["acknowledged_by_set"].get(name, 0) > 100
+               for name in ("broker-a", "broker-b")), report["acknowledged_by_set"]
     assert report["replicas_compared"] == 6
     assert Path(report["timeline"]).stat().st_size > 10_000
     assert "timeline.png" in Path(report["html"]).read_text()

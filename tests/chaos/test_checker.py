@@ -64,6 +64,7 @@ def test_a_good_history_is_valid() -> None:
     assert result.valid, result.to_json()
     assert (result.attempted, result.acknowledged, result.indeterminate) == (4, 3, 1)
     assert result.recovered == 1 and result.read == 4
+    assert result.acknowledged_by_set == {"None": 3}  # the builder's acks name no set
 
 
 def test_a_lost_ack_is_found() -> None:

@@ -6,9 +6,11 @@
                 (PUT_OK with its queue and offset, or `duplicate`: a retry the broker had
                 stored), else `info` (the client gave up: it may be stored). An ack names
                 its replica set: the set of the broker its last attempt went to (the client's
-                routes; an idempotent retry stays in its first attempt's set). Producer i starts
-                at the i-th master of the controller's route list, so both replica sets get
-                writes (the client otherwise sends everything to the first).
+                routes; an idempotent retry stays in its first attempt's set). Send `seq` of
+                producer i first goes to master (i + seq) of the controller's route list, like
+                RocketMQ's producer rotating over brokers per message: the client alone stays
+                on one master until it fails, so after a few failovers every producer sat on
+                one set and the other got no writes for minutes (seed 404, faults 55-160).
     Consumers   one per replica set, all in one consumer group: pull every queue of the set in
                 turn (long polls), record each poll, and commit the group's offsets to the
                 set's master every COMMIT_EVERY_S.
@@ -106,7 +108,6 @@ class ProducerWorker(_Worker):
     def _run(self) -> None:
         producer = Producer(self.config, idempotent=True)
         channel = producer._channel  # send_batch's synchronous channel (not the lanes)
-        producer._routes.broker_index = self.index  # start at the index-th master (docstring)
         pinned = channel._pinned
 
         def watched(endpoint: str, home: list[str]) -> str:
@@ -132,6 +133,7 @@ class ProducerWorker(_Worker):
         try:
             # send_batch of one row: the synchronous channel, whose attempts `watched` sees
             # (Producer.send goes through the asynchronous lanes, one channel per lane)
+            producer._routes.broker_index = self.index + seq  # rotate over masters (docstring)
             [result] = producer.send_batch(TOPIC, [{"body": value.encode(), "key": key,
                                                     "tags": tags}])
         except RocketHAError as err:
