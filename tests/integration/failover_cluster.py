@@ -50,7 +50,7 @@ from ha.local_processes import pid_from_file
 from tests.ha.replica_set import FAST_TIMERS, _all_threads_stopped, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI_TIMEOUT_S = 120.0
+CLI_TIMEOUT_S = 200.0  # `up` waits up to 120 s for a recovering broker (ha/cluster.py)
 QUEUES = 4
 # FAST_TIMERS: HA link timers of a second or two; heartbeats to the controller every 200 ms
 BROKER_SETTINGS = {**FAST_TIMERS, "brokerHeartbeatInterval": "200",
