@@ -104,6 +104,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+INCOMPLETE_ROUTES_REFRESH_MS = 1000  # routes missing a set's master: fetched again this soon
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClientConfig:
@@ -121,6 +123,12 @@ class ClientConfig:
     # (connector/master_watch.py).
     master_check_interval_ms: int = 200
     master_check_after_ms: int = 1000  # ... once a reply is this late (then every interval)
+    # With `controller`: the routes are fetched again this often in the background, as
+    # RocketMQ's clients poll the name server (pollNameServerInterval, 30 s), and every
+    # INCOMPLETE_ROUTES_REFRESH_MS while a replica set the controller lists has no alive
+    # master: without it a client sent nothing to a set whose master was elected after its
+    # last fetch until some call failed (a chaos campaign: one set without writes for minutes).
+    route_refresh_interval_ms: int = 30_000
     # TLS (README "Transport security"): the CA that signs the servers' certificates (set:
     # TLS on), and this client's certificate and key (servers with need.client.auth=require)
     tls_trust_cert_path: str = ""
@@ -151,7 +159,8 @@ class ClientConfig:
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"ClientConfig.brokers: {endpoint!r} is not host:port")
         for name in ("request_timeout_ms", "send_deadline_ms", "backoff_initial_ms",
-                     "backoff_max_ms", "master_check_interval_ms", "master_check_after_ms"):
+                     "backoff_max_ms", "master_check_interval_ms", "master_check_after_ms",
+                     "route_refresh_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be > 0")
         if self.retries_max < 0:
@@ -432,6 +441,8 @@ class _Routes:
         self.set_of_member: dict[str, str] = {}
         self.master_of_set: dict[str, str] = {}
         self.fetch_lock = threading.Lock()
+        self.refresh_at_s = 0.0  # monotonic: when a background fetch is due (`_Base.endpoint`)
+        self.incomplete = False  # the last fetch named a replica set without an alive master
 
     def move_past(self, endpoint: str) -> None:
         """The next call goes to the endpoint after `endpoint`, if that is still the current
@@ -468,8 +479,39 @@ class _Base:
                         # no controller answers: go on with the endpoints already known
                         # (DESIGN §5.6: the controller being down never stops a healthy
                         # replica set)
+                    finally:
+                        routes.refresh_at_s = time.monotonic() + self._refresh_interval_s()
+        elif self.config.controller is not None and time.monotonic() >= routes.refresh_at_s:
+            self._refresh_in_background()
         endpoints = routes.endpoints
         return endpoints[routes.broker_index % len(endpoints)]
+
+    def _refresh_in_background(self) -> None:
+        """Fetch the routes again on a thread of its own, while calls go on with the ones
+        known (ClientConfig.route_refresh_interval_ms): a controller that is slow or down
+        never holds a call up here. At most one fetch at a time (`fetch_lock`)."""
+        routes = self._routes
+        if not routes.fetch_lock.acquire(blocking=False):
+            return  # a fetch is under way
+        routes.refresh_at_s = time.monotonic() + self._refresh_interval_s()
+        controller = self.config.controller
+        assert controller is not None
+
+        def fetch() -> None:
+            try:
+                routes.endpoints = self._controller_endpoints(controller)
+            except RocketHAError as err:  # the known routes stay (DESIGN §5.6)
+                logger.debug("routes not refreshed from %s: %s", controller, err)
+            finally:
+                routes.refresh_at_s = time.monotonic() + self._refresh_interval_s()
+                routes.fetch_lock.release()
+        threading.Thread(target=fetch, name="rocketha-routes", daemon=True).start()
+
+    def _refresh_interval_s(self) -> float:
+        interval_ms = self.config.route_refresh_interval_ms
+        if self._routes.incomplete:
+            interval_ms = min(interval_ms, INCOMPLETE_ROUTES_REFRESH_MS)
+        return interval_ms / 1000.0
 
     def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
         return controller_masters(controller, self.config.request_timeout_ms, self.config.tls,
@@ -663,6 +705,8 @@ class _PutChannel(_Base):
             for status in cluster.get("replica_sets", [])
             for member in status["replica"].get("brokers", [])}
         self._routes.master_of_set = dict(_alive_masters(cluster))
+        self._routes.incomplete = (len(self._routes.master_of_set)
+                                   < len(cluster.get("replica_sets", [])))
         return _masters_of(cluster, controller)
 
     def _pinned(self, endpoint: str, home: list[str]) -> str:

@@ -46,13 +46,15 @@ Event = dict[str, Any]
 class History:
     """Appends events (with `t` filled in) to a list and, optionally, a JSON-lines file."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.events: list[Event] = []
+    def __init__(self, path: Path | None = None, *, events: Iterable[Event] = (),
+                 append: bool = False) -> None:
+        """`append`: go on with an existing file (`events`: what it holds already)."""
+        self.events: list[Event] = list(events)
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("w", buffering=1)
+            self._file = path.open("a" if append else "w", buffering=1)
 
     def add(self, process: str, type_: str, f: str, **fields: Any) -> Event:
         assert type_ in ("invoke", "ok", "fail", "info"), type_

@@ -4,6 +4,7 @@
         [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape]]
         [--controllers 3|5] [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark]
         [--keep-data] [--out DIR]
+    python3 build.py chaos --resume --out DIR     # the end of a run that stopped in a step
 
 The cluster: `rocketha-cluster up --hosts` with 3 (or 5) controllers and 2 replica sets of 3
 brokers, each process on its own test host (network namespaces on a bridge, 198.18.0.0/15;
@@ -25,6 +26,12 @@ checker judges the history; the last line printed is the JSON report:
     rto_p99_s, timeline (the PNG), html, history, and the checker's counts.
 Exit 1 on any violation (the message names the first one and the seed), 2 when the run itself
 failed (a step timed out, the cluster would not start).
+
+`--resume`: a run that failed in a harness step (exit 2: a step timed out) kept its stores and
+history; this brings its cluster up again from them (the LazyFS stores' backing directories
+put back in place; a `disk` broker's tmpfs store is gone with its unmount, so it comes back
+empty and catches up from its master like a replaced disk), then does the run's end (settle,
+observe, drain, digests) appending to the same history, and judges the whole of it.
 
 Bounded: the fault loop ends after --minutes; each step has its deadline (wait_for); an alarm
 ends the whole run after --minutes + FINISH_S; the cluster and its hosts are removed in
@@ -48,7 +55,7 @@ from connector import Admin, ClientConfig, Consumer
 from connector.protocol import RocketHAError
 from tests.chaos.checker import check
 from tests.chaos.disk_faults import StoreMounts
-from tests.chaos.history import History
+from tests.chaos.history import History, read_history
 from tests.chaos.nemesis import KINDS, OPT_IN_KINDS, Nemesis, schedule
 from tests.chaos.report import write_html, write_timeline
 from tests.chaos.spark_ingest import SparkIngest
@@ -143,6 +150,42 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if mounts is not None:
             mounts.close()
         history.close()
+    return _judge(args, out, history, faults)
+
+
+def resume(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The end of a run that stopped in a step, on its kept stores (module docstring)."""
+    directory = out / "cluster"
+    for backing in sorted((directory / "data").glob("*.backing")):
+        store = backing.with_name(backing.name.removesuffix(".backing"))
+        if store.is_dir() and not store.is_mount() and not any(store.iterdir()):
+            store.rmdir()  # LazyFS's empty mount point: the store goes back where it was
+            backing.rename(store)
+    manifest = json.loads((directory / "cluster.json").read_text())
+    with (out / "history.jsonl").open("rb+") as file:  # a torn last line stays on its own
+        if file.seek(0, 2) and (file.seek(-1, 2), file.read(1))[1] != b"\n":
+            file.write(b"\n")
+    history = History(out / "history.jsonl", events=read_history(out / "history.jsonl"),
+                      append=True)
+    cluster = None
+    try:
+        cluster = FailoverCluster(directory, controllers=len(manifest["controllers"]),
+                                  replica_sets=2, replicas=3, hosts=True,
+                                  controller_settings=CONTROLLER_FAST, **QUORUM)
+        _settle(cluster)
+        Observer(history, cluster.controller_addr,
+                 [cluster.endpoint(n) for n in cluster.controllers], list(REPLICA_SETS)).observe()
+        _drain(cluster, history)
+        _digests(cluster, history)
+    finally:
+        if cluster is not None:
+            cluster.down()
+        history.close()
+    return _judge(args, out, history, None)
+
+
+def _judge(args: argparse.Namespace, out: Path, history: History,
+           faults: Any) -> dict[str, Any]:
     result = check(history.events, tolerate=args.tolerate)
     if result.valid and not args.keep_data:
         shutil.rmtree(out / "cluster", ignore_errors=True)  # the stores: kept when invalid
@@ -255,7 +298,12 @@ def main(argv: list[str]) -> int:
                         help="keep the brokers' stores after a valid run too")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the history, PNG and HTML go (default .chaos/<time>-s<seed>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="end and judge the run in --out that stopped in a step (its stores "
+                        "kept): see the module docstring")
     args = parser.parse_args(argv)
+    if args.resume and (args.out is None or not (args.out / "cluster" / "cluster.json").exists()):
+        parser.error("--resume needs --out DIR of a run that kept its cluster directory")
     unknown = set(args.faults) - {*KINDS, *OPT_IN_KINDS}
     if unknown:
         parser.error(f"unknown faults {sorted(unknown)}; known: {','.join(KINDS)} "
@@ -267,7 +315,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(args.minutes * 60 + FINISH_S + (SPARK_FINISH_S if args.spark else 0)))
     try:
-        report = run(args, out)
+        report = resume(args, out) if args.resume else run(args, out)
     except (RunTimeout, AssertionError, RocketHAError, OSError) as err:
         print(f"chaos seed {args.seed}: the run failed: {err!r}"[:3000], file=sys.stderr)
         print(json.dumps({"valid": None, "seed": args.seed, "error": repr(err)[:2000],

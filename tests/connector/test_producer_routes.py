@@ -13,6 +13,7 @@ HTTP/2 settings ever come back, as with SIGSTOP), and the client's own channels.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -100,3 +101,87 @@ def test_lanes_that_fail_on_one_broker_together_move_once() -> None:
     assert lane_0.endpoint == lane_1.endpoint == "b:1"
     lane_1._refresh_route("b:1")
     assert lane_0.endpoint == "a:1"
+
+
+def _two_sets(b_master: str | None) -> dict:  # type: ignore
+    """set "a" mastered by a:1, set "b" by `b_master` (None: b has no alive master)."""
+    found = _cluster_list("a:1", ("a:1",))
+    found["replica_sets"].append(
+        {"replica": {"broker_name": "b", "master_broker_id": 1 if b_master else None,
+                     "master_address": b_master or "",
+                     "brokers": [{"broker_id": 1, "broker_address": "b:1"}]},
+         "alive_broker_ids": [1] if b_master else []})
+    return found
+
+
+def _wait_for(predicate, timeout_s: float = 10.0) -> bool:  # type: ignore
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_routes_missing_a_master_are_fetched_again_soon(monkeypatch) -> None:  # type: ignore
+    """Set b had no master at the first fetch (an election under way) and nothing fails
+    afterwards: the producer still learns b's new master, within about a second, although
+    the periodic refresh is ten minutes away. Before: it sent to a only, until a call failed
+    (chaos seed 505: set broker-a got no write for 230 s)."""
+    answers = [_two_sets(None)]
+    monkeypatch.setattr(client, "controller_cluster_list",
+                        lambda controller, timeout_ms, tls=None, credentials=None: answers[0])
+    producer = Producer(ClientConfig(controller="c:1", route_refresh_interval_ms=600_000))
+    assert producer.endpoint == "a:1" and producer._routes.endpoints == ("a:1",)
+    assert producer._routes.incomplete
+    answers[0] = _two_sets("b:1")  # b's master elected
+    assert _wait_for(lambda: (producer.endpoint, producer._routes.endpoints)[1]
+                     == ("a:1", "b:1")), producer._routes.endpoints
+    assert not producer._routes.incomplete
+
+
+def test_complete_routes_are_fetched_again_every_interval(monkeypatch) -> None:  # type: ignore
+    answers = [_cluster_list("a:1", ("a:1", "a:2"))]
+    asked: list[str] = []
+
+    def cluster_list(controller: str, timeout_ms: int, tls: object = None,  # type: ignore
+                     credentials: object = None) -> dict:
+        asked.append(controller)
+        return answers[0]
+
+    monkeypatch.setattr(client, "controller_cluster_list", cluster_list)
+    producer = Producer(ClientConfig(controller="c:1", route_refresh_interval_ms=100))
+    assert producer.endpoint == "a:1" and len(asked) == 1
+    for _ in range(3):
+        assert producer.endpoint == "a:1"  # within the interval: no controller call
+    assert len(asked) == 1
+    answers[0] = _two_sets("b:1")  # a second replica set joined the cluster
+    assert _wait_for(lambda: (producer.endpoint, producer._routes.endpoints)[1]
+                     == ("a:1", "b:1")), producer._routes.endpoints
+
+
+def test_a_hanging_controller_holds_no_call_up(monkeypatch) -> None:  # type: ignore
+    """The periodic fetch runs beside the calls: while it hangs, calls use the known routes,
+    and a failed fetch keeps them."""
+    release = threading.Event()
+    calls = [0]
+
+    def cluster_list(controller: str, timeout_ms: int, tls: object = None,  # type: ignore
+                     credentials: object = None) -> dict:
+        calls[0] += 1
+        if calls[0] > 1:
+            assert release.wait(30)
+            raise RetriableError(client.status_for("SERVICE_NOT_AVAILABLE"), "controller down")
+        return _cluster_list("a:1", ("a:1",))
+
+    monkeypatch.setattr(client, "controller_cluster_list", cluster_list)
+    producer = Producer(ClientConfig(controller="c:1", route_refresh_interval_ms=1))
+    assert producer.endpoint == "a:1"
+    time.sleep(0.01)
+    assert producer.endpoint == "a:1"  # starts the background fetch, which hangs
+    assert _wait_for(lambda: calls[0] == 2)
+    assert producer._routes.fetch_lock.locked()  # the fetch is still under way ...
+    assert producer.endpoint == "a:1"  # ... and a call gets its endpoint meanwhile
+    release.set()
+    assert _wait_for(lambda: not producer._routes.fetch_lock.locked())
+    assert producer._routes.endpoints == ("a:1",)  # the failed fetch kept the routes
