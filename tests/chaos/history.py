@@ -54,6 +54,10 @@ class History:
         self._file: TextIO | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if append and path.exists():
+                with path.open("rb+") as file:  # a killed run's torn last line stays apart
+                    if file.seek(0, 2) and (file.seek(-1, 2), file.read(1))[1] != b"\n":
+                        file.write(b"\n")
             self._file = path.open("a" if append else "w", buffering=1)
 
     def add(self, process: str, type_: str, f: str, **fields: Any) -> Event:

@@ -162,9 +162,6 @@ def resume(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             store.rmdir()  # LazyFS's empty mount point: the store goes back where it was
             backing.rename(store)
     manifest = json.loads((directory / "cluster.json").read_text())
-    with (out / "history.jsonl").open("rb+") as file:  # a torn last line stays on its own
-        if file.seek(0, 2) and (file.seek(-1, 2), file.read(1))[1] != b"\n":
-            file.write(b"\n")
     history = History(out / "history.jsonl", events=read_history(out / "history.jsonl"),
                       append=True)
     cluster = None

@@ -278,6 +278,14 @@ def test_history_file_round_trip(tmp_path: Path) -> None:
         torn.write('{"t": 1, "proc')  # a killed run's last line
     events = read_history(tmp_path / "h.jsonl")
     assert len(events) == 2 and check(events).lost == ["x"]
+    # `run --resume` goes on with the file: the drain finds the value
+    history = History(tmp_path / "h.jsonl", events=events, append=True)
+    history.add("drain", "invoke", "poll", set=None, queue=0, offset=0)
+    history.add("drain", "ok", "poll", set=None, queue=0, msgs=[[0, "x"]], next=1)
+    history.close()
+    events = read_history(tmp_path / "h.jsonl")
+    assert len(events) == len(history.events) == 4
+    assert check(events).valid and check(events).read == 1
 
 
 # -- a real run, and mutations of it ------------------------------------------------------------
