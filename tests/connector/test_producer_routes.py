@@ -37,8 +37,8 @@ def _cluster_list(set_a_master: str, set_a_members: tuple[str, ...]) -> dict:  #
          "alive_broker_ids": list(ids.values())}]}
 
 
-def test_a_lane_uses_the_route_another_lane_learnt(monkeypatch) -> None:  # type: ignore
-    answers = [_cluster_list("a:1", ("a:1", "a:2"))]
+def _answer_from(monkeypatch, answers: list[dict]) -> list[str]:  # type: ignore
+    """The controller's cluster_list answers answers[0]; returns the list of calls made."""
     asked: list[str] = []
 
     def cluster_list(controller: str, timeout_ms: int, tls: object = None,  # type: ignore
@@ -47,6 +47,12 @@ def test_a_lane_uses_the_route_another_lane_learnt(monkeypatch) -> None:  # type
         return answers[0]
 
     monkeypatch.setattr(client, "controller_cluster_list", cluster_list)
+    return asked
+
+
+def test_a_lane_uses_the_route_another_lane_learnt(monkeypatch) -> None:  # type: ignore
+    answers = [_cluster_list("a:1", ("a:1", "a:2"))]
+    asked = _answer_from(monkeypatch, answers)
     producer = Producer(ClientConfig(controller="c:1"), idempotent=True)
     lane_0, lane_1 = producer._lane_channel(("t", 0)), producer._lane_channel(("t", 1))
     assert lane_0.endpoint == "a:1" and lane_1.endpoint == "a:1"
@@ -129,8 +135,7 @@ def test_routes_missing_a_master_are_fetched_again_soon(monkeypatch) -> None:  #
     the periodic refresh is ten minutes away. Before: it sent to a only, until a call failed
     (chaos seed 505: set broker-a got no write for 230 s)."""
     answers = [_two_sets(None)]
-    monkeypatch.setattr(client, "controller_cluster_list",
-                        lambda controller, timeout_ms, tls=None, credentials=None: answers[0])
+    _answer_from(monkeypatch, answers)
     producer = Producer(ClientConfig(controller="c:1", route_refresh_interval_ms=600_000))
     assert producer.endpoint == "a:1" and producer._routes.endpoints == ("a:1",)
     assert producer._routes.incomplete
@@ -142,14 +147,7 @@ def test_routes_missing_a_master_are_fetched_again_soon(monkeypatch) -> None:  #
 
 def test_complete_routes_are_fetched_again_every_interval(monkeypatch) -> None:  # type: ignore
     answers = [_cluster_list("a:1", ("a:1", "a:2"))]
-    asked: list[str] = []
-
-    def cluster_list(controller: str, timeout_ms: int, tls: object = None,  # type: ignore
-                     credentials: object = None) -> dict:
-        asked.append(controller)
-        return answers[0]
-
-    monkeypatch.setattr(client, "controller_cluster_list", cluster_list)
+    asked = _answer_from(monkeypatch, answers)
     producer = Producer(ClientConfig(controller="c:1", route_refresh_interval_ms=100))
     assert producer.endpoint == "a:1" and len(asked) == 1
     for _ in range(3):
