@@ -171,6 +171,13 @@ class EngineLog:
         except CorruptRecordError:
             return None
 
+    def read_records(self, queue_offset: int, count_max: int) -> list[tuple[int, int, bytes]]:
+        """A consumer's pull through the engine's read path (ConsumeQueue, then CommitLog;
+        never past the confirm position): (log_position, end, body) of each record."""
+        got = self.store.get_messages(TOPIC, 0, queue_offset, max_count=count_max,
+                                      max_bytes=count_max * 1024)
+        return [(m.log_position, m.log_position + m.size_bytes, m.body) for m in got.messages()]
+
     def visible_end(self) -> int:
         """Where the last record a consumer can read ends (0: none): must be <= confirm.
         Asked after every event: answered again only when the log or its confirm moved."""
