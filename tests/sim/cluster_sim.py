@@ -1,11 +1,19 @@
-"""Deterministic simulation of a whole cluster: 3 controllers, one replica set of 3 brokers.
+"""Deterministic simulation of a whole cluster: 3 controllers, 1-2 replica sets of 2-4 brokers,
+a producer and a reader per set.
 
-One seed fixes everything (fault rates, every delay, drop, partition, crash and put); time is a
-virtual millisecond clock and every event sits in one heap ordered by (time, sequence), so a
-run replays exactly. A failure prints its seed, the replay command and the last trace lines:
+One seed fixes everything (the topology, fault rates, every delay, drop, partition, crash, put
+and read); time is a virtual millisecond clock and every event sits in one heap ordered by
+(time, sequence), so a run replays exactly. A failure prints its seed, the replay command and
+the last trace lines:
 
     python3 build.py sim --cluster --seed S [--trace]
-    python3 build.py sim --cluster --seeds N [--json]
+    python3 build.py sim --cluster --seeds N [--sets 1|2] [--replicas 2|3|4] [--json]
+
+Topology: each seed draws 1 set (75 %) or 2, and 2, 3 or 4 brokers per set, from a stream of
+its own (`--sets` / `--replicas` force them); every set registers at the same 3 controllers.
+The fault, put and reader draws do not depend on it: `--sets 1 --replicas 3` replays the runs
+of the versions that had only that topology. Readers draw from a third stream, and their
+messages are counted apart (`reads`), so they change no broker's or controller's run.
 
 What runs is the production decision code, driven here instead of by threads and sockets:
 - controllers: the Raft core (controller/raft), the replicated state machine
@@ -24,12 +32,19 @@ What runs is the production decision code, driven here instead of by threads and
 
 What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
 - the controller leader's shell (controller/node.py): `SimController` proposes and answers
-  as node.py does, but scans every SCAN_MS only (node.py also scans at once when a heartbeat
-  asks for it: leader_core's `wake`), never probes a master's address, has no operator
-  elections (so no lease holds) and no read barriers;
+  as node.py does, scans every SCAN_MS and at once when a heartbeat's answer wakes it
+  (leader_core's `wake`, as node.py), but not when a master's heartbeat timeout ends (node.py
+  shortens its wait to that; here the next scan sees it), never probes a master's address
+  (a PROBE wake-up only scans), has no operator elections (so no lease holds) and no read
+  barriers;
 - the shells themselves: SimBroker is event-driven where ha/broker waits on threads, so one
   deadline (syncFlushTimeout) covers a put's flush and quorum waits here (replication.py
   gives each its own), and a deposed master answers its waiting puts at once;
+- the clients: a producer per set sends to the broker it takes for the master and moves on
+  after NOT_MASTER; a reader per set asks the controllers for the route and pulls by queue
+  offset from the master or a member slave (the connector's readFromReplicas); brokers answer
+  a pull with `read_records` of their log (the engine's `get_messages`; the model's records
+  below confirm);
 - the disk, by default (`--disk model`, the suite's 1,000-seed batch), is a MODEL: `SimLog`
   holds the CommitLog as bytes with a synced length, the epoch list (durable on append, as the
   epoch file is) and the confirm position; a crash drops every unsynced byte (or keeps a random
@@ -45,8 +60,13 @@ partition breaks it (both ends see it close). Clock: one virtual clock (no drift
 
 Invariants checked after every event (`ClusterChecker`; with `--disk engine` also: no
 slave's engine refuses the bytes its master shipped as not being whole records):
+(every one per replica set)
 - no acknowledged message is lost or changed: the serving master of the highest epoch holds
   every PUT_OK'd record, byte for byte, where it was acknowledged;
+- reads never pass the confirm position: a broker (master or slave) serves a reader only
+  records ending at or below its own confirm position; what a reader read at a queue offset
+  reads the same later from any broker (a tenth of the pulls read an earlier offset again);
+  reads come in log order;
 - replicas are identical below the confirm position (any two brokers agree below the smaller
   of their confirm positions), and a broker's confirm never passes its log end (reads stop at
   confirm, so no read ever sees bytes a failover can cut);
@@ -54,7 +74,10 @@ slave's engine refuses the bytes its master shipped as not being whole records):
   never go backwards; the controller's master epoch never goes back;
 - every elected master was in the SyncStateSet of the epoch before (no unclean election);
 - the Raft invariants are raft_sim.py's business (its checker runs 200 seeds by default).
-At the end the network heals and the cluster must elect a master that holds every ack.
+At the end the network heals and each set must elect a master that holds every ack; then
+the puts stop, and after DRAIN_MS each reader reads its set again from queue offset 0 on that
+master: everything it read during the run must read the same, and every PUT_OK record must be
+there, byte for byte, at its log_position, in log order.
 """
 
 from __future__ import annotations
@@ -147,6 +170,7 @@ from ha.takeover_core import (
     TakeOverLog,
 )
 from storage_engine import (
+    CorruptRecordError,
     EpochEntry,
     FsyncFailedError,
     PutStatus,
@@ -161,7 +185,7 @@ CLUSTER = "sim"
 CONTROLLERS = (1, 2, 3)
 SET_NAMES = ("broker-a", "broker-b")  # the replica sets a run may have (--sets 1|2)
 REPLICAS = (2, 3, 4)  # brokers per set a seed may draw (--replicas forces one of them)
-TWO_SETS_PROBABILITY = 0.3  # a seed's chance of 2 sets (a second set costs CPU per seed)
+TWO_SETS_PROBABILITY = 0.25  # a seed's chance of 2 sets (a second set costs CPU per seed)
 RECORD_BYTES = 16  # a record: msg id (8) + a checksum of it (8); batches may cut one in two
 TICK_MS = 10  # Raft tick
 HEARTBEAT_MS = 100  # brokerHeartbeatInterval
@@ -176,6 +200,7 @@ DRAIN_MS = 1000  # then, puts stopped, the confirm position reaches every ack wi
 READ_MS = 40  # a reader's pull period
 READ_COUNT_MAX = 32  # records per pull
 ROUTE_MS = 300  # how often a reader asks the controllers for its set's route
+REREAD_PROBABILITY = 0.1  # a pull that reads an earlier offset again (maybe from another broker)
 TRACE_KEPT = 60
 # The brokers' quorum rules a run may use (--quorum): every SyncStateSet member acks (the suite's
 # batch; allAckInSyncStateSet, RocketMQ's default with a set of 2), or a majority of the set's
@@ -316,6 +341,10 @@ class SimLog:
 
     def complete_end(self) -> int:
         return self.end - self.end % RECORD_BYTES
+
+    def record_end_at(self, position: int) -> int | None:
+        """Where the record holding the byte at `position` ends (whole or not)."""
+        return position - position % RECORD_BYTES + RECORD_BYTES
 
     # the interface EngineLog shares (tests/sim/engine_log.py)
     segment_size_bytes = 1 << 30
@@ -830,12 +859,11 @@ class SimBroker:
     # reads: what a consumer's pull gets (ha/broker serves store.get_messages: never past the
     # confirm position, on a master or on a slave)
     def on_read(self, src: str, request_id: int, queue_offset: int, count_max: int) -> None:
-        records = self.log.read_records(queue_offset, count_max)
-        confirm = self.log.confirm
-        for position, end, _ in records:
-            if end > confirm:
-                self.sim.fail(f"{self.name} served the record at log_position {position} "
-                              f"ending at {end}, past its confirm position {confirm}")
+        try:
+            records = self.log.read_records(queue_offset, count_max)
+        except CorruptRecordError as err:  # the engine met bytes that are not a whole record
+            self.sim.fail(f"{self.name} served a corrupt record to a reader: {err}")
+        check_served(self, records)
         self.sim.send(self.name, src, ("read_reply", request_id, queue_offset, records))
 
     # puts (ha/put_core.py decides; this is the event-driven shell of replication.py's put)
@@ -912,6 +940,16 @@ class SimBroker:
 
 
 # -- the checker ------------------------------------------------------------------------------
+def check_served(broker: SimBroker, records: list[tuple[int, int, bytes]]) -> None:
+    """Reads never pass the confirm position: every record a broker hands a reader (master
+    or slave) ends at or below its own confirm position, at the moment it serves it."""
+    confirm = broker.log.confirm
+    for position, end, _ in records:
+        if end > confirm:
+            broker.sim.fail(f"{broker.name} served the record at log_position {position} "
+                            f"ending at {end}, past its confirm position {confirm}")
+
+
 class ClusterChecker:
     """Every invariant is per replica set: its acks, its masters and epochs, its replicas."""
 
@@ -926,7 +964,7 @@ class ClusterChecker:
         self.epoch_seen: dict[str, tuple[int, int]] = {}  # broker -> (log version, epoch)
         self.controller_epoch: dict[tuple[int, str], int] = {}  # (node, set) -> master epoch
         self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
-        self.checked_signature: tuple[tuple[int, int], ...] = ()
+        self.checked_signature: list[tuple[int, int]] = []
 
     def fail(self, what: str) -> None:
         self.sim.fail(what)
@@ -998,7 +1036,10 @@ class ClusterChecker:
         if log.confirm < broker.confirm_seen:
             self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}")
         broker.confirm_seen = log.confirm
-        visible = log.visible_end()
+        try:
+            visible = log.visible_end()
+        except CorruptRecordError as err:
+            self.fail(f"{broker.name}: the last record a reader can see is corrupt: {err}")
         if visible > log.confirm:
             self.fail(f"{broker.name}: a reader sees a record ending at {visible}, past the "
                       f"confirm position {log.confirm}")
@@ -1015,8 +1056,7 @@ class ClusterChecker:
         far it was compared, until either log is cut). Bytes below a confirm position change
         only with a cut, which bumps the log's version: nothing to do while no version and no
         confirm position moved."""
-        brokers = list(self.sim.brokers.values())
-        signature = tuple((b.log.version, b.log.confirm) for b in brokers)
+        signature = [(b.log.version, b.log.confirm) for b in self.sim.broker_list]
         if signature == self.checked_signature:
             return
         self.checked_signature = signature
@@ -1026,10 +1066,28 @@ class ClusterChecker:
             versions, done = self.compared.get(key, ((-1, -1), 0))
             if versions != (a.log.version, b.log.version):
                 done = 0
-            if (below > done
-                    and a.log.read_range(done, below) != b.log.read_range(done, below)):
-                self.fail(f"{a.name} and {b.name} differ below the confirm position {below}")
+            if below > done:
+                left, right = a.log.read_range(done, below), b.log.read_range(done, below)
+                if left != right:
+                    if self.whole_record_differs(a, b, done, below, left, right):
+                        self.fail(f"{a.name} and {b.name} differ below the confirm position "
+                                  f"{below}")
+                    continue  # only a partial record straddling `below`: compare it again
             self.compared[key] = ((a.log.version, b.log.version), max(done, below))
+
+    @staticmethod
+    def whole_record_differs(a: SimBroker, b: SimBroker, done: int, below: int, left: bytes,
+                             right: bytes) -> bool:
+        """Two replicas differ below `below`: in a record that ends at or below it (a broken
+        invariant), or only in one that `below` cuts in two? A confirm position may fall
+        inside a record (slaves ack what they received, batches cut records), and such a
+        partial record is never read (reads stop at the last whole record below confirm) and
+        may be cut: by a recovery that drops a partial tail record, by a take-over's CutTail.
+        The first differing byte decides: the record holding it, in either log."""
+        first = done + next((i for i, (x, y) in enumerate(zip(left, right, strict=False))
+                             if x != y), min(len(left), len(right)))
+        ends = (a.log.record_end_at(first), b.log.record_end_at(first))
+        return any(end is None or end <= below for end in ends)
 
 
 # -- clients --------------------------------------------------------------------------------
@@ -1101,7 +1159,10 @@ class SimReader:
             target = route.master_address
         else:
             target = rng.choice(route.brokers).broker_address
-        sim.send(self.name, target, ("read", self.next_id(), len(self.records), READ_COUNT_MAX))
+        offset = len(self.records)  # the next records; sometimes again what it read before
+        if self.records and rng.random() < REREAD_PROBABILITY:
+            offset = rng.randrange(len(self.records))
+        sim.send(self.name, target, ("read", self.next_id(), offset, READ_COUNT_MAX))
 
     def on_message(self, src: str, payload: tuple[Any, ...]) -> None:
         if payload[0] == "reply":  # a controller's route (None: not the leader's)
@@ -1134,15 +1195,24 @@ class SimReader:
                 self.records.append((position, end, body, src))
 
     def read_to_the_end(self) -> None:
-        """After the run: pull from the set's newest master until it has nothing more (its
-        confirm position), then find every PUT_OK record of the set where it was acked."""
+        """After the run: read the set again from queue offset 0 on the newest master until it
+        has nothing more (its confirm position): what was read during the run must read the
+        same; then find every PUT_OK record of the set where it was acked."""
         sim = self.sim
         master = sim.checker.top_master(self.set_name)
         if master is None:
             sim.fail(f"{self.set_name}: no master to read from after the run")
             return
-        while records := master.log.read_records(len(self.records), 256):
-            self.take(master.name, len(self.records), records)
+        offset = 0
+        while records := master.log.read_records(offset, 256):
+            self.take(master.name, offset, records)
+            offset += len(records)
+        if offset < len(self.records):
+            position, _, body, src = self.records[offset]
+            sim.fail(f"READ CHANGED: {self.name} read queue offset {offset} of {self.set_name} "
+                     f"({body.hex()} at log_position {position}) from {src}, but the master "
+                     f"{master.name} has nothing there after the run (confirm "
+                     f"{master.log.confirm})")
         read = {position: body for position, _, body, _ in self.records}
         for msg_id, (position, epoch) in sim.checker.acked[self.set_name].items():
             if read.get(position) != make_record(msg_id):
@@ -1184,6 +1254,7 @@ class ClusterSim:
         self.controllers = {f"c{n}": SimController(self, n) for n in CONTROLLERS}
         self.brokers = {name: SimBroker(self, name, set_name, len(members))
                         for set_name, members in self.sets.items() for name in members}
+        self.broker_list = list(self.brokers.values())
         # replicas of one set, compared below their confirm positions (never across sets)
         self.pairs = [(self.brokers[a], self.brokers[b]) for members in self.sets.values()
                       for i, a in enumerate(members) for b in members[i + 1:]]
