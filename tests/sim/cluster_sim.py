@@ -67,9 +67,11 @@ slave's engine refuses the bytes its master shipped as not being whole records):
   records ending at or below its own confirm position; what a reader read at a queue offset
   reads the same later from any broker (a tenth of the pulls read an earlier offset again);
   reads come in log order;
-- replicas are identical below the confirm position (any two brokers agree below the smaller
-  of their confirm positions), and a broker's confirm never passes its log end (reads stop at
-  confirm, so no read ever sees bytes a failover can cut);
+- replicas are identical below the confirm position (any two brokers of a set agree in every
+  record that ends below the smaller of their confirm positions; a record that confirm cuts
+  in two is never read, and a recovery or a take-over may cut it), and a broker's confirm
+  never passes its log end (reads stop at confirm, so no read ever sees bytes a failover can
+  cut);
 - one master per epoch; a broker's epochs and (within one incarnation) its confirm position
   never go backwards; the controller's master epoch never goes back;
 - every elected master was in the SyncStateSet of the epoch before (no unclean election);
@@ -543,8 +545,9 @@ class SimController:
             if refusal is not None:
                 answer((refusal, None))
                 return
-            self.propose(AlterSyncStateSet(body.broker_name, body.master_broker_id, body.master_epoch,
-                                           body.sync_state_set, body.sync_state_set_epoch),
+            self.propose(AlterSyncStateSet(body.broker_name, body.master_broker_id,
+                                           body.master_epoch, body.sync_state_set,
+                                           body.sync_state_set_epoch),
                          lambda r: answer(None if r is None else (r.status, r.replica)))
         elif kind == "replica_info":  # body: the set's name (a reader's route)
             answer(("OK", self.state.replica_info(body)))
@@ -622,8 +625,8 @@ class SimBroker:
         if (self.slave is not None and self.slave.state is not SlaveState.TRANSFER
                 and self.role.current is not None):
             lost = self.role.current.master_epoch
-        body = BrokerHeartbeat(CLUSTER, self.set_name, self.broker_id, self.name, last, self.log.end,
-                               self.log.confirm, master_unreachable_epoch=lost,
+        body = BrokerHeartbeat(CLUSTER, self.set_name, self.broker_id, self.name, last,
+                               self.log.end, self.log.confirm, master_unreachable_epoch=lost,
                                master_epoch_abandoned=self.role.abandoned_epoch)
         self.call_all("heartbeat", body)
         if self.master is not None:
