@@ -143,12 +143,13 @@ def test_partial_partition_regression_seeds_pass(seed: int) -> None:
 # the set {b4, b5}@3 by 562 ms; at 573 ms master b4, still with accepted {b4, b6, b5}@2 and the
 # local set {b4, b6}, acked message 224 (log_position 576, need 2 of 3) while b5's log ended at
 # 576 (b6's at 608); b4 crashed at 588 ms; b5, the only other member of @3, was elected for
-# epoch 2 and lacks that PUT_OK. Likely cause (to confirm): {b4, b5} was a proposal in flight;
-# MasterReplication.proposing makes its slaves count in the in-sync size, but under a numeric
-# quorum any member's ack meets the need, so the quorum was not met within the set the
-# controller committed. The fix belongs in ha/master_core.py put_progress: a put is done only
-# when every set that may be in force (the accepted one, each proposal in flight) holds it on
-# need - 1 members besides the master.
+# epoch 2 and lacks that PUT_OK. Cause (instrumented): b4 had called proposing((2, 3), 2), a
+# SHRINK of the accepted (2, 1, 3)@2 that drops b6; `_in_flight()` is a proposal's slaves minus
+# the accepted set, empty for a shrink, so put_progress and _held_by_joining never saw it, and
+# the need of 2 was met by b6, whom the set the controller committed lacks. The fix belongs in
+# ha/master_core.py: keep each proposal's exact member set (not the union of its slaves per
+# epoch), and call a put done only when every set that may be in force (the accepted one, each
+# proposal not yet overtaken) holds it on its own need.
 @pytest.mark.xfail(strict=True, raises=SimFailure,
                    reason="open: a numeric quorum met outside a SyncStateSet proposal in flight")
 def test_auto_isr_seed_3182_keeps_an_ack_met_outside_a_proposal_in_flight() -> None:
