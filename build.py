@@ -8,9 +8,11 @@
                                       file (.bench-tmp/bench-all-<UTC time>.json)
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
     python3 build.py sim --cluster [--seeds N | --minutes M] [--seed S --trace] [--json]
-                      [--disk engine]   whole-cluster simulation (tests/sim/cluster_sim.py; with
+                      [--disk engine] [--sets 1|2] [--replicas 2|3|4]
+                                      whole-cluster simulation (tests/sim/cluster_sim.py; with
                                       --disk engine the brokers run the real storage engine on
-                                      a simulated disk)
+                                      a simulated disk; the topology is drawn from each seed
+                                      unless forced)
     python3 build.py sim --store [--seeds N | --minutes M] [--seed S] [--json]
                                       crash schedules of one real store on a simulated disk
                                       (tests/sim/store_sim.py)

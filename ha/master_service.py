@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable
 
 from connector.protocol.tls import PeerRefusals, TLSSettings, server_ssl_context
+from ha import put_core
 from ha.config import BrokerRole, HAConfig
 from ha.errors import FrameError, LinkClosedError
 from ha.frames import Metadata
@@ -69,7 +70,6 @@ from ha.master_core import (
     MasterReplication,
     MasterSettings,
     MasterStats,
-    PutProgress,
     SendFrame,
     SendLog,
     SendMetadata,
@@ -205,15 +205,13 @@ class MasterService:
             with self._cond:
                 self._cond.notify_all()
         with self._put_cond:
-            while True:
+            while True:  # what each outcome means is ha/put_core.py's (the simulator's too)
                 progress = self._core.put_progress(log_position, need, now_ms=_now_ms())
-                if progress is PutProgress.DONE:
-                    return PutStatus.PUT_OK
-                if progress is PutProgress.UNREACHABLE:
-                    return PutStatus.SLAVE_NOT_AVAILABLE
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping.is_set():  # stopping: deposed or shut down
-                    return PutStatus.FLUSH_SLAVE_TIMEOUT
+                status = put_core.quorum_status(progress, expired=remaining <= 0,
+                                                stopping=self._stopping.is_set())
+                if status is not None:  # stopping: deposed or shut down
+                    return status
                 self._put_cond.wait(remaining)
 
     def _ship_idle(self, links: list[_LinkIO]) -> None:

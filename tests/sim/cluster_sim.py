@@ -1,11 +1,19 @@
-"""Deterministic simulation of a whole cluster: 3 controllers, one replica set of 3 brokers.
+"""Deterministic simulation of a whole cluster: 3 controllers, 1-2 replica sets of 2-4 brokers,
+a producer and a reader per set.
 
-One seed fixes everything (fault rates, every delay, drop, partition, crash and put); time is a
-virtual millisecond clock and every event sits in one heap ordered by (time, sequence), so a
-run replays exactly. A failure prints its seed, the replay command and the last trace lines:
+One seed fixes everything (the topology, fault rates, every delay, drop, partition, crash, put
+and read); time is a virtual millisecond clock and every event sits in one heap ordered by
+(time, sequence), so a run replays exactly. A failure prints its seed, the replay command and
+the last trace lines:
 
     python3 build.py sim --cluster --seed S [--trace]
-    python3 build.py sim --cluster --seeds N [--json]
+    python3 build.py sim --cluster --seeds N [--sets 1|2] [--replicas 2|3|4] [--json]
+
+Topology: each seed draws 1 set (75 %) or 2, and 2, 3 or 4 brokers per set, from a stream of
+its own (`--sets` / `--replicas` force them); every set registers at the same 3 controllers.
+The fault, put and reader draws do not depend on it: `--sets 1 --replicas 3` replays the runs
+of the versions that had only that topology. Readers draw from a third stream, and their
+messages are counted apart (`reads`), so they change no broker's or controller's run.
 
 What runs is the production decision code, driven here instead of by threads and sockets:
 - controllers: the Raft core (controller/raft), the replicated state machine
@@ -24,12 +32,19 @@ What runs is the production decision code, driven here instead of by threads and
 
 What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
 - the controller leader's shell (controller/node.py): `SimController` proposes and answers
-  as node.py does, but scans every SCAN_MS only (node.py also scans at once when a heartbeat
-  asks for it: leader_core's `wake`), never probes a master's address, has no operator
-  elections (so no lease holds) and no read barriers;
+  as node.py does, scans every SCAN_MS and at once when a heartbeat's answer wakes it
+  (leader_core's `wake`, as node.py), but not when a master's heartbeat timeout ends (node.py
+  shortens its wait to that; here the next scan sees it), never probes a master's address
+  (a PROBE wake-up only scans), has no operator elections (so no lease holds) and no read
+  barriers;
 - the shells themselves: SimBroker is event-driven where ha/broker waits on threads, so one
   deadline (syncFlushTimeout) covers a put's flush and quorum waits here (replication.py
   gives each its own), and a deposed master answers its waiting puts at once;
+- the clients: a producer per set sends to the broker it takes for the master and moves on
+  after NOT_MASTER; a reader per set asks the controllers for the route and pulls by queue
+  offset from the master or a member slave (the connector's readFromReplicas); brokers answer
+  a pull with `read_records` of their log (the engine's `get_messages`; the model's records
+  below confirm);
 - the disk, by default (`--disk model`, the suite's 1,000-seed batch), is a MODEL: `SimLog`
   holds the CommitLog as bytes with a synced length, the epoch list (durable on append, as the
   epoch file is) and the confirm position; a crash drops every unsynced byte (or keeps a random
@@ -45,16 +60,26 @@ partition breaks it (both ends see it close). Clock: one virtual clock (no drift
 
 Invariants checked after every event (`ClusterChecker`; with `--disk engine` also: no
 slave's engine refuses the bytes its master shipped as not being whole records):
+(every one per replica set)
 - no acknowledged message is lost or changed: the serving master of the highest epoch holds
   every PUT_OK'd record, byte for byte, where it was acknowledged;
-- replicas are identical below the confirm position (any two brokers agree below the smaller
-  of their confirm positions), and a broker's confirm never passes its log end (reads stop at
-  confirm, so no read ever sees bytes a failover can cut);
+- reads never pass the confirm position: a broker (master or slave) serves a reader only
+  records ending at or below its own confirm position; what a reader read at a queue offset
+  reads the same later from any broker (a tenth of the pulls read an earlier offset again);
+  reads come in log order;
+- replicas are identical below the confirm position (any two brokers of a set agree in every
+  record that ends below the smaller of their confirm positions; a record that confirm cuts
+  in two is never read, and a recovery or a take-over may cut it), and a broker's confirm
+  never passes its log end (reads stop at confirm, so no read ever sees bytes a failover can
+  cut);
 - one master per epoch; a broker's epochs and (within one incarnation) its confirm position
   never go backwards; the controller's master epoch never goes back;
 - every elected master was in the SyncStateSet of the epoch before (no unclean election);
 - the Raft invariants are raft_sim.py's business (its checker runs 200 seeds by default).
-At the end the network heals and the cluster must elect a master that holds every ack.
+At the end the network heals and each set must elect a master that holds every ack; then
+the puts stop, and after DRAIN_MS each reader reads its set again from queue offset 0 on that
+master: everything it read during the run must read the same, and every PUT_OK record must be
+there, byte for byte, at its log_position, in log order.
 """
 
 from __future__ import annotations
@@ -79,7 +104,7 @@ from controller.api import (
     ReplicaInfo,
     RoleChange,
 )
-from controller.leader_core import answer_heartbeat, refuse_sync_state_set, scan_decision
+from controller.leader_core import Wake, answer_heartbeat, refuse_sync_state_set, scan_decision
 from controller.liveness import LiveTable
 from controller.raft import (
     EntryKind,
@@ -147,6 +172,7 @@ from ha.takeover_core import (
     TakeOverLog,
 )
 from storage_engine import (
+    CorruptRecordError,
     EpochEntry,
     FsyncFailedError,
     PutStatus,
@@ -157,28 +183,42 @@ from tests.sim.engine_log import DiskFailedError, EngineLog
 from tests.sim.sim_fs import SimDiskFaults
 from tests.support.partitions import shape_cuts
 
-SET = "broker-a"
 CLUSTER = "sim"
 CONTROLLERS = (1, 2, 3)
-BROKERS = ("b1", "b2", "b3")
+SET_NAMES = ("broker-a", "broker-b")  # the replica sets a run may have (--sets 1|2)
+REPLICAS = (2, 3, 4)  # brokers per set a seed may draw (--replicas forces one of them)
+TWO_SETS_PROBABILITY = 0.25  # a seed's chance of 2 sets (a second set costs CPU per seed)
 RECORD_BYTES = 16  # a record: msg id (8) + a checksum of it (8); batches may cut one in two
 TICK_MS = 10  # Raft tick
 HEARTBEAT_MS = 100  # brokerHeartbeatInterval
 HEARTBEAT_TIMEOUT_MS = 1000  # controllerHeartbeatTimeoutMs (lease max: 2/3 of it)
 MASTER_LEASE_MS = 600
 SCAN_MS = 100
+SCAN_ON_WAKE = True  # scan at once when a heartbeat's answer wakes the leader (node.py does)
 PUT_TIMEOUT_MS = 800  # syncFlushTimeout
 CHECKPOINT_MS = 100  # --disk engine: how often a broker writes its store's checkpoint
 HEAL_MS = 4000  # after the faults: heal, then a master must hold every ack within this
+DRAIN_MS = 1000  # then, puts stopped, the confirm position reaches every ack within this
+READ_MS = 40  # a reader's pull period
+READ_COUNT_MAX = 32  # records per pull
+ROUTE_MS = 300  # how often a reader asks the controllers for its set's route
+REREAD_PROBABILITY = 0.1  # a pull that reads an earlier offset again (maybe from another broker)
 TRACE_KEPT = 60
 # The brokers' quorum rules a run may use (--quorum): every SyncStateSet member acks (the suite's
-# batch), or 2 of 3 degrading to the in-sync count (the integration tests' QUORUM_AUTO).
-QUORUMS = {
-    "all-ack": QuorumSettings(total_replicas=3, in_sync_replicas=3, min_in_sync_replicas=1,
-                              all_ack_in_sync_state_set=True),
-    "auto-isr": QuorumSettings(total_replicas=3, in_sync_replicas=2, min_in_sync_replicas=1,
-                               auto_in_sync_replicas=True),
-}
+# batch; allAckInSyncStateSet, RocketMQ's default with a set of 2), or a majority of the set's
+# brokers degrading to the in-sync count (2 of 3: the integration tests' QUORUM_AUTO).
+QUORUMS = ("all-ack", "auto-isr")
+
+
+def quorum_settings(rule: str, replicas: int) -> QuorumSettings:
+    """The brokers' QuorumSettings under `rule` in a set of `replicas` brokers."""
+    if rule == "all-ack":
+        return QuorumSettings(total_replicas=replicas, in_sync_replicas=replicas,
+                              min_in_sync_replicas=1, all_ack_in_sync_state_set=True)
+    if rule == "auto-isr":
+        return QuorumSettings(total_replicas=replicas, in_sync_replicas=replicas // 2 + 1,
+                              min_in_sync_replicas=1, auto_in_sync_replicas=True)
+    raise ValueError(f"unknown quorum rule {rule!r}")
 
 
 class SimFailure(AssertionError):
@@ -198,7 +238,12 @@ class ClusterOptions:
     transfer_batch_bytes: int
     put_period_ms: int
     disk_delay_ms: int
-    quorum: str = "all-ack"  # QUORUMS key: the brokers' quorum rule (the same for every seed)
+    quorum: str = "all-ack"  # one of QUORUMS: the brokers' quorum rule (the same for every seed)
+    # the topology: brokers per replica set, one entry per set (drawn from the seed unless
+    # forced: --sets, --replicas; `forced` remembers the options for the replay command)
+    replicas: tuple[int, ...] = (3,)
+    forced_sets: int | None = None
+    forced_replicas: int | None = None
     # half of the partitions are partial (tests/support/partitions.py: a bridge or a
     # majorities ring over every process; or "pair": the master and one slave cut off from
     # the rest together); off by default, so older seeds replay unchanged
@@ -209,7 +254,16 @@ class ClusterOptions:
 
     @classmethod
     def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack", *,
-                  partial: bool = False, disk: str = "model") -> ClusterOptions:
+                  partial: bool = False, disk: str = "model", sets: int | None = None,
+                  replicas: int | None = None) -> ClusterOptions:
+        # the topology has its own stream: the fault draws below are those of older versions
+        shape = random.Random(seed ^ 0x5E75)
+        set_count = sets or (2 if shape.random() < TWO_SETS_PROBABILITY else 1)
+        if not 1 <= set_count <= len(SET_NAMES):
+            raise ValueError(f"--sets must be 1..{len(SET_NAMES)}, not {set_count}")
+        if replicas is not None and replicas not in REPLICAS:
+            raise ValueError(f"--replicas must be one of {REPLICAS}, not {replicas}")
+        sizes = tuple(replicas or shape.choice(REPLICAS) for _ in range(set_count))
         rng = random.Random(seed ^ 0xC1A5)
         return cls(seed=seed, duration_ms=duration_ms,
                    drop_probability=rng.choice((0.0, 0.01, 0.05)),
@@ -222,14 +276,18 @@ class ClusterOptions:
                    put_period_ms=rng.choice((5, 20, 50)),
                    disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum, partial=partial,
                    bit_flip_probability=rng.choice((0.0, 0.5)),
-                   fsync_failure_probability=rng.choice((0.0, 0.0, 0.002)), disk=disk)
+                   fsync_failure_probability=rng.choice((0.0, 0.0, 0.002)), disk=disk,
+                   replicas=sizes, forced_sets=sets, forced_replicas=replicas)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
         partial = " --partial" if self.partial else ""
         disk = "" if self.disk == "model" else f" --disk {self.disk}"
+        sets = "" if self.forced_sets is None else f" --sets {self.forced_sets}"
+        replicas = "" if self.forced_replicas is None else f" --replicas {self.forced_replicas}"
         return (f"python3 build.py sim --cluster --seed {self.seed} "
-                f"--duration-ms {self.duration_ms}{quorum}{partial}{disk} --trace")
+                f"--duration-ms {self.duration_ms}{quorum}{partial}{disk}{sets}{replicas} "
+                "--trace")
 
 
 def make_record(msg_id: int) -> bytes:
@@ -286,6 +344,10 @@ class SimLog:
     def complete_end(self) -> int:
         return self.end - self.end % RECORD_BYTES
 
+    def record_end_at(self, position: int) -> int | None:
+        """Where the record holding the byte at `position` ends (whole or not)."""
+        return position - position % RECORD_BYTES + RECORD_BYTES
+
     # the interface EngineLog shares (tests/sim/engine_log.py)
     segment_size_bytes = 1 << 30
 
@@ -319,7 +381,15 @@ class SimLog:
         return bytes(self.data[position:position + RECORD_BYTES]) or None
 
     def visible_end(self) -> int:
-        return 0  # the model has no reader: the engine's reads are checked with --disk engine
+        return 0  # no ConsumeQueue here: the engine's is checked with --disk engine
+
+    def read_records(self, queue_offset: int, count_max: int) -> list[tuple[int, int, bytes]]:
+        """A consumer's pull: whole records from the `queue_offset`-th on, below confirm
+        (record k sits at k * RECORD_BYTES: the model's log holds nothing else)."""
+        last = min(self.confirm, self.end) // RECORD_BYTES
+        return [(k * RECORD_BYTES, (k + 1) * RECORD_BYTES,
+                 bytes(self.data[k * RECORD_BYTES:(k + 1) * RECORD_BYTES]))
+                for k in range(queue_offset, min(last, queue_offset + count_max))]
 
 
 # -- controllers ------------------------------------------------------------------------------
@@ -348,7 +418,9 @@ class SimController:
         self.live = LiveTable(heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, brokers_max=16)
         self.pending: dict[int, tuple[int, Callable[[Any], None]]] = {}
         self.leader_since_ms: int | None = None
-        sim.checker.controller_epoch.pop(self.node_id, None)  # the state is rebuilt from the log
+        self.scan_woken = False
+        for set_name in sim.set_names:  # the state is rebuilt from the log
+            sim.checker.controller_epoch.pop((self.node_id, set_name), None)
         self.incarnation += 1
         self.alive = True
         sim.every(TICK_MS, self, self.tick)
@@ -390,10 +462,12 @@ class SimController:
         result = None
         if kind is EntryKind.NORMAL:
             command = decode_command(data)
-            before = self.state.replica_info(SET)
+            set_name = getattr(command, "broker_name", None)
+            before = None if set_name is None else self.state.replica_info(set_name)
             result = self.state.apply(command)
-            after = self.state.replica_info(SET)
-            self.sim.checker.on_controller_apply(self.node_id, command, before, after)
+            if set_name is not None:
+                after = self.state.replica_info(set_name)
+                self.sim.checker.on_controller_apply(self.node_id, command, before, after)
         waiting = self.pending.pop(index, None)
         if waiting is not None:
             proposed_term, reply = waiting
@@ -407,22 +481,37 @@ class SimController:
         self.pending[result.entry_index] = (result.term, reply)
         self.drain()
 
+    def wake_scan(self) -> None:
+        """node.py sets its scan loop's wake-up event when a heartbeat's answer asks for it
+        (leader_core Wake: ELECT, elect now; PROBE, probe the master then scan; no probes
+        here, so both scan): the scan runs at once, after this request, once however many
+        heartbeats woke it."""
+        if not self.scan_woken:
+            self.scan_woken = True
+            self.sim.later(0, self, self.woken_scan)
+
+    def woken_scan(self) -> None:
+        self.scan_woken = False
+        self.scan()
+
     def scan(self) -> None:
         if self.raft.role is not Role.LEADER or self.leader_since_ms is None:
             return
         now = self.sim.now_ms
         self.live.expire(now)
-        replica = self.state.replica_info(SET)
-        if replica is None:
-            return
-        decision = scan_decision(replica, self.live, now, leader_since_ms=self.leader_since_ms,
-                                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
-                                 unclean_enabled=False)
-        if decision is not None:
-            self.sim.trace(f"c{self.node_id} elects {decision.broker_id} "
-                           f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
-            self.propose(ElectMaster(SET, replica.master_epoch, decision.broker_id),
-                         lambda result: None)
+        for set_name in self.sim.set_names:
+            replica = self.state.replica_info(set_name)
+            if replica is None:
+                continue
+            decision = scan_decision(replica, self.live, now,
+                                     leader_since_ms=self.leader_since_ms,
+                                     heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                                     unclean_enabled=False)
+            if decision is not None:
+                self.sim.trace(f"c{self.node_id} elects {decision.broker_id} in {set_name} "
+                               f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
+                self.propose(ElectMaster(set_name, replica.master_epoch, decision.broker_id),
+                             lambda result: None)
 
     def on_request(self, src: str, request_id: int, kind: str, body: Any) -> None:
         now = self.sim.now_ms
@@ -434,11 +523,11 @@ class SimController:
         def answer(reply: Any) -> None:
             self.sim.send(f"c{self.node_id}", src, ("reply", request_id, reply))
 
-        if kind == "register":
-            self.propose(ApplyBrokerId(CLUSTER, SET, src),
+        if kind == "register":  # body: the broker's set
+            self.propose(ApplyBrokerId(CLUSTER, body, src),
                          lambda r: answer(None if r is None else r.broker_id))
         elif kind == "heartbeat":
-            replica = self.state.replica_info(SET)
+            replica = self.state.replica_info(body.broker_name)
             heard = answer_heartbeat(
                 replica, body, lease_held=False,  # no operator elections here
                 master_silent_ms=(None if replica is None else
@@ -446,20 +535,22 @@ class SimController:
                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
             if heard.status != "OK":
                 return  # (node.py answers BROKER_NOT_REGISTERED; the broker registers anyway)
-            # heard.wake: node.py scans at once; this leader scans every SCAN_MS
+            if heard.wake is not Wake.NONE and SCAN_ON_WAKE:
+                self.wake_scan()
             answer((heard.role, HEARTBEAT_TIMEOUT_MS))
         elif kind == "alter_sss":
-            replica = self.state.replica_info(SET)
+            replica = self.state.replica_info(body.broker_name)
             alive = self.live.alive(replica, now) if replica else {}
             refusal = refuse_sync_state_set(replica, body.sync_state_set, alive)
             if refusal is not None:
                 answer((refusal, None))
                 return
-            self.propose(AlterSyncStateSet(SET, body.master_broker_id, body.master_epoch,
-                                           body.sync_state_set, body.sync_state_set_epoch),
+            self.propose(AlterSyncStateSet(body.broker_name, body.master_broker_id,
+                                           body.master_epoch, body.sync_state_set,
+                                           body.sync_state_set_epoch),
                          lambda r: answer(None if r is None else (r.status, r.replica)))
-        elif kind == "replica_info":
-            answer(("OK", self.state.replica_info(SET)))
+        elif kind == "replica_info":  # body: the set's name (a reader's route)
+            answer(("OK", self.state.replica_info(body)))
 
 
 # -- brokers ----------------------------------------------------------------------------------
@@ -479,9 +570,11 @@ class SimBroker:
     """One broker process: the real role, master, slave, take-over and put cores, driven by
     events instead of ha/broker's threads; the disk is `SimLog` (a model) or `EngineLog`."""
 
-    def __init__(self, sim: ClusterSim, name: str) -> None:
+    def __init__(self, sim: ClusterSim, name: str, set_name: str, replicas: int) -> None:
         self.sim = sim
         self.name = name
+        self.set_name = set_name
+        self.replicas = replicas  # brokers in this set (the quorum rule's total)
         options = sim.options
         self.log: SimLog | EngineLog = SimLog()
         if options.disk == "engine":
@@ -496,7 +589,7 @@ class SimBroker:
 
     def start(self) -> None:
         self.broker_id: int | None = None
-        self.role = RoleCore(broker_name=SET, runtime_roles=True,
+        self.role = RoleCore(broker_name=self.set_name, runtime_roles=True,
                              master_lease_ms=MASTER_LEASE_MS)
         self.master: MasterReplication | None = None
         self.slave: SlaveReplication | None = None
@@ -524,7 +617,7 @@ class SimBroker:
     # controller link
     def heartbeat(self) -> None:
         if self.broker_id is None:
-            self.call_all("register", None)
+            self.call_all("register", self.set_name)
             return
         last = self.log.epochs[-1].epoch if self.log.epochs else 0
         lost = 0
@@ -532,8 +625,8 @@ class SimBroker:
         if (self.slave is not None and self.slave.state is not SlaveState.TRANSFER
                 and self.role.current is not None):
             lost = self.role.current.master_epoch
-        body = BrokerHeartbeat(CLUSTER, SET, self.broker_id, self.name, last, self.log.end,
-                               self.log.confirm, master_unreachable_epoch=lost,
+        body = BrokerHeartbeat(CLUSTER, self.set_name, self.broker_id, self.name, last,
+                               self.log.end, self.log.confirm, master_unreachable_epoch=lost,
                                master_epoch_abandoned=self.role.abandoned_epoch)
         self.call_all("heartbeat", body)
         if self.master is not None:
@@ -616,7 +709,7 @@ class SimBroker:
                 log.sync()
             elif isinstance(effect, OpenTerm):
                 settings = MasterSettings(
-                    quorum=QUORUMS[self.sim.options.quorum],
+                    quorum=quorum_settings(self.sim.options.quorum, self.replicas),
                     transfer_batch_bytes=self.sim.options.transfer_batch_bytes,
                     heartbeat_interval_ms=100, housekeeping_interval_ms=600,
                     slave_not_catchup_max_ms=400, segment_size_bytes=log.segment_size_bytes)
@@ -766,6 +859,16 @@ class SimBroker:
             else:
                 raise TypeError(effect)
 
+    # reads: what a consumer's pull gets (ha/broker serves store.get_messages: never past the
+    # confirm position, on a master or on a slave)
+    def on_read(self, src: str, request_id: int, queue_offset: int, count_max: int) -> None:
+        try:
+            records = self.log.read_records(queue_offset, count_max)
+        except CorruptRecordError as err:  # the engine met bytes that are not a whole record
+            self.sim.fail(f"{self.name} served a corrupt record to a reader: {err}")
+        check_served(self, records)
+        self.sim.send(self.name, src, ("read_reply", request_id, queue_offset, records))
+
     # puts (ha/put_core.py decides; this is the event-driven shell of replication.py's put)
     def on_put(self, src: str, request_id: int, msg_id: int) -> None:
         master = self.master
@@ -840,17 +943,31 @@ class SimBroker:
 
 
 # -- the checker ------------------------------------------------------------------------------
+def check_served(broker: SimBroker, records: list[tuple[int, int, bytes]]) -> None:
+    """Reads never pass the confirm position: every record a broker hands a reader (master
+    or slave) ends at or below its own confirm position, at the moment it serves it."""
+    confirm = broker.log.confirm
+    for position, end, _ in records:
+        if end > confirm:
+            broker.sim.fail(f"{broker.name} served the record at log_position {position} "
+                            f"ending at {end}, past its confirm position {confirm}")
+
+
 class ClusterChecker:
+    """Every invariant is per replica set: its acks, its masters and epochs, its replicas."""
+
     def __init__(self, sim: ClusterSim) -> None:
         self.sim = sim
-        self.acked: dict[int, tuple[int, int]] = {}  # msg id -> (log position, epoch)
-        self.masters: dict[int, str] = {}  # master epoch -> broker serving it
-        self.opened: dict[int, int] = {}  # master epoch -> incarnation of the broker serving it
+        # set -> msg id -> (log position, epoch)
+        self.acked: dict[str, dict[int, tuple[int, int]]] = {name: {} for name in sim.sets}
+        self.masters: dict[tuple[str, int], str] = {}  # (set, master epoch) -> its broker
+        # (set, master epoch) -> incarnation of the broker serving it
+        self.opened: dict[tuple[str, int], int] = {}
         self.serving: dict[str, int] = {}  # broker -> epoch it serves (since take-over)
         self.epoch_seen: dict[str, tuple[int, int]] = {}  # broker -> (log version, epoch)
-        self.controller_epoch: dict[int, int] = {}
+        self.controller_epoch: dict[tuple[int, str], int] = {}  # (node, set) -> master epoch
         self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
-        self.checked_signature: tuple[tuple[int, int], ...] = ()
+        self.checked_signature: list[tuple[int, int]] = []
 
     def fail(self, what: str) -> None:
         self.sim.fail(what)
@@ -859,23 +976,27 @@ class ClusterChecker:
                             after: ReplicaInfo | None) -> None:
         if after is None:
             return
-        if after.master_epoch < self.controller_epoch.get(node_id, 0):
-            self.fail(f"controller {node_id}: master epoch went back to {after.master_epoch}")
-        self.controller_epoch[node_id] = after.master_epoch
+        key = (node_id, after.broker_name)
+        if after.master_epoch < self.controller_epoch.get(key, 0):
+            self.fail(f"controller {node_id}: master epoch of {after.broker_name} went back to "
+                      f"{after.master_epoch}")
+        self.controller_epoch[key] = after.master_epoch
         if (isinstance(command, ElectMaster) and before is not None
                 and after.master_epoch > before.master_epoch and before.master_epoch > 0
                 and command.new_master_broker_id is not None
                 and command.new_master_broker_id not in before.sync_state_set):
             self.fail(f"controller {node_id} elected {command.new_master_broker_id}, not in "
-                      f"the SyncStateSet {before.sync_state_set} (epoch {before.master_epoch})")
+                      f"the SyncStateSet {before.sync_state_set} of {after.broker_name} "
+                      f"(epoch {before.master_epoch})")
 
     def on_serving(self, broker: SimBroker, epoch: int) -> None:
-        known = self.masters.setdefault(epoch, broker.name)
+        known = self.masters.setdefault((broker.set_name, epoch), broker.name)
         if known != broker.name:
-            self.fail(f"two masters of epoch {epoch}: {known} and {broker.name}")
+            self.fail(f"two masters of epoch {epoch} in {broker.set_name}: {known} and "
+                      f"{broker.name}")
         # one log per epoch: a restarted process may have lost a tail its slaves hold, so
         # it never serves the epoch its previous incarnation served (ha/role_core.py REELECT)
-        opened = self.opened.setdefault(epoch, broker.incarnation)
+        opened = self.opened.setdefault((broker.set_name, epoch), broker.incarnation)
         if opened != broker.incarnation:
             self.fail(f"{broker.name} serves epoch {epoch} again after a restart (one log "
                       "per epoch)")
@@ -883,14 +1004,14 @@ class ClusterChecker:
         self.check_acked(broker, f"{broker.name} took over epoch {epoch}")
 
     def on_ack(self, broker: SimBroker, epoch: int, msg_id: int, position: int) -> None:
-        self.acked[msg_id] = (position, epoch)
+        self.acked[broker.set_name][msg_id] = (position, epoch)
         self.sim.acks += 1
-        top = self.top_master()
+        top = self.top_master(broker.set_name)
         if top is not None:  # a master of a newer epoch must hold it too, now
             self.check_record(top, msg_id, position, epoch, f"{broker.name} acked it")
 
-    def top_master(self) -> SimBroker | None:
-        serving = [b for b in self.sim.brokers.values()
+    def top_master(self, set_name: str) -> SimBroker | None:
+        serving = [b for b in self.sim.set_brokers(set_name)
                    if b.alive and b.master is not None and b.name in self.serving]
         return max(serving, key=lambda b: self.serving[b.name], default=None)
 
@@ -898,7 +1019,7 @@ class ClusterChecker:
         pass
 
     def check_acked(self, broker: SimBroker, when: str) -> None:
-        for msg_id, (position, epoch) in self.acked.items():
+        for msg_id, (position, epoch) in self.acked[broker.set_name].items():
             self.check_record(broker, msg_id, position, epoch, when)
 
     def check_record(self, broker: SimBroker, msg_id: int, position: int, epoch: int,
@@ -906,7 +1027,8 @@ class ClusterChecker:
         held = broker.log.record_body(position) or b""
         if held != make_record(msg_id):
             self.fail(f"ACKNOWLEDGED MESSAGE LOST: message {msg_id} (log_position {position}, "
-                      f"acked in epoch {epoch}) lost or changed on {broker.name}, master of "
+                      f"acked in epoch {epoch}) lost or changed on {broker.name} of "
+                      f"{broker.set_name}, master of "
                       f"epoch {self.serving.get(broker.name)}, when {when}: "
                       f"{held.hex() or 'absent'}")
 
@@ -917,7 +1039,10 @@ class ClusterChecker:
         if log.confirm < broker.confirm_seen:
             self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}")
         broker.confirm_seen = log.confirm
-        visible = log.visible_end()
+        try:
+            visible = log.visible_end()
+        except CorruptRecordError as err:
+            self.fail(f"{broker.name}: the last record a reader can see is corrupt: {err}")
         if visible > log.confirm:
             self.fail(f"{broker.name}: a reader sees a record ending at {visible}, past the "
                       f"confirm position {log.confirm}")
@@ -934,22 +1059,172 @@ class ClusterChecker:
         far it was compared, until either log is cut). Bytes below a confirm position change
         only with a cut, which bumps the log's version: nothing to do while no version and no
         confirm position moved."""
-        brokers = list(self.sim.brokers.values())
-        signature = tuple((b.log.version, b.log.confirm) for b in brokers)
+        signature = [(b.log.version, b.log.confirm) for b in self.sim.broker_list]
         if signature == self.checked_signature:
             return
         self.checked_signature = signature
-        for i, a in enumerate(brokers):
-            for b in brokers[i + 1:]:
-                below = min(a.log.confirm, b.log.confirm)
-                key = (a.name, b.name)
-                versions, done = self.compared.get(key, ((-1, -1), 0))
-                if versions != (a.log.version, b.log.version):
-                    done = 0
-                if below > done and a.log.read_range(done, below) != b.log.read_range(done,
-                                                                                       below):
-                    self.fail(f"{a.name} and {b.name} differ below the confirm position {below}")
-                self.compared[key] = ((a.log.version, b.log.version), max(done, below))
+        for a, b in self.sim.pairs:
+            below = min(a.log.confirm, b.log.confirm)
+            key = (a.name, b.name)
+            versions, done = self.compared.get(key, ((-1, -1), 0))
+            if versions != (a.log.version, b.log.version):
+                done = 0
+            if below > done:
+                left, right = a.log.read_range(done, below), b.log.read_range(done, below)
+                if left != right:
+                    if self.whole_record_differs(a, b, done, below, left, right):
+                        self.fail(f"{a.name} and {b.name} differ below the confirm position "
+                                  f"{below}")
+                    continue  # only a partial record straddling `below`: compare it again
+            self.compared[key] = ((a.log.version, b.log.version), max(done, below))
+
+    @staticmethod
+    def whole_record_differs(a: SimBroker, b: SimBroker, done: int, below: int, left: bytes,
+                             right: bytes) -> bool:
+        """Two replicas differ below `below`: in a record that ends at or below it (a broken
+        invariant), or only in one that `below` cuts in two? A confirm position may fall
+        inside a record (slaves ack what they received, batches cut records), and such a
+        partial record is never read (reads stop at the last whole record below confirm) and
+        may be cut: by a recovery that drops a partial tail record, by a take-over's CutTail.
+        The first differing byte decides: the record holding it, in either log."""
+        first = done + next((i for i, (x, y) in enumerate(zip(left, right, strict=False))
+                             if x != y), min(len(left), len(right)))
+        ends = (a.log.record_end_at(first), b.log.record_end_at(first))
+        return any(end is None or end <= below for end in ends)
+
+
+# -- clients --------------------------------------------------------------------------------
+class SimProducer:
+    """One producer per replica set: sends a put every put_period_ms to the broker it takes
+    for the master; moves to the next broker of the set on NOT_MASTER (and sometimes on
+    another failure), as a client that has not refreshed its route yet would."""
+
+    def __init__(self, sim: ClusterSim, name: str, set_name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.set_name = set_name
+        self.target = 0  # index of the broker taken for the master
+        self.pending: dict[int, int] = {}  # request id -> msg id
+
+    def produce(self) -> None:
+        sim = self.sim
+        if sim.now_ms < sim.options.duration_ms + HEAL_MS:
+            sim.at(sim.options.put_period_ms, self.produce)
+        msg_id, sim.next_msg = sim.next_msg, sim.next_msg + 1
+        request_id = sim.next_id()
+        self.pending[request_id] = msg_id
+        sim.send(self.name, sim.sets[self.set_name][self.target], ("put", request_id, msg_id))
+
+    def on_put_reply(self, request_id: int, status: str, position: int | None) -> None:
+        self.pending.pop(request_id, None)
+        if status == "NOT_MASTER" or status != "PUT_OK" and self.sim.rng.random() < 0.3:
+            self.target = (self.target + 1) % len(self.sim.sets[self.set_name])
+
+
+class SimReader:
+    """One consumer per replica set, following the routes as the connector does: asks the
+    controllers for the set's route (every ROUTE_MS), then pulls the next records by queue
+    offset from the master or, as with readFromReplicas, from a member slave. Checks: the
+    serving broker never hands out a record past its own confirm position (SimBroker.on_read);
+    whatever was read at a queue offset is read the same from every broker later (a read
+    that passed the confirm position could be cut by a failover and read differently); the
+    records come in log order; and after the run every PUT_OK record of its set is read back,
+    byte for byte, at the log_position it was acknowledged at (`read_to_the_end`)."""
+
+    def __init__(self, sim: ClusterSim, name: str, set_name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.set_name = set_name
+        self.route: ReplicaInfo | None = None
+        self.route_asked_ms: int | None = None
+        # by queue offset: (log_position, end, body, the broker it was first read from)
+        self.records: list[tuple[int, int, bytes, str]] = []
+        sim.at(READ_MS, self.tick)
+
+    def next_id(self) -> int:
+        return -self.sim.next_reader_id()  # apart from the brokers' ids: older runs replay
+
+    def tick(self) -> None:
+        sim = self.sim
+        if sim.now_ms < sim.options.duration_ms + HEAL_MS + DRAIN_MS:
+            sim.at(READ_MS, self.tick)
+        if self.route_asked_ms is None or sim.now_ms - self.route_asked_ms >= ROUTE_MS:
+            self.route_asked_ms = sim.now_ms
+            request_id = self.next_id()
+            for node_id in CONTROLLERS:
+                sim.send(self.name, f"c{node_id}",
+                         ("request", request_id, "replica_info", self.set_name, sim.now_ms))
+        route = self.route
+        if route is None or not route.brokers:
+            return
+        rng = sim.reader_rng
+        if route.master_address is not None and rng.random() < 0.5:
+            target = route.master_address
+        else:
+            target = rng.choice(route.brokers).broker_address
+        offset = len(self.records)  # the next records; sometimes again what it read before
+        if self.records and rng.random() < REREAD_PROBABILITY:
+            offset = rng.randrange(len(self.records))
+        sim.send(self.name, target, ("read", self.next_id(), offset, READ_COUNT_MAX))
+
+    def on_message(self, src: str, payload: tuple[Any, ...]) -> None:
+        if payload[0] == "reply":  # a controller's route (None: not the leader's)
+            answer = payload[2]
+            if answer is None:
+                return
+            _, replica = answer
+            if replica is not None and (self.route is None
+                                        or replica.master_epoch >= self.route.master_epoch):
+                self.route = replica
+        elif payload[0] == "read_reply":
+            _, _, queue_offset, records = payload
+            self.take(src, queue_offset, records)
+
+    def take(self, src: str, queue_offset: int, records: list[tuple[int, int, bytes]]) -> None:
+        for i, (position, end, body) in enumerate(records):
+            k = queue_offset + i
+            if k < len(self.records):
+                known = self.records[k]
+                if (known[0], known[2]) != (position, body):
+                    self.sim.fail(f"READ CHANGED: {self.name} read queue offset {k} of "
+                                  f"{self.set_name} as {body.hex()} at log_position {position} "
+                                  f"from {src}, but {known[2].hex()} at {known[0]} from "
+                                  f"{known[3]} before")
+            elif k == len(self.records):
+                if self.records and position < self.records[-1][1]:
+                    self.sim.fail(f"{self.name} read queue offset {k} at log_position "
+                                  f"{position} from {src}, before the end of offset {k - 1} "
+                                  f"({self.records[-1][1]}): not in log order")
+                self.records.append((position, end, body, src))
+
+    def read_to_the_end(self) -> None:
+        """After the run: read the set again from queue offset 0 on the newest master until it
+        has nothing more (its confirm position): what was read during the run must read the
+        same; then find every PUT_OK record of the set where it was acked."""
+        sim = self.sim
+        master = sim.checker.top_master(self.set_name)
+        if master is None:
+            sim.fail(f"{self.set_name}: no master to read from after the run")
+            return
+        offset = 0
+        while records := master.log.read_records(offset, 256):
+            self.take(master.name, offset, records)
+            offset += len(records)
+        if offset < len(self.records):
+            position, _, body, src = self.records[offset]
+            sim.fail(f"READ CHANGED: {self.name} read queue offset {offset} of {self.set_name} "
+                     f"({body.hex()} at log_position {position}) from {src}, but the master "
+                     f"{master.name} has nothing there after the run (confirm "
+                     f"{master.log.confirm})")
+        read = {position: body for position, _, body, _ in self.records}
+        for msg_id, (position, epoch) in sim.checker.acked[self.set_name].items():
+            if read.get(position) != make_record(msg_id):
+                got = read.get(position)
+                sim.fail(f"ACKNOWLEDGED MESSAGE NOT READ BACK: message {msg_id} "
+                         f"(log_position {position}, acked in epoch {epoch}) of {self.set_name}: "
+                         f"{self.name} read {got.hex() if got else 'nothing'} there from "
+                         f"{master.name} (confirm {master.log.confirm}, log end "
+                         f"{master.log.end})")
 
 
 # -- the simulation ---------------------------------------------------------------------------
@@ -972,14 +1247,35 @@ class ClusterSim:
         self.faults_on = True
         self.links: dict[int, tuple[str, str, int]] = {}  # id -> (a, b, deliver-after ms)
         self.request_sent_ms: dict[int, int] = {}
+        # the topology: set name -> its brokers' names (b1, b2, ... across the sets)
+        self.set_names = SET_NAMES[:len(options.replicas)]
+        self.sets: dict[str, tuple[str, ...]] = {}
+        for set_name, size in zip(self.set_names, options.replicas, strict=True):
+            first = sum(len(members) for members in self.sets.values()) + 1
+            self.sets[set_name] = tuple(f"b{n}" for n in range(first, first + size))
         self.checker = ClusterChecker(self)
         self.controllers = {f"c{n}": SimController(self, n) for n in CONTROLLERS}
-        self.brokers = {name: SimBroker(self, name) for name in BROKERS}
-        self.producer_pending: dict[int, int] = {}
+        self.brokers = {name: SimBroker(self, name, set_name, len(members))
+                        for set_name, members in self.sets.items() for name in members}
+        self.broker_list = list(self.brokers.values())
+        # replicas of one set, compared below their confirm positions (never across sets)
+        self.pairs = [(self.brokers[a], self.brokers[b]) for members in self.sets.values()
+                      for i, a in enumerate(members) for b in members[i + 1:]]
         self.next_msg = 1
-        self.target = 0  # the producer's guess of the master
-        self.at(options.put_period_ms, self.produce)
+        # one producer per set ("producer" for the first: the name older seeds' cuts use)
+        self.producers = {
+            name: SimProducer(self, name, set_name)
+            for name, set_name in zip(("producer", "producer-b"), self.set_names, strict=False)}
+        for producer in self.producers.values():
+            self.at(options.put_period_ms, producer.produce)
         self.at(200, self.fault)
+        # one reader per set, on its own random stream (drops, delays, whom it reads)
+        self.reader_rng = random.Random(options.seed ^ 0x8EAD)
+        self.reader_events = 0
+        self._reader_ids = 0
+        self.readers = {f"reader-{set_name[-1]}": SimReader(self, f"reader-{set_name[-1]}",
+                                                            set_name)
+                        for set_name in self.set_names}
 
     # plumbing
     def fail(self, what: str) -> None:
@@ -997,6 +1293,10 @@ class ClusterSim:
     def next_id(self) -> int:
         self._ids += 1
         return self._ids
+
+    def next_reader_id(self) -> int:
+        self._reader_ids += 1
+        return self._reader_ids
 
     def at(self, delay_ms: int, action: Callable[[], None]) -> None:
         self._seq += 1
@@ -1023,10 +1323,22 @@ class ClusterSim:
     def reachable(self, a: str, b: str) -> bool:
         return (a, b) not in self.cuts
 
-    def delay(self) -> int:
-        if self.faults_on and self.rng.random() < self.options.long_delay_probability:
-            return self.rng.randint(20, 300)
-        return self.rng.randint(1, 5)
+    def delay(self, rng: random.Random | None = None) -> int:
+        rng = rng or self.rng
+        if self.faults_on and rng.random() < self.options.long_delay_probability:
+            return rng.randint(20, 300)
+        return rng.randint(1, 5)
+
+    def set_brokers(self, set_name: str) -> list[SimBroker]:
+        return [self.brokers[name] for name in self.sets[set_name]]
+
+    def some_master(self, default: str) -> str:
+        """A serving master's name (any set's), else `default`. With one set: the first, as
+        older versions chose (so their seeds replay); with two, the seed picks among them."""
+        masters = [b.name for b in self.brokers.values() if b.alive and b.master is not None]
+        if len(self.sets) == 1 or not masters:
+            return masters[0] if masters else default
+        return self.rng.choice(masters)
 
     def process(self, name: str) -> Any:
         if name in self.controllers:
@@ -1037,22 +1349,30 @@ class ClusterSim:
         """A datagram (controller RPCs, Raft, puts): may be dropped, duplicated, reordered."""
         if not self.reachable(src, dst):
             return
-        if self.faults_on and self.rng.random() < self.options.drop_probability:
+        # a reader's traffic draws from its own stream: the runs of older versions replay
+        rng = self.reader_rng if src in self.readers or dst in self.readers else self.rng
+        if self.faults_on and rng.random() < self.options.drop_probability:
             return
         copies = 2 if (self.faults_on
-                       and self.rng.random() < self.options.duplicate_probability) else 1
+                       and rng.random() < self.options.duplicate_probability) else 1
         if payload[0] == "request":
             self.request_sent_ms.setdefault(payload[1], payload[4])
         for _ in range(copies):
-            self.at(self.delay(), lambda: self.deliver(src, dst, payload))
+            self.at(self.delay(rng), lambda: self.deliver(src, dst, payload))
 
     def deliver(self, src: str, dst: str, payload: tuple[Any, ...]) -> None:
         if not self.reachable(src, dst):
             return
-        self.events += 1
         kind = payload[0]
-        if dst == "producer":
-            self.on_put_reply(*payload[1:])
+        if src in self.readers or dst in self.readers:  # counted apart: older runs replay
+            self.reader_events += 1
+            if dst in self.readers:
+                self.readers[dst].on_message(src, payload)
+                return
+        else:
+            self.events += 1
+        if dst in self.producers:
+            self.producers[dst].on_put_reply(*payload[1:])
             return
         target = self.process(dst)
         if target is None or not target.alive:
@@ -1065,6 +1385,9 @@ class ClusterSim:
             target.on_reply(payload[1], payload[2])
         elif kind == "put":
             target.on_put(src, payload[1], payload[2])
+        elif kind == "read":
+            target.on_read(src, payload[1], payload[2], payload[3])
+            return  # a read changes no state
         self.check()
 
     # HA links: in-order streams that break on a drop or a cut
@@ -1106,20 +1429,6 @@ class ClusterSim:
             if broker.alive:
                 self.later(self.delay(), broker, lambda n=broker: n.on_link_closed(link_id))
 
-    # the producer
-    def produce(self) -> None:
-        if self.now_ms < self.options.duration_ms + HEAL_MS:
-            self.at(self.options.put_period_ms, self.produce)
-        msg_id, self.next_msg = self.next_msg, self.next_msg + 1
-        request_id = self.next_id()
-        self.producer_pending[request_id] = msg_id
-        self.send("producer", BROKERS[self.target], ("put", request_id, msg_id))
-
-    def on_put_reply(self, request_id: int, status: str, position: int | None) -> None:
-        self.producer_pending.pop(request_id, None)
-        if status == "NOT_MASTER" or status != "PUT_OK" and self.rng.random() < 0.3:
-            self.target = (self.target + 1) % len(BROKERS)
-
     # faults
     def fault(self) -> None:
         if not self.faults_on:
@@ -1130,27 +1439,26 @@ class ClusterSim:
         if roll < options.partition_probability and options.partial and rng.random() < 0.5:
             shape = rng.choice(("bridge", "ring", "pair"))
             if shape == "pair":  # the master and one slave cut off from everyone else
-                master = next((b.name for b in self.brokers.values()
-                               if b.alive and b.master is not None), rng.choice(BROKERS))
-                pair = {master, rng.choice([b for b in BROKERS if b != master])}
+                master = self.some_master(rng.choice(list(self.brokers)))
+                members = self.sets[self.brokers[master].set_name]
+                pair = {master, rng.choice([b for b in members if b != master])}
                 cuts = [(a, b) for a in sorted(pair)
-                        for b in [*self.controllers, *BROKERS] if b not in pair]
+                        for b in [*self.controllers, *self.brokers] if b not in pair]
             else:
-                cuts = shape_cuts([*self.controllers, *BROKERS], shape, rng.random())
+                cuts = shape_cuts([*self.controllers, *self.brokers], shape, rng.random())
             for a, b in cuts:
                 self.cuts.update(((a, b), (b, a)))
             self.partitions += 1
             self.trace(f"partition: {shape}, cut {sorted(cuts)}")
             self.at(rng.randint(200, 2000), self.heal_some)
         elif roll < options.partition_probability:
-            names = [*self.controllers, *BROKERS]
+            names = [*self.controllers, *self.brokers]
             victim = rng.choice(names)
             if rng.random() < 0.5:  # most often the master: the interesting one
-                victim = next((b.name for b in self.brokers.values()
-                               if b.alive and b.master is not None), victim)
+                victim = self.some_master(victim)
             one_way = rng.random() < 0.3
-            producer_too = rng.random() < 0.5  # else the producer still reaches it
-            for other in [*names, *(["producer"] if producer_too else [])]:
+            producer_too = rng.random() < 0.5  # else the producers still reach it
+            for other in [*names, *(self.producers if producer_too else [])]:
                 if other != victim:
                     self.cuts.add((victim, other))
                     if not one_way:
@@ -1160,10 +1468,9 @@ class ClusterSim:
                        f"{'' if producer_too else ', the producer still reaches it'}")
             self.at(rng.randint(200, 2000), self.heal_some)
         elif roll < options.partition_probability + options.crash_probability:
-            name = rng.choice([*self.controllers, *BROKERS])
+            name = rng.choice([*self.controllers, *self.brokers])
             if rng.random() < 0.5:
-                name = next((b.name for b in self.brokers.values()
-                             if b.alive and b.master is not None), name)
+                name = self.some_master(name)
             target = self.process(name)
             if target.alive:
                 self.trace(f"crash: {name}")
@@ -1214,17 +1521,19 @@ class ClusterSim:
     def run(self) -> dict[str, int]:
         self.at(self.options.duration_ms, self.heal)
         end = self.options.duration_ms + HEAL_MS
-        while self._heap and self._heap[0][0] <= end:
-            when, _, action = heapq.heappop(self._heap)
-            self.now_ms = when
-            try:
-                action()
-            except (FsyncFailedError, DiskFailedError):
-                self.fail_stop()
+        self.run_until(end)
         self.check_end()
-        stats = {"seed": self.options.seed, "events": self.events, "acks": self.acks,
+        stats = {"seed": self.options.seed, "sets": len(self.sets), "brokers": len(self.brokers),
+                 "events": self.events, "acks": self.acks,
                  "crashes": self.crashes, "partitions": self.partitions,
                  "masters": len(self.checker.masters)}
+        # the puts have stopped: the last acks reach every replica (confirm), then each
+        # set's reader reads its set to the end from the master and must find every ack
+        self.run_until(end + DRAIN_MS)
+        for reader in self.readers.values():
+            reader.read_to_the_end()
+        stats.update(reads=self.reader_events,
+                     records_read=sum(len(r.records) for r in self.readers.values()))
         if self.options.disk == "engine":  # what the simulated disks did to the real stores
             disks = [b.log.fs.stats for b in self.brokers.values()
                      if isinstance(b.log, EngineLog)]
@@ -1234,24 +1543,36 @@ class ClusterSim:
                          unsynced_bytes_dropped=sum(d.unsynced_bytes_dropped for d in disks))
         return stats
 
+    def run_until(self, end_ms: int) -> None:
+        while self._heap and self._heap[0][0] <= end_ms:
+            when, _, action = heapq.heappop(self._heap)
+            self.now_ms = when
+            try:
+                action()
+            except (FsyncFailedError, DiskFailedError):
+                self.fail_stop()
+
     def check_end(self) -> None:
-        """After healing: one master serves the newest epoch and holds every ack."""
-        serving = [b for b in self.brokers.values() if b.master is not None and not b.fenced]
-        if not serving:
-            self.fail(f"no master {HEAL_MS} ms after healing (liveness)")
-        top = max(serving, key=lambda b: b.master.master_epoch if b.master else 0)
-        self.checker.check_acked(top, "the run ended")
+        """After healing: in every set, one master serves the newest epoch and holds every
+        ack."""
+        for set_name in self.sets:
+            serving = [b for b in self.set_brokers(set_name)
+                       if b.master is not None and not b.fenced]
+            if not serving:
+                self.fail(f"{set_name}: no master {HEAL_MS} ms after healing (liveness)")
+            top = max(serving, key=lambda b: b.master.master_epoch if b.master else 0)
+            self.checker.check_acked(top, "the run ended")
 
 
 def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
-             quorum: str = "all-ack", partial: bool = False, disk: str = "model"
-             ) -> dict[str, int]:
+             quorum: str = "all-ack", partial: bool = False, disk: str = "model",
+             sets: int | None = None, replicas: int | None = None) -> dict[str, int]:
     """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
         options = ClusterOptions.from_seed(seed, duration_ms, quorum, partial=partial,
-                                           disk=disk)
+                                           disk=disk, sets=sets, replicas=replicas)
         # a failed fsync ends the broker in the simulation, not this process
         handler = set_fsync_failure_handler(lambda err, path: None)
         try:
@@ -1272,7 +1593,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None,
                         help="run seeds from --first on until this much time has passed")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--quorum", choices=sorted(QUORUMS), default="all-ack",
+    parser.add_argument("--sets", type=int, choices=range(1, len(SET_NAMES) + 1), default=None,
+                        help="replica sets (default: drawn from each seed)")
+    parser.add_argument("--replicas", type=int, choices=REPLICAS, default=None,
+                        help="brokers in every set (default: drawn from each seed, per set)")
+    parser.add_argument("--quorum", choices=QUORUMS, default="all-ack",
                         help="the brokers' quorum rule (default: every SyncStateSet member)")
     parser.add_argument("--partial", action="store_true",
                         help="half of the partitions partial: a bridge, a majorities ring, or "
@@ -1288,14 +1613,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         seeds = range(args.first, args.first + args.seeds)
     started = time.monotonic()
-    failures, steps, acks, count = [], 0, 0, 0
+    failures, steps, acks, count, brokers, sets = [], 0, 0, 0, 0, 0
+    topologies: dict[str, int] = {}  # "3+4": seeds with a set of 3 and a set of 4 brokers
     for seed in seeds:
         if args.minutes is not None and time.monotonic() - started >= args.minutes * 60:
             break
         count += 1
+        replicas = ClusterOptions.from_seed(seed, args.duration_ms, sets=args.sets,
+                                            replicas=args.replicas).replicas
+        brokers, sets = brokers + sum(replicas), sets + len(replicas)
+        shape = "+".join(map(str, replicas))
+        topologies[shape] = topologies.get(shape, 0) + 1
         try:
             stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum,
-                             partial=args.partial, disk=args.disk)
+                             partial=args.partial, disk=args.disk, sets=args.sets,
+                             replicas=args.replicas)
             steps += stats["events"]
             acks += stats["acks"]
         except SimFailure as failure:
@@ -1308,7 +1640,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"seeds": count, "failures": len(failures), "disk": args.disk,
                           "failing_seeds": failures, "controllers": len(CONTROLLERS),
-                          "brokers": len(BROKERS), "steps": steps, "acks": acks,
+                          "brokers": brokers, "sets": sets, "topologies": topologies,
+                          "steps": steps, "acks": acks,
                           "seconds": round(elapsed, 1)}))
     return 1 if failures else 0
 

@@ -19,6 +19,7 @@ confirm, epoch entry, flush), as ha/broker/replication.py does.
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,11 +33,13 @@ from storage_engine import (
     StoreConfig,
     decode_record,
 )
+from storage_engine.record_format import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from tests.sim.sim_fs import SimDiskFaults, SimFileSystem
 
 __all__ = ["ENGINE_CONFIG", "DiskFailedError", "EngineLog"]
 
 TOPIC = "sim"
+_PREFIX = struct.Struct(">iI")  # a CommitLog record's TOTALSIZE and MAGICCODE
 # Small segments: a few seconds of puts roll CommitLog and ConsumeQueue files, so segment
 # boundaries, blank records and directory fsyncs are on the replicated path too.
 ENGINE_CONFIG = StoreConfig(commit_log_segment_size_bytes=68 * 1024, message_size_max_bytes=1024,
@@ -130,6 +133,24 @@ class EngineLog:
         """Where the last whole record ends (a take-over cuts there: ha/takeover_core.py)."""
         return self.store.complete_end_log_position()
 
+    def record_end_at(self, position: int) -> int | None:
+        """Where the record holding the byte at `position` ends, whole or not (None: no
+        record header leads there). Walks the TOTALSIZE headers from the segment's start."""
+        size = self.segment_size_bytes
+        segment_end = position - position % size + size
+        at = position - position % size
+        while at <= position:
+            head = self.store.read_log(at, _PREFIX.size)
+            if len(head) < _PREFIX.size:
+                return None
+            total, magic = _PREFIX.unpack(head)
+            if magic == BLANK_MAGIC_CODE:
+                return segment_end
+            if magic != MESSAGE_MAGIC_CODE or total < _PREFIX.size:
+                return None
+            at += total
+        return at
+
     def cut_tail(self, position: int) -> None:
         end = self.end
         self.store.cut_tail(position)
@@ -170,6 +191,13 @@ class EngineLog:
             return decode_record(raw).body
         except CorruptRecordError:
             return None
+
+    def read_records(self, queue_offset: int, count_max: int) -> list[tuple[int, int, bytes]]:
+        """A consumer's pull through the engine's read path (ConsumeQueue, then CommitLog;
+        never past the confirm position): (log_position, end, body) of each record."""
+        got = self.store.get_messages(TOPIC, 0, queue_offset, max_count=count_max,
+                                      max_bytes=count_max * 1024)
+        return [(m.log_position, m.log_position + m.size_bytes, m.body) for m in got.messages()]
 
     def visible_end(self) -> int:
         """Where the last record a consumer can read ends (0: none): must be <= confirm.

@@ -3,9 +3,11 @@
 Goal: the decisions that lose data when they go wrong (promotion, fork truncation, SyncStateSet
 growth and shrink, confirm position, master epochs, the master lease) hold under drops,
 duplicates, delays, partitions (one-way too, and the producer still reaching a cut-off master)
-and crashes that drop unsynced bytes or tear the last write. Method: tests/sim/cluster_sim.py
+and crashes that drop unsynced bytes or tear the last write, in 1-2 replica sets of 2-4
+brokers, and readers never see what a failover can cut. Method: tests/sim/cluster_sim.py
 drives the real Raft, controller state machine, election, role, master and slave cores; the
-checker is tested by breaking the quorum rule on purpose and requiring the simulator to notice.
+checker is tested by breaking the quorum rule (or the read bound) on purpose and requiring the
+simulator to notice.
 
 Every seed that once broke an invariant is a regression test (REGRESSIONS); for the bugs fixed
 in this form, a test switches the fix off again and requires the simulator to notice.
@@ -14,17 +16,24 @@ in this form, a test switches the fix off again and requires the simulator to no
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 import ha.master_core
 import ha.role_core
 import ha.takeover_core
-from tests.sim.cluster_sim import SimFailure, run_seed
+from tests.sim import cluster_sim
+from tests.sim.cluster_sim import REPLICAS, ClusterOptions, SimFailure, main, run_seed
 
-# The issue's bounded batch: 1,000 seeds, about 100 s on one quiet core of this machine (9-10
-# seeds/s; the whole file 19 min at load 20); `python3 build.py sim --cluster --seeds N |
-# --minutes M` for campaigns.
+# The regression seeds were found with one replica set of 3 brokers (the only topology then):
+# they replay that topology (their fault draws are unchanged).
+ONE_SET_OF_3 = {"sets": 1, "replicas": 3}
+
+# The issue's bounded batch: 1,000 seeds, each with its own topology (1-2 sets of 2-4 brokers,
+# 3.8 brokers on average) and a reader per set: about 140 s on one quiet core of this machine
+# (about 7 seeds/s; 1.3x the CPU of the one-set-of-3 batch before); `python3 build.py sim
+# --cluster --seeds N | --minutes M` for campaigns.
 SEEDS_DEFAULT = 1000
 DURATION_MS = 3000
 CHUNK = 50
@@ -45,8 +54,11 @@ CHUNK = 50
 #   losing an unsynced tail its slaves held, and wrote other records there; a slave whose log
 #   ended inside that range kept the old bytes under the same epoch: replicas differed below
 #   the confirm position (RoleCore REELECT: a restarted broker asks for a new epoch).
-REGRESSIONS = (3, 85, 214, 235, 275, 348, 693, 787, 798, 1207, 1414)
-IN_FLIGHT_SEEDS = (348, 693, 787, 798, 1207, 1414)
+#   Since the simulated controller leader scans at once when a heartbeat's answer asks for it
+#   (as node.py does), those seeds take other paths: with the fix switched off, seeds 254 and
+#   421 (of 1-500, one set of 3) lose PUT_OKs that way now; they lead IN_FLIGHT_SEEDS.
+REGRESSIONS = (3, 85, 214, 235, 254, 275, 348, 421, 693, 787, 798, 1207, 1414)
+IN_FLIGHT_SEEDS = (254, 421, 348, 693, 787, 798, 1207, 1414)
 # With inSyncReplicas=2 and enableAutoInSyncReplicas (`--quorum auto-isr`, the integration tests'
 # rule): seed 3 lost PUT_OKs the master acked alone (degraded need 1) that a slave joining the set
 # lacked; elected later, it lost them (ha/master_core.py `_held_by_joining` and the join rule,
@@ -66,6 +78,15 @@ PARTIAL_SEEDS = 50
 # `build.py sim --cluster --disk engine` for more.
 ENGINE_SEEDS = 50
 ENGINE_CHUNK = 25
+# A harness finding (the checker, not the cluster): engine seed 42 (one set of 4) failed "b1 and
+# b4 differ below the confirm position 24". b4, master of epoch 1, had confirm 96 inside its
+# first record (a slave acks the bytes it received; 24-byte batches cut records); the slave b1
+# held 120 bytes of that record, lost them in its crash recovery (a partial tail record is
+# dropped), was the only SyncStateSet member and took over epoch 4 with an empty log: no
+# record was ever whole below a confirm position, nothing was acknowledged or readable. The
+# checker now fails only when a difference lies in a record that ends at or below the confirm
+# position (ClusterChecker.whole_record_differs).
+ENGINE_REGRESSIONS = (42,)
 
 
 @pytest.mark.parametrize("first", range(1, SEEDS_DEFAULT + 1, CHUNK))
@@ -81,7 +102,7 @@ def test_seeds_hold_every_invariant(first: int) -> None:
 
 @pytest.mark.parametrize("seed", REGRESSIONS)
 def test_regression_seeds_pass(seed: int) -> None:
-    run_seed(seed, DURATION_MS)
+    run_seed(seed, DURATION_MS, **ONE_SET_OF_3)
 
 
 @pytest.mark.parametrize("first", range(1, AUTO_ISR_SEEDS + 1, CHUNK))
@@ -97,7 +118,7 @@ def test_seeds_hold_every_invariant_with_auto_in_sync_replicas(first: int) -> No
 
 @pytest.mark.parametrize("seed", AUTO_ISR_REGRESSIONS)
 def test_auto_isr_regression_seeds_pass(seed: int) -> None:
-    run_seed(seed, DURATION_MS, quorum="auto-isr")
+    run_seed(seed, DURATION_MS, quorum="auto-isr", **ONE_SET_OF_3)
 
 
 @pytest.mark.parametrize("first", range(1, PARTIAL_SEEDS + 1, CHUNK))
@@ -113,7 +134,26 @@ def test_seeds_hold_every_invariant_under_partial_partitions(first: int) -> None
 
 @pytest.mark.parametrize("seed", PARTIAL_REGRESSIONS)
 def test_partial_partition_regression_seeds_pass(seed: int) -> None:
-    run_seed(seed, DURATION_MS, quorum="auto-isr", partial=True)
+    run_seed(seed, DURATION_MS, quorum="auto-isr", partial=True, **ONE_SET_OF_3)
+
+
+# OPEN BUG (found by the campaign `--first 3001 --minutes 10 --duration-ms 6000 --quorum
+# auto-isr --partial`; not fixed yet: the test fails the day it is, strict). Seed 3182, two sets
+# of 3, in broker-b (b4 id 2, b5 id 3, b6 id 1). Facts from the trace: the controller committed
+# the set {b4, b5}@3 by 562 ms; at 573 ms master b4, still with accepted {b4, b6, b5}@2 and the
+# local set {b4, b6}, acked message 224 (log_position 576, need 2 of 3) while b5's log ended at
+# 576 (b6's at 608); b4 crashed at 588 ms; b5, the only other member of @3, was elected for
+# epoch 2 and lacks that PUT_OK. Cause (instrumented): b4 had called proposing((2, 3), 2), a
+# SHRINK of the accepted (2, 1, 3)@2 that drops b6; `_in_flight()` is a proposal's slaves minus
+# the accepted set, empty for a shrink, so put_progress and _held_by_joining never saw it, and
+# the need of 2 was met by b6, whom the set the controller committed lacks. The fix belongs in
+# ha/master_core.py: keep each proposal's exact member set (not the union of its slaves per
+# epoch), and call a put done only when every set that may be in force (the accepted one, each
+# proposal not yet overtaken) holds it on its own need.
+@pytest.mark.xfail(strict=True, raises=SimFailure,
+                   reason="open: a numeric quorum met outside a SyncStateSet proposal in flight")
+def test_auto_isr_seed_3182_keeps_an_ack_met_outside_a_proposal_in_flight() -> None:
+    run_seed(3182, 6000, quorum="auto-isr", partial=True)
 
 
 @pytest.mark.parametrize("first", range(1, ENGINE_SEEDS + 1, ENGINE_CHUNK))
@@ -125,6 +165,25 @@ def test_seeds_hold_every_invariant_on_the_real_storage_engine(first: int) -> No
         except SimFailure as failure:
             failures.append(str(failure))
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("seed", ENGINE_REGRESSIONS)
+def test_engine_regression_seeds_pass(seed: int) -> None:
+    run_seed(seed, DURATION_MS, disk="engine")
+
+
+def test_the_checker_still_catches_replicas_that_differ_in_a_whole_record() -> None:
+    # whole_record_differs on two logs: a difference inside a whole record below confirm is
+    # one, a difference only in the record that confirm cuts in two is not
+    size = cluster_sim.RECORD_BYTES
+    a, b = cluster_sim.SimLog(), cluster_sim.SimLog()
+    a.append(0, bytes(3 * size))
+    b.append(0, bytes(2 * size) + b"x" * size)
+    brokers = [dataclasses.make_dataclass("B", ["log"])(log) for log in (a, b)]
+    left, right = a.read_range(0, 3 * size), b.read_range(0, 3 * size)
+    differs = cluster_sim.ClusterChecker.whole_record_differs
+    assert not differs(*brokers, 0, 2 * size + 4, left[:2 * size + 4], right[:2 * size + 4])
+    assert differs(*brokers, 0, 3 * size, left, right)
 
 
 def test_engine_runs_crash_over_unsynced_data_and_replay() -> None:
@@ -156,6 +215,40 @@ def test_the_checker_catches_a_master_that_acks_alone_on_the_engine(
 def test_a_seed_replays_identically() -> None:
     assert run_seed(7, 2000) == run_seed(7, 2000)
     assert run_seed(7, 2000) != run_seed(8, 2000)
+    two_sets = run_seed(7, 2000, sets=2, replicas=2)
+    assert two_sets["sets"] == 2 and two_sets["brokers"] == 4
+    assert two_sets == run_seed(7, 2000, sets=2, replicas=2)
+
+
+def test_the_topology_is_drawn_from_the_seed_or_forced() -> None:
+    drawn = [ClusterOptions.from_seed(seed, DURATION_MS).replicas for seed in range(1, 1001)]
+    assert {len(replicas) for replicas in drawn} == {1, 2}
+    assert 180 < sum(len(replicas) == 2 for replicas in drawn) < 320  # TWO_SETS_PROBABILITY
+    assert {size for replicas in drawn for size in replicas} == set(REPLICAS)
+    assert drawn == [ClusterOptions.from_seed(seed, DURATION_MS).replicas
+                     for seed in range(1, 1001)]
+    assert ClusterOptions.from_seed(5, DURATION_MS, sets=2, replicas=4).replicas == (4, 4)
+    forced = ClusterOptions.from_seed(5, DURATION_MS, sets=1)
+    assert len(forced.replicas) == 1 and "--sets 1" in forced.replay_command()
+    # the fault draws do not depend on the topology (older seeds replay with --sets 1
+    # --replicas 3)
+    assert (dataclasses.replace(ClusterOptions.from_seed(5, DURATION_MS), replicas=(3,),
+                                forced_sets=1, forced_replicas=3)
+            == ClusterOptions.from_seed(5, DURATION_MS, sets=1, replicas=3))
+    with pytest.raises(ValueError, match="--sets"):
+        ClusterOptions.from_seed(5, DURATION_MS, sets=3)
+    with pytest.raises(ValueError, match="--replicas"):
+        ClusterOptions.from_seed(5, DURATION_MS, replicas=5)
+
+
+def test_the_json_line_names_the_topology(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seeds", "2", "--first", "3", "--duration-ms", "1000", "--sets", "2",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"seeds", "failures", "controllers", "brokers", "steps", "sets"} <= set(report)
+    assert report["seeds"] == 2 and report["sets"] == 4 and report["controllers"] == 3
+    assert report["brokers"] == sum(
+        sum(ClusterOptions.from_seed(seed, 1000, sets=2).replicas) for seed in (3, 4))
 
 
 def test_the_runs_exercise_the_faults_they_claim() -> None:
@@ -164,6 +257,63 @@ def test_the_runs_exercise_the_faults_they_claim() -> None:
     assert sum(run["partitions"] for run in runs) > 10
     assert sum(run["acks"] for run in runs) > 1000
     assert sum(1 for run in runs if run["masters"] >= 2) >= 2  # failovers happened
+    assert {run["sets"] for run in runs} == {1, 2}
+    # the readers pulled along the run, and read every acked record back at the end
+    assert all(run["reads"] > 100 for run in runs)
+    assert all(run["records_read"] >= run["acks"] for run in runs)
+
+
+def read_the_whole_log(log: cluster_sim.SimLog, queue_offset: int, count_max: int
+                       ) -> list[tuple[int, int, bytes]]:
+    """SimLog.read_records without its bound: every whole record, confirmed or not."""
+    size = cluster_sim.RECORD_BYTES
+    return [(k * size, (k + 1) * size, log.read(k * size, size))
+            for k in range(queue_offset, min(log.end // size, queue_offset + count_max))]
+
+
+def test_the_checker_catches_a_read_past_the_confirm_position(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a broker that serves its whole log, not only what every SyncStateSet member holds
+    monkeypatch.setattr(cluster_sim.SimLog, "read_records", read_the_whole_log)
+    with pytest.raises(SimFailure, match="past its confirm position"):
+        for seed in range(1, 11):
+            run_seed(seed, DURATION_MS)
+
+
+def test_the_reader_catches_a_read_that_a_failover_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same broken read bound with the serving broker's own check off: what a reader got
+    # past the confirm position is cut by a failover, and reads back differently (or never)
+    monkeypatch.setattr(cluster_sim.SimLog, "read_records", read_the_whole_log)
+    monkeypatch.setattr(cluster_sim, "check_served", lambda broker, records: None)
+    caught = []
+    for seed in range(1, 41):
+        try:
+            run_seed(seed, DURATION_MS, sets=1, replicas=3)
+        except SimFailure as failure:
+            caught.append(str(failure).splitlines()[0])
+            if "READ CHANGED" in caught[-1]:
+                return
+    raise AssertionError(f"reads past the confirm position went unnoticed: {caught}")
+
+
+def test_the_reader_catches_an_acked_record_it_cannot_read_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a master acking alone, with the checker's own ack check off: the reader's read-back at
+    # the end of the run is what notices
+    monkeypatch.setattr(ha.master_core, "holders",
+                        lambda log_position, master_position, acks: 3 * (
+                            master_position >= log_position))
+    monkeypatch.setattr(cluster_sim.ClusterChecker, "check_record",
+                        lambda *args, **kwargs: None)
+    caught = []
+    for seed in range(1, 41):
+        try:
+            run_seed(seed, DURATION_MS, sets=1, replicas=3)
+        except SimFailure as failure:
+            caught.append(str(failure).splitlines()[0])
+            if "NOT READ BACK" in caught[-1]:
+                return
+    raise AssertionError(f"lost acked records went unnoticed by the reader: {caught}")
 
 
 def test_the_checker_catches_a_master_that_acks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,7 +339,7 @@ def test_the_checker_catches_acks_that_ignore_a_proposal_in_flight(
     lost = []
     for seed in IN_FLIGHT_SEEDS[:2]:
         with pytest.raises(SimFailure) as failure:
-            run_seed(seed, DURATION_MS)
+            run_seed(seed, DURATION_MS, **ONE_SET_OF_3)
         lost.append("ACKNOWLEDGED MESSAGE LOST" in str(failure.value))
     assert all(lost), lost
 
@@ -205,7 +355,7 @@ def test_the_checker_catches_a_restarted_master_that_continues_its_epoch(
         return planned
     monkeypatch.setattr(ha.role_core.RoleCore, "plan", continue_the_epoch)
     with pytest.raises(SimFailure, match="serves epoch 1 again after a restart"):
-        run_seed(275, DURATION_MS)
+        run_seed(275, DURATION_MS, **ONE_SET_OF_3)
 
 
 def test_the_checker_catches_a_take_over_that_keeps_a_partial_tail_record(
@@ -221,7 +371,9 @@ def test_the_checker_catches_a_take_over_that_keeps_a_partial_tail_record(
         whole = dataclasses.replace(log, complete_end_log_position=log.end_log_position)
         return plan(whole, master_epoch)
     monkeypatch.setattr(ha.takeover_core, "plan_take_over", keep_the_tail)
+    # (engine seed 9 with one set of 3 did, until the controller scanned at once when woken;
+    # seed 49 draws one set of 4)
     with pytest.raises(SimFailure, match="refused its master's bytes"):
-        run_seed(9, DURATION_MS, disk="engine")
+        run_seed(49, DURATION_MS, disk="engine")
     monkeypatch.undo()
-    run_seed(9, DURATION_MS, disk="engine")
+    run_seed(49, DURATION_MS, disk="engine")
