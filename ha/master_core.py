@@ -275,7 +275,8 @@ class MasterReplication:
         self._accepted_epoch = accepted_sync_state_set_epoch
         # Controller mode: slaves of proposals not yet overtaken, by the SyncStateSet epoch the
         # proposal carried (module docstring, "Proposals in flight").
-        self._proposed: dict[int, frozenset[int]] = {}
+        # sync_state_set_epoch -> the slave sets of the proposals made at it, each exactly
+        self._proposed: dict[int, set[frozenset[int]]] = {}
         # Controller mode: the master lease (module docstring); None: no lease (static roles).
         self._lease_until_ms = lease_until_ms
 
@@ -537,6 +538,8 @@ class MasterReplication:
         if holders(log_position, self._master_position, acks) >= need:
             if not self._held_by_joining(log_position):
                 return PutProgress.WAITING  # a joining slave first (or it stops joining)
+            if not self._held_by_proposals(log_position):
+                return PutProgress.WAITING  # the need of a set the controller may commit
             return self._done(log_position)
         if 1 + len(acks) + len(self._in_flight()) < need:
             return PutProgress.UNREACHABLE  # (a slave in flight counts once it is accepted)
@@ -569,6 +572,26 @@ class MasterReplication:
             ack = self._ack_of(broker_id)
             if ack is None or ack < log_position:  # None: a proposed slave without a link
                 return False
+        return True
+
+    def _held_by_proposals(self, log_position: int) -> bool:
+        """Every proposal not yet overtaken, which the controller may still commit and then
+        elect from, holds the put under its own need, counting its own members only. A
+        shrink's members are all in the accepted set, so the need of the accepted set alone
+        did not cover it: found by the cluster simulation (`--quorum auto-isr --partial` seed
+        3182): master b4 with the accepted set {b4, b6, b5} proposed {b4, b5}, then acked a
+        put on b6's ack (need 2 of 3); the controller committed {b4, b5}, b4 crashed, and b5,
+        elected, lacked the put. With allAckInSyncStateSet every slave of a proposal already
+        holds every put (the accepted set's, or `_held_by_joining`)."""
+        if self.settings.async_master or self._accepted is None or not self._proposed:
+            return True
+        for proposals in self._proposed.values():
+            for slaves in proposals:
+                held = [self._ack_of(broker_id) for broker_id in slaves]
+                acks = [ack for ack in held if ack is not None]
+                need = plan_put_controller(self.settings.quorum, 1 + len(slaves)).need
+                if holders(log_position, self._master_position, acks) < need:
+                    return False
         return True
 
     def _held_by_every_slave(self, log_position: int) -> bool:
@@ -663,8 +686,7 @@ class MasterReplication:
         if sync_state_set_epoch < self._accepted_epoch:
             return  # overtaken already: the controller fences it
         slaves = frozenset(members) - {self.broker_id}
-        self._proposed[sync_state_set_epoch] = self._proposed.get(
-            sync_state_set_epoch, frozenset()) | slaves
+        self._proposed.setdefault(sync_state_set_epoch, set()).add(slaves)
 
     def proposal_pending(self) -> bool:
         """Does a proposal not yet overtaken name a slave outside the accepted set? Then the
@@ -677,7 +699,8 @@ class MasterReplication:
         """Slaves of proposals not yet overtaken that the accepted set lacks."""
         if not self._proposed:
             return frozenset()
-        slaves = frozenset().union(*self._proposed.values())
+        slaves = frozenset().union(*(members for proposals in self._proposed.values()
+                                     for members in proposals))
         return slaves - (self._accepted or frozenset())
 
     def stats(self) -> MasterStats:

@@ -364,3 +364,25 @@ def test_auto_isr_a_put_planned_alone_needs_the_member_accepted_meanwhile() -> N
     core.next_send(1, grown, now_ms=1)
     core.on_frame(1, Ack(3000), grown, now_ms=1)
     assert core.put_progress(3000, need, now_ms=1) is PutProgress.DONE
+
+
+def test_a_shrink_in_flight_holds_a_put_its_own_members_lack() -> None:
+    # Regression (tests/sim/cluster_sim.py --quorum auto-isr --partial, seed 3182): with the
+    # accepted set {0, 1, 2} the master proposed {0, 2} (dropping 1), then acked a put on
+    # slave 1's ack alone (need 2 of 3); the controller committed {0, 2}, the master crashed,
+    # and slave 2, elected, lacked it. A proposal the controller may commit must hold the put
+    # under its own need, counting its own members.
+    core = controller_master(accepted=(0, 1, 2), in_sync=2)
+    snapshot = log(2500, epochs=EPOCHS)
+    core.local_durable(2500)
+    connect(core, 1, 1, 2500, snapshot)
+    connect(core, 2, 2, 2500, snapshot)
+    core.proposing((0, 2), 5)
+    core.local_durable(2600)
+    later = log(2600, epochs=EPOCHS)
+    core.next_send(1, later, now_ms=1)
+    core.on_frame(1, Ack(2600), later, now_ms=1)  # slave 1 holds it, slave 2 not yet
+    assert core.put_progress(2600, 2, now_ms=1) is PutProgress.WAITING
+    core.next_send(2, later, now_ms=2)
+    core.on_frame(2, Ack(2600), later, now_ms=2)
+    assert core.put_progress(2600, 2, now_ms=2) is PutProgress.DONE

@@ -137,21 +137,14 @@ def test_partial_partition_regression_seeds_pass(seed: int) -> None:
     run_seed(seed, DURATION_MS, quorum="auto-isr", partial=True, **ONE_SET_OF_3)
 
 
-# OPEN BUG (found by the campaign `--first 3001 --minutes 10 --duration-ms 6000 --quorum
-# auto-isr --partial`; not fixed yet: the test fails the day it is, strict). Seed 3182, two sets
-# of 3, in broker-b (b4 id 2, b5 id 3, b6 id 1). Facts from the trace: the controller committed
-# the set {b4, b5}@3 by 562 ms; at 573 ms master b4, still with accepted {b4, b6, b5}@2 and the
-# local set {b4, b6}, acked message 224 (log_position 576, need 2 of 3) while b5's log ended at
-# 576 (b6's at 608); b4 crashed at 588 ms; b5, the only other member of @3, was elected for
-# epoch 2 and lacks that PUT_OK. Cause (instrumented): b4 had called proposing((2, 3), 2), a
-# SHRINK of the accepted (2, 1, 3)@2 that drops b6; `_in_flight()` is a proposal's slaves minus
-# the accepted set, empty for a shrink, so put_progress and _held_by_joining never saw it, and
-# the need of 2 was met by b6, whom the set the controller committed lacks. The fix belongs in
-# ha/master_core.py: keep each proposal's exact member set (not the union of its slaves per
-# epoch), and call a put done only when every set that may be in force (the accepted one, each
-# proposal not yet overtaken) holds it on its own need.
-@pytest.mark.xfail(strict=True, raises=SimFailure,
-                   reason="open: a numeric quorum met outside a SyncStateSet proposal in flight")
+# Found by the campaign `--first 3001 --minutes 10 --duration-ms 6000 --quorum auto-isr
+# --partial` (fixed: ha/master_core.py `_held_by_proposals`). Seed 3182, two sets of 3, in
+# broker-b (b4 id 2, b5 id 3, b6 id 1): master b4, with the accepted set {b4, b6, b5}@2 and the
+# local set {b4, b6}, had called proposing((2, 3), 2), a SHRINK that drops b6; it acked message
+# 224 (need 2 of 3) on b6's ack; the controller committed {b4, b5}@3, b4 crashed, and b5, the
+# only other member of @3, was elected and lacked that PUT_OK. `_in_flight()` (a proposal's
+# slaves minus the accepted set) is empty for a shrink, so nothing waited for it. Now a put is
+# done only when every proposal not yet overtaken also holds it under its own need.
 def test_auto_isr_seed_3182_keeps_an_ack_met_outside_a_proposal_in_flight() -> None:
     run_seed(3182, 6000, quorum="auto-isr", partial=True)
 
