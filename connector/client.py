@@ -492,8 +492,7 @@ class _Base:
         never holds a call up here. At most one fetch at a time (`fetch_lock`)."""
         routes = self._routes
         if not routes.fetch_lock.acquire(blocking=False):
-            return  # a fetch is under way
-        routes.refresh_at_s = time.monotonic() + self._refresh_interval_s()
+            return  # a fetch is under way (it sets the next refresh_at_s when done)
         controller = self.config.controller
         assert controller is not None
 

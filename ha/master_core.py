@@ -587,8 +587,7 @@ class MasterReplication:
             return True
         for proposals in self._proposed.values():
             for slaves in proposals:
-                held = [self._ack_of(broker_id) for broker_id in slaves]
-                acks = [ack for ack in held if ack is not None]
+                acks = [ack for ack in map(self._ack_of, slaves) if ack is not None]
                 need = plan_put_controller(self.settings.quorum, 1 + len(slaves)).need
                 if holders(log_position, self._master_position, acks) < need:
                     return False
