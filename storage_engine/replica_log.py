@@ -38,14 +38,17 @@ __all__ = ["BULK_RECORDS_MIN", "ReplicaLogMixin"]
 logger = logging.getLogger("storage_engine.message_store")
 
 BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexed one by one
+INDEX_CUTS_KEPT = 64  # cut positions remembered for `lowest_cut_since`
 
 
 class ReplicaLogMixin:
     """Replication methods of MessageStore (not usable on its own)."""
 
     # Times a truncation or reset removed indexed records since open: what is derived from the
-    # queues (a slave's idempotence table) is stale when this changed.
+    # queues (a slave's idempotence table, the system-log folds) is stale when this changed;
+    # `lowest_cut_since` says from where.
     index_cuts = 0
+    _index_cut_positions: tuple[int, ...] = ()  # the log position of each of those cuts
 
     @property
     def min_log_position(self) -> int:
@@ -193,8 +196,8 @@ class ReplicaLogMixin:
                 raise TruncateBelowConfirmError(log_position, self._confirm)
             if log_position >= self._commit_log.end_log_position:
                 return
-            if log_position < self._dispatched:
-                self.index_cuts += 1  # indexed records go: derived state must be rebuilt
+            if log_position < self._dispatched:  # indexed records go: derived state is stale
+                self._note_index_cut(log_position)
             self._write_checkpoint(intent=log_position)
             self._commit_log.truncate_to(log_position)
             for queue in self._queues.values():
@@ -204,6 +207,24 @@ class ReplicaLogMixin:
             self.epochs.truncate_from(log_position)
             self._write_checkpoint()
             logger.warning("truncated the log to log_position %d", log_position)
+
+    def _note_index_cut(self, log_position: int) -> None:
+        self._index_cut_positions = (*self._index_cut_positions[-(INDEX_CUTS_KEPT - 1):],
+                                     log_position)
+        self.index_cuts += 1
+
+    def lowest_cut_since(self, seen_cuts: int) -> int | None:
+        """The lowest log position at which indexed records were cut since the store had made
+        `seen_cuts` cuts (`index_cuts` then), or None when none was. State derived from records
+        at or past it is stale; what was derived from earlier records still holds. 0 when the
+        cuts since are too many to say (everything is stale)."""
+        with self._lock:
+            since = self.index_cuts - seen_cuts
+            if since <= 0:
+                return None
+            if since > len(self._index_cut_positions):
+                return 0
+            return min(self._index_cut_positions[-since:])
 
     def truncate_incomplete_tail(self) -> None:
         """Cut bytes after the last complete record (a replica's log can end inside one,
@@ -250,7 +271,7 @@ class ReplicaLogMixin:
             self.fs.remove_tree(self.store_dir / "consumequeue")
             make_dirs_durable(self.store_dir / "consumequeue", self.fs)
             self.epochs.truncate_from(-1)
-            self.index_cuts += 1
+            self._note_index_cut(0)
             self._commit_log.start_at(log_position)
             self._dispatched = self._confirm = log_position
             self._write_checkpoint()
