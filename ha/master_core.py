@@ -30,7 +30,11 @@ SyncStateSet (master always in it):
 - leave: its link closes (at once), or it has not kept up (as above) for
   haMaxTimeSlaveNotCatchup.
 Quorum and confirm arithmetic: ha/quorum.py; the confirm position is the minimum over the master
-and the SSS members, for both master roles. ASYNC_MASTER never makes a put wait (its reads still
+and the SSS members, for both master roles, brought down to the end of a put (each
+`local_durable` position is one): a slave acks what it received, which may end inside a put,
+and a confirm position inside a put would let readers see its first rows, which a new master
+holding only those rows must then keep (ReplicaLogMixin.complete_end_log_position) and the
+producer's retry would store again. ASYNC_MASTER never makes a put wait (its reads still
 stop at the confirm position, so a slave that may be elected later holds whatever was read).
 
 Controller mode (`accepted_sync_state_set` given): the set above is only this master's proposal
@@ -115,6 +119,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+PUT_ENDS_MAX = 1 << 20  # put ends remembered above the confirm position (module docstring)
 CONFIRM_PUSH_DELAY_MS = 5  # a confirm move waits this long after the last send for data to carry it
 # A put's own thread ships a link's unsent bytes when they are at most this many (its put's
 # bytes, maybe a few more): `next_send_idle`
@@ -263,6 +268,7 @@ class MasterReplication:
         self._by_broker: dict[int, int] = {}  # broker id -> link id
         self._master_position = master_log_position
         self._confirm = confirm_log_position
+        self._put_ends: list[int] = []  # sorted ends of this term's puts above the confirm
         # The highest put end answered DONE: a slave joins the SyncStateSet only holding it.
         self._acked_high = confirm_log_position
         self._epoch_start = 0
@@ -504,9 +510,14 @@ class MasterReplication:
         return plan_put(self.settings.quorum, master_end, self._counted_acks())
 
     def local_durable(self, log_position: int) -> list[MasterEffect]:
-        """The master itself holds everything below `log_position` (written or fsynced)."""
+        """The master itself holds everything below `log_position` (written or fsynced): the
+        end of a put (a concurrent put's may come later than a higher one)."""
+        if log_position > self._confirm:
+            bisect.insort(self._put_ends, log_position)
+            if len(self._put_ends) > PUT_ENDS_MAX:  # the confirm stops at the ends kept only
+                del self._put_ends[0]
         if log_position <= self._master_position:
-            return []
+            return self._recompute_confirm() if log_position > self._confirm else []
         self._master_position = log_position
         return self._recompute_confirm()
 
@@ -624,6 +635,12 @@ class MasterReplication:
         if None in acks:
             return []  # an accepted member without a link: hold until the controller drops it
         confirm = confirm_position(self._master_position, acks, self._confirm)  # type: ignore[arg-type]
+        ends = bisect.bisect_right(self._put_ends, confirm)
+        if ends:  # the last put end at or below it (none: it stays where it is)
+            confirm = self._put_ends[ends - 1]
+            del self._put_ends[:ends]
+        elif self._put_ends:
+            confirm = self._confirm
         if confirm > self._confirm:
             self._confirm = confirm
             return [ConfirmTo(confirm)]

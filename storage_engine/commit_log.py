@@ -142,7 +142,12 @@ class CommitLog:
         born_host: bytes,
         flag: int,
     ) -> tuple[list[int], list[int]]:
-        """Encode and write all messages, rolling segments as needed.
+        """Encode and write all messages (one put), rolling segments as needed.
+
+        A put that does not fit what is left of the segment goes whole into the next one (as
+        RocketMQ's END_OF_FILE does with a batch), so a replica that received a segment's end
+        never holds the first part of a put whose rest is in the next segment. Only a put larger
+        than a whole segment spans segments.
 
         Returns (log_positions, sizes_bytes), one entry per message.
         """
@@ -156,6 +161,7 @@ class CommitLog:
                 # (append_raw), so there is no room for a blank of ours; the next segment
                 segment = self._segments.roll()
             parts: list[bytes] = []
+            placed = len(positions)
             stop = encode_batch(
                 topic_meta=topic_meta, bodies=bodies, properties=properties, queue_ids=queue_ids,
                 queue_offsets=queue_offsets, start_index=index,
@@ -164,6 +170,10 @@ class CommitLog:
                 born_timestamp_ms=born_timestamp_ms, born_host=born_host, flag=flag,
                 out_parts=parts, out_positions=positions, out_sizes=sizes,
             )
+            if stop < len(bodies) and index == 0 and segment.write_position > 0:
+                del positions[placed:], sizes[placed:]  # the put starts in an empty segment
+                self._seal_and_roll(segment)
+                continue
             if parts:
                 segment.write(b"".join(parts))
             if stop < len(bodies):

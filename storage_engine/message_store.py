@@ -174,6 +174,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         self._load_consume_queues(redispatch_from, end)
         self._dispatch_refs(self._commit_log.iter_records(redispatch_from, end))
         self._dispatched = end
+        self._put_end = self._last_put_end_at_or_below(end)
         self.epochs.truncate_from(end + 1)
         confirm = checkpoint.confirm_log_position
         if self._auto_confirm:
@@ -281,7 +282,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             )
             self._dispatch_placed(
                 batch.topic, batch.queue_ids, queue_offsets, positions, sizes, tags_codes)
-            end = self._dispatched = self._commit_log.end_log_position
+            end = self._dispatched = self._put_end = self._commit_log.end_log_position
             advanced = self._auto_confirm and not self._sync_flush and end > self._confirm
             if advanced:
                 self._confirm = end

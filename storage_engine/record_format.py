@@ -45,6 +45,14 @@ A segment ends with a BLANK record when the next record does not fit:
 
 Records never span segments. Zeroed bytes (a preallocated, never-written tail) read as magic 0,
 which ends a recovery scan.
+
+SYSFLAG bit 24 (SYSFLAG_PUT_CONTINUES, ours: RocketMQ's flags use bits 0-10) is set on every
+record of a put but its last. Why: a replica's log can end inside a put (the master died between
+two transfers), and a new master that keeps such a prefix stores the producer's retry of the whole
+put after it, so the prefix's rows are there twice (the idempotence marker travels in the put's
+last row, which the prefix lacks). With the bit, a take-over finds where the last whole put ends
+and cuts the prefix (storage_engine/replica_log.py). Records written before the bit existed read
+as puts of one record each, which is what a take-over did with them before.
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ __all__ = [
     "HEADER_SIZE_BYTES",
     "MESSAGE_MAGIC_CODE",
     "RECORD_SIZE_MIN_BYTES",
+    "SYSFLAG_AT",
+    "SYSFLAG_PUT_CONTINUES",
     "TOPIC_PATTERN",
     "StoredMessage",
     "decode_properties",
@@ -92,6 +102,8 @@ CRC_PROPERTY_KEY = b"__CRC32#\x01"
 CRC_TAIL_SIZE_BYTES = len(CRC_PROPERTY_KEY) + 10 + 1  # 20
 CRC_UNCOVERED_TAIL_BYTES = 11  # the ten digits and the closing 0x02
 RECORD_SIZE_MIN_BYTES = HEADER_SIZE_BYTES + 1 + 2 + CRC_TAIL_SIZE_BYTES  # empty body and topic
+SYSFLAG_AT = 36  # header offset of SYSFLAG
+SYSFLAG_PUT_CONTINUES = 1 << 24  # not the last record of its put (module docstring)
 PROPERTIES_SIZE_MAX_BYTES = 32767
 PROPERTIES_PAYLOAD_MAX_BYTES = PROPERTIES_SIZE_MAX_BYTES - CRC_TAIL_SIZE_BYTES
 _MASK_31 = 0x7FFFFFFF
@@ -190,7 +202,8 @@ def encode_batch(
     `topic_meta` is TOPICLENGTH + TOPIC; `properties` holds encoded payloads without the
     checksum pair (None: no properties); queue ids and offsets are per message. Appends each
     record's pieces to `out_parts` (join them to get the bytes), its log_position to
-    `out_positions` and its size to `out_sizes`.
+    `out_positions` and its size to `out_sizes`. `bodies` is one put: every record but the one
+    of its last message carries SYSFLAG_PUT_CONTINUES.
 
     This is the hot path of every put. Messages go by runs of equal property payloads (the
     whole batch without properties; with the Spark sink's idempotence marker, every row but the
@@ -206,7 +219,7 @@ def encode_batch(
         encode = _encode_uniform_tail if run_end - index >= _VECTOR_BATCH_MIN else _encode_loop
         stopped = encode(meta, bodies, queue_ids, queue_offsets, index, run_end, log_position,
                          limit_position, store_timestamp_ms, store_host, born_timestamp_ms,
-                         born_host, flag, out_parts, out_positions, out_sizes)
+                         born_host, flag, end - 1, out_parts, out_positions, out_sizes)
         if stopped < run_end:
             return stopped
         if stopped > index:
@@ -228,7 +241,8 @@ def _encode_loop(
     meta: bytes, bodies: Sequence[bytes], queue_ids: Sequence[int], queue_offsets: Sequence[int],
     start_index: int, stop_index: int, log_position: int, limit_position: int,
     store_timestamp_ms: int, store_host: bytes, born_timestamp_ms: int, born_host: bytes,
-    flag: int, out_parts: list[bytes], out_positions: list[int], out_sizes: list[int],
+    flag: int, last_index: int, out_parts: list[bytes], out_positions: list[int],
+    out_sizes: list[int],
 ) -> int:
     """Messages [start_index, stop_index) sharing the tail `meta`, one at a time: per message
     one header pack and two CRC calls (the body's, then the header's chained onto the tail's).
@@ -244,7 +258,8 @@ def _encode_loop(
             return index
         head = pack_header(
             total, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_ids[index], flag,
-            queue_offsets[index], log_position, 0, born_timestamp_ms, born_host,
+            queue_offsets[index], log_position,
+            0 if index == last_index else SYSFLAG_PUT_CONTINUES, born_timestamp_ms, born_host,
             store_timestamp_ms, store_host, 0, 0, len(body),
         )
         out_parts += (head, body, meta, _checksum_tail(crc32(head, meta_crc)))
@@ -258,7 +273,8 @@ def _encode_uniform_tail(
     meta: bytes, bodies: Sequence[bytes], queue_ids: Sequence[int], queue_offsets: Sequence[int],
     start_index: int, stop_index: int, log_position: int, limit_position: int,
     store_timestamp_ms: int, store_host: bytes, born_timestamp_ms: int, born_host: bytes,
-    flag: int, out_parts: list[bytes], out_positions: list[int], out_sizes: list[int],
+    flag: int, last_index: int, out_parts: list[bytes], out_positions: list[int],
+    out_sizes: list[int],
 ) -> int:
     """_encode_loop's array twin for runs of `_VECTOR_BATCH_MIN` or more: the tail is the same
     for every record, so headers and tails are built as arrays: the headers are one big-endian
@@ -289,6 +305,9 @@ def _encode_uniform_tail(
     headers["flag"] = flag
     headers["queue_offset"] = queue_offsets
     headers["log_position"] = positions
+    headers["sys_flag"] = SYSFLAG_PUT_CONTINUES
+    if start_index + count - 1 == last_index:
+        headers["sys_flag"][-1] = 0
     headers["born_ms"] = born_timestamp_ms
     headers["born_host"] = born_host
     headers["store_ms"] = store_timestamp_ms

@@ -43,12 +43,23 @@ from storage_engine.record_format import (
     HEADER_SIZE_BYTES,
     MESSAGE_MAGIC_CODE,
     RECORD_SIZE_MIN_BYTES,
+    SYSFLAG_AT,
+    SYSFLAG_PUT_CONTINUES,
     tags_code_of,
 )
 
-__all__ = ["RecordRun", "group_entries", "scan_run", "walk_few", "walk_records"]
+__all__ = [
+    "RecordRun",
+    "group_entries",
+    "last_put_end",
+    "last_put_end_few",
+    "scan_run",
+    "walk_few",
+    "walk_records",
+]
 
 _PREFIX = struct.Struct(">iI")
+_SYSFLAG = struct.Struct(">I")
 STRIDE_RECORDS_MIN = 8
 STEP_RECORDS = 64
 _QUEUE_ID_AT = 12
@@ -143,6 +154,33 @@ def walk_few(data: object, start: int, end: int, count_max: int) -> tuple[int, i
             return None
         position += total
     return count, position, False
+
+
+def last_put_end(data: object, positions: np.ndarray, sizes: np.ndarray) -> int:
+    """The relative end of the last record at `positions` that ends its put (SYSFLAG without
+    SYSFLAG_PUT_CONTINUES), or -1 when every one continues into a later record."""
+    if not len(positions):
+        return -1
+    raw = np.frombuffer(data, dtype=np.uint8)  # type: ignore[call-overload]
+    flags = _gather(raw, positions + SYSFLAG_AT, 4, ">u4")
+    last = np.flatnonzero((flags & SYSFLAG_PUT_CONTINUES) == 0)
+    if not len(last):
+        return -1
+    index = int(last[-1])
+    return int(positions[index] + sizes[index])
+
+
+def last_put_end_few(data: object, start: int, count: int) -> int:
+    """`last_put_end` of the `count` complete records from `start` (a handful: walk_few's)."""
+    found = -1
+    position = start
+    for _ in range(count):
+        total = _PREFIX.unpack_from(data, position)[0]  # type: ignore[arg-type]
+        position += total
+        if not _SYSFLAG.unpack_from(data, position - total + SYSFLAG_AT)[0] \
+                & SYSFLAG_PUT_CONTINUES:  # type: ignore[arg-type]
+            found = position
+    return found
 
 
 def _flush(singles: list[int], sizes: list[int], chunks: list[np.ndarray],

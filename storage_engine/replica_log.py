@@ -28,6 +28,8 @@ from storage_engine.files import make_dirs_durable
 from storage_engine.record_runs import (
     RecordRun,
     group_entries,
+    last_put_end,
+    last_put_end_few,
     scan_run,
     walk_few,
     walk_records,
@@ -49,6 +51,7 @@ class ReplicaLogMixin:
     # `lowest_cut_since` says from where.
     index_cuts = 0
     _index_cut_positions: tuple[int, ...] = ()  # the log position of each of those cuts
+    _put_end = 0  # where the last whole put among the indexed records ends (<= _dispatched)
 
     @property
     def min_log_position(self) -> int:
@@ -83,7 +86,7 @@ class ReplicaLogMixin:
             if (self._commit_log.end_log_position == 0 and not self._commit_log.segments
                     and log_position):
                 self._commit_log.start_at(log_position)
-                self._dispatched = log_position
+                self._dispatched = self._put_end = log_position
             start = self._commit_log.end_log_position
             if log_position != start:
                 raise StorageError(f"replicated data at {log_position}, log ends at {start}")
@@ -135,12 +138,20 @@ class ReplicaLogMixin:
                     if found:
                         count += self._dispatch_refs(self._commit_log.iter_records(
                             base + start, base + stop))
+                        put_end = last_put_end_few(segment.map, start, found)
+                        if put_end >= 0:
+                            self._put_end = base + put_end
                 elif len(positions):
                     count += self._dispatch_run(segment.map, positions, sizes, base)
+                    put_end = last_put_end(segment.map, positions, sizes)
+                    if put_end >= 0:
+                        self._put_end = base + put_end
                 segment_end = base + segment.size_bytes
                 if not blank or segment_end > end:
                     self._dispatched = base + stop
                     break
+                if self._put_end == base + stop:  # a sealed segment ends its last put
+                    self._put_end = segment_end
                 self._dispatched = segment_end
         return count
 
@@ -204,6 +215,8 @@ class ReplicaLogMixin:
                 queue.truncate_from_log_position(log_position)
             self._next_queue_offsets.clear()
             self._dispatched = min(self._dispatched, log_position)
+            if self._put_end > log_position:
+                self._put_end = self._last_put_end_at_or_below(log_position)
             self.epochs.truncate_from(log_position)
             self._write_checkpoint()
             logger.warning("truncated the log to log_position %d", log_position)
@@ -227,22 +240,45 @@ class ReplicaLogMixin:
             return min(self._index_cut_positions[-since:])
 
     def truncate_incomplete_tail(self) -> None:
-        """Cut bytes after the last complete record (a replica's log can end inside one,
-        as batches are cut by size); the confirm position comes down to that record's end if
-        it was inside the cut (no reader could see a partial record anyway)."""
+        """Cut what follows the complete data (`complete_end_log_position`)."""
         with self._lock:
             self.cut_tail(self.complete_end_log_position())
 
     def complete_end_log_position(self) -> int:
-        """Where the last complete record ends (indexes what was appended first). A take-over
-        reads it (ha/takeover_core.py) and cuts there with `cut_tail`."""
+        """Where the data a take-over keeps ends (indexes what was appended first); it cuts
+        there with `cut_tail` (ha/takeover_core.py).
+
+        A replica's log can end inside a record (transfers are cut by size) and inside a put
+        (the master died between two transfers). The end of the last whole put, unless the
+        confirm position is past it: then a reader may have seen part of that put, so it stays
+        and only a partial record goes (the producer's retry of the put may then store its
+        first rows twice: at least once, never lost)."""
         with self._lock:
             self.dispatch_replicated()
+            if self._confirm <= self._put_end:
+                return self._put_end
             return self._dispatched
 
+    def _last_put_end_at_or_below(self, log_position: int) -> int:
+        """The end of the last whole put at or below `log_position` (a record boundary), by
+        walking the records of its segment from the segment's start: a put that fits a segment
+        starts in it (CommitLog.append_batch), so a segment's start ends a put. (A put larger
+        than a segment spans segments; then this is the segment's start, inside that put.)"""
+        log = self._commit_log
+        if log_position <= log.min_log_position or not log.segments:
+            return log_position
+        segment = log.segment_for(log_position - 1)
+        base = segment.base_position
+        positions, sizes, _, blank = walk_records(segment.map, 0, log_position - base)
+        if blank and log_position == base + segment.size_bytes:
+            return log_position  # the segment is sealed: the next one starts a put
+        end = last_put_end(segment.map, positions, sizes)
+        return base if end < 0 else base + end
+
     def cut_tail(self, log_position: int) -> None:
-        """Cut the bytes of a partial record from `log_position`, the end of the last complete
-        one (`complete_end_log_position`); the confirm position comes down to it if above."""
+        """Cut the bytes of a partial put or record from `log_position`, where the complete
+        data ends (`complete_end_log_position`); the confirm position comes down to it if
+        above."""
         with self._lock:
             if log_position > self._dispatched:
                 raise StorageError(f"cut_tail({log_position}): complete records end at "
@@ -273,6 +309,6 @@ class ReplicaLogMixin:
             self.epochs.truncate_from(-1)
             self._note_index_cut(0)
             self._commit_log.start_at(log_position)
-            self._dispatched = self._confirm = log_position
+            self._dispatched = self._confirm = self._put_end = log_position
             self._write_checkpoint()
             logger.warning("log dropped; it restarts empty at log_position %d", log_position)

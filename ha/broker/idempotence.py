@@ -87,6 +87,7 @@ class IdempotenceTable:
         assert producers_max >= 1
         self.producers_max = producers_max
         self._last: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        self.max_end = 0  # the highest log end recorded: a cut at or past it leaves the table true
 
     def __len__(self) -> int:
         return len(self._last)
@@ -98,6 +99,7 @@ class IdempotenceTable:
     def record(self, key: PutIdempotence, log_position_end: int = 0) -> None:
         sequence, end = self._last.pop(key.producer_id, (-1, 0))
         self._last[key.producer_id] = (max(sequence, key.sequence), max(end, log_position_end))
+        self.max_end = max(self.max_end, log_position_end)
         while len(self._last) > self.producers_max:
             self._last.popitem(last=False)
 
@@ -242,8 +244,10 @@ class IdempotenceFollower:
     `catch_up()` scans each queue forward from where the last pass stopped (the first pass:
     the rebuild window), so at promotion only what arrived since the last pass is read; a full
     `rebuild_table` there took ~2 s under load. A truncation of indexed records (a fork cut at
-    the handshake) makes the table stale, so the next pass starts over. Not thread-safe: one
-    thread (the broker's role thread) calls it."""
+    the handshake, a take-over's cut of a partial put) makes the table stale only if it cut a
+    record whose marker the table holds: then the next pass starts over; else the cursors come
+    back to the queues' new ends. Not thread-safe: one thread (the broker's role thread) calls
+    it."""
 
     def __init__(self, store: MessageStore, config: IdempotenceConfig) -> None:
         self._store = store
@@ -255,9 +259,14 @@ class IdempotenceFollower:
     def catch_up(self, *, now_ms: int) -> IdempotenceTable:
         store, config = self._store, self._config
         if store.index_cuts != self._index_cuts:
-            self._table = IdempotenceTable(config.producers_max)
-            self._next = {}
+            cut = store.lowest_cut_since(self._index_cuts)
             self._index_cuts = store.index_cuts
+            if cut is not None and cut < self._table.max_end:  # a recorded marker was cut
+                self._table = IdempotenceTable(config.producers_max)
+                self._next = {}
+            else:
+                self._next = {queue: min(cursor, store.max_queue_offset(*queue))
+                              for queue, cursor in self._next.items()}
         found: list[tuple[int, int, PutIdempotence]] = []
         for topic, queue_id in store.queues():
             end = store.max_queue_offset(topic, queue_id)

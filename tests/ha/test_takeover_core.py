@@ -2,10 +2,11 @@
 
 Goal: the steps that make a fenced broker's log the start of a master term, as a table the
 production shell (ha/broker/replication.py) and the simulator (tests/sim/cluster_sim.py) both
-carry out: cut a partial tail record, confirm := log end, offsets, epoch entry, fsync, open the
+carry out: cut a partial tail put or record, confirm := log end, offsets, epoch entry, fsync, open the
 term, lift the fence; a refusal when the local epoch file is newer than the controller's
 epoch. Method: plain calls for the plan; the store's two primitives the plan needs
-(`complete_end_log_position`, `cut_tail`) on a real store whose log ends inside a record.
+(`complete_end_log_position`, `cut_tail`) on a real store whose log ends inside a record
+(tests/ha/test_partial_put.py: inside a put).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def test_the_store_finds_and_cuts_a_partial_tail_record(tmp_path: Path) -> None:
     master = MessageStore(tmp_path / "master", config)
     replica = MessageStore(tmp_path / "replica", config, auto_confirm=False)
     try:
-        master.append(MessageBatch(topic="t", bodies=[b"a" * 100, b"b" * 100], queue_ids=[0, 0]))
+        master.append(MessageBatch(topic="t", bodies=[b"a" * 100], queue_ids=[0]))
+        master.append(MessageBatch(topic="t", bodies=[b"b" * 100], queue_ids=[0]))
         end = master.end_log_position
         whole = master.read_log(0, end)
         replica.append_replicated(0, whole[:end - 30])  # the second record, in part
