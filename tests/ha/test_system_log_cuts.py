@@ -1,0 +1,244 @@
+"""A system-log fold across a fork truncation (ha/broker/system_log.py; chaos finding 8).
+
+Goal: after a fork truncation cuts the tail of a replica's log and the new master's records
+arrive at the same queue offsets, the fold holds the new records' state: it never skips a
+record because a read ran into the truncation (seed 606: a deposed master's catch-up read its
+cut tail as 0-byte records while the truncation zeroed the ConsumeQueue, skipped them, and
+never applied the new master's acknowledged commits at those offsets), and a fold that had
+applied records the cut removes goes back to a state below the cut and replays.
+
+Method: real MessageStores in a tmp dir (auto_confirm off: the test moves the confirm position
+as the quorum would), the real OffsetLog / TopicLog; the new master's bytes reach the deposed
+replica as the HA link ships them (read_log -> append_replicated -> dispatch_replicated). The
+read during the truncation is made deterministic by running the catch-up from inside the
+store's own truncation, at the fsync that follows the zeroing of the offsets' ConsumeQueue
+(before its end moves down): the window the chaos run hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import storage_engine.segment
+from ha.broker.metadata import TopicConfig
+from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLog
+from ha.broker.offset_table import encode_commit
+from ha.broker.topic_log import TopicLog
+from storage_engine import MessageBatch, MessageStore, PutStatus
+from tests.support.scripted_put import ScriptedPut, open_small_store
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[MessageStore]:
+    store = open_small_store(tmp_path / "master")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _offset_log(directory: Path, store: MessageStore, put: ScriptedPut | None = None,
+                flush_interval_ms: int = 100_000) -> OffsetLog:
+    return OffsetLog(directory, store, flush_interval_ms=flush_interval_ms,
+                     put=put or ScriptedPut(store), write_timeout_ms=200)
+
+
+def _commit(store: MessageStore, queue_offset: int) -> None:
+    store.append(MessageBatch(topic=OFFSETS_TOPIC, bodies=[encode_commit("g", "t", 0,
+                                                                          queue_offset)],
+                              queue_ids=[0]))
+
+
+def _ship(source: MessageStore, replica: MessageStore) -> None:
+    """What the HA link does: the source's bytes from the replica's end, then index them."""
+    while replica.end_log_position < source.end_log_position:
+        data = source.read_log(replica.end_log_position, 1 << 20)
+        replica.append_replicated(replica.end_log_position, data)
+    replica.dispatch_replicated()
+
+
+def _during_queue_trim(monkeypatch: pytest.MonkeyPatch, topic: str,
+                       action: Callable[[], None]) -> list[int]:
+    """Run `action` once, inside the next truncation of `topic`'s ConsumeQueue: after its
+    entries were zeroed, before its end moves down (at the fsync between the two)."""
+    fired: list[int] = []
+    zeroing: list[Path] = []
+    real_sync = storage_engine.segment.sync_file
+    real_zero_from = storage_engine.segment.Segment.zero_from
+
+    def zero_from(segment: storage_engine.segment.Segment, position: int) -> None:
+        zeroing.append(segment.path)
+        try:
+            real_zero_from(segment, position)
+        finally:
+            zeroing.pop()
+
+    def sync_file(file: Any, path: Path, **kwargs: Any) -> None:
+        real_sync(file, path, **kwargs)
+        if not fired and path in zeroing and f"consumequeue/{topic}/" in str(path):
+            fired.append(1)
+            action()
+
+    monkeypatch.setattr(storage_engine.segment.Segment, "zero_from", zero_from)
+    monkeypatch.setattr(storage_engine.segment, "sync_file", sync_file)
+    return fired
+
+
+def test_a_read_during_the_fork_truncation_skips_nothing(
+        tmp_path: Path, store: MessageStore, master: MessageStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 606 replayed: the deposed master's catch-up reads its forked tail while the
+    truncation zeroes the ConsumeQueue; the new master's commits at those queue offsets must
+    be applied once they arrive."""
+    for queue_offset in (1, 2, 3):  # records both replicas hold (confirmed)
+        _commit(master, queue_offset)
+    _ship(master, store)
+    fork = store.end_log_position
+    store.set_confirm_log_position(fork)
+    deposed = _offset_log(tmp_path / "deposed", store)
+    deposed.catch_up()
+    assert deposed.query("g", "t") == {"0": 3}
+    for queue_offset in (90, 91, 92):  # its last term's tail: never acknowledged
+        _commit(store, queue_offset)
+    for queue_offset in (4, 5, 6):  # the new master's acknowledged commits
+        _commit(master, queue_offset)
+    master.set_confirm_log_position(master.end_log_position)
+
+    fired = _during_queue_trim(monkeypatch, OFFSETS_TOPIC, deposed.catch_up)
+    store.truncate_to(fork)  # the handshake's cut
+    assert fired, "the catch-up did not run inside the truncation"
+    assert deposed.applied_queue_offset == 3  # the torn read ended the pass: nothing skipped
+    assert deposed.records_unreadable >= 1
+
+    _ship(master, store)
+    store.set_confirm_log_position(store.end_log_position)
+    deposed.catch_up()
+    assert deposed.query("g", "t") == {"0": 6}
+    assert deposed.applied_queue_offset == 6
+
+
+def test_a_fold_past_the_cut_rolls_back_and_replays(tmp_path: Path, store: MessageStore,
+                                                    master: MessageStore) -> None:
+    """The deposed master applied records of its tail (its puts were answered PUT_OK, here
+    by the scripted quorum), the cut removes them: the fold returns below the cut and applies
+    the new master's records at the same queue offsets."""
+    for queue_offset in (1, 2, 3):
+        _commit(master, queue_offset)
+    _ship(master, store)
+    fork = store.end_log_position
+    store.set_confirm_log_position(fork)
+    deposed = _offset_log(tmp_path / "deposed", store)
+    deposed.catch_up()
+    for queue_offset in (90, 91, 92):
+        assert deposed.commit("g", "t", 0, queue_offset).status is PutStatus.PUT_OK
+    assert deposed.query("g", "t") == {"0": 92} and deposed.applied_queue_offset == 6
+    for queue_offset in (4, 5):
+        _commit(master, queue_offset)
+    store.truncate_to(fork)
+    _ship(master, store)
+    store.set_confirm_log_position(store.end_log_position)
+    deposed.catch_up()
+    assert deposed.query("g", "t") == {"0": 5}
+    assert deposed.applied_queue_offset == 5 and deposed.rollbacks == 1
+    _commit(master, 6)  # and it keeps following
+    _ship(master, store)
+    store.set_confirm_log_position(store.end_log_position)
+    assert deposed.query("g", "t") == {"0": 6}
+
+
+def test_a_rollback_starts_from_the_last_snapshot_below_the_cut(
+        tmp_path: Path, store: MessageStore, master: MessageStore) -> None:
+    """A snapshot flushed before the tail is the restart point (only what follows is
+    replayed); one that covers cut records is never used; the file is rewritten."""
+    for queue_offset in range(1, 51):
+        _commit(master, queue_offset)
+    _ship(master, store)
+    fork = store.end_log_position
+    store.set_confirm_log_position(fork)
+    deposed = _offset_log(tmp_path / "deposed", store)
+    deposed.catch_up()
+    deposed.close()  # a snapshot below the cut (records 0-49)
+    deposed.commit("h", "t", 0, 7)
+    deposed.commit("g", "t", 0, 99)
+    deposed.close()  # a snapshot that covers the tail: unusable after the cut
+    _commit(master, 51)
+    store.truncate_to(fork)
+    _ship(master, store)
+    store.set_confirm_log_position(store.end_log_position)
+    applied = deposed.records_applied
+    deposed.catch_up()
+    assert deposed.query("g", "t") == {"0": 51} and deposed.query("h", "t") == {}
+    assert deposed.records_applied - applied == 1  # replayed from record 50, not from 0
+    deposed.close()
+    again = _offset_log(tmp_path / "deposed", store)  # the file holds the rolled-back fold
+    assert again.query("g", "t") == {"0": 51} and again.query("h", "t") == {}
+
+
+def test_a_topic_fold_past_the_cut_rolls_back(tmp_path: Path, store: MessageStore,
+                                              master: MessageStore) -> None:
+    """The same for the topic configs: a topic the deposed master created in its cut tail is
+    gone, the new master's create at that queue offset is there."""
+    old = TopicLog(tmp_path / "old", master, put=ScriptedPut(master), write_timeout_ms=200)
+    old.put(TopicConfig("a", 1, 1))
+    _ship(master, store)
+    fork = store.end_log_position
+    store.set_confirm_log_position(fork)
+    deposed = TopicLog(tmp_path / "deposed", store, put=ScriptedPut(store),
+                       write_timeout_ms=200)
+    deposed.catch_up()
+    deposed.put(TopicConfig("cut", 2, 2))
+    assert [topic.name for topic in deposed.all()] == ["a", "cut"]
+    old.put(TopicConfig("b", 4, 4))
+    store.truncate_to(fork)
+    _ship(master, store)
+    store.set_confirm_log_position(store.end_log_position)
+    assert [topic.name for topic in deposed.all()] == ["a", "b"]
+    assert deposed.get("b") == TopicConfig("b", 4, 4) and deposed.get("cut") is None
+
+
+def test_a_cut_above_what_the_fold_applied_changes_nothing(
+        tmp_path: Path, store: MessageStore) -> None:
+    """A cut past the fold's last record (another topic's tail, unconfirmed offset records it
+    never applied) keeps the fold and replays nothing."""
+    replica = _offset_log(tmp_path / "r", store)
+    for queue_offset in (1, 2):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    replica.catch_up()
+    fork = store.end_log_position
+    _commit(store, 9)
+    store.append(MessageBatch(topic="user", bodies=[b"x"], queue_ids=[0]))
+    store.truncate_to(fork)
+    applied = replica.records_applied
+    replica.catch_up()
+    assert replica.query("g", "t") == {"0": 2} and replica.rollbacks == 0
+    assert replica.records_applied == applied
+
+
+def test_an_undecodable_confirmed_record_stalls_the_fold_loudly(
+        tmp_path: Path, store: MessageStore, caplog: pytest.LogCaptureFixture) -> None:
+    """A confirmed record that does not decode (corrupted on this replica) is never skipped:
+    the fold stops before it, says so at every pass it still fails (rate-limited), and counts
+    it; the records after it wait. What a torn read looked like is what a corrupt record looks
+    like, and skipping either can lose an acknowledged change."""
+    for queue_offset in (1, 2, 3):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    second = store.get_messages(OFFSETS_TOPIC, 0, 1, max_count=1, max_bytes=1 << 20)
+    record = second.records[0]
+    position = store.end_log_position - 2 * len(record)  # the records have one size
+    segment = store._commit_log.segment_for(position)  # a bit flip in record 1's body
+    relative = position - segment.base_position + len(record) // 2
+    segment.file.write_at(bytes([segment.map[relative] ^ 0x01]), relative)
+    replica = _offset_log(tmp_path / "r", store)
+    with caplog.at_level("WARNING", logger="ha.broker.system_log"):
+        replica.catch_up()
+        replica.catch_up()
+    assert replica.query("g", "t") == {"0": 1} and replica.applied_queue_offset == 1
+    assert replica.records_unreadable >= 2
+    warnings = [r for r in caplog.records if "does not decode" in r.getMessage()]
+    assert len(warnings) == 1 and "record 1 " in warnings[0].getMessage()
