@@ -19,15 +19,39 @@ an internal topic (Kafka's __consumer_offsets), and the state is a pure fold ove
         which means every byte before it is on the quorum too)
     every replica (catch_up: every CATCH_UP_INTERVAL_MS, and before some reads)
         applies the records below its confirm position, which a failover never truncates
+        (each record is checked: the one expected, and ending at or below the confirm
+        position)
     take-over (Replication.become_master, before the fence lifts)
         applies every record up to the log's end (the confirm position was raised there)
     the JSON file (consumerOffset.json, topics.json)
-        a snapshot: the fold and the queue offset of the internal topic it covers, written
-        every flush interval when it changed, and at close; a restart replays from it
+        a snapshot: the fold, the queue offset of the internal topic it covers and the log
+        position of its last record (`applied_log_position`), written every flush interval
+        when it changed, and at close; a restart replays from it
 
 Order: `_write_lock` is held from a change's put to its apply (and by catch-up and take-over),
 so the records are applied in queue-offset order, the order every replica replays them in.
 Reads take only `_state_lock`, never waiting behind a put.
+
+A read that does not hold the confirmed record it was after (chaos finding 8): reads take no
+lock, so a catch-up can run into a fork truncation, whose zeroed ConsumeQueue entries read as
+0-byte records past the confirm check. Such a read (undecodable, another record, or a record
+past the confirm position) ends the pass and is retried next pass; it is never applied as a
+skipped record (which moved the fold past queue offsets the new master's records then filled,
+and those were never applied). A record that decodes but whose body the fold refuses is
+skipped, as it is on every replica. A record that stays unreadable (corrupt on this replica)
+stops this replica's fold before it: counted (`records_unreadable`), logged once and then at
+ERROR every UNREADABLE_LOG_INTERVAL_S, never skipped (skipping could undo an acknowledged
+change on this replica only).
+
+A truncation that cuts records the fold had applied (the store's `lowest_cut_since`; or a
+snapshot file covering records the log lacks after a restart) rolls the fold back: the newest
+restore point (one of the last RESTORE_POINTS_KEPT snapshots, each with the log position of its
+last record) below the cut, else the base (no record), replayed aside to the readable end and
+swapped in at once, so readers never see the fold go back further than the cut. A replay that
+finds records removed by retention takes the master's snapshot as below (a take-over skips
+them). Records below the confirm position are never cut, so a fold that applies only those
+(every replica's catch-up) is never rolled back; the rollback covers what a master applied on
+PUT_OK above its local confirm position and anything a future bug lets through.
 
 Records that retention removed before this replica applied them (a replica that joined with
 `reset_to`, or was down past fileReservedTime): a slave takes the master's snapshot, which

@@ -17,6 +17,7 @@ store's own truncation, at the fsync that follows the zeroing of the offsets' Co
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,48 @@ def test_an_undecodable_confirmed_record_stalls_the_fold_loudly(
     assert replica.records_unreadable >= 2
     warnings = [r for r in caplog.records if "does not decode" in r.getMessage()]
     assert len(warnings) == 1 and "record 1 " in warnings[0].getMessage()
+
+
+def test_a_snapshot_of_records_the_log_lost_is_rolled_back_at_start(
+        tmp_path: Path, store: MessageStore) -> None:
+    """A snapshot written while the fold covered records that the log no longer holds when
+    the broker starts (a cut before the restart, a tail lost with unflushed bytes): the fold
+    rebuilds below the log's end, and the records written there since are applied."""
+    for queue_offset in (1, 2):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    fork = store.end_log_position
+    for queue_offset in (90, 91):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    before = _offset_log(tmp_path / "c", store)
+    before.catch_up()
+    before.close()  # the file covers records 0-3, the last at or past `fork`
+    store._confirm = fork  # as a restart's checkpoint may say; the tail is then lost
+    store.truncate_to(fork)
+    again = _offset_log(tmp_path / "c", store)
+    again.catch_up()  # what start() does before the broker serves
+    assert again.query("g", "t") == {"0": 2} and again.rollbacks == 1
+    for queue_offset in (3, 4):  # the new master's records at those queue offsets
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    assert again.query("g", "t") == {"0": 4}
+
+
+def test_a_snapshot_from_before_log_positions_still_loads(tmp_path: Path,
+                                                          store: MessageStore) -> None:
+    """consumerOffset.json written before snapshots said their log position: the broker
+    starts from it and applies only the records after it."""
+    for queue_offset in (1, 2, 3):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "consumerOffset.json").write_text(json.dumps(
+        {"offsets": {"g": {"t": {"0": 2}}}, "applied_queue_offset": 2}))
+    offsets = _offset_log(tmp_path / "c", store)
+    offsets.catch_up()
+    assert offsets.query("g", "t") == {"0": 3} and offsets.records_applied == 1
+    offsets.close()
+    saved = json.loads((tmp_path / "c" / "consumerOffset.json").read_text())
+    last = store.get_messages(OFFSETS_TOPIC, 0, 2, max_count=1, max_bytes=1 << 20)
+    assert saved["applied_log_position"] == store.end_log_position - len(last.records[0])
