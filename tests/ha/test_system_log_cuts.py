@@ -254,14 +254,12 @@ def test_a_snapshot_of_records_the_log_lost_is_rolled_back_at_start(
         _commit(store, queue_offset)
     store.set_confirm_log_position(store.end_log_position)
     fork = store.end_log_position
-    for queue_offset in (90, 91):
-        _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
     before = _offset_log(tmp_path / "c", store)
     before.catch_up()
+    for queue_offset in (90, 91):  # acked above the confirm position (the scripted quorum)
+        before.commit("g", "t", 0, queue_offset)
     before.close()  # the file covers records 0-3, the last at or past `fork`
-    store._confirm = fork  # as a restart's checkpoint may say; the tail is then lost
-    store.truncate_to(fork)
+    store.truncate_to(fork)  # the tail is lost before the restart
     again = _offset_log(tmp_path / "c", store)
     again.catch_up()  # what start() does before the broker serves
     assert again.query("g", "t") == {"0": 2} and again.rollbacks == 1
