@@ -11,8 +11,11 @@ Method: real MessageStores in a tmp dir (auto_confirm off: the test moves the co
 as the quorum would), the real OffsetLog / TopicLog; the new master's bytes reach the deposed
 replica as the HA link ships them (read_log -> append_replicated -> dispatch_replicated). The
 read during the truncation is made deterministic by running the catch-up from inside the
-store's own truncation, at the fsync that follows the zeroing of the offsets' ConsumeQueue
-(before its end moves down): the window the chaos run hit.
+store's own truncation, at the fsync that follows the zeroing of the offsets' ConsumeQueue:
+the window the chaos run hit. Since the store moves the queue's end down before it zeroes
+(tests/storage_engine/test_read_during_truncation.py), that read finds nothing there; with
+the store as it was, it reads seed 606's three 0-byte records, and the fold's own check ends
+the pass (what a record that does not decode does: the last test).
 """
 
 from __future__ import annotations
@@ -112,8 +115,7 @@ def test_a_read_during_the_fork_truncation_skips_nothing(
     fired = _during_queue_trim(monkeypatch, OFFSETS_TOPIC, deposed.catch_up)
     store.truncate_to(fork)  # the handshake's cut
     assert fired, "the catch-up did not run inside the truncation"
-    assert deposed.applied_queue_offset == 3  # the torn read ended the pass: nothing skipped
-    assert deposed.records_unreadable >= 1
+    assert deposed.applied_queue_offset == 3  # nothing skipped
 
     _ship(master, store)
     store.set_confirm_log_position(store.end_log_position)
