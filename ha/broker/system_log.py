@@ -166,6 +166,9 @@ class SystemLog(Generic[F]):
         self._fold: F
         self._applied_log_position: int  # the last applied record's (-1: none cut-able)
         self._base: _RestorePoint  # a rollback's last resort: no record applied
+        # The newest snapshot whose records were all below the confirm position when it was
+        # taken: a cut never goes below the confirm position, so it always lies below a cut.
+        self._confirmed_point: _RestorePoint | None = None
         self._forced_cut: int | None = None  # the snapshot covers records the log lacks
         self._load(load, empty)
         self._pending: collections.deque[_Pending] = collections.deque()
@@ -223,7 +226,10 @@ class SystemLog(Generic[F]):
         base = self._fold if self._fold.applied_queue_offset == 0 else empty()
         self._base = _RestorePoint(-1, json.dumps(base.to_json()).encode())
         if self._fold.applied_queue_offset and self._forced_cut is None:
-            self._restore_points.append(_RestorePoint(self._applied_log_position, payload))
+            point = _RestorePoint(self._applied_log_position, payload)
+            self._restore_points.append(point)
+            if point.last_log_position < self._store.confirm_log_position:
+                self._confirmed_point = point
 
     # -- writes (master) --------------------------------------------------------------------
     def _write(self, body: bytes, needed: Callable[[F], bool] | None = None
@@ -422,9 +428,13 @@ class SystemLog(Generic[F]):
         return to a state below the cut: the newest restore point (a snapshot) whose records
         all lie below it, else the base, replayed aside up to the readable end and swapped in
         at once (readers never see the fold go back to the restore point). Pending records
-        at or past the cut are forgotten (they are not in the log any more). False: the
-        rebuild could not finish this pass (it is retried; the fold stays as it was and is
-        not advanced on a base that is gone)."""
+        at or past the cut are forgotten (they are not in the log any more).
+
+        A rebuild that cannot finish (records removed by retention, and no master's snapshot
+        yet; an unreadable record): a replica retries next pass and returns False (the fold
+        stays as it was, not advanced on a base that is gone); a take-over keeps the fold as
+        it is and says so at ERROR (skipping the removed records would lose every change they
+        made, a far larger loss than what the cut records changed)."""
         store = self._store
         cuts = store.index_cuts
         forced = self._forced_cut
@@ -446,12 +456,20 @@ class SystemLog(Generic[F]):
             self._seen_cuts, self._forced_cut = cuts, None
             return True
         with self._flush_lock:
-            points = [point for point in self._restore_points if point.last_log_position < cut]
-        point = points[-1] if points else self._base
+            points = [point for point in (self._confirmed_point, *self._restore_points)
+                      if point is not None and point.last_log_position < cut]
+        point = max(points, key=lambda point: point.last_log_position, default=self._base)
         started = time.monotonic()
         fold = self._load_fold(json.loads(point.payload))
         restored = fold.applied_queue_offset
         fold, position, done = self._advance(fold, take_over=take_over, live=False)
+        if not done and take_over:
+            logger.error("%s records of %s from log position %d were cut, and the table had "
+                         "applied some: its rebuild from record %d stopped at %d; the new "
+                         "master keeps the table as it was", self.kind, self.topic, cut,
+                         restored, fold.applied_queue_offset)
+            self._seen_cuts, self._forced_cut = cuts, None
+            return True
         if not done:
             logger.warning("%s records of %s from log position %d were cut, and the table "
                            "had applied some: its rebuild from record %d stopped at %d "
@@ -466,6 +484,9 @@ class SystemLog(Generic[F]):
             kept = [point for point in self._restore_points if point.last_log_position < cut]
             self._restore_points.clear()
             self._restore_points.extend(kept)
+            if self._confirmed_point is not None and \
+                    self._confirmed_point.last_log_position >= cut:  # a reset_to
+                self._confirmed_point = None
         self._seen_cuts, self._forced_cut = cuts, None
         self.rollbacks += 1
         logger.warning("%s records of %s from log position %d were cut, the table had "
@@ -492,14 +513,11 @@ class SystemLog(Generic[F]):
                     self._version += 1
             self._master_snapshot = None
             return snapshot
-        if not take_over:
+        if not take_over or not live:  # a rebuild never skips (see _roll_back_cut_records)
             return None
-        if live:
-            with self._state_lock:
-                lost = fold.skip_to(first_readable)
-                self._version += 1
-        else:
+        with self._state_lock:
             lost = fold.skip_to(first_readable)
+            self._version += 1
         self.records_lost += lost
         logger.warning("%d %s records of %s were removed before this broker applied them "
                        "(retention); the state they changed keeps its older value", lost,
@@ -544,4 +562,7 @@ class SystemLog(Generic[F]):
                                       "applied_log_position": position}).encode()
             atomic_write_bytes(self._path, payload)
             self._flushed_version = version
-            self._restore_points.append(_RestorePoint(position, payload))
+            point = _RestorePoint(position, payload)
+            self._restore_points.append(point)
+            if position < self._store.confirm_log_position:
+                self._confirmed_point = point

@@ -31,6 +31,7 @@ import storage_engine.segment
 from ha.broker.metadata import TopicConfig
 from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLog
 from ha.broker.offset_table import encode_commit
+from ha.broker.system_log import RESTORE_POINTS_KEPT
 from ha.broker.topic_log import TopicLog
 from storage_engine import MessageBatch, MessageStore, PutStatus
 from tests.support.scripted_put import ScriptedPut, open_small_store
@@ -288,3 +289,76 @@ def test_a_snapshot_from_before_log_positions_still_loads(tmp_path: Path,
     saved = json.loads((tmp_path / "c" / "consumerOffset.json").read_text())
     last = store.get_messages(OFFSETS_TOPIC, 0, 2, max_count=1, max_bytes=1 << 20)
     assert saved["applied_log_position"] == store.end_log_position - len(last.records[0])
+
+
+def _cut_after_retention(tmp_path: Path, store: MessageStore) -> OffsetLog:
+    """A fold that applied group h's commits (records 0-2, queue 1, then removed by
+    retention), one more (record 3, queue 0), and a cut tail (record 4, g at 90, acked above
+    the confirm position); no snapshot was ever flushed, so a rebuild starts from the base."""
+    for queue_offset in (1, 2, 3):
+        store.append(MessageBatch(topic=OFFSETS_TOPIC, bodies=[encode_commit("h", "t", 1,
+                                                                              queue_offset)],
+                                  queue_ids=[0]))
+    for _ in range(20):  # fill the first segment: the next record starts the second
+        store.append(MessageBatch(topic="filler", bodies=[b"f" * 60_000], queue_ids=[0]))
+    store.append(MessageBatch(topic=OFFSETS_TOPIC, bodies=[encode_commit("h", "t", 0, 4)],
+                              queue_ids=[0]))
+    store.set_confirm_log_position(store.end_log_position)
+    fork = store.end_log_position
+    fold = _offset_log(tmp_path / "c", store)
+    fold.catch_up()
+    assert fold.commit("g", "t", 0, 90).status is PutStatus.PUT_OK
+    assert store.delete_expired(now_ms=1 << 60, floor_log_position=fork,
+                                disk_used_ratio=0.0) >= 1
+    assert store.min_queue_offset(OFFSETS_TOPIC, 0) == 3
+    store.truncate_to(fork)
+    return fold
+
+
+def test_a_rebuild_past_removed_records_waits_for_the_masters_snapshot(
+        tmp_path: Path, store: MessageStore) -> None:
+    """A replica's rebuild that needs records retention removed keeps the table as it was
+    (never one without them) until the master's snapshot comes, then takes it."""
+    fold = _cut_after_retention(tmp_path, store)
+    master_table = {"offsets": {"h": {"t": {"0": 4, "1": 3}}},
+                    "offsets_applied_queue_offset": 4}
+    fold.catch_up()
+    assert fold.query("h", "t") == {"0": 4, "1": 3} and fold.rollbacks == 0  # waits
+    fold.note_master_snapshot(master_table)
+    fold.catch_up()
+    assert fold.query("h", "t") == {"0": 4, "1": 3} and fold.query("g", "t") == {}
+    assert fold.rollbacks == 1 and fold.records_lost == 0
+
+
+def test_a_take_over_whose_rebuild_needs_removed_records_keeps_the_table(
+        tmp_path: Path, store: MessageStore) -> None:
+    """A new master cannot wait for anyone's snapshot: rather than skip the removed records
+    (every change they made lost), it keeps the table as it was, and says so."""
+    fold = _cut_after_retention(tmp_path, store)
+    fold.take_over()
+    assert fold.query("h", "t") == {"0": 4, "1": 3} and fold.records_lost == 0
+    assert fold.applied_queue_offset == 4  # the next record goes where the log ends
+
+
+def test_the_last_snapshot_below_the_confirm_position_outlives_the_recent_ones(
+        tmp_path: Path, store: MessageStore) -> None:
+    """More snapshots than RESTORE_POINTS_KEPT were taken above the confirm position (a
+    master acked commits for a while before its confirm position followed): a rollback
+    still starts from the last one that was all below the confirm position."""
+    for queue_offset in range(1, 21):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    fork = store.end_log_position
+    fold = _offset_log(tmp_path / "c", store)
+    fold.catch_up()
+    fold.close()  # below the confirm position: 20 records
+    for queue_offset in range(RESTORE_POINTS_KEPT + 1):
+        fold.commit("g", "t", 1, queue_offset)
+        fold.close()  # a snapshot above the confirm position
+    store.truncate_to(fork)
+    _commit(store, 21)
+    store.set_confirm_log_position(store.end_log_position)
+    applied = fold.records_applied
+    fold.catch_up()
+    assert fold.query("g", "t") == {"0": 21} and fold.rollbacks == 1
+    assert fold.records_applied - applied == 1  # from record 20, not from 0
