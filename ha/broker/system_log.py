@@ -52,7 +52,8 @@ position of its last record), else the base (no record), replayed aside to the r
 and swapped in at once, so readers never see the fold go back further than the cut. A replay
 that finds records removed by retention takes the master's snapshot as below; without one a
 replica waits (the fold stays as it was) and a take-over keeps the fold as it was (ERROR):
-skipping them would lose far more than the cut records changed. Records below the confirm
+skipping them would lose far more than the cut records changed. A log restarted past the cut
+(`reset_to`: its records went, none forked) keeps the fold. Records below the confirm
 position are never cut, so a fold that applies only those (every replica's catch-up) is never
 rolled back; the rollback covers what a master applied on PUT_OK above its local confirm
 position and anything a future bug lets through. Cost (`python3 build.py bench system_log`):
@@ -454,6 +455,14 @@ class SystemLog(Generic[F]):
             self._seen_cuts = cuts
             return True
         self._pending = collections.deque(p for p in self._pending if p.log_position < cut)
+        if cut < store.min_log_position:  # the log restarted past it (reset_to): the records
+            # went, none was forked (the fold applied confirmed ones): the fold and the
+            # restore points stay, and the gap after it is filled as before (_records_gone)
+            logger.info("the %s log restarted at log position %d: the table keeps the %d "
+                        "records it applied", self.kind, store.min_log_position,
+                        self._fold.applied_queue_offset)
+            self._seen_cuts, self._forced_cut = cuts, None
+            return True
         if self._applied_log_position < cut:  # nothing it applied was cut
             with self._flush_lock:
                 kept = [point for point in self._restore_points

@@ -362,3 +362,18 @@ def test_the_last_snapshot_below_the_confirm_position_outlives_the_recent_ones(
     fold.catch_up()
     assert fold.query("g", "t") == {"0": 21} and fold.rollbacks == 1
     assert fold.records_applied - applied == 1  # from record 20, not from 0
+
+
+def test_a_log_restarted_past_its_end_keeps_the_table(tmp_path: Path,
+                                                      store: MessageStore) -> None:
+    """`reset_to` (a replica so far behind that it restarts its log empty at the master's
+    minimum) drops records, it does not fork them: what the table applied was confirmed, so
+    it stays (the records after the gap come from the master's snapshot, as before)."""
+    for queue_offset in (1, 2, 3):
+        _commit(store, queue_offset)
+    store.set_confirm_log_position(store.end_log_position)
+    replica = _offset_log(tmp_path / "r", store)
+    replica.catch_up()
+    store.reset_to(store.segment_size_bytes * 4)
+    replica.catch_up()
+    assert replica.query("g", "t") == {"0": 3} and replica.rollbacks == 0
