@@ -63,6 +63,7 @@ BENCHES = {
     "latency": "tests/bench/bench_latency.py",
     "offsets": "tests/bench/bench_offsets.py",
     "topics": "tests/bench/bench_topics.py",
+    "system_log": "tests/bench/bench_system_log.py",
 }
 
 

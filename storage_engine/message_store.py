@@ -29,6 +29,7 @@ entries the checkpoint does not vouch for by parsing the CommitLog, and recomput
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import itertools
@@ -543,29 +544,55 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         bytes_max = max(1, min(max_bytes, self.config.read_bytes_max))
         codes = tag_filter.codes if tag_filter is not None else None
         records: list[bytes] = []
+        record_offsets: list[int] = []  # each record's queue offset (for `_still_indexed`)
         total_bytes = 0
         cursor = queue_offset
+        status = GetStatus.NO_MATCHED_MESSAGE
         while cursor < max_offset and len(records) < count_max:
             raw = queue.read_entries(cursor, min(max_offset - cursor, count_max - len(records)))
             if not raw:
                 break
+            stop = False
             for log_position, size, code in CONSUME_QUEUE_ENTRY.iter_unpack(raw):
-                if records and total_bytes + size > bytes_max:
-                    return GetResult(GetStatus.FOUND, cursor, min_offset, max_offset, records)
+                if (records and total_bytes + size > bytes_max) or size <= 0:
+                    stop = True  # full, or an entry a truncation zeroed under this read
+                    break
                 cursor += 1
                 if codes is not None and (code not in codes or not tag_matches(
                         self._commit_log.read(log_position, size), tag_filter)):
                     continue
                 record = self._commit_log.read(log_position, size)
                 if record is None:
-                    status = GetStatus.FOUND if records else GetStatus.MESSAGE_WAS_REMOVING
-                    return GetResult(status, cursor, min_offset, max_offset, records)
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                    stop = True
+                    break
                 records.append(record)
+                record_offsets.append(cursor - 1)
                 total_bytes += size
                 if len(records) >= count_max:
                     break
-        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, cursor, min_offset, max_offset, records)
+            if stop:
+                break
+        if records:
+            status = GetStatus.FOUND
+        return self._still_indexed(queue, queue_offset, record_offsets, GetResult(
+            status, cursor, min_offset, max_offset, records))
+
+    @staticmethod
+    def _still_indexed(queue: ConsumeQueue, queue_offset: int, record_offsets: Sequence[int],
+                       result: GetResult) -> GetResult:
+        """`result` less what lies past the queue's end as it is after the read. Why: reads
+        take no lock, and a truncation moves a queue's end down before it zeroes the entries
+        past it (Segment.zero_from); a read that took its bounds before that may have read
+        zeros, which name a 0-byte record at log position 0 (chaos finding 8)."""
+        end = queue.max_queue_offset
+        if result.next_queue_offset <= end:
+            return result
+        keep = bisect.bisect_left(record_offsets, end)
+        records = result.records[:keep]
+        status = result.status if records else GetStatus.NO_MATCHED_MESSAGE
+        return dataclasses.replace(result, status=status, records=records,
+                                   next_queue_offset=max(end, queue_offset))
 
     def _read_window(self, topic: str, queue_id: int, queue_offset: int
                      ) -> tuple[ConsumeQueue | None, GetResult | tuple[int, int]]:
@@ -605,9 +632,23 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         count_max = max(1, min(max_count, self.config.read_messages_max))
         positions, sizes = self._block_entries(queue, queue_offset, max_offset, count_max,
                                                max(1, min(max_bytes, self.config.read_bytes_max)))
+        zeroed = np.flatnonzero(sizes <= 0)  # entries a truncation zeroed under this read
+        if zeroed.size:
+            positions, sizes = positions[:zeroed[0]], sizes[:zeroed[0]]
         if sizes.size == 0:
             return RecordBlock(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset,
                                max_offset, b"", sizes)
+        block = self._read_block(positions, sizes, queue_offset, min_offset, max_offset)
+        end = queue.max_queue_offset  # as in `_still_indexed`
+        keep = min(len(block.sizes), max(0, end - queue_offset))
+        if keep == len(block.sizes):
+            return block
+        status = block.status if keep else GetStatus.NO_MATCHED_MESSAGE
+        return RecordBlock(status, queue_offset + keep, min_offset, max_offset,
+                           block.data[:int(block.sizes[:keep].sum())], block.sizes[:keep])
+
+    def _read_block(self, positions: np.ndarray, sizes: np.ndarray, queue_offset: int,
+                    min_offset: int, max_offset: int) -> RecordBlock:
         ends = positions + sizes
         breaks = np.flatnonzero(positions[1:] != ends[:-1]) + 1
         run_first = np.concatenate(([0], breaks)).tolist()

@@ -95,15 +95,18 @@ class Segment:
         return self.flushed_position
 
     def zero_from(self, position: int) -> None:
-        """Overwrite [position, max(write_position, position)) with zeros and fsync."""
+        """Overwrite [position, max(write_position, position)) with zeros and fsync. The end
+        moves down first: reads take no lock, and a reader that takes its bounds after this
+        never reaches the zeros (a ConsumeQueue entry read as zeros names a 0-byte record at
+        log position 0, which passes the confirm check: chaos finding 8)."""
         end = self.write_position
+        self.write_position = position
         cursor = position
         while cursor < end:
             chunk = min(ZERO_CHUNK_BYTES, end - cursor)
             self.file.write_at(_ZEROS[:chunk], cursor)
             cursor += chunk
         sync_file(self.file, self.path, data_only=True)
-        self.write_position = position
         self.flushed_position = min(self.flushed_position, position)
 
     def close(self) -> None:

@@ -712,7 +712,8 @@ def _to_batch(result: GetResult | RecordBlock, topic: str, columns: tuple[str, .
 
 def _record_stats(log: SystemLog[Any]) -> dict[str, int]:
     return {"written": log.records_written, "applied": log.records_applied,
-            "applied_queue_offset": log.applied_queue_offset, "lost": log.records_lost}
+            "applied_queue_offset": log.applied_queue_offset, "lost": log.records_lost,
+            "unreadable": log.records_unreadable, "rollbacks": log.rollbacks}
 
 
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
