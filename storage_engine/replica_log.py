@@ -207,7 +207,11 @@ class ReplicaLogMixin:
                 raise TruncateBelowConfirmError(log_position, self._confirm)
             if log_position >= self._commit_log.end_log_position:
                 return
-            if log_position < self._dispatched:  # indexed records go: derived state is stale
+            # Indexed records go: derived state is stale. Noted before and again after the cut:
+            # a reader of the queues that started its pass in between (it saw the first note)
+            # may have read records being cut, and sees the second one at its next pass.
+            cuts_indexed = log_position < self._dispatched
+            if cuts_indexed:
                 self._note_index_cut(log_position)
             self._write_checkpoint(intent=log_position)
             self._commit_log.truncate_to(log_position)
@@ -219,6 +223,8 @@ class ReplicaLogMixin:
                 self._put_end = self._last_put_end_at_or_below(log_position)
             self.epochs.truncate_from(log_position)
             self._write_checkpoint()
+            if cuts_indexed:
+                self._note_index_cut(log_position)
             logger.warning("truncated the log to log_position %d", log_position)
 
     def _note_index_cut(self, log_position: int) -> None:

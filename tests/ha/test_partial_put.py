@@ -183,3 +183,4 @@ def test_a_reopened_replica_still_finds_where_its_last_whole_put_ends(
         assert reopened.complete_end_log_position() == first_end
     finally:
         reopened.close()
+
