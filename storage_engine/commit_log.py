@@ -9,9 +9,10 @@ with a BLANK record when the next record does not fit, so records never span seg
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -147,12 +148,18 @@ class CommitLog:
         A put that does not fit what is left of the segment goes whole into the next one (as
         RocketMQ's END_OF_FILE does with a batch), so a replica that received a segment's end
         never holds the first part of a put whose rest is in the next segment. Only a put larger
-        than a whole segment spans segments.
+        than a whole segment spans segments (from where the log ends, as before: moving it
+        to a new segment would leave most of one empty for each such put).
 
         Returns (log_positions, sizes_bytes), one entry per message.
         """
         positions: list[int] = []
         sizes: list[int] = []
+        encode = functools.partial(
+            encode_batch, topic_meta=topic_meta, bodies=bodies, properties=properties,
+            queue_ids=queue_ids, queue_offsets=queue_offsets,
+            store_timestamp_ms=store_timestamp_ms, store_host=store_host,
+            born_timestamp_ms=born_timestamp_ms, born_host=born_host, flag=flag)
         index = 0
         while index < len(bodies):
             segment = self._segments.writable_segment()
@@ -161,25 +168,35 @@ class CommitLog:
                 # (append_raw), so there is no room for a blank of ours; the next segment
                 segment = self._segments.roll()
             parts: list[bytes] = []
-            placed = len(positions)
-            stop = encode_batch(
-                topic_meta=topic_meta, bodies=bodies, properties=properties, queue_ids=queue_ids,
-                queue_offsets=queue_offsets, start_index=index,
-                log_position=segment.end_position, space_bytes=segment.remaining_bytes(),
-                store_timestamp_ms=store_timestamp_ms, store_host=store_host,
-                born_timestamp_ms=born_timestamp_ms, born_host=born_host, flag=flag,
-                out_parts=parts, out_positions=positions, out_sizes=sizes,
-            )
+            stop = encode(start_index=index, log_position=segment.end_position,
+                          space_bytes=segment.remaining_bytes(), out_parts=parts,
+                          out_positions=positions, out_sizes=sizes)
             if stop < len(bodies) and index == 0 and segment.write_position > 0:
-                del positions[placed:], sizes[placed:]  # the put starts in an empty segment
-                self._seal_and_roll(segment)
-                continue
+                whole = self._encode_in_next_segment(segment, encode, len(bodies))
+                if whole is not None:  # it fits an empty segment: it starts the next one
+                    self._seal_and_roll(segment)
+                    data, whole_positions, whole_sizes = whole
+                    self._segments.writable_segment().write(data)
+                    return whole_positions, whole_sizes
             if parts:
                 segment.write(b"".join(parts))
             if stop < len(bodies):
                 self._seal_and_roll(segment)
             index = stop
         return positions, sizes
+
+    def _encode_in_next_segment(self, segment: Segment, encode: Callable[..., int], count: int
+                                ) -> tuple[bytes, list[int], list[int]] | None:
+        """The whole put encoded at the start of the segment after `segment` (data, log
+        positions, sizes), or None when it would not fit an empty segment either."""
+        parts: list[bytes] = []
+        positions: list[int] = []
+        sizes: list[int] = []
+        if encode(start_index=0, log_position=segment.base_position + segment.size_bytes,
+                  space_bytes=self.segment_size_bytes, out_parts=parts,
+                  out_positions=positions, out_sizes=sizes) < count:
+            return None
+        return b"".join(parts), positions, sizes
 
     def _seal_and_roll(self, segment: Segment) -> None:
         remaining = segment.remaining_bytes()
