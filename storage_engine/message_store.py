@@ -175,7 +175,6 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         self._load_consume_queues(redispatch_from, end)
         self._dispatch_refs(self._commit_log.iter_records(redispatch_from, end))
         self._dispatched = end
-        self._put_end = self._last_put_end_at_or_below(end)
         self.epochs.truncate_from(end + 1)
         confirm = checkpoint.confirm_log_position
         if self._auto_confirm:

@@ -51,7 +51,9 @@ class ReplicaLogMixin:
     # `lowest_cut_since` says from where.
     index_cuts = 0
     _index_cut_positions: tuple[int, ...] = ()  # the log position of each of those cuts
-    _put_end = 0  # where the last whole put among the indexed records ends (<= _dispatched)
+    # Where the last whole put among the indexed records ends (<= _dispatched); None: not
+    # known yet (after open, or a truncation inside a put), found by a walk when needed.
+    _put_end: int | None = None
 
     @property
     def min_log_position(self) -> int:
@@ -219,8 +221,8 @@ class ReplicaLogMixin:
                 queue.truncate_from_log_position(log_position)
             self._next_queue_offsets.clear()
             self._dispatched = min(self._dispatched, log_position)
-            if self._put_end > log_position:
-                self._put_end = self._last_put_end_at_or_below(log_position)
+            if self._put_end is not None and self._put_end > log_position:
+                self._put_end = None
             self.epochs.truncate_from(log_position)
             self._write_checkpoint()
             if cuts_indexed:
@@ -261,6 +263,8 @@ class ReplicaLogMixin:
         first rows twice: at least once, never lost)."""
         with self._lock:
             self.dispatch_replicated()
+            if self._put_end is None:
+                self._put_end = self._last_put_end_at_or_below(self._dispatched)
             if self._confirm <= self._put_end:
                 return self._put_end
             return self._dispatched
