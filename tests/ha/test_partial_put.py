@@ -26,6 +26,7 @@ from connector.protocol import IDEMPOTENCE_PROPERTY
 from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower
 from ha.takeover_core import CutTail, TakeOverLog, plan_take_over
 from storage_engine import MessageBatch, MessageStore, StoreConfig, decode_record
+from tests.support.replica_stores import ship
 
 SEGMENT_SIZE_BYTES = 1 << 17
 CONFIG = StoreConfig(commit_log_segment_size_bytes=SEGMENT_SIZE_BYTES,
@@ -55,14 +56,6 @@ def put(store: MessageStore, producer: str, sequence: int, rows: int) -> list[in
         queue_ids=[row % 4 for row in range(rows)], properties=properties))
     assert result.status.name == "PUT_OK"
     return list(result.log_positions)
-
-
-def ship(master: MessageStore, replica: MessageStore, up_to: int) -> None:
-    """The HA link's transfers, one segment at a time, until the replica holds `up_to`."""
-    while replica.end_log_position < up_to:
-        data = master.read_log(replica.end_log_position, up_to - replica.end_log_position)
-        replica.append_replicated(replica.end_log_position, data)
-    replica.dispatch_replicated()
 
 
 def take_over(replica: MessageStore, epoch: int) -> None:

@@ -21,19 +21,18 @@ the pass (what a record that does not decode does: the last test).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import storage_engine.segment
 from ha.broker.metadata import TopicConfig
 from ha.broker.offset_log import OFFSETS_TOPIC, OffsetLog
 from ha.broker.offset_table import encode_commit
 from ha.broker.system_log import RESTORE_POINTS_KEPT
 from ha.broker.topic_log import TopicLog
 from storage_engine import MessageBatch, MessageStore, PutStatus
+from tests.support.replica_stores import during_queue_zeroing, ship
 from tests.support.scripted_put import ScriptedPut, open_small_store
 
 
@@ -58,39 +57,19 @@ def _commit(store: MessageStore, queue_offset: int) -> None:
                               queue_ids=[0]))
 
 
-def _ship(source: MessageStore, replica: MessageStore) -> None:
-    """What the HA link does: the source's bytes from the replica's end, then index them."""
-    while replica.end_log_position < source.end_log_position:
-        data = source.read_log(replica.end_log_position, 1 << 20)
-        replica.append_replicated(replica.end_log_position, data)
-    replica.dispatch_replicated()
-
-
-def _during_queue_trim(monkeypatch: pytest.MonkeyPatch, topic: str,
-                       action: Callable[[], None]) -> list[int]:
-    """Run `action` once, inside the next truncation of `topic`'s ConsumeQueue: after its
-    entries were zeroed, before its end moves down (at the fsync between the two)."""
-    fired: list[int] = []
-    zeroing: list[Path] = []
-    real_sync = storage_engine.segment.sync_file
-    real_zero_from = storage_engine.segment.Segment.zero_from
-
-    def zero_from(segment: storage_engine.segment.Segment, position: int) -> None:
-        zeroing.append(segment.path)
-        try:
-            real_zero_from(segment, position)
-        finally:
-            zeroing.pop()
-
-    def sync_file(file: Any, path: Path, **kwargs: Any) -> None:
-        real_sync(file, path, **kwargs)
-        if not fired and path in zeroing and f"consumequeue/{topic}/" in str(path):
-            fired.append(1)
-            action()
-
-    monkeypatch.setattr(storage_engine.segment.Segment, "zero_from", zero_from)
-    monkeypatch.setattr(storage_engine.segment, "sync_file", sync_file)
-    return fired
+def _replica_at_fork(tmp_path: Path, store: MessageStore, master: MessageStore
+                     ) -> tuple[OffsetLog, int]:
+    """Commits 1-3 on the master, shipped to `store` and confirmed there (records both
+    replicas hold), and `store`'s offset log caught up on them; returns it and the log's end
+    (the fork point of what follows)."""
+    for queue_offset in (1, 2, 3):
+        _commit(master, queue_offset)
+    ship(master, store)
+    fork = store.end_log_position
+    store.set_confirm_log_position(fork)
+    deposed = _offset_log(tmp_path / "deposed", store)
+    deposed.catch_up()
+    return deposed, fork
 
 
 def test_a_read_during_the_fork_truncation_skips_nothing(
@@ -99,13 +78,7 @@ def test_a_read_during_the_fork_truncation_skips_nothing(
     """Seed 606 replayed: the deposed master's catch-up reads its forked tail while the
     truncation zeroes the ConsumeQueue; the new master's commits at those queue offsets must
     be applied once they arrive."""
-    for queue_offset in (1, 2, 3):  # records both replicas hold (confirmed)
-        _commit(master, queue_offset)
-    _ship(master, store)
-    fork = store.end_log_position
-    store.set_confirm_log_position(fork)
-    deposed = _offset_log(tmp_path / "deposed", store)
-    deposed.catch_up()
+    deposed, fork = _replica_at_fork(tmp_path, store, master)
     assert deposed.query("g", "t") == {"0": 3}
     for queue_offset in (90, 91, 92):  # its last term's tail: never acknowledged
         _commit(store, queue_offset)
@@ -113,12 +86,12 @@ def test_a_read_during_the_fork_truncation_skips_nothing(
         _commit(master, queue_offset)
     master.set_confirm_log_position(master.end_log_position)
 
-    fired = _during_queue_trim(monkeypatch, OFFSETS_TOPIC, deposed.catch_up)
+    fired = during_queue_zeroing(monkeypatch, OFFSETS_TOPIC, deposed.catch_up)
     store.truncate_to(fork)  # the handshake's cut
     assert fired, "the catch-up did not run inside the truncation"
     assert deposed.applied_queue_offset == 3  # nothing skipped
 
-    _ship(master, store)
+    ship(master, store)
     store.set_confirm_log_position(store.end_log_position)
     deposed.catch_up()
     assert deposed.query("g", "t") == {"0": 6}
@@ -130,26 +103,20 @@ def test_a_fold_past_the_cut_rolls_back_and_replays(tmp_path: Path, store: Messa
     """The deposed master applied records of its tail (its puts were answered PUT_OK, here
     by the scripted quorum), the cut removes them: the fold returns below the cut and applies
     the new master's records at the same queue offsets."""
-    for queue_offset in (1, 2, 3):
-        _commit(master, queue_offset)
-    _ship(master, store)
-    fork = store.end_log_position
-    store.set_confirm_log_position(fork)
-    deposed = _offset_log(tmp_path / "deposed", store)
-    deposed.catch_up()
+    deposed, fork = _replica_at_fork(tmp_path, store, master)
     for queue_offset in (90, 91, 92):
         assert deposed.commit("g", "t", 0, queue_offset).status is PutStatus.PUT_OK
     assert deposed.query("g", "t") == {"0": 92} and deposed.applied_queue_offset == 6
     for queue_offset in (4, 5):
         _commit(master, queue_offset)
     store.truncate_to(fork)
-    _ship(master, store)
+    ship(master, store)
     store.set_confirm_log_position(store.end_log_position)
     deposed.catch_up()
     assert deposed.query("g", "t") == {"0": 5}
     assert deposed.applied_queue_offset == 5 and deposed.rollbacks == 1
     _commit(master, 6)  # and it keeps following
-    _ship(master, store)
+    ship(master, store)
     store.set_confirm_log_position(store.end_log_position)
     assert deposed.query("g", "t") == {"0": 6}
 
@@ -160,7 +127,7 @@ def test_a_rollback_starts_from_the_last_snapshot_below_the_cut(
     replayed); one that covers cut records is never used; the file is rewritten."""
     for queue_offset in range(1, 51):
         _commit(master, queue_offset)
-    _ship(master, store)
+    ship(master, store)
     fork = store.end_log_position
     store.set_confirm_log_position(fork)
     deposed = _offset_log(tmp_path / "deposed", store)
@@ -171,7 +138,7 @@ def test_a_rollback_starts_from_the_last_snapshot_below_the_cut(
     deposed.close()  # a snapshot that covers the tail: unusable after the cut
     _commit(master, 51)
     store.truncate_to(fork)
-    _ship(master, store)
+    ship(master, store)
     store.set_confirm_log_position(store.end_log_position)
     applied = deposed.records_applied
     deposed.catch_up()
@@ -188,7 +155,7 @@ def test_a_topic_fold_past_the_cut_rolls_back(tmp_path: Path, store: MessageStor
     gone, the new master's create at that queue offset is there."""
     old = TopicLog(tmp_path / "old", master, put=ScriptedPut(master), write_timeout_ms=200)
     old.put(TopicConfig("a", 1, 1))
-    _ship(master, store)
+    ship(master, store)
     fork = store.end_log_position
     store.set_confirm_log_position(fork)
     deposed = TopicLog(tmp_path / "deposed", store, put=ScriptedPut(store),
@@ -198,7 +165,7 @@ def test_a_topic_fold_past_the_cut_rolls_back(tmp_path: Path, store: MessageStor
     assert [topic.name for topic in deposed.all()] == ["a", "cut"]
     old.put(TopicConfig("b", 4, 4))
     store.truncate_to(fork)
-    _ship(master, store)
+    ship(master, store)
     store.set_confirm_log_position(store.end_log_position)
     assert [topic.name for topic in deposed.all()] == ["a", "b"]
     assert deposed.get("b") == TopicConfig("b", 4, 4) and deposed.get("cut") is None

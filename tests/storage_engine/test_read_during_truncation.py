@@ -13,44 +13,16 @@ before it (a read that computed its window first).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import storage_engine.segment
 from storage_engine import MessageBatch, MessageStore, decode_record
+from tests.support.replica_stores import during_queue_zeroing
 from tests.support.scripted_put import open_small_store
 
 TOPIC = "orders"
-
-
-def _during_queue_zeroing(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]
-                          ) -> list[int]:
-    """Run `action` once, inside the next truncation of TOPIC's ConsumeQueue, after its
-    entries were zeroed (at the fsync of the zeroing)."""
-    fired: list[int] = []
-    zeroing: list[Path] = []
-    real_sync = storage_engine.segment.sync_file
-    real_zero_from = storage_engine.segment.Segment.zero_from
-
-    def zero_from(segment: storage_engine.segment.Segment, position: int) -> None:
-        zeroing.append(segment.path)
-        try:
-            real_zero_from(segment, position)
-        finally:
-            zeroing.pop()
-
-    def sync_file(file: Any, path: Path, **kwargs: Any) -> None:
-        real_sync(file, path, **kwargs)
-        if not fired and path in zeroing and f"consumequeue/{TOPIC}/" in str(path):
-            fired.append(1)
-            action()
-
-    monkeypatch.setattr(storage_engine.segment.Segment, "zero_from", zero_from)
-    monkeypatch.setattr(storage_engine.segment, "sync_file", sync_file)
-    return fired
 
 
 def _store_with_a_tail(directory: Path) -> tuple[MessageStore, int]:
@@ -81,7 +53,7 @@ def test_a_read_during_the_queue_trim_returns_only_real_records(
     store, fork = _store_with_a_tail(tmp_path / "store")
     try:
         seen: list[list[tuple[str, list[bytes]]]] = []
-        fired = _during_queue_zeroing(monkeypatch, lambda: seen.append(_read_everything(store)))
+        fired = during_queue_zeroing(monkeypatch, TOPIC, lambda: seen.append(_read_everything(store)))
         store.truncate_to(fork)
         assert fired
         for name, records in seen[0]:
