@@ -57,12 +57,12 @@ def _commit(store: MessageStore, queue_offset: int) -> None:
                               queue_ids=[0]))
 
 
-def _replica_at_fork(tmp_path: Path, store: MessageStore, master: MessageStore
-                     ) -> tuple[OffsetLog, int]:
-    """Commits 1-3 on the master, shipped to `store` and confirmed there (records both
-    replicas hold), and `store`'s offset log caught up on them; returns it and the log's end
-    (the fork point of what follows)."""
-    for queue_offset in (1, 2, 3):
+def _replica_at_fork(tmp_path: Path, store: MessageStore, master: MessageStore,
+                     commits: int = 3) -> tuple[OffsetLog, int]:
+    """Commits 1..`commits` on the master, shipped to `store` and confirmed there (records
+    both replicas hold), and `store`'s offset log caught up on them; returns it and the log's
+    end (the fork point of what follows)."""
+    for queue_offset in range(1, commits + 1):
         _commit(master, queue_offset)
     ship(master, store)
     fork = store.end_log_position
@@ -125,13 +125,7 @@ def test_a_rollback_starts_from_the_last_snapshot_below_the_cut(
         tmp_path: Path, store: MessageStore, master: MessageStore) -> None:
     """A snapshot flushed before the tail is the restart point (only what follows is
     replayed); one that covers cut records is never used; the file is rewritten."""
-    for queue_offset in range(1, 51):
-        _commit(master, queue_offset)
-    ship(master, store)
-    fork = store.end_log_position
-    store.set_confirm_log_position(fork)
-    deposed = _offset_log(tmp_path / "deposed", store)
-    deposed.catch_up()
+    deposed, fork = _replica_at_fork(tmp_path, store, master, commits=50)
     deposed.close()  # a snapshot below the cut (records 0-49)
     deposed.commit("h", "t", 0, 7)
     deposed.commit("g", "t", 0, 99)
