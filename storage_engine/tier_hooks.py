@@ -76,8 +76,16 @@ class TieredReadsMixin:
         with self._lock:
             confirm = self._confirm
             segments = list(self._commit_log.segments[:-1])
-        return [(s.base_position, s.size_bytes, self.fs.mtime_s(s.path)) for s in segments
-                if s.base_position + s.size_bytes <= confirm]
+        found = []
+        for segment in segments:  # stat outside the lock: retention may delete one meanwhile
+            if segment.base_position + segment.size_bytes > confirm:
+                continue
+            try:
+                mtime_s = self.fs.mtime_s(segment.path)
+            except FileNotFoundError:
+                continue  # deleted by retention since the listing: tiered already, or expired
+            found.append((segment.base_position, segment.size_bytes, mtime_s))
+        return found
 
     def tier_queue_ranges(self, log_start: int, log_end: int) -> list[tuple[str, int, int, int]]:
         """For each queue with records in [log_start, log_end), sorted: (topic, queue_id,

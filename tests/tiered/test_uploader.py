@@ -11,6 +11,7 @@ import os
 import pickle
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -159,6 +160,36 @@ def test_retention_keeps_untiered_segments(store: MessageStore) -> None:
     assert tier.reader.manifest.segments == ()
     assert tier.run_retention(_soon_ms())[0] == 1  # then local: not stalled behind it
     assert tier.run_retention(_soon_ms())[0] == 0
+
+
+def test_a_segment_retention_deletes_while_the_uploader_lists_is_left_out(
+        store: MessageStore) -> None:
+    """The CI failure of 2026-11-26: the uploader listed the sealed segments under the store's
+    lock and read their mtimes after it; retention deleted one in between, and the pass failed
+    with FileNotFoundError (reported as the tier's last_error). Replayed: the first mtime
+    lookup deletes the first segment, as retention would."""
+    _fill(store)
+    sealed = store.tier_segments()
+    real_fs = store.fs
+
+    class RetentionInBetween:
+        deleted: ClassVar[list[int]] = []
+
+        def __getattr__(self, name: str):
+            return getattr(real_fs, name)
+
+        def mtime_s(self, path: Path) -> float:
+            if not self.deleted:
+                self.deleted.append(store._commit_log.delete_first_segment().base_position)
+            return real_fs.mtime_s(path)
+
+    store.fs = RetentionInBetween()  # type: ignore[assignment]
+    try:
+        listed = store.tier_segments()
+    finally:
+        store.fs = real_fs
+    assert RetentionInBetween.deleted == [sealed[0][0]]
+    assert [s[:2] for s in listed] == [s[:2] for s in sealed[1:]]
 
 
 def test_upload_failure_is_reported_and_retried(store: MessageStore, tmp_path: Path) -> None:
