@@ -41,7 +41,7 @@ from tests.sim.ddmin import ddmin
 
 __all__ = ["RUNS_MAX", "Minimised", "main", "minimise"]
 
-RUNS_MAX = 200  # runs one minimisation may take (--minimise-runs-max): ~0.1-0.3 s each
+RUNS_MAX = 200  # runs one minimisation may take (--minimise-runs-max): 0.1-1 s each
 DURATION_MIN_MS = 200  # halving the fault phase stops here (the first fault comes at 200 ms)
 
 
@@ -65,9 +65,10 @@ class _RunsSpent(Exception):
 class _Search:
     """The runs of one minimisation: each counted, cached, and the smallest failure kept."""
 
-    def __init__(self, seed_options: ClusterOptions, kind: str, runs_max: int) -> None:
+    def __init__(self, seed_options: ClusterOptions, original: SimFailure, runs_max: int
+                 ) -> None:
         self.seed_options = seed_options
-        self.kind = kind
+        self.kind = original.kind
         self.runs_max = runs_max
         self.runs = 1  # the seed's own run
         self.tried: dict[ClusterOptions, SimFailure | None] = {}
@@ -107,7 +108,7 @@ def minimise(options: ClusterOptions, *, runs_max: int = RUNS_MAX) -> Minimised 
         return None
     except SimFailure as failure:
         original = failure
-    search = _Search(options, original.kind, runs_max)
+    search = _Search(options, original, runs_max)
     best = (options, original)
     complete = True
     try:
@@ -170,7 +171,7 @@ def _switch_off(search: _Search, options: ClusterOptions, failure: SimFailure
 def _fewer_faults(search: _Search, options: ClusterOptions, failure: SimFailure
                   ) -> tuple[ClusterOptions, SimFailure]:
     """No fault at all, else a 1-minimal set of the faults injected (ddmin)."""
-    ordinals = [ordinal for ordinal, _, _ in failure.faults]
+    ordinals = [fault.ordinal for fault in failure.faults]
     if not ordinals:
         return options, failure
     best = [options, failure]
@@ -181,7 +182,7 @@ def _fewer_faults(search: _Search, options: ClusterOptions, failure: SimFailure
         if found is None:
             return None
         best[:] = [candidate, found]  # a subset of the last one that failed (ddmin's)
-        return [ordinal for ordinal, _, _ in found.faults]
+        return [fault.ordinal for fault in found.faults]
 
     if test([]) is None:
         ddmin(ordinals, test)
@@ -203,7 +204,8 @@ def report(found: Minimised) -> list[str]:
          f"{found.original_options.duration_ms} ms of faults: {headline(original)}"),
         f"minimised in {found.runs} runs (limit {found.runs_max}{limit}): {changes}",
         "the faults left:" if failure.faults else "no fault left",
-        *(f"  fault {ordinal} at {at_ms} ms: {what}" for ordinal, at_ms, what in failure.faults),
+        *(f"  fault {fault.ordinal} at {fault.at_ms} ms: {fault.what}"
+          for fault in failure.faults),
         f"replay: {options.replay_command()}",
     ]
 
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({
             "seed": args.seed, "failed": True, "kind": found.original.kind,
             "faults": len(found.original.faults), "faults_minimised": len(found.failure.faults),
-            "only_faults": format_ordinals(o for o, _, _ in found.failure.faults),
+            "only_faults": format_ordinals(fault.ordinal for fault in found.failure.faults),
             "noise": found.options.noise, "torn_writes": found.options.torn_writes,
             "duration_ms": found.options.duration_ms, "runs": found.runs,
             "complete": found.complete, "replay": found.options.replay_command()}))
