@@ -4,10 +4,14 @@ a producer and a reader per set.
 One seed fixes everything (the topology, fault rates, every delay, drop, partition, crash, put
 and read); time is a virtual millisecond clock and every event sits in one heap ordered by
 (time, sequence), so a run replays exactly. A failure prints its seed, the replay command and
-the last trace lines:
+the last trace lines; `--minimise` searches the same seed for a smaller run that fails the same
+way (tests/sim/cluster_minimise.py: fewer faults, `--only-faults`; no noise; a shorter fault
+phase) and prints its replay command and whole trace:
 
     python3 build.py sim --cluster --seed S [--trace]
     python3 build.py sim --cluster --seeds N [--sets 1|2] [--replicas 2|3|4] [--json]
+    python3 build.py sim --cluster --seed S --minimise [--minimise-runs-max N]
+    python3 build.py sim --cluster --seed S --only-faults 3,7 [--no-noise] [--no-torn-writes]
 
 Topology: each seed draws 1 set (75 %) or 2, and 2, 3 or 4 brokers per set, from a stream of
 its own (`--sets` / `--replicas` force them); every set registers at the same 3 controllers.
