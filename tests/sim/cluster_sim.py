@@ -374,6 +374,14 @@ class ClusterOptions:
                 f"{smaller} --trace")
 
 
+    def minimise_hint(self) -> str:
+        """The failure message's last line: how to minimise this run (if the seed's own)."""
+        if self.only_faults is not None or not self.noise or not self.torn_writes:
+            return ""
+        command = self.replay_command().removesuffix(" --trace")
+        return f"\n  minimise: {command} --minimise"
+
+
 def format_ordinals(ordinals: Iterable[int]) -> str:
     """--only-faults' value: "3,7", or "none" for no fault at all."""
     return ",".join(map(str, sorted(ordinals))) or "none"
@@ -1397,7 +1405,8 @@ class ClusterSim:
         trace = "\n    ".join(self.trace_lines)
         raise SimFailure(f"seed {self.options.seed}: {what} (at {self.now_ms} ms, event "
                          f"{self.events})\n  options: {self.options}\n  last events:\n    "
-                         f"{trace}\n  replay: {self.options.replay_command()}",
+                         f"{trace}\n  replay: {self.options.replay_command()}"
+                         f"{self.options.minimise_hint()}",
                          kind=kind, at_ms=self.now_ms, faults=tuple(self.faults_injected))
 
     def next_fault(self, what: str, **effect: Any) -> InjectedFault | None:
