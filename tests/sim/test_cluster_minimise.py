@@ -10,6 +10,7 @@ and replayed with the simulator's own parser.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 
@@ -64,7 +65,7 @@ def test_the_minimising_options_change_nothing_when_not_given() -> None:
 def test_only_faults_takes_ordinals() -> None:
     assert parse_ordinals("3,7") == {3, 7} and parse_ordinals("none") == frozenset()
     for bad in ("x", "0", "", "3,-1"):
-        with pytest.raises(Exception, match="--only-faults"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--only-faults"):
             parse_ordinals(bad)
 
 
@@ -138,7 +139,7 @@ def test_the_run_limit_ends_the_search_with_the_smallest_failure_so_far() -> Non
 @pytest.mark.usefixtures("master_acks_alone")
 def test_the_command_prints_the_minimised_faults_replay_and_trace(
         capsys: pytest.CaptureFixture[str]) -> None:
-    options, original = first_failing_seed(faults_min=3)
+    _, original = first_failing_seed(faults_min=3)
     # the failure names the command that minimises it
     hint = str(original).splitlines()[-1].strip()
     assert hint.startswith("minimise: python3 build.py sim --cluster --seed "), hint
