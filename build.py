@@ -9,10 +9,14 @@
     python3 build.py sim [--seeds N] [--seed S --trace]  Raft simulation search / one replay
     python3 build.py sim --cluster [--seeds N | --minutes M] [--seed S --trace] [--json]
                       [--disk engine] [--sets 1|2] [--replicas 2|3|4]
+                      [--only-faults 3,7] [--no-noise] [--no-torn-writes]
                                       whole-cluster simulation (tests/sim/cluster_sim.py; with
                                       --disk engine the brokers run the real storage engine on
                                       a simulated disk; the topology is drawn from each seed
-                                      unless forced)
+                                      unless forced; --only-faults etc.: a smaller run)
+    python3 build.py sim --cluster --seed S --minimise [--minimise-runs-max N]
+                                      a failing seed's smallest failing run: fewer faults, no
+                                      noise, a shorter fault phase (tests/sim/cluster_minimise.py)
     python3 build.py sim --store [--seeds N | --minutes M] [--seed S] [--json]
                                       crash schedules of one real store on a simulated disk
                                       (tests/sim/store_sim.py)
@@ -158,7 +162,8 @@ def sim(args: list[str]) -> int:
     python = setup()
     module = "tests.sim.raft_sim"
     if "--cluster" in args:
-        module = "tests.sim.cluster_sim"
+        # --minimise drives the cluster simulation from its own module
+        module = "tests.sim.cluster_minimise" if "--minimise" in args else "tests.sim.cluster_sim"
         args = [arg for arg in args if arg != "--cluster"]
     elif "--store" in args:
         module = "tests.sim.store_sim"

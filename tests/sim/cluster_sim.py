@@ -4,10 +4,14 @@ a producer and a reader per set.
 One seed fixes everything (the topology, fault rates, every delay, drop, partition, crash, put
 and read); time is a virtual millisecond clock and every event sits in one heap ordered by
 (time, sequence), so a run replays exactly. A failure prints its seed, the replay command and
-the last trace lines:
+the last trace lines; `--minimise` searches the same seed for a smaller run that fails the same
+way (tests/sim/cluster_minimise.py: fewer faults, `--only-faults`; no noise; a shorter fault
+phase) and prints its replay command and whole trace:
 
     python3 build.py sim --cluster --seed S [--trace]
     python3 build.py sim --cluster --seeds N [--sets 1|2] [--replicas 2|3|4] [--json]
+    python3 build.py sim --cluster --seed S --minimise [--minimise-runs-max N]
+    python3 build.py sim --cluster --seed S --only-faults 3,7 [--no-noise] [--no-torn-writes]
 
 Topology: each seed draws 1 set (75 %) or 2, and 2, 3 or 4 brokers per set, from a stream of
 its own (`--sets` / `--replicas` force them); every set registers at the same 3 controllers.
@@ -222,7 +226,47 @@ def quorum_settings(rule: str, replicas: int) -> QuorumSettings:
 
 
 class SimFailure(AssertionError):
-    """An invariant broke; the message names the seed, the replay command and a trace."""
+    """An invariant broke; the message names the seed, the replay command and a trace.
+
+    `kind` names the invariant (one of VIOLATIONS: what a minimised run must still break),
+    `at_ms` the virtual time, `faults` the faults injected before it."""
+
+    def __init__(self, message: str, *, kind: str, at_ms: int,
+                 faults: tuple[InjectedFault, ...]) -> None:
+        super().__init__(message)
+        assert kind in VIOLATIONS, kind
+        self.kind = kind
+        self.at_ms = at_ms
+        self.faults = faults
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InjectedFault:
+    """One fault a run drew: its ordinal (what --only-faults names) and what it does."""
+
+    ordinal: int  # 1, 2, ... in the order the run drew its faults
+    at_ms: int
+    what: str  # as the trace says it
+    cuts: frozenset[tuple[str, str]] = frozenset()  # a partition's cut links (from, to)
+    heal_after_ms: int = 0  # a partition's: then every cut heals (heal_some)
+    crash: str | None = None  # the process crashed
+
+
+# The kinds of invariant violation (SimFailure.kind): a minimised seed must break the same one.
+VIOLATIONS = (
+    "ack-lost",  # a PUT_OK'd record lost or changed on the serving master
+    "ack-not-read-back",  # the reader's read-back at the end misses a PUT_OK'd record
+    "read-changed",  # a queue offset read differently later
+    "read-out-of-order",
+    "read-past-confirm",  # a broker served a record past its confirm position
+    "read-corrupt",  # a broker served (or would show) a corrupt record
+    "replicas-differ",  # two replicas differ in a whole record below the confirm position
+    "confirm-past-end", "confirm-back", "epoch-back", "controller-epoch-back",
+    "two-masters", "epoch-reused",  # one master per epoch; one log per epoch
+    "unclean-election",  # a master from outside the SyncStateSet
+    "refused-master-bytes",  # --disk engine: a slave's engine refused its master's bytes
+    "liveness",  # no master (to read from) after healing
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -251,11 +295,30 @@ class ClusterOptions:
     bit_flip_probability: float = 0.0  # per file at a crash (--disk engine only)
     fsync_failure_probability: float = 0.0  # per fsync (--disk engine only): fail-stop
     disk: str = "model"  # "model": SimLog; "engine": the storage engine on a SimFileSystem
+    # What a minimisation varies (tests/sim/cluster_minimise.py); the defaults are the seed's
+    # own run. `only_faults`: the faults (partitions, crashes, fsync failures: InjectedFault,
+    # numbered 1, 2, ... in the order the run draws them) that happen; the others are drawn
+    # and left out (None: every one). Every fault kept: the seed's own run, step for step. A
+    # fault left out has had its own draws (so the next fault is drawn from the same point of
+    # the stream), but not its effect nor what that would have drawn (a heal time, a restart,
+    # link closes, the messages it would have cut): the run differs from there on, and a
+    # later ordinal may name another fault than in the seed's own run. A set of ordinals
+    # replays exactly, which is all minimising needs. (Replaying the seed's own k-th fault
+    # as data instead, same target and times, minimised worse: 32 faults of 6 failing seeds
+    # to 21, against 16 this way: a fault drawn anew hits the master of the run it is in.)
+    # `noise` off: no message drops, duplicates or long delays; `torn_writes` off: a crash
+    # drops exactly the unsynced bytes (no torn write or flipped bit).
+    only_faults: frozenset[int] | None = None
+    noise: bool = True
+    torn_writes: bool = True
 
     @classmethod
     def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack", *,
                   partial: bool = False, disk: str = "model", sets: int | None = None,
-                  replicas: int | None = None) -> ClusterOptions:
+                  replicas: int | None = None, only_faults: Iterable[int] | None = None,
+                  noise: bool = True, torn_writes: bool = True) -> ClusterOptions:
+        """The seed's run, or (with only_faults, noise, torn_writes) a smaller one: the draws
+        here are the same either way, the probabilities turned off are zeroed afterwards."""
         # the topology has its own stream: the fault draws below are those of older versions
         shape = random.Random(seed ^ 0x5E75)
         set_count = sets or (2 if shape.random() < TWO_SETS_PROBABILITY else 1)
@@ -265,7 +328,7 @@ class ClusterOptions:
             raise ValueError(f"--replicas must be one of {REPLICAS}, not {replicas}")
         sizes = tuple(replicas or shape.choice(REPLICAS) for _ in range(set_count))
         rng = random.Random(seed ^ 0xC1A5)
-        return cls(seed=seed, duration_ms=duration_ms,
+        drawn = cls(seed=seed, duration_ms=duration_ms,
                    drop_probability=rng.choice((0.0, 0.01, 0.05)),
                    duplicate_probability=rng.choice((0.0, 0.05)),
                    long_delay_probability=rng.choice((0.0, 0.05, 0.2)),
@@ -278,6 +341,22 @@ class ClusterOptions:
                    bit_flip_probability=rng.choice((0.0, 0.5)),
                    fsync_failure_probability=rng.choice((0.0, 0.0, 0.002)), disk=disk,
                    replicas=sizes, forced_sets=sets, forced_replicas=replicas)
+        return drawn.smaller(only_faults=only_faults, noise=noise, torn_writes=torn_writes)
+
+    def smaller(self, *, only_faults: Iterable[int] | None, noise: bool, torn_writes: bool
+                ) -> ClusterOptions:
+        """These options with faults left out (see the fields `only_faults`, `noise`,
+        `torn_writes`); from the seed's own probabilities, never from a smaller run's."""
+        changes: dict[str, Any] = {
+            "only_faults": None if only_faults is None else frozenset(only_faults),
+            "noise": noise, "torn_writes": torn_writes}
+        if not noise:
+            changes.update(drop_probability=0.0, duplicate_probability=0.0,
+                           long_delay_probability=0.0)
+        if not torn_writes:
+            changes.update(torn_write_probability=0.0, bit_flip_probability=0.0)
+        assert self.noise and self.torn_writes, "smaller() starts from the seed's options"
+        return dataclasses.replace(self, **changes)
 
     def replay_command(self) -> str:
         quorum = "" if self.quorum == "all-ack" else f" --quorum {self.quorum}"
@@ -285,9 +364,42 @@ class ClusterOptions:
         disk = "" if self.disk == "model" else f" --disk {self.disk}"
         sets = "" if self.forced_sets is None else f" --sets {self.forced_sets}"
         replicas = "" if self.forced_replicas is None else f" --replicas {self.forced_replicas}"
+        smaller = ""
+        if self.only_faults is not None:
+            smaller += f" --only-faults {format_ordinals(self.only_faults)}"
+        smaller += ("" if self.noise else " --no-noise") + (
+            "" if self.torn_writes else " --no-torn-writes")
         return (f"python3 build.py sim --cluster --seed {self.seed} "
-                f"--duration-ms {self.duration_ms}{quorum}{partial}{disk}{sets}{replicas} "
-                "--trace")
+                f"--duration-ms {self.duration_ms}{quorum}{partial}{disk}{sets}{replicas}"
+                f"{smaller} --trace")
+
+
+    def minimise_hint(self) -> str:
+        """The failure message's last line: how to minimise this run (if the seed's own)."""
+        if self.only_faults is not None or not self.noise or not self.torn_writes:
+            return ""
+        command = self.replay_command().removesuffix(" --trace")
+        return f"\n  minimise: {command} --minimise"
+
+
+def format_ordinals(ordinals: Iterable[int]) -> str:
+    """--only-faults' value: "3,7", or "none" for no fault at all."""
+    return ",".join(map(str, sorted(ordinals))) or "none"
+
+
+def parse_ordinals(text: str) -> frozenset[int]:
+    """--only-faults "3,7" (or "none"): fault ordinals, counted from 1."""
+    if text.strip().lower() == "none":
+        return frozenset()
+    try:
+        ordinals = frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--only-faults takes fault ordinals like 3,7 (or none), not {text!r}") from None
+    if not ordinals or min(ordinals) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--only-faults takes fault ordinals from 1 on (or none), not {text!r}")
+    return ordinals
 
 
 def make_record(msg_id: int) -> bytes:
@@ -582,7 +694,8 @@ class SimBroker:
                 torn_write_probability=options.torn_write_probability,
                 bit_flip_probability=options.bit_flip_probability,
                 sync_failure_probability=options.fsync_failure_probability),
-                lambda: sim.now_ms)
+                lambda: sim.now_ms,
+                sync_failure_allowed=lambda: sim.fsync_failure_drawn(name))
         self.incarnation = 0
         self.alive = False
         self.start()
@@ -853,7 +966,8 @@ class SimBroker:
                 try:
                     log.dispatch()
                 except ReplicatedDataError as err:  # ha/slave_service.py refuses the link
-                    self.sim.fail(f"{self.name} refused its master's bytes: {err}")
+                    self.sim.fail(f"{self.name} refused its master's bytes: {err}",
+                                  kind="refused-master-bytes")
             elif isinstance(effect, (ApplyMetadata, MasterKnown)):
                 pass
             else:
@@ -865,7 +979,8 @@ class SimBroker:
         try:
             records = self.log.read_records(queue_offset, count_max)
         except CorruptRecordError as err:  # the engine met bytes that are not a whole record
-            self.sim.fail(f"{self.name} served a corrupt record to a reader: {err}")
+            self.sim.fail(f"{self.name} served a corrupt record to a reader: {err}",
+                          kind="read-corrupt")
         check_served(self, records)
         self.sim.send(self.name, src, ("read_reply", request_id, queue_offset, records))
 
@@ -950,7 +1065,8 @@ def check_served(broker: SimBroker, records: list[tuple[int, int, bytes]]) -> No
     for position, end, _ in records:
         if end > confirm:
             broker.sim.fail(f"{broker.name} served the record at log_position {position} "
-                            f"ending at {end}, past its confirm position {confirm}")
+                            f"ending at {end}, past its confirm position {confirm}",
+                            kind="read-past-confirm")
 
 
 class ClusterChecker:
@@ -969,8 +1085,8 @@ class ClusterChecker:
         self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
         self.checked_signature: list[tuple[int, int]] = []
 
-    def fail(self, what: str) -> None:
-        self.sim.fail(what)
+    def fail(self, what: str, *, kind: str) -> None:
+        self.sim.fail(what, kind=kind)
 
     def on_controller_apply(self, node_id: int, command: Command, before: ReplicaInfo | None,
                             after: ReplicaInfo | None) -> None:
@@ -979,7 +1095,7 @@ class ClusterChecker:
         key = (node_id, after.broker_name)
         if after.master_epoch < self.controller_epoch.get(key, 0):
             self.fail(f"controller {node_id}: master epoch of {after.broker_name} went back to "
-                      f"{after.master_epoch}")
+                      f"{after.master_epoch}", kind="controller-epoch-back")
         self.controller_epoch[key] = after.master_epoch
         if (isinstance(command, ElectMaster) and before is not None
                 and after.master_epoch > before.master_epoch and before.master_epoch > 0
@@ -987,19 +1103,19 @@ class ClusterChecker:
                 and command.new_master_broker_id not in before.sync_state_set):
             self.fail(f"controller {node_id} elected {command.new_master_broker_id}, not in "
                       f"the SyncStateSet {before.sync_state_set} of {after.broker_name} "
-                      f"(epoch {before.master_epoch})")
+                      f"(epoch {before.master_epoch})", kind="unclean-election")
 
     def on_serving(self, broker: SimBroker, epoch: int) -> None:
         known = self.masters.setdefault((broker.set_name, epoch), broker.name)
         if known != broker.name:
             self.fail(f"two masters of epoch {epoch} in {broker.set_name}: {known} and "
-                      f"{broker.name}")
+                      f"{broker.name}", kind="two-masters")
         # one log per epoch: a restarted process may have lost a tail its slaves hold, so
         # it never serves the epoch its previous incarnation served (ha/role_core.py REELECT)
         opened = self.opened.setdefault((broker.set_name, epoch), broker.incarnation)
         if opened != broker.incarnation:
             self.fail(f"{broker.name} serves epoch {epoch} again after a restart (one log "
-                      "per epoch)")
+                      "per epoch)", kind="epoch-reused")
         self.serving[broker.name] = epoch
         self.check_acked(broker, f"{broker.name} took over epoch {epoch}")
 
@@ -1030,28 +1146,31 @@ class ClusterChecker:
                       f"acked in epoch {epoch}) lost or changed on {broker.name} of "
                       f"{broker.set_name}, master of "
                       f"epoch {self.serving.get(broker.name)}, when {when}: "
-                      f"{held.hex() or 'absent'}")
+                      f"{held.hex() or 'absent'}", kind="ack-lost")
 
     def check_broker(self, broker: SimBroker) -> None:
         log = broker.log
         if log.confirm > log.end:
-            self.fail(f"{broker.name}: confirm {log.confirm} past its log end {log.end}")
+            self.fail(f"{broker.name}: confirm {log.confirm} past its log end {log.end}",
+                      kind="confirm-past-end")
         if log.confirm < broker.confirm_seen:
-            self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}")
+            self.fail(f"{broker.name}: confirm went back {broker.confirm_seen} -> {log.confirm}",
+                      kind="confirm-back")
         broker.confirm_seen = log.confirm
         try:
             visible = log.visible_end()
         except CorruptRecordError as err:
-            self.fail(f"{broker.name}: the last record a reader can see is corrupt: {err}")
+            self.fail(f"{broker.name}: the last record a reader can see is corrupt: {err}",
+                      kind="read-corrupt")
         if visible > log.confirm:
             self.fail(f"{broker.name}: a reader sees a record ending at {visible}, past the "
-                      f"confirm position {log.confirm}")
+                      f"confirm position {log.confirm}", kind="read-past-confirm")
         # The epoch file only grows, except where bytes are cut (fork truncation, a crash
         # that drops the data after an entry): then it restarts from what is left.
         last = log.epochs[-1].epoch if log.epochs else 0
         seen_version, seen_epoch = self.epoch_seen.get(broker.name, (log.version, 0))
         if seen_version == log.version and last < seen_epoch:
-            self.fail(f"{broker.name}: epoch went back to {last}")
+            self.fail(f"{broker.name}: epoch went back to {last}", kind="epoch-back")
         self.epoch_seen[broker.name] = (log.version, last)
 
     def check_all(self) -> None:
@@ -1074,7 +1193,7 @@ class ClusterChecker:
                 if left != right:
                     if self.whole_record_differs(a, b, done, below, left, right):
                         self.fail(f"{a.name} and {b.name} differ below the confirm position "
-                                  f"{below}")
+                                  f"{below}", kind="replicas-differ")
                     continue  # only a partial record straddling `below`: compare it again
             self.compared[key] = ((a.log.version, b.log.version), max(done, below))
 
@@ -1189,12 +1308,13 @@ class SimReader:
                     self.sim.fail(f"READ CHANGED: {self.name} read queue offset {k} of "
                                   f"{self.set_name} as {body.hex()} at log_position {position} "
                                   f"from {src}, but {known[2].hex()} at {known[0]} from "
-                                  f"{known[3]} before")
+                                  f"{known[3]} before", kind="read-changed")
             elif k == len(self.records):
                 if self.records and position < self.records[-1][1]:
                     self.sim.fail(f"{self.name} read queue offset {k} at log_position "
                                   f"{position} from {src}, before the end of offset {k - 1} "
-                                  f"({self.records[-1][1]}): not in log order")
+                                  f"({self.records[-1][1]}): not in log order",
+                                  kind="read-out-of-order")
                 self.records.append((position, end, body, src))
 
     def read_to_the_end(self) -> None:
@@ -1204,7 +1324,7 @@ class SimReader:
         sim = self.sim
         master = sim.checker.top_master(self.set_name)
         if master is None:
-            sim.fail(f"{self.set_name}: no master to read from after the run")
+            sim.fail(f"{self.set_name}: no master to read from after the run", kind="liveness")
             return
         offset = 0
         while records := master.log.read_records(offset, 256):
@@ -1215,7 +1335,7 @@ class SimReader:
             sim.fail(f"READ CHANGED: {self.name} read queue offset {offset} of {self.set_name} "
                      f"({body.hex()} at log_position {position}) from {src}, but the master "
                      f"{master.name} has nothing there after the run (confirm "
-                     f"{master.log.confirm})")
+                     f"{master.log.confirm})", kind="read-changed")
         read = {position: body for position, _, body, _ in self.records}
         for msg_id, (position, epoch) in sim.checker.acked[self.set_name].items():
             if read.get(position) != make_record(msg_id):
@@ -1224,7 +1344,7 @@ class SimReader:
                          f"(log_position {position}, acked in epoch {epoch}) of {self.set_name}: "
                          f"{self.name} read {got.hex() if got else 'nothing'} there from "
                          f"{master.name} (confirm {master.log.confirm}, log end "
-                         f"{master.log.end})")
+                         f"{master.log.end})", kind="ack-not-read-back")
 
 
 # -- the simulation ---------------------------------------------------------------------------
@@ -1241,6 +1361,8 @@ class ClusterSim:
         self.crashes = 0
         self.fsync_failures = 0
         self.partitions = 0
+        self.fault_ordinal = 0  # faults drawn so far
+        self.faults_injected: list[InjectedFault] = []
         self._print = trace
         self.trace_lines: deque[str] = deque(maxlen=TRACE_KEPT)
         self.cuts: set[tuple[str, str]] = set()
@@ -1278,17 +1400,48 @@ class ClusterSim:
                         for set_name in self.set_names}
 
     # plumbing
-    def fail(self, what: str) -> None:
+    def fail(self, what: str, *, kind: str) -> None:
+        """Raise SimFailure: `kind` is one of VIOLATIONS (what a minimised run must break)."""
         trace = "\n    ".join(self.trace_lines)
         raise SimFailure(f"seed {self.options.seed}: {what} (at {self.now_ms} ms, event "
                          f"{self.events})\n  options: {self.options}\n  last events:\n    "
-                         f"{trace}\n  replay: {self.options.replay_command()}")
+                         f"{trace}\n  replay: {self.options.replay_command()}"
+                         f"{self.options.minimise_hint()}",
+                         kind=kind, at_ms=self.now_ms, faults=tuple(self.faults_injected))
+
+    def next_fault(self, what: str, **effect: Any) -> InjectedFault | None:
+        """A fault just drawn (the next ordinal), or None if options.only_faults leaves it
+        out (see there: its draws are made, its effect is not)."""
+        self.fault_ordinal += 1
+        fault = InjectedFault(self.fault_ordinal, self.now_ms, what, **effect)
+        only = self.options.only_faults
+        if only is not None and fault.ordinal not in only:
+            self.trace(f"fault {fault.ordinal} left out: {what}")
+            return None
+        self.faults_injected.append(fault)
+        self.trace(f"fault {fault.ordinal}: {what}")
+        return fault
+
+    def inject(self, fault: InjectedFault | None) -> None:
+        """A partition's or a crash's effect (a failing fsync's is the disk's)."""
+        if fault is None:
+            return
+        if fault.cuts:
+            self.cuts.update(fault.cuts)
+            self.partitions += 1
+            self.at(fault.heal_after_ms, self.heal_some)
+        if fault.crash is not None:
+            self.crash(fault.crash)
 
     def trace(self, text: str) -> None:
         line = f"{self.now_ms:>6} ms  {text}"
         self.trace_lines.append(line)
         if self._print:
             print(line)
+
+    def fsync_failure_drawn(self, broker: str) -> bool:
+        """The disk of `broker` drew a failing fsync (--disk engine): a fault. Does it fail?"""
+        return self.next_fault(f"fsync fails on {broker}") is not None
 
     def next_id(self) -> int:
         self._ids += 1
@@ -1446,11 +1599,10 @@ class ClusterSim:
                         for b in [*self.controllers, *self.brokers] if b not in pair]
             else:
                 cuts = shape_cuts([*self.controllers, *self.brokers], shape, rng.random())
-            for a, b in cuts:
-                self.cuts.update(((a, b), (b, a)))
-            self.partitions += 1
-            self.trace(f"partition: {shape}, cut {sorted(cuts)}")
-            self.at(rng.randint(200, 2000), self.heal_some)
+            self.inject(self.next_fault(
+                f"partition: {shape}, cut {sorted(cuts)}",
+                cuts=frozenset(pair for a, b in cuts for pair in ((a, b), (b, a))),
+                heal_after_ms=rng.randint(200, 2000)))
         elif roll < options.partition_probability:
             names = [*self.controllers, *self.brokers]
             victim = rng.choice(names)
@@ -1458,23 +1610,20 @@ class ClusterSim:
                 victim = self.some_master(victim)
             one_way = rng.random() < 0.3
             producer_too = rng.random() < 0.5  # else the producers still reach it
-            for other in [*names, *(self.producers if producer_too else [])]:
-                if other != victim:
-                    self.cuts.add((victim, other))
-                    if not one_way:
-                        self.cuts.add((other, victim))
-            self.partitions += 1
-            self.trace(f"partition: {victim} cut off{' (one way)' if one_way else ''}"
-                       f"{'' if producer_too else ', the producer still reaches it'}")
-            self.at(rng.randint(200, 2000), self.heal_some)
+            others = [o for o in [*names, *(self.producers if producer_too else [])]
+                      if o != victim]
+            self.inject(self.next_fault(
+                f"partition: {victim} cut off{' (one way)' if one_way else ''}"
+                f"{'' if producer_too else ', the producer still reaches it'}",
+                cuts=frozenset([(victim, o) for o in others]
+                               + ([] if one_way else [(o, victim) for o in others])),
+                heal_after_ms=rng.randint(200, 2000)))
         elif roll < options.partition_probability + options.crash_probability:
             name = rng.choice([*self.controllers, *self.brokers])
             if rng.random() < 0.5:
                 name = self.some_master(name)
-            target = self.process(name)
-            if target.alive:
-                self.trace(f"crash: {name}")
-                self.crash(name)
+            if self.process(name).alive:
+                self.inject(self.next_fault(f"crash: {name}", crash=name))
 
     def crash(self, name: str) -> None:
         rng, target = self.rng, self.process(name)
@@ -1559,20 +1708,28 @@ class ClusterSim:
             serving = [b for b in self.set_brokers(set_name)
                        if b.master is not None and not b.fenced]
             if not serving:
-                self.fail(f"{set_name}: no master {HEAL_MS} ms after healing (liveness)")
+                self.fail(f"{set_name}: no master {HEAL_MS} ms after healing (liveness)",
+                          kind="liveness")
             top = max(serving, key=lambda b: b.master.master_epoch if b.master else 0)
             self.checker.check_acked(top, "the run ended")
 
 
 def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
              quorum: str = "all-ack", partial: bool = False, disk: str = "model",
-             sets: int | None = None, replicas: int | None = None) -> dict[str, int]:
-    """One seeded run; the cores' own log lines are silenced (the trace tells the story)."""
+             sets: int | None = None, replicas: int | None = None,
+             only_faults: Iterable[int] | None = None, noise: bool = True,
+             torn_writes: bool = True) -> dict[str, int]:
+    """One seeded run (only_faults, noise, torn_writes: see ClusterOptions)."""
+    return run_options(ClusterOptions.from_seed(
+        seed, duration_ms, quorum, partial=partial, disk=disk, sets=sets, replicas=replicas,
+        only_faults=only_faults, noise=noise, torn_writes=torn_writes), trace=trace)
+
+
+def run_options(options: ClusterOptions, *, trace: bool = False) -> dict[str, int]:
+    """One run; the cores' own log lines are silenced (the trace tells the story)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
-        options = ClusterOptions.from_seed(seed, duration_ms, quorum, partial=partial,
-                                           disk=disk, sets=sets, replicas=replicas)
         # a failed fsync ends the broker in the simulation, not this process
         handler = set_fsync_failure_handler(lambda err, path: None)
         try:
@@ -1583,8 +1740,9 @@ def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
         logging.disable(previous)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="build.py sim --cluster")
+def build_parser(prog: str = "build.py sim --cluster") -> argparse.ArgumentParser:
+    """The options of a run (also tests/sim/cluster_minimise.py's, which adds its own)."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--first", type=int, default=1)
@@ -1605,7 +1763,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk", choices=("model", "engine"), default="model",
                         help="the brokers' log: a byte model, or the real storage engine on a "
                              "simulated disk")
+    parser.add_argument("--only-faults", type=parse_ordinals, default=None, metavar="3,7|none",
+                        help="only these injected faults (partitions, crashes, fsync failures; "
+                             "numbered from 1 in the order drawn) happen; the rest are left out "
+                             "(what --minimise prints)")
+    parser.add_argument("--no-noise", action="store_true",
+                        help="no message drops, duplicates or long delays")
+    parser.add_argument("--no-torn-writes", action="store_true",
+                        help="a crash drops exactly the unsynced bytes: no torn write, no "
+                             "flipped bit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    parser.add_argument("--minimise", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.minimise:  # its own module (it drives this one): build.py routes it there
+        parser.error("--minimise runs as `python3 build.py sim --cluster --seed S --minimise` "
+                     "(python -m tests.sim.cluster_minimise)")
     if args.seed is not None:
         seeds: Iterable[int] = [args.seed]
     elif args.minutes is not None:
@@ -1627,7 +1803,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum,
                              partial=args.partial, disk=args.disk, sets=args.sets,
-                             replicas=args.replicas)
+                             replicas=args.replicas, only_faults=args.only_faults,
+                             noise=not args.no_noise, torn_writes=not args.no_torn_writes)
             steps += stats["events"]
             acks += stats["acks"]
         except SimFailure as failure:

@@ -57,8 +57,10 @@ class EngineLog:
     segment_size_bytes = ENGINE_CONFIG.commit_log_segment_size_bytes
 
     def __init__(self, name: str, rng: random.Random, faults: SimDiskFaults,
-                 clock_ms: Callable[[], int]) -> None:
-        self.fs = SimFileSystem(rng, faults, clock_ms=clock_ms)
+                 clock_ms: Callable[[], int], *,
+                 sync_failure_allowed: Callable[[], bool] = lambda: True) -> None:
+        self.fs = SimFileSystem(rng, faults, clock_ms=clock_ms,
+                                sync_failure_allowed=sync_failure_allowed)
         self._faults = faults
         self._clock_ms = clock_ms
         self._directory = Path("/") / name / "store"

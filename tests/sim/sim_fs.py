@@ -12,7 +12,8 @@ no more (the way TigerBeetle's testing/storage.zig and LevelDB's fault_injection
   `torn_write_probability`) a random prefix does, its last write torn at a random byte; with
   `bit_flip_probability` one bit of the surviving unsynced bytes flips (a write the disk garbled
   on the way down). Open handles, maps and locks die with the process;
-- a sync may fail (`sync_failure_probability`, or `fail_next_syncs(n)`): it raises EIO and, as
+- a sync may fail (`sync_failure_probability`, unless `sync_failure_allowed` says no to that
+  draw: a minimised cluster run leaves some out; or `fail_next_syncs(n)`): it raises EIO and, as
   Linux does (PostgreSQL's "fsyncgate"), the unsynced writes it was asked to make durable are
   dropped from the write-back while the page cache keeps showing them, so a later sync
   "succeeds" over lost data: only fail-stop is safe.
@@ -192,9 +193,12 @@ class SimFileSystem:
     simulator is one thread."""
 
     def __init__(self, rng: random.Random, faults: SimDiskFaults = SimDiskFaults(), *,
-                 clock_ms: Callable[[], int] = lambda: 0) -> None:
+                 clock_ms: Callable[[], int] = lambda: 0,
+                 sync_failure_allowed: Callable[[], bool] = lambda: True) -> None:
         self.rng = rng
         self.faults = faults
+        # asked once a sync failure is drawn (so the draws stay the same): False, it succeeds
+        self._sync_failure_allowed = sync_failure_allowed
         self._clock_ms = clock_ms
         self.root = _Dir(0.0)
         self.root.durable = self.root.entries  # the root always exists
@@ -218,7 +222,8 @@ class SimFileSystem:
         if failing:
             self._failing_syncs -= 1
         elif self.faults.sync_failure_probability:
-            failing = self.rng.random() < self.faults.sync_failure_probability
+            failing = (self.rng.random() < self.faults.sync_failure_probability
+                       and self._sync_failure_allowed())
         if failing:
             self.stats.sync_failures += 1
             if inode is not None:  # fsyncgate: the dirty pages are marked clean, not written
