@@ -68,6 +68,7 @@ BENCHES = {
     "offsets": "tests/bench/bench_offsets.py",
     "topics": "tests/bench/bench_topics.py",
     "system_log": "tests/bench/bench_system_log.py",
+    "tcp_loss": "tests/bench/bench_tcp_loss.py",
 }
 
 
