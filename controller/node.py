@@ -449,7 +449,7 @@ class ControllerNode:
                     self.prefix, replica.broker_name, replica.master_broker_id,
                     replica.master_epoch, decision.broker_id)
         await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
-                                       decision.broker_id))
+                                       decision.broker_id, replica.sync_state_set_epoch))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -566,7 +566,8 @@ class ControllerNode:
             election.status == "MASTER_NOT_AVAILABLE" and replica.master_broker_id is not None
         ):
             result = await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
-                                                    election.broker_id))
+                                                    election.broker_id,
+                                                    replica.sync_state_set_epoch))
             return self._replica_reply(result.status, request.broker_name)
         return self._replica_reply(election.status, request.broker_name)
 
@@ -622,7 +623,8 @@ class ControllerNode:
             if chosen_heard is None or self.raft.term != term:
                 return self._replica_reply("ELECT_MASTER_FAILED", name)
             result = await self.propose(ElectMaster(name, current.master_epoch,
-                                                    election.broker_id))
+                                                    election.broker_id,
+                                                    current.sync_state_set_epoch))
             return self._replica_reply(result.status, name)
         finally:
             self._lease_holds.pop(name, None)  # after the commit: the old master is a slave

@@ -68,10 +68,17 @@ class ApplyBrokerId(JsonMessage):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ElectMaster(JsonMessage):
+    """Raise the master epoch with a new master (or none). `expected_sync_state_set_epoch` is
+    the SyncStateSet version the choice was made on: a change of the set committed between the
+    decision and this entry (a master shrinking it to itself, which may then ack alone) fences
+    the election, else it could pick a broker that left the set and lacks acknowledged puts
+    (sim seed 17012). None: entries written before the field existed, applied as they were."""
+
     KIND: ClassVar[str] = "elect_master"
     broker_name: str
     expected_master_epoch: int
     new_master_broker_id: int | None
+    expected_sync_state_set_epoch: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -231,6 +238,8 @@ class ControllerState:
             return ApplyResult("REPLICA_SET_NOT_FOUND")
         if command.expected_master_epoch != replica.master_epoch:
             return ApplyResult("FENCED_MASTER_EPOCH", replica.info())
+        if command.expected_sync_state_set_epoch not in (None, replica.sync_state_set_epoch):
+            return ApplyResult("FENCED_SYNC_STATE_SET_EPOCH", replica.info())
         new_master = command.new_master_broker_id
         if new_master is not None and new_master not in replica.ids():
             return ApplyResult("BROKER_NOT_REGISTERED", replica.info())

@@ -64,6 +64,27 @@ def test_elect_master_raises_both_epochs_and_resets_the_sync_state_set() -> None
     assert state.apply(ElectMaster("zz", 0, 1)).status == "REPLICA_SET_NOT_FOUND"
 
 
+def test_an_election_decided_on_an_older_sync_state_set_is_fenced() -> None:
+    """Sim seed 17012: a shrink of the SyncStateSet committed between an election's decision
+    and its commit must fence it (the chosen broker may have left the set, and the master may
+    have acked alone since); without the expected epoch (entries written before the field
+    existed) the command applies as it did."""
+    state = _state_with_three()
+    state.apply(ElectMaster("a", 0, 1))
+    assert state.apply(AlterSyncStateSet("a", **_alter(1, 1, (1, 2), 1))).status == "OK"
+    decided_on = _info(state)
+    assert decided_on.sync_state_set_epoch == 2
+    assert state.apply(AlterSyncStateSet("a", **_alter(1, 1, (1,), 2))).status == "OK"
+    stale = ElectMaster("a", 1, 2, expected_sync_state_set_epoch=2)
+    assert decode_command(encode_command(stale)) == stale
+    result = state.apply(stale)
+    assert result.status == "FENCED_SYNC_STATE_SET_EPOCH"
+    info = _info(state)
+    assert (info.master_broker_id, info.master_epoch, info.sync_state_set) == (1, 1, (1,))
+    assert state.apply(ElectMaster("a", 1, 1, expected_sync_state_set_epoch=3)).status == "OK"
+    assert state.apply(ElectMaster("a", 2, 3)).status == "OK"  # no expectation: as before
+
+
 def _alter(master_broker_id: int, master_epoch: int, sync_state_set: tuple[int, ...],
            sync_state_set_epoch: int) -> dict[str, object]:
     return {"master_broker_id": master_broker_id, "master_epoch": master_epoch,

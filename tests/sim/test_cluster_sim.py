@@ -149,6 +149,17 @@ def test_auto_isr_seed_3182_keeps_an_ack_met_outside_a_proposal_in_flight() -> N
     run_seed(3182, 6000, quorum="auto-isr", partial=True)
 
 
+def test_seed_17012_an_election_decided_on_an_older_sync_state_set_is_fenced() -> None:
+    """Found by the 100,000-seed campaign (one set of 3): the leader decided to elect b1
+    (broker 2, in the SyncStateSet (1, 2) of version 9) while the cut-off master's proposal to
+    shrink the set to itself, (1,), was already in the Raft log; both committed, the shrink
+    first, and the election raised the master epoch on a set that no longer held broker 2
+    (after the shrink the master may ack alone, so broker 2 may lack acknowledged puts). An
+    ElectMaster now carries the SyncStateSet epoch it was decided on, and applying it against
+    another one answers FENCED_SYNC_STATE_SET_EPOCH (the next scan decides again)."""
+    run_seed(17012, DURATION_MS)
+
+
 @pytest.mark.parametrize("first", range(1, ENGINE_SEEDS + 1, ENGINE_CHUNK))
 def test_seeds_hold_every_invariant_on_the_real_storage_engine(first: int) -> None:
     failures = []
