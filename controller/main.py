@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import logging.handlers
 import signal
@@ -128,6 +129,7 @@ def _tls_summary(config: ControllerConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    faulthandler.enable()  # a crash in native code (gRPC, Arrow) leaves its stacks in the log
     if not __debug__:
         print("rocketha-controller: refusing to run with python -O (asserts guard invariants)",
               file=sys.stderr)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import string
 import subprocess
 import sys
@@ -92,6 +93,7 @@ class Cluster:
     def __init__(self, directory: Path) -> None:
         self.directory = directory.resolve()
         self.manifest_path = self.directory / "cluster.json"
+        self._started: dict[str, subprocess.Popen[bytes]] = {}  # by this command, by name
 
     def load(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
@@ -163,7 +165,19 @@ class Cluster:
                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]),
             )
         Path(broker["pid_file"]).write_text(f"{process.pid}\n")
+        self._started[broker["name"]] = process
         return process.pid
+
+    def _exit_status(self, broker: dict[str, Any]) -> str:
+        """' (exit code N)' or ' (killed by SIGX)' for a broker this command started (a
+        crash in native code prints no Python traceback), else ''."""
+        process = self._started.get(broker["name"])
+        code = None if process is None else process.poll()
+        if code is None:
+            return ""
+        if code < 0:
+            return f" (killed by {signal.Signals(-code).name})"
+        return f" (exit code {code})"
 
     def wait_ready(self, broker: dict[str, Any]) -> None:
         deadline = time.monotonic() + BROKER_STARTUP_TIMEOUT_S
@@ -171,7 +185,8 @@ class Cluster:
         while time.monotonic() < deadline:
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
-                raise SystemExit(f"rocketha-cluster: {broker['name']} exited; log tail:\n{tail}")
+                raise SystemExit(f"rocketha-cluster: {broker['name']} exited"
+                                 f"{self._exit_status(broker)}; log tail:\n{tail}")
             if broker_info(endpoint, 1.0, client_tls(self.directory, self.load()),
                            cluster_auth.admin_credentials(self.directory)) is not None:
                 return

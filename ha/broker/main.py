@@ -10,6 +10,7 @@ checkpoint, remove the abort marker.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import logging.handlers
 import signal
@@ -36,6 +37,7 @@ logger = logging.getLogger("rocketha.broker")
 
 
 def main(argv: list[str] | None = None) -> int:
+    faulthandler.enable()  # a crash in native code (gRPC, Arrow) leaves its stacks in the log
     if not __debug__:
         print("rocketha-broker: refusing to run with python -O (asserts guard invariants)",
               file=sys.stderr)
