@@ -3,13 +3,17 @@
 Each process it starts has a pid file; these helpers read it, tell whether that pid is still a
 live process (a zombie, ours or an unreaped orphan's, counts as dead: a SIGKILLed process
 lingers as one until reaped), stop it (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), and pick
-free ports. Files that may hold a secret (configurations, the manifest with `--set` values) are
+free ports for listeners, below the kernel's ephemeral range: a port from that range can be
+taken by any outgoing connection between its choice and the bind, or while its process is
+down for a restart (a full test run saw a controller fail to start on "Address already in
+use"). Files that may hold a secret (configurations, the manifest with `--set` values) are
 written with `write_private_text`: mode 0600, also when the file existed with another mode.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import time
@@ -17,11 +21,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "pid_alive", "pid_from_file",
+__all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "listen_port_range", "pid_alive", "pid_from_file",
            "ports_in", "stop_pid_file", "write_private_text"]
 
 STOP_TIMEOUT_S = 20.0
 PORT_PICKS_MAX = 100
+LISTEN_PORTS_SPAN = 12_000  # listener ports: this many just below the ephemeral range
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 POLL_INTERVAL_S = 0.05
 
 
@@ -39,13 +45,30 @@ def free_port(taken: Iterable[int] = ()) -> int:
     """A port free now and not in `taken` (the kernel may hand out a port again as soon as the
     probing socket is closed, so ports chosen for one cluster are passed here)."""
     avoid = set(taken)
+    low, high = listen_port_range()
     for _ in range(PORT_PICKS_MAX):
+        port = random.randint(low, high)
+        if port in avoid:
+            continue
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in avoid:
-            return port
-    raise OSError(f"no free port outside {len(avoid)} taken ones in {PORT_PICKS_MAX} tries")
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+        return port
+    raise OSError(f"no free port in {low}-{high} outside {len(avoid)} taken ones in "
+                  f"{PORT_PICKS_MAX} tries")
+
+
+def listen_port_range() -> tuple[int, int]:
+    """The ports `free_port` picks from: LISTEN_PORTS_SPAN ports just below the kernel's
+    ephemeral range (ip_local_port_range; 32768 when unreadable), never below 1024."""
+    try:
+        ephemeral_low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32_768
+    high = max(ephemeral_low - 1, 2047)
+    return max(1024, high - LISTEN_PORTS_SPAN + 1), high
 
 
 def pid_alive(pid: int) -> bool:

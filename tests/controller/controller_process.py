@@ -8,7 +8,6 @@ restarts nodes by their own pid, and calls actions on a node or on whichever nod
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,12 @@ from typing import Any
 from pyarrow import flight
 
 from controller.signing import Credentials, action_target, sign_headers
+from ha.local_processes import free_port  # listener ports outside the ephemeral range
 from tests.controller.link_proxy import LinkProxy
 
 STARTUP_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 5.0
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def call(endpoint: str, action: str, body: dict[str, Any] | None = None,
@@ -104,8 +98,12 @@ class ControllerGroup:
                      str(self.conf(n))],
                     stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                 )
-        for n in [node_id] if node_id is not None else self.ids:
-            self._wait_answering(n)
+        try:
+            for n in [node_id] if node_id is not None else self.ids:
+                self._wait_answering(n)
+        except BaseException:
+            self.stop_all()  # no controller outlives a start that failed (or the next test
+            raise  # reports its Popen as still running)
         return self
 
     def _wait_answering(self, node_id: int) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,9 @@ from pathlib import Path
 from pyarrow import flight
 
 from connector.protocol.signing import Credentials, action_target, sign_headers
+from ha.local_processes import free_port  # listener ports outside the ephemeral range
 
 STARTUP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class BrokerProcess:

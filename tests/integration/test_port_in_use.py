@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ha.local_processes import free_port
 from tests.integration.operated_cluster import ROOT
 
 pytestmark = pytest.mark.integration
@@ -23,12 +24,6 @@ def taken_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _run(module: str, conf: Path) -> subprocess.CompletedProcess[str]:
@@ -45,7 +40,7 @@ def _one_error_line(result: subprocess.CompletedProcess[str], program: str) -> s
 
 @pytest.mark.parametrize("key", ["listenPort", "metricsPort"])
 def test_broker(tmp_path: Path, taken_port: int, key: str) -> None:
-    ports = {"listenPort": _free_port(), "metricsPort": _free_port(), key: taken_port}
+    ports = {"listenPort": free_port(), "metricsPort": free_port(), key: taken_port}
     conf = tmp_path / "broker.conf"
     conf.write_text(f"storePathRootDir={tmp_path / 'store'}\n"
                     + "".join(f"{name}={port}\n" for name, port in ports.items()))
@@ -55,10 +50,10 @@ def test_broker(tmp_path: Path, taken_port: int, key: str) -> None:
 
 @pytest.mark.parametrize("key", ["metricsPort", "consolePort"])
 def test_controller(tmp_path: Path, taken_port: int, key: str) -> None:
-    ports = {"metricsPort": _free_port(), "consolePort": _free_port(), key: taken_port}
+    ports = {"metricsPort": free_port(), "consolePort": free_port(), key: taken_port}
     conf = tmp_path / "controller.conf"
-    conf.write_text(f"controllerDLegerPeers=n1-127.0.0.1:{_free_port()}\n"
-                    f"controllerAddr=127.0.0.1:{_free_port()}\n"
+    conf.write_text(f"controllerDLegerPeers=n1-127.0.0.1:{free_port()}\n"
+                    f"controllerAddr=127.0.0.1:{free_port()}\n"
                     f"controllerStorePath={tmp_path / 'ctrl'}\n"
                     + "".join(f"{name}={port}\n" for name, port in ports.items()))
     line = _one_error_line(_run("controller", conf), "rocketha-controller:")
