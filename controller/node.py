@@ -448,8 +448,7 @@ class ControllerNode:
         logger.info("%s: %s has master %s (epoch %d), not alive or absent: proposes %s",
                     self.prefix, replica.broker_name, replica.master_broker_id,
                     replica.master_epoch, decision.broker_id)
-        await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
-                                       decision.broker_id, replica.sync_state_set_epoch))
+        await self.propose(ElectMaster.decided_on(replica, decision.broker_id))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -565,9 +564,7 @@ class ControllerNode:
         if election.status == "OK" or (
             election.status == "MASTER_NOT_AVAILABLE" and replica.master_broker_id is not None
         ):
-            result = await self.propose(ElectMaster(replica.broker_name, replica.master_epoch,
-                                                    election.broker_id,
-                                                    replica.sync_state_set_epoch))
+            result = await self.propose(ElectMaster.decided_on(replica, election.broker_id))
             return self._replica_reply(result.status, request.broker_name)
         return self._replica_reply(election.status, request.broker_name)
 
@@ -622,9 +619,7 @@ class ControllerNode:
                 wait_max_ms=self.config.heartbeat_timeout_ms)
             if chosen_heard is None or self.raft.term != term:
                 return self._replica_reply("ELECT_MASTER_FAILED", name)
-            result = await self.propose(ElectMaster(name, current.master_epoch,
-                                                    election.broker_id,
-                                                    current.sync_state_set_epoch))
+            result = await self.propose(ElectMaster.decided_on(current, election.broker_id))
             return self._replica_reply(result.status, name)
         finally:
             self._lease_holds.pop(name, None)  # after the commit: the old master is a slave

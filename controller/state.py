@@ -80,6 +80,13 @@ class ElectMaster(JsonMessage):
     new_master_broker_id: int | None
     expected_sync_state_set_epoch: int | None = None
 
+    @classmethod
+    def decided_on(cls, replica: ReplicaInfo, new_master_broker_id: int | None) -> ElectMaster:
+        """The election of `new_master_broker_id` chosen from `replica` as applied: fenced by
+        both its master epoch and its SyncStateSet epoch (every proposer builds it so)."""
+        return cls(replica.broker_name, replica.master_epoch, new_master_broker_id,
+                   replica.sync_state_set_epoch)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AlterSyncStateSet(JsonMessage):

@@ -622,8 +622,7 @@ class SimController:
             if decision is not None:
                 self.sim.trace(f"c{self.node_id} elects {decision.broker_id} in {set_name} "
                                f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
-                self.propose(ElectMaster(set_name, replica.master_epoch, decision.broker_id,
-                                         replica.sync_state_set_epoch),
+                self.propose(ElectMaster.decided_on(replica, decision.broker_id),
                              lambda result: None)
 
     def on_request(self, src: str, request_id: int, kind: str, body: Any) -> None:
