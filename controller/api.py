@@ -341,6 +341,12 @@ class BrokerHeartbeat(JsonMessage):
     # began, so its log may have lost a tail its slaves hold; the leader elects again at once
     # (a new epoch; this broker may win it again)
     master_epoch_abandoned: int = 0
+    # The echo of this controller's last reply to the broker (liveness.heartbeat_credit_ms):
+    # its `controller_ms` and `controller_clock`, and how long before making this heartbeat
+    # the broker received it (0, 0, 0: none, or an older broker)
+    echo_controller_ms: int = 0
+    echo_controller_clock: int = 0
+    echo_age_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -358,6 +364,14 @@ class HeartbeatReply(JsonMessage):
     # the version of the users and ACLs (AuthData): a broker whose copy is older fetches
     # them with get_auth_data
     auth_version: int = 0
+    # The controller's monotonic clock when it took the heartbeat, and an id of that clock
+    # (random per controller process): the broker echoes both in its next heartbeat
+    controller_ms: int = 0
+    controller_clock: int = 0
+    # The heartbeat counted as made this long before it arrived (it spent longer on the way
+    # than heartbeatTransitMaxMs allows): a master's lease from it starts this much earlier
+    # than its send time (liveness.heartbeat_credit_ms; 0 from an older controller)
+    credit_behind_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,6 +10,10 @@
                                                     node's own hosts in the two lists above)
     controllerStorePath=./store/controller-n1       Raft log, hard state and snapshots
     controllerHeartbeatTimeoutMs=3000               a broker silent this long is dead
+    heartbeatTransitMaxMs=                          a heartbeat longer on the way than this
+                                                    counts as heard this long after it was
+                                                    made (default: a third of the timeout;
+                                                    0 = at its arrival; controller/liveness.py)
     scanNotActiveBrokerIntervalMs=500               how often the leader looks for dead masters
     enableElectUncleanMaster=false                  elect outside the SyncStateSet (may lose data)
     raftTickIntervalMs=50                           one Raft tick
@@ -126,6 +130,8 @@ class ControllerConfig:
     bind_address: str = ""  # controllerBindAddress ("": each listener's advertised host)
     store_path: str = "./store/controller-n1"
     heartbeat_timeout_ms: int = 3000
+    # heartbeatTransitMaxMs (None: a third of heartbeat_timeout_ms; see transit_max_ms)
+    heartbeat_transit_max_ms: int | None = None
     scan_interval_ms: int = 500
     master_probe_timeout_ms: int = 500
     unclean_election_enabled: bool = False
@@ -182,8 +188,20 @@ class ControllerConfig:
         ):
             if not low <= value <= high:
                 raise ConfigError(key, f"{value} is outside [{low}, {high}]")
+        if (self.heartbeat_transit_max_ms is not None
+                and not 0 <= self.heartbeat_transit_max_ms < self.heartbeat_timeout_ms):
+            raise ConfigError("heartbeatTransitMaxMs",
+                              f"{self.heartbeat_transit_max_ms} must be at least 0 and below "
+                              f"controllerHeartbeatTimeoutMs ({self.heartbeat_timeout_ms})")
         if self.election_timeout_ticks <= self.heartbeat_interval_ticks:
             raise ConfigError("raftElectionTimeoutTicks", "must be > raftHeartbeatIntervalTicks")
+
+    @property
+    def transit_max_ms(self) -> int:
+        """heartbeatTransitMaxMs, its default filled in (liveness.heartbeat_credit_ms)."""
+        if self.heartbeat_transit_max_ms is None:
+            return self.heartbeat_timeout_ms // 3
+        return self.heartbeat_transit_max_ms
 
     @property
     def voter_ids(self) -> tuple[int, ...]:
@@ -253,6 +271,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "controllerBindAddress": ("bind_address", _bind_host),
     "controllerStorePath": ("store_path", str),
     "controllerHeartbeatTimeoutMs": ("heartbeat_timeout_ms", int),
+    "heartbeatTransitMaxMs": ("heartbeat_transit_max_ms", int),
     "scanNotActiveBrokerIntervalMs": ("scan_interval_ms", int),
     "masterProbeTimeoutMs": ("master_probe_timeout_ms", int),
     "enableElectUncleanMaster": ("unclean_election_enabled", _bool),

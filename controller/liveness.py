@@ -8,6 +8,19 @@ with them the topics they served, so a dead broker leaves the routes within the 
 Time is passed in (`now_ms`, a monotonic clock read by the shell). The table is bounded:
 at most `brokers_max` brokers (the oldest entry is evicted first).
 
+A late heartbeat is credited to when it was made, not when it arrived (`heartbeat_credit_ms`).
+Over a lossy link TCP retransmits with a doubling timeout, so a heartbeat can arrive seconds
+after it was made; counted at its arrival it kept a master alive that could neither reach its
+slaves nor answer its producers (chaos campaigns: elections 3.6-5.3 s after 60-80 % packet loss
+began on a master's host, against the 1.5 s timeout). Each reply carries the controller's clock
+(`controller_ms`, `controller_clock`); the broker's next heartbeat echoes it with the time since
+that reply arrived (`echo_age_ms`), so `echo_controller_ms + echo_age_ms` is, on this
+controller's clock, no later than the heartbeat was made (the reply's own way only adds). A
+heartbeat that arrives more than `transit_max_ms` after that bound counts as arriving at the
+bound plus `transit_max_ms`, and its reply says by how much (`credit_behind_ms`): the broker
+starts the master lease it grants that much earlier than its send time, so the lease still ends
+before the controller may count the master dead (the send time is at most the arrival).
+
 Routes for a topic: every replica set with an alive broker that reports the topic; queue
 counts and permission come from the master's report when it is alive, else from any alive
 member; addresses come from the replicated ReplicaInfo (master) and the alive table (slaves).
@@ -28,13 +41,29 @@ from controller.api import (
 )
 from controller.election import BrokerLiveness
 
-__all__ = ["LiveBroker", "LiveTable"]
+__all__ = ["LiveBroker", "LiveTable", "heartbeat_credit_ms"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LiveBroker:
     heartbeat: BrokerHeartbeat
     last_heartbeat_ms: int
+
+
+def heartbeat_credit_ms(heartbeat: BrokerHeartbeat, arrived_ms: int, *, clock: int,
+                        transit_max_ms: int) -> int:
+    """When `heartbeat`, arriving at `arrived_ms` at the controller whose clock id is `clock`,
+    counts as heard (module docstring): its arrival, or `transit_max_ms` after the latest time
+    it can have been made when it was on the way longer. No echo of this clock (a new broker,
+    an older one, or a reply of another controller process), an echo from the future (not
+    this clock after all) or `transit_max_ms` 0: its arrival, as before."""
+    if (transit_max_ms <= 0 or heartbeat.echo_controller_clock != clock
+            or heartbeat.echo_controller_ms <= 0 or heartbeat.echo_age_ms < 0):
+        return arrived_ms
+    made_no_earlier_ms = heartbeat.echo_controller_ms + heartbeat.echo_age_ms
+    if made_no_earlier_ms > arrived_ms:
+        return arrived_ms
+    return min(arrived_ms, made_no_earlier_ms + transit_max_ms)
 
 
 class LiveTable:
@@ -44,13 +73,20 @@ class LiveTable:
         self.brokers_max = brokers_max
         self._brokers: dict[tuple[str, int], LiveBroker] = {}
 
-    def heartbeat(self, heartbeat: BrokerHeartbeat, now_ms: int) -> None:
+    def heartbeat(self, heartbeat: BrokerHeartbeat, now_ms: int,
+                  credited_ms: int | None = None) -> None:
+        """Record `heartbeat`, arrived at `now_ms`, as heard at `credited_ms` (default: its
+        arrival; see heartbeat_credit_ms). A late one never moves the broker's last heard
+        time back; its report replaces the older one (it was made after it)."""
         key = (heartbeat.broker_name, heartbeat.broker_id)
-        self._brokers.pop(key, None)
+        heard_ms = now_ms if credited_ms is None else credited_ms
+        previous = self._brokers.pop(key, None)
+        if previous is not None:
+            heard_ms = max(heard_ms, previous.last_heartbeat_ms)
         if len(self._brokers) >= self.brokers_max:
             oldest = min(self._brokers, key=lambda k: self._brokers[k].last_heartbeat_ms)
             del self._brokers[oldest]
-        self._brokers[key] = LiveBroker(heartbeat, now_ms)
+        self._brokers[key] = LiveBroker(heartbeat, heard_ms)
 
     def forget(self, broker_name: str, broker_ids: Iterable[int] = ()) -> None:
         ids = set(broker_ids)

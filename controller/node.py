@@ -86,7 +86,7 @@ from controller.leader_core import (
     refuse_sync_state_set,
     scan_decision,
 )
-from controller.liveness import LiveTable
+from controller.liveness import LiveTable, heartbeat_credit_ms
 from controller.raft import (
     Entry,
     EntryKind,
@@ -155,6 +155,9 @@ class ControllerNode:
                       if persisted.snapshot is not None else ControllerState())
         self.live = LiveTable(heartbeat_timeout_ms=config.heartbeat_timeout_ms,
                               brokers_max=config.live_brokers_max)
+        # This process's clock, named in heartbeat replies: an echo of another process's
+        # (a controller restarted at this address) is not taken for one of ours
+        self.clock_id = random.SystemRandom().getrandbits(62) + 1
         self._proposals: dict[int, tuple[int, asyncio.Future[ApplyResult]]] = {}
         self._reads: dict[int, asyncio.Future[None]] = {}
         self._read_waits: list[tuple[int, asyncio.Future[None]]] = []
@@ -458,11 +461,16 @@ class ControllerNode:
             return self._status()
         if action == "broker_heartbeat":
             assert isinstance(request, BrokerHeartbeat)
-            self.live.heartbeat(request, _monotonic_ms())
+            now_ms = _monotonic_ms()
+            self.live.heartbeat(request, now_ms, self._credit_ms(request, now_ms))
         try:
             self._require_leader()
             return await getattr(self, f"_{action}")(request)
         except NotLeaderError as err:
+            if action == "broker_heartbeat":  # recorded here too: the echo makes it count
+                return HeartbeatReply("NOT_LEADER", err.leader_address,
+                                      controller_ms=_monotonic_ms(),
+                                      controller_clock=self.clock_id)
             return _not_leader(action, err.leader_address)
         except BusyError:
             return _reply_type(action)(status="BUSY", leader_address=self.leader_address())
@@ -514,7 +522,15 @@ class ControllerNode:
         return HeartbeatReply("OK", None, heard.role,
                               heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
                               master_silent=heard.master_silent,
-                              auth_version=self.state.auth.version)
+                              auth_version=self.state.auth.version,
+                              controller_ms=now_ms, controller_clock=self.clock_id,
+                              # now_ms is not before handle's: this is not less than the
+                              # credit recorded there was behind (a shorter lease: safe)
+                              credit_behind_ms=now_ms - self._credit_ms(request, now_ms))
+
+    def _credit_ms(self, request: BrokerHeartbeat, arrived_ms: int) -> int:
+        return heartbeat_credit_ms(request, arrived_ms, clock=self.clock_id,
+                                   transit_max_ms=self.config.transit_max_ms)
 
     async def _get_replica_info(self, request: GetReplicaInfoRequest) -> ReplicaInfoReply:
         await self.read_barrier()

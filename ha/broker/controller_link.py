@@ -10,7 +10,10 @@ Layout (threads and calls):
         on a RoleChange newer than the last one seen -> on_role(change) (the broker acts)
         on every leader's reply with this broker's role -> on_confirm(change, sent_ms,
                                  controller timeout): the master lease, from the heartbeat's
-                                 send time (monotonic ms), never from the reply's arrival
+                                 send time (monotonic ms), never from the reply's arrival,
+                                 less the reply's credit_behind_ms (a late heartbeat)
+        every heartbeat echoes the clock of the last reply from that controller and how long
+                                 ago it came (controller/liveness.py heartbeat_credit_ms)
 
     ControllerClient.call(action, request, reply_type)
         try the cached leader, then each configured address; follow NOT_LEADER redirects;
@@ -31,6 +34,7 @@ only reports; the broker keeps its last role until a newer epoch arrives. The li
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import json
 import logging
@@ -190,6 +194,9 @@ class ControllerLink:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=len(client.addresses), thread_name_prefix="controller-heartbeat")
         self._in_flight: dict[str, concurrent.futures.Future[HeartbeatReply]] = {}
+        # per controller address: (controller_ms, controller_clock, our monotonic ms when
+        # that reply came), echoed in the next heartbeat to it
+        self._echoes: dict[str, tuple[int, int, int]] = {}
         self._lock = threading.Lock()  # replies arrive on pool threads
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -291,12 +298,25 @@ class ControllerLink:
                 continue
             sent_ms = int(time.monotonic() * 1000)  # before the request leaves: see on_confirm
             future = self._pool.submit(self.client.call_one, address, "broker_heartbeat",
-                                       request, HeartbeatReply)
+                                       self._with_echo(request, address, sent_ms),
+                                       HeartbeatReply)
             self._in_flight[address] = future
-            future.add_done_callback(functools.partial(self._on_done, sent_ms))
+            future.add_done_callback(functools.partial(self._on_done, sent_ms, address))
         return state.master_unreachable_epoch > 0 or state.master_epoch_abandoned > 0
 
-    def _on_done(self, sent_ms: int, future: concurrent.futures.Future[HeartbeatReply]) -> None:
+    def _with_echo(self, request: BrokerHeartbeat, address: str, now_ms: int) -> BrokerHeartbeat:
+        """`request` for `address`, echoing the clock of its last reply (no echo: none came)."""
+        with self._lock:
+            echo = self._echoes.get(address)
+        if echo is None:
+            return request
+        controller_ms, clock, received_ms = echo
+        return dataclasses.replace(request, echo_controller_ms=controller_ms,
+                                   echo_controller_clock=clock,
+                                   echo_age_ms=max(0, now_ms - received_ms))
+
+    def _on_done(self, sent_ms: int, address: str,
+                 future: concurrent.futures.Future[HeartbeatReply]) -> None:
         if future.cancelled():
             return
         try:
@@ -306,7 +326,11 @@ class ControllerLink:
                 self.heartbeats_failed += 1
             logger.debug("%s: heartbeat: %s", self._broker_name, err)
             return
+        received_ms = int(time.monotonic() * 1000)
         with self._lock:
+            if reply.controller_ms > 0:
+                self._echoes[address] = (reply.controller_ms, reply.controller_clock,
+                                         received_ms)
             self._on_reply(reply, sent_ms)
 
     def _on_reply(self, reply: HeartbeatReply, sent_ms: int) -> None:
@@ -324,7 +348,10 @@ class ControllerLink:
         if change is None or change.broker_id != self.broker_id:
             return
         if self._on_confirm is not None:
-            self._on_confirm(change, sent_ms, reply.heartbeat_timeout_ms)
+            # a late heartbeat: the controller counted it as heard credit_behind_ms before it
+            # arrived, so the lease starts that much before its send time (liveness.py)
+            self._on_confirm(change, sent_ms - max(0, reply.credit_behind_ms),
+                             reply.heartbeat_timeout_ms)
         if newer(change, self.role):
             self.role = change
             logger.info("%s: role %s (master %s, epoch %d, SyncStateSet %s epoch %d)",

@@ -17,7 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from controller.api import ROLE_MASTER, ROLE_SLAVE, ControllerStatusReply, RoleChange
+from controller.api import (
+    ROLE_MASTER,
+    ROLE_SLAVE,
+    BrokerHeartbeat,
+    ControllerStatusReply,
+    GetReplicaInfoRequest,
+    HeartbeatReply,
+    RegisterBrokerReply,
+    RegisterBrokerRequest,
+    ReplicaInfoReply,
+    RoleChange,
+)
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import (
     ControllerClient,
@@ -149,4 +160,51 @@ def test_a_stopped_controller_does_not_delay_heartbeats_to_the_others(
         assert link.role is not None and link.role.role == ROLE_MASTER
     finally:
         group.processes[follower].send_signal(signal.SIGCONT)
+        link.stop()
+
+
+@pytest.mark.integration
+def test_heartbeats_echo_each_controllers_clock_and_a_late_one_is_not_alive(
+        group: ControllerGroup) -> None:
+    """controller/liveness.py heartbeat_credit_ms on real controllers: a link echoes every
+    controller's clock; a heartbeat whose echo says it was made 5 s before it arrived (it sat
+    in TCP retransmissions) is credited 5 s - heartbeatTransitMaxMs (0.5 s, a third of the
+    1.5 s timeout) early, so the leader does not count its broker alive, and the reply says by
+    how much its lease must start early; the broker's next heartbeat on time counts again."""
+    leader = group.wait_leader()
+    link = _link(group, "x:1", leader, [])
+    link.start()
+    try:
+        assert link.wait_registered(DEADLINE_S)
+        _wait(lambda: len(link._echoes) == 3, "a reply from every controller")
+        clocks = {clock for _, clock, _ in link._echoes.values()}
+        assert len(clocks) == 3 and 0 not in clocks  # one clock id per controller process
+        client = ControllerClient([group.endpoint(leader)], request_timeout_ms=2000,
+                                  redirects_max=3)
+        registered = client.call("register_broker", RegisterBrokerRequest("c", "a", "x:2"),
+                                 RegisterBrokerReply)
+        assert registered.status == "OK" and registered.broker_id == 2
+        fresh = client.call("get_replica_info", GetReplicaInfoRequest("a"), ReplicaInfoReply)
+        assert fresh.alive_broker_ids == (1,)
+
+        def heartbeat(echo_ms: int, clock: int) -> HeartbeatReply:
+            beat = BrokerHeartbeat("c", "a", 2, "x:2", echo_controller_ms=echo_ms,
+                                   echo_controller_clock=clock, echo_age_ms=0)
+            return client.call_one(group.endpoint(leader), "broker_heartbeat", beat,
+                                   HeartbeatReply)
+
+        # echo the leader's reply to the link of 5 s before, received just now: this
+        # heartbeat was made 5 s before it arrived
+        echo_ms, clock, _ = link._echoes[group.endpoint(leader)]
+        late = heartbeat(echo_ms - 5000, clock)
+        assert late.status == "OK" and late.controller_clock == clock
+        # heartbeatTransitMaxMs: a third of the group's 1.5 s timeout
+        assert late.credit_behind_ms == late.controller_ms - echo_ms + 4500
+        info = client.call("get_replica_info", GetReplicaInfoRequest("a"), ReplicaInfoReply)
+        assert 2 not in info.alive_broker_ids and 1 in info.alive_broker_ids
+        on_time = heartbeat(late.controller_ms, late.controller_clock)
+        assert on_time.credit_behind_ms == 0
+        info = client.call("get_replica_info", GetReplicaInfoRequest("a"), ReplicaInfoReply)
+        assert 2 in info.alive_broker_ids
+    finally:
         link.stop()
