@@ -125,7 +125,8 @@ def failover_decision(
 
     Returns an Election whose `broker_id` is the new master, or None-as-master ("no master",
     status MASTER_NOT_AVAILABLE) to fence a dead master nobody can replace. `reported_lost`:
-    the members whose latest heartbeat says they lost the master of this epoch
+    the members whose positions are final: their latest heartbeat says they lost the master
+    of this epoch, or came on time well after the master's lease lapsed
     (LiveTable.reported_master_lost); a master is replaced only once `positions_final`.
     """
     master = replica.master_broker_id

@@ -21,6 +21,18 @@ bound plus `transit_max_ms`, and its reply says by how much (`credit_behind_ms`)
 starts the master lease it grants that much earlier than its send time, so the lease still ends
 before the controller may count the master dead (the send time is at most the arrival).
 
+The same bound lets an election go ahead while the slaves still hear the old master now and
+then. Positions are final (election.positions_final) once every other SyncStateSet member has
+said it lost the master (its HA link closed: haHousekeepingInterval of silence, which packet
+loss can put off for as long as it lasts, a frame getting through now and then), or, new here,
+once its latest heartbeat came on time (credited at its arrival, so the controller's view of
+that slave is current) and was made at least 5/6 of the timeout after the master was last
+heard (`reported_master_lost`): by then the master's lease, at most 2/3 of the timeout from its
+last credited heartbeat, has lapsed (1/6 to spare for clock rates), so every put it acked with
+a quorum was held by the slave before it made that heartbeat, and a master whose lease has
+lapsed acks only what every slave holds. Only slaves heard on time count, so a controller whose
+own link loses packets (every heartbeat late) replaces nobody on this rule.
+
 Routes for a topic: every replica set with an alive broker that reports the topic; queue
 counts and permission come from the master's report when it is alive, else from any alive
 member; addresses come from the replicated ReplicaInfo (master) and the alive table (slaves).
@@ -41,27 +53,44 @@ from controller.api import (
 )
 from controller.election import BrokerLiveness
 
-__all__ = ["LiveBroker", "LiveTable", "heartbeat_credit_ms"]
+__all__ = ["LiveBroker", "LiveTable", "heartbeat_credit_ms", "heartbeat_made_no_earlier_ms"]
+
+
+# Positions count as final (reported_master_lost) in a heartbeat made this share of the
+# timeout after the master was last heard: its lease (at most 2/3) has lapsed by then
+FINAL_AFTER_TIMEOUT_SHARE = (5, 6)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LiveBroker:
     heartbeat: BrokerHeartbeat
     last_heartbeat_ms: int
+    # the latest heartbeat's echo: made no earlier than this (None: no echo of our clock),
+    # and credited at its arrival
+    made_no_earlier_ms: int | None = None
+    on_time: bool = False
+
+
+def heartbeat_made_no_earlier_ms(heartbeat: BrokerHeartbeat, arrived_ms: int, *,
+                                 clock: int) -> int | None:
+    """The latest time, on this controller's clock (id `clock`), that `heartbeat` can have
+    been made (module docstring); None without an echo of this clock (a new broker, an older
+    one, or a reply of another controller process) or with one from the future (not this
+    clock after all)."""
+    if (heartbeat.echo_controller_clock != clock or heartbeat.echo_controller_ms <= 0
+            or heartbeat.echo_age_ms < 0):
+        return None
+    made_no_earlier_ms = heartbeat.echo_controller_ms + heartbeat.echo_age_ms
+    return None if made_no_earlier_ms > arrived_ms else made_no_earlier_ms
 
 
 def heartbeat_credit_ms(heartbeat: BrokerHeartbeat, arrived_ms: int, *, clock: int,
                         transit_max_ms: int) -> int:
-    """When `heartbeat`, arriving at `arrived_ms` at the controller whose clock id is `clock`,
-    counts as heard (module docstring): its arrival, or `transit_max_ms` after the latest time
-    it can have been made when it was on the way longer. No echo of this clock (a new broker,
-    an older one, or a reply of another controller process), an echo from the future (not
-    this clock after all) or `transit_max_ms` 0: its arrival, as before."""
-    if (transit_max_ms <= 0 or heartbeat.echo_controller_clock != clock
-            or heartbeat.echo_controller_ms <= 0 or heartbeat.echo_age_ms < 0):
-        return arrived_ms
-    made_no_earlier_ms = heartbeat.echo_controller_ms + heartbeat.echo_age_ms
-    if made_no_earlier_ms > arrived_ms:
+    """When `heartbeat`, arriving at `arrived_ms`, counts as heard (module docstring): its
+    arrival, or `transit_max_ms` after the latest time it can have been made when it was on
+    the way longer. No usable echo, or `transit_max_ms` 0: its arrival, as before."""
+    made_no_earlier_ms = heartbeat_made_no_earlier_ms(heartbeat, arrived_ms, clock=clock)
+    if transit_max_ms <= 0 or made_no_earlier_ms is None:
         return arrived_ms
     return min(arrived_ms, made_no_earlier_ms + transit_max_ms)
 
@@ -72,26 +101,38 @@ class LiveTable:
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.brokers_max = brokers_max
         self._brokers: dict[tuple[str, int], LiveBroker] = {}
+        # when each broker was last heard, kept after it expires (reported_master_lost needs
+        # a dead master's); bounded like the table
+        self._heard_ms: dict[tuple[str, int], int] = {}
 
     def heartbeat(self, heartbeat: BrokerHeartbeat, now_ms: int,
-                  credited_ms: int | None = None) -> None:
+                  credited_ms: int | None = None, made_no_earlier_ms: int | None = None
+                  ) -> None:
         """Record `heartbeat`, arrived at `now_ms`, as heard at `credited_ms` (default: its
-        arrival; see heartbeat_credit_ms). A late one never moves the broker's last heard
-        time back; its report replaces the older one (it was made after it)."""
+        arrival; see heartbeat_credit_ms) and made no earlier than `made_no_earlier_ms`
+        (None: unknown). A late one never moves the broker's last heard time back; its
+        report replaces the older one (it was made after it)."""
         key = (heartbeat.broker_name, heartbeat.broker_id)
         heard_ms = now_ms if credited_ms is None else credited_ms
+        on_time = made_no_earlier_ms is not None and heard_ms >= now_ms
         previous = self._brokers.pop(key, None)
         if previous is not None:
             heard_ms = max(heard_ms, previous.last_heartbeat_ms)
         if len(self._brokers) >= self.brokers_max:
             oldest = min(self._brokers, key=lambda k: self._brokers[k].last_heartbeat_ms)
             del self._brokers[oldest]
-        self._brokers[key] = LiveBroker(heartbeat, heard_ms)
+        self._brokers[key] = LiveBroker(heartbeat, heard_ms, made_no_earlier_ms, on_time)
+        self._heard_ms.pop(key, None)
+        if len(self._heard_ms) >= self.brokers_max:
+            del self._heard_ms[min(self._heard_ms, key=self._heard_ms.__getitem__)]
+        self._heard_ms[key] = heard_ms
 
     def forget(self, broker_name: str, broker_ids: Iterable[int] = ()) -> None:
         ids = set(broker_ids)
         for key in [k for k in self._brokers if k[0] == broker_name and (not ids or k[1] in ids)]:
             del self._brokers[key]
+        for key in [k for k in self._heard_ms if k[0] == broker_name and (not ids or k[1] in ids)]:
+            del self._heard_ms[key]
 
     def expire(self, now_ms: int) -> list[tuple[str, int]]:
         """Forget brokers silent for the timeout; returns their (broker_name, broker_id)."""
@@ -119,13 +160,26 @@ class LiveTable:
         return result
 
     def reported_master_lost(self, replica: ReplicaInfo, now_ms: int) -> set[int]:
-        """Alive brokers whose latest heartbeat says they lost the master of this epoch."""
-        result = set()
-        for broker_id in self.alive(replica, now_ms):
-            beat = self._brokers[(replica.broker_name, broker_id)].heartbeat
-            if beat.master_unreachable_epoch == replica.master_epoch:
-                result.add(broker_id)
-        return result
+        """Alive brokers whose positions are final for an election that replaces the master
+        of this epoch (module docstring): their latest heartbeat says they lost that master,
+        or, the master being dead, came on time and was made FINAL_AFTER_TIMEOUT_SHARE of the
+        timeout after the master was last heard."""
+        alive = self.alive(replica, now_ms)
+        master = replica.master_broker_id
+        master_heard_ms = (None if master is None or master in alive
+                           else self._heard_ms.get((replica.broker_name, master)))
+        share, parts = FINAL_AFTER_TIMEOUT_SHARE
+        final_from_ms = (None if master_heard_ms is None
+                         else master_heard_ms + self.heartbeat_timeout_ms * share // parts)
+
+        def final(live: LiveBroker) -> bool:
+            if live.heartbeat.master_unreachable_epoch == replica.master_epoch:
+                return True
+            return (final_from_ms is not None and live.on_time
+                    and live.made_no_earlier_ms is not None
+                    and live.made_no_earlier_ms >= final_from_ms)
+        return {broker_id for broker_id in alive
+                if final(self._brokers[(replica.broker_name, broker_id)])}
 
     def silent_ms(self, replica: ReplicaInfo, broker_id: int | None, now_ms: int) -> int | None:
         """How long `broker_id` of `replica` has not heartbeated (None: not in the table)."""

@@ -282,6 +282,9 @@ class ControllerLink:
     def _heartbeat_all(self) -> bool:
         """One heartbeat to every controller; True when it reports a lost or abandoned master."""
         assert self.broker_id is not None
+        # the echo's age runs to before the report is read: a controller's bound on when a
+        # heartbeat was made must hold for the positions in it (controller/liveness.py)
+        made_ms = int(time.monotonic() * 1000)
         state = self._report()
         request = BrokerHeartbeat(self._cluster_name, self._broker_name, self.broker_id,
                                   self._address, state.master_epoch, state.max_log_position,
@@ -298,7 +301,7 @@ class ControllerLink:
                 continue
             sent_ms = int(time.monotonic() * 1000)  # before the request leaves: see on_confirm
             future = self._pool.submit(self.client.call_one, address, "broker_heartbeat",
-                                       self._with_echo(request, address, sent_ms),
+                                       self._with_echo(request, address, made_ms),
                                        HeartbeatReply)
             self._in_flight[address] = future
             future.add_done_callback(functools.partial(self._on_done, sent_ms, address))

@@ -26,7 +26,8 @@ from controller.api import (
 )
 from controller.config import ControllerConfig
 from controller.errors import ConfigError
-from controller.liveness import LiveTable, heartbeat_credit_ms
+from controller.leader_core import scan_decision
+from controller.liveness import LiveTable, heartbeat_credit_ms, heartbeat_made_no_earlier_ms
 from ha.role_core import RoleCore
 
 CLOCK = 7
@@ -126,3 +127,77 @@ def test_heartbeat_transit_max_defaults_to_a_third_of_the_timeout_and_is_checked
             assert "heartbeatTransitMaxMs" in str(err)
         else:
             raise AssertionError(f"heartbeatTransitMaxMs={value} accepted")
+
+
+def _set_of_three() -> ReplicaInfo:
+    return ReplicaInfo("c", "a", 1, "h:1", 1, (1, 2, 3), 1,
+                       tuple(BrokerMember(i, f"h:{i}") for i in (1, 2, 3)))
+
+
+def _slave_beat(broker_id: int, made_ms: int) -> BrokerHeartbeat:
+    return BrokerHeartbeat("c", "a", broker_id, f"h:{broker_id}", master_epoch=1,
+                           max_log_position=500 + broker_id, echo_controller_ms=made_ms - 50,
+                           echo_controller_clock=CLOCK, echo_age_ms=50)
+
+
+def _heard(table: LiveTable, beat: BrokerHeartbeat, arrived_ms: int) -> None:
+    table.heartbeat(beat, arrived_ms,
+                    heartbeat_credit_ms(beat, arrived_ms, clock=CLOCK, transit_max_ms=500),
+                    heartbeat_made_no_earlier_ms(beat, arrived_ms, clock=CLOCK))
+
+
+def _elected(table: LiveTable, now_ms: int) -> int | None:
+    decision = scan_decision(_set_of_three(), table, now_ms, leader_since_ms=0,
+                             heartbeat_timeout_ms=1500, unclean_enabled=False)
+    return None if decision is None else decision.broker_id
+
+
+def test_slaves_heard_on_time_after_the_masters_lease_make_positions_final() -> None:
+    """Packet loss on the master's host: its heartbeats stop counting, while its slaves'
+    HA links stay up (a frame gets through now and then), so they never report the master
+    lost. Positions are final once both slaves were heard on time in heartbeats made 5/6
+    of the timeout (1250 ms) after the master was last heard (1000): its lease (at most
+    1000 ms) has lapsed by then."""
+    table = LiveTable(heartbeat_timeout_ms=1500, brokers_max=10)
+    table.heartbeat(BrokerHeartbeat("c", "a", 1, "h:1", master_epoch=1), 1000)
+    for broker_id in (2, 3):
+        _heard(table, _slave_beat(broker_id, 2240), 2245)  # 10 ms too early
+    assert table.reported_master_lost(_set_of_three(), 2600) == set()
+    assert _elected(table, 2600) is None
+    _heard(table, _slave_beat(2, 2300), 2305)
+    assert table.reported_master_lost(_set_of_three(), 2600) == {2}
+    assert _elected(table, 2600) is None  # broker 3's position may still be missing acks
+    _heard(table, _slave_beat(3, 2400), 2405)
+    assert table.reported_master_lost(_set_of_three(), 2600) == {2, 3}
+    assert _elected(table, 2600) == 3  # the longer log
+
+
+def test_late_or_echoless_slave_heartbeats_or_an_alive_master_elect_nobody() -> None:
+    """A controller whose own host loses packets hears every heartbeat late: it must not
+    take the master's silence for the master's fault. Nor do heartbeats without an echo
+    (older brokers) count, nor anything while the master is alive."""
+    late = LiveTable(heartbeat_timeout_ms=1500, brokers_max=10)
+    late.heartbeat(BrokerHeartbeat("c", "a", 1, "h:1", master_epoch=1), 1000)
+    for broker_id in (2, 3):
+        _heard(late, _slave_beat(broker_id, 2300), 3000)  # 700 ms on the way: late
+    assert late.is_alive(_set_of_three(), 2, 3000)
+    assert late.reported_master_lost(_set_of_three(), 3000) == set()
+    assert _elected(late, 3000) is None
+
+    echoless = LiveTable(heartbeat_timeout_ms=1500, brokers_max=10)
+    echoless.heartbeat(BrokerHeartbeat("c", "a", 1, "h:1", master_epoch=1), 1000)
+    for broker_id in (2, 3):
+        echoless.heartbeat(BrokerHeartbeat("c", "a", broker_id, f"h:{broker_id}",
+                                           master_epoch=1), 2600)
+    assert _elected(echoless, 2600) is None
+
+    master_alive = LiveTable(heartbeat_timeout_ms=1500, brokers_max=10)
+    master_alive.heartbeat(BrokerHeartbeat("c", "a", 1, "h:1", master_epoch=1), 2000)
+    for broker_id in (2, 3):
+        _heard(master_alive, _slave_beat(broker_id, 3300), 3305)
+    assert master_alive.reported_master_lost(_set_of_three(), 3400) == set()
+    assert _elected(master_alive, 3400) is None
+    # a slave that lost its link says so, as before
+    lost = dataclasses.replace(_slave_beat(2, 3350), master_unreachable_epoch=1)
+    _heard(master_alive, lost, 3355)
+    assert master_alive.reported_master_lost(_set_of_three(), 3400) == {2}
