@@ -314,9 +314,11 @@ class ControllerLink:
         if echo is None:
             return request
         controller_ms, clock, received_ms = echo
+        if received_ms > now_ms:  # a reply that came after the report was read: it may
+            return request        # be newer than the report, so it bounds nothing
         return dataclasses.replace(request, echo_controller_ms=controller_ms,
                                    echo_controller_clock=clock,
-                                   echo_age_ms=max(0, now_ms - received_ms))
+                                   echo_age_ms=now_ms - received_ms)
 
     def _on_done(self, sent_ms: int, address: str,
                  future: concurrent.futures.Future[HeartbeatReply]) -> None:

@@ -208,3 +208,19 @@ def test_heartbeats_echo_each_controllers_clock_and_a_late_one_is_not_alive(
         assert 2 in info.alive_broker_ids
     finally:
         link.stop()
+
+
+def test_an_echo_bounds_a_heartbeat_only_from_a_reply_that_came_before_its_report() -> None:
+    """The echo says the heartbeat (and the positions in it) was made no earlier than the
+    controller's reply time plus the age; a reply that came after the report was read (on a
+    pool thread, during the round) may have been made after it, so it is not echoed."""
+    client = ControllerClient(["127.0.0.1:1"], request_timeout_ms=100, redirects_max=1)
+    link = ControllerLink(client, cluster_name="c", broker_name="a", broker_address="x:1",
+                          heartbeat_interval_ms=200, report=HeartbeatState, on_role=print)
+    beat = BrokerHeartbeat("c", "a", 1, "x:1")
+    assert link._with_echo(beat, "127.0.0.1:1", 5000) == beat  # no reply yet
+    link._echoes["127.0.0.1:1"] = (90_000, 7, 4000)
+    echoed = link._with_echo(beat, "127.0.0.1:1", 5000)
+    assert (echoed.echo_controller_ms, echoed.echo_controller_clock, echoed.echo_age_ms) == (
+        90_000, 7, 1000)
+    assert link._with_echo(beat, "127.0.0.1:1", 3999) == beat  # that reply came later
