@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     options = ClusterOptions.from_seed(args.seed, args.duration_ms, args.quorum,
                                        partial=args.partial, disk=args.disk, sets=args.sets,
                                        replicas=args.replicas,
-                                       transit_max_ms=args.transit_max_ms)
+                                       transit_max_ms=args.transit_max_ms,
+                                       long_delay_max_ms=args.long_delay_max_ms,
+                                       check_lease=args.check_lease)
     found = minimise(options, runs_max=args.minimise_runs_max)
     if found is None:
         print(f"seed {args.seed} passes: nothing to minimise")

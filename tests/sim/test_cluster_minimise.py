@@ -100,7 +100,9 @@ def replay(command: str) -> ClusterOptions:
                                     replicas=args.replicas, only_faults=args.only_faults,
                                     noise=not args.no_noise,
                                     torn_writes=not args.no_torn_writes,
-                                    transit_max_ms=args.transit_max_ms)
+                                    transit_max_ms=args.transit_max_ms,
+                                    long_delay_max_ms=args.long_delay_max_ms,
+                                    check_lease=args.check_lease)
 
 
 @pytest.mark.usefixtures("master_acks_alone")
