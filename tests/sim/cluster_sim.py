@@ -12,6 +12,8 @@ phase) and prints its replay command and whole trace:
     python3 build.py sim --cluster --seeds N [--sets 1|2] [--replicas 2|3|4] [--json]
     python3 build.py sim --cluster --seed S --minimise [--minimise-runs-max N]
     python3 build.py sim --cluster --seed S --only-faults 3,7 [--no-noise] [--no-torn-writes]
+    python3 build.py sim --cluster ... [--heartbeat-transit-max-ms N] [--long-delay-max-ms M]
+                                      [--check-lease]
 
 Topology: each seed draws 1 set (75 %) or 2, and 2, 3 or 4 brokers per set, from a stream of
 its own (`--sets` / `--replicas` force them); every set registers at the same 3 controllers.
@@ -58,9 +60,22 @@ What is re-modelled here (the shells, and what is not yet a core; see README "Si
   unsynced writes and directory entries lost at a crash, torn tails, flipped bits), driven
   without threads (tests/sim/engine_log.py); a crash is a power cut plus the engine's recovery.
 
-Network: controller requests and replies may be dropped, duplicated, delayed (so reordered);
-partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
-partition breaks it (both ends see it close). Clock: one virtual clock (no drift yet).
+Network: controller requests and replies may be dropped, duplicated, delayed (so reordered;
+a long delay lasts 20-300 ms, `--long-delay-max-ms` for longer); partitions cut links,
+sometimes one way. An HA link is a TCP stream: in order, and a drop or a partition breaks it
+(both ends see it close). Clock: one virtual clock (no drift yet).
+
+Late heartbeats (`--heartbeat-transit-max-ms N`, 0 = off, the default; never drawn from the
+seed, so runs without it replay step for step): as controller/node.py and
+ha/broker/controller_link.py do, every controller records a heartbeat as heard at
+liveness.heartbeat_credit_ms (the real function), the leader's answer carries its clock
+(controller_ms, a clock id per controller process: node id and incarnation here) and
+credit_behind_ms, followers answer NOT_LEADER with their clock, each broker echoes the last
+reply of each controller in its next heartbeat to it (a restarted broker has none) and
+starts its lease credit_behind_ms before the heartbeat's send time. The run's stats count
+heartbeats credited late, leases so shortened, and elections of a master still heard within
+the timeout by arrival. `--check-lease` adds the invariant "a master's lease ends by the
+election of a newer epoch" (off by default: seed 45 breaks it, README).
 
 Invariants checked after every event (`ClusterChecker`; with `--disk engine` also: no
 slave's engine refuses the bytes its master shipped as not being whole records):
@@ -1794,6 +1809,8 @@ class ClusterSim:
             target.start()
 
     def heal_some(self) -> None:
+        if self.cuts:
+            self.trace("partitions heal: every cut link is whole again")
         self.cuts.clear()
 
     def heal(self) -> None:
