@@ -34,6 +34,7 @@ from tests.sim.cluster_sim import (
     ClusterOptions,
     SimFailure,
     build_parser,
+    check_transit_max_ms,
     format_ordinals,
     run_options,
 )
@@ -229,9 +230,13 @@ def main(argv: list[str] | None = None) -> int:
                      "--no-noise, --no-torn-writes")
     if args.minimise_runs_max < 1:
         parser.error("--minimise-runs-max must be at least 1")
+    check_transit_max_ms(parser, args)
     options = ClusterOptions.from_seed(args.seed, args.duration_ms, args.quorum,
                                        partial=args.partial, disk=args.disk, sets=args.sets,
-                                       replicas=args.replicas)
+                                       replicas=args.replicas,
+                                       transit_max_ms=args.transit_max_ms,
+                                       long_delay_max_ms=args.long_delay_max_ms,
+                                       check_lease=args.check_lease)
     found = minimise(options, runs_max=args.minimise_runs_max)
     if found is None:
         print(f"seed {args.seed} passes: nothing to minimise")

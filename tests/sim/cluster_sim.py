@@ -12,6 +12,8 @@ phase) and prints its replay command and whole trace:
     python3 build.py sim --cluster --seeds N [--sets 1|2] [--replicas 2|3|4] [--json]
     python3 build.py sim --cluster --seed S --minimise [--minimise-runs-max N]
     python3 build.py sim --cluster --seed S --only-faults 3,7 [--no-noise] [--no-torn-writes]
+    python3 build.py sim --cluster ... [--heartbeat-transit-max-ms N] [--long-delay-max-ms M]
+                                      [--check-lease]
 
 Topology: each seed draws 1 set (75 %) or 2, and 2, 3 or 4 brokers per set, from a stream of
 its own (`--sets` / `--replicas` force them); every set registers at the same 3 controllers.
@@ -58,9 +60,22 @@ What is re-modelled here (the shells, and what is not yet a core; see README "Si
   unsynced writes and directory entries lost at a crash, torn tails, flipped bits), driven
   without threads (tests/sim/engine_log.py); a crash is a power cut plus the engine's recovery.
 
-Network: controller requests and replies may be dropped, duplicated, delayed (so reordered);
-partitions cut links, sometimes one way. An HA link is a TCP stream: in order, and a drop or a
-partition breaks it (both ends see it close). Clock: one virtual clock (no drift yet).
+Network: controller requests and replies may be dropped, duplicated, delayed (so reordered;
+a long delay lasts 20-300 ms, `--long-delay-max-ms` for longer); partitions cut links,
+sometimes one way. An HA link is a TCP stream: in order, and a drop or a partition breaks it
+(both ends see it close). Clock: one virtual clock (no drift yet).
+
+Late heartbeats (`--heartbeat-transit-max-ms N`, 0 = off, the default; never drawn from the
+seed, so runs without it replay step for step): as controller/node.py and
+ha/broker/controller_link.py do, every controller records a heartbeat as heard at
+liveness.heartbeat_credit_ms (the real function), the leader's answer carries its clock
+(controller_ms, a clock id per controller process: node id and incarnation here) and
+credit_behind_ms, followers answer NOT_LEADER with their clock, each broker echoes the last
+reply of each controller in its next heartbeat to it (a restarted broker has none) and
+starts its lease credit_behind_ms before the heartbeat's send time. The run's stats count
+heartbeats credited late, leases so shortened, and elections of a master still heard within
+the timeout by arrival. `--check-lease` adds the invariant "a master's lease ends by the
+election of a newer epoch" (off by default: seed 45 breaks it, README).
 
 Invariants checked after every event (`ClusterChecker`; with `--disk engine` also: no
 slave's engine refuses the bytes its master shipped as not being whole records):
@@ -105,11 +120,12 @@ from typing import Any
 
 from controller.api import (
     BrokerHeartbeat,
+    HeartbeatReply,
     ReplicaInfo,
     RoleChange,
 )
 from controller.leader_core import Wake, answer_heartbeat, refuse_sync_state_set, scan_decision
-from controller.liveness import LiveTable
+from controller.liveness import LiveTable, heartbeat_credit_ms
 from controller.raft import (
     EntryKind,
     MemoryRaftStorage,
@@ -198,6 +214,8 @@ HEARTBEAT_MS = 100  # brokerHeartbeatInterval
 HEARTBEAT_TIMEOUT_MS = 1000  # controllerHeartbeatTimeoutMs (lease max: 2/3 of it)
 MASTER_LEASE_MS = 600
 SCAN_MS = 100
+LONG_DELAY_MIN_MS = 20  # a long delay (options.long_delay_probability) lasts from this
+LONG_DELAY_MAX_MS = 300  # to this by default (--long-delay-max-ms)
 SCAN_ON_WAKE = True  # scan at once when a heartbeat's answer wakes the leader (node.py does)
 PUT_TIMEOUT_MS = 800  # syncFlushTimeout
 CHECKPOINT_MS = 100  # --disk engine: how often a broker writes its store's checkpoint
@@ -266,6 +284,7 @@ VIOLATIONS = (
     "unclean-election",  # a master from outside the SyncStateSet
     "refused-master-bytes",  # --disk engine: a slave's engine refused its master's bytes
     "liveness",  # no master (to read from) after healing
+    "lease-outlives-election",  # a master's lease ran past the election of a newer epoch
 )
 
 
@@ -311,12 +330,32 @@ class ClusterOptions:
     only_faults: frozenset[int] | None = None
     noise: bool = True
     torn_writes: bool = True
+    # heartbeatTransitMaxMs (controller/liveness.py heartbeat_credit_ms; --heartbeat-transit-
+    # max-ms): a heartbeat longer on the way counts as heard this long after the latest time
+    # it can have been made, and the lease it grants starts that much earlier. 0: off, every
+    # heartbeat counts at its arrival and followers send no NOT_LEADER answers (the runs of
+    # older versions, step for step). Never drawn from the seed: a campaign chooses it.
+    transit_max_ms: int = 0
+    # the longest of the long delays (drawn from 20 ms up to it; --long-delay-max-ms): 300 by
+    # default, as ever. Longer ones stand for TCP retransmissions on a lossy host (seconds):
+    # only a heartbeat reply longer on the way than 1000 - 600 ms (the timeout less the
+    # lease) plus transit_max_ms makes the credit start a lease before its send time, so
+    # only then does a broker that ignored credit_behind_ms keep a lease too long. Not drawn.
+    long_delay_max_ms: int = LONG_DELAY_MAX_MS
+    # --check-lease: the invariant "a master's lease ends by the election of a newer epoch"
+    # (ClusterChecker.check_lease). Off by default: seed 45 breaks it in the code of today
+    # (a master counted dead heartbeats between the leader's election decision and its
+    # apply, and the answer from the state not yet changed renews its lease; README)
+    check_lease: bool = False
 
     @classmethod
     def from_seed(cls, seed: int, duration_ms: int, quorum: str = "all-ack", *,
                   partial: bool = False, disk: str = "model", sets: int | None = None,
                   replicas: int | None = None, only_faults: Iterable[int] | None = None,
-                  noise: bool = True, torn_writes: bool = True) -> ClusterOptions:
+                  noise: bool = True, torn_writes: bool = True,
+                  transit_max_ms: int = 0,
+                  long_delay_max_ms: int = LONG_DELAY_MAX_MS,
+                  check_lease: bool = False) -> ClusterOptions:
         """The seed's run, or (with only_faults, noise, torn_writes) a smaller one: the draws
         here are the same either way, the probabilities turned off are zeroed afterwards."""
         # the topology has its own stream: the fault draws below are those of older versions
@@ -326,6 +365,12 @@ class ClusterOptions:
             raise ValueError(f"--sets must be 1..{len(SET_NAMES)}, not {set_count}")
         if replicas is not None and replicas not in REPLICAS:
             raise ValueError(f"--replicas must be one of {REPLICAS}, not {replicas}")
+        if not 0 <= transit_max_ms < HEARTBEAT_TIMEOUT_MS:  # as controller/config.py checks
+            raise ValueError(f"--heartbeat-transit-max-ms must be at least 0 and below the "
+                             f"heartbeat timeout ({HEARTBEAT_TIMEOUT_MS}), not {transit_max_ms}")
+        if long_delay_max_ms < LONG_DELAY_MIN_MS:
+            raise ValueError(f"--long-delay-max-ms must be at least {LONG_DELAY_MIN_MS}, not "
+                             f"{long_delay_max_ms}")
         sizes = tuple(replicas or shape.choice(REPLICAS) for _ in range(set_count))
         rng = random.Random(seed ^ 0xC1A5)
         drawn = cls(seed=seed, duration_ms=duration_ms,
@@ -340,7 +385,9 @@ class ClusterOptions:
                    disk_delay_ms=rng.choice((0, 1, 5)), quorum=quorum, partial=partial,
                    bit_flip_probability=rng.choice((0.0, 0.5)),
                    fsync_failure_probability=rng.choice((0.0, 0.0, 0.002)), disk=disk,
-                   replicas=sizes, forced_sets=sets, forced_replicas=replicas)
+                   replicas=sizes, forced_sets=sets, forced_replicas=replicas,
+                   transit_max_ms=transit_max_ms, long_delay_max_ms=long_delay_max_ms,
+                   check_lease=check_lease)
         return drawn.smaller(only_faults=only_faults, noise=noise, torn_writes=torn_writes)
 
     def smaller(self, *, only_faults: Iterable[int] | None, noise: bool, torn_writes: bool
@@ -364,6 +411,12 @@ class ClusterOptions:
         disk = "" if self.disk == "model" else f" --disk {self.disk}"
         sets = "" if self.forced_sets is None else f" --sets {self.forced_sets}"
         replicas = "" if self.forced_replicas is None else f" --replicas {self.forced_replicas}"
+        transit = ("" if not self.transit_max_ms
+                   else f" --heartbeat-transit-max-ms {self.transit_max_ms}")
+        if self.long_delay_max_ms != LONG_DELAY_MAX_MS:
+            transit += f" --long-delay-max-ms {self.long_delay_max_ms}"
+        if self.check_lease:
+            transit += " --check-lease"
         smaller = ""
         if self.only_faults is not None:
             smaller += f" --only-faults {format_ordinals(self.only_faults)}"
@@ -371,7 +424,7 @@ class ClusterOptions:
             "" if self.torn_writes else " --no-torn-writes")
         return (f"python3 build.py sim --cluster --seed {self.seed} "
                 f"--duration-ms {self.duration_ms}{quorum}{partial}{disk}{sets}{replicas}"
-                f"{smaller} --trace")
+                f"{transit}{smaller} --trace")
 
 
     def minimise_hint(self) -> str:
@@ -534,6 +587,13 @@ class SimController:
         for set_name in sim.set_names:  # the state is rebuilt from the log
             sim.checker.controller_epoch.pop((self.node_id, set_name), None)
         self.incarnation += 1
+        # This process's clock id, named in heartbeat replies (node.py: random per process);
+        # from the node id and the incarnation here, so no draw of the seed's streams moves:
+        # an echo of an earlier incarnation's clock is not one of this process's
+        self.clock_id = self.node_id << 16 | self.incarnation
+        # (set, broker id) -> when its last heartbeat arrived: the arrival-only view, which
+        # tells an election that the credit brought forward (ClusterSim.credit_stats)
+        self.arrived_ms: dict[tuple[str, int], int] = {}
         self.alive = True
         sim.every(TICK_MS, self, self.tick)
         sim.every(SCAN_MS, self, self.scan)
@@ -622,15 +682,39 @@ class SimController:
             if decision is not None:
                 self.sim.trace(f"c{self.node_id} elects {decision.broker_id} in {set_name} "
                                f"(epoch {replica.master_epoch} -> {replica.master_epoch + 1})")
+                master = replica.master_broker_id
+                arrived = self.arrived_ms.get((set_name, master or 0))
+                if (master is not None and arrived is not None
+                        and now - arrived < HEARTBEAT_TIMEOUT_MS
+                        and master not in self.live.alive(replica, now)):
+                    # heard within the timeout by arrival, dead by its credited heartbeats
+                    self.sim.credit_stats["elections_credited"] += 1
                 self.propose(ElectMaster.decided_on(replica, decision.broker_id),
                              lambda result: None)
 
+    def credit_ms(self, heartbeat: BrokerHeartbeat, arrived_ms: int) -> int:
+        """When `heartbeat` counts as heard (node.py `_credit_ms`: the real
+        liveness.heartbeat_credit_ms, with this process's clock id)."""
+        return heartbeat_credit_ms(heartbeat, arrived_ms, clock=self.clock_id,
+                                   transit_max_ms=self.sim.options.transit_max_ms)
+
     def on_request(self, src: str, request_id: int, kind: str, body: Any) -> None:
         now = self.sim.now_ms
-        if kind == "heartbeat":
-            self.live.heartbeat(body, now)
+        transit_on = self.sim.options.transit_max_ms > 0
+        if kind == "heartbeat":  # every controller records it (node.py `handle`)
+            credited_ms = self.credit_ms(body, now)
+            self.live.heartbeat(body, now, credited_ms)
+            if credited_ms < now:
+                self.sim.credit_stats["heartbeats_credited_late"] += 1
+            self.arrived_ms[(body.broker_name, body.broker_id)] = now
         if self.raft.role is not Role.LEADER:
-            return  # NOT_LEADER: the broker tries every controller anyway
+            # NOT_LEADER: the broker tries every controller anyway. node.py answers it, with
+            # its clock (the echo makes a follower's record count too); only with the credit
+            # on, so the runs without it keep their draws
+            if kind == "heartbeat" and transit_on:
+                self.sim.send(f"c{self.node_id}", src, ("reply", request_id, HeartbeatReply(
+                    "NOT_LEADER", None, controller_ms=now, controller_clock=self.clock_id)))
+            return
 
         def answer(reply: Any) -> None:
             self.sim.send(f"c{self.node_id}", src, ("reply", request_id, reply))
@@ -649,7 +733,11 @@ class SimController:
                 return  # (node.py answers BROKER_NOT_REGISTERED; the broker registers anyway)
             if heard.wake is not Wake.NONE and SCAN_ON_WAKE:
                 self.wake_scan()
-            answer((heard.role, HEARTBEAT_TIMEOUT_MS))
+            answer(HeartbeatReply("OK", None, heard.role,
+                                  heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                                  master_silent=heard.master_silent,
+                                  controller_ms=now, controller_clock=self.clock_id,
+                                  credit_behind_ms=now - self.credit_ms(body, now)))
         elif kind == "alter_sss":
             replica = self.state.replica_info(body.broker_name)
             alive = self.live.alive(replica, now) if replica else {}
@@ -713,6 +801,10 @@ class SimBroker:
         self.links: dict[int, str] = {}  # as master: link id -> slave name
         self.link_id: int | None = None  # as slave: the link to the master
         self.confirm_seen = self.log.confirm
+        # per controller: (controller_ms, controller_clock, when its reply came), echoed in
+        # the next heartbeat to it (ha/broker/controller_link.py `_echoes`); a restarted
+        # broker has none
+        self.echoes: dict[str, tuple[int, int, int]] = {}
         self.incarnation += 1
         self.alive = True
         self.sim.every(HEARTBEAT_MS, self, self.heartbeat)
@@ -723,6 +815,7 @@ class SimBroker:
     def crash(self) -> None:
         self.alive = False
         self.incarnation += 1
+        self.sim.checker.leases.pop(self.name, None)  # a stopped process acks nothing
         self.log.crash(self.sim.rng, self.sim.options.torn_write_probability)
         self.master = None
         self.slave = None
@@ -754,22 +847,48 @@ class SimBroker:
         request_id = self.sim.next_id()
         self.requests[request_id] = kind
         for node_id in CONTROLLERS:
-            self.sim.send(self.name, f"c{node_id}",
-                          ("request", request_id, kind, body, self.sim.now_ms))
+            controller = f"c{node_id}"
+            self.sim.send(self.name, controller,
+                          ("request", request_id, kind, self.with_echo(kind, body, controller),
+                           self.sim.now_ms))
 
-    def on_reply(self, request_id: int, reply: Any) -> None:
+    def with_echo(self, kind: str, body: Any, controller: str) -> Any:
+        """A heartbeat for `controller` echoes the clock of its last reply (controller_link.py
+        `_with_echo`: the body is per controller); anything else, or no reply yet: `body`."""
+        echo = self.echoes.get(controller) if kind == "heartbeat" else None
+        if echo is None:
+            return body
+        controller_ms, clock, received_ms = echo
+        return dataclasses.replace(body, echo_controller_ms=controller_ms,
+                                   echo_controller_clock=clock,
+                                   echo_age_ms=max(0, self.sim.now_ms - received_ms))
+
+    def on_reply(self, src: str, request_id: int, reply: Any) -> None:
         kind = self.requests.get(request_id)
         if kind is None or reply is None:
             return
         if kind == "register":
             self.broker_id = reply
         elif kind == "heartbeat":
-            change, timeout_ms = reply
+            assert isinstance(reply, HeartbeatReply), reply
+            if reply.controller_ms > 0:  # controller_link.py `_on_done`: whatever its status
+                self.echoes[src] = (reply.controller_ms, reply.controller_clock,
+                                    self.sim.now_ms)
+            if reply.status != "OK":
+                return
+            change = reply.role
             sent_ms = self.sim.request_sent_ms.get(request_id, self.sim.now_ms)
-            until = self.role.confirm(change, sent_ms, timeout_ms)
+            # a late heartbeat: the controller counted it as heard credit_behind_ms before it
+            # arrived, so the lease starts that much before its send time (as _on_reply)
+            behind_ms = max(0, reply.credit_behind_ms)
+            until = self.role.confirm(change, sent_ms - behind_ms,
+                                      reply.heartbeat_timeout_ms)
+            if until is not None and behind_ms > 0:
+                self.sim.credit_stats["leases_shortened"] += 1
             if (until is not None and self.master is not None
                     and self.master.master_epoch == change.master_epoch):
                 self.master.renew_lease(until)
+                self.sim.checker.on_lease(self, change.master_epoch, until)
             if self.role.offer(change):
                 self.apply_role(change)
         elif kind == "alter_sss":
@@ -833,6 +952,8 @@ class SimBroker:
                     accepted_sync_state_set=change.sync_state_set,
                     accepted_sync_state_set_epoch=change.sync_state_set_epoch,
                     lease_until_ms=self.role.lease_until_ms(change.master_epoch))
+                self.sim.checker.on_lease(self, change.master_epoch,
+                                          self.role.lease_until_ms(change.master_epoch))
             elif isinstance(effect, LiftFence):
                 self.fenced = False
             else:
@@ -1084,6 +1205,13 @@ class ClusterChecker:
         self.controller_epoch: dict[tuple[int, str], int] = {}  # (node, set) -> master epoch
         self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
         self.checked_signature: list[tuple[int, int]] = []
+        # the master lease (DESIGN 5.7): broker -> (set, epoch, lease end) of the term it
+        # serves, while its process lives; (set, epoch) -> when a controller first applied
+        # the election of that epoch. A lease must end by the election of a newer epoch: the
+        # controller elects only once the master is dead by its (credited) heartbeats, and a
+        # lease ends before that (controller/liveness.py heartbeat_credit_ms)
+        self.leases: dict[str, tuple[str, int, int]] = {}
+        self.elected_ms: dict[tuple[str, int], int] = {}
 
     def fail(self, what: str, *, kind: str) -> None:
         self.sim.fail(what, kind=kind)
@@ -1097,6 +1225,12 @@ class ClusterChecker:
             self.fail(f"controller {node_id}: master epoch of {after.broker_name} went back to "
                       f"{after.master_epoch}", kind="controller-epoch-back")
         self.controller_epoch[key] = after.master_epoch
+        if after.master_epoch > (before.master_epoch if before is not None else 0):
+            elected = (after.broker_name, after.master_epoch)
+            if elected not in self.elected_ms:
+                self.elected_ms[elected] = self.sim.now_ms
+                for name, lease in self.leases.items():
+                    self.check_lease(name, *lease)
         if (isinstance(command, ElectMaster) and before is not None
                 and after.master_epoch > before.master_epoch and before.master_epoch > 0
                 and command.new_master_broker_id is not None
@@ -1104,6 +1238,24 @@ class ClusterChecker:
             self.fail(f"controller {node_id} elected {command.new_master_broker_id}, not in "
                       f"the SyncStateSet {before.sync_state_set} of {after.broker_name} "
                       f"(epoch {before.master_epoch})", kind="unclean-election")
+
+    def on_lease(self, broker: SimBroker, epoch: int, until_ms: int) -> None:
+        """`broker`, serving `epoch`, holds its lease until `until_ms` (renewed or taken
+        over with)."""
+        held = self.leases.get(broker.name)
+        if held is not None and held[1] == epoch:
+            until_ms = max(until_ms, held[2])
+        self.leases[broker.name] = (broker.set_name, epoch, until_ms)
+        self.check_lease(broker.name, broker.set_name, epoch, until_ms)
+
+    def check_lease(self, name: str, set_name: str, epoch: int, until_ms: int) -> None:
+        if not self.sim.options.check_lease:
+            return
+        for (elected_set, elected_epoch), at_ms in self.elected_ms.items():
+            if elected_set == set_name and elected_epoch > epoch and at_ms < until_ms:
+                self.fail(f"{name}, master of epoch {epoch} of {set_name}, holds its lease "
+                          f"until {until_ms} ms, past the election of epoch {elected_epoch} "
+                          f"at {at_ms} ms", kind="lease-outlives-election")
 
     def on_serving(self, broker: SimBroker, epoch: int) -> None:
         known = self.masters.setdefault((broker.set_name, epoch), broker.name)
@@ -1369,6 +1521,12 @@ class ClusterSim:
         self.faults_on = True
         self.links: dict[int, tuple[str, str, int]] = {}  # id -> (a, b, deliver-after ms)
         self.request_sent_ms: dict[int, int] = {}
+        # what the late-heartbeat credit did (options.transit_max_ms; counted in run's stats
+        # only when it is on): heartbeats a controller counted as heard before they arrived,
+        # leases a broker started before its heartbeat's send time, and elections whose old
+        # master had been heard within the timeout by arrival
+        self.credit_stats = dict.fromkeys(
+            ("heartbeats_credited_late", "leases_shortened", "elections_credited"), 0)
         # the topology: set name -> its brokers' names (b1, b2, ... across the sets)
         self.set_names = SET_NAMES[:len(options.replicas)]
         self.sets: dict[str, tuple[str, ...]] = {}
@@ -1479,7 +1637,7 @@ class ClusterSim:
     def delay(self, rng: random.Random | None = None) -> int:
         rng = rng or self.rng
         if self.faults_on and rng.random() < self.options.long_delay_probability:
-            return rng.randint(20, 300)
+            return rng.randint(LONG_DELAY_MIN_MS, self.options.long_delay_max_ms)
         return rng.randint(1, 5)
 
     def set_brokers(self, set_name: str) -> list[SimBroker]:
@@ -1535,7 +1693,7 @@ class ClusterSim:
         elif kind == "request":
             target.on_request(src, payload[1], payload[2], payload[3])
         elif kind == "reply":
-            target.on_reply(payload[1], payload[2])
+            target.on_reply(src, payload[1], payload[2])
         elif kind == "put":
             target.on_put(src, payload[1], payload[2])
         elif kind == "read":
@@ -1651,6 +1809,8 @@ class ClusterSim:
             target.start()
 
     def heal_some(self) -> None:
+        if self.cuts:
+            self.trace("partitions heal: every cut link is whole again")
         self.cuts.clear()
 
     def heal(self) -> None:
@@ -1676,6 +1836,8 @@ class ClusterSim:
                  "events": self.events, "acks": self.acks,
                  "crashes": self.crashes, "partitions": self.partitions,
                  "masters": len(self.checker.masters)}
+        if self.options.transit_max_ms:
+            stats.update(self.credit_stats)
         # the puts have stopped: the last acks reach every replica (confirm), then each
         # set's reader reads its set to the end from the master and must find every ack
         self.run_until(end + DRAIN_MS)
@@ -1718,11 +1880,16 @@ def run_seed(seed: int, duration_ms: int, *, trace: bool = False,
              quorum: str = "all-ack", partial: bool = False, disk: str = "model",
              sets: int | None = None, replicas: int | None = None,
              only_faults: Iterable[int] | None = None, noise: bool = True,
-             torn_writes: bool = True) -> dict[str, int]:
-    """One seeded run (only_faults, noise, torn_writes: see ClusterOptions)."""
+             torn_writes: bool = True, transit_max_ms: int = 0,
+             long_delay_max_ms: int = LONG_DELAY_MAX_MS, check_lease: bool = False
+             ) -> dict[str, int]:
+    """One seeded run (only_faults, noise, torn_writes, transit_max_ms, long_delay_max_ms,
+    check_lease: see ClusterOptions)."""
     return run_options(ClusterOptions.from_seed(
         seed, duration_ms, quorum, partial=partial, disk=disk, sets=sets, replicas=replicas,
-        only_faults=only_faults, noise=noise, torn_writes=torn_writes), trace=trace)
+        only_faults=only_faults, noise=noise, torn_writes=torn_writes,
+        transit_max_ms=transit_max_ms, long_delay_max_ms=long_delay_max_ms,
+        check_lease=check_lease), trace=trace)
 
 
 def run_options(options: ClusterOptions, *, trace: bool = False) -> dict[str, int]:
@@ -1772,7 +1939,32 @@ def build_parser(prog: str = "build.py sim --cluster") -> argparse.ArgumentParse
     parser.add_argument("--no-torn-writes", action="store_true",
                         help="a crash drops exactly the unsynced bytes: no torn write, no "
                              "flipped bit")
+    parser.add_argument("--heartbeat-transit-max-ms", type=int, default=0, metavar="MS",
+                        dest="transit_max_ms",
+                        help="the controllers' heartbeatTransitMaxMs: a heartbeat longer on "
+                             "the way counts as heard this long after it was made at the "
+                             "latest, and the master lease it grants starts that much earlier "
+                             f"(below {HEARTBEAT_TIMEOUT_MS}; default 0: off, each heartbeat "
+                             "counts at its arrival)")
+    parser.add_argument("--long-delay-max-ms", type=int, default=LONG_DELAY_MAX_MS,
+                        metavar="MS",
+                        help="a long message delay lasts from 20 ms up to this (default "
+                             f"{LONG_DELAY_MAX_MS}; longer: TCP retransmissions on a lossy host)")
+    parser.add_argument("--check-lease", action="store_true",
+                        help="also check that a master's lease ends by the election of a newer "
+                             "epoch (off by default: seed 45 breaks it today)")
     return parser
+
+
+def check_transit_max_ms(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--heartbeat-transit-max-ms or --long-delay-max-ms out of range: the parser's error,
+    not a traceback."""
+    if not 0 <= args.transit_max_ms < HEARTBEAT_TIMEOUT_MS:
+        parser.error(f"--heartbeat-transit-max-ms must be at least 0 and below the heartbeat "
+                     f"timeout ({HEARTBEAT_TIMEOUT_MS}), not {args.transit_max_ms}")
+    if args.long_delay_max_ms < LONG_DELAY_MIN_MS:
+        parser.error(f"--long-delay-max-ms must be at least {LONG_DELAY_MIN_MS}, not "
+                     f"{args.long_delay_max_ms}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1782,6 +1974,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minimise:  # its own module (it drives this one): build.py routes it there
         parser.error("--minimise runs as `python3 build.py sim --cluster --seed S --minimise` "
                      "(python -m tests.sim.cluster_minimise)")
+    check_transit_max_ms(parser, args)
     if args.seed is not None:
         seeds: Iterable[int] = [args.seed]
     elif args.minutes is not None:
@@ -1791,6 +1984,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failures, steps, acks, count, brokers, sets = [], 0, 0, 0, 0, 0
     topologies: dict[str, int] = {}  # "3+4": seeds with a set of 3 and a set of 4 brokers
+    credit = dict.fromkeys(("heartbeats_credited_late", "leases_shortened",
+                            "elections_credited"), 0)  # with --heartbeat-transit-max-ms
     for seed in seeds:
         if args.minutes is not None and time.monotonic() - started >= args.minutes * 60:
             break
@@ -1804,9 +1999,14 @@ def main(argv: list[str] | None = None) -> int:
             stats = run_seed(seed, args.duration_ms, trace=args.trace, quorum=args.quorum,
                              partial=args.partial, disk=args.disk, sets=args.sets,
                              replicas=args.replicas, only_faults=args.only_faults,
-                             noise=not args.no_noise, torn_writes=not args.no_torn_writes)
+                             noise=not args.no_noise, torn_writes=not args.no_torn_writes,
+                             transit_max_ms=args.transit_max_ms,
+                             long_delay_max_ms=args.long_delay_max_ms,
+                             check_lease=args.check_lease)
             steps += stats["events"]
             acks += stats["acks"]
+            for key in credit:
+                credit[key] += stats.get(key, 0)
         except SimFailure as failure:
             failures.append(seed)
             print(failure, file=sys.stderr)
@@ -1814,11 +2014,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{count} seeds, {len(failures)} failed, {steps} steps, {acks} acks, "
           f"{elapsed:.1f} s ({count / elapsed:.1f} seeds/s)"
           + (f"; failing seeds: {failures}" if failures else ""))
+    if args.transit_max_ms:
+        print(f"heartbeatTransitMaxMs {args.transit_max_ms}: "
+              f"{credit['heartbeats_credited_late']} heartbeats credited late, "
+              f"{credit['leases_shortened']} leases shortened, "
+              f"{credit['elections_credited']} elections of a master heard by arrival")
     if args.json:
+        transit = {"transit_max_ms": args.transit_max_ms, **credit} if args.transit_max_ms else {}
+        if args.long_delay_max_ms != LONG_DELAY_MAX_MS:
+            transit["long_delay_max_ms"] = args.long_delay_max_ms
         print(json.dumps({"seeds": count, "failures": len(failures), "disk": args.disk,
                           "failing_seeds": failures, "controllers": len(CONTROLLERS),
                           "brokers": brokers, "sets": sets, "topologies": topologies,
-                          "steps": steps, "acks": acks,
+                          "steps": steps, "acks": acks, **transit,
                           "seconds": round(elapsed, 1)}))
     return 1 if failures else 0
 

@@ -77,10 +77,11 @@ def master_acks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
                             master_position >= log_position))
 
 
-def first_failing_seed(faults_min: int) -> tuple[ClusterOptions, SimFailure]:
+def first_failing_seed(faults_min: int, transit_max_ms: int = 0
+                       ) -> tuple[ClusterOptions, SimFailure]:
     """The first seed of 1-40 that loses a PUT_OK after at least `faults_min` faults."""
     for seed in range(1, 41):
-        options = ClusterOptions.from_seed(seed, DURATION_MS)
+        options = ClusterOptions.from_seed(seed, DURATION_MS, transit_max_ms=transit_max_ms)
         try:
             run_options(options)
         except SimFailure as failure:
@@ -98,7 +99,10 @@ def replay(command: str) -> ClusterOptions:
                                     partial=args.partial, disk=args.disk, sets=args.sets,
                                     replicas=args.replicas, only_faults=args.only_faults,
                                     noise=not args.no_noise,
-                                    torn_writes=not args.no_torn_writes)
+                                    torn_writes=not args.no_torn_writes,
+                                    transit_max_ms=args.transit_max_ms,
+                                    long_delay_max_ms=args.long_delay_max_ms,
+                                    check_lease=args.check_lease)
 
 
 @pytest.mark.usefixtures("master_acks_alone")
@@ -161,3 +165,19 @@ def test_a_passing_seed_has_nothing_to_minimise(capsys: pytest.CaptureFixture[st
     assert "seed 7 passes: nothing to minimise" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # a search starts from the seed's own run
         cluster_minimise.main(["--seed", "7", "--minimise", "--no-noise"])
+
+
+@pytest.mark.usefixtures("master_acks_alone")
+def test_a_minimised_run_keeps_the_heartbeat_transit_option() -> None:
+    # --heartbeat-transit-max-ms is not a fault: every smaller run keeps it, and so does the
+    # replay command printed (the minimise hint too)
+    options, original = first_failing_seed(faults_min=2, transit_max_ms=100)
+    assert "--heartbeat-transit-max-ms 100 --minimise" in str(original)
+    found = cluster_minimise.minimise(options)
+    assert found is not None and found.options.transit_max_ms == 100
+    command = next(line for line in cluster_minimise.report(found)
+                   if line.startswith("replay: "))[len("replay: "):]
+    assert "--heartbeat-transit-max-ms 100" in command
+    with pytest.raises(SimFailure) as replayed:
+        run_options(replay(command))
+    assert str(replayed.value) == str(found.failure)
