@@ -7,8 +7,10 @@ replica set gets a new master, is decided once:
 
     request                facts                                     answer
     broker_heartbeat       the broker is not a member of its set     BROKER_NOT_REGISTERED
-                           an operator's election is letting this    OK, no role (no lease
-                           master's lease lapse                      renewal)
+                           an election of another master is          OK, no role (no lease
+                           decided and not yet applied, or an        renewal: lease_held)
+                           operator's election lets this master's
+                           lease lapse
                            otherwise                                 OK, role_of(replica,
                                                                      broker), master_silent
                                                                      when the master has not
@@ -33,12 +35,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 
 from controller.api import BrokerHeartbeat, ReplicaInfo, RoleChange, role_of
 from controller.election import Election, failover_decision
 from controller.liveness import LiveTable
 
-__all__ = ["HeartbeatAnswer", "Wake", "answer_heartbeat", "refuse_sync_state_set",
+__all__ = ["HeartbeatAnswer", "Wake", "answer_heartbeat", "lease_held", "refuse_sync_state_set",
            "scan_decision"]
 
 
@@ -80,6 +83,19 @@ def answer_heartbeat(replica: ReplicaInfo | None, request: BrokerHeartbeat, *,
     silent = (request.broker_id != replica.master_broker_id and master_silent_ms is not None
               and 2 * master_silent_ms >= heartbeat_timeout_ms)
     return HeartbeatAnswer("OK", role_of(replica, request.broker_id), silent, wake)
+
+
+def lease_held(holds: Mapping[str, tuple[int, int | None]], replica: ReplicaInfo,
+               broker_id: int) -> bool:
+    """Is `broker_id` the master of `replica` whose lease the leader lets lapse? `holds`:
+    replica set -> (master epoch, master id) from the moment the leader decided to replace
+    that master until the election is applied (a scan's, or an operator's). A heartbeat the
+    leader answers meanwhile comes from the state not yet changed: naming the broker master
+    there would renew a lease past the election (sim seed 45: 593 ms past it; under auto-isr
+    such a master acks with a majority that may leave the new master out)."""
+    hold = holds.get(replica.broker_name)
+    return (hold is not None and hold == (replica.master_epoch, broker_id)
+            and broker_id == replica.master_broker_id)
 
 
 def refuse_sync_state_set(replica: ReplicaInfo | None, members: tuple[int, ...],

@@ -83,6 +83,7 @@ from controller.errors import (
 from controller.leader_core import (
     Wake,
     answer_heartbeat,
+    lease_held,
     refuse_sync_state_set,
     scan_decision,
 )
@@ -163,8 +164,11 @@ class ControllerNode:
         self._read_waits: list[tuple[int, asyncio.Future[None]]] = []
         self._next_read_id = 0
         self._leader_since_ms: int | None = None
-        # replica set -> (master epoch, master id) whose lease an operator's election lets lapse
+        # replica set -> (master epoch, master id) whose lease an operator's election lets
+        # lapse; _election_holds: the same from a scan's decision until its election applies
         self._lease_holds: dict[str, tuple[int, int | None]] = {}
+        self._election_holds: dict[str, tuple[int, int | None]] = {}
+        self._election_held_at_ms: dict[str, int] = {}
         self._scan_wakeup: asyncio.Event | None = None
         self._suspects: dict[str, int] = {}  # broker_name -> master epoch a slave lost
         self._stopping: asyncio.Event | None = None
@@ -399,6 +403,7 @@ class ControllerNode:
         await self._probe_suspects()
         now_ms = _monotonic_ms()
         self.live.expire(now_ms)
+        self._release_election_holds(now_ms)
         for replica in self.state.replica_infos():
             try:
                 await self._maybe_elect(replica, now_ms)
@@ -451,7 +456,25 @@ class ControllerNode:
         logger.info("%s: %s has master %s (epoch %d), not alive or absent: proposes %s",
                     self.prefix, replica.broker_name, replica.master_broker_id,
                     replica.master_epoch, decision.broker_id)
+        # From the decision until the election applies, heartbeats are answered from the
+        # state not yet changed: they must not renew the old master's lease (lease_held).
+        # Released once the outcome is known; with none (no answer in requestTimeoutMs, or
+        # leadership lost) kept until `_release_election_holds` finds the epoch moved on or
+        # the hold old enough that the entry was applied or dropped.
+        name = replica.broker_name
+        self._election_holds[name] = (replica.master_epoch, replica.master_broker_id)
+        self._election_held_at_ms[name] = now_ms
         await self.propose(ElectMaster.decided_on(replica, decision.broker_id))
+        self._election_holds.pop(name, None)  # applied (or fenced): the state says the rest
+
+    def _release_election_holds(self, now_ms: int) -> None:
+        """Drop the holds of elections whose outcome was not seen (see _maybe_elect)."""
+        for name, (epoch, _) in list(self._election_holds.items()):
+            replica = self.state.replica_info(name)
+            if (replica is None or replica.master_epoch != epoch
+                    or now_ms - self._election_held_at_ms.get(name, now_ms)
+                    > 2 * self.config.request_timeout_ms):
+                del self._election_holds[name]
 
     # -- requests --------------------------------------------------------------------------
 
@@ -648,10 +671,10 @@ class ControllerNode:
             self._lease_holds.pop(name, None)  # after the commit: the old master is a slave
 
     def _lease_held(self, replica: ReplicaInfo, broker_id: int) -> bool:
-        """Is `broker_id` the master whose lease an operator's election is letting lapse?"""
-        hold = self._lease_holds.get(replica.broker_name)
-        return hold is not None and hold == (replica.master_epoch, broker_id) \
-            and broker_id == replica.master_broker_id
+        """Is `broker_id` the master whose lease an election (decided by a scan, or an
+        operator's) is letting lapse? (leader_core.lease_held)"""
+        return (lease_held(self._lease_holds, replica, broker_id)
+                or lease_held(self._election_holds, replica, broker_id))
 
     async def _heard_since(self, replica: ReplicaInfo, broker_id: int | None, since_ms: int,
                            position_min: int, *, wait_max_ms: int, lease_lapsed: bool = False

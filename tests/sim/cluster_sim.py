@@ -124,8 +124,14 @@ from controller.api import (
     ReplicaInfo,
     RoleChange,
 )
-from controller.leader_core import Wake, answer_heartbeat, refuse_sync_state_set, scan_decision
-from controller.liveness import LiveTable, heartbeat_credit_ms
+from controller.leader_core import (
+    Wake,
+    answer_heartbeat,
+    lease_held,
+    refuse_sync_state_set,
+    scan_decision,
+)
+from controller.liveness import LiveTable, heartbeat_credit_ms, heartbeat_made_no_earlier_ms
 from controller.raft import (
     EntryKind,
     MemoryRaftStorage,
@@ -594,6 +600,9 @@ class SimController:
         # (set, broker id) -> when its last heartbeat arrived: the arrival-only view, which
         # tells an election that the credit brought forward (ClusterSim.credit_stats)
         self.arrived_ms: dict[tuple[str, int], int] = {}
+        # set -> (master epoch, master id) from a scan's decision until its election's
+        # outcome (node.py `_election_holds`): heartbeats get no role meanwhile
+        self.election_holds: dict[str, tuple[int, int | None]] = {}
         self.alive = True
         sim.every(TICK_MS, self, self.tick)
         sim.every(SCAN_MS, self, self.scan)
@@ -668,9 +677,14 @@ class SimController:
 
     def scan(self) -> None:
         if self.raft.role is not Role.LEADER or self.leader_since_ms is None:
+            self.election_holds.clear()  # (a proposal's outcome may never come back)
             return
         now = self.sim.now_ms
         self.live.expire(now)
+        for set_name, (epoch, _) in list(self.election_holds.items()):
+            replica = self.state.replica_info(set_name)
+            if replica is None or replica.master_epoch != epoch:
+                del self.election_holds[set_name]  # applied: the state says the rest
         for set_name in self.sim.set_names:
             replica = self.state.replica_info(set_name)
             if replica is None:
@@ -689,8 +703,12 @@ class SimController:
                         and master not in self.live.alive(replica, now)):
                     # heard within the timeout by arrival, dead by its credited heartbeats
                     self.sim.credit_stats["elections_credited"] += 1
-                self.propose(ElectMaster.decided_on(replica, decision.broker_id),
-                             lambda result: None)
+                self.election_holds[set_name] = (replica.master_epoch,
+                                                 replica.master_broker_id)
+
+                def released(result: Any, set_name: str = set_name) -> None:
+                    self.election_holds.pop(set_name, None)
+                self.propose(ElectMaster.decided_on(replica, decision.broker_id), released)
 
     def credit_ms(self, heartbeat: BrokerHeartbeat, arrived_ms: int) -> int:
         """When `heartbeat` counts as heard (node.py `_credit_ms`: the real
@@ -703,7 +721,9 @@ class SimController:
         transit_on = self.sim.options.transit_max_ms > 0
         if kind == "heartbeat":  # every controller records it (node.py `handle`)
             credited_ms = self.credit_ms(body, now)
-            self.live.heartbeat(body, now, credited_ms)
+            made_ms = (heartbeat_made_no_earlier_ms(body, now, clock=self.clock_id)
+                       if transit_on else None)
+            self.live.heartbeat(body, now, credited_ms, made_ms)
             if credited_ms < now:
                 self.sim.credit_stats["heartbeats_credited_late"] += 1
             self.arrived_ms[(body.broker_name, body.broker_id)] = now
@@ -725,7 +745,9 @@ class SimController:
         elif kind == "heartbeat":
             replica = self.state.replica_info(body.broker_name)
             heard = answer_heartbeat(
-                replica, body, lease_held=False,  # no operator elections here
+                replica, body,  # (no operator elections here)
+                lease_held=(replica is not None
+                            and lease_held(self.election_holds, replica, body.broker_id)),
                 master_silent_ms=(None if replica is None else
                                   self.live.silent_ms(replica, replica.master_broker_id, now)),
                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
@@ -877,6 +899,8 @@ class SimBroker:
             if reply.status != "OK":
                 return
             change = reply.role
+            if change is None:  # no role: the leader lets this master's lease lapse
+                return
             sent_ms = self.sim.request_sent_ms.get(request_id, self.sim.now_ms)
             # a late heartbeat: the controller counted it as heard credit_behind_ms before it
             # arrived, so the lease starts that much before its send time (as _on_reply)
