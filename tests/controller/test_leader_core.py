@@ -15,6 +15,7 @@ from controller.leader_core import (
     HeartbeatAnswer,
     Wake,
     answer_heartbeat,
+    lease_held,
     refuse_sync_state_set,
     scan_decision,
 )
@@ -93,3 +94,18 @@ def test_the_scan_elects_from_the_liveness_table() -> None:
     assert decision is not None and decision.broker_id == 2
     assert scan_decision(REPLICA, live, 1500, leader_since_ms=1000,
                          heartbeat_timeout_ms=TIMEOUT_MS, unclean_enabled=False) is None
+
+
+def test_an_election_decided_and_not_yet_applied_holds_the_old_masters_lease() -> None:
+    """Finding 11 (sim seed 45): from the decision to replace master 1 of epoch 3 until the
+    election's outcome, its heartbeats get no role, so no answer renews its lease; other
+    members, another epoch or another master are not held."""
+    holds = {"a": (3, 1)}
+    assert lease_held(holds, REPLICA, 1)
+    assert answer(REPLICA, heartbeat(1), lease_held=lease_held(holds, REPLICA, 1)).role is None
+    assert not lease_held(holds, REPLICA, 2)  # a slave learns its role as before
+    assert answer(REPLICA, heartbeat(2), lease_held=lease_held(holds, REPLICA, 2)).role \
+        == role_of(REPLICA, 2)
+    assert not lease_held({"a": (2, 1)}, REPLICA, 1)  # a hold of an older epoch
+    assert not lease_held({"a": (3, None)}, HEADLESS, 1)  # no master to hold
+    assert not lease_held({}, REPLICA, 1)
