@@ -127,6 +127,18 @@ class LiveTable:
             del self._heard_ms[min(self._heard_ms, key=self._heard_ms.__getitem__)]
         self._heard_ms[key] = heard_ms
 
+    def heard(self, heartbeat: BrokerHeartbeat, arrived_ms: int, *, clock: int,
+              transit_max_ms: int) -> int:
+        """Record `heartbeat` as the controller whose clock id is `clock` hears it: credited
+        by heartbeat_credit_ms and, with the credit on (`transit_max_ms` > 0), with its
+        made-no-earlier bound for reported_master_lost. Returns the credited time."""
+        made_ms = (heartbeat_made_no_earlier_ms(heartbeat, arrived_ms, clock=clock)
+                   if transit_max_ms > 0 else None)
+        credited_ms = arrived_ms if made_ms is None else min(arrived_ms,
+                                                             made_ms + transit_max_ms)
+        self.heartbeat(heartbeat, arrived_ms, credited_ms, made_ms)
+        return credited_ms
+
     def forget(self, broker_name: str, broker_ids: Iterable[int] = ()) -> None:
         ids = set(broker_ids)
         for key in [k for k in self._brokers if k[0] == broker_name and (not ids or k[1] in ids)]:

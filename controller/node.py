@@ -87,7 +87,7 @@ from controller.leader_core import (
     refuse_sync_state_set,
     scan_decision,
 )
-from controller.liveness import LiveTable, heartbeat_credit_ms, heartbeat_made_no_earlier_ms
+from controller.liveness import LiveTable, heartbeat_credit_ms
 from controller.raft import (
     Entry,
     EntryKind,
@@ -485,10 +485,8 @@ class ControllerNode:
         if action == "broker_heartbeat":
             assert isinstance(request, BrokerHeartbeat)
             now_ms = _monotonic_ms()
-            credited_ms = self._credit_ms(request, now_ms)
-            made_ms = (heartbeat_made_no_earlier_ms(request, now_ms, clock=self.clock_id)
-                       if self.config.transit_max_ms > 0 else None)
-            self.live.heartbeat(request, now_ms, credited_ms, made_ms)
+            credited_ms = self.live.heard(request, now_ms, clock=self.clock_id,
+                                          transit_max_ms=self.config.transit_max_ms)
             if credited_ms < now_ms:
                 logger.info("%s: a late heartbeat of %s broker %d counts %d ms before its "
                             "arrival (heartbeatTransitMaxMs)", self.prefix,
