@@ -65,6 +65,7 @@ BENCHES = {
     "grpc": "tests/bench/bench_grpc.py",
     "security": "tests/bench/bench_security.py",
     "latency": "tests/bench/bench_latency.py",
+    "latency_floor": "tests/bench/bench_latency_floor.py",
     "offsets": "tests/bench/bench_offsets.py",
     "topics": "tests/bench/bench_topics.py",
     "system_log": "tests/bench/bench_system_log.py",
