@@ -29,6 +29,9 @@ pipe from this process, closes). The client is this process; one message (100 B)
                          writer, the client reads that with the metadata reader's read(), as
                          connector/client.py's Producer and ha/broker/service.py's do_put do.
   flight_replicated      flight_echo's client hop on raw_replicated_cond's master.
+  flight_replicated_direct  the same with the reply written on the put stream's metadata
+                         writer by the slave-link reader (issue 22's design on our transport;
+                         tests/bench/flight_reply_thread.py models it without slaves).
   rocketha               our set of 3 (`rocketha-cluster up`, ASYNC_FLUSH, inSyncReplicas=2)
                          and Producer.send, exactly as tests/bench/bench_latency.py.
   jetstream              NATS JetStream R3 with nats-py's js.publish, as bench_latency.py.
@@ -87,7 +90,7 @@ READ_BUFFER_BYTES = 64 << 10
 ROLE_READY_TIMEOUT_S = 30.0
 ROLE_STOP_TIMEOUT_S = 15.0
 FLOOR_CASES = ("raw_echo", "raw_replicated_cond", "raw_replicated_direct", "flight_echo",
-               "flight_replicated")
+               "flight_replicated", "flight_replicated_direct")
 
 
 # -- frames -------------------------------------------------------------------------------------
@@ -143,7 +146,8 @@ class _Replication:
     """The master's side of its slave links: `ship` sends a frame to every slave; one reader
     thread per link takes the acks. The first ack of a sequence settles it (the highest
     settled sequence, under a Condition, notified); the later slave's ack is ignored. A
-    sequence registered in `direct_replies` is answered by the reader that settles it."""
+    sequence registered in `direct_replies` is answered (its reply function called) by the
+    reader that settles it."""
 
     def __init__(self, slave_ports: list[int]) -> None:
         self.links = [_no_delay(socket.create_connection(("127.0.0.1", port)))
@@ -152,7 +156,7 @@ class _Replication:
         self.sequences = itertools.count(1)
         self.settled = threading.Condition()
         self.settled_sequence = 0
-        self.direct_replies: dict[int, tuple[socket.socket, threading.Lock, int]] = {}
+        self.direct_replies: dict[int, Callable[[], None]] = {}
         for link in self.links:
             threading.Thread(target=self._read_acks, args=(link,), daemon=True).start()
 
@@ -178,9 +182,12 @@ class _Replication:
                 self.settled.notify_all()
             reply = self.direct_replies.pop(sequence, None)
             if reply is not None:
-                conn, send_lock, client_sequence = reply
-                with send_lock:
-                    conn.sendall(encode_frame(client_sequence, b""))
+                reply()
+
+
+def _reply_raw(conn: socket.socket, send_lock: threading.Lock, client_sequence: int) -> None:
+    with send_lock:
+        conn.sendall(encode_frame(client_sequence, b""))
 
 
 def _master_connection(replication: _Replication, direct: bool, conn: socket.socket) -> None:
@@ -192,38 +199,58 @@ def _master_connection(replication: _Replication, direct: bool, conn: socket.soc
         client_sequence, body = frame
         sequence = next(replication.sequences)
         if direct:
-            replication.direct_replies[sequence] = (conn, send_lock, client_sequence)
+            replication.direct_replies[sequence] = functools.partial(
+                _reply_raw, conn, send_lock, client_sequence)
             replication.ship(sequence, body)
             continue
         replication.ship(sequence, body)
         replication.wait_settled(sequence)
-        with send_lock:
-            conn.sendall(encode_frame(client_sequence, b""))
+        _reply_raw(conn, send_lock, client_sequence)
+
+
+def _reply_flight(writer: flight.FlightMetadataWriter, count: int,
+                  written: threading.Lock) -> None:
+    writer.write(pa.py_buffer(REPLY.pack(count)))
+    written.release()
 
 
 class _FlightMaster(flight.FlightServerBase):  # type: ignore[misc]
     """DoPut of 1-row batches; each body shipped and settled (when there are slaves) before
-    the reply goes out on the stream's metadata writer, from the do_put thread."""
+    the reply goes out on the stream's metadata writer: from the do_put thread, or (`direct`)
+    from the slave-link reader that settles it while do_put already waits for the next batch
+    (gRPC allows one read and one write at a time on a stream, from different threads)."""
 
-    def __init__(self, port: int, replication: _Replication | None) -> None:
+    def __init__(self, port: int, replication: _Replication | None, direct: bool) -> None:
         super().__init__(f"grpc://127.0.0.1:{port}")
         self.replication = replication
+        self.direct = direct
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor,
                reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
         count = 0
+        written = threading.Lock()  # held from a direct reply's registration to its write
         for chunk in reader:
             batch = chunk.data
             if batch is None:
                 continue
             body = batch.column(0)[0].as_py()
-            if self.replication is not None:
-                sequence = next(self.replication.sequences)
-                self.replication.ship(sequence, body)
-                self.replication.wait_settled(sequence)
             count += 1
+            if self.replication is None:
+                writer.write(pa.py_buffer(REPLY.pack(count)))
+                continue
+            sequence = next(self.replication.sequences)
+            if self.direct:
+                written.acquire()  # the previous reply is out (always, one batch in flight)
+                self.replication.direct_replies[sequence] = functools.partial(
+                    _reply_flight, writer, count, written)
+                self.replication.ship(sequence, body)
+                continue
+            self.replication.ship(sequence, body)
+            self.replication.wait_settled(sequence)
             writer.write(pa.py_buffer(REPLY.pack(count)))
+        with written:  # the writer must outlive the last direct reply
+            pass
 
 
 def _exit_with_parent() -> None:
@@ -241,8 +268,9 @@ def serve_role(role: str, port: int, slave_ports: list[int]) -> int:
         replication = _Replication(slave_ports)
         direct = role == "master_direct"
         _serve_connections(port, lambda conn: _master_connection(replication, direct, conn))
-    elif role == "flight":
-        server = _FlightMaster(port, _Replication(slave_ports) if slave_ports else None)
+    elif role in ("flight", "flight_direct"):
+        server = _FlightMaster(port, _Replication(slave_ports) if slave_ports else None,
+                               role == "flight_direct")
         print("ready", flush=True)
         server.serve()
     else:
@@ -327,7 +355,8 @@ def start_floor(roles: _Roles) -> dict[str, Callable[[int], list[float]]]:
              "raw_replicated_cond": roles.start("master_cond", slaves),
              "raw_replicated_direct": roles.start("master_direct", slaves),
              "flight_echo": roles.start("flight"),
-             "flight_replicated": roles.start("flight", slaves)}
+             "flight_replicated": roles.start("flight", slaves),
+             "flight_replicated_direct": roles.start("flight_direct", slaves)}
     return {case: functools.partial(
         flight_round_trips if case.startswith("flight") else raw_round_trips, port)
         for case, port in ports.items()}
@@ -371,7 +400,7 @@ def measure(cases: dict[str, Callable[[int], list[float]]], rounds: int,
             for name, fraction in (("p50", 0.5), ("p99", 0.99)):
                 figures.setdefault(f"{case}_{name}_ms", []).append(
                     _percentile_ms(samples, fraction))
-            print(f"  {case:22s} p50 {figures[f'{case}_p50_ms'][-1]:.3f} / p99 "
+            print(f"  {case:24s} p50 {figures[f'{case}_p50_ms'][-1]:.3f} / p99 "
                   f"{figures[f'{case}_p99_ms'][-1]:.3f} ms  (load {os.getloadavg()[0]:.1f})",
                   flush=True)
     return figures, loads
@@ -432,7 +461,7 @@ def main(argv: list[str]) -> int:
     print(f"median of {args.rounds} rounds (p50 / p99 ms):", flush=True)
     for case in (*FLOOR_CASES, "rocketha", "jetstream"):
         if f"{case}_p50_ms" in result:
-            print(f"  {case:22s} {result[f'{case}_p50_ms']:.3f} / {result[f'{case}_p99_ms']:.3f}",
+            print(f"  {case:24s} {result[f'{case}_p50_ms']:.3f} / {result[f'{case}_p99_ms']:.3f}",
                   flush=True)
     if args.json:
         print(json.dumps(result, sort_keys=True))
