@@ -65,12 +65,18 @@ from connector.options import (
     parse_sink_options,
     parse_source_options,
 )
-from connector.partitions import ColdRangePartition, QueueRangePartition, SinkCommitMessage
+from connector.partitions import (
+    ColdRangePartition,
+    PackedPartition,
+    QueueRangePartition,
+    SinkCommitMessage,
+)
 from connector.planning import (
     Bounds,
     QueueRange,
     admit,
     backlog,
+    pack_groups,
     resolve_offsets,
     split_ranges,
     trigger_waits,
@@ -88,6 +94,7 @@ from connector.source import (
     narrow_ranges,
     project_columns,
     read_range,
+    read_ranges,
     starting_offsets,
 )
 
@@ -171,16 +178,28 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
     if options.read_cold_from_tier:
         cold_parts, ranges = split_cold(ranges, replica_sets, options)
         cold = list(cold_parts)
-    return cold + [QueueRangePartition(r.ref.topic, r.ref.broker_name,
-                                read_endpoints(replica_sets[r.ref.broker_name],
-                                               options.read_from_replicas),
-                                r.ref.queue_id, r.start_queue_offset, r.end_queue_offset)
-            for r in split_ranges(ranges, options.min_partitions)]
+    ranges = split_ranges(ranges, options.min_partitions)
+    parts = cold + [QueueRangePartition(r.ref.topic, r.ref.broker_name,
+                                        read_endpoints(replica_sets[r.ref.broker_name],
+                                                       options.read_from_replicas),
+                                        r.ref.queue_id, r.start_queue_offset,
+                                        r.end_queue_offset)
+                    for r in ranges]
+    counts = [p.end_queue_offset - p.start_queue_offset for p in parts]  # type: ignore
+    groups = pack_groups(counts, options.min_rows_per_partition, options.min_partitions)
+    return [parts[group[0]] if len(group) == 1 else
+            PackedPartition(tuple(parts[index] for index in group)) for group in groups]
 
 
 def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns,
           pushed: PushedFilters | None = None) -> Iterator[pa.RecordBatch]:
-    if isinstance(partition, QueueRangePartition):
+    if isinstance(partition, PackedPartition):
+        for part in partition.parts:
+            if isinstance(part, ColdRangePartition):
+                yield from _read(part, options, columns, pushed)
+        batches = read_ranges([part for part in partition.parts
+                               if isinstance(part, QueueRangePartition)], options, columns)
+    elif isinstance(partition, QueueRangePartition):
         batches = read_range(partition, options, columns)
     elif isinstance(partition, ColdRangePartition):
         batches = read_cold(partition, options, columns)

@@ -15,7 +15,8 @@ the canonical spellings are the constants below.
     who:       accessKey + secretKey | credentialsFile (instead of clientConfig's keys)
     what:      subscribe | subscribePattern | assign                      (exactly one)
     from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp, endingOffsets
-    how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions
+    how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions,
+               minRowsPerPartition
     columns:   includeProperties, includeMetadata | columns   (the default schema; columns.py)
     extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId, fetch*/requestTimeoutMs
     sink:      topic, acceptStatuses, exactlyOnce, writeBatchRows, writeBatchBytes
@@ -71,6 +72,7 @@ __all__ = [
     "MAX_TRIGGER_DELAY",
     "MIN_OFFSETS_PER_TRIGGER",
     "MIN_PARTITIONS",
+    "MIN_ROWS_PER_PARTITION",
     "READ_COLD_FROM_TIER",
     "READ_FROM_REPLICAS",
     "READ_OPTIONS",
@@ -109,6 +111,9 @@ MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
 MIN_OFFSETS_PER_TRIGGER = "minOffsetsPerTrigger"
 MAX_TRIGGER_DELAY = "maxTriggerDelay"
 MIN_PARTITIONS = "minPartitions"
+# Ranges smaller than this share a read task (planning.pack_groups); 0: one task per range.
+MIN_ROWS_PER_PARTITION = "minRowsPerPartition"
+MIN_ROWS_PER_PARTITION_DEFAULT = 500_000
 TAG_FILTER = "tagFilter"
 READ_FROM_REPLICAS = "readFromReplicas"
 GROUP_ID = "groupId"
@@ -143,7 +148,8 @@ _COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG, ACCESS_KEY, S
 READ_OPTIONS = frozenset(_COMMON + (
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
-    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, TAG_FILTER, READ_FROM_REPLICAS,
+    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, MIN_ROWS_PER_PARTITION,
+    TAG_FILTER, READ_FROM_REPLICAS,
     GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
     TIER_STORAGE_OPTIONS, TIER_S3_ACCESS_KEY_ID, TIER_S3_SECRET_ACCESS_KEY,
     INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
@@ -179,6 +185,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
     min_partitions: int | None
+    min_rows_per_partition: int
     tag_filter: str | None
     read_from_replicas: bool
     group_id: str | None
@@ -421,6 +428,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay_ms=_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
         min_partitions=_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
+        min_rows_per_partition=_int(values, MIN_ROWS_PER_PARTITION,  # type: ignore[arg-type]
+                                    MIN_ROWS_PER_PARTITION_DEFAULT, 0, 1 << 40),
         tag_filter=_tag_filter(values),
         read_from_replicas=_bool(values, READ_FROM_REPLICAS, False),
         group_id=None if group_id is None else _name(GROUP_ID, group_id),

@@ -2,7 +2,9 @@
 
 A read task gets a `QueueRangePartition` (read through a broker) or a `ColdRangePartition` (read
 from the tier's objects): everything `read()` needs, because the executor sees the reader as the planner built it,
-not the driver's long-lived streaming reader. A write task returns a `SinkCommitMessage`.
+not the driver's long-lived streaming reader. Small ranges share one task as a
+`PackedPartition` of them (planning.pack_groups says why). A write task returns a
+`SinkCommitMessage`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import dataclasses
 
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
 
-__all__ = ["ColdRangePartition", "QueueRangePartition", "QueueWriteStats", "SinkCommitMessage"]
+__all__ = ["ColdRangePartition", "PackedPartition", "QueueRangePartition", "QueueWriteStats",
+           "SinkCommitMessage", "unpacked"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,3 +65,20 @@ class ColdRangePartition(InputPartition):
     tier_url: str
     tier_storage_options: tuple[tuple[str, str], ...] = dataclasses.field(repr=False)  # secret
     pieces: tuple[object, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PackedPartition(InputPartition):
+    """Several ranges read one after another by one task (QueueRangePartition or
+    ColdRangePartition each; never nested)."""
+
+    parts: tuple[InputPartition, ...]
+
+
+def unpacked(partitions: list[InputPartition] | tuple[InputPartition, ...]
+             ) -> list[InputPartition]:
+    """The ranges of `partitions`, packed ones opened up, in order."""
+    result: list[InputPartition] = []
+    for partition in partitions:
+        result.extend(partition.parts if isinstance(partition, PackedPartition) else (partition,))
+    return result

@@ -4,6 +4,7 @@
     starting_offsets(...)        -> QueueRef -> first queue offset (startingOffsets / timestamps)
     project_columns(declared)    -> SourceColumns: a user's `.schema(...)`, checked at planning
     read_range(partition, ...)   -> Arrow batches of those columns, exactly [start, end)
+    read_ranges(partitions, ...) -> the same for several ranges in turn (a packed partition)
 
 A range read is deterministic: it returns the messages with start <= queueOffset < end (those
 matching tagFilter), never anything past `end`, and it waits (up to fetchTimeoutMs) for messages
@@ -79,6 +80,7 @@ __all__ = [
     "narrow_ranges",
     "project_columns",
     "read_range",
+    "read_ranges",
     "starting_offsets",
     "strip_markers",
     "to_source_batch",
@@ -326,62 +328,89 @@ def strip_markers(properties: pa.MapArray) -> pa.Array:
 def read_range(partition: QueueRangePartition, options: SourceOptions, columns: SourceColumns
                ) -> Iterator[pa.RecordBatch]:
     """Messages of one queue with start <= queueOffset < end, in order (see module doc), as
-    batches of `columns`.
+    batches of `columns`."""
+    return read_ranges((partition,), options, columns)
+
+
+def read_ranges(partitions: Sequence[QueueRangePartition], options: SourceOptions,
+                columns: SourceColumns) -> Iterator[pa.RecordBatch]:
+    """Each range's messages (as read_range), one range after another.
 
     The next pull is sent while the batches of the current one are handed to Spark (one pull
     ahead, on a helper thread: Flight's receive and Spark's Arrow writer both release the GIL),
-    so the broker builds the next block while the worker ships this one."""
-    consumer = Consumer(client_config(partition.endpoints, options.request_timeout_ms,
-                                      options.tls, options.credentials), group=options.group_id)
-    where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
-    cursor, end = partition.start_queue_offset, partition.end_queue_offset
-    deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+    so the broker builds the next block while the worker ships this one; at the end of a range
+    the pull ahead is the next range's first, so a task of several small ranges (a packed
+    partition) does not stall between them. Ranges of one replica set share a connection."""
+    consumers: dict[tuple[str, ...], Consumer] = {}
     wanted = consume_columns(columns, tag_filter=options.tag_filter)
 
-    def pull(at: int, until: float) -> PullResult:
+    def consumer_for(partition: QueueRangePartition) -> Consumer:  # the task's thread only
+        found = consumers.get(partition.endpoints)
+        if found is None:
+            found = consumers[partition.endpoints] = Consumer(
+                client_config(partition.endpoints, options.request_timeout_ms, options.tls,
+                              options.credentials), group=options.group_id)
+        return found
+
+    def pull(consumer: Consumer, partition: QueueRangePartition, at: int,
+             until: float) -> PullResult:
         wait_ms = max(0, min(_POLL_WAIT_MS_MAX, int((until - time.monotonic()) * 1000)))
         return consumer.pull(
             partition.topic, partition.queue_id, at,
-            max_messages=min(options.fetch_max_messages, end - at),
+            max_messages=min(options.fetch_max_messages, partition.end_queue_offset - at),
             max_bytes=options.fetch_max_bytes, tag_filter=options.tag_filter,
             max_wait_ms=wait_ms, columns=wanted)
 
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketha-pull")
-    ahead: tuple[int, Future[PullResult]] | None = None
+    ahead: tuple[int, int, Future[PullResult]] | None = None  # (range index, offset, pull)
+
+    def pull_ahead(index: int, at: int) -> tuple[int, int, Future[PullResult]]:
+        partition = partitions[index]
+        until = time.monotonic() + options.fetch_timeout_ms / 1000.0
+        return index, at, prefetch.submit(pull, consumer_for(partition), partition, at, until)
+
     try:
-        while cursor < end:
-            try:
-                if ahead is not None and ahead[0] == cursor:
-                    result = ahead[1].result()
-                else:
-                    result = pull(cursor, deadline)
-                ahead = None
-            except RocketHAError as err:
-                if err.name == "TOPIC_NOT_EXIST":
-                    _lost(options, f"{where}: topic deleted while reading [{cursor}, {end})")
-                    return
-                raise
-            if result.status == "OFFSET_TOO_SMALL":
-                low = result.reply.min_queue_offset
-                _lost(options, f"{where}: queue offsets [{cursor}, {min(low, end)}) were "
-                      "removed by retention before they were read")
-                cursor = min(low, end)
-                continue
-            if result.status in _GONE:
-                _lost(options, f"{where}: the queue no longer exists; [{cursor}, {end}) unread")
-                return
-            if cursor < result.next_queue_offset < end:
-                next_deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
-                ahead = (result.next_queue_offset,
-                         prefetch.submit(pull, result.next_queue_offset, next_deadline))
-            yield from _range_batches(result, cursor, end, wanted, partition, columns)
-            if result.next_queue_offset > cursor:
-                cursor = result.next_queue_offset
-                deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
-            elif time.monotonic() >= deadline:
-                raise RoutesUnavailableError(
-                    f"{where}: queue offsets [{cursor}, {end}) were not readable within "
-                    f"fetchTimeoutMs={options.fetch_timeout_ms} (status {result.status})")
+        for index, partition in enumerate(partitions):
+            where = f"{partition.topic}/{partition.broker_name}:{partition.queue_id}"
+            cursor, end = partition.start_queue_offset, partition.end_queue_offset
+            deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+            following = next((i for i in range(index + 1, len(partitions))
+                              if partitions[i].end_queue_offset
+                              > partitions[i].start_queue_offset), None)
+            while cursor < end:
+                try:
+                    if ahead is not None and ahead[:2] == (index, cursor):
+                        result = ahead[2].result()
+                    else:
+                        result = pull(consumer_for(partition), partition, cursor, deadline)
+                    ahead = None
+                except RocketHAError as err:
+                    if err.name == "TOPIC_NOT_EXIST":
+                        _lost(options, f"{where}: topic deleted while reading [{cursor}, {end})")
+                        break
+                    raise
+                if result.status == "OFFSET_TOO_SMALL":
+                    low = result.reply.min_queue_offset
+                    _lost(options, f"{where}: queue offsets [{cursor}, {min(low, end)}) were "
+                          "removed by retention before they were read")
+                    cursor = min(low, end)
+                    continue
+                if result.status in _GONE:
+                    _lost(options, f"{where}: the queue no longer exists; [{cursor}, {end}) "
+                          "unread")
+                    break
+                if cursor < result.next_queue_offset < end:
+                    ahead = pull_ahead(index, result.next_queue_offset)
+                elif result.next_queue_offset >= end and following is not None:
+                    ahead = pull_ahead(following, partitions[following].start_queue_offset)
+                yield from _range_batches(result, cursor, end, wanted, partition, columns)
+                if result.next_queue_offset > cursor:
+                    cursor = result.next_queue_offset
+                    deadline = time.monotonic() + options.fetch_timeout_ms / 1000.0
+                elif time.monotonic() >= deadline:
+                    raise RoutesUnavailableError(
+                        f"{where}: queue offsets [{cursor}, {end}) were not readable within "
+                        f"fetchTimeoutMs={options.fetch_timeout_ms} (status {result.status})")
     finally:
         prefetch.shutdown(wait=False, cancel_futures=True)
 

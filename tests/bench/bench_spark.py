@@ -12,6 +12,9 @@ Parquet answers it from footers). Spark prunes no columns of Python sources, so 
 every column of its schema: the default case reads the lean default schema (7 columns), the
 `all` case `columns=*` (11), the projected case declares `.schema("queueId INT, body BINARY")`,
 and the source then builds and ships only those two and pulls only `body` from the broker.
+The reads plan as the source does by default (queue ranges under minRowsPerPartition share a
+task: 1 M rows in 8 queues is 2 tasks); the `*_per_queue` cases read with
+minRowsPerPartition=0, one task per queue as before, the baseline in the same turns.
 Each case's CPU time (JVM, Spark's Python workers, broker; from /proc, in its fastest run) is
 printed per row: where the microseconds go. Pushdown case (same turns): a selective
 `where(queueId = 3 AND queueOffset >= 1000)` read with spark.sql.python.filterPushdown.enabled
@@ -22,7 +25,7 @@ the same with exactlyOnce=false, after one warm-up query; rows/s over the query'
 turns): the same aggregation over `tests/bench/spark_ceiling.py`, a Python source that reads
 nothing and yields pre-built batches (same row count, 8 partitions) in rocketha's 11, default 7
 and 2 columns: what any Python data source can reach here, so the rocketha figures can be read
-against it. `--no-sink` skips the sink cases.
+against it; `ceiling_narrow_packed` is the 2-column one in as many tasks as the rocketha read. `--no-sink` skips the sink cases.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from pyspark.sql import functions as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from connector import Admin, ClientConfig, Producer
+from connector.options import MIN_ROWS_PER_PARTITION_DEFAULT
+from connector.planning import pack_groups
 from tests.bench.spark_ceiling import CeilingSource
 from tests.integration.broker_process import BrokerProcess
 
@@ -173,6 +178,12 @@ READ_CASES = {  # case -> (what it reads, JSON key of rows/s, JSON key of the Pa
                   "read_projected_vs_parquet_ratio"),
     "all": ("columns=*, all 11 columns", "read_all_columns_agg_rows_per_s",
             "read_all_columns_vs_parquet_ratio"),
+    # one task per queue, as before minRowsPerPartition packed small ranges (the baseline)
+    "default_per_queue": ("default schema, minRowsPerPartition=0", "read_per_queue_agg_rows_per_s",
+                          "read_per_queue_vs_parquet_ratio"),
+    "projected_per_queue": ("projected, minRowsPerPartition=0",
+                            "read_projected_per_queue_agg_rows_per_s",
+                            "read_projected_per_queue_vs_parquet_ratio"),
 }
 
 
@@ -186,9 +197,12 @@ def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # ty
                   .option("subscribe", "bench_read").options(**options))
         return reader if schema is None else reader.schema(schema)  # schema() mutates
 
-    def ceiling(shape: str):  # type: ignore[no-untyped-def]
+    def ceiling(shape: str, partitions: int = QUEUES):  # type: ignore[no-untyped-def]
         return (spark.read.format("rocketha_ceiling").option("rows", str(rows))
-                .option("shape", shape).load())
+                .option("shape", shape).option("partitions", str(partitions)).load())
+
+    # as many tasks as the rocketha read plans for these rows (minRowsPerPartition's default)
+    packed_tasks = len(pack_groups([rows // QUEUES] * QUEUES, MIN_ROWS_PER_PARTITION_DEFAULT))
 
     spark.dataSource.register(CeilingSource)
     selected_rows = spark.read.parquet(str(parquet_dir)).where(SELECTIVE).count()
@@ -206,10 +220,14 @@ def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # ty
         "default": lambda: agg(rocketha(None).load(), rows),
         "projected": lambda: agg(rocketha(PROJECTED_DDL).load(), rows),
         "all": lambda: agg(rocketha(None, columns="*").load(), rows),
+        "default_per_queue": lambda: agg(rocketha(None, minRowsPerPartition="0").load(), rows),
+        "projected_per_queue": lambda: agg(rocketha(PROJECTED_DDL, minRowsPerPartition="0")
+                                           .load(), rows),
         "parquet": lambda: agg(spark.read.parquet(str(parquet_dir)), rows),
         "ceiling_default": lambda: agg(ceiling("default"), rows),
         "ceiling_narrow": lambda: agg(ceiling("narrow"), rows),
         "ceiling_all": lambda: agg(ceiling("all"), rows),
+        "ceiling_narrow_packed": lambda: agg(ceiling("narrow", packed_tasks), rows),
         "selective_pushdown": lambda: selective(True),
         "selective_no_pushdown": lambda: selective(False),
     }, repeat, meter)
@@ -228,6 +246,10 @@ def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # ty
         figures[key] = rows / best[f"ceiling_{shape}"]
         figures[f"{key[:-len('_agg_rows_per_s')]}_vs_parquet_ratio"] = \
             parquet_s / best[f"ceiling_{shape}"]
+    figures["ceiling_narrow_packed_vs_parquet_ratio"] = parquet_s / best["ceiling_narrow_packed"]
+    print(f"no-IO Python source, 2 columns in {packed_tasks} tasks (as the rocketha read plans): "
+          f"{rows / best['ceiling_narrow_packed']:,.0f} rows/s: "
+          f"{figures['ceiling_narrow_packed_vs_parquet_ratio']:.2f} x Parquet")
     print(f"no-IO Python source, same aggregation: {figures['ceiling_agg_rows_per_s']:,.0f} "
           f"rows/s with 11 columns, {figures['ceiling_default_agg_rows_per_s']:,.0f} with "
           f"the default 7, {figures['ceiling_narrow_agg_rows_per_s']:,.0f} with 2 (Spark "
@@ -277,6 +299,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--full", action="store_true", help="10 M rows (the issue's size)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-sink", action="store_true", help="read cases only")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable)")
     args = parser.parse_args(argv)
     rows = 10_000_000 if args.full else args.rows
     assert 0 < rows <= ROWS_MAX and args.repeat >= 1
@@ -293,7 +317,11 @@ def main(argv: list[str]) -> int:
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "2g").getOrCreate())
+             .config("spark.driver.memory", "2g"))
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        spark = spark.config(key, value)
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, float] = {"rows": float(rows)}
     try:

@@ -30,6 +30,7 @@ from connector.planning import (
     Bounds,
     QueueRange,
     admit,
+    pack_groups,
     resolve_offsets,
     split_ranges,
     trigger_waits,
@@ -209,6 +210,42 @@ def test_split_ranges_min_partitions() -> None:
         assert mine[0].start_queue_offset == low and mine[-1].end_queue_offset == high
         assert all(a.end_queue_offset == b.start_queue_offset for a, b in itertools.pairwise(mine))
         assert all(p.count > 0 for p in mine)
+
+
+def test_pack_groups_packs_small_ranges_into_even_tasks() -> None:
+    # 1 M rows in 8 queues with the default 500,000: two tasks of four queues
+    assert pack_groups([125_000] * 8, 500_000) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert pack_groups([10, 20, 30], 1000) == [[0, 1, 2]]  # a small read: one task
+    assert pack_groups([600, 100, 100, 100], 400) == [[0], [1, 2, 3]]  # big ones stay alone
+    assert pack_groups([5, 5, 5], 0) == [[0], [1], [2]]  # 0: one task per range
+    assert pack_groups([5, 5, 5], 1, 2) == [[0], [1], [2]]  # already enough rows per range
+    assert pack_groups([5, 5, 5, 5], 100, 2) == [[0, 2], [1, 3]]  # minPartitions is a floor
+    assert pack_groups([], 100) == []
+    assert pack_groups([7], 100) == [[0]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 10_000), max_size=40), st.integers(0, 50_000),
+       st.none() | st.integers(1, 60))
+def test_pack_groups_keeps_every_range_once_and_the_bounds(
+        counts: list[int], min_rows: int, min_groups: int | None) -> None:
+    groups = pack_groups(counts, min_rows, min_groups)
+    assert sorted(i for g in groups for i in g) == list(range(len(counts)))
+    assert all(g == sorted(g) and g for g in groups) and groups == sorted(groups)
+    assert len(groups) <= max(1, len(counts))
+    if counts:
+        # never fewer tasks than minPartitions allows, never more than the rows ask for
+        assert len(groups) >= min(len(counts), min_groups or 1)
+        if min_rows and len(groups) < len(counts):
+            assert len(groups) <= max(1, sum(counts) // min_rows, min_groups or 1)
+    assert groups == pack_groups(counts, min_rows, min_groups)  # a replay plans the same
+
+
+def test_min_rows_per_partition_option() -> None:
+    assert parse_source_options(source()).min_rows_per_partition == 500_000
+    assert parse_source_options(source(minRowsPerPartition="0")).min_rows_per_partition == 0
+    with pytest.raises(OptionError, match="minRowsPerPartition"):
+        parse_source_options(source(minRowsPerPartition="-1"))
 
 
 def test_trigger_waits_for_min_rows_until_delay() -> None:

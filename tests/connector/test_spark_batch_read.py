@@ -2,7 +2,8 @@
 
 Goal: a batch read returns exactly the stored messages with the promised schema and values;
 startingOffsets/endingOffsets JSON select [start, end) per queue; tagFilter, minPartitions and
-startingTimestamp work; bad options fail with errors naming the option. A declared schema
+startingTimestamp work; small queue ranges share a read task (minRowsPerPartition) and read
+the same rows as one task per queue; bad options fail with errors naming the option. A declared schema
 (`.schema(...)`, any subset of the columns in any order) returns exactly those columns of the
 full read — also cut by endingOffsets or tagFilter when the broker is not asked for queue
 offsets — and an unknown column or a wrong type fails naming the column. Method: a real broker
@@ -108,6 +109,22 @@ def test_offset_ranges_tag_filter_and_min_partitions(spark, broker, loaded) -> N
     rows = tagged.select("queueId", "queueOffset", "tags").collect()
     assert sorted((r.queueId, r.queueOffset) for r in rows) == \
         [(q, i) for q in range(QUEUES) for i in range(0, PER_QUEUE, 2)]
+
+
+def test_small_ranges_share_a_task_and_read_the_same_rows(spark, broker, loaded) -> None:
+    """Every task of a Python source costs Spark ~0.1 s to start: 3 small queues read as one
+    task by default, as one task each with minRowsPerPartition=0, the same rows either way."""
+    packed = read(spark, broker, subscribe=TOPIC, includeMetadata="true")
+    assert packed.rdd.getNumPartitions() == 1
+    per_queue = read(spark, broker, subscribe=TOPIC, includeMetadata="true",
+                     minRowsPerPartition="0")
+    assert per_queue.rdd.getNumPartitions() == QUEUES
+    two = read(spark, broker, subscribe=TOPIC, includeMetadata="true",
+               minRowsPerPartition=str(PER_QUEUE * QUEUES // 2))  # 60 // 30: two tasks
+    assert two.rdd.getNumPartitions() == 2
+    assert_df_equality(packed, per_queue, ignore_row_order=True)
+    assert_df_equality(two, per_queue, ignore_row_order=True)
+    assert per_queue.count() == QUEUES * PER_QUEUE
 
 
 def test_assign_and_starting_timestamp(spark, broker, loaded) -> None:

@@ -18,7 +18,7 @@ from connector import Admin, ClientConfig, Producer, cold
 from connector.datasource import BatchReader
 from connector.errors import OptionError
 from connector.options import parse_source_options
-from connector.partitions import ColdRangePartition, QueueRangePartition
+from connector.partitions import ColdRangePartition, QueueRangePartition, unpacked
 from tests.integration.broker_process import BrokerProcess
 from tests.tiered.broker_tier import SMALL_TIER
 
@@ -68,7 +68,7 @@ def _rows(spark, options: dict[str, str]) -> list[tuple]:  # type: ignore[no-unt
 def test_planning_splits_tier_and_broker_ranges(tiered_broker: BrokerProcess) -> None:
     reader = BatchReader(parse_source_options(_options(tiered_broker,
                                                        readColdFromTier="true")))
-    parts = reader.partitions()
+    parts = unpacked(reader.partitions())
     cold_rows = sum(p.end_queue_offset - p.start_queue_offset for p in parts
                     if isinstance(p, ColdRangePartition))
     hot_rows = sum(p.end_queue_offset - p.start_queue_offset for p in parts

@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
 from connector import Admin, ClientConfig, Producer
 from connector.datasource import BatchReader
 from connector.options import parse_source_options
+from connector.partitions import unpacked
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -144,7 +145,7 @@ def test_the_source_reads_only_what_the_filters_select(broker, waves) -> None:
     filters = _filters(waves)
     kept = reader.pushFilters(filters)
     assert kept == [filters[-1]]  # the string match stays with Spark
-    parts = reader.partitions()
+    parts = unpacked(reader.partitions())
     assert {p.queue_id for p in parts} == {1, 3}
     # queueOffset in [10, 30) and stored in wave 1 ([12, 24)): 12..23
     assert {(p.start_queue_offset, p.end_queue_offset) for p in parts} == {(12, 24)}
