@@ -6,7 +6,7 @@ Method: one real broker process (ASYNC_FLUSH, 1 GiB segments) on 127.0.0.1 and a
 SparkSession in this process. N messages of 100 B bodies (default 1 M, --full 10 M) are produced
 into a topic of 8 queues, and the same rows (queueId, queueOffset, body, ...) are written to a
 local Parquet file. Read case: `groupBy(queueId).agg(sum(length(body)))` over
-`spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each, all
+`spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each (5), all
 cases taking turns within each repeat after one warm-up round (count() alone is no measure:
 Parquet answers it from footers). Spark prunes no columns of Python sources, so a read moves
 every column of its schema: the default case reads the lean default schema (7 columns), the
@@ -297,7 +297,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--full", action="store_true", help="10 M rows (the issue's size)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-sink", action="store_true", help="read cases only")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeatable)")
