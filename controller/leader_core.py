@@ -40,9 +40,10 @@ from collections.abc import Mapping
 from controller.api import BrokerHeartbeat, ReplicaInfo, RoleChange, role_of
 from controller.election import Election, failover_decision
 from controller.liveness import LiveTable
+from controller.raft.log import RaftLog
 
 __all__ = ["HeartbeatAnswer", "Wake", "answer_heartbeat", "lease_held", "refuse_sync_state_set",
-           "scan_decision"]
+           "scan_decision", "state_current"]
 
 
 class Wake(enum.Enum):
@@ -96,6 +97,16 @@ def lease_held(holds: Mapping[str, tuple[int, int | None]], replica: ReplicaInfo
     hold = holds.get(replica.broker_name)
     return (hold is not None and hold == (replica.master_epoch, broker_id)
             and broker_id == replica.master_broker_id)
+
+
+def state_current(log: RaftLog, leader_term: int) -> bool:
+    """Has this leader applied an entry of its own term (the NOOP it appends first)? Until it
+    has, its state may lack an election the previous leader committed (an ElectMaster it
+    proposed, which the new leader has not applied yet), so a heartbeat answered from that
+    state would name the replaced master again and renew its lease past the election: the
+    window of lease_held, opened by a leader change. Once the NOOP is applied, so is every
+    entry committed before it, and the replies name the masters the log does."""
+    return log.term_at(log.applied_index) == leader_term
 
 
 def refuse_sync_state_set(replica: ReplicaInfo | None, members: tuple[int, ...],

@@ -86,6 +86,7 @@ from controller.leader_core import (
     lease_held,
     refuse_sync_state_set,
     scan_decision,
+    state_current,
 )
 from controller.liveness import LiveTable, heartbeat_credit_ms
 from controller.raft import (
@@ -534,7 +535,9 @@ class ControllerNode:
         now_ms = _monotonic_ms()
         heard = answer_heartbeat(
             replica, request,
-            lease_held=replica is not None and self._lease_held(replica, request.broker_id),
+            lease_held=(not state_current(self.raft.log, self.raft.term)
+                        or (replica is not None
+                            and self._lease_held(replica, request.broker_id))),
             master_silent_ms=(None if replica is None
                               else self.live.silent_ms(replica, replica.master_broker_id, now_ms)),
             heartbeat_timeout_ms=self.config.heartbeat_timeout_ms)

@@ -3,7 +3,10 @@
 Goal: what controller/node.py and the cluster simulator's controller both answer, as tables:
 a heartbeat's status, role, master_silent and wake-up (elect now, probe the master); the
 refusal of a SyncStateSet naming a broker that is not alive; the scan's decision from the
-liveness table. Method: plain calls on hand-made replica sets and a real LiveTable.
+liveness table; no lease renewal from a new leader whose state may miss its predecessor's
+election. Method: plain calls on hand-made replica sets and a real LiveTable; the leader
+change on real Raft nodes (tests/controller/cluster.py, messages stepped one by one) applying
+to real ControllerStates.
 """
 
 from __future__ import annotations
@@ -18,8 +21,18 @@ from controller.leader_core import (
     lease_held,
     refuse_sync_state_set,
     scan_decision,
+    state_current,
 )
 from controller.liveness import LiveTable
+from controller.raft import EntryKind, Role
+from controller.state import (
+    ApplyBrokerId,
+    ControllerState,
+    ElectMaster,
+    decode_command,
+    encode_command,
+)
+from tests.controller.cluster import Cluster
 
 MEMBERS = (BrokerMember(1, "h:1"), BrokerMember(2, "h:2"), BrokerMember(3, "h:3"))
 REPLICA = ReplicaInfo("c", "a", 1, "h:1", 3, (1, 2), 4, MEMBERS)  # master 1 of epoch 3
@@ -109,3 +122,71 @@ def test_an_election_decided_and_not_yet_applied_holds_the_old_masters_lease() -
     assert not lease_held({"a": (2, 1)}, REPLICA, 1)  # a hold of an older epoch
     assert not lease_held({"a": (3, None)}, HEADLESS, 1)  # no master to hold
     assert not lease_held({}, REPLICA, 1)
+
+
+def _states(cluster: Cluster) -> dict[int, ControllerState]:
+    """Each node's state machine, from what it applied."""
+    states = {}
+    for node_id in cluster.ids:
+        state = states[node_id] = ControllerState()
+        for entry in cluster.applied[node_id]:
+            if entry.kind is EntryKind.NORMAL:
+                state.apply(decode_command(entry.data))
+    return states
+
+
+def _step(cluster: Cluster) -> None:
+    message = cluster.queue.pop(0)
+    if (message.from_id, message.to_id) not in cluster.cuts:
+        cluster.nodes[message.to_id].step(message)
+        cluster.process(message.to_id)
+
+
+def _answer_as_node(cluster: Cluster, node_id: int, broker_id: int) -> HeartbeatAnswer:
+    """node.py `_broker_heartbeat`'s answer on `node_id` (no operator or scan holds)."""
+    node, replica = cluster.nodes[node_id], _states(cluster)[node_id].replica_info("a")
+    current = state_current(node.log, node.term)
+    return answer(replica, heartbeat(broker_id), lease_held=not current)
+
+
+def test_a_new_leader_renews_no_lease_before_it_applied_its_own_term() -> None:
+    """Leader 1 commits the election of broker 2 (master 1 of epoch 1 replaced, epoch 2) on
+    itself and node 2, then is cut off before node 2 learns the commit. Node 2 leads; its
+    state still says broker 1 is master of epoch 1. Answering broker 1's heartbeat from it
+    would name broker 1 master again and renew its lease past the election that replaced it
+    (under auto-isr such a master acks with a majority that may leave broker 2 out). Until
+    node 2 has applied its own NOOP it answers with no role; then with the log's masters."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    for command in [ApplyBrokerId("c", "a", f"h:{n}") for n in (1, 2, 3)] + \
+            [ElectMaster("a", 0, 1)]:
+        cluster.propose(1, encode_command(command))
+    cluster.isolate(3)
+    cluster.nodes[1].propose(encode_command(ElectMaster("a", 1, 2)))
+    cluster.process(1)
+    _step(cluster)  # node 2 appends the entry
+    _step(cluster)  # node 1 hears the ack: committed and applied there
+    assert _states(cluster)[1].replica_info("a").master_broker_id == 2  # type: ignore[union-attr]
+    cluster.queue.clear()
+    cluster.heal()
+    cluster.isolate(1)
+    for node_id in (2, 3):
+        node = cluster.nodes[node_id]
+        node.election_elapsed_ticks = node.config.election_timeout_ticks
+    cluster.nodes[2].campaign()
+    cluster.process(2)
+    while cluster.nodes[2].role is not Role.LEADER:
+        _step(cluster)
+    stale = _states(cluster)[2].replica_info("a")
+    assert stale is not None and (stale.master_broker_id, stale.master_epoch) == (1, 1)
+    assert answer(stale, heartbeat(1)).role == role_of(stale, 1)  # what it would have renewed
+    held = _answer_as_node(cluster, 2, 1)
+    assert held.status == "OK" and held.role is None
+    while cluster.queue:
+        _step(cluster)
+    fresh = _states(cluster)[2].replica_info("a")
+    assert fresh is not None and (fresh.master_broker_id, fresh.master_epoch) == (2, 2)
+    assert _answer_as_node(cluster, 2, 2).role == role_of(fresh, 2)
+    assert _answer_as_node(cluster, 2, 1).role == role_of(fresh, 1)  # a slave now
+
+

@@ -130,6 +130,7 @@ from controller.leader_core import (
     lease_held,
     refuse_sync_state_set,
     scan_decision,
+    state_current,
 )
 from controller.liveness import LiveTable, heartbeat_credit_ms
 from controller.raft import (
@@ -744,8 +745,9 @@ class SimController:
             replica = self.state.replica_info(body.broker_name)
             heard = answer_heartbeat(
                 replica, body,  # (no operator elections here)
-                lease_held=(replica is not None
-                            and lease_held(self.election_holds, replica, body.broker_id)),
+                lease_held=(not state_current(self.raft.log, self.raft.term)
+                            or (replica is not None
+                                and lease_held(self.election_holds, replica, body.broker_id))),
                 master_silent_ms=(None if replica is None else
                                   self.live.silent_ms(replica, replica.master_broker_id, now)),
                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
