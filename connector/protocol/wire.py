@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -282,6 +283,20 @@ class PutReply:
     duplicate: bool = False  # an idempotent batch the broker had already stored
 
     def encode(self) -> bytes:
+        # The reply of a stored single-queue batch (every acknowledged send) by formatting:
+        # the bytes json.dumps gives (tests/connector/test_put_reply_fast.py holds them equal),
+        # without its encoder's dict and list walk. Everything else goes through json.dumps.
+        queues = self.queues
+        if (self.row_queue_ids is None and self.error == "" and len(queues) == 1
+                and _PLAIN_NAME.fullmatch(self.status) is not None
+                and type(self.code) is int and type(self.log_position_end) is int
+                and type(self.duplicate) is bool):
+            queue = queues[0]
+            if (type(queue) is list and len(queue) == 3 and type(queue[0]) is int
+                    and type(queue[1]) is int and type(queue[2]) is int):
+                return (_ONE_QUEUE_REPLY % (self.status, self.code, queue[0], queue[1],
+                                            queue[2], self.log_position_end,
+                                            "true" if self.duplicate else "false")).encode()
         # the fields by hand: dataclasses.asdict deep-copies, ~12 us of a single put's reply
         return json.dumps({
             "status": self.status, "code": self.code, "queues": self.queues,
@@ -290,6 +305,21 @@ class PutReply:
 
     @classmethod
     def decode(cls, raw: bytes) -> PutReply:
+        # The reply `encode` formats for a single-queue batch (with the broker's
+        # "replication" field or without), read by one regular expression that accepts only
+        # text json.loads reads as the same values (integers below 2**63, no escapes, no
+        # repeated keys); anything else takes the general path, which the property test holds
+        # equal to this one on hostile bytes too (tests/connector/test_put_reply_fast.py).
+        match = _ONE_QUEUE_REPLY_RE.fullmatch(raw) if type(raw) is bytes else None
+        if match is None:
+            return cls.decode_json(raw)
+        (status, code, queue_id, first, count, end, duplicate) = match.groups()
+        return cls(status.decode(), int(code), [[int(queue_id), int(first), int(count)]],
+                   None, int(end), "", duplicate == b"true")
+
+    @classmethod
+    def decode_json(cls, raw: bytes) -> PutReply:
+        """The general decoder (any valid reply; ProtocolError for anything else)."""
         what = "put reply"
         obj = decode_json_object(raw, what)
         queues = obj.get("queues") or []
@@ -346,6 +376,21 @@ class GetReply:
                    _field(obj, "next_queue_offset", int, what),
                    _field(obj, "min_queue_offset", int, what),
                    _field(obj, "max_queue_offset", int, what))
+
+
+# PutReply's fast paths: a status name that json.dumps writes as it is; the single-queue reply
+# as json.dumps (default separators) writes it; the same as read, signed integers of at most 18
+# digits without leading zeros (below 2**63: what _field accepts), an optional
+# "replication" field (ha/broker/replication.py annotate_reply) that decode ignores.
+_PLAIN_NAME = re.compile(r"[A-Z_]{1,64}")
+_ONE_QUEUE_REPLY = ('{"status": "%s", "code": %d, "queues": [[%d, %d, %d]], "row_queue_ids": '
+                    'null, "log_position_end": %d, "error": "", "duplicate": %s}')
+_INT_RE = rb"(0|-?[1-9][0-9]{0,17})"
+_ONE_QUEUE_REPLY_RE = re.compile(
+    rb'\{"status": "([A-Z_]{1,64})", "code": ' + _INT_RE + rb', "queues": \[\['
+    + _INT_RE + rb", " + _INT_RE + rb", " + _INT_RE + rb'\]\], "row_queue_ids": null, '
+    rb'"log_position_end": ' + _INT_RE + rb', "error": "", "duplicate": (true|false)'
+    rb'(?:, "replication": "[A-Z_]{1,64}")?\}')
 
 
 def _is_int(value: Any) -> bool:
