@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import os
+import struct
 import threading
 import time
 import uuid
@@ -1133,8 +1134,7 @@ def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
     if len(messages) == 1 and marker is None and queue_id is None:  # a keyless send()
         only = messages[0]
         if only.key is None and only.tags is None and only.properties is None:
-            return pa.RecordBatch.from_arrays([pa.array([only.body], pa.binary())],
-                                              schema=_BODY_SCHEMA)
+            return pa.RecordBatch.from_arrays([_one_body(only.body)], schema=_BODY_SCHEMA)
     names = ["body"]
     arrays = [pa.array([message.body for message in messages], pa.binary())]
     # (a list and its count(None) cost about half of an any() over a generator)
@@ -1166,6 +1166,21 @@ def _produce_schema(names: tuple[str, ...]) -> pa.Schema:
 
 
 _BODY_SCHEMA = _produce_schema(("body",))
+_BINARY = pa.binary()
+_INT32_MAX = 2**31 - 1
+_ONE_BODY_OFFSETS = struct.Struct("<ii")  # int32 offsets of a 1-row binary array: 0, size
+
+
+def _one_body(body: bytes) -> pa.Array:
+    """`pa.array([body], pa.binary())` from its buffers (offsets 0 and len(body), the bytes
+    shared, not copied): ~1.3 us instead of ~3.2 us for the sequence conversion
+    (tests/connector/test_client_unit.py holds the two equal)."""
+    size = len(body)
+    if type(body) is not bytes or size > _INT32_MAX:  # (mutable: copied; huge: refused)
+        return pa.array([body], _BINARY)
+    return pa.Array.from_buffers(_BINARY, 1, [None, pa.py_buffer(_ONE_BODY_OFFSETS.pack(
+        0, size)), pa.py_buffer(body)])
+
 
 
 @functools.lru_cache(maxsize=1024)

@@ -7,11 +7,15 @@ import dataclasses
 import json
 import pickle
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyarrow import flight
 
 from connector import Backoff, ClientConfig, client
 from connector.client import as_rocketha_error
+from connector.producer_core import Message
 from connector.protocol import (
     CODES,
     CONSUME_SCHEMA,
@@ -194,3 +198,17 @@ def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to( 
     with pytest.raises(RetriableError, match="replica set a has no alive master"):
         producer._pinned("b:1", home)
     assert plain._pinned("b:1", []) == "b:1"  # no idempotence: nothing to pin
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.binary(max_size=300), st.binary(max_size=3).map(bytearray)))
+def test_one_body_is_the_array_pa_array_builds(body: bytes) -> None:
+    """A keyless send's 1-row batch is built from buffers (speed): the same array, valid,
+    and the same batch as the general builder's."""
+    built = client._one_body(body)
+    built.validate(full=True)
+    assert built.equals(pa.array([body], pa.binary()))
+    only = Message(bytes(body), None, None, None, len(body), None)
+    fast = client._messages_to_batch([only], None, None)
+    assert fast.equals(client._messages_to_batch([only, only], None, None).slice(0, 1))
+    assert fast.schema.equals(client._BODY_SCHEMA)
