@@ -70,6 +70,9 @@ __all__ = ["NotMasterError", "Replication", "RoleChangeError"]
 logger = logging.getLogger(__name__)
 
 METADATA_BYTES_MAX = 16 << 20
+# the end of a replicated master's put reply (`annotate_reply`), built once
+_SYNC_MASTER_FIELD = b', "replication": "' + BrokerRole.SYNC_MASTER.value.encode() + b'"}'
+_ASYNC_MASTER_FIELD = b', "replication": "' + BrokerRole.ASYNC_MASTER.value.encode() + b'"}'
 
 
 class RoleChangeError(Exception):
@@ -86,6 +89,7 @@ class Replication:
     def __init__(self, config: BrokerConfig, store: MessageStore, *, endpoint: str,
                  topics: TopicLog, offsets: OffsetLog) -> None:
         self._config = config
+        self._runtime_roles = config.runtime_roles  # (a property of the frozen config)
         self._ha = config.ha
         self._store = store
         self._topics = topics
@@ -239,7 +243,7 @@ class Replication:
         master = self.master
         admission = admit(fenced=fenced is not None, following=slave is not None,
                           serving=master is not None or not writing,
-                          runtime_roles=self._config.runtime_roles)
+                          runtime_roles=self._runtime_roles)
         if admission is Admission.FENCED:
             raise NotMasterError(f"broker {self._config.broker_name} is not the master: "
                                  f"{fenced}")
@@ -340,8 +344,7 @@ class Replication:
         if master is None:
             return encoded
         assert encoded.endswith(b"}"), encoded[-20:]
-        role = BrokerRole.SYNC_MASTER if master.sync else BrokerRole.ASYNC_MASTER
-        return encoded[:-1] + b', "replication": "' + role.value.encode() + b'"}'
+        return encoded[:-1] + (_SYNC_MASTER_FIELD if master.sync else _ASYNC_MASTER_FIELD)
 
     # -- metadata ---------------------------------------------------------------------------
     def _metadata(self) -> bytes:

@@ -354,10 +354,11 @@ class BrokerService(flight.FlightServerBase):
                        keys: list[str | None] | None, rows: int) -> tuple[list[int], bool]:
         """Per row: explicit queue_id, else hash of key, else one round-robin queue."""
         queues = topic.write_queue_nums
-        if explicit is None and keys is None:
+        counter = self._round_robin.get(topic.name)
+        if counter is None:  # (setdefault alone built a count() on every put)
             counter = self._round_robin.setdefault(topic.name, itertools.count())
+        if explicit is None and keys is None:
             return [next(counter) % queues] * rows, True
-        counter = self._round_robin.setdefault(topic.name, itertools.count())
         fallback = next(counter) % queues
         chosen = []
         for index in range(rows):
