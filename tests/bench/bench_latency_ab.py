@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def run(base_ref: str, rounds: int, sends: int) -> dict[str, Any]:
     finally:
         for cluster in sets.values():
             cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)  # the base's tree and both stores (~39 MB)
     result: dict[str, Any] = {key: round(statistics.median(values), 4)
                               for key, values in figures.items()}
     result.update(base_ref=base_ref, rounds=rounds, sends_per_round=sends,
