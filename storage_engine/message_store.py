@@ -266,26 +266,22 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=error)
         tags_codes = None if batch.tags is None else [
             0 if tag is None else java_string_hash(tag) for tag in batch.tags]
-        with self._lock:
+        with self._lock, self._fail_stop():
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is closed")
             if self._fsync_failed is not None:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                  error=f"stopped after a failed fsync: {self._fsync_failed}")
-            try:  # _fail_stop's latch, inline: the context manager cost ~1 us of every put
-                queue_offsets = self._assign_queue_offsets(batch.topic, batch.queue_ids)
-                positions, sizes = self._commit_log.append_batch(
-                    topic_meta=self._meta_for(batch.topic), bodies=batch.bodies,
-                    properties=properties, queue_ids=batch.queue_ids,
-                    queue_offsets=queue_offsets, store_timestamp_ms=self._clock_ms(),
-                    store_host=self._store_host, born_timestamp_ms=batch.born_timestamp_ms,
-                    born_host=encode_host(*batch.born_host), flag=batch.flag,
-                )
-                self._dispatch_placed(
-                    batch.topic, batch.queue_ids, queue_offsets, positions, sizes, tags_codes)
-            except FsyncFailedError as err:
-                self._latch_fsync_failure(err)
-                raise
+            queue_offsets = self._assign_queue_offsets(batch.topic, batch.queue_ids)
+            positions, sizes = self._commit_log.append_batch(
+                topic_meta=self._meta_for(batch.topic), bodies=batch.bodies,
+                properties=properties, queue_ids=batch.queue_ids, queue_offsets=queue_offsets,
+                store_timestamp_ms=self._clock_ms(), store_host=self._store_host,
+                born_timestamp_ms=batch.born_timestamp_ms,
+                born_host=encode_host(*batch.born_host), flag=batch.flag,
+            )
+            self._dispatch_placed(
+                batch.topic, batch.queue_ids, queue_offsets, positions, sizes, tags_codes)
             end = self._dispatched = self._put_end = self._commit_log.end_log_position
             advanced = self._auto_confirm and not self._sync_flush and end > self._confirm
             if advanced:
@@ -298,19 +294,6 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         )
 
     def _validate(self, batch: MessageBatch) -> PutResult | None:
-        bodies, queue_ids = batch.bodies, batch.queue_ids
-        # a single send that passes every check of _validate_any (batch_messages_max >= 1),
-        # without its closure, loop and set (tests/storage_engine/test_validate_fast.py)
-        if (len(bodies) == 1 and len(queue_ids) == 1 and batch.tags is None
-                and batch.keys is None and batch.properties is None
-                and topic_name_error(batch.topic) is None
-                and type(queue_ids[0]) is int and 0 <= queue_ids[0] <= QUEUE_ID_MAX
-                and type(bodies[0]) is bytes
-                and len(bodies[0]) <= self.config.message_size_max_bytes):
-            return None
-        return self._validate_any(batch)
-
-    def _validate_any(self, batch: MessageBatch) -> PutResult | None:
         def illegal(reason: str) -> PutResult:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, error=reason)
 
@@ -469,12 +452,9 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         try:
             yield
         except FsyncFailedError as err:
-            self._latch_fsync_failure(err)
+            if self._fsync_failed is None:
+                self._fsync_failed = err
             raise
-
-    def _latch_fsync_failure(self, err: FsyncFailedError) -> None:
-        if self._fsync_failed is None:
-            self._fsync_failed = err
 
     def _flush_commit_log(self) -> int:
         failed = self._fsync_failed

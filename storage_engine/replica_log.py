@@ -18,7 +18,6 @@ import numpy as np
 from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY
 from storage_engine.errors import (
     CorruptRecordError,
-    FsyncFailedError,
     InvalidNameError,
     QueueOffsetsError,
     ReplicatedDataError,
@@ -81,24 +80,19 @@ class ReplicaLogMixin:
         """Append bytes shipped from the master at the same log positions (physical
         replication). `data` may end inside a record; `dispatch_replicated` indexes the complete
         ones. Raises StorageError when `log_position` is not the log's end."""
-        with self._lock:
+        with self._lock, self._fail_stop():
             if self._closed:
                 raise StorageError("store is closed")
             if self._fsync_failed is not None:
                 raise StorageError(f"stopped after a failed fsync: {self._fsync_failed}")
-            try:  # _fail_stop's latch, inline (a context manager costs ~1 us per transfer)
-                if (self._commit_log.end_log_position == 0 and not self._commit_log.segments
-                        and log_position):
-                    self._commit_log.start_at(log_position)
-                    self._dispatched = self._put_end = log_position
-                start = self._commit_log.end_log_position
-                if log_position != start:
-                    raise StorageError(f"replicated data at {log_position}, log ends at "
-                                       f"{start}")
-                self._commit_log.append_raw(log_position, data)
-            except FsyncFailedError as err:
-                self._latch_fsync_failure(err)
-                raise
+            if (self._commit_log.end_log_position == 0 and not self._commit_log.segments
+                    and log_position):
+                self._commit_log.start_at(log_position)
+                self._dispatched = self._put_end = log_position
+            start = self._commit_log.end_log_position
+            if log_position != start:
+                raise StorageError(f"replicated data at {log_position}, log ends at {start}")
+            self._commit_log.append_raw(log_position, data)
 
     def dispatch_replicated(self) -> int:
         """Index the complete records appended since the last call; returns how many.
