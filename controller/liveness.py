@@ -89,7 +89,12 @@ def heartbeat_credit_ms(heartbeat: BrokerHeartbeat, arrived_ms: int, *, clock: i
     """When `heartbeat`, arriving at `arrived_ms`, counts as heard (module docstring): its
     arrival, or `transit_max_ms` after the latest time it can have been made when it was on
     the way longer. No usable echo, or `transit_max_ms` 0: its arrival, as before."""
-    made_no_earlier_ms = heartbeat_made_no_earlier_ms(heartbeat, arrived_ms, clock=clock)
+    return _credited_ms(arrived_ms,
+                        heartbeat_made_no_earlier_ms(heartbeat, arrived_ms, clock=clock),
+                        transit_max_ms)
+
+
+def _credited_ms(arrived_ms: int, made_no_earlier_ms: int | None, transit_max_ms: int) -> int:
     if transit_max_ms <= 0 or made_no_earlier_ms is None:
         return arrived_ms
     return min(arrived_ms, made_no_earlier_ms + transit_max_ms)
@@ -134,8 +139,7 @@ class LiveTable:
         made-no-earlier bound for reported_master_lost. Returns the credited time."""
         made_ms = (heartbeat_made_no_earlier_ms(heartbeat, arrived_ms, clock=clock)
                    if transit_max_ms > 0 else None)
-        credited_ms = arrived_ms if made_ms is None else min(arrived_ms,
-                                                             made_ms + transit_max_ms)
+        credited_ms = _credited_ms(arrived_ms, made_ms, transit_max_ms)
         self.heartbeat(heartbeat, arrived_ms, credited_ms, made_ms)
         return credited_ms
 

@@ -37,11 +37,6 @@ BODY_BYTES = 100
 WARM_UP_SENDS = 200
 
 
-def _percentile_ms(samples_s: list[float], fraction: float) -> float:
-    ordered = sorted(samples_s)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000.0
-
-
 def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     ours = peers.RocketHACluster(work / "rocketha", 3, "ASYNC_FLUSH")
@@ -67,7 +62,7 @@ def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
             for system, values in samples.items():
                 for name, fraction in (("p50", 0.5), ("p99", 0.99)):
                     figures.setdefault(f"{system}_latency_{name}_ms", []).append(
-                        _percentile_ms(values, fraction))
+                        peers.percentile_ms(values, fraction))
                 line.append(f"{system} p50 {figures[f'{system}_latency_p50_ms'][-1]:.3f} / "
                             f"p99 {figures[f'{system}_latency_p99_ms'][-1]:.3f} ms")
             print("  ".join(line), flush=True)

@@ -117,10 +117,6 @@ def _export(ref: str, into: Path) -> Path:
     return tree
 
 
-def _percentile_ms(ordered: list[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000.0
-
-
 def run(base_ref: str, rounds: int, sends: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-latency-ab-"))
     sets = {"base": TreeCluster(_export(base_ref, work), work / "base-set"),
@@ -143,9 +139,9 @@ def run(base_ref: str, rounds: int, sends: int) -> dict[str, Any]:
                 after = [_proc_counters(pid) for pid, _ in pids[name]]
                 deltas = [(a[0] - b[0], a[1] - b[1], role)
                           for a, b, (_, role) in zip(after, before, pids[name], strict=True)]
-                row = {"p50_ms": _percentile_ms(ordered, 0.5),
-                       "p90_ms": _percentile_ms(ordered, 0.9),
-                       "p99_ms": _percentile_ms(ordered, 0.99),
+                row = {"p50_ms": peers.percentile_ms(ordered, 0.5),
+                       "p90_ms": peers.percentile_ms(ordered, 0.9),
+                       "p99_ms": peers.percentile_ms(ordered, 0.99),
                        "cpu_us_per_send": sum(d[0] for d in deltas) / sends * 1e6,
                        "master_cpu_us_per_send": sum(d[0] for d in deltas
                                                      if d[2] == "MASTER") / sends * 1e6,

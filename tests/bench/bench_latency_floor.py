@@ -363,11 +363,6 @@ def start_floor(roles: _Roles) -> dict[str, Callable[[int], list[float]]]:
 
 
 # -- the run --------------------------------------------------------------------------------------
-def _percentile_ms(samples_s: list[float], fraction: float) -> float:
-    ordered = sorted(samples_s)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000.0
-
-
 def _start_systems(work: Path, ours: peers.RocketHACluster, with_peer: bool,
                    cases: dict[str, Callable[[int], list[float]]]) -> peers.NatsCluster | None:
     """rocketha's set and (with_peer) JetStream's cluster up; their cases added to `cases`."""
@@ -399,7 +394,7 @@ def measure(cases: dict[str, Callable[[int], list[float]]], rounds: int,
             samples = measure_case(sends)
             for name, fraction in (("p50", 0.5), ("p99", 0.99)):
                 figures.setdefault(f"{case}_{name}_ms", []).append(
-                    _percentile_ms(samples, fraction))
+                    peers.percentile_ms(samples, fraction))
             print(f"  {case:24s} p50 {figures[f'{case}_p50_ms'][-1]:.3f} / p99 "
                   f"{figures[f'{case}_p99_ms'][-1]:.3f} ms  (load {os.getloadavg()[0]:.1f})",
                   flush=True)

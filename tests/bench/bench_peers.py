@@ -487,7 +487,8 @@ def rh_failover(trials: int) -> dict[str, Any]:
 
 
 # -- the run --------------------------------------------------------------------------------------
-def _pct(samples: list[float], fraction: float) -> float:
+def percentile_ms(samples: list[float], fraction: float) -> float:
+    """The `fraction` percentile of `samples` (seconds), in ms."""
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000.0
 
@@ -526,8 +527,8 @@ def publish_cases(binary: str, work: Path, durability: str, seconds: float,
             theirs_s = asyncio.run(nats_latency(nats.servers, "R3", LATENCY_SENDS))
             ours_s = rh_latency(sets[3].config(), "pub3", LATENCY_SENDS)
             for system, samples in (("jetstream", theirs_s), ("rocketha", ours_s)):
-                figures[f"{system}_latency_p50_ms"] = _pct(samples, 0.5)
-                figures[f"{system}_latency_p99_ms"] = _pct(samples, 0.99)
+                figures[f"{system}_latency_p50_ms"] = percentile_ms(samples, 0.5)
+                figures[f"{system}_latency_p99_ms"] = percentile_ms(samples, 0.99)
             print(f"single publish, R3 100 B: rocketha p50 {figures['rocketha_latency_p50_ms']:.2f}"
                   f" / p99 {figures['rocketha_latency_p99_ms']:.2f} ms, JetStream p50 "
                   f"{figures['jetstream_latency_p50_ms']:.2f} / p99 "
