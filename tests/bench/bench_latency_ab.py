@@ -1,6 +1,7 @@
 """Single-send latency of this tree against a git ref, two sets of 3 side by side, same run.
 
-    .venv/bin/python tests/bench/bench_latency_ab.py [--base REF] [--rounds R] [--sends N] [--json]
+    .venv/bin/python tests/bench/bench_latency_ab.py [--base REF] [--rounds R] [--sends N]
+        [--head-env KEY=VALUE ...] [--json]
 
 (not in build.py's BENCHES: `bench all` would compare main with itself)
 
@@ -58,14 +59,16 @@ print(json.dumps(samples))
 class TreeCluster(peers.RocketHACluster):
     """A set of 3 started from the source tree `root` (its `ha.cluster`, hence its brokers)."""
 
-    def __init__(self, root: Path, directory: Path) -> None:
+    def __init__(self, root: Path, directory: Path, env: dict[str, str] | None = None) -> None:
         super().__init__(directory, 3, "ASYNC_FLUSH")
         self.root = root
+        self.env = env or {}
 
     def _cli(self, *args: str) -> str:
         done = subprocess.run([sys.executable, "-m", "ha.cluster", *args, "--dir",
                                str(self.directory)], cwd=self.root, capture_output=True,
-                              text=True, timeout=300, check=False, env=_env(self.root))
+                              text=True, timeout=300, check=False,
+                              env=_env(self.root, self.env))
         if done.returncode != 0:
             raise SystemExit(f"rocketha-cluster {' '.join(args)} ({self.root}) failed:\n"
                              f"{done.stdout}\n{done.stderr}")
@@ -80,14 +83,14 @@ class TreeCluster(peers.RocketHACluster):
     def sends(self, endpoint: str, count: int) -> list[float]:
         done = subprocess.run([sys.executable, "-c", _SENDS, endpoint, str(count)],
                               cwd=self.root, capture_output=True, text=True, timeout=600,
-                              check=False, env=_env(self.root))
+                              check=False, env=_env(self.root, self.env))
         if done.returncode != 0:
             raise SystemExit(f"sends from {self.root} failed:\n{done.stderr}")
         return [float(value) for value in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-def _env(root: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(root)}
+def _env(root: Path, extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra, "PYTHONPATH": str(root)}
 
 
 def _proc_counters(pid: int) -> tuple[float, int]:
@@ -117,10 +120,11 @@ def _export(ref: str, into: Path) -> Path:
     return tree
 
 
-def run(base_ref: str, rounds: int, sends: int) -> dict[str, Any]:
+def run(base_ref: str, rounds: int, sends: int,
+        head_env: dict[str, str] | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-latency-ab-"))
     sets = {"base": TreeCluster(_export(base_ref, work), work / "base-set"),
-            "head": TreeCluster(ROOT, work / "head-set")}
+            "head": TreeCluster(ROOT, work / "head-set", head_env)}
     figures: dict[str, list[float]] = {}
     try:
         endpoints = {}
@@ -160,7 +164,7 @@ def run(base_ref: str, rounds: int, sends: int) -> dict[str, Any]:
     result: dict[str, Any] = {key: round(statistics.median(values), 4)
                               for key, values in figures.items()}
     result.update(base_ref=base_ref, rounds=rounds, sends_per_round=sends,
-                  machine=peers.machine())
+                  head_env=head_env or {}, machine=peers.machine())
     return result
 
 
@@ -169,11 +173,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--base", default="main", help="git ref to compare with (main)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--sends", type=int, default=1000, help="sends per round and set")
+    parser.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the head set's processes and client only "
+                             "(repeatable; with --base HEAD: an environment A/B)")
     parser.add_argument("--json", action="store_true", help="last line: the figures as JSON")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.sends < 10:
         parser.error("--rounds >= 1 and --sends >= 10")
-    result = run(args.base, args.rounds, args.sends)
+    head_env = {}
+    for pair in args.head_env:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--head-env {pair!r}: expected KEY=VALUE")
+        head_env[key] = value
+    result = run(args.base, args.rounds, args.sends, head_env)
     for name in ("base", "head"):
         print(f"{name}: median of {args.rounds} rounds p50 {result[f'{name}_p50_ms']:.3f} / "
               f"p99 {result[f'{name}_p99_ms']:.2f} ms, CPU {result[f'{name}_cpu_us_per_send']:.0f}"
