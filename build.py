@@ -66,6 +66,7 @@ BENCHES = {
     "security": "tests/bench/bench_security.py",
     "latency": "tests/bench/bench_latency.py",
     "latency_floor": "tests/bench/bench_latency_floor.py",
+    "sched_waits": "tests/bench/bench_sched_waits.py",
     "offsets": "tests/bench/bench_offsets.py",
     "topics": "tests/bench/bench_topics.py",
     "system_log": "tests/bench/bench_system_log.py",
