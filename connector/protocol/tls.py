@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import logging
-import os
 import ssl
 import threading
 from collections.abc import Collection, Mapping
@@ -184,21 +183,6 @@ def _read(path: str) -> bytes:
 # -- Arrow Flight -----------------------------------------------------------------------------
 
 
-# gRPC's EventEngine paths (its default since 1.6x) hand each message between threads of their
-# own before a Flight call sees it. Measured on this machine with pyarrow 23's gRPC (README,
-# "Where the time of one acknowledged put goes"): one acknowledged put at 3 replicas took
-# 11-16 % less time with the older poller paths and ~1 fewer thread switch per put.
-GRPC_EXPERIMENTS_DEFAULT = "-event_engine_client,-event_engine_listener,-event_engine_callback_cq"
-
-
-def tune_grpc() -> None:
-    """Choose gRPC's older, lower-latency IO paths for this process's Flight clients and
-    servers, unless the environment already says (`GRPC_EXPERIMENTS=` keeps gRPC's defaults).
-    gRPC reads the variable once, when the process first uses it: call before the first
-    FlightClient or FlightServerBase (a later call changes nothing)."""
-    os.environ.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS_DEFAULT)
-
-
 def flight_location(address: str, tls_enabled: bool) -> str:
     return f"{'grpc+tls' if tls_enabled else 'grpc'}://{address}"
 
@@ -219,7 +203,6 @@ def flight_server_options(settings: TLSSettings) -> dict[str, Any]:
 def connect_flight(address: str, tls: ClientTLS = NO_TLS, **kwargs: Any) -> flight.FlightClient:
     """A FlightClient for `host:port`, with TLS (and a client certificate, when given) per
     `tls`. The server's certificate must name the host dialled (IP or DNS SAN)."""
-    tune_grpc()
     if not tls.enabled:
         return flight.FlightClient(flight_location(address, False), **kwargs)
     if tls.cert_path:

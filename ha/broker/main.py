@@ -21,7 +21,6 @@ from types import FrameType
 
 import pyarrow as pa
 
-from connector.protocol.tls import tune_grpc
 from controller.api import TopicInfo
 from ha import BrokerRole
 from ha.broker.config import BrokerConfig
@@ -39,7 +38,6 @@ logger = logging.getLogger("rocketha.broker")
 
 def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()  # a crash in native code (gRPC, Arrow) leaves its stacks in the log
-    tune_grpc()  # before this process's first gRPC client or server
     if not __debug__:
         print("rocketha-broker: refusing to run with python -O (asserts guard invariants)",
               file=sys.stderr)

@@ -40,7 +40,7 @@ from connector.protocol import (
     encode_error_info,
 )
 from connector.protocol.signing import action_target, descriptor_target
-from connector.protocol.tls import flight_location, flight_server_options, tune_grpc
+from connector.protocol.tls import flight_location, flight_server_options
 from controller.api import AuthData
 from ha.broker.addresses import join_host_port
 from ha.broker.arrow_codec import (
@@ -156,7 +156,6 @@ class BrokerService(flight.FlightServerBase):
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
         # TLS per tls.* (connector/protocol/tls.py); the auth middleware, not an auth
         # handler, so peer_identity() stays the client certificate's identity
-        tune_grpc()  # (an embedded broker: before the process's first gRPC use, if it is)
         super().__init__(flight_location(join_host_port(config.client_bind_host,
                                                         config.listen_port), config.tls.enabled),
                          middleware=self.auth.middleware(), **flight_server_options(config.tls))
