@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,27 +39,43 @@ BODY_BYTES = 100
 WARM_UP_SENDS = 200
 
 
-def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+SendLoop = Callable[[int], list[float]]  # n single sends, one in flight -> their latencies (s)
+
+
+@contextlib.contextmanager
+def send_loops(work: Path, with_peer: bool) -> Iterator[dict[str, SendLoop]]:
+    """The systems compared, started and warmed up: {"rocketha": ..., "jetstream": ...}
+    (a set of 3 and an R3 cluster, as the module docstring says), stopped afterwards."""
     ours = peers.RocketHACluster(work / "rocketha", 3, "ASYNC_FLUSH")
     theirs = None
-    figures: dict[str, list[float]] = {}
     try:
         ours.start()
         config = ours.config()
         peers.Admin(config).create_topic("latency", queues=peers.QUEUES)
         peers.rh_latency(config, "latency", WARM_UP_SENDS)
+        loops: dict[str, SendLoop] = {
+            "rocketha": lambda count: peers.rh_latency(config, "latency", count)}
         if with_peer:
             theirs = peers.NatsCluster(peers.ensure_peer_tools(), work / "nats",
                                        sync_always=False).start()
-            asyncio.run(peers.nats_ready(theirs.servers))
-            asyncio.run(peers.nats_stream(theirs.servers, "LATENCY", 3))
-            asyncio.run(peers.nats_latency(theirs.servers, "LATENCY", WARM_UP_SENDS))
+            servers = theirs.servers
+            asyncio.run(peers.nats_ready(servers))
+            asyncio.run(peers.nats_stream(servers, "LATENCY", 3))
+            asyncio.run(peers.nats_latency(servers, "LATENCY", WARM_UP_SENDS))
+            loops["jetstream"] = lambda count: asyncio.run(
+                peers.nats_latency(servers, "LATENCY", count))
+        yield loops
+    finally:
+        if theirs is not None:
+            theirs.stop()
+        ours.stop()
+
+
+def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
+    figures: dict[str, list[float]] = {}
+    with send_loops(Path(tempfile.mkdtemp(prefix="bench-latency-")), with_peer) as loops:
         for index in range(rounds):
-            samples = {"rocketha": peers.rh_latency(config, "latency", sends)}
-            if theirs is not None:
-                samples["jetstream"] = asyncio.run(
-                    peers.nats_latency(theirs.servers, "LATENCY", sends))
+            samples = {system: loop(sends) for system, loop in loops.items()}
             line = [f"round {index + 1}/{rounds}, load {os.getloadavg()[0]:.1f}:"]
             for system, values in samples.items():
                 for name, fraction in (("p50", 0.5), ("p99", 0.99)):
@@ -66,10 +84,6 @@ def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
                 line.append(f"{system} p50 {figures[f'{system}_latency_p50_ms'][-1]:.3f} / "
                             f"p99 {figures[f'{system}_latency_p99_ms'][-1]:.3f} ms")
             print("  ".join(line), flush=True)
-    finally:
-        if theirs is not None:
-            theirs.stop()
-        ours.stop()
     result: dict[str, Any] = {name: round(statistics.median(values), 4)
                               for name, values in figures.items()}
     result.update(rounds=rounds, sends_per_round=sends, body_bytes=BODY_BYTES,

@@ -24,7 +24,6 @@ rounds. With --json the last line holds `<system>_wakeups_per_send`,
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -42,13 +41,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests.bench import bench_peers as peers
+from tests.bench.bench_latency import SendLoop, send_loops
 
 TRACEFS = Path("/sys/kernel/tracing")
 TRACE_S = 0.6  # traced span per system and round (the buffer holds ~8,000 events a 100 ms)
 TRACE_AFTER_S = 0.3  # sends run this long before the span starts
 BUFFER_KB = 20_000  # per CPU
 LONG_WAIT_US = 20.0
-WARM_UP_SENDS = 200
 _SWITCH = re.compile(r"\[(\d+)\].*?\s([\d.]+): sched_switch: .*?==> next_comm=.*? next_pid=(\d+)")
 _WAKEUP = re.compile(r"\s([\d.]+): sched_wakeup: comm=.*? pid=(\d+) prio=\d+ target_cpu=(\d+)")
 
@@ -119,7 +118,7 @@ def waits(text: str) -> tuple[list[tuple[float, bool]], float, float]:
     return found, first, last
 
 
-def traced_round(record: Callable[[float], str], send_loop: Callable[[int], list[float]],
+def traced_round(record: Callable[[float], str], send_loop: SendLoop,
                  sends: int) -> dict[str, float]:
     """Run `send_loop(sends)` on a thread, trace TRACE_S of it, return the per-send figures
     (the sends inside the traced span: its length over the mean latency, one in flight)."""
@@ -143,43 +142,21 @@ def traced_round(record: Callable[[float], str], send_loop: Callable[[int], list
 
 
 def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="bench-sched-waits-"))
-    ours = peers.RocketHACluster(work / "rocketha", 3, "ASYNC_FLUSH")
-    theirs = None
     figures: dict[str, list[float]] = {}
-    try:
-        ours.start()
-        config = ours.config()
-        peers.Admin(config).create_topic("latency", queues=peers.QUEUES)
-        peers.rh_latency(config, "latency", WARM_UP_SENDS)
-        loops: dict[str, Callable[[int], list[float]]] = {
-            "rocketha": lambda count: peers.rh_latency(config, "latency", count)}
-        if with_peer:
-            theirs = peers.NatsCluster(peers.ensure_peer_tools(), work / "nats",
-                                       sync_always=False).start()
-            servers = theirs.servers
-            asyncio.run(peers.nats_ready(servers))
-            asyncio.run(peers.nats_stream(servers, "LATENCY", 3))
-            asyncio.run(peers.nats_latency(servers, "LATENCY", WARM_UP_SENDS))
-            loops["jetstream"] = lambda count: asyncio.run(
-                peers.nats_latency(servers, "LATENCY", count))
-        with sched_tracing() as record:
-            for index in range(rounds):
-                line = [f"round {index + 1}/{rounds}, load {os.getloadavg()[0]:.1f}:"]
-                for system, loop in loops.items():
-                    row = traced_round(record, loop, sends)
-                    for key, value in row.items():
-                        figures.setdefault(f"{system}_{key}", []).append(value)
-                    line.append(f"{system}: {row['wakeups_per_send']:.1f} wake-ups, wait "
-                                f"{row['wait_us_per_send']:.0f} us, of it with a CPU idle "
-                                f"{row['idle_cpu_wait_us_per_send']:.0f} us "
-                                f"({row['idle_cpu_waits_over_20us_per_send']:.2f} waits > "
-                                f"{LONG_WAIT_US:.0f} us) per send")
-                print("  ".join(line), flush=True)
-    finally:
-        if theirs is not None:
-            theirs.stop()
-        ours.stop()
+    work = Path(tempfile.mkdtemp(prefix="bench-sched-waits-"))
+    with send_loops(work, with_peer) as loops, sched_tracing() as record:
+        for index in range(rounds):
+            line = [f"round {index + 1}/{rounds}, load {os.getloadavg()[0]:.1f}:"]
+            for system, loop in loops.items():
+                row = traced_round(record, loop, sends)
+                for key, value in row.items():
+                    figures.setdefault(f"{system}_{key}", []).append(value)
+                line.append(f"{system}: {row['wakeups_per_send']:.1f} wake-ups, wait "
+                            f"{row['wait_us_per_send']:.0f} us, of it with a CPU idle "
+                            f"{row['idle_cpu_wait_us_per_send']:.0f} us "
+                            f"({row['idle_cpu_waits_over_20us_per_send']:.2f} waits > "
+                            f"{LONG_WAIT_US:.0f} us) per send")
+            print("  ".join(line), flush=True)
     result: dict[str, Any] = {name: round(statistics.median(values), 2)
                               for name, values in figures.items()}
     result.update(rounds=rounds, sends_per_round=sends, trace_s=TRACE_S,
