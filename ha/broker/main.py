@@ -28,6 +28,7 @@ from ha.broker.controller_link import ControllerClient, ControllerLink, Heartbea
 from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
+from ha.broker.thread_names import name_native_threads
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
 from storage_engine.tiered import TierService
 
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print("rocketha-broker: refusing to run with python -O (asserts guard invariants)",
               file=sys.stderr)
         return 2
+    name_native_threads()  # `top -H` and perf show "ha-read-1", not "python"
     parser = argparse.ArgumentParser(prog="rocketha-broker", description=__doc__.splitlines()[0])
     parser.add_argument("--conf", help="broker properties file (key=value)")
     parser.add_argument("--example-conf", action="store_true",
