@@ -67,6 +67,7 @@ BENCHES = {
     "latency": "tests/bench/bench_latency.py",
     "latency_floor": "tests/bench/bench_latency_floor.py",
     "sched_waits": "tests/bench/bench_sched_waits.py",
+    "threads": "tests/bench/bench_threads.py",
     "offsets": "tests/bench/bench_offsets.py",
     "topics": "tests/bench/bench_topics.py",
     "system_log": "tests/bench/bench_system_log.py",
