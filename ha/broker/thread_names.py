@@ -15,7 +15,6 @@ nothing after a thread's first call.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 import threading
 from types import FrameType
@@ -53,11 +52,8 @@ def name_native_threads() -> bool:
     if _prctl is None:
         if not sys.platform.startswith("linux"):
             return False
-        libc_name = ctypes.util.find_library("c")
-        if libc_name is None:
-            return False
-        try:
-            _prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
+        try:  # the C library is loaded already: look prctl up in the process itself
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
         except (OSError, AttributeError):
             return False
         _prctl.restype = ctypes.c_int
