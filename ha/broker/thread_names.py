@@ -53,7 +53,7 @@ def name_native_threads() -> bool:
         if not sys.platform.startswith("linux"):
             return False
         try:  # the C library is loaded already: look prctl up in the process itself
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+            _prctl = ctypes.CDLL(None).prctl
         except (OSError, AttributeError):
             return False
         _prctl.restype = ctypes.c_int

@@ -43,32 +43,43 @@ SendLoop = Callable[[int], list[float]]  # n single sends, one in flight -> thei
 
 
 @contextlib.contextmanager
-def send_loops(work: Path, with_peer: bool) -> Iterator[dict[str, SendLoop]]:
-    """The systems compared, started and warmed up: {"rocketha": ..., "jetstream": ...}
-    (a set of 3 and an R3 cluster, as the module docstring says), stopped afterwards."""
-    ours = peers.RocketHACluster(work / "rocketha", 3, "ASYNC_FLUSH")
-    theirs = None
+def started_set(work: Path) -> Iterator[peers.RocketHACluster]:
+    """The set of 3 of the module docstring with its topic "latency", warmed up; stopped
+    afterwards."""
+    ours = peers.RocketHACluster(work, 3, "ASYNC_FLUSH")
     try:
         ours.start()
         config = ours.config()
         peers.Admin(config).create_topic("latency", queues=peers.QUEUES)
         peers.rh_latency(config, "latency", WARM_UP_SENDS)
+        yield ours
+    finally:
+        ours.stop()
+
+
+@contextlib.contextmanager
+def send_loops(work: Path, with_peer: bool) -> Iterator[dict[str, SendLoop]]:
+    """The systems compared, started and warmed up: {"rocketha": ..., "jetstream": ...}
+    (a set of 3 and an R3 cluster, as the module docstring says), stopped afterwards."""
+    theirs = None
+    with started_set(work / "rocketha") as ours:
+        config = ours.config()
         loops: dict[str, SendLoop] = {
             "rocketha": lambda count: peers.rh_latency(config, "latency", count)}
-        if with_peer:
-            theirs = peers.NatsCluster(peers.ensure_peer_tools(), work / "nats",
-                                       sync_always=False).start()
-            servers = theirs.servers
-            asyncio.run(peers.nats_ready(servers))
-            asyncio.run(peers.nats_stream(servers, "LATENCY", 3))
-            asyncio.run(peers.nats_latency(servers, "LATENCY", WARM_UP_SENDS))
-            loops["jetstream"] = lambda count: asyncio.run(
-                peers.nats_latency(servers, "LATENCY", count))
-        yield loops
-    finally:
-        if theirs is not None:
-            theirs.stop()
-        ours.stop()
+        try:
+            if with_peer:
+                theirs = peers.NatsCluster(peers.ensure_peer_tools(), work / "nats",
+                                           sync_always=False).start()
+                servers = theirs.servers
+                asyncio.run(peers.nats_ready(servers))
+                asyncio.run(peers.nats_stream(servers, "LATENCY", 3))
+                asyncio.run(peers.nats_latency(servers, "LATENCY", WARM_UP_SENDS))
+                loops["jetstream"] = lambda count: asyncio.run(
+                    peers.nats_latency(servers, "LATENCY", count))
+            yield loops
+        finally:
+            if theirs is not None:
+                theirs.stop()
 
 
 def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:

@@ -74,12 +74,6 @@ class TreeCluster(peers.RocketHACluster):
                              f"{done.stdout}\n{done.stderr}")
         return done.stdout
 
-    def brokers(self) -> list[tuple[int, str]]:
-        """(pid, role) of each broker process."""
-        processes = json.loads(self._cli("status", "--json"))["processes"]
-        return [(int(p["pid"]), str(p.get("role"))) for p in processes
-                if p.get("kind") == "broker" and p.get("pid")]
-
     def sends(self, endpoint: str, count: int) -> list[float]:
         done = subprocess.run([sys.executable, "-c", _SENDS, endpoint, str(count)],
                               cwd=self.root, capture_output=True, text=True, timeout=600,

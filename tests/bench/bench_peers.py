@@ -204,6 +204,12 @@ class RocketHACluster:
                    if p.get("kind") == "broker" and p.get("role") == "MASTER"]
         return masters[0] if len(masters) == 1 else None
 
+    def brokers(self) -> list[tuple[int, str]]:
+        """(pid, role) of each broker process."""
+        processes = json.loads(self._cli("status", "--json"))["processes"]
+        return [(int(p["pid"]), str(p.get("role"))) for p in processes
+                if p.get("kind") == "broker" and p.get("pid")]
+
     def config(self) -> ClientConfig:
         master = self.master()
         assert master is not None

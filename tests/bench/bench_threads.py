@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests.bench import bench_peers as peers
-from tests.bench.bench_latency import WARM_UP_SENDS
+from tests.bench.bench_latency import started_set
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -69,17 +69,10 @@ def per_send(before: dict[tuple[str, str, int], tuple[int, int]],
 
 
 def run(rounds: int, sends: int) -> dict[str, Any]:
-    cluster = peers.RocketHACluster(Path(tempfile.mkdtemp(prefix="bench-threads-")), 3,
-                                    "ASYNC_FLUSH")
     rounds_seen: list[dict[str, tuple[float, float]]] = []
-    try:
-        cluster.start()
+    with started_set(Path(tempfile.mkdtemp(prefix="bench-threads-"))) as cluster:
         config = cluster.config()
-        peers.Admin(config).create_topic("latency", queues=peers.QUEUES)
-        peers.rh_latency(config, "latency", WARM_UP_SENDS)
-        processes = json.loads(cluster._cli("status", "--json"))["processes"]
-        pids = {int(p["pid"]): str(p["role"]) for p in processes
-                if p.get("kind") == "broker" and p.get("role") in ("MASTER", "SLAVE")}
+        pids = {pid: role for pid, role in cluster.brokers() if role in ("MASTER", "SLAVE")}
         pids[os.getpid()] = "CLIENT"
         for index in range(rounds):
             before = thread_counters(pids)
@@ -93,8 +86,6 @@ def run(rounds: int, sends: int) -> dict[str, Any]:
                   f"{peers.percentile_ms(latencies, 0.5):.3f} ms; CPU per send: "
                   + ", ".join(f"{role} {cpu:.0f} us" for role, cpu in roles.items()),
                   flush=True)
-    finally:
-        cluster.stop()
     names = sorted({name for figures in rounds_seen for name in figures})
     result: dict[str, Any] = {}
     for name in names:
