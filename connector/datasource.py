@@ -97,6 +97,7 @@ from connector.source import (
     read_ranges,
     starting_offsets,
 )
+from connector.worker_heap import freeze_worker_heap_once
 
 __all__ = ["RocketHADataSource"]
 
@@ -193,6 +194,8 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
 
 def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns,
           pushed: PushedFilters | None = None) -> Iterator[pa.RecordBatch]:
+    if options.worker_gc_freeze:
+        freeze_worker_heap_once()
     if isinstance(partition, PackedPartition):
         for part in partition.parts:
             if isinstance(part, ColdRangePartition):
@@ -408,6 +411,8 @@ def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
 
 def _write(batches: Iterator[pa.RecordBatch], options: SinkOptions, columns: SinkColumns,
            scope: str | None) -> SinkCommitMessage:
+    if options.worker_gc_freeze:
+        freeze_worker_heap_once()
     context = TaskContext.get()
     partition_id = context.partitionId() if context is not None else 0
     producer_id = None

@@ -20,6 +20,7 @@ the canonical spellings are the constants below.
     columns:   includeProperties, includeMetadata | columns   (the default schema; columns.py)
     extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId, fetch*/requestTimeoutMs
     sink:      topic, acceptStatuses, exactlyOnce, writeBatchRows, writeBatchBytes
+    workers:   workerGcFreeze (source and sink; connector/worker_heap.py)
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ __all__ = [
     "TAG_FILTER",
     "TIER_STORAGE_OPTIONS",
     "TOPIC",
+    "WORKER_GC_FREEZE",
     "WRITE_BATCH_BYTES",
     "WRITE_BATCH_ROWS",
     "WRITE_OPTIONS",
@@ -128,6 +130,8 @@ TIER_STORAGE_OPTIONS = "tierStorageOptions"
 TIER_S3_ACCESS_KEY_ID = "tierS3AccessKeyId"
 TIER_S3_SECRET_ACCESS_KEY = "tierS3SecretAccessKey"
 TOPIC = "topic"
+# gc.freeze() in each Spark Python worker at its first task of ours (connector/worker_heap.py)
+WORKER_GC_FREEZE = "workerGcFreeze"
 ACCEPT_STATUSES = "acceptStatuses"
 EXACTLY_ONCE = "exactlyOnce"
 WRITE_BATCH_ROWS = "writeBatchRows"
@@ -144,7 +148,7 @@ SECRET_KEY = "secretKey"
 CREDENTIALS_FILE = "credentialsFile"
 
 _COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG, ACCESS_KEY, SECRET_KEY,
-           CREDENTIALS_FILE)
+           CREDENTIALS_FILE, WORKER_GC_FREEZE)
 READ_OPTIONS = frozenset(_COMMON + (
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
@@ -199,6 +203,7 @@ class SourceOptions:
     columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
     tls: ClientTLS = NO_TLS  # from clientConfig (file paths only: picklable, no secret)
     credentials: Credentials | None = dataclasses.field(default=None, repr=False)
+    worker_gc_freeze: bool = True
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -221,6 +226,7 @@ class SinkOptions:
     write_batch_bytes: int
     tls: ClientTLS = NO_TLS  # from clientConfig
     credentials: Credentials | None = dataclasses.field(default=None, repr=False)
+    worker_gc_freeze: bool = True
 
 
 def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
@@ -440,6 +446,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         tier_storage_options=_tier_storage_options(values),
         columns=_columns(values),
         credentials=_credentials(values, keys_file),
+        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
     )
 
 
@@ -550,4 +557,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                                64 << 20),
         tls=tls,
         credentials=_credentials(values, keys_file),
+        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
     )

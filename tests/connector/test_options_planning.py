@@ -75,6 +75,7 @@ def source(**extra: str) -> dict[str, str]:
     (source(columns="body, colour"), "unknown column 'colour'"),
     (source(columns="body,body"), "listed twice"),
     (source(columns="body", includeMetadata="true"), "columns excludes"),
+    (source(workerGcFreeze="sometimes"), "workerGcFreeze"),
 ])
 def test_bad_source_option_names_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(OptionError, match=named):
@@ -123,6 +124,7 @@ def test_pattern_and_assign_select_topics() -> None:
     ({"brokers": "h:1", "subscribe": "a"}, "subscribe"),
     ({"brokers": "h:1", "writeBatchRows": "0"}, "writeBatchRows"),
     ({"brokers": "h:1", "exactlyOnce": "yes"}, "exactlyOnce"),
+    ({"brokers": "h:1", "workerGcFreeze": "2"}, "workerGcFreeze"),
 ])
 def test_bad_sink_option_names_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(OptionError, match=named):
@@ -133,6 +135,8 @@ def test_sink_defaults() -> None:
     parsed = parse_sink_options({"brokers": "h:1", "acceptStatuses": "put_ok, FLUSH_DISK_TIMEOUT"})
     assert parsed.accept_statuses == frozenset({"PUT_OK", "FLUSH_DISK_TIMEOUT"})
     assert parsed.exactly_once and parsed.topic is None
+    assert parsed.worker_gc_freeze
+    assert not parse_sink_options({"brokers": "h:1", "WorkerGcFreeze": "false"}).worker_gc_freeze
 
 
 def test_options_spark_adds_to_a_stream_writer_are_accepted() -> None:
