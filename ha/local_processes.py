@@ -16,6 +16,7 @@ import os
 import random
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,11 @@ PORT_PICKS_MAX = 100
 LISTEN_PORTS_SPAN = 12_000  # listener ports: this many just below the ephemeral range
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 POLL_INTERVAL_S = 0.05
+# Ports `free_port` handed out, oldest first: not picked again while remembered (half the span,
+# so a pick still finds a free port in a few tries).
+HANDED_OUT_REMEMBERED = LISTEN_PORTS_SPAN // 2
+_handed_out: dict[int, None] = {}
+_handed_out_lock = threading.Lock()
 
 
 def write_private_text(path: str | Path, text: str) -> None:
@@ -42,22 +48,37 @@ def write_private_text(path: str | Path, text: str) -> None:
 
 
 def free_port(taken: Iterable[int] = ()) -> int:
-    """A port free now and not in `taken` (the kernel may hand out a port again as soon as the
-    probing socket is closed, so ports chosen for one cluster are passed here)."""
+    """A port free now, not in `taken`, and not handed out by this process lately.
+
+    The kernel may hand a port out again as soon as the probing socket is closed, and a port
+    handed out here is often bound only later by a child process (or held by one still
+    stopping): so every pick is remembered (the last HANDED_OUT_REMEMBERED of them) and never
+    picked again meanwhile. Two clusters of one test session, or the raft and client ports of
+    one controller, then never get the same port (a full run once saw a controller fail to
+    start on "Address already in use" after two such picks met)."""
     avoid = set(taken)
     low, high = listen_port_range()
-    for _ in range(PORT_PICKS_MAX):
-        port = random.randint(low, high)
-        if port in avoid:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # in use
-        return port
-    raise OSError(f"no free port in {low}-{high} outside {len(avoid)} taken ones in "
-                  f"{PORT_PICKS_MAX} tries")
+    with _handed_out_lock:
+        for _ in range(PORT_PICKS_MAX):
+            port = random.randint(low, high)
+            if port in avoid or port in _handed_out:
+                continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # in use
+            _remember_handed_out(port)
+            return port
+    raise OSError(f"no free port in {low}-{high} outside {len(avoid)} taken ones and "
+                  f"{len(_handed_out)} handed out lately, in {PORT_PICKS_MAX} tries")
+
+
+def _remember_handed_out(port: int) -> None:
+    """Record `port` as handed out, forgetting the oldest beyond HANDED_OUT_REMEMBERED."""
+    _handed_out[port] = None
+    while len(_handed_out) > HANDED_OUT_REMEMBERED:
+        del _handed_out[next(iter(_handed_out))]
 
 
 def listen_port_range() -> tuple[int, int]:
