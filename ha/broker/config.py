@@ -54,6 +54,9 @@ class BrokerConfig:
     default_topic_queue_nums: int = 8  # defaultTopicQueueNums
     long_polling_max: int = 256  # concurrent long-poll reads (each holds a server thread)
     long_polling_wait_max_ms: int = 30_000  # cap on a ticket's max_wait_ms
+    # shutdownGraceMs: on SIGTERM, how long the calls still open may take to end before the
+    # store closes anyway (idle produce streams end only at their client's deadline)
+    shutdown_grace_ms: int = 2000
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
@@ -102,6 +105,7 @@ class BrokerConfig:
         _range("defaultTopicQueueNums", self.default_topic_queue_nums, 1, 1024)
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
+        _range("shutdownGraceMs", self.shutdown_grace_ms, 0, 3_600_000)
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
         self._check_controller_mode()
@@ -241,6 +245,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "defaultTopicQueueNums": ("default_topic_queue_nums", int),
     "longPollingMax": ("long_polling_max", int),
     "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
+    "shutdownGraceMs": ("shutdown_grace_ms", int),
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
     "idempotenceProducersMax": ("idempotence_producers_max", int),

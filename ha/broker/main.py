@@ -13,6 +13,7 @@ import argparse
 import faulthandler
 import logging
 import logging.handlers
+import os
 import signal
 import sys
 import threading
@@ -35,6 +36,7 @@ from storage_engine.tiered import TierService
 __all__ = ["main"]
 
 logger = logging.getLogger("rocketha.broker")
+SIGNAL_POLL_S = 0.5  # the main thread's wait for SIGTERM/SIGINT, between signal checks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,13 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         if not stopping.is_set():
             stopping.set()
             logger.info("%s received signal %d: shutting down", prefix, signum)
-            threading.Thread(target=service.shutdown, name="shutdown", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     link, roles = _start_controller_link(config, service, tier)
+    all_calls_ended = True
     try:
-        _serve(service, tier)
+        all_calls_ended = _serve(service, tier, stopping)
     finally:
         if metrics is not None:
             metrics.close()
@@ -137,7 +139,14 @@ def main(argv: list[str] | None = None) -> int:
             retention.stop()
         service.replication.close()
         store.close()
-        logger.info("%s stopped cleanly", prefix)
+        logger.info("%s stopped cleanly%s", prefix, "" if all_calls_ended else (
+            f" ({service.open_streams} idle produce stream(s) still open after "
+            f"shutdownGraceMs={config.shutdown_grace_ms}: left to their clients' deadline)"))
+    if not all_calls_ended:
+        # Flight would wait for those streams at exit (to their deadline): leave now, the
+        # store is closed and no handler is in it (BrokerService.shutdown)
+        logging.shutdown()
+        os._exit(0)
     return 0
 
 
@@ -194,10 +203,19 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
     return link, roles
 
 
-def _serve(service: BrokerService, tier: TierService | None) -> None:
-    """Serve until shutdown; then stop tiering (aborting uploads) before the store closes."""
+def _serve(service: BrokerService, tier: TierService | None, stopping: threading.Event) -> bool:
+    """Serve until SIGTERM/SIGINT; then stop tiering (aborting uploads) before the store closes.
+    Returns whether every call ended within shutdownGraceMs (BrokerService.shutdown).
+
+    The main thread waits in Python, not in `FlightServerBase.serve()`: serve() hands SIGTERM
+    and SIGINT to Arrow's C++ server, which shuts down (waiting for every call to end) before
+    Python's handler runs. A producer's open DoPut stream then kept a SIGTERMed broker taking
+    its puts until the stream's deadline, 2 x requestTimeoutMs (20 s by default; found timing
+    the suite's broker restarts)."""
     try:
-        service.serve()
+        while not stopping.wait(SIGNAL_POLL_S):
+            pass  # (the signal handlers run on this thread, between waits)
+        return service.shutdown(service.config.shutdown_grace_ms / 1000.0)
     finally:
         if tier is not None:
             tier.stop()

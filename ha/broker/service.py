@@ -43,6 +43,7 @@ from connector.protocol.signing import action_target, descriptor_target
 from connector.protocol.tls import flight_location, flight_server_options
 from controller.api import AuthData
 from ha.broker.addresses import join_host_port
+from ha.broker.admission import Admission, ClosedError
 from ha.broker.arrow_codec import (
     BadBatch,
     block_to_batch,
@@ -102,14 +103,21 @@ def _flight_error(name: str, message: str) -> flight.FlightError:
     return flight.FlightServerError(text, info)
 
 
-def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Map RequestError/ProtocolError to typed Flight errors; log unexpected ones."""
+def _guarded(method: Callable[..., Any], *, admitted: bool = True) -> Callable[..., Any]:
+    """Map RequestError/ProtocolError to typed Flight errors; log unexpected ones. The call
+    runs inside the store's admission gate (ha/broker/admission.py) unless `admitted` is
+    False (a produce stream enters it per batch: it waits for batches outside)."""
 
     def wrapper(self: BrokerService, *args: Any) -> Any:
         if not getattr(self, "_ready", False):  # Flight serves before __init__ has finished
             raise _flight_error("SERVICE_NOT_AVAILABLE", "the broker is starting")
         try:
-            return method(self, *args)
+            if not admitted:
+                return method(self, *args)
+            with self.admission.entered():
+                return method(self, *args)
+        except ClosedError as err:
+            raise _flight_error("SERVICE_NOT_AVAILABLE", str(err)) from None
         except (RequestError, NotMasterError) as err:
             self._count_error(err.name)
             raise _flight_error(err.name, str(err)) from err
@@ -175,6 +183,10 @@ class BrokerService(flight.FlightServerBase):
         self._arrivals = Arrivals()  # confirm moves wake long polls (ha/broker/long_poll.py)
         self._long_poll_slots = threading.BoundedSemaphore(config.long_polling_max)
         self._counters = _Counters()
+        # stopping (`shutdown`): produce streams refuse their next batch, long polls end
+        self._closing = threading.Event()
+        self.admission = Admission()  # handlers inside the store (closed before it closes)
+        self._open_streams = 0  # produce streams (under _counters.lock)
         self.traffic = Traffic()  # per-batch counts for /metrics (ha/broker/telemetry.py)
         self._started_ms = int(time.time() * 1000)
         store.add_confirm_listener(self._on_confirm)
@@ -208,6 +220,31 @@ class BrokerService(flight.FlightServerBase):
     @property
     def endpoint(self) -> str:
         return f"{self.config.broker_ip}:{self.port}"
+
+    def shutdown(self, grace_s: float | None = None) -> bool:
+        """Stop serving; returns whether every call ended within `grace_s` (None: wait for
+        all, as Flight's own shutdown does).
+
+        Every open produce stream refuses its next batch (the client retries elsewhere or
+        after the restart) and long polls answer at once, so busy calls end within a round
+        trip. What is left after the grace are idle produce streams (`open_streams`), blocked
+        reading a batch their client may never send before its deadline; they hold nothing of
+        the store. The store's admission gate is closed either way: once this returns, no
+        handler is inside the store and none enters it, so the store can close."""
+        self._closing.set()
+        self._arrivals.notify()  # long polls re-check, see the closing flag and answer
+        stopper = threading.Thread(target=super().shutdown, name="flight-shutdown",
+                                   daemon=True)
+        stopper.start()
+        stopper.join(grace_s)
+        self.admission.close()  # handlers inside finish their step (each is bounded)
+        return not stopper.is_alive()
+
+    @property
+    def open_streams(self) -> int:
+        """Produce streams open now (idle ones, once a stop has refused the busy ones)."""
+        with self._counters.lock:
+            return self._open_streams
 
     def set_auth_data(self, auth: AuthData) -> None:
         """The users/ACL table the controller serves (controller mode), replaced whole, and
@@ -284,7 +321,7 @@ class BrokerService(flight.FlightServerBase):
         return topic
 
     # -- produce ----------------------------------------------------------------------------
-    @_guarded
+    @functools.partial(_guarded, admitted=False)
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor,
                reader: flight.MetadataRecordBatchReader,
                writer: flight.FlightMetadataWriter) -> None:
@@ -296,24 +333,40 @@ class BrokerService(flight.FlightServerBase):
             raise ProtocolError('produce descriptor: field "topic" must be a string')
         self.auth.check(context, "DoPut", "DO_PUT", descriptor_target(descriptor.command, None),
                         {"topic": name})
-        self.replication.check_writable()
-        topic = self._topic_for_write(name)
+        with self.admission.entered():  # (a topic created on first produce is a put)
+            self.replication.check_writable()
+            topic = self._topic_for_write(name)
         try:  # the schema message comes first: a bad stream ends before any batch is read
             check_produce_schema(reader.schema)
         except BadBatch as err:
             raise RequestError("BAD_SCHEMA", str(err)) from err
-        for chunk in reader:  # bounded by the client's stream; each batch bounded below
-            batch = chunk.data
-            if batch is None:
-                continue
-            # Each batch is checked as it arrives, and the first one over a limit ends the
-            # stream (the rest is never read). gRPC hands over one IPC message whole: pyarrow
-            # offers no hook before that, so one message can still cost its size in memory.
-            self._check_batch_size(batch)
-            reply = self.idempotence.put(  # drops batches stored before
-                batch, functools.partial(self._put_batch, topic, batch),
-                self.replication.settle)
-            writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
+        with self._counted_stream():
+            for chunk in reader:  # bounded by the client's stream; each batch bounded below
+                batch = chunk.data
+                if batch is None:
+                    continue
+                if self._closing.is_set():  # stopping: never stored, so never acknowledged
+                    raise RequestError("SERVICE_NOT_AVAILABLE", "the broker is stopping")
+                # Each batch is checked as it arrives, and the first one over a limit ends the
+                # stream (the rest is never read). gRPC hands over one IPC message whole:
+                # pyarrow offers no hook before that, so one message can still cost its size.
+                self._check_batch_size(batch)
+                with self.admission.entered():
+                    reply = self.idempotence.put(  # drops batches stored before
+                        batch, functools.partial(self._put_batch, topic, batch),
+                        self.replication.settle)
+                writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
+
+    @contextlib.contextmanager
+    def _counted_stream(self) -> Iterator[None]:
+        """Count the produce streams open (what a stop reports it left open)."""
+        with self._counters.lock:
+            self._open_streams += 1
+        try:
+            yield
+        finally:
+            with self._counters.lock:
+                self._open_streams -= 1
 
     def _check_batch_size(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows > self.config.put_rows_max:
@@ -397,9 +450,16 @@ class BrokerService(flight.FlightServerBase):
         """A stream's errors as typed Flight errors (it runs after `_guarded` has returned:
         an exception left as it is would reach the client with its Python traceback)."""
         try:
-            yield from stream
+            while True:  # each step reads the store: inside the admission gate
+                with self.admission.entered():
+                    item = next(stream, None)
+                if item is None:
+                    return
+                yield item
         except flight.FlightError:
             raise
+        except ClosedError as err:
+            raise _flight_error("SERVICE_NOT_AVAILABLE", str(err)) from None
         except (RequestError, NotMasterError) as err:
             raise _flight_error(err.name, str(err)) from None
         except Exception as err:  # shell boundary: this call fails alone
@@ -451,7 +511,8 @@ class BrokerService(flight.FlightServerBase):
             return read()
         self._count("long_polls")
         try:
-            return poll_until(read, lambda result: result.status in _WAITABLE,
+            return poll_until(read, lambda result: (result.status in _WAITABLE
+                                                    and not self._closing.is_set()),
                               self._arrivals, deadline)
         finally:
             self._long_poll_slots.release()
