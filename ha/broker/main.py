@@ -3,8 +3,9 @@
 Start-up: refuse `python -O` (asserts guard invariants), read the properties file (an unknown
 key or a bad value exits 2 naming the key), open the store (recovering after a crash; a second
 broker on the same directory exits 2), then serve Arrow Flight on listenPort.
-Shutdown on SIGTERM/SIGINT: stop accepting, let in-flight calls finish, flush, write a clean
-checkpoint, remove the abort marker.
+Shutdown on SIGTERM/SIGINT: stop accepting, refuse the next batch of open produce streams,
+answer long polls, wait shutdownGraceMs for the calls left, then (no handler inside the store)
+flush, write a clean checkpoint, remove the abort marker (BrokerService.shutdown).
 """
 
 from __future__ import annotations
