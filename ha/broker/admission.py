@@ -12,9 +12,6 @@ refused (never stored, never acknowledged), so closing loses no PUT_OK.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 __all__ = ["Admission", "ClosedError"]
 
@@ -24,12 +21,16 @@ class ClosedError(Exception):
 
 
 class Admission:
-    """A count of handlers inside the store, and a one-way switch that stops new entries."""
+    """A count of handlers inside the store, and a one-way switch that stops new entries.
+
+    `with gate.entered():` runs on every produce batch: a plain lock and no generator-based
+    context manager keep it at a few hundred ns (contextlib's cost ~1.9 us)."""
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
         self._inside = 0
         self._closed = False
+        self._emptied = threading.Event()  # set once closed with none inside
 
     @property
     def closed(self) -> bool:
@@ -37,33 +38,32 @@ class Admission:
 
     @property
     def inside(self) -> int:
-        with self._condition:
+        with self._lock:
             return self._inside
 
-    @contextmanager
-    def entered(self) -> Iterator[None]:
-        """Run the block inside the gate; raises ClosedError (before the block) once closed."""
-        with self._condition:
+    def entered(self) -> Admission:
+        """The gate as a context manager: the block runs inside it; entering raises
+        ClosedError (before the block) once closed."""
+        return self
+
+    def __enter__(self) -> None:
+        with self._lock:
             if self._closed:
                 raise ClosedError("the broker is stopping")
             self._inside += 1
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._inside -= 1
-                if self._inside == 0:
-                    self._condition.notify_all()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._closed and not self._inside:
+                self._emptied.set()
 
     def close(self, timeout_s: float | None = None) -> int:
         """Refuse new entries and wait until none is inside (at most `timeout_s`, None: no
         bound); returns how many are still inside (0 unless the timeout passed)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._condition:
+        with self._lock:
             self._closed = True
-            while self._inside:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    break
-                self._condition.wait(remaining)
-            return self._inside
+            if not self._inside:
+                self._emptied.set()
+        self._emptied.wait(timeout_s)
+        return self.inside
