@@ -6,13 +6,13 @@ rocketha package into the Python that the driver and the executors use (`pip ins
 rocketha[spark]`, or put it on PYTHONPATH / spark.executorEnv.PYTHONPATH); `--py-files` alone is
 not enough for streaming reads.
 
-Importing it also registers the tier reader for `readColdFromTier=true` (see connector.cold).
+Importing it also registers the tier reader for `readColdFromTier=true` (see connector.spark.cold).
 """
 
 from __future__ import annotations
 
-from connector.cold import register_cold_reader
-from connector.datasource import RocketHADataSource as DefaultSource
+from connector.spark.cold import register_cold_reader
+from connector.spark.datasource import RocketHADataSource as DefaultSource
 from rocketha_cold import TierObjectReader
 
 __all__ = ["DefaultSource"]

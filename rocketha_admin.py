@@ -11,9 +11,9 @@ neither --broker nor --controller is given, its tls.client.* settings for every 
 secure cluster answers nothing without them), and its accessKey/secretKey (or credentialsFile)
 sign every call (--credentials-file FILE: another user's keys instead).
 
-The data commands (connector/admin_cli.py) work against one broker (`--broker`) or, through the
+The data commands (connector/admin/cli.py) work against one broker (`--broker`) or, through the
 controllers (`--controller`, the name service like `mqadmin -n`), against the current master
-of every replica set. The controller commands (controller/admin.py) show and steer the
+of every replica set. The controller commands (controller/admin/main.py) show and steer the
 controller group: Raft status, replica sets, SyncStateSets, elections, cleaning, routes. The
 two live in packages that may not import each other (the dependency arrows in the README's
 Layout section), so this top-level module is the one that knows both.
@@ -29,10 +29,9 @@ import sys
 
 from pyarrow import flight
 
-from connector.client import signed_options
-from connector.credentials import read_credentials_file
-from connector.protocol.signing import Credentials, action_target
-from connector.protocol.tls import (
+from conf.credentials import read_credentials_file
+from conf.signing import Credentials, action_target
+from conf.tls import (
     NO_TLS,
     ClientTLS,
     TLSConfigError,
@@ -40,6 +39,7 @@ from connector.protocol.tls import (
     connect_flight,
     read_properties,
 )
+from connector.client.core import signed_options
 
 __all__ = ["main"]
 
@@ -167,14 +167,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rocketha-admin: {problems[0]}", file=sys.stderr)
             return 2
         if command in CONTROLLER_COMMANDS:
-            from controller.admin import main as controller_main
+            from controller.admin.main import main as controller_main
             return controller_main(args, prog="rocketha-admin")
     elif broker is not None and not help_asked:
         problem = probe(broker, "broker", tls, credentials)
         if problem:
             print(f"rocketha-admin: {problem}", file=sys.stderr)
             return 2
-    from connector.admin_cli import main as data_main
+    from connector.admin.cli import main as data_main
     return data_main(args)
 
 

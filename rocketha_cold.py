@@ -3,7 +3,7 @@
 Records are decoded by the broker's own block decoder (`ha.broker.arrow_codec.block_to_batch`),
 so a cold partition yields exactly the batches a broker would serve for the same records.
 
-`connector.cold` says what a cold reader must do without importing `storage_engine` (DESIGN
+`connector.spark.cold` says what a cold reader must do without importing `storage_engine` (DESIGN
 §2); this module, outside every package, implements it with the tier's own reader functions,
 and `pyspark_rocketha` (the composition root Spark imports on driver and executors) registers
 it. Manifests are cached per (tier URL, replica set) for `MANIFEST_CACHE_S`, so planning a
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from connector.cold import ColdPiece, TierLocation
+from connector.spark.cold import ColdPiece, TierLocation
 from ha.broker.arrow_codec import block_to_batch
 from storage_engine.tiered import (
     FileIO,
@@ -52,7 +52,7 @@ def file_io_for(location: TierLocation) -> FileIO:
 
 
 class TierObjectReader:
-    """connector.cold.ColdReader over the tier's manifest and segment objects."""
+    """connector.spark.cold.ColdReader over the tier's manifest and segment objects."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

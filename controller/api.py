@@ -23,9 +23,9 @@ outcome, not an exception:
     acl_delete             AclDeleteRequest           AuthChangeReply
     acl_list               AclListRequest             AclListReply
 
-Users and ACLs (issue 16): `controller.acl` (re-exported here) is their model and the one
+Users and ACLs (issue 16): `controller.auth.acl` (re-exported here) is their model and the one
 decision function, so a broker decides exactly as the controller does; with authentication on
-every call is signed (controller/signing.py) and refused with `controller error
+every call is signed (conf/signing.py) and refused with `controller error
 UNAUTHENTICATED` / `NO_PERMISSION` (Flight errors, not statuses) before it reaches the node.
 
 Statuses (RocketMQ's controller response codes, without the CONTROLLER_ prefix):
@@ -72,7 +72,7 @@ import types
 import typing
 from typing import Any, ClassVar, Union
 
-from controller.acl import (
+from controller.auth.acl import (
     ADMIN_OPERATIONS,
     OPERATIONS,
     AclError,
@@ -263,7 +263,7 @@ class RoleChange(JsonMessage):
 
 
 def lease_max_ms(heartbeat_timeout_ms: int) -> int:
-    """The longest master lease a controller reply can give (DESIGN §5.7, ha/master_core.py):
+    """The longest master lease a controller reply can give (DESIGN §5.7, ha/replication/master_core.py):
     2/3 of controllerHeartbeatTimeoutMs past the heartbeat's send time, so it has lapsed
     before the controller could replace a master that went silent, with a third to spare for
     clock rates and a deposed Raft leader's last replies. The broker takes the smaller of
@@ -590,7 +590,7 @@ class AuthChangeReply(JsonMessage):
 
 
 class _AuthJsonReply(JsonMessage):
-    """Replies carrying users/policies: their codec is AuthData's (controller/acl.py)."""
+    """Replies carrying users/policies: their codec is AuthData's (controller/auth/acl.py)."""
 
     __slots__ = ()
 

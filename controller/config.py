@@ -52,10 +52,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from controller.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
+from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
+from controller.auth.verify import AUTH_KEYS, AuthSettings, parse_auth_settings
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
-from controller.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 
 __all__ = ["ControllerConfig", "parse_properties"]
 
@@ -155,7 +155,7 @@ class ControllerConfig:
     # allowInsecure: listen beyond loopback without TLS and authentication (else
     # rocketha-controller refuses to start)
     allow_insecure: bool = False
-    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # controller/auth.py
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # controller/auth/verify.py
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]
@@ -218,7 +218,7 @@ class ControllerConfig:
         return self.client_addresses[position]
 
     def plaintext_refusal(self) -> str | None:
-        """Why this controller must not start as configured (controller/tls.py)."""
+        """Why this controller must not start as configured (conf/tls.py)."""
         return plaintext_refusal(self.tls, self.allow_insecure, {
             "controllerDLegerPeers (Raft)": self.raft_bind_address()[0],
             "controllerAddr (clients)": self.client_bind_address().rpartition(":")[0]},

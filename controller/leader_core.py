@@ -17,7 +17,7 @@ replica set gets a new master, is decided once:
                                                                      heartbeated for half the
                                                                      timeout
                            the set has no master, or its master      wake ELECT: scan now
-                           abandons its epoch (ha/role_core.py
+                           abandons its epoch (ha/replication/role_core.py
                            REELECT)
                            a member slave lost its link to the       wake PROBE: probe that
                            master of this epoch                      master now (node.py)

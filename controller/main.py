@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from controller.auth import init_user
+from conf.signing import Credentials
+from controller.auth.verify import init_user
 from controller.config import ControllerConfig
-from controller.console import ConsoleServer, basic_authorizer
+from controller.console.app import ConsoleServer, basic_authorizer
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
 from controller.service import ControllerService
-from controller.signing import Credentials
 
 __all__ = ["main"]
 
@@ -49,7 +49,7 @@ def _start_metrics(config: ControllerConfig, node: ControllerNode,
 
 
 def _start_console(config: ControllerConfig, node: ControllerNode) -> ConsoleServer | None:
-    """The read-only console (controller/console.py), gathering over the client endpoints.
+    """The read-only console (controller/console/app.py), gathering over the client endpoints.
     With authentication on, viewers log in as a Super user (HTTP Basic) and the console signs
     its calls as initAuthenticationUser (without one it cannot gather: the page shows why)."""
     if not config.console_port:

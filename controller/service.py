@@ -6,10 +6,10 @@ with `controller error BAD_REQUEST:`; anything unforeseen with `controller error
 INTERNAL_ERROR:` and the exception's type, logged here: a client never gets a Python
 traceback), hands the request to the node's event loop, and waits
 at most requestTimeoutMs (+1 s) for the reply; outcomes (NOT_LEADER, fenced epochs, BUSY...)
-are JSON replies with a `status`, never errors. TLS per tls.* (controller/tls.py); with
+are JSON replies with a `status`, never errors. TLS per tls.* (conf/tls.py); with
 need.client.auth=require the caller's certificate identity (`context.peer_identity()`: no auth
 handler is installed, so it is the certificate's) must be allowed the call by
-controller/member_check.py, else the call fails with `controller error FORBIDDEN:` (logged once
+controller/auth/member_check.py, else the call fails with `controller error FORBIDDEN:` (logged once
 per caller host and identity). At most `REQUESTS_INFLIGHT_MAX` calls wait on
 the node at once; beyond that a call is answered BUSY at once.
 """
@@ -26,14 +26,14 @@ from typing import Any
 
 from pyarrow import flight
 
+from conf.signing import action_target
+from conf.tls import PeerRefusals, flight_location, flight_server_options, parse_identity
 from controller.api import ACTIONS
-from controller.auth import AuditLog, AuthGate
+from controller.auth.member_check import member_refusal
+from controller.auth.verify import AuditLog, AuthGate
 from controller.config import ControllerConfig
 from controller.errors import CodecError
-from controller.member_check import member_refusal
 from controller.node import ControllerNode
-from controller.signing import action_target
-from controller.tls import PeerRefusals, flight_location, flight_server_options, parse_identity
 
 __all__ = ["REQUESTS_INFLIGHT_MAX", "REQUEST_BODY_BYTES_MAX", "ControllerService"]
 

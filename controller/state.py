@@ -40,8 +40,8 @@ import dataclasses
 import json
 from typing import Any, ClassVar
 
-from controller.acl import AclError, AuthData
 from controller.api import MEMBERS_MAX, BrokerMember, JsonMessage, ReplicaInfo
+from controller.auth.acl import AclError, AuthData
 from controller.errors import CodecError
 
 __all__ = [
@@ -271,7 +271,7 @@ class ControllerState:
             return ApplyResult("REPLICA_SET_NOT_FOUND")
         new_set = tuple(sorted(set(command.sync_state_set)))
         # The set already held is accepted too (a new epoch, same members): a master uses it
-        # to fence a proposal of its that may still be in flight (ha/master_core.py).
+        # to fence a proposal of its that may still be in flight (ha/replication/master_core.py).
         checks = (
             (command.master_broker_id != replica.master_broker_id, "INVALID_MASTER"),
             (command.master_epoch != replica.master_epoch, "FENCED_MASTER_EPOCH"),

@@ -41,9 +41,7 @@ import struct
 import zlib
 from collections.abc import Callable
 
-from controller.errors import CodecError
-from controller.raft import Message, decode_message, encode_message
-from controller.tls import (
+from conf.tls import (
     PeerRefusals,
     TLSSettings,
     client_ssl_context,
@@ -51,6 +49,8 @@ from controller.tls import (
     parse_identity,
     server_ssl_context,
 )
+from controller.errors import CodecError
+from controller.raft import Message, decode_message, encode_message
 
 __all__ = ["FRAME_HEADER", "FrameError", "RaftTransport", "encode_frame", "read_frame"]
 

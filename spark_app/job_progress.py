@@ -20,7 +20,7 @@ from typing import Self, TextIO
 
 from pyspark.sql import SparkSession
 
-from connector.admin_output import PROGRESS_INTERVAL_S, Progress
+from connector.admin.output import PROGRESS_INTERVAL_S, Progress
 
 __all__ = ["JobProgress"]
 

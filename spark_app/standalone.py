@@ -15,7 +15,7 @@ driver but the file system of this machine: no driver memory, no driver-local Py
 
 Addresses: the master and the driver bind `host` (SPARK_LOCAL_IP; the driver's
 `spark.driver.host` / `spark.driver.bindAddress` from `submit_conf()`), which for the demo and
-the tests is the root namespace's address on a test-host bridge (ha/local_hosts.py), so the
+the tests is the root namespace's address on a test-host bridge (ha/cluster/netns.py), so the
 executors reach the brokers on the test hosts only through their advertised addresses.
 `worker_hosts` puts each worker (and so its executors and their Python workers) on a machine
 of its own: `(address, launcher)`, e.g. a test host's address and `ip netns exec NS`; the

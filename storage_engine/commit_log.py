@@ -45,7 +45,7 @@ class RecoveryScan:
     """What a recovery scan found: the valid end, and what it cut after it."""
 
     scanned_from_log_position: int
-    valid_end_log_position: int
+    valid_log_position_end: int
     cut_bytes: int
     reason: str
 
@@ -76,7 +76,7 @@ class CommitLog:
         return self._segments.min_position
 
     @property
-    def end_log_position(self) -> int:
+    def log_position_end(self) -> int:
         return self._segments.end_position
 
     @property
@@ -208,7 +208,7 @@ class CommitLog:
     def append_raw(self, log_position: int, data: bytes | memoryview) -> None:
         """Append bytes copied from another replica's log at the same positions (physical
         replication). `data` must start at our end and follow the segment layout exactly."""
-        assert log_position == self.end_log_position, (log_position, self.end_log_position)
+        assert log_position == self.log_position_end, (log_position, self.log_position_end)
         view = memoryview(data)
         while view:
             segment = self._segments.writable_segment()

@@ -89,7 +89,7 @@ assert _CONSUME_QUEUE_DTYPE.itemsize == CONSUME_QUEUE_ENTRY.size
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreStats:
     min_log_position: int
-    end_log_position: int
+    log_position_end: int
     flushed_log_position: int
     confirm_log_position: int
     commit_log_segments: int
@@ -166,7 +166,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             self._commit_log.discard_from(checkpoint.truncate_intent_log_position)
         scan_from = min(checkpoint.consume_queue_log_position, checkpoint.flushed_log_position)
         self.last_recovery = self._commit_log.recover(scan_from)
-        end = self.last_recovery.valid_end_log_position
+        end = self.last_recovery.valid_log_position_end
         if self.last_recovery.cut_bytes:
             logger.warning("recovery cut %d bytes after log_position %d (%s)",
                            self.last_recovery.cut_bytes, end, self.last_recovery.reason)
@@ -282,7 +282,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             )
             self._dispatch_placed(
                 batch.topic, batch.queue_ids, queue_offsets, positions, sizes, tags_codes)
-            end = self._dispatched = self._put_end = self._commit_log.end_log_position
+            end = self._dispatched = self._put_end = self._commit_log.log_position_end
             advanced = self._auto_confirm and not self._sync_flush and end > self._confirm
             if advanced:
                 self._confirm = end
@@ -469,7 +469,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
             with self._lock:
                 advanced = flushed > self._confirm and not self._closed
                 if advanced:
-                    self._confirm = min(flushed, self._commit_log.end_log_position)
+                    self._confirm = min(flushed, self._commit_log.log_position_end)
             if advanced:
                 self._notify_confirm(flushed)
         return flushed
@@ -506,7 +506,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
         """Replication sets the commit point; it never moves past the log's end (callers
         keep it monotonic: ha/ serialises its updates)."""
         with self._lock:
-            log_position = min(log_position, self._commit_log.end_log_position)
+            log_position = min(log_position, self._commit_log.log_position_end)
             advanced = log_position > self._confirm
             self._confirm = log_position
         if advanced:
@@ -818,7 +818,7 @@ class MessageStore(ReplicaLogMixin, TieredReadsMixin):
     def stats(self) -> StoreStats:
         return StoreStats(
             min_log_position=self._commit_log.min_log_position,
-            end_log_position=self._commit_log.end_log_position,
+            log_position_end=self._commit_log.log_position_end,
             flushed_log_position=self._commit_log.flushed_log_position,
             confirm_log_position=self._confirm,
             commit_log_segments=len(self._commit_log.segments),

@@ -60,8 +60,8 @@ class ReplicaLogMixin:
         return self._commit_log.min_log_position
 
     @property
-    def end_log_position(self) -> int:
-        return self._commit_log.end_log_position
+    def log_position_end(self) -> int:
+        return self._commit_log.log_position_end
 
     @property
     def segment_size_bytes(self) -> int:
@@ -85,11 +85,11 @@ class ReplicaLogMixin:
                 raise StorageError("store is closed")
             if self._fsync_failed is not None:
                 raise StorageError(f"stopped after a failed fsync: {self._fsync_failed}")
-            if (self._commit_log.end_log_position == 0 and not self._commit_log.segments
+            if (self._commit_log.log_position_end == 0 and not self._commit_log.segments
                     and log_position):
                 self._commit_log.start_at(log_position)
                 self._dispatched = self._put_end = log_position
-            start = self._commit_log.end_log_position
+            start = self._commit_log.log_position_end
             if log_position != start:
                 raise StorageError(f"replicated data at {log_position}, log ends at {start}")
             self._commit_log.append_raw(log_position, data)
@@ -122,7 +122,7 @@ class ReplicaLogMixin:
     def _dispatch_replicated(self) -> int:
         count = 0
         with self._lock:
-            end = self._commit_log.end_log_position
+            end = self._commit_log.log_position_end
             while self._dispatched < end:
                 segment = self._commit_log.segment_for(self._dispatched)
                 base = segment.base_position
@@ -207,7 +207,7 @@ class ReplicaLogMixin:
         with self._lock, self._fail_stop():
             if log_position < self._confirm:
                 raise TruncateBelowConfirmError(log_position, self._confirm)
-            if log_position >= self._commit_log.end_log_position:
+            if log_position >= self._commit_log.log_position_end:
                 return
             # Indexed records go: derived state is stale. Noted before and again after the cut:
             # a reader of the queues that started its pass in between (it saw the first note)
@@ -248,13 +248,13 @@ class ReplicaLogMixin:
             return min(self._index_cut_positions[-since:])
 
     def truncate_incomplete_tail(self) -> None:
-        """Cut what follows the complete data (`complete_end_log_position`)."""
+        """Cut what follows the complete data (`complete_log_position_end`)."""
         with self._lock:
-            self.cut_tail(self.complete_end_log_position())
+            self.cut_tail(self.complete_log_position_end())
 
-    def complete_end_log_position(self) -> int:
+    def complete_log_position_end(self) -> int:
         """Where the data a take-over keeps ends (indexes what was appended first); it cuts
-        there with `cut_tail` (ha/takeover_core.py).
+        there with `cut_tail` (ha/replication/takeover_core.py).
 
         A replica's log can end inside a record (transfers are cut by size) and inside a put
         (the master died between two transfers). The end of the last whole put, unless the
@@ -287,13 +287,13 @@ class ReplicaLogMixin:
 
     def cut_tail(self, log_position: int) -> None:
         """Cut the bytes of a partial put or record from `log_position`, where the complete
-        data ends (`complete_end_log_position`); the confirm position comes down to it if
+        data ends (`complete_log_position_end`); the confirm position comes down to it if
         above."""
         with self._lock:
             if log_position > self._dispatched:
                 raise StorageError(f"cut_tail({log_position}): complete records end at "
                                    f"{self._dispatched}")
-            if log_position < self._commit_log.end_log_position:
+            if log_position < self._commit_log.log_position_end:
                 self._confirm = min(self._confirm, log_position)
                 self.truncate_to(log_position)
 
@@ -305,7 +305,7 @@ class ReplicaLogMixin:
         Crash-safe: segments go newest first, so a crash leaves a prefix of the old log (the
         next handshake decides again); ConsumeQueues are rebuilt against what remains."""
         with self._lock, self._fail_stop():
-            end = self._commit_log.end_log_position
+            end = self._commit_log.log_position_end
             if log_position < end or log_position % self._commit_log.segment_size_bytes:
                 raise StorageError(f"reset_to({log_position}): must be a segment boundary at "
                                    f"or past the log's end {end}")

@@ -6,9 +6,12 @@ import importlib
 
 import pytest
 
-PACKAGES = ["storage_engine", "storage_engine.tiered", "connector", "connector.protocol", "ha", "ha.broker"]
-
-PACKAGES += ["controller", "controller.raft"]
+PACKAGES = [
+    "conf", "connector", "connector.admin", "connector.client", "connector.protocol",
+    "connector.rmq_proxy", "connector.spark", "controller", "controller.admin", "controller.auth",
+    "controller.console", "controller.raft", "ha", "ha.broker", "ha.cluster", "ha.replication",
+    "storage_engine", "storage_engine.tiered",
+]
 
 
 def _isort_key(name: str) -> tuple[int, str]:

@@ -1,10 +1,9 @@
 """TLS settings, identities and the member-call rule (issue 16, transport security): unit tests.
 
-Goal: the two copies of the TLS module agree (the controller may not import connector's, so
-the file exists twice and must stay identical); every tls.* key is parsed and checked with an
+Goal: every tls.* key is parsed and checked with an
 error naming it, in broker.conf and in controller.conf; identities round-trip; the controller's
 member-call rule is a table; a client.properties becomes a ClientConfig. Method: plain calls
-with real certificate files made by the cluster CA code (ha/cluster_certs.py).
+with real certificate files made by the cluster CA code (ha/cluster/certs.py).
 """
 
 from __future__ import annotations
@@ -14,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import connector.protocol.tls as connector_tls
-import controller.tls as controller_tls
+from conf import tls
 from connector import ClientConfig
 from connector.errors import OptionError
-from connector.options import parse_sink_options, parse_source_options
-from controller.admin import client_config as controller_admin_client_config
+from connector.spark.options import parse_sink_options, parse_source_options
+from controller.admin.main import client_config as controller_admin_client_config
 from controller.api import (
     AlterSyncStateSetRequest,
     BrokerHeartbeat,
@@ -27,38 +25,31 @@ from controller.api import (
     GetRoutesRequest,
     RegisterBrokerRequest,
 )
+from controller.auth.member_check import member_refusal
 from controller.config import ControllerConfig
 from controller.errors import ConfigError as ControllerConfigError
-from controller.member_check import member_refusal
 from ha.broker.config import BrokerConfig
-from ha.cluster_certs import ensure_ca
+from ha.cluster.certs import ensure_ca
 from storage_engine import ConfigError as BrokerConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_two_copies_of_the_tls_module_are_identical() -> None:
-    assert (ROOT / "connector/protocol/tls.py").read_bytes() == \
-        (ROOT / "controller/tls.py").read_bytes(), "copy connector/protocol/tls.py over " \
-        "controller/tls.py (or back): they must be the same file"
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ca = ensure_ca(tmp_path_factory.mktemp("tls"))
-    issued = ca.issue("n1", connector_tls.controller_identity(1), ["127.0.0.1"])
+    issued = ca.issue("n1", tls.controller_identity(1), ["127.0.0.1"])
     return {"tls.server.mode": "enforcing", "tls.server.certPath": str(issued.cert_path),
             "tls.server.keyPath": str(issued.key_path),
             "tls.server.trustCertPath": str(ca.cert_path),
             "tls.server.need.client.auth": "require"}
 
 
-@pytest.mark.parametrize("module", [connector_tls, controller_tls])
-def test_settings_are_checked_with_the_key_named(module, certs: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
-    settings = module.TLSSettings.from_properties(certs)
+def test_settings_are_checked_with_the_key_named(certs: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    settings = tls.TLSSettings.from_properties(certs)
     assert settings.enabled and settings.require_client_cert
     assert settings.client().cert_path == certs["tls.server.certPath"]  # default: its own
-    assert not module.TLSSettings.from_properties({}).enabled
+    assert not tls.TLSSettings.from_properties({}).enabled
     for key, value, words in (
         ("tls.server.mode", "permissive", "cannot serve plaintext and TLS on one port"),
         ("tls.server.mode", "on", "is not one of"),
@@ -67,8 +58,8 @@ def test_settings_are_checked_with_the_key_named(module, certs: dict[str, str]) 
         ("tls.server.keyPath", "", "required with tls.server.mode=enforcing"),
         ("tls.server.trustCertPath", "/nonexistent/ca.pem", "no such file"),
     ):
-        with pytest.raises(module.TLSConfigError) as caught:
-            module.TLSSettings.from_properties({**certs, key: value})
+        with pytest.raises(tls.TLSConfigError) as caught:
+            tls.TLSSettings.from_properties({**certs, key: value})
         assert caught.value.key == key and words in str(caught.value)
 
 
@@ -84,33 +75,32 @@ def test_broker_and_controller_confs_take_the_tls_keys(certs: dict[str, str]) ->
 
 
 def test_contexts_load_and_require_a_peer_certificate(certs: dict[str, str]) -> None:
-    settings = connector_tls.TLSSettings.from_properties(certs)
-    server = connector_tls.server_ssl_context(settings)
+    settings = tls.TLSSettings.from_properties(certs)
+    server = tls.server_ssl_context(settings)
     assert server.verify_mode is ssl.CERT_REQUIRED
-    client = connector_tls.client_ssl_context(settings.client())
+    client = tls.client_ssl_context(settings.client())
     assert client.check_hostname and client.verify_mode is ssl.CERT_REQUIRED
 
 
-@pytest.mark.parametrize("module", [connector_tls, controller_tls])
-def test_identities_round_trip(module) -> None:  # type: ignore[no-untyped-def]
-    parse = module.parse_identity
-    assert parse(module.controller_identity(3)) == module.MemberIdentity("controller", "3")
-    assert parse(module.broker_identity("broker-a", "10.0.0.1:10911")) == \
-        module.MemberIdentity("broker", "broker-a", "10.0.0.1:10911")
-    assert parse(module.client_identity("admin")) == module.MemberIdentity("client", "admin")
+def test_identities_round_trip() -> None:
+    parse = tls.parse_identity
+    assert parse(tls.controller_identity(3)) == tls.MemberIdentity("controller", "3")
+    assert parse(tls.broker_identity("broker-a", "10.0.0.1:10911")) == \
+        tls.MemberIdentity("broker", "broker-a", "10.0.0.1:10911")
+    assert parse(tls.client_identity("admin")) == tls.MemberIdentity("client", "admin")
     for other in ("", "CN=x", "rocketha://controller/x", "rocketha://broker/a",
                   "rocketha://broker//1.2.3.4:1", "https://controller/1", "rocketha://ctl/1"):
         assert parse(other) is None, other
-    assert module.identity_of_peercert({"subject": ((("commonName", "n1"),),),
+    assert tls.identity_of_peercert({"subject": ((("commonName", "n1"),),),
                                         "subjectAltName": (("URI", "rocketha://client/x"),)}) \
         == "rocketha://client/x"
-    assert module.identity_of_peercert({"subject": ((("commonName", "n1"),),)}) == "n1"
-    assert module.identity_of_peercert(None) == ""
+    assert tls.identity_of_peercert({"subject": ((("commonName", "n1"),),)}) == "n1"
+    assert tls.identity_of_peercert(None) == ""
 
 
-A0 = controller_tls.MemberIdentity("broker", "broker-a", "10.0.0.1:1")
-B0 = controller_tls.MemberIdentity("broker", "broker-b", "10.0.0.2:1")
-TOOL = controller_tls.MemberIdentity("client", "admin")
+A0 = tls.MemberIdentity("broker", "broker-a", "10.0.0.1:1")
+B0 = tls.MemberIdentity("broker", "broker-b", "10.0.0.2:1")
+TOOL = tls.MemberIdentity("client", "admin")
 REGISTERED = {("broker-a", 1): "10.0.0.1:1", ("broker-a", 2): "10.0.0.3:1"}
 
 
@@ -178,10 +168,10 @@ def test_spark_option_client_config_gives_addresses_and_tls(tmp_path: Path,
 
 
 def test_plaintext_beyond_loopback_needs_allow_insecure(certs: dict[str, str]) -> None:
-    assert connector_tls.is_loopback("127.0.0.5") and connector_tls.is_loopback("localhost")
-    assert connector_tls.is_loopback("::1") and not connector_tls.is_loopback("0.0.0.0")
-    assert not connector_tls.is_loopback("198.18.0.11")
-    assert not connector_tls.is_loopback("broker-a.example")  # a name may be any interface
+    assert tls.is_loopback("127.0.0.5") and tls.is_loopback("localhost")
+    assert tls.is_loopback("::1") and not tls.is_loopback("0.0.0.0")
+    assert not tls.is_loopback("198.18.0.11")
+    assert not tls.is_loopback("broker-a.example")  # a name may be any interface
     local = BrokerConfig.from_properties({"brokerIP1": "127.0.0.1"})
     assert local.plaintext_refusal() is None
     exposed = BrokerConfig.from_properties({"brokerIP1": "127.0.0.1", "bindAddress": "0.0.0.0"})
@@ -249,5 +239,5 @@ def test_one_client_properties_gives_tls_and_the_users_keys(tmp_path: Path,
     assert ClientConfig.from_properties(path).credentials == config.credentials
     assert parse_sink_options({"clientConfig": str(path), "topic": "t"}).credentials \
         == config.credentials
-    from_file = controller_admin_client_config(str(path))[1]  # controller.signing's twin
+    from_file = controller_admin_client_config(str(path))[1]  # conf.signing's twin
     assert from_file is not None and from_file.secret_key == "admin-secret-0123"

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from connector.protocol.signing import Credentials
+from conf.signing import Credentials
 
 __all__ = ["ANY_UTC_OFFSET", "AuthError", "AuthUnavailable", "Authenticator", "Authorization",
            "SecretLookup", "StaticSecrets", "local_utc_offset_minutes", "parse_authorization",

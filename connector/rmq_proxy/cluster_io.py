@@ -1,5 +1,5 @@
 """The proxy as a client of the cluster: routes from the controllers, puts and pulls per
-replica set through the client library (connector.client), so it follows a failover as our
+replica set through the client library (connector.client.core), so it follows a failover as our
 Producer and Consumer do.
 
     ClusterLinks.routes(topic)        get_routes from the controller group (cached route_ttl_ms)
@@ -36,7 +36,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from connector.client import (
+from conf.signing import Credentials
+from connector.client.core import (
     Admin,
     ClientConfig,
     Consumer,
@@ -46,7 +47,6 @@ from connector.client import (
     controller_cluster_list,
 )
 from connector.protocol import PutReply, RetriableError, status_for
-from connector.protocol.signing import Credentials
 from connector.rmq_proxy.config import ProxyConfig
 
 __all__ = ["USER_POOLS_MAX", "ClusterLinks", "TopicRoute"]

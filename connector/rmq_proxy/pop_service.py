@@ -31,9 +31,9 @@ from typing import Any
 import pyarrow as pa
 from rocketmq.grpc_protocol import definition_pb2
 
-from connector.client import with_marker
+from conf.signing import Credentials
+from connector.client.core import with_marker
 from connector.protocol import IDEMPOTENCE_PROPERTY, PRODUCE_SCHEMA, PutIdempotence, RocketHAError
-from connector.protocol.signing import Credentials
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig
 from connector.rmq_proxy.messages import SHARDING_KEY, to_pb_message

@@ -42,13 +42,13 @@ from typing import Any
 import pyarrow as pa
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from connector.client import with_marker
+from conf.signing import Credentials
+from connector.client.core import with_marker
 from connector.protocol import (
     PRODUCE_SCHEMA,
     PutIdempotence,
     RocketHAError,
 )
-from connector.protocol.signing import Credentials
 from connector.rmq_proxy.auth import Authenticator, AuthError, AuthUnavailable
 from connector.rmq_proxy.cluster_io import ClusterLinks, TopicRoute
 from connector.rmq_proxy.codes import CODE, code_for_status

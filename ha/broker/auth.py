@@ -4,13 +4,13 @@ Per call:
 
   1. `AuthMiddlewareFactory.start_call(info, headers)` (a Flight ServerMiddleware, not a
      ServerAuthHandler: that would hide the TLS client certificate's identity) verifies the
-     signature headers when there are any (connector.protocol.signing: known enabled user,
+     signature headers when there are any (conf.signing: known enabled user,
      HMAC, clock skew, replay) and keeps the outcome on the call. It never raises: the
      refusal is reported by step 2, where the caller's address is known for the audit log.
   2. Every handler first calls `gate.check(context, operation, target, request)`:
      - authentication off: the call is anonymous and allowed;
      - no signature headers: the TLS client certificate's identity (`context.peer_identity()`,
-       a `rocketha://broker/...` or `rocketha://controller/...` URI, connector/protocol/tls.py)
+       a `rocketha://broker/...` or `rocketha://controller/...` URI, conf/tls.py)
        makes the caller a cluster member, allowed only operations the table marks `member`; a
        tool's `rocketha://client/...` certificate or no identity: UNAUTHENTICATED;
      - a refused signature, or a request that is not the one signed (digest): UNAUTHENTICATED
@@ -42,8 +42,7 @@ from typing import Any
 
 from pyarrow import flight
 
-from connector.protocol import encode_error_info
-from connector.protocol.signing import (
+from conf.signing import (
     HEADER_SIGNATURE,
     Credentials,
     ReplayGuard,
@@ -51,7 +50,8 @@ from connector.protocol.signing import (
     target_digest,
     verify,
 )
-from connector.protocol.tls import parse_identity
+from conf.tls import parse_identity
+from connector.protocol import encode_error_info
 from controller.api import (
     ADMIN_OPERATIONS,
     AuthData,

@@ -4,7 +4,7 @@ Only entry points read files; everything else receives the frozen config. An unk
 bad value stops start-up with a ConfigError naming the key (a typo must never be silently
 ignored). Store keys (`mappedFileSizeCommitLog`, `flushDiskType`, `maxMessageSize`, ...) are
 passed to `storage_engine.StoreConfig.from_properties`, replication keys (`brokerRole`,
-`haListenPort`, `haMasterAddress`, `totalReplicas`, ...) to `ha.config.HAConfig`.
+`haListenPort`, `haMasterAddress`, `totalReplicas`, ...) to `ha.replication.config.HAConfig`.
 
 Addresses (ha/broker/addresses.py): `brokerIP1` is the host this broker hands out for its
 client endpoint (registered with the controller, in routes and NOT_MASTER redirects), `brokerIP2`
@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from connector.protocol.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
+from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
-from ha.config import HA_PROPERTY_KEYS, HAConfig
+from ha.replication.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig, parse_bool
 
 __all__ = ["BROKER_KEYS", "RUNTIME_KEYS", "BrokerConfig", "parse_properties", "runtime_update",
@@ -72,7 +72,7 @@ class BrokerConfig:
     controller_request_timeout_ms: int = 3000  # controllerRequestTimeoutMs (one call)
     controller_redirects_max: int = 3  # controllerRedirectsMax (NOT_LEADER hops per call)
     # masterLeaseMs: how long a controller's confirmation lets a master ack by its quorum rule;
-    # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/master_core.py)
+    # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/replication/master_core.py)
     master_lease_ms: int = 2000
     metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
     log_file: str = ""  # logFile: log here, rotated by size ("" = standard error)
@@ -158,7 +158,7 @@ class BrokerConfig:
         return self.broker_ip2 or self.broker_ip
 
     def plaintext_refusal(self) -> str | None:
-        """Why this broker must not start as configured (connector.protocol.tls)."""
+        """Why this broker must not start as configured (conf.tls)."""
         binds = {"bindAddress": self.client_bind_host}
         if self.ha.replicated:
             binds["haBindAddress"] = self.ha_bind_host

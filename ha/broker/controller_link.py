@@ -45,8 +45,8 @@ from typing import Any, TypeVar
 
 from pyarrow import flight
 
-from connector.protocol.signing import Credentials, action_target, sign_headers
-from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
+from conf.signing import Credentials, action_target, sign_headers
+from conf.tls import NO_TLS, ClientTLS, connect_flight
 from controller.api import (
     TOPICS_MAX,
     AuthData,
@@ -60,7 +60,7 @@ from controller.api import (
     TopicInfo,
 )
 from controller.errors import CodecError
-from ha.role_core import newer
+from ha.replication.role_core import newer
 
 __all__ = ["ControllerClient", "ControllerLink", "ControllerUnavailableError", "HeartbeatState"]
 

@@ -24,13 +24,13 @@ from types import FrameType
 import pyarrow as pa
 
 from controller.api import TopicInfo
-from ha import BrokerRole
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
 from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
 from ha.broker.thread_names import name_native_threads
+from ha.replication import BrokerRole
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
 from storage_engine.tiered import TierService
 
@@ -180,7 +180,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         state.master_lease_lapsed = roles.master_lease_lapsed()
         stats = store.stats()
         state.master_epoch = getattr(store.epochs.last, "epoch", 0)
-        state.max_log_position = stats.end_log_position
+        state.max_log_position = stats.log_position_end
         state.confirm_log_position = stats.confirm_log_position
         state.topics = tuple(TopicInfo(topic.name, topic.read_queue_nums, topic.write_queue_nums,
                                        topic.perm) for topic in service.topics.all())

@@ -131,15 +131,15 @@ class BrokerCollector(Collector):
         positions = GaugeMetricFamily("rocketha_log_position_bytes",
                                       "CommitLog positions (bytes)",
                                       labels=[*_LABELS, "position"])
-        for name, value in (("min", stats.min_log_position), ("max", stats.end_log_position),
+        for name, value in (("min", stats.min_log_position), ("max", stats.log_position_end),
                             ("confirm", stats.confirm_log_position),
                             ("flushed", stats.flushed_log_position)):
             positions.add_metric([*base, name], value)
         yield positions
         yield _gauge("rocketmq_storage_flush_behind_bytes", "Written but not yet fsynced",
-                     base, max(0, stats.end_log_position - stats.flushed_log_position))
+                     base, max(0, stats.log_position_end - stats.flushed_log_position))
         yield _gauge("rocketha_confirm_lag_bytes", "Max log position minus confirm position",
-                     base, max(0, stats.end_log_position - stats.confirm_log_position))
+                     base, max(0, stats.log_position_end - stats.confirm_log_position))
         yield _gauge("rocketha_commit_log_segments", "CommitLog segment files", base,
                      stats.commit_log_segments)
         tier = service.tier_stats()
@@ -206,7 +206,7 @@ class BrokerCollector(Collector):
         if lease is not None:
             yield _gauge("rocketha_master_lease_remaining_seconds", "Master lease left", base,
                          lease / 1000.0)
-        now_ms = int(time.monotonic() * 1000)  # the clock of ha/master_service.py
+        now_ms = int(time.monotonic() * 1000)  # the clock of ha/replication/master_service.py
         lag_bytes = GaugeMetricFamily("rocketha_slave_lag_bytes", "Master's end minus the "
                                       "slave's acked position", labels=[*_LABELS,
                                                                         "slave_broker_id"])

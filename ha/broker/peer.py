@@ -13,8 +13,8 @@ from typing import Any
 
 from pyarrow import flight
 
-from connector.protocol.signing import Credentials, action_target, sign_headers
-from connector.protocol.tls import NO_TLS, ClientTLS, connect_flight
+from conf.signing import Credentials, action_target, sign_headers
+from conf.tls import NO_TLS, ClientTLS, connect_flight
 
 __all__ = ["broker_info"]
 

@@ -24,7 +24,7 @@ a slave whose log lost records to retention.
 Runtime roles (controller mode with replicas, `BrokerConfig.runtime_roles`): the broker starts
 with neither service and fenced; ha/broker/roles.py calls `become_master` / `become_slave` /
 `become_none` as the controller decides. Ordering that keeps the safety rules:
-- promotion: fence, stop following, then the steps ha/takeover_core.py plans from the log's
+- promotion: fence, stop following, then the steps ha/replication/takeover_core.py plans from the log's
   state (the simulator runs the same plan): cut a partial tail record, raise the confirm
   position to the log's end (DESIGN §5.4), apply the topic and offset records up to it, open
   the term at the controller's epoch, fsync, start the master service; the caller lifts the
@@ -48,11 +48,11 @@ from typing import Any
 from ha.broker.config import BrokerConfig
 from ha.broker.offset_log import OffsetLog
 from ha.broker.topic_log import TopicLog
-from ha.config import BrokerRole
-from ha.master_service import MasterService
-from ha.put_core import Admission, admit, answer, flush_status, plan_status
-from ha.slave_service import SlaveService
-from ha.takeover_core import (
+from ha.replication.config import BrokerRole
+from ha.replication.master_service import MasterService
+from ha.replication.put_core import Admission, admit, answer, flush_status, plan_status
+from ha.replication.slave_service import SlaveService
+from ha.replication.takeover_core import (
     AppendEpoch,
     ConfirmTo,
     CutTail,
@@ -143,19 +143,19 @@ class Replication:
                       on_sync_state_set: Callable[[tuple[int, ...]], None],
                       lease_until_ms: int, sync_state_set_epoch: int = 0) -> MasterService:
         """Take over as master of `master_epoch` (fenced until the caller lifts it), with the
-        master lease the controller's naming gave (ha/master_core.py)."""
+        master lease the controller's naming gave (ha/replication/master_core.py)."""
         assert self._config.runtime_roles
         self.fence(f"taking over as master (epoch {master_epoch})")
         self._stop_slave()
         self._stop_master()  # a newer epoch for a master: a new term
         store = self._store
-        plan = plan_take_over(TakeOverLog(store.end_log_position,
-                                          store.complete_end_log_position(),
+        plan = plan_take_over(TakeOverLog(store.log_position_end,
+                                          store.complete_log_position_end(),
                                           tuple(store.epochs.entries)), master_epoch)
         if plan.refusal is not None:
             raise RoleChangeError(plan.refusal)
         master: MasterService | None = None
-        for effect in plan.effects:  # in order: ha/takeover_core.py
+        for effect in plan.effects:  # in order: ha/replication/takeover_core.py
             if isinstance(effect, CutTail):  # a replica's log may end inside a record
                 store.cut_tail(effect.log_position)
             elif isinstance(effect, ConfirmTo):
@@ -232,11 +232,11 @@ class Replication:
         self._fenced = reason
 
     def check_writable(self) -> None:
-        """NOT_MASTER while fenced or following (ha/put_core.py `admit`)."""
+        """NOT_MASTER while fenced or following (ha/replication/put_core.py `admit`)."""
         self._admit()
 
     def _admit(self, *, writing: bool = False) -> MasterService | None:
-        """ha/put_core.py `admit` on this broker's state: NotMasterError when refused, else
+        """ha/replication/put_core.py `admit` on this broker's state: NotMasterError when refused, else
         the master service (None: standalone). `writing`: a put about to write, which also
         needs the master service in controller mode. The master is read after the fence."""
         fenced, slave = self._fenced, self.slave
@@ -260,7 +260,7 @@ class Replication:
         or a deposed master's, lags the commits the new master acked: a client reading it
         after the new master would see the group's offset move back); static mode: any broker
         answers. So while no controller renews the lease, offset queries get NOT_MASTER
-        (commits go on under the lease rule of ha/master_core.py)."""
+        (commits go on under the lease rule of ha/replication/master_core.py)."""
         if not self._config.runtime_roles:
             return
         self.check_writable()
@@ -281,7 +281,7 @@ class Replication:
 
     # -- puts -------------------------------------------------------------------------------
     def put(self, batch: MessageBatch) -> PutResult:
-        """The put path; every status is ha/put_core.py's answer to what happened."""
+        """The put path; every status is ha/replication/put_core.py's answer to what happened."""
         master = self._admit(writing=True)
         if master is None:  # no replication (STANDALONE)
             return self._fenced_after(self._store.put_messages(batch))
@@ -308,7 +308,7 @@ class Replication:
     def _fenced_after(self, result: PutResult) -> PutResult:
         """A put that completed while the broker was deposed is not acknowledged: its fate is
         the new master's (truncated at the fork point or kept), so the client must retry
-        (ha/put_core.py `answer`)."""
+        (ha/replication/put_core.py `answer`)."""
         fenced = self._fenced
         status = answer(result.status, fenced=fenced is not None)
         if status is result.status:

@@ -18,11 +18,11 @@
     master lease (link threads): every leader's reply naming this broker master of epoch E
         renews the lease of E's master service to the heartbeat's send time + masterLeaseMs
         (at most 2/3 of the controller's controllerHeartbeatTimeoutMs); the latest one is kept
-        for a take-over of E that has not started its service yet (ha/master_core.py: a master
+        for a take-over of E that has not started its service yet (ha/replication/master_core.py: a master
         whose lease lapsed acks only what every slave holds)
 
     restarted master: named master of an epoch its previous process may have served, it
-        stays fenced and its heartbeats abandon that epoch (ha/role_core.py REELECT); the
+        stays fenced and its heartbeats abandon that epoch (ha/replication/role_core.py REELECT); the
         controller elects again under a new epoch
 
     thread sss-report (while master): when the local SyncStateSet differs from the accepted one
@@ -36,7 +36,7 @@ Single-broker sets (no replication) only fence and unfence, as before. The contr
 down never changes a role: the last one stays (DESIGN §5.6).
 
 The decisions (which action a change means, the lease arithmetic, when to propose a set and
-whether to adopt the controller's) are ha/role_core.py's; this module is the shell that carries
+whether to adopt the controller's) are ha/replication/role_core.py's; this module is the shell that carries
 them out on threads (the simulator drives the same core: tests/sim/cluster_sim.py).
 """
 
@@ -58,8 +58,8 @@ from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower, rebuil
 from ha.broker.peer import broker_info
 from ha.broker.replication import RoleChangeError
 from ha.broker.service import BrokerService
-from ha.master_service import MasterService
-from ha.role_core import RoleAction, RoleCore, RolePlan
+from ha.replication.master_service import MasterService
+from ha.replication.role_core import RoleAction, RoleCore, RolePlan
 from storage_engine.tiered import TierService
 
 __all__ = ["RoleManager"]
@@ -246,11 +246,11 @@ class RoleManager:
         if self._tier is not None:
             self._tier.set_uploading(True)
         self._master = master
-        self._replication.fence(None)  # LiftFence, the last step of ha/takeover_core.py's plan
+        self._replication.fence(None)  # LiftFence, the last step of ha/replication/takeover_core.py's plan
         self._sss_wake.set()
         logger.info("%s: master of epoch %d after a %.0f ms take-over (log end %d)",
                     config.broker_name, change.master_epoch,
-                    (time.monotonic() - started) * 1000, service.store.end_log_position)
+                    (time.monotonic() - started) * 1000, service.store.log_position_end)
 
     def _follow(self, change: RoleChange) -> None:
         if self._follower is None:
@@ -316,7 +316,7 @@ class RoleManager:
         request = self._core.proposal(local, accepted, pending=master.proposal_pending())
         if request is None:
             return True
-        # before it leaves: from now on the controller may commit it (ha/master_core.py)
+        # before it leaves: from now on the controller may commit it (ha/replication/master_core.py)
         master.proposing(request.sync_state_set, request.sync_state_set_epoch)
         try:
             reply = self._client.call("alter_sync_state_set", request, AlterSyncStateSetReply)

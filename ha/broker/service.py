@@ -29,6 +29,8 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import flight
 
+from conf.signing import action_target, descriptor_target
+from conf.tls import flight_location, flight_server_options
 from connector.protocol import (
     CONSUME_SCHEMA,
     GetReply,
@@ -39,8 +41,6 @@ from connector.protocol import (
     decode_json_object,
     encode_error_info,
 )
-from connector.protocol.signing import action_target, descriptor_target
-from connector.protocol.tls import flight_location, flight_server_options
 from controller.api import AuthData
 from ha.broker.addresses import join_host_port
 from ha.broker.admission import Admission, ClosedError
@@ -162,7 +162,7 @@ class BrokerService(flight.FlightServerBase):
                                                        settings.audit_log_bytes_max,
                                                        settings.audit_logs_kept, "broker"))
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
-        # TLS per tls.* (connector/protocol/tls.py); the auth middleware, not an auth
+        # TLS per tls.* (conf/tls.py); the auth middleware, not an auth
         # handler, so peer_identity() stays the client certificate's identity
         super().__init__(flight_location(join_host_port(config.client_bind_host,
                                                         config.listen_port), config.tls.enabled),
@@ -717,7 +717,7 @@ class BrokerService(flight.FlightServerBase):
             "pid": os.getpid(),
             "tiered": self._tier_stats(),
             "min_log_position": stats.min_log_position,
-            "max_log_position": stats.end_log_position,
+            "max_log_position": stats.log_position_end,
             "confirm_log_position": stats.confirm_log_position,
             "flushed_log_position": stats.flushed_log_position,
             **self.replication.info(),
@@ -740,7 +740,7 @@ class BrokerService(flight.FlightServerBase):
             "uptime_ms": int(time.time() * 1000) - self._started_ms,
             "store": {
                 "min_log_position": stats.min_log_position,
-                "end_log_position": stats.end_log_position,
+                "end_log_position": stats.log_position_end,
                 "flushed_log_position": stats.flushed_log_position,
                 "confirm_log_position": stats.confirm_log_position,
                 "commit_log_segments": stats.commit_log_segments,

@@ -226,10 +226,10 @@ class SystemLog(Generic[F]):
             elif not isinstance(position, int) or isinstance(position, bool) or position < -1:
                 # written before snapshots said it: a cut in the log may have removed its
                 # records (until the next snapshot says where they end); no restore point
-                known, position = False, self._store.end_log_position - 1
+                known, position = False, self._store.log_position_end - 1
             self._applied_log_position = position
-            if position >= self._store.end_log_position and position >= 0:
-                self._forced_cut = self._store.end_log_position  # records the log lacks
+            if position >= self._store.log_position_end and position >= 0:
+                self._forced_cut = self._store.log_position_end  # records the log lacks
         payload = json.dumps(self._fold.to_json()).encode()
         base = self._fold if self._fold.applied_queue_offset == 0 else empty()
         self._base = _RestorePoint(-1, json.dumps(base.to_json()).encode())

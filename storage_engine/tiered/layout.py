@@ -145,7 +145,7 @@ class SegmentEntry:
         return segment_name(self.base_log_position, self.epoch)
 
     @property
-    def end_log_position(self) -> int:
+    def log_position_end(self) -> int:
         """The end of the segment's log range (its successor's base)."""
         return self.base_log_position + self.segment_size_bytes
 
@@ -229,7 +229,7 @@ class Manifest:
         removed = set(bases)
         kept = tuple(s for s in self.segments if s.base_log_position not in removed)
         retired = max([self.retired_below_log_position] + [
-            s.end_log_position for s in self.segments if s.base_log_position in removed])
+            s.log_position_end for s in self.segments if s.base_log_position in removed])
         return dataclasses.replace(self, version=self.version + 1, epoch=max(self.epoch, epoch),
                                    writer=writer, committed_ms=now_ms,
                                    retired_below_log_position=retired, segments=kept)

@@ -228,14 +228,14 @@ class TierReader:
     def manifest(self) -> Manifest:
         return self._manifest
 
-    def holds_segment(self, base_log_position: int, end_log_position: int) -> bool:
+    def holds_segment(self, base_log_position: int, log_position_end: int) -> bool:
         """May the local copy go? Yes when the tier lists it (verified upload), or when tier
         retention already retired that range (local retention must not stall behind it)."""
         manifest = self._manifest
-        if end_log_position <= manifest.retired_below_log_position:
+        if log_position_end <= manifest.retired_below_log_position:
             return True
         entry = manifest.find(base_log_position)
-        return entry is not None and entry.end_log_position == end_log_position
+        return entry is not None and entry.log_position_end == log_position_end
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int | None:
         spans = self._spans.get((topic, queue_id))

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pyarrow import flight
 
-from connector.protocol.signing import Credentials, action_target, sign_headers
+from conf.signing import Credentials, action_target, sign_headers
 from controller.api import AuthData, Policy, User, authorize, requirement_of
 from ha.broker.auth import AuthGate, AuthSettings
 from tests.integration.broker_process import BrokerProcess

@@ -24,7 +24,7 @@ resumed with SIGCONT and must come back as a SLAVE. The producer's request timeo
 shorter than the pause, but what counts is when the first PUT_OK of a send started after the
 SIGSTOP comes back: the controller elects another master after controllerHeartbeatTimeoutMs,
 and an idempotent producer leaves the paused master once the controller names its replacement
-(connector/master_watch.py) instead of waiting for the pause to end. Goal: pause RTO <=
+(connector/client/master_watch.py) instead of waiting for the pause to end. Goal: pause RTO <=
 controllerHeartbeatTimeoutMs + 1 s (4 s).
 
 `--hosts` (root): the controller and every broker on a test host of its own (`rocketha-cluster
@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from ha.local_processes import pid_alive
+from ha.cluster.processes import pid_alive
 
 TOPIC = "failover"
 QUEUES = 4

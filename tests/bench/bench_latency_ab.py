@@ -44,7 +44,7 @@ WARM_UP_SENDS = 200
 # run in the set's own tree (cwd): its client code sends; prints the latencies in seconds
 _SENDS = """
 import json, sys, time
-from connector.client import ClientConfig, Producer
+from connector.client.core import ClientConfig, Producer
 samples = []
 config = ClientConfig(brokers=(sys.argv[1],), request_timeout_ms=30_000)
 with Producer(config) as producer:
@@ -57,7 +57,7 @@ print(json.dumps(samples))
 
 
 class TreeCluster(peers.RocketHACluster):
-    """A set of 3 started from the source tree `root` (its `ha.cluster`, hence its brokers)."""
+    """A set of 3 started from the source tree `root` (its `ha.cluster.main`, hence its brokers)."""
 
     def __init__(self, root: Path, directory: Path, env: dict[str, str] | None = None) -> None:
         super().__init__(directory, 3, "ASYNC_FLUSH")

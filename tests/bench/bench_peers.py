@@ -64,7 +64,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from connector import Admin, ClientConfig, Consumer, Producer
-from ha.local_processes import pid_alive
+from ha.cluster.processes import pid_alive
 from tests.integration.broker_process import free_port
 
 PEER_PACKAGES = {"nats": "nats-py==2.16.0", "matplotlib": "matplotlib==3.11.2"}

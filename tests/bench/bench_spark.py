@@ -48,8 +48,8 @@ from pyspark.sql import functions as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from connector import Admin, ClientConfig, Producer
-from connector.options import MIN_ROWS_PER_PARTITION_DEFAULT
-from connector.planning import pack_groups
+from connector.spark.options import MIN_ROWS_PER_PARTITION_DEFAULT
+from connector.spark.planning import pack_groups
 from tests.bench.spark_ceiling import CeilingSource
 from tests.integration.broker_process import BrokerProcess
 

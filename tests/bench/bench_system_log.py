@@ -40,7 +40,7 @@ def fill(store: MessageStore, first: int, records: int, groups: int) -> None:
         bodies = [encode_commit(f"group-{n % groups}", "topic", n % 4, n)
                   for n in range(start, start + count)]
         store.append(MessageBatch(topic=OFFSETS_TOPIC, bodies=bodies, queue_ids=[0] * count))
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
 
 
 def offset_log(directory: Path, store: MessageStore) -> OffsetLog:
@@ -68,7 +68,7 @@ def main() -> int:
         assert table.applied_queue_offset == args.records
         table.close()  # the snapshot: every record so far
         snapshot_bytes = (directory / "config" / "consumerOffset.json").stat().st_size
-        cut = store.end_log_position
+        cut = store.log_position_end
         for n in range(10):  # the tail a deposed master applied
             table.commit("tail-group", "topic", 0, n)
         store.truncate_to(cut)

@@ -9,7 +9,7 @@ some heartbeats), and a producer's put in flight waits for TCP to get the reques
 answer through. This benchmark separates what TCP itself costs at those rates from what
 rocketha adds: plain sockets, no rocketha code in the path.
 
-Method: two test hosts (ha/local_hosts.py, root only); an echo server on host 1; on host 2,
+Method: two test hosts (ha/cluster/netns.py, root only); an echo server on host 1; on host 2,
 N connections (threads), each sending 100 bytes and waiting for them back, one in flight per
 connection, for S seconds per case; nftables `numgen` drops p % of host 1's packets to and from
 the network (HostNetwork.lose, as the nemesis does). Cases per rate: the kernel's defaults
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ha.local_hosts import HostNetwork
+from ha.cluster.netns import HostNetwork
 
 PORT = 47_391
 MESSAGE_BYTES = 100

@@ -71,7 +71,7 @@ def fill(store: MessageStore, total_mb: int) -> int:
     body_pool = os.urandom(200 * BATCH_ROWS)
     bodies = [body_pool[i * 200:(i + 1) * 200] for i in range(BATCH_ROWS)]
     rows = 0
-    while store.end_log_position < total_mb * MiB:
+    while store.log_position_end < total_mb * MiB:
         result = store.put_messages(MessageBatch(
             topic=TOPIC, bodies=bodies, queue_ids=[i % QUEUES for i in range(BATCH_ROWS)]))
         assert result.status.name == "PUT_OK", result

@@ -7,7 +7,7 @@ the aggregation reaches over it is what any Python source can reach on this mach
 of Python workers, the Arrow stream into the JVM and the Arrow -> row conversion, with nothing
 read. The gap between the two shapes is the cost of columns Spark cannot prune for Python
 sources.
-Like rocketha's reader it freezes the worker's heap at its first task (connector/worker_heap.py),
+Like rocketha's reader it freezes the worker's heap at its first task (connector/spark/worker_heap.py),
 so the ceiling does not pay a full garbage collection after each task that our read skips.
 """
 
@@ -19,9 +19,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from connector.columns import ALL_COLUMN_NAMES, DEFAULT_COLUMN_NAMES, source_ddl
-from connector.source import SOURCE_ARROW_SCHEMA
-from connector.worker_heap import freeze_worker_heap_once
+from connector.spark.columns import ALL_COLUMN_NAMES, DEFAULT_COLUMN_NAMES, source_ddl
+from connector.spark.source import SOURCE_ARROW_SCHEMA
+from connector.spark.worker_heap import freeze_worker_heap_once
 
 __all__ = ["CeilingSource"]
 

@@ -28,9 +28,9 @@ import time
 from typing import Any
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client import _alive_masters, controller_cluster_list
+from connector.client.core import _alive_masters, controller_cluster_list
 from connector.protocol import RetriableError, RocketHAError, status_for
-from ha.cluster_controllers import controller_status
+from ha.cluster.controllers import controller_status
 from tests.chaos.history import History
 
 __all__ = ["GROUP", "TOPIC", "ConsumerWorker", "Observer", "ProducerWorker", "SetAdmin",

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from connector.admin_output import Output, Progress, progress_line
+from connector.admin.output import Output, Progress, progress_line
 
 
 def test_table_aligns_columns(capsys: pytest.CaptureFixture[str]) -> None:

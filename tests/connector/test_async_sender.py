@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from connector.async_sender import AsyncSender, SendFuture
+from connector.client.async_sender import AsyncSender, SendFuture
+from connector.client.producer_core import Batch, ProducerConfig, ProducerCore, SendResult
 from connector.errors import ProducerBufferFullError, ProducerClosedError
-from connector.producer_core import Batch, ProducerConfig, ProducerCore, SendResult
 from connector.protocol import PutReply, RetriableError, status_for
 
 
@@ -84,7 +84,7 @@ def test_a_full_buffer_blocks_for_max_block_ms_then_raises_and_close_fails_the_r
 def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_after() -> None:
     import concurrent.futures._base as base
 
-    from connector.async_sender import _FINISHED, _PENDING, _settle_all
+    from connector.client.async_sender import _FINISHED, _PENDING, _settle_all
     assert (_PENDING, _FINISHED) == (base.PENDING, base.FINISHED)
     untouched, waited, called_back = _msg(), _msg(), _msg()
     seen = []

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyarrow import flight
 
-from connector import Backoff, ClientConfig, client
-from connector.client import as_rocketha_error
-from connector.producer_core import Message
+from connector import Backoff, ClientConfig
+from connector.client import core as client
+from connector.client.core import as_rocketha_error
+from connector.client.producer_core import Message
 from connector.protocol import (
     CODES,
     CONSUME_SCHEMA,

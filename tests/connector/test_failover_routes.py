@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 from connector import Admin, ClientConfig, Producer
-from connector.offsets import QueueRef
-from connector.options import parse_source_options
-from connector.planning import Bounds
-from connector.routes import ReplicaSet, queue_bounds
-from connector.source import check_positions
+from connector.client.routes import ReplicaSet, queue_bounds
+from connector.spark.offsets import QueueRef
+from connector.spark.options import parse_source_options
+from connector.spark.planning import Bounds
+from connector.spark.source import check_positions
 from tests.integration.broker_process import free_port
 
 pytestmark = pytest.mark.integration

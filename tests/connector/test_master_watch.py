@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from connector.master_watch import RoundTrips, replacement_of
+from connector.client.master_watch import RoundTrips, replacement_of
 
 CHECK_INTERVAL_S = 0.01
 JOB_WAIT_S = 10.0  # a blocked job's upper bound: the test releases it long before

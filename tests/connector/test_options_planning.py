@@ -17,16 +17,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connector.client.routes import route_provider
 from connector.errors import OptionError, RoutesUnavailableError
-from connector.offsets import (
+from connector.spark.offsets import (
     QueueRef,
     canonical,
     flatten,
     parse_offsets_json,
     unflatten,
 )
-from connector.options import parse_sink_options, parse_source_options
-from connector.planning import (
+from connector.spark.options import parse_sink_options, parse_source_options
+from connector.spark.planning import (
     Bounds,
     QueueRange,
     admit,
@@ -35,7 +36,6 @@ from connector.planning import (
     split_ranges,
     trigger_waits,
 )
-from connector.routes import route_provider
 
 BASE = {"brokers": "127.0.0.1:9876", "subscribe": "orders"}
 

@@ -21,7 +21,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from connector.producer_core import (
+from connector.client.producer_core import (
     Batch,
     Message,
     ProducerConfig,
@@ -297,7 +297,7 @@ def test_stored_not_acknowledged_is_retried_then_returned_at_the_deadline() -> N
 def test_the_queue_chooser_hashes_keys_like_the_broker_and_keyless_sticks_per_batch() -> None:
     import zlib
 
-    from connector.producer_core import QueueChooser
+    from connector.client.producer_core import QueueChooser
     chooser = QueueChooser(sticky_messages=3)
     assert chooser.choose("t", "k") is None  # unknown topic: the broker picks
     chooser.learn("t", 5)

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from connector import ClientConfig, Producer, client
+from connector import ClientConfig, Producer
+from connector.client import core as client
 from connector.protocol import RetriableError
 
 ABANDON_WITHIN_S = 5.0  # checks every 50 ms after 100 ms; the stream's deadline is 60 s

@@ -1,4 +1,4 @@
-"""Which filters the source takes (connector.pushdown), with no Spark session and no broker.
+"""Which filters the source takes (connector.spark.pushdown), with no Spark session and no broker.
 
 Goal: the source accepts exactly the filters it answers exactly (queueId/tags =/IN, queueOffset
 and storeTimestamp ranges), returns the others by reference, intersects repeated constraints,
@@ -25,8 +25,8 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from connector.columns import ALL_COLUMN_NAMES
-from connector.pushdown import PushedFilters, push_filters, row_mask
+from connector.spark.columns import ALL_COLUMN_NAMES
+from connector.spark.pushdown import PushedFilters, push_filters, row_mask
 
 UTC = datetime.UTC
 

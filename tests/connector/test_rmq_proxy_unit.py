@@ -16,8 +16,8 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2
 from rocketmq.v5.util.signature import Signature
 
+from conf.signing import Credentials
 from connector.protocol import RetriableError, status_for
-from connector.protocol.signing import Credentials
 from connector.rmq_proxy.auth import (
     Authenticator,
     AuthError,

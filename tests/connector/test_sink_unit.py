@@ -17,17 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector.errors import SinkSchemaError
-from connector.options import parse_sink_options
-from connector.partitions import QueueWriteStats, SinkCommitMessage
 from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence
-from connector.sink import (
+from connector.spark.options import parse_sink_options
+from connector.spark.partitions import QueueWriteStats, SinkCommitMessage
+from connector.spark.sink import (
     SinkColumns,
     check_input_columns,
     chunk_rows,
     to_produce_batch,
     with_marker,
 )
-from connector.source import strip_markers
+from connector.spark.source import strip_markers
 
 OPTIONS = parse_sink_options({"brokers": "h:1", "topic": "t"})
 NO_TOPIC = parse_sink_options({"brokers": "h:1"})

@@ -25,10 +25,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connector.cold import cold_columns
 from connector.errors import SourceSchemaError
 from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY
-from connector.source import (
+from connector.spark.cold import cold_columns
+from connector.spark.source import (
     ALL_SOURCE_COLUMNS,
     SourceColumns,
     consume_columns,

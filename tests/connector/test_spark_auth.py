@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from connector import ClientConfig, Producer
-from connector.options import (
+from connector.spark.options import (
     ACCESS_KEY,
     CREDENTIALS_FILE,
     SECRET_KEY,
@@ -50,7 +50,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "policies": [{"subject": "User:alice", "resource": f"Topic:{TOPIC}",
                       "actions": ["Pub", "Sub"], "decision": "Allow"}]}
     acl_file = _private(directory / "acl.json", json.dumps(acl))
-    from connector.protocol.signing import Credentials
+    from conf.signing import Credentials
     broker = BrokerProcess(directory, credentials=Credentials("AK_admin", ADMIN_SECRET),
                            authenticationEnabled="true", authorizationEnabled="true",
                            aclFile=str(acl_file)).start()

@@ -14,11 +14,12 @@ import time
 
 import pytest
 
-from connector import Admin, ClientConfig, Producer, cold
-from connector.datasource import BatchReader
+from connector import Admin, ClientConfig, Producer
+from connector.spark import cold
 from connector.errors import OptionError
-from connector.options import parse_source_options
-from connector.partitions import ColdRangePartition, QueueRangePartition, unpacked
+from connector.spark.datasource import BatchReader
+from connector.spark.options import parse_source_options
+from connector.spark.partitions import ColdRangePartition, QueueRangePartition, unpacked
 from tests.integration.broker_process import BrokerProcess
 from tests.tiered.broker_tier import SMALL_TIER
 

@@ -28,9 +28,9 @@ from pyspark.sql.datasource import (
 )
 
 from connector import Admin, ClientConfig, Producer
-from connector.datasource import BatchReader
-from connector.options import parse_source_options
-from connector.partitions import unpacked
+from connector.spark.datasource import BatchReader
+from connector.spark.options import parse_source_options
+from connector.spark.partitions import unpacked
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -31,10 +31,10 @@ from pyspark.sql.types import (
 )
 
 from connector import Admin, ClientConfig, Producer
-from connector.datasource import BatchReader, RocketHADataSource, StreamReader, read_endpoints
-from connector.options import parse_source_options
-from connector.routes import ReplicaSet
-from connector.source import ALL_SOURCE_COLUMNS
+from connector.client.routes import ReplicaSet
+from connector.spark.datasource import BatchReader, RocketHADataSource, StreamReader, read_endpoints
+from connector.spark.options import parse_source_options
+from connector.spark.source import ALL_SOURCE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_available_now_target_and_pattern_discovery(broker) -> None:  # type: ig
 
 def test_fail_on_data_loss_false_warns(broker, caplog) -> None:  # type: ignore
     stream = reader(broker, subscribe="sr_missing", failOnDataLoss="false")
-    with caplog.at_level(logging.WARNING, logger="connector.source"):
+    with caplog.at_level(logging.WARNING, logger="connector.spark.source"):
         assert stream.initialOffset() == {}
     assert "sr_missing" in caplog.text
 
@@ -193,7 +193,7 @@ def test_position_past_the_queue_end_is_data_loss(broker, caplog) -> None:  # ty
     with pytest.raises(Exception, match="failOnDataLoss"):
         strict.latestOffset(ahead, strict.getDefaultReadLimit())
     lenient = reader(broker, subscribe="sr_lost", failOnDataLoss="false")
-    with caplog.at_level(logging.WARNING, logger="connector.source"):
+    with caplog.at_level(logging.WARNING, logger="connector.spark.source"):
         assert lenient.latestOffset(ahead, lenient.getDefaultReadLimit()) == ahead
     assert "queue ends at 2" in caplog.text
 
@@ -212,7 +212,7 @@ def test_starting_offsets_past_the_end_follows_fail_on_data_loss(broker, caplog)
     with pytest.raises(Exception, match="past the queue's end 3.*failOnDataLoss"):
         reader(broker, subscribe="sr_past", startingOffsets=past).initialOffset()
     lenient = reader(broker, subscribe="sr_past", startingOffsets=past, failOnDataLoss="false")
-    with caplog.at_level(logging.WARNING, logger="connector.source"):
+    with caplog.at_level(logging.WARNING, logger="connector.spark.source"):
         assert lenient.initialOffset() == {"sr_past": {"broker-a:0": 3}}
     assert "starts at queue offset 10" in caplog.text
     batch = BatchReader(parse_source_options({"brokers": broker.endpoint, "subscribe": "sr_past",

@@ -1,6 +1,6 @@
 """The Python worker's heap is frozen once per process at our first read or write task.
 
-Why it matters and what it costs: connector/worker_heap.py. Each check runs in a fresh
+Why it matters and what it costs: connector/spark/worker_heap.py. Each check runs in a fresh
 interpreter (`gc.freeze` is process-wide and cannot be judged inside the test runner, whose
 heap someone else may have frozen). The gain itself is measured by `bench spark` (README).
 """
@@ -29,7 +29,7 @@ def run_python(code: str, *args: str) -> str:
 def test_freezes_once_per_process_and_again_in_a_forked_child() -> None:
     out = run_python("""
         import gc, os
-        from connector.worker_heap import freeze_worker_heap_once
+        from connector.spark.worker_heap import freeze_worker_heap_once
         assert gc.get_freeze_count() == 0
         assert freeze_worker_heap_once()
         frozen = gc.get_freeze_count()
@@ -57,10 +57,10 @@ def test_read_and_write_tasks_freeze_unless_the_option_says_not(task: str, value
     out = run_python("""
         import gc, sys
         from pyspark.sql.datasource import InputPartition
-        from connector.datasource import _read, _write
-        from connector.options import parse_sink_options, parse_source_options
-        from connector.sink import SinkColumns
-        from connector.source import ALL_SOURCE_COLUMNS
+        from connector.spark.datasource import _read, _write
+        from connector.spark.options import parse_sink_options, parse_source_options
+        from connector.spark.sink import SinkColumns
+        from connector.spark.source import ALL_SOURCE_COLUMNS
         task, value, endpoint = sys.argv[1:]
         common = {"brokers": endpoint}
         if value != "default":

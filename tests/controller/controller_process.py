@@ -16,8 +16,8 @@ from typing import Any
 
 from pyarrow import flight
 
-from controller.signing import Credentials, action_target, sign_headers
-from ha.local_processes import free_port  # listener ports outside the ephemeral range
+from conf.signing import Credentials, action_target, sign_headers
+from ha.cluster.processes import free_port  # listener ports outside the ephemeral range
 from tests.controller.link_proxy import LinkProxy
 
 STARTUP_TIMEOUT_S = 20.0
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def call(endpoint: str, action: str, body: dict[str, Any] | None = None,
          timeout_s: float = CALL_TIMEOUT_S, credentials: Credentials | None = None
          ) -> dict[str, Any]:
-    """One DoAction; signed with `credentials` (controller.signing) when given."""
+    """One DoAction; signed with `credentials` (conf.signing) when given."""
     client = flight.FlightClient(f"grpc://{endpoint}")
     try:
         payload = json.dumps(body or {}).encode()

@@ -1,11 +1,12 @@
-"""The ACL 2.0 decision (controller/acl.py): table tests, RocketMQ's evaluation order."""
+"""The ACL 2.0 decision (controller/auth/acl.py): table tests, RocketMQ's evaluation order."""
 
 from __future__ import annotations
 
 import pytest
 
 from connector.protocol import ACTIONS as BROKER_ACTIONS
-from controller.acl import (
+from controller.api import ACTIONS as CONTROLLER_ACTIONS
+from controller.auth.acl import (
     OPERATIONS,
     AclError,
     AuthData,
@@ -16,7 +17,6 @@ from controller.acl import (
     parse_resource,
     requirement_of,
 )
-from controller.api import ACTIONS as CONTROLLER_ACTIONS
 
 ALICE = User("alice", "AK_alice", "alice-secret-1", "Normal")
 ROOT = User("root", "AK_root", "root-secret-12", "Super")

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from controller.console import ConsoleServer
+from controller.console.app import ConsoleServer
 
 
 def _dead_address() -> str:

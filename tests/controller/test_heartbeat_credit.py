@@ -28,7 +28,7 @@ from controller.config import ControllerConfig
 from controller.errors import ConfigError
 from controller.leader_core import scan_decision
 from controller.liveness import LiveTable, heartbeat_credit_ms, heartbeat_made_no_earlier_ms
-from ha.role_core import RoleCore
+from ha.replication.role_core import RoleCore
 
 CLOCK = 7
 

@@ -8,7 +8,7 @@ from connector.protocol import GetTicket
 from controller.api import BrokerHeartbeat, TopicInfo
 from controller.raft import AppendRequest, Entry, EntryKind, HeartbeatRequest, encode_message
 from controller.state import ApplyBrokerId, ControllerState, encode_command
-from ha.frames import Ack, MasterHello, Metadata, Transfer, encode_frame
+from ha.replication.frames import Ack, MasterHello, Metadata, Transfer, encode_frame
 from storage_engine import EpochEntry
 
 __all__ = ["seeds"]

@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from connector.errors import OptionError
-from connector.options import parse_sink_options, parse_source_options
 from connector.protocol import GetReply, GetTicket, ProtocolError, PutReply, decode_json_object
+from connector.spark.options import parse_sink_options, parse_source_options
 from controller.api import ACTIONS
 from controller.config import ControllerConfig
 from controller.config import parse_properties as parse_controller_properties
@@ -67,11 +67,11 @@ from controller.raft import (
 from controller.state import ControllerState, decode_command
 from ha.broker.config import BrokerConfig
 from ha.broker.config import parse_properties as parse_broker_properties
-from ha.errors import FrameError
-from ha.frames import decode_stream
-from ha.master_core import MasterLog, MasterReplication, MasterSettings
-from ha.quorum import QuorumSettings
-from ha.slave_core import LocalLog, SlaveReplication
+from ha.replication.errors import FrameError
+from ha.replication.frames import decode_stream
+from ha.replication.master_core import MasterLog, MasterReplication, MasterSettings
+from ha.replication.quorum import QuorumSettings
+from ha.replication.slave_core import LocalLog, SlaveReplication
 from storage_engine import ConfigError as StoreConfigError
 from storage_engine import (
     CorruptRecordError,
@@ -170,7 +170,7 @@ def _drop_slave_store(directory: str) -> None:
 
 def _slave_store() -> MessageStore:
     store = _Slave.store
-    if store is None or store.end_log_position > SEGMENT_BYTES // 2:
+    if store is None or store.log_position_end > SEGMENT_BYTES // 2:
         if store is not None:
             store.close()
             shutil.rmtree(_Slave.directory, ignore_errors=True)
@@ -192,7 +192,7 @@ def slave_indexer(data: bytes) -> None:
     if data[-1:] == b"\xff":  # sometimes confirm everything so far: a cut must stop there
         store.set_confirm_log_position(store.dispatched_log_position)
     confirm = store.confirm_log_position
-    store.append_replicated(store.end_log_position, payload)
+    store.append_replicated(store.log_position_end, payload)
     try:
         store.dispatch_replicated()
     except ReplicatedDataError:
@@ -203,7 +203,7 @@ def slave_indexer(data: bytes) -> None:
         _Slave.store = None
         return
     assert store.confirm_log_position == confirm
-    assert confirm <= store.dispatched_log_position <= store.end_log_position
+    assert confirm <= store.dispatched_log_position <= store.log_position_end
 
 
 # -- HA --------------------------------------------------------------------------------------

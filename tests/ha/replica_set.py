@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import flight
 
-from connector.client import Admin, ClientConfig, Consumer
+from connector.client.core import Admin, ClientConfig, Consumer
 from connector.protocol import PRODUCE_SCHEMA, PutReply, produce_descriptor_command
-from ha.cluster import Cluster
+from ha.cluster.main import Cluster
 from storage_engine import MessageStore, StoreConfig
 
 SEGMENT_BYTES = 8 << 20
@@ -160,7 +160,7 @@ class ReplicaSet:
             low = max(store.min_log_position for store in stores)
             reference = _log_bytes(stores[0], low, confirm)
             for index, store in zip(indexes[1:], stores[1:]):
-                assert store.end_log_position >= confirm, (index, store.end_log_position)
+                assert store.log_position_end >= confirm, (index, store.log_position_end)
                 assert _log_bytes(store, low, confirm) == reference, index
             return confirm
         finally:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pyarrow import flight
 
-from connector.protocol.signing import Credentials, action_target, sign_headers
-from connector.protocol.tls import broker_identity, client_identity, controller_identity
+from conf.signing import Credentials, action_target, sign_headers
+from conf.tls import broker_identity, client_identity, controller_identity
 from controller.api import AuthData, User
 from ha.broker.auth import MIDDLEWARE_KEY, AuthGate, AuthSettings
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ha.broker.config import BrokerConfig
-from ha.config import BrokerRole
+from ha.replication.config import BrokerRole
 from storage_engine import ConfigError
 
 SLAVE = {"brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": "127.0.0.1:10912"}

@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ha import local_processes
-from ha.cluster import Cluster
-from ha.local_processes import LISTEN_PORTS_SPAN, free_port, listen_port_range
+from ha.cluster import processes as local_processes
+from ha.cluster.main import Cluster
+from ha.cluster.processes import LISTEN_PORTS_SPAN, free_port, listen_port_range
 
 
 def _ended(code: str) -> subprocess.Popen[bytes]:

@@ -12,8 +12,8 @@ import zlib
 
 import pytest
 
-from ha.errors import FrameError
-from ha.frames import (
+from ha.replication.errors import FrameError
+from ha.replication.frames import (
     FRAME_HEADER,
     Ack,
     MasterHello,

@@ -91,7 +91,7 @@ def test_shell_drops_stored_batches_and_keeps_failed_ones() -> None:
 
 def test_no_gap_check_so_a_producer_keeps_one_batch_in_flight_per_producer_id() -> None:
     """What the table tolerates, which the asynchronous producer relies on
-    (connector/producer_core.py: one batch in flight per lane, a producer id per lane): it
+    (connector/client/producer_core.py: one batch in flight per lane, a producer id per lane): it
     trusts the producer's stored batches to be a prefix of its sequence. A sequence that
     skips one (n refused, n + 1 stored) is stored without complaint, and the retry of n is
     then answered as a duplicate although n was never stored. Were a gap check (Kafka's

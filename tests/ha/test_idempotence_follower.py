@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from connector.client import with_marker
+from connector.client.core import with_marker
 from connector.protocol import PutIdempotence
 from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower, marker_of, rebuild_table
 from storage_engine import MessageBatch, MessageStore, StoreConfig
@@ -31,7 +31,7 @@ def put_marked(store: MessageStore, producer: str, sequence: int, queue_id: int)
         topic="t", bodies=[b"a", b"b"], queue_ids=[queue_id, queue_id],
         properties=properties, born_timestamp_ms=1))
     assert result.status.name == "PUT_OK", result
-    store.set_confirm_log_position(store.end_log_position)  # as replication would
+    store.set_confirm_log_position(store.log_position_end)  # as replication would
     return result.log_position_end
 
 
@@ -49,7 +49,7 @@ def test_passes_equal_a_full_rebuild_and_a_cut_starts_over(tmp_path: Path) -> No
             put_marked(store, "p2", sequence, 1)
         table = follower.catch_up(now_ms=NOW_MS)
         assert sequences(table, producers) == [4, 4, None]
-        cut_at = store.end_log_position
+        cut_at = store.log_position_end
         follower_reads_from = dict(follower._next)
         for sequence in range(5, 8):
             put_marked(store, "p1", sequence, 0)

@@ -1,4 +1,4 @@
-"""The HA link's socket layer (ha/link.py) reads frames however the byte stream is cut.
+"""The HA link's socket layer (ha/replication/link.py) reads frames however the byte stream is cut.
 
 Goal: a FrameSocket returns exactly the frames sent, in order, whether they arrive one per
 receive, several in one (read ahead and served from its buffer), cut inside the header or the
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ha.errors import FrameError, LinkClosedError
-from ha.frames import Ack, Metadata, Refuse, Transfer, encode_frame
-from ha.link import READ_AHEAD_BYTES, FrameSocket
+from ha.replication.errors import FrameError, LinkClosedError
+from ha.replication.frames import Ack, Metadata, Refuse, Transfer, encode_frame
+from ha.replication.link import READ_AHEAD_BYTES, FrameSocket
 
 LIMIT = 4 << 20
 

@@ -6,8 +6,8 @@ log is described by MasterLog snapshots; every effect is checked.
 
 from __future__ import annotations
 
-from ha.frames import Ack, MasterHello, Refuse, SlaveHello, Transfer
-from ha.master_core import (
+from ha.replication.frames import Ack, MasterHello, Refuse, SlaveHello, Transfer
+from ha.replication.master_core import (
     SHIP_FROM_PUT_BYTES_MAX,
     CloseLink,
     ConfirmTo,
@@ -21,7 +21,7 @@ from ha.master_core import (
     SyncStateSetChanged,
     Wait,
 )
-from ha.quorum import QuorumSettings
+from ha.replication.quorum import QuorumSettings
 from storage_engine import EpochEntry as E
 
 SEG = 10_000
@@ -52,7 +52,7 @@ def connect(core: MasterReplication, link_id: int, broker_id: int, start: int, s
     *_, reply = core.on_frame(link_id, SlaveHello(broker_id, start, 0, 0, SEG, ()), snapshot,
                               now_ms=now_ms)
     assert isinstance(reply, SendFrame) and isinstance(reply.frame, MasterHello)
-    assert reply.frame.max_log_position == snapshot.end_log_position
+    assert reply.frame.max_log_position == snapshot.log_position_end
     return core.on_frame(link_id, Ack(start), snapshot, now_ms=now_ms)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ha.frames import Ack
-from ha.master_core import (
+from ha.replication.frames import Ack
+from ha.replication.master_core import (
     ConfirmTo,
     MasterReplication,
     PutProgress,

@@ -111,13 +111,13 @@ def test_a_replica_applies_only_below_its_confirm_position(tmp_path: Path,
                                                            store: MessageStore) -> None:
     master = _offset_log(tmp_path / "master", store)
     master.commit("g", "t", 0, 1)
-    confirmed = store.end_log_position
+    confirmed = store.log_position_end
     master.commit("g", "t", 0, 2)
     store.set_confirm_log_position(confirmed)
     replica = _offset_log(tmp_path / "replica", store)  # the same log, as a slave holds it
     replica.catch_up()
     assert replica.query("g", "t") == {"0": 1}
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     assert replica.query("g", "t") == {"0": 2}  # a read catches up first
     assert replica.applied_queue_offset == master.applied_queue_offset == 2
 
@@ -128,7 +128,7 @@ def test_a_take_over_applies_the_whole_log_and_forgets_pending(tmp_path: Path,
     offsets = _offset_log(tmp_path / "c", store, put)
     put.verdicts = [PutStatus.FLUSH_SLAVE_TIMEOUT]
     offsets.commit("g", "t", 0, 9)  # the last term could not ack it; the log kept it
-    store.set_confirm_log_position(store.end_log_position)  # what become_master does first
+    store.set_confirm_log_position(store.log_position_end)  # what become_master does first
     offsets.take_over()
     assert offsets.query("g", "t") == {"0": 9}
     assert offsets.commit("g", "t", 0, 10).status is PutStatus.PUT_OK
@@ -145,7 +145,7 @@ def test_a_record_this_process_did_not_write_waits_for_its_confirmation(
     refused = offsets.commit("g", "t", 1, 1)  # confirm is still at 0: cannot apply in order
     assert refused.status is PutStatus.FLUSH_SLAVE_TIMEOUT and "earlier" in refused.error
     assert offsets.query("g", "t") == {}
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     assert offsets.commit("g", "t", 1, 2).status is PutStatus.PUT_OK
     assert offsets.query("g", "t") == {"0": 3, "1": 2}
 
@@ -157,11 +157,11 @@ def test_a_restart_replays_from_the_snapshot(tmp_path: Path) -> None:
         offsets.commit("g", "t", 0, queue_offset)
     offsets.close()  # the snapshot covers records 0-4
     offsets.commit("g", "t", 1, 7)  # after the snapshot (a crash would lose only the file)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     store.close()
     store = _open_store(tmp_path / "store")
     try:
-        store.set_confirm_log_position(store.end_log_position)
+        store.set_confirm_log_position(store.log_position_end)
         again = _offset_log(tmp_path / "c", store)
         again.catch_up()
         assert again.query("g", "t") == {"0": 4, "1": 7}
@@ -182,8 +182,8 @@ def test_records_lost_to_retention_come_from_the_masters_snapshot(
     for _ in range(20):  # fill the first segment: the next record starts the second
         store.append(MessageBatch(topic="filler", bodies=[b"f" * 60_000], queue_ids=[0]))
     writer.commit("g", "t", 1, 5)
-    store.set_confirm_log_position(store.end_log_position)
-    assert store.delete_expired(now_ms=1 << 60, floor_log_position=store.end_log_position,
+    store.set_confirm_log_position(store.log_position_end)
+    assert store.delete_expired(now_ms=1 << 60, floor_log_position=store.log_position_end,
                                 disk_used_ratio=0.0) >= 1
     assert store.min_queue_offset(OFFSETS_TOPIC, 0) == 3
     slave = _offset_log(tmp_path / "s", store)

@@ -8,7 +8,7 @@ segment's transfer, the master was SIGKILLed before the second, and the slave, e
 retry of the put was stored whole after them.
 
 Method: real stores (a master, a replica fed with `read_log` / `append_replicated` as the HA
-link does), the take-over plan (ha/takeover_core.py) carried out with the store's primitives,
+link does), the take-over plan (ha/replication/takeover_core.py) carried out with the store's primitives,
 and the idempotence follower (ha/broker/idempotence.py) that a promoted slave takes its table
 from. Fixed by: a put starts a new segment when it does not fit the current one
 (CommitLog.append_batch), and every record but a put's last carries SYSFLAG_PUT_CONTINUES, so a
@@ -24,7 +24,7 @@ import pytest
 
 from connector.protocol import IDEMPOTENCE_PROPERTY
 from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower
-from ha.takeover_core import CutTail, TakeOverLog, plan_take_over
+from ha.replication.takeover_core import CutTail, TakeOverLog, plan_take_over
 from storage_engine import MessageBatch, MessageStore, StoreConfig, decode_record
 from tests.support.replica_stores import ship
 
@@ -60,19 +60,19 @@ def put(store: MessageStore, producer: str, sequence: int, rows: int) -> list[in
 
 def take_over(replica: MessageStore, epoch: int) -> None:
     """What Replication.become_master does with the store (ha/broker/replication.py)."""
-    plan = plan_take_over(TakeOverLog(replica.end_log_position,
-                                      replica.complete_end_log_position(),
+    plan = plan_take_over(TakeOverLog(replica.log_position_end,
+                                      replica.complete_log_position_end(),
                                       tuple(replica.epochs.entries)), epoch)
     for effect in plan.effects:
         if isinstance(effect, CutTail):
             replica.cut_tail(effect.log_position)
-    replica.set_confirm_log_position(replica.end_log_position)
-    replica.epochs.append(epoch, replica.end_log_position)
+    replica.set_confirm_log_position(replica.log_position_end)
+    replica.epochs.append(epoch, replica.log_position_end)
 
 
 def rows_stored(store: MessageStore) -> list[bytes]:
     """Every row in the store (confirmed to its end first: reads stop at the confirm)."""
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     bodies = []
     for queue_id in range(4):
         result = store.get_messages(TOPIC, queue_id, 0, max_count=10_000, max_bytes=1 << 30)
@@ -83,15 +83,15 @@ def rows_stored(store: MessageStore) -> list[bytes]:
 def test_a_put_that_does_not_fit_the_segment_starts_the_next_one(
         stores: tuple[MessageStore, MessageStore]) -> None:
     master, _ = stores
-    while master.end_log_position < SEGMENT_SIZE_BYTES - 20 * BODY_BYTES:
-        put(master, "filler", master.end_log_position, 4)
-    before = master.end_log_position
+    while master.log_position_end < SEGMENT_SIZE_BYTES - 20 * BODY_BYTES:
+        put(master, "filler", master.log_position_end, 4)
+    before = master.log_position_end
     result = master.append(MessageBatch(topic=TOPIC, bodies=[b"x" * BODY_BYTES] * 100,
                                         queue_ids=[0] * 100))
     assert result.log_positions[0] == SEGMENT_SIZE_BYTES > before  # whole, in the next one
     # a put larger than a whole segment still goes in, spanning segments from the log's end
     # (not from a new segment: that would leave most of one empty for each such put)
-    end = master.end_log_position
+    end = master.log_position_end
     big = master.append(MessageBatch(topic=TOPIC, bodies=[b"y" * BODY_BYTES] * 200,
                                      queue_ids=[0] * 200))
     assert big.status.name == "PUT_OK"
@@ -105,7 +105,7 @@ def test_the_demo_failure_a_segment_end_no_longer_splits_a_put(
     there at all, so the retry stores each of its rows once."""
     master, replica = stores
     sequence = 0
-    while master.end_log_position < SEGMENT_SIZE_BYTES - 40 * BODY_BYTES:
+    while master.log_position_end < SEGMENT_SIZE_BYTES - 40 * BODY_BYTES:
         put(master, "p", sequence, 20)
         sequence += 1
     put(master, "p", sequence, 100)  # does not fit the first segment
@@ -129,9 +129,9 @@ def test_a_take_over_cuts_a_put_the_replica_holds_in_part(
     master, replica = stores
     put(master, "p", 0, 10)
     put(master, "q", 0, 10)
-    first_end = master.end_log_position
+    first_end = master.log_position_end
     put(master, "p", 1, 10)
-    half = master.end_log_position - 5 * (master.end_log_position - first_end) // 10
+    half = master.log_position_end - 5 * (master.log_position_end - first_end) // 10
     ship(master, replica, first_end)
     replica.set_confirm_log_position(first_end)
     replica.epochs.append(1, 0)
@@ -139,10 +139,10 @@ def test_a_take_over_cuts_a_put_the_replica_holds_in_part(
     follower.catch_up(now_ms=0)
     ship(master, replica, half)
     follower.catch_up(now_ms=0)
-    assert replica.complete_end_log_position() == first_end
+    assert replica.complete_log_position_end() == first_end
     cuts = replica.index_cuts
     take_over(replica, 2)
-    assert replica.end_log_position == first_end
+    assert replica.log_position_end == first_end
     assert replica.lowest_cut_since(cuts) == first_end
     table = follower.catch_up(now_ms=0)
     assert table.last_sequence("p") == 0 and table.last_sequence("q") == 0
@@ -160,22 +160,22 @@ def test_a_put_a_reader_may_have_seen_in_part_stays(
     positions = put(master, "p", 1, 10)
     ship(master, replica, positions[4] + 10)  # 4 whole records and a bit of the fifth
     replica.set_confirm_log_position(positions[2])
-    assert replica.complete_end_log_position() == positions[4]
+    assert replica.complete_log_position_end() == positions[4]
 
 
 def test_a_reopened_replica_still_finds_where_its_last_whole_put_ends(
         tmp_path: Path, stores: tuple[MessageStore, MessageStore]) -> None:
     master, replica = stores
     put(master, "p", 0, 10)
-    first_end = master.end_log_position
+    first_end = master.log_position_end
     put(master, "p", 1, 10)
-    ship(master, replica, first_end + 3 * (master.end_log_position - first_end) // 10)
+    ship(master, replica, first_end + 3 * (master.log_position_end - first_end) // 10)
     replica.close()
     reopened = MessageStore(tmp_path / "replica", CONFIG, auto_confirm=False)
     try:
-        assert reopened.complete_end_log_position() == first_end
+        assert reopened.complete_log_position_end() == first_end
         reopened.truncate_to(first_end + 1)  # a fork point inside the put
-        assert reopened.complete_end_log_position() == first_end
+        assert reopened.complete_log_position_end() == first_end
     finally:
         reopened.close()
 

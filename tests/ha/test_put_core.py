@@ -1,4 +1,4 @@
-"""The put path's statuses (ha/put_core.py): facts in, the client's status (or wait on) out.
+"""The put path's statuses (ha/replication/put_core.py): facts in, the client's status (or wait on) out.
 
 Goal: the answers replication.py and the simulator's broker both give, as tables: who may take
 a write, the refusal before any write, the flush and quorum outcomes, and that a PUT_OK reached
@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from ha.master_core import PutProgress
-from ha.put_core import Admission, admit, answer, flush_status, plan_status, quorum_status
-from ha.quorum import PutPlan
+from ha.replication.master_core import PutProgress
+from ha.replication.put_core import (
+    Admission,
+    admit,
+    answer,
+    flush_status,
+    plan_status,
+    quorum_status,
+)
+from ha.replication.quorum import PutPlan
 from storage_engine import PutStatus
 
 

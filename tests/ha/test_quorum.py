@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ha.quorum import QuorumSettings, confirm_position, holders, plan_put
+from ha.replication.quorum import QuorumSettings, confirm_position, holders, plan_put
 
 MiB = 1 << 20
 

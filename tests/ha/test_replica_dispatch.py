@@ -62,7 +62,7 @@ def test_bulk_dispatch_matches_the_masters_index(batches: list, chunk_sizes: lis
                 MessageStore(root / "s", STORE, auto_confirm=False) as replica:
             for spec in batches:
                 write(master, spec)
-            end = master.end_log_position
+            end = master.log_position_end
             position, turn = 0, 0
             while position < end:
                 data = master.read_log(position, min(chunk_sizes[turn % len(chunk_sizes)],
@@ -82,7 +82,7 @@ def test_bulk_dispatch_matches_the_masters_index(batches: list, chunk_sizes: lis
 
 
 def _same_index(master: MessageStore, replica: MessageStore) -> None:
-    assert replica.dispatched_log_position == master.end_log_position
+    assert replica.dispatched_log_position == master.log_position_end
     assert sorted(replica.queues()) == sorted(master.queues())
     for topic, queue_id in master.queues():
         mine = master._consume_queue(topic, queue_id)
@@ -100,15 +100,15 @@ def test_one_put_at_a_time_indexes_as_the_master(tmp_path: Path) -> None:
             spec = (("A", "Bb")[index % 2], [100 + index % 7] * (1 + index % 3),
                     None if index % 5 else index % 4, index % 2 == 0, index % 3 == 0,
                     index % 4 == 0)
-            start = master.end_log_position
+            start = master.log_position_end
             write(master, spec)
-            data = master.read_log(start, master.end_log_position - start)
+            data = master.read_log(start, master.log_position_end - start)
             while data:  # (a segment roll: the put's bytes start the next segment)
                 replica.append_replicated(start, data)
                 start += len(data)
-                data = master.read_log(start, master.end_log_position - start)
+                data = master.read_log(start, master.log_position_end - start)
             replica.dispatch_replicated()
-            assert replica.dispatched_log_position == master.end_log_position
+            assert replica.dispatched_log_position == master.log_position_end
         _same_index(master, replica)
 
 

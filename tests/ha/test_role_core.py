@@ -1,4 +1,4 @@
-"""The broker's role core (ha/role_core.py): controller replies in, role decisions out.
+"""The broker's role core (ha/replication/role_core.py): controller replies in, role decisions out.
 
 Goal: the decisions roles.py and controller_link.py used to make inline, as tables: which
 change is newer (epoch ordering), which action a change means after the last one applied,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from controller.api import ROLE_MASTER, ROLE_SLAVE, ReplicaInfo, RoleChange
-from ha.role_core import RoleAction, RoleCore, newer
+from ha.replication.role_core import RoleAction, RoleCore, newer
 
 
 def change(role: str, epoch: int, sss: tuple[int, ...] = (1, 2), sss_epoch: int = 1,

@@ -16,10 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from ha.config import BrokerRole, HAConfig
-from ha.frames import Ack, MasterHello, SlaveHello, Transfer, decode_stream, encode_frame
-from ha.master_service import MasterService
-from ha.slave_service import SlaveService
+from ha.replication.config import BrokerRole, HAConfig
+from ha.replication.frames import (
+    Ack,
+    MasterHello,
+    SlaveHello,
+    Transfer,
+    decode_stream,
+    encode_frame,
+)
+from ha.replication.master_service import MasterService
+from ha.replication.slave_service import SlaveService
 from storage_engine import Message, MessageStore, PutStatus, StoreConfig
 
 SEGMENT = 1 << 20
@@ -83,8 +90,8 @@ def test_sync_puts_reach_the_slave_byte_for_byte(pair) -> None:
     wait_for(lambda: master.stats().sync_state_set == (0, 1))
     statuses = [put(master_store, master, b"m%05d" % i * 40, queue_id=i % 3) for i in range(300)]
     assert statuses == [PutStatus.PUT_OK] * 300
-    end = master_store.end_log_position
-    assert slave_store.end_log_position == end  # acked before PUT_OK
+    end = master_store.log_position_end
+    assert slave_store.log_position_end == end  # acked before PUT_OK
     assert master_store.confirm_log_position == end
     wait_for(lambda: slave_store.confirm_log_position == end)
     assert log_bytes(slave_store, end) == log_bytes(master_store, end)
@@ -100,9 +107,9 @@ def test_without_the_slave_puts_are_refused_before_writing(pair) -> None:
     assert put(master_store, master, b"first") is PutStatus.PUT_OK
     slave.close()
     wait_for(lambda: master.stats().sync_state_set == (0,))
-    end = master_store.end_log_position
+    end = master_store.log_position_end
     assert put(master_store, master, b"second") is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
-    assert master_store.end_log_position == end
+    assert master_store.log_position_end == end
 
 
 def test_a_restarted_slave_resumes_where_it_stopped(pair, tmp_path: Path) -> None:
@@ -118,7 +125,7 @@ def test_a_restarted_slave_resumes_where_it_stopped(pair, tmp_path: Path) -> Non
         wait_for(lambda: master.stats().sync_state_set == (0, 1))
         for i in range(50):
             assert put(master_store, master, b"b%d" % i * 100) is PutStatus.PUT_OK
-        end = master_store.end_log_position
+        end = master_store.log_position_end
         assert log_bytes(reopened, end) == log_bytes(master_store, end)
     finally:
         follower.close()
@@ -134,7 +141,7 @@ def test_a_garbage_frame_closes_only_its_own_link(pair) -> None:
         assert intruder.recv(100) == b""  # the master closed this link
     assert master.stats().sync_state_set == (0, 1)
     assert put(master_store, master, b"still replicated") is PutStatus.PUT_OK
-    assert slave_store.end_log_position == master_store.end_log_position
+    assert slave_store.log_position_end == master_store.log_position_end
 
 
 def test_a_slave_behind_the_masters_retention_restarts_at_its_min(tmp_path: Path) -> None:
@@ -148,17 +155,17 @@ def test_a_slave_behind_the_masters_retention_restarts_at_its_min(tmp_path: Path
             slave = SlaveService(slave_store, slave_conf, broker_id=1).start()
             wait_for(lambda: master.stats().sync_state_set == (0, 1))
             assert put(master_store, master, b"early" * 100) is PutStatus.PUT_OK
-            wait_for(lambda: slave_store.end_log_position == master_store.end_log_position)
+            wait_for(lambda: slave_store.log_position_end == master_store.log_position_end)
             slave.close()
-            while master_store.end_log_position < 3 * SEGMENT:
+            while master_store.log_position_end < 3 * SEGMENT:
                 assert put(master_store, master, b"z" * 60_000) is PutStatus.PUT_OK
             far_future_ms = int(time.time() * 1000) + 10**12
             assert master_store.delete_expired(now_ms=far_future_ms, disk_used_ratio=0.0,
                                                floor_log_position=3 * SEGMENT) == 3
-            assert master_store.min_log_position == 3 * SEGMENT > slave_store.end_log_position
+            assert master_store.min_log_position == 3 * SEGMENT > slave_store.log_position_end
             slave = SlaveService(slave_store, slave_conf, broker_id=1).start()
-            end = master_store.end_log_position
-            wait_for(lambda: slave_store.end_log_position == end)
+            end = master_store.log_position_end
+            wait_for(lambda: slave_store.log_position_end == end)
             assert slave_store.min_log_position == 3 * SEGMENT
             assert log_bytes(slave_store, end) == log_bytes(master_store, end)
             slave.close()
@@ -221,7 +228,7 @@ def test_put_statuses_when_the_only_slave_stops_acking(tmp_path: Path) -> None:
 
 def test_controller_mode_a_proposal_in_flight_holds_puts_after_its_slave_leaves(
         tmp_path: Path) -> None:
-    """The threaded shell drives the in-flight rule of ha/master_core.py (cluster simulation
+    """The threaded shell drives the in-flight rule of ha/replication/master_core.py (cluster simulation
     seeds 214, 235, ...): the master proposed (0, 1), then slave 1's link closed before the
     controller answered. Alone in its local and accepted set, it still acks nothing slave 1
     lacks until a set of a newer epoch is accepted (the controller may commit the proposal)."""
@@ -338,9 +345,9 @@ def test_concurrent_puts_ship_in_log_order_to_every_slave(tmp_path: Path) -> Non
         for thread in threads:
             thread.join(timeout=60)
         assert statuses == [PutStatus.PUT_OK] * 400
-        end = stores[0].end_log_position
+        end = stores[0].log_position_end
         for slave, store in zip(slaves, stores[1:]):
-            wait_for(lambda store=store: store.end_log_position == end)
+            wait_for(lambda store=store: store.log_position_end == end)
             assert log_bytes(store, end) == log_bytes(stores[0], end)
             assert slave.links_opened == 1
     finally:
@@ -369,7 +376,7 @@ def test_the_confirm_position_reaches_the_slave_without_waiting_for_a_heartbeat(
         for run_length in (1, 50):
             statuses = [put(stores[0], master, b"p%03d" % index) for index in range(run_length)]
             assert statuses == [PutStatus.PUT_OK] * run_length
-            end = stores[0].end_log_position
+            end = stores[0].log_position_end
             assert stores[0].confirm_log_position == end
             wait_for(lambda end=end: stores[1].confirm_log_position == end, timeout_s=10)
     finally:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from ha.frames import Ack, MasterHello, Metadata, Refuse, SlaveHello, Transfer
-from ha.slave_core import (
+from ha.replication.frames import Ack, MasterHello, Metadata, Refuse, SlaveHello, Transfer
+from ha.replication.slave_core import (
     AppendEpoch,
     AppendLog,
     ApplyMetadata,

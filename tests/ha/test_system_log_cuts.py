@@ -65,7 +65,7 @@ def _replica_at_fork(tmp_path: Path, store: MessageStore, master: MessageStore,
     for queue_offset in range(1, commits + 1):
         _commit(master, queue_offset)
     ship(master, store)
-    fork = store.end_log_position
+    fork = store.log_position_end
     store.set_confirm_log_position(fork)
     deposed = _offset_log(tmp_path / "deposed", store)
     deposed.catch_up()
@@ -84,7 +84,7 @@ def test_a_read_during_the_fork_truncation_skips_nothing(
         _commit(store, queue_offset)
     for queue_offset in (4, 5, 6):  # the new master's acknowledged commits
         _commit(master, queue_offset)
-    master.set_confirm_log_position(master.end_log_position)
+    master.set_confirm_log_position(master.log_position_end)
 
     fired = during_queue_zeroing(monkeypatch, OFFSETS_TOPIC, deposed.catch_up)
     store.truncate_to(fork)  # the handshake's cut
@@ -92,7 +92,7 @@ def test_a_read_during_the_fork_truncation_skips_nothing(
     assert deposed.applied_queue_offset == 3  # nothing skipped
 
     ship(master, store)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     deposed.catch_up()
     assert deposed.query("g", "t") == {"0": 6}
     assert deposed.applied_queue_offset == 6
@@ -111,13 +111,13 @@ def test_a_fold_past_the_cut_rolls_back_and_replays(tmp_path: Path, store: Messa
         _commit(master, queue_offset)
     store.truncate_to(fork)
     ship(master, store)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     deposed.catch_up()
     assert deposed.query("g", "t") == {"0": 5}
     assert deposed.applied_queue_offset == 5 and deposed.rollbacks == 1
     _commit(master, 6)  # and it keeps following
     ship(master, store)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     assert deposed.query("g", "t") == {"0": 6}
 
 
@@ -133,7 +133,7 @@ def test_a_rollback_starts_from_the_last_snapshot_below_the_cut(
     _commit(master, 51)
     store.truncate_to(fork)
     ship(master, store)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     applied = deposed.records_applied
     deposed.catch_up()
     assert deposed.query("g", "t") == {"0": 51} and deposed.query("h", "t") == {}
@@ -150,7 +150,7 @@ def test_a_topic_fold_past_the_cut_rolls_back(tmp_path: Path, store: MessageStor
     old = TopicLog(tmp_path / "old", master, put=ScriptedPut(master), write_timeout_ms=200)
     old.put(TopicConfig("a", 1, 1))
     ship(master, store)
-    fork = store.end_log_position
+    fork = store.log_position_end
     store.set_confirm_log_position(fork)
     deposed = TopicLog(tmp_path / "deposed", store, put=ScriptedPut(store),
                        write_timeout_ms=200)
@@ -160,7 +160,7 @@ def test_a_topic_fold_past_the_cut_rolls_back(tmp_path: Path, store: MessageStor
     old.put(TopicConfig("b", 4, 4))
     store.truncate_to(fork)
     ship(master, store)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     assert [topic.name for topic in deposed.all()] == ["a", "b"]
     assert deposed.get("b") == TopicConfig("b", 4, 4) and deposed.get("cut") is None
 
@@ -172,9 +172,9 @@ def test_a_cut_above_what_the_fold_applied_changes_nothing(
     replica = _offset_log(tmp_path / "r", store)
     for queue_offset in (1, 2):
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     replica.catch_up()
-    fork = store.end_log_position
+    fork = store.log_position_end
     _commit(store, 9)
     store.append(MessageBatch(topic="user", bodies=[b"x"], queue_ids=[0]))
     store.truncate_to(fork)
@@ -192,10 +192,10 @@ def test_an_undecodable_confirmed_record_stalls_the_fold_loudly(
     like, and skipping either can lose an acknowledged change."""
     for queue_offset in (1, 2, 3):
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     second = store.get_messages(OFFSETS_TOPIC, 0, 1, max_count=1, max_bytes=1 << 20)
     record = second.records[0]
-    position = store.end_log_position - 2 * len(record)  # the records have one size
+    position = store.log_position_end - 2 * len(record)  # the records have one size
     segment = store._commit_log.segment_for(position)  # a bit flip in record 1's body
     relative = position - segment.base_position + len(record) // 2
     segment.file.write_at(bytes([segment.map[relative] ^ 0x01]), relative)
@@ -216,8 +216,8 @@ def test_a_snapshot_of_records_the_log_lost_is_rolled_back_at_start(
     rebuilds below the log's end, and the records written there since are applied."""
     for queue_offset in (1, 2):
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
-    fork = store.end_log_position
+    store.set_confirm_log_position(store.log_position_end)
+    fork = store.log_position_end
     before = _offset_log(tmp_path / "c", store)
     before.catch_up()
     for queue_offset in (90, 91):  # acked above the confirm position (the scripted quorum)
@@ -229,7 +229,7 @@ def test_a_snapshot_of_records_the_log_lost_is_rolled_back_at_start(
     assert again.query("g", "t") == {"0": 2} and again.rollbacks == 1
     for queue_offset in (3, 4):  # the new master's records at those queue offsets
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     assert again.query("g", "t") == {"0": 4}
 
 
@@ -239,7 +239,7 @@ def test_a_snapshot_from_before_log_positions_still_loads(tmp_path: Path,
     starts from it and applies only the records after it."""
     for queue_offset in (1, 2, 3):
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "consumerOffset.json").write_text(json.dumps(
         {"offsets": {"g": {"t": {"0": 2}}}, "applied_queue_offset": 2}))
@@ -249,7 +249,7 @@ def test_a_snapshot_from_before_log_positions_still_loads(tmp_path: Path,
     offsets.close()
     saved = json.loads((tmp_path / "c" / "consumerOffset.json").read_text())
     last = store.get_messages(OFFSETS_TOPIC, 0, 2, max_count=1, max_bytes=1 << 20)
-    assert saved["applied_log_position"] == store.end_log_position - len(last.records[0])
+    assert saved["applied_log_position"] == store.log_position_end - len(last.records[0])
 
 
 def _cut_after_retention(tmp_path: Path, store: MessageStore) -> OffsetLog:
@@ -264,8 +264,8 @@ def _cut_after_retention(tmp_path: Path, store: MessageStore) -> OffsetLog:
         store.append(MessageBatch(topic="filler", bodies=[b"f" * 60_000], queue_ids=[0]))
     store.append(MessageBatch(topic=OFFSETS_TOPIC, bodies=[encode_commit("h", "t", 0, 4)],
                               queue_ids=[0]))
-    store.set_confirm_log_position(store.end_log_position)
-    fork = store.end_log_position
+    store.set_confirm_log_position(store.log_position_end)
+    fork = store.log_position_end
     fold = _offset_log(tmp_path / "c", store)
     fold.catch_up()
     assert fold.commit("g", "t", 0, 90).status is PutStatus.PUT_OK
@@ -308,8 +308,8 @@ def test_the_last_snapshot_below_the_confirm_position_outlives_the_recent_ones(
     still starts from the last one that was all below the confirm position."""
     for queue_offset in range(1, 21):
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
-    fork = store.end_log_position
+    store.set_confirm_log_position(store.log_position_end)
+    fork = store.log_position_end
     fold = _offset_log(tmp_path / "c", store)
     fold.catch_up()
     fold.close()  # below the confirm position: 20 records
@@ -318,7 +318,7 @@ def test_the_last_snapshot_below_the_confirm_position_outlives_the_recent_ones(
         fold.close()  # a snapshot above the confirm position
     store.truncate_to(fork)
     _commit(store, 21)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     applied = fold.records_applied
     fold.catch_up()
     assert fold.query("g", "t") == {"0": 21} and fold.rollbacks == 1
@@ -332,7 +332,7 @@ def test_a_log_restarted_past_its_end_keeps_the_table(tmp_path: Path,
     it stays (the records after the gap come from the master's snapshot, as before)."""
     for queue_offset in (1, 2, 3):
         _commit(store, queue_offset)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     replica = _offset_log(tmp_path / "r", store)
     replica.catch_up()
     store.reset_to(store.segment_size_bytes * 4)

@@ -1,11 +1,11 @@
-"""The take-over sequence (ha/takeover_core.py): the log's state in, ordered effects out.
+"""The take-over sequence (ha/replication/takeover_core.py): the log's state in, ordered effects out.
 
 Goal: the steps that make a fenced broker's log the start of a master term, as a table the
 production shell (ha/broker/replication.py) and the simulator (tests/sim/cluster_sim.py) both
 carry out: cut a partial tail put or record, confirm := log end, offsets, epoch entry, fsync, open the
 term, lift the fence; a refusal when the local epoch file is newer than the controller's
 epoch. Method: plain calls for the plan; the store's two primitives the plan needs
-(`complete_end_log_position`, `cut_tail`) on a real store whose log ends inside a record
+(`complete_log_position_end`, `cut_tail`) on a real store whose log ends inside a record
 (tests/ha/test_partial_put.py: inside a put).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ha.takeover_core import (
+from ha.replication.takeover_core import (
     AppendEpoch,
     ConfirmTo,
     CutTail,
@@ -75,21 +75,21 @@ def test_the_store_finds_and_cuts_a_partial_tail_record(tmp_path: Path) -> None:
     try:
         master.append(MessageBatch(topic="t", bodies=[b"a" * 100], queue_ids=[0]))
         master.append(MessageBatch(topic="t", bodies=[b"b" * 100], queue_ids=[0]))
-        end = master.end_log_position
+        end = master.log_position_end
         whole = master.read_log(0, end)
         replica.append_replicated(0, whole[:end - 30])  # the second record, in part
         replica.epochs.append(1, 0)
-        first_end = replica.complete_end_log_position()
+        first_end = replica.complete_log_position_end()
         assert 0 < first_end < end - 30
         with pytest.raises(StorageError):
             replica.cut_tail(first_end + 1)  # only at the end of a whole record
         replica.set_confirm_log_position(end - 30)  # a confirm inside the partial record
-        plan = plan_take_over(TakeOverLog(replica.end_log_position,
-                                          replica.complete_end_log_position(),
+        plan = plan_take_over(TakeOverLog(replica.log_position_end,
+                                          replica.complete_log_position_end(),
                                           tuple(replica.epochs.entries)), 2)
         assert plan.effects[0] == CutTail(first_end)
         replica.cut_tail(first_end)
-        assert replica.end_log_position == first_end
+        assert replica.log_position_end == first_end
         assert replica.confirm_log_position == first_end  # came down with the cut
         assert replica.read_log(0, first_end) == whole[:first_end]
     finally:

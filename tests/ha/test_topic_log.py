@@ -103,7 +103,7 @@ def test_a_change_is_applied_only_once_put_ok(tmp_path: Path, store: MessageStor
     refused = topics.put(TopicConfig("c", 1, 1))
     assert refused is not None and refused.status is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert "earlier" in refused.error and [topic.name for topic in topics.all()] == ["a"]
-    store.set_confirm_log_position(store.end_log_position)  # the quorum's confirm follows
+    store.set_confirm_log_position(store.log_position_end)  # the quorum's confirm follows
     assert topics.put(TopicConfig("d", 1, 1)).status is PutStatus.PUT_OK  # type: ignore
     assert [topic.name for topic in topics.all()] == ["a", "b", "c", "d"]
 
@@ -124,14 +124,14 @@ def test_a_replica_applies_below_confirm_and_a_take_over_the_whole_log(
         tmp_path: Path, store: MessageStore) -> None:
     master = _topic_log(tmp_path / "master", store)
     master.put(A3)
-    confirmed = store.end_log_position
+    confirmed = store.log_position_end
     master.delete("a")
     store.set_confirm_log_position(confirmed)
     replica = _topic_log(tmp_path / "replica", store)  # the same log, as a slave holds it
     replica.catch_up()
     assert replica.all() == [A3]
     new_master = _topic_log(tmp_path / "new", store)
-    store.set_confirm_log_position(store.end_log_position)  # what become_master does first
+    store.set_confirm_log_position(store.log_position_end)  # what become_master does first
     new_master.take_over()
     assert new_master.all() == [] and new_master.applied_queue_offset == 2
     replica.catch_up()
@@ -145,11 +145,11 @@ def test_a_restart_replays_from_the_snapshot(tmp_path: Path) -> None:
     topics.close()  # topics.json covers record 0
     assert json.loads((tmp_path / "c" / "topics.json").read_text())["applied_queue_offset"] == 1
     topics.put(TopicConfig("b", 2, 2))  # after the snapshot (a crash would lose only the file)
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     store.close()
     store = open_small_store(tmp_path / "store")
     try:
-        store.set_confirm_log_position(store.end_log_position)
+        store.set_confirm_log_position(store.log_position_end)
         again = _topic_log(tmp_path / "c", store)
         # a first put into "b" before any catch-up pass: the auto-create decides on every
         # confirmed record, so it finds "b" and writes no record with the default queues
@@ -174,8 +174,8 @@ def test_records_lost_to_retention_come_from_the_masters_snapshot(
     for _ in range(20):  # fill the first segment: the next record starts the second
         store.append(MessageBatch(topic="filler", bodies=[b"f" * 60_000], queue_ids=[0]))
     writer.put(TopicConfig("b", 1, 1))
-    store.set_confirm_log_position(store.end_log_position)
-    assert store.delete_expired(now_ms=1 << 60, floor_log_position=store.end_log_position,
+    store.set_confirm_log_position(store.log_position_end)
+    assert store.delete_expired(now_ms=1 << 60, floor_log_position=store.log_position_end,
                                 disk_used_ratio=0.0) >= 1
     assert store.min_queue_offset(TOPICS_TOPIC, 0) == 1
     slave = _topic_log(tmp_path / "s", store)

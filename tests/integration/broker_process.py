@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pyarrow import flight
 
-from connector.protocol.signing import Credentials, action_target, sign_headers
-from ha.local_processes import free_port  # listener ports outside the ephemeral range
+from conf.signing import Credentials, action_target, sign_headers
+from ha.cluster.processes import free_port  # listener ports outside the ephemeral range
 
 STARTUP_TIMEOUT_S = 20.0
 

@@ -22,7 +22,7 @@ its processes, a producer load that keeps a history, and the history checks.
 Controller keys go through `controller_settings` (`--controller-set`); without them a dead
 master is noticed after the controller's default controllerHeartbeatTimeoutMs (3 s). With
 `hosts=True` every process runs on its own test host (`up --hosts`) and `network` / `host(name)`
-give the network faults (ha/local_hosts.py); `down()` heals before stopping.
+give the network faults (ha/cluster/netns.py); `down()` heals before stopping.
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ from pathlib import Path
 from typing import Any, Self
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client import controller_cluster_list
+from connector.client.core import controller_cluster_list
 from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, RocketHAError
-from ha.cluster_controllers import controller_status
-from ha.local_hosts import HostNetwork, TestHost
-from ha.local_processes import pid_from_file
+from ha.cluster.controllers import controller_status
+from ha.cluster.netns import HostNetwork, TestHost
+from ha.cluster.processes import pid_from_file
 from tests.ha.replica_set import FAST_TIMERS, _all_threads_stopped, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI_TIMEOUT_S = 200.0  # `up` waits up to 120 s for a recovering broker (ha/cluster.py)
+CLI_TIMEOUT_S = 200.0  # `up` waits up to 120 s for a recovering broker (ha/cluster/main.py)
 QUEUES = 4
 # FAST_TIMERS: HA link timers of a second or two; heartbeats to the controller every 200 ms
 BROKER_SETTINGS = {**FAST_TIMERS, "brokerHeartbeatInterval": "200",
@@ -81,7 +81,7 @@ class FailoverCluster:
                  controller_settings: dict[str, str] | None = None,
                  cli_args: tuple[str, ...] = (), **settings: str) -> None:
         """`hosts`: every process on its own test host (`up --hosts`; `self.network` then
-        offers the network faults of ha/local_hosts.py). `cli_args`: more `up` arguments."""
+        offers the network faults of ha/cluster/netns.py). `cli_args`: more `up` arguments."""
         self.directory = directory
         merged = {**BROKER_SETTINGS, **settings}
         args = ["up", "--dir", str(directory), "--insecure", "--controllers", str(controllers),
@@ -138,7 +138,7 @@ class FailoverCluster:
         """Start one stopped broker without waiting for the others (`up` waits for every
         broker to answer, which a paused one never does)."""
         assert self.pid(name) is None, f"{name} is running"
-        script = ("import json, sys, pathlib; from ha.cluster import Cluster; "
+        script = ("import json, sys, pathlib; from ha.cluster.main import Cluster; "
                   "Cluster(pathlib.Path(sys.argv[1])).start(json.loads(sys.argv[2]))")  # as `up` starts it
         subprocess.run([sys.executable, "-c", script, str(self.directory),
                         json.dumps(self.brokers[name])], check=True, timeout=CLI_TIMEOUT_S,

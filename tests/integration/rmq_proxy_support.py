@@ -23,7 +23,7 @@ import grpc
 from rocketmq import ClientConfiguration, Credentials
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from ha.local_processes import pid_alive, pid_from_file
+from ha.cluster.processes import pid_alive, pid_from_file
 from tests.integration.failover_cluster import FailoverCluster, cluster_cli
 
 __all__ = ["ProxyCluster", "receive_all", "rmq_config", "stub"]

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from pyarrow import flight
 
-from connector.client import Admin, ClientConfig, Consumer, Producer
+from conf.signing import Credentials, action_target, sign_headers
+from connector.client.core import Admin, ClientConfig, Consumer, Producer
 from connector.protocol import FatalError, RocketHAError
-from connector.protocol.signing import Credentials, action_target, sign_headers
 from tests.controller.controller_process import ControllerGroup, call
 from tests.integration.broker_process import BrokerProcess
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from connector import ClientConfig, Producer
-from ha.local_hosts import BENCHMARK_BLOCK, HostNetwork
+from ha.cluster.netns import BENCHMARK_BLOCK, HostNetwork
 from tests.integration.failover_cluster import FailoverCluster, cluster_cli
 
 pytestmark = pytest.mark.integration

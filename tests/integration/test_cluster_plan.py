@@ -30,9 +30,9 @@ from cryptography import x509
 from connector import Admin, ClientConfig, Producer
 from connector.protocol import RocketHAError
 from controller.config import ControllerConfig
-from ha import cluster
 from ha.broker.config import BrokerConfig
-from ha.cluster_plan import HA_LINK_TIMERS, plan_cluster
+from ha.cluster import main as cluster
+from ha.cluster.plan import HA_LINK_TIMERS, plan_cluster
 from tests.ha.replica_set import wait_for
 
 pytestmark = pytest.mark.integration

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from connector.client import ClientConfig, Producer
+from connector.client.core import ClientConfig, Producer
+from connector.client.routes import ControllerRoutes, ReplicaSet, route_provider, topic_queue_counts
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
-from connector.routes import ControllerRoutes, ReplicaSet, route_provider, topic_queue_counts
 from tests.controller.controller_process import ControllerGroup, free_port
 from tests.integration.broker_process import BrokerProcess
 

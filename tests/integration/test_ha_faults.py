@@ -117,7 +117,7 @@ def test_forked_slave_truncates_to_the_fork_point_and_converges(make_set) -> Non
                                message_size_max_bytes=1 << 20)
     with MessageStore(replicas.brokers[1]["store_dir"], store_config,
                       auto_confirm=False) as slave_store:
-        fork_point = slave_store.end_log_position
+        fork_point = slave_store.log_position_end
         last = slave_store.epochs.last
         assert last is not None
         slave_store.epochs.append(last.epoch + 10, fork_point)
@@ -125,7 +125,7 @@ def test_forked_slave_truncates_to_the_fork_point_and_converges(make_set) -> Non
             body = b"forked-%d-" % index + b"z" * 600
             slave_store.append(Message(topic="F", body=body).as_batch())
         slave_store.flush()
-        forked_end = slave_store.end_log_position
+        forked_end = slave_store.log_position_end
     replicas.wait_sync_state_set([0])
     assert {writer.put() for _ in range(5)} == {"PUT_OK"}  # degraded to the master alone
     assert replicas.info(0)["max_log_position"] < forked_end  # the branch is longer

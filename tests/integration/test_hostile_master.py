@@ -9,7 +9,7 @@ metadata naming `../../..` and non-integer queue counts. After each, the slave m
 hold no directory outside its store, have cut the refused bytes, log the refusal, and finally
 follow a well-formed stream from the same master (the thread lived on).
 
-Method: the fake master is a thread speaking ha/frames.py over a socket; records are built
+Method: the fake master is a thread speaking ha/replication/frames.py over a socket; records are built
 with the store's own encoder (valid checksums: a hostile master can compute them too).
 """
 
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from ha.errors import FrameError, LinkClosedError
-from ha.frames import MasterHello, Metadata, SlaveHello, Transfer, encode_frame
-from ha.link import FrameSocket
+from ha.replication.errors import FrameError, LinkClosedError
+from ha.replication.frames import MasterHello, Metadata, SlaveHello, Transfer, encode_frame
+from ha.replication.link import FrameSocket
 from storage_engine import EpochEntry
 from storage_engine.record_format import encode_host, encode_record
 from tests.ha.replica_set import FAST_TIMERS, SEGMENT_BYTES, wait_for

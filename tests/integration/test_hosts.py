@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from connector import ClientConfig, Producer
-from ha.local_hosts import BENCHMARK_BLOCK, HostNetwork, TestHost, remove_leftovers
+from ha.cluster.netns import BENCHMARK_BLOCK, HostNetwork, TestHost, remove_leftovers
 from tests.integration.broker_process import BrokerProcess
 from tests.support.hosts import can_connect
 
@@ -126,7 +126,7 @@ def test_a_broker_runs_on_a_host_and_advertises_its_address(
 def test_leftovers_of_a_killed_run_are_removed_and_live_ones_kept(
         test_hosts: Callable[[int], HostNetwork]) -> None:
     ours = test_hosts(1)
-    script = ("from ha.local_hosts import HostNetwork; import subprocess, sys, time\n"
+    script = ("from ha.cluster.netns import HostNetwork; import subprocess, sys, time\n"
               "net = HostNetwork(2)\n"
               "subprocess.Popen([*net.host(1).launcher(), 'sleep', '300'])\n"
               "print(net.name, flush=True); time.sleep(300)\n")

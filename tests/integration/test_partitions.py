@@ -2,7 +2,7 @@
 
 Goal (issue 17): a master that is alive but cut off keeps answering the clients that still
 reach it, which a SIGKILL never shows. Every scenario runs a real cluster with each controller
-and broker on its own test host (`rocketha-cluster up --hosts`, ha/local_hosts.py) and a
+and broker on its own test host (`rocketha-cluster up --hosts`, ha/cluster/netns.py) and a
 producer in the root namespace, which stays reachable from every host.
 
 - master cut off from everything but the producer (nftables rules inside its host, `drop` =
@@ -40,7 +40,7 @@ import pytest
 
 from connector import Admin, ClientConfig, Consumer, Producer
 from controller.api import lease_max_ms
-from ha.local_hosts import HostNetwork
+from ha.cluster.netns import HostNetwork
 from tests.ha.replica_set import wait_for
 from tests.integration.failover_cluster import (
     QUEUES,
@@ -66,7 +66,7 @@ from tests.integration.test_controller_failover import (
 
 pytestmark = pytest.mark.integration
 
-# a dead master is noticed after 1.5 s; its lease is at most 2/3 of that (ha/master_core.py)
+# a dead master is noticed after 1.5 s; its lease is at most 2/3 of that (ha/replication/master_core.py)
 CONTROLLER_FAST = {"controllerHeartbeatTimeoutMs": "1500", "scanNotActiveBrokerIntervalMs": "200",
                    "raftElectionTimeoutTicks": "6"}
 QUORUM_ONE = {"inSyncReplicas": "1"}  # a put is acked on the master alone

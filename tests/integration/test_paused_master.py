@@ -10,7 +10,7 @@ cluster tool's default quorum (a majority, with degradation) and with every memb
 in that window loses it by the rule, as a crash would; the fault run, `build.py faults
 --in-sync 1`, counts those apart.) And the producer must not wait out the pause: an
 idempotent, controller-configured producer leaves a master the controller has replaced
-(connector/master_watch.py), so its puts go on on the new master before SIGCONT.
+(connector/client/master_watch.py), so its puts go on on the new master before SIGCONT.
 
 Method: `rocketha-cluster up` with controllers (tests/integration/failover_cluster.py), a
 producer thread sending numbered, keyed messages with idempotence markers through the

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ha.local_processes import free_port
+from ha.cluster.processes import free_port
 from tests.integration.operated_cluster import ROOT
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.options import parse_source_options
-from connector.partitions import ColdRangePartition
+from connector.spark.options import parse_source_options
+from connector.spark.partitions import ColdRangePartition
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCY-not-a-real-key"

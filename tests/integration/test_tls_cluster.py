@@ -10,7 +10,7 @@ peer list, or which claims another id in its frames, is refused by the controlle
 is logged once per peer, and the refusing process keeps serving.
 
 Method: `python -m ha.cluster up` (no --insecure), the clients from `<dir>/client.properties`;
-impostors get real certificates from the cluster's own CA (ha/cluster_certs.py), so only the
+impostors get real certificates from the cluster's own CA (ha/cluster/certs.py), so only the
 identity in them is wrong.
 """
 
@@ -31,20 +31,20 @@ from typing import Any
 import pytest
 from pyarrow import flight
 
-from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client import controller_cluster_list, signed_options
-from connector.protocol import RocketHAError
-from connector.protocol.signing import Credentials, action_target
-from connector.protocol.tls import (
+from conf.signing import Credentials, action_target
+from conf.tls import (
     ClientTLS,
     broker_identity,
     client_ssl_context,
     connect_flight,
     controller_identity,
 )
-from controller.console import gather
+from connector import Admin, ClientConfig, Consumer, Producer
+from connector.client.core import controller_cluster_list, signed_options
+from connector.protocol import RocketHAError
+from controller.console.app import gather
 from controller.transport import encode_frame
-from ha.cluster_certs import ensure_ca
+from ha.cluster.certs import ensure_ca
 from tests.ha.replica_set import FAST_TIMERS, wait_for
 from tests.support.sockets import closed_within
 

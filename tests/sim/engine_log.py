@@ -12,7 +12,7 @@ of topic `sim`, queue 0.
 Effects map one to one onto what ha/broker does with the store: a master's put is `append`;
 a slave's AppendLog is `append_replicated` (+ a flush step when the core asks to fsync before
 its ack), DispatchLog is `dispatch_replicated`, Truncate is `truncate_to`, SetConfirm/ConfirmTo
-is `set_confirm_log_position`, AppendEpoch is the epoch file's `append`, a take-over runs ha/takeover_core.py's plan (`complete_end_log_position`, `cut_tail`,
+is `set_confirm_log_position`, AppendEpoch is the epoch file's `append`, a take-over runs ha/replication/takeover_core.py's plan (`complete_log_position_end`, `cut_tail`,
 confirm, epoch entry, flush), as ha/broker/replication.py does.
 """
 
@@ -81,7 +81,7 @@ class EngineLog:
     # -- what SimLog exposes ------------------------------------------------------------------
     @property
     def end(self) -> int:
-        return self.store.end_log_position
+        return self.store.log_position_end
 
     @property
     def synced(self) -> int:
@@ -132,8 +132,8 @@ class EngineLog:
         self.store.truncate_to(position)
 
     def complete_end(self) -> int:
-        """Where the last whole record ends (a take-over cuts there: ha/takeover_core.py)."""
-        return self.store.complete_end_log_position()
+        """Where the last whole record ends (a take-over cuts there: ha/replication/takeover_core.py)."""
+        return self.store.complete_log_position_end()
 
     def record_end_at(self, position: int) -> int | None:
         """Where the record holding the byte at `position` ends, whole or not (None: no

@@ -125,7 +125,7 @@ class DiskRun:
         count = self.rng.randint(1, 12)
         queue_ids = [self.rng.randrange(QUEUES) for _ in range(count)]
         bodies = [self.rng.randbytes(self.rng.choice((1, 40, 300, 1500))) for _ in range(count)]
-        start = self.store.end_log_position
+        start = self.store.log_position_end
         try:
             result = self.store.append(MessageBatch(topic=topic, bodies=bodies,
                                                     queue_ids=queue_ids))
@@ -140,7 +140,7 @@ class DiskRun:
     def learn_written(self, start: int) -> None:
         """Add what an interrupted append wrote from `start` (never acknowledged: it may or
         may not survive, and the model must know it if it does)."""
-        position, end = start, self.store.end_log_position
+        position, end = start, self.store.log_position_end
         while position < end:
             raw = self.store.read_log(position, 1 << 20)
             if len(raw) < 8 or raw[4:8] != (0xDAA320A7).to_bytes(4, "big"):  # BLANK or end
@@ -180,7 +180,7 @@ class DiskRun:
 
     def verify_recovered(self) -> None:
         stats = self.store.stats()
-        end = stats.end_log_position
+        end = stats.log_position_end
         if end < self.acked_end:
             self.fail(f"ACKNOWLEDGED MESSAGES LOST: the log ends at {end} after recovery, "
                       f"below the acknowledged end {self.acked_end}")

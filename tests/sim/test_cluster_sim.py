@@ -20,9 +20,9 @@ import json
 
 import pytest
 
-import ha.master_core
-import ha.role_core
-import ha.takeover_core
+import ha.replication.master_core
+import ha.replication.role_core
+import ha.replication.takeover_core
 from tests.sim import cluster_sim
 from tests.sim.cluster_sim import REPLICAS, ClusterOptions, SimFailure, main, run_seed
 
@@ -41,7 +41,7 @@ CHUNK = 50
 # Seeds that broke an invariant once, now regression tests (README "Simulation of the whole
 # cluster"; unit regressions in tests/ha/test_master_core_controller.py, test_role_core.py and
 # tests/controller/test_state_machine.py):
-# - 3, 85 (allAckInSyncStateSet, ha/master_core.py): a put planned under a smaller set acked
+# - 3, 85 (allAckInSyncStateSet, ha/replication/master_core.py): a put planned under a smaller set acked
 #   after a slave lacking it was accepted (`put_progress` raises need to the set in force); with
 #   the first fault model 3, 15, 30, 66, 73: a slave joined lacking puts acked alone
 #   (`_held_by_joining`);
@@ -61,7 +61,7 @@ REGRESSIONS = (3, 85, 214, 235, 254, 275, 348, 421, 693, 787, 798, 1207, 1414)
 IN_FLIGHT_SEEDS = (254, 421, 348, 693, 787, 798, 1207, 1414)
 # With inSyncReplicas=2 and enableAutoInSyncReplicas (`--quorum auto-isr`, the integration tests'
 # rule): seed 3 lost PUT_OKs the master acked alone (degraded need 1) that a slave joining the set
-# lacked; elected later, it lost them (ha/master_core.py `_held_by_joining` and the join rule,
+# lacked; elected later, it lost them (ha/replication/master_core.py `_held_by_joining` and the join rule,
 # both for every quorum rule now); seed 165: a put planned alone (need 1) was answered after a
 # slave lacking it had been accepted (`put_progress` applies the need of the set in force).
 AUTO_ISR_REGRESSIONS = (3, 165)
@@ -138,7 +138,7 @@ def test_partial_partition_regression_seeds_pass(seed: int) -> None:
 
 
 # Found by the campaign `--first 3001 --minutes 10 --duration-ms 6000 --quorum auto-isr
-# --partial` (fixed: ha/master_core.py `_held_by_proposals`). Seed 3182, two sets of 3, in
+# --partial` (fixed: ha/replication/master_core.py `_held_by_proposals`). Seed 3182, two sets of 3, in
 # broker-b (b4 id 2, b5 id 3, b6 id 1): master b4, with the accepted set {b4, b6, b5}@2 and the
 # local set {b4, b6}, had called proposing((2, 3), 2), a SHRINK that drops b6; it acked message
 # 224 (need 2 of 3) on b6's ack; the controller committed {b4, b5}@3, b4 crashed, and b5, the
@@ -204,7 +204,7 @@ def test_engine_runs_crash_over_unsynced_data_and_replay() -> None:
 
 def test_the_checker_catches_a_master_that_acks_alone_on_the_engine(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ha.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_core, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
     for seed in range(1, 41):
@@ -309,7 +309,7 @@ def test_the_reader_catches_an_acked_record_it_cannot_read_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # a master acking alone, with the checker's own ack check off: the reader's read-back at
     # the end of the run is what notices
-    monkeypatch.setattr(ha.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_core, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
     monkeypatch.setattr(cluster_sim.ClusterChecker, "check_record",
@@ -319,7 +319,7 @@ def test_the_reader_catches_an_acked_record_it_cannot_read_back(
 
 def test_the_checker_catches_a_master_that_acks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     # a broken quorum count: the master's own copy counts as every replica
-    monkeypatch.setattr(ha.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_core, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
     caught = []
@@ -335,7 +335,7 @@ def test_the_checker_catches_a_master_that_acks_alone(monkeypatch: pytest.Monkey
 
 def test_the_checker_catches_acks_that_ignore_a_proposal_in_flight(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ha.master_core.MasterReplication, "proposing",
+    monkeypatch.setattr(ha.replication.master_core.MasterReplication, "proposing",
                         lambda self, members, sync_state_set_epoch: None)
     lost = []
     for seed in IN_FLIGHT_SEEDS[:2]:
@@ -347,31 +347,31 @@ def test_the_checker_catches_acks_that_ignore_a_proposal_in_flight(
 
 def test_the_checker_catches_a_restarted_master_that_continues_its_epoch(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    plan = ha.role_core.RoleCore.plan
+    plan = ha.replication.role_core.RoleCore.plan
 
-    def continue_the_epoch(self: ha.role_core.RoleCore, change: object) -> object:
+    def continue_the_epoch(self: ha.replication.role_core.RoleCore, change: object) -> object:
         planned = plan(self, change)  # type: ignore[arg-type]
-        if planned.action is ha.role_core.RoleAction.REELECT:
-            return ha.role_core.RolePlan(ha.role_core.RoleAction.TAKE_OVER, planned.change)
+        if planned.action is ha.replication.role_core.RoleAction.REELECT:
+            return ha.replication.role_core.RolePlan(ha.replication.role_core.RoleAction.TAKE_OVER, planned.change)
         return planned
-    monkeypatch.setattr(ha.role_core.RoleCore, "plan", continue_the_epoch)
+    monkeypatch.setattr(ha.replication.role_core.RoleCore, "plan", continue_the_epoch)
     with pytest.raises(SimFailure, match="serves epoch 1 again after a restart"):
         run_seed(275, DURATION_MS, **ONE_SET_OF_3)
 
 
 def test_the_checker_catches_a_take_over_that_keeps_a_partial_tail_record(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # ha/takeover_core.py with its first step off: a slave elected while its log ends inside a
+    # ha/replication/takeover_core.py with its first step off: a slave elected while its log ends inside a
     # record appends after the partial bytes; the real engine's slaves find bytes that are not
     # records where the new master's first record should be (the byte model has no framing,
     # so this runs on the engine)
-    plan = ha.takeover_core.plan_take_over
+    plan = ha.replication.takeover_core.plan_take_over
 
-    def keep_the_tail(log: ha.takeover_core.TakeOverLog, master_epoch: int
-                      ) -> ha.takeover_core.TakeOverPlan:
-        whole = dataclasses.replace(log, complete_end_log_position=log.end_log_position)
+    def keep_the_tail(log: ha.replication.takeover_core.TakeOverLog, master_epoch: int
+                      ) -> ha.replication.takeover_core.TakeOverPlan:
+        whole = dataclasses.replace(log, complete_log_position_end=log.log_position_end)
         return plan(whole, master_epoch)
-    monkeypatch.setattr(ha.takeover_core, "plan_take_over", keep_the_tail)
+    monkeypatch.setattr(ha.replication.takeover_core, "plan_take_over", keep_the_tail)
     # (engine seed 9 with one set of 3 did, until the controller scanned at once when woken;
     # then seed 49, until the confirm position stopped at put ends; seeds 1-119 now: only 31)
     with pytest.raises(SimFailure, match="refused its master's bytes"):

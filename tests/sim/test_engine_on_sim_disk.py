@@ -164,6 +164,6 @@ def test_a_reset_log_stays_reset_after_a_power_cut() -> None:
     store.reset_to(boundary)
     fs.crash()
     reopened = MessageStore(STORE, CONFIG, fs=fs, flush_driven=True, auto_confirm=False)
-    assert reopened.min_log_position == reopened.end_log_position == boundary
+    assert reopened.min_log_position == reopened.log_position_end == boundary
     assert reopened.queues() == []
     assert reopened.epochs.entries == ()

@@ -162,7 +162,7 @@ def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> N
         for queue_id, offset, _ in written:
             result = store.get_messages("T", queue_id, offset, max_count=1, max_bytes=1 << 20)
             positions[(queue_id, offset)] = result.messages()[0].log_position
-        end = store.end_log_position
+        end = store.log_position_end
     by_position = sorted(positions.items(), key=lambda item: item[1])
     victim_key, victim_position = by_position[-5]  # damage the fifth-last record
     segment = last_segment(tmp_path)
@@ -187,11 +187,11 @@ def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> N
         survivors = read_all(store)
         if damage == "garbage":
             assert survivors == sorted(written)
-            assert store.end_log_position == end
+            assert store.log_position_end == end
         else:
             expected = sorted(w for w in written if positions[(w[0], w[1])] < victim_position)
             assert survivors == expected
-            assert store.end_log_position == victim_position
+            assert store.log_position_end == victim_position
             assert store.stats().last_recovery.cut_bytes > 0
         queue_id = victim_key[0]
         result = store.put_message(Message(topic="T", body=b"after", queue_id=queue_id))
@@ -203,9 +203,9 @@ def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> N
 def test_truncation_is_crash_safe_and_fenced_by_confirm(tmp_path: Path, monkeypatch) -> None:
     store = MessageStore(tmp_path, SMALL, auto_confirm=False)
     written = fill(store, 1500)
-    cut = store.end_log_position // 2
+    cut = store.log_position_end // 2
     # Find a record boundary at or after `cut`.
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     result = store.get_messages("T", 0, 0, max_count=2000, max_bytes=1 << 24)
     boundary = min(m.log_position for m in result.messages() if m.log_position >= cut)
     store.set_confirm_log_position(boundary + 1)
@@ -223,14 +223,14 @@ def test_truncation_is_crash_safe_and_fenced_by_confirm(tmp_path: Path, monkeypa
     store._release(clean=False)
     monkeypatch.undo()
     with MessageStore(tmp_path, SMALL, auto_confirm=False) as reopened:
-        assert reopened.end_log_position == boundary
+        assert reopened.log_position_end == boundary
         survivors = read_all_unconfirmed(reopened)
         assert all(position < boundary for position in survivors)
         assert len(survivors) < len(written)
 
 
 def read_all_unconfirmed(store: MessageStore) -> list[int]:
-    store.set_confirm_log_position(store.end_log_position)
+    store.set_confirm_log_position(store.log_position_end)
     positions = []
     for topic, queue_id in store.queues():
         result = store.get_messages(topic, queue_id, 0, max_count=4000, max_bytes=1 << 24)
@@ -241,7 +241,7 @@ def read_all_unconfirmed(store: MessageStore) -> list[int]:
 def test_bad_input_is_rejected_and_nothing_written(tmp_path: Path) -> None:
     with MessageStore(tmp_path, SMALL) as store:
         store.put_message(Message(topic="ok", body=b"x"))
-        end = store.end_log_position
+        end = store.log_position_end
         cases = [
             (MessageBatch(topic="", bodies=[b"x"], queue_ids=[0]), PutStatus.MESSAGE_ILLEGAL),
             (MessageBatch(topic="a b", bodies=[b"x"], queue_ids=[0]), PutStatus.MESSAGE_ILLEGAL),
@@ -265,7 +265,7 @@ def test_bad_input_is_rejected_and_nothing_written(tmp_path: Path) -> None:
             result = store.put_messages(batch)
             assert result.status is status, batch
             assert result.error
-            assert store.end_log_position == end
+            assert store.log_position_end == end
     with pytest.raises(ConfigError, match="commit_log_segment_size_bytes"):
         StoreConfig(commit_log_segment_size_bytes=10)
     with pytest.raises(ConfigError, match="flushDiskType"):
@@ -390,7 +390,7 @@ def test_a_replica_whose_log_ends_at_a_segment_boundary_appends_after_promotion(
     next segment (it raised AssertionError in _seal_and_roll, and every put of the new master
     failed; found by the demo's SIGKILL failover)."""
     with MessageStore(tmp_path / "master", SMALL) as master:
-        while master.end_log_position <= SMALL.commit_log_segment_size_bytes:
+        while master.log_position_end <= SMALL.commit_log_segment_size_bytes:
             master.put_message(Message(topic="T", body=b"x" * 4000, queue_id=0))
         boundary = SMALL.commit_log_segment_size_bytes
         first_segment = master.read_log(0, boundary)
@@ -398,7 +398,7 @@ def test_a_replica_whose_log_ends_at_a_segment_boundary_appends_after_promotion(
     with MessageStore(tmp_path / "slave", SMALL) as promoted:
         promoted.append_replicated(0, first_segment)
         promoted.dispatch_replicated()
-        assert promoted.end_log_position == boundary
+        assert promoted.log_position_end == boundary
         result = promoted.put_message(Message(topic="T", body=b"after", queue_id=0))
         assert result.status is PutStatus.PUT_OK
         assert list(result.log_positions) == [boundary]  # the next segment's first record

@@ -30,7 +30,7 @@ def _store_with_a_tail(directory: Path) -> tuple[MessageStore, int]:
     store = open_small_store(directory)
     for n in range(3):
         store.append(MessageBatch(topic=TOPIC, bodies=[b"kept %d" % n], queue_ids=[0]))
-    fork = store.end_log_position
+    fork = store.log_position_end
     store.set_confirm_log_position(fork)
     for n in range(3):
         store.append(MessageBatch(topic=TOPIC, bodies=[b"cut %d" % n], queue_ids=[0]))
@@ -74,7 +74,7 @@ def test_a_read_whose_window_was_taken_before_the_zeroing_drops_what_was_zeroed(
     reading and returns only the entries still in it."""
     store, _ = _store_with_a_tail(tmp_path / "store")
     try:
-        store.set_confirm_log_position(store.end_log_position)  # the tail visible too
+        store.set_confirm_log_position(store.log_position_end)  # the tail visible too
         entries = store._queues[(TOPIC, 0)]._segments
         real_read = entries.read
 

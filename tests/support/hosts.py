@@ -1,4 +1,4 @@
-"""Test hosts for integration tests: network namespaces on a bridge (ha/local_hosts.py).
+"""Test hosts for integration tests: network namespaces on a bridge (ha/cluster/netns.py).
 
     def test_x(test_hosts):                 # the fixture is a factory
         net = test_hosts(3)                 # 3 hosts, 198.18.0.0/15 addresses, root on the bridge
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ha.local_hosts import HostNetwork, hosts_unavailable_reason, remove_leftovers
+from ha.cluster.netns import HostNetwork, hosts_unavailable_reason, remove_leftovers
 
 __all__ = ["can_connect", "hosts_skip_reason", "test_hosts"]
 

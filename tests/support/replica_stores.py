@@ -26,10 +26,10 @@ __all__ = ["during_queue_zeroing", "ship"]
 
 def ship(source: MessageStore, replica: MessageStore, up_to: int | None = None) -> None:
     """The source's bytes until the replica holds `up_to` (default: the source's end)."""
-    end = source.end_log_position if up_to is None else up_to
-    while replica.end_log_position < end:
-        data = source.read_log(replica.end_log_position, end - replica.end_log_position)
-        replica.append_replicated(replica.end_log_position, data)
+    end = source.log_position_end if up_to is None else up_to
+    while replica.log_position_end < end:
+        data = source.read_log(replica.log_position_end, end - replica.log_position_end)
+        replica.append_replicated(replica.log_position_end, data)
     replica.dispatch_replicated()
 
 

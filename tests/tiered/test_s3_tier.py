@@ -135,7 +135,7 @@ def test_s3_failures_are_reported_and_hot_traffic_goes_on(s3: MotoS3, tmp_path: 
         assert produce(broker, batches=1, seed=9) == 100  # hot writes still acked
         log = broker.log.read_text()
         assert f"({expected_kind})" in log and s3.secret_access_key not in log
-        cli = subprocess.run([sys.executable, "-m", "connector.admin_cli", "--broker",
+        cli = subprocess.run([sys.executable, "-m", "connector.admin.cli", "--broker",
                               broker.endpoint, "broker", "info", "--json"],
                              capture_output=True, text=True, timeout=60, check=True)
         shown = json.loads(cli.stdout.strip().splitlines()[-1])["tiered"]

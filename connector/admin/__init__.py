@@ -1,0 +1,3 @@
+"""`rocketha-admin` for topics, groups and messages: argument parsing, targets, output."""
+
+__all__: list[str] = []

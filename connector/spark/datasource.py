@@ -1,0 +1,477 @@
+"""The Spark data source `rocketha` (PySpark's Python Data Source API, Arrow both ways).
+
+Spark's camelCase method names live only in this module; the work is in source.py (reads),
+planning.py (pure offset arithmetic) and sink.py (writes).
+
+Who runs what (observed with pyspark 4.2; Spark's python/pyspark/sql/datasource.py docstrings):
+
+    driver, planner      DataSource(options) -> reader()/streamReader()/writer()/streamWriter()
+                         options parsed once into frozen SourceOptions/SinkOptions, a
+                         declared read schema checked once into SourceColumns
+    driver, stream runner one long-lived StreamReader per query run: initialOffset,
+                         latestOffset(start, limit), partitions(start, end), commit(end)
+    executors            read(partition) / write(batches), from the pickled planner objects
+
+So readers and writers hold plain values only (options, ids); clients are opened inside calls.
+Every offset handed to Spark is canonical JSON (offsets.canonical), because Spark compares
+offsets as strings.
+
+Streaming offsets state machine (per query run, in the stream runner):
+
+    initialOffset ──► latestOffset(start, limit) ──► partitions(start, end) ──► commit(end)
+                          ▲   | caps: AvailableNow target, ReadMaxRows, minOffsetsPerTrigger
+                          └───┘ returns `start` unchanged when nothing is admitted
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.errors import PySparkException
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import DataType, StructType
+
+from connector.client.core import Admin
+from connector.client.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
+from connector.errors import OptionError, SinkSchemaError
+from connector.protocol import RocketHAError
+from connector.spark.cold import read_cold, split_cold
+from connector.spark.columns import source_ddl
+from connector.spark.offsets import QueueRef, canonical, flatten, unflatten
+from connector.spark.options import (
+    ENDING_OFFSETS,
+    SinkOptions,
+    SourceOptions,
+    parse_sink_options,
+    parse_source_options,
+)
+from connector.spark.partitions import (
+    ColdRangePartition,
+    PackedPartition,
+    QueueRangePartition,
+    SinkCommitMessage,
+)
+from connector.spark.planning import (
+    Bounds,
+    QueueRange,
+    admit,
+    backlog,
+    pack_groups,
+    resolve_offsets,
+    split_ranges,
+    trigger_waits,
+)
+from connector.spark.pushdown import PushedFilters, push_filters, row_mask
+from connector.spark.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
+from connector.spark.source import (
+    ALL_SOURCE_COLUMNS,
+    SourceColumns,
+    check_positions,
+    check_starting,
+    discover,
+    narrow_ranges,
+    project_columns,
+    read_range,
+    read_ranges,
+    starting_offsets,
+)
+from connector.spark.worker_heap import freeze_worker_heap_once
+
+__all__ = ["RocketHADataSource"]
+
+logger = logging.getLogger(__name__)
+
+
+class RocketHADataSource(DataSource):
+    """`spark.read/readStream/write/writeStream.format("rocketha")`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketha"
+
+    def schema(self) -> str:
+        """The lean default schema, or what includeProperties / includeMetadata / columns
+        ask for (connector.spark.columns); used only when the user declared no `.schema(...)`."""
+        return source_ddl(parse_source_options(self.options).columns)  # type: ignore[arg-type]
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(*_source_setup(self.options, schema))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if ENDING_OFFSETS in self.options:  # as Spark's Kafka source: a stream has no end
+            raise OptionError(f"option {ENDING_OFFSETS} is for batch reads (spark.read); a "
+                              "streaming read has no end (use Trigger.AvailableNow to stop at "
+                              "the offsets available when the query starts)")
+        return StreamReader(*_source_setup(self.options, schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        options, columns = _sink_setup(self.options, schema, overwrite, "mode('overwrite')")
+        return BatchWriter(options, columns, uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        options, columns = _sink_setup(self.options, schema, overwrite,
+                                       "outputMode('complete')")
+        return StreamWriter(options, columns)
+
+
+def _source_setup(raw: object, schema: StructType) -> tuple[SourceOptions, SourceColumns]:
+    """Options, and the columns to produce: the schema is `schema()`'s unless the user declared
+    one (`.schema(...)`), which projects the source onto those columns (see connector.spark.source).
+    Both are checked here, on the driver, so a bad one fails before any task reads."""
+    options = parse_source_options(raw)  # type: ignore[arg-type]
+    declared = [(field.name, _arrow_type(field.dataType), field.nullable,
+                 field.dataType.simpleString().upper()) for field in schema.fields]
+    return options, project_columns(declared)
+
+
+def _arrow_type(data_type: DataType) -> pa.DataType | None:
+    """The Arrow type Spark's Python worker checks `read()`'s batches against (its own
+    conversion, timezone UTC), or None for a type it cannot convert."""
+    try:
+        return to_arrow_type(data_type, timezone="UTC")
+    except (PySparkException, TypeError, ValueError):
+        return None
+
+
+def _sink_setup(raw: object, schema: StructType, overwrite: bool, what: str
+                ) -> tuple[SinkOptions, SinkColumns]:
+    if overwrite:
+        raise SinkSchemaError(f"rocketha sink: {what} is not supported: topics are "
+                              "append-only; use mode('append') / outputMode('append')")
+    options = parse_sink_options(raw)  # type: ignore[arg-type]
+    fields = [(field.name, field.dataType.simpleString()) for field in schema.fields]
+    return options, check_input_columns(fields, options)
+
+
+# -- reading ---------------------------------------------------------------------------------
+def read_endpoints(replica_set: ReplicaSet, read_from_replicas: bool) -> tuple[str, ...]:
+    """Master first; with readFromReplicas, the slaves first and the master as the fallback
+    (a slave serves only what it has confirmed, so a read of [start, end) waits, never skips)."""
+    endpoints = replica_set.endpoints
+    return endpoints[1:] + endpoints[:1] if read_from_replicas else endpoints
+
+
+def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
+                options: SourceOptions) -> list[InputPartition]:
+    cold: list[InputPartition] = []
+    if options.read_cold_from_tier:
+        cold_parts, ranges = split_cold(ranges, replica_sets, options)
+        cold = list(cold_parts)
+    ranges = split_ranges(ranges, options.min_partitions)
+    parts = cold + [QueueRangePartition(r.ref.topic, r.ref.broker_name,
+                                        read_endpoints(replica_sets[r.ref.broker_name],
+                                                       options.read_from_replicas),
+                                        r.ref.queue_id, r.start_queue_offset,
+                                        r.end_queue_offset)
+                    for r in ranges]
+    counts = [p.end_queue_offset - p.start_queue_offset for p in parts]  # type: ignore
+    groups = pack_groups(counts, options.min_rows_per_partition, options.min_partitions)
+    return [parts[group[0]] if len(group) == 1 else
+            PackedPartition(tuple(parts[index] for index in group)) for group in groups]
+
+
+def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns,
+          pushed: PushedFilters | None = None) -> Iterator[pa.RecordBatch]:
+    if options.worker_gc_freeze:
+        freeze_worker_heap_once()
+    if isinstance(partition, PackedPartition):
+        for part in partition.parts:
+            if isinstance(part, ColdRangePartition):
+                yield from _read(part, options, columns, pushed)
+        batches = read_ranges([part for part in partition.parts
+                               if isinstance(part, QueueRangePartition)], options, columns)
+    elif isinstance(partition, QueueRangePartition):
+        batches = read_range(partition, options, columns)
+    elif isinstance(partition, ColdRangePartition):
+        batches = read_cold(partition, options, columns)
+    else:  # Spark's InputPartition(None) when partitions() planned none
+        return
+    for batch in batches:
+        mask = None if pushed is None else row_mask(batch, pushed)
+        if mask is not None:
+            batch = batch.filter(mask)
+        if batch.num_rows:
+            yield batch
+
+
+class _PushFilters:
+    """`BatchReader.pushFilters`, shaped so that Spark's planner sees the base class's.
+
+    Spark 4.2 calls pushFilters only when `spark.sql.python.filterPushdown.enabled` is true,
+    and when it is false it refuses to plan a reader that overrides pushFilters
+    (DATA_SOURCE_PUSHDOWN_DISABLED, checked as `reader.pushFilters.__func__ is not
+    DataSourceReader.pushFilters`), lest a source that relies on pushdown return unfiltered
+    rows. Our pushdown only saves work: without it Spark filters every row itself and the
+    result is the same. So the bound object below carries the base `__func__`: reads work with
+    the conf off (no pushdown) and push down with it on."""
+
+    def __get__(self, reader: BatchReader | None, owner: type | None = None
+                ) -> _BoundPushFilters:
+        assert reader is not None
+        return _BoundPushFilters(reader)
+
+
+class _BoundPushFilters:
+    __slots__ = ("_reader",)
+    __func__ = staticmethod(DataSourceReader.pushFilters)
+
+    def __init__(self, reader: BatchReader) -> None:
+        self._reader = reader
+
+    def __call__(self, filters: list[Filter]) -> list[Filter]:
+        return self._reader.push_filters(filters)
+
+
+class BatchReader(DataSourceReader):
+    """[startingOffsets, endingOffsets) of every selected queue, split by minPartitions, less
+    what pushed filters rule out (connector.spark.pushdown)."""
+
+    def __init__(self, options: SourceOptions,
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
+        self.options = options
+        self.columns = columns
+        self.pushed = PushedFilters()
+
+    pushFilters = _PushFilters()
+
+    def push_filters(self, filters: list[Filter]) -> list[Filter]:
+        """Keep what the broker can answer (connector.spark.pushdown); return the rest to Spark.
+        The tag filter option and pushed tags are ANDed into the broker's tag expression."""
+        pushed, kept = push_filters(filters, self.columns.names)
+        if pushed.tags is not None and self.options.tag_filter is not None:
+            option_tags = frozenset(t.strip() for t in self.options.tag_filter.split("||"))
+            pushed = dataclasses.replace(pushed, tags=pushed.tags & option_tags)
+        self.pushed = pushed
+        if pushed.tags and not pushed.empty:
+            self.options = dataclasses.replace(
+                self.options, tag_filter=pushed.tag_filter(self.options.tag_filter))
+        if pushed.described:
+            logger.info("rocketha: pushed filters %s", ", ".join(pushed.described))
+        return kept
+
+    def partitions(self) -> list[InputPartition]:
+        if self.pushed.empty:
+            return []
+        replica_sets, bounds = discover(self.options)
+        if self.pushed.queue_ids is not None:
+            bounds = {ref: b for ref, b in bounds.items()
+                      if ref.queue_id in self.pushed.queue_ids}
+        start = check_starting(self.options, starting_offsets(
+            self.options, replica_sets, bounds, default="earliest"), bounds)
+        end = resolve_offsets(self.options.ending, bounds, option=ENDING_OFFSETS,
+                              default="latest")
+        ranges = narrow_ranges(
+            [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds],
+            replica_sets, self.options, self.pushed)
+        return _partitions(ranges, replica_sets, self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition, self.options, self.columns, self.pushed)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over queue offsets (see the module's state machine)."""
+
+    def __init__(self, options: SourceOptions,
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
+        self.options = options
+        self.columns = columns
+        self._replica_sets: dict[str, ReplicaSet] | None = None  # runner-side caches
+        self._latest: dict[QueueRef, int] | None = None
+        self._available_now: dict[QueueRef, int] | None = None
+        self._last_trigger_ms = int(time.time() * 1000)
+        self._group_committed: dict[QueueRef, int] = {}
+
+    def _discover(self) -> dict[QueueRef, Bounds]:
+        replica_sets, bounds = discover(self.options)
+        self._replica_sets = replica_sets
+        return bounds
+
+    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+        bounds = self._discover()
+        start = starting_offsets(self.options, self._replica_sets or {}, bounds,
+                                 default="latest")
+        return unflatten(check_starting(self.options, start, bounds))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = {ref: b.max_queue_offset for ref, b in self._discover().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
+        begin = flatten(start)
+        bounds = self._discover()
+        self._commit_group(begin)  # Spark plans a batch only once the previous one finished
+        check_positions(self.options, begin, bounds)
+        latest = {ref: b.max_queue_offset for ref, b in bounds.items()}
+        self._latest = dict(latest)
+        if self._available_now is not None:
+            latest = {ref: min(value, self._available_now[ref])
+                      for ref, value in latest.items() if ref in self._available_now}
+        # A new queue joins at its earliest offset, recorded in this batch's end without rows
+        # (so every later range has an explicit start, whatever retention does meanwhile);
+        # its rows come from the next batch on. A queue never moves backwards.
+        joined = {ref: bounds[ref].min_queue_offset for ref in latest if ref not in begin}
+        known = {ref: max(value, begin[ref]) for ref, value in latest.items() if ref in begin}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        now_ms = int(time.time() * 1000)
+        if not joined and self._available_now is None and trigger_waits(  # AvailableNow: drain
+                backlog(begin, known), self.options.min_offsets_per_trigger,
+                self._last_trigger_ms, now_ms, self.options.max_trigger_delay_ms):
+            return canonical(start)
+        end = {**admit(begin, known, max_rows), **joined}
+        for ref, value in begin.items():  # queues that vanished keep their position
+            end.setdefault(ref, value)
+        if end != begin:
+            self._last_trigger_ms = now_ms
+        return unflatten(end)
+
+    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+        return None if self._latest is None else unflatten(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore
+        begin, finish = flatten(start), flatten(end)
+        if begin == finish:
+            return []
+        if self._replica_sets is None or any(ref.broker_name not in self._replica_sets
+                                             for ref in finish):
+            self._discover()
+        # a queue that joined in this batch has no rows in it (see latestOffset)
+        ranges = [QueueRange(ref, begin.get(ref, value), value)
+                  for ref, value in finish.items()]
+        return _partitions(ranges, self._replica_sets or {}, self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition, self.options, self.columns)
+
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        self._commit_group(flatten(end))
+
+    def _commit_group(self, done: dict[QueueRef, int]) -> None:
+        """With groupId, record the query's progress as that group's offsets (best effort:
+        the checkpoint, not the group, is the source of truth). Spark calls commit(end) one
+        batch late, so latestOffset(start) also records `start`, which Spark has finished."""
+        if self.options.group_id is None or done == self._group_committed:
+            return
+        if self._replica_sets is None:
+            self._discover()
+        self._group_committed = dict(done)
+        for ref, queue_offset in done.items():
+            replica_set = (self._replica_sets or {}).get(ref.broker_name)
+            if replica_set is None:
+                continue
+            try:
+                admin = Admin(client_config(replica_set.endpoints,
+                                            self.options.request_timeout_ms, self.options.tls,
+                                            self.options.credentials))
+                admin.commit_offset(self.options.group_id, ref.topic, ref.queue_id, queue_offset)
+            except RocketHAError as err:
+                logger.warning("groupId %s: commit of %s/%s at %d failed: %s",
+                               self.options.group_id, ref.topic, ref.key, queue_offset, err)
+
+
+# -- writing ---------------------------------------------------------------------------------
+def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
+    """The replica set a task writes to: the same one on every attempt (idempotence)."""
+    routes = route_provider(options.brokers, options.controller, options.request_timeout_ms,
+                            options.tls, options.credentials)
+    replica_sets = sorted(routes.replica_sets())
+    if options.topic is not None and len(replica_sets) > 1:  # prefer those hosting the topic
+        hosting = [rs for rs in replica_sets
+                   if options.topic in topic_queue_counts(rs, options.request_timeout_ms,
+                                                          options.tls, options.credentials)]
+        replica_sets = hosting or replica_sets
+    return replica_sets[partition_id % len(replica_sets)]
+
+
+def _write(batches: Iterator[pa.RecordBatch], options: SinkOptions, columns: SinkColumns,
+           scope: str | None) -> SinkCommitMessage:
+    if options.worker_gc_freeze:
+        freeze_worker_heap_once()
+    context = TaskContext.get()
+    partition_id = context.partitionId() if context is not None else 0
+    producer_id = None
+    if options.exactly_once and scope is not None:
+        producer_id = producer_id_for(scope, partition_id)
+    return write_partition(batches, options=options, columns=columns,
+                           replica_set=_target(options, partition_id),
+                           partition_id=partition_id, producer_id=producer_id)
+
+
+def _log_commit(messages: Sequence[WriterCommitMessage | None], what: str) -> None:
+    done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+    logger.info("%s committed: %d rows (%d duplicates dropped by the broker) from %d tasks",
+                what, sum(m.rows for m in done), sum(m.duplicate_rows for m in done), len(done))
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """`df.write.format("rocketha").mode("append")`: task retries of one job are idempotent
+    (producer ids come from a per-job write id)."""
+
+    def __init__(self, options: SinkOptions, columns: SinkColumns, write_id: str) -> None:
+        self.options = options
+        self.columns = columns
+        self.write_id = write_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return _write(iterator, self.options, self.columns, f"w{self.write_id}")
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _log_commit(messages, f"batch write {self.write_id}")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        logger.warning("batch write %s aborted; rows written by finished tasks stay",
+                       self.write_id)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream.format("rocketha")`: exactly-once into the topic across task retries
+    and micro-batch replays (producer ids from the query id and the batch id)."""
+
+    def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
+        self.options = options
+        self.columns = columns
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        context = TaskContext.get()
+        scope = None
+        if context is not None:
+            query_id = context.getLocalProperty("sql.streaming.queryId")
+            batch_id = context.getLocalProperty("streaming.sql.batchId")
+            if query_id and batch_id is not None:
+                scope = f"{query_id.replace('-', '')}.{batch_id}"
+        if scope is None and self.options.exactly_once:
+            logger.warning("no streaming query id in the task context: exactly-once is off")
+        return _write(iterator, self.options, self.columns, scope)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _log_commit(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        logger.warning("micro-batch %d aborted; the replay's duplicates are dropped by the "
+                       "broker", batchId)

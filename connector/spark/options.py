@@ -1,0 +1,561 @@
+"""Spark options (`dict[str, str]`, case-insensitive keys) -> frozen, validated option objects.
+
+Parsed once, on the driver, from `DataSource.reader()/streamReader()/writer()/streamWriter()`;
+the frozen result is what the reader/writer objects hold and Spark pickles (plain values only).
+Every error names the option and the value. An option this connector does not know raises: a
+typo never silently falls back to a default.
+
+Keys are matched case-insensitively (Spark hands them over lower-cased in a CaseInsensitiveDict);
+the canonical spellings are the constants below.
+
+    where:     brokers | controller, and/or clientConfig (a client.properties: its
+               controllerAddr/brokerAddr when neither option is given, its tls.client.*
+               settings (the files it names must be readable on every executor), and its
+               accessKey/secretKey or credentialsFile (read on the driver)
+    who:       accessKey + secretKey | credentialsFile (instead of clientConfig's keys)
+    what:      subscribe | subscribePattern | assign                      (exactly one)
+    from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp, endingOffsets
+    how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions,
+               minRowsPerPartition
+    columns:   includeProperties, includeMetadata | columns   (the default schema; columns.py)
+    extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId, fetch*/requestTimeoutMs
+    sink:      topic, acceptStatuses, exactlyOnce, writeBatchRows, writeBatchBytes
+    workers:   workerGcFreeze (source and sink; connector/spark/worker_heap.py)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from conf.credentials import read_credentials_file
+from conf.signing import Credentials
+from conf.tls import (
+    NO_TLS,
+    ClientTLS,
+    TLSConfigError,
+    client_tls_from_properties,
+    read_properties,
+)
+from connector.errors import OptionError
+from connector.protocol import CODES
+from connector.spark.columns import ALL_COLUMN_NAMES, with_extras
+from connector.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    TopicOffsets,
+    parse_offsets_json,
+    parse_queue_key,
+)
+
+__all__ = [
+    "ACCEPT_STATUSES",
+    "ACCESS_KEY",
+    "ASSIGN",
+    "BROKERS",
+    "CLIENT_CONFIG",
+    "COLUMNS",
+    "CONTROLLER",
+    "CREDENTIALS_FILE",
+    "ENDING_OFFSETS",
+    "EXACTLY_ONCE",
+    "FAIL_ON_DATA_LOSS",
+    "FETCH_MAX_BYTES",
+    "FETCH_MAX_MESSAGES",
+    "FETCH_TIMEOUT_MS",
+    "GROUP_ID",
+    "INCLUDE_METADATA",
+    "INCLUDE_PROPERTIES",
+    "MAX_OFFSETS_PER_TRIGGER",
+    "MAX_TRIGGER_DELAY",
+    "MIN_OFFSETS_PER_TRIGGER",
+    "MIN_PARTITIONS",
+    "MIN_ROWS_PER_PARTITION",
+    "READ_COLD_FROM_TIER",
+    "READ_FROM_REPLICAS",
+    "READ_OPTIONS",
+    "REQUEST_TIMEOUT_MS",
+    "SECRET_KEY",
+    "STARTING_OFFSETS",
+    "STARTING_OFFSETS_BY_TIMESTAMP",
+    "STARTING_TIMESTAMP",
+    "SUBSCRIBE",
+    "SUBSCRIBE_PATTERN",
+    "TAG_FILTER",
+    "TIER_STORAGE_OPTIONS",
+    "TOPIC",
+    "WORKER_GC_FREEZE",
+    "WRITE_BATCH_BYTES",
+    "WRITE_BATCH_ROWS",
+    "WRITE_OPTIONS",
+    "SinkOptions",
+    "SourceOptions",
+    "parse_sink_options",
+    "parse_source_options",
+]
+
+BROKERS = "brokers"
+CONTROLLER = "controller"
+CLIENT_CONFIG = "clientConfig"
+REQUEST_TIMEOUT_MS = "requestTimeoutMs"
+SUBSCRIBE = "subscribe"
+SUBSCRIBE_PATTERN = "subscribePattern"
+ASSIGN = "assign"
+STARTING_OFFSETS = "startingOffsets"
+STARTING_OFFSETS_BY_TIMESTAMP = "startingOffsetsByTimestamp"
+STARTING_TIMESTAMP = "startingTimestamp"
+ENDING_OFFSETS = "endingOffsets"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
+MIN_OFFSETS_PER_TRIGGER = "minOffsetsPerTrigger"
+MAX_TRIGGER_DELAY = "maxTriggerDelay"
+MIN_PARTITIONS = "minPartitions"
+# Ranges smaller than this share a read task (planning.pack_groups); 0: one task per range.
+MIN_ROWS_PER_PARTITION = "minRowsPerPartition"
+MIN_ROWS_PER_PARTITION_DEFAULT = 500_000
+TAG_FILTER = "tagFilter"
+READ_FROM_REPLICAS = "readFromReplicas"
+GROUP_ID = "groupId"
+FETCH_MAX_MESSAGES = "fetchMaxMessages"
+FETCH_MAX_BYTES = "fetchMaxBytes"
+FETCH_TIMEOUT_MS = "fetchTimeoutMs"
+READ_COLD_FROM_TIER = "readColdFromTier"
+TIER_STORAGE_OPTIONS = "tierStorageOptions"
+# The tier's S3 keys as options of their own: Spark's default spark.redaction.regex
+# ((?i)secret|password|token|access[.]?key) hides their values in plans and the UI, which it
+# cannot do for a "secret" inside tierStorageOptions' JSON.
+TIER_S3_ACCESS_KEY_ID = "tierS3AccessKeyId"
+TIER_S3_SECRET_ACCESS_KEY = "tierS3SecretAccessKey"
+TOPIC = "topic"
+# gc.freeze() in each Spark Python worker at its first task of ours (connector/spark/worker_heap.py)
+WORKER_GC_FREEZE = "workerGcFreeze"
+ACCEPT_STATUSES = "acceptStatuses"
+EXACTLY_ONCE = "exactlyOnce"
+WRITE_BATCH_ROWS = "writeBatchRows"
+WRITE_BATCH_BYTES = "writeBatchBytes"
+INCLUDE_PROPERTIES = "includeProperties"
+INCLUDE_METADATA = "includeMetadata"
+COLUMNS = "columns"
+# Authentication (issue 16): the user's keys, or a file holding them (accessKey=/secretKey=
+# lines, mode 0600, read on the driver). Spark's default spark.redaction.regex
+# ((?i)secret|password|token|access[.]?key) redacts accessKey's and secretKey's values in
+# plans, the UI and logs (tests/connector/test_auth_options.py checks the names match).
+ACCESS_KEY = "accessKey"
+SECRET_KEY = "secretKey"
+CREDENTIALS_FILE = "credentialsFile"
+
+_COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG, ACCESS_KEY, SECRET_KEY,
+           CREDENTIALS_FILE, WORKER_GC_FREEZE)
+READ_OPTIONS = frozenset(_COMMON + (
+    SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
+    STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
+    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, MIN_ROWS_PER_PARTITION,
+    TAG_FILTER, READ_FROM_REPLICAS,
+    GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
+    TIER_STORAGE_OPTIONS, TIER_S3_ACCESS_KEY_ID, TIER_S3_SECRET_ACCESS_KEY,
+    INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
+WRITE_OPTIONS = frozenset(_COMMON + (
+    TOPIC, ACCEPT_STATUSES, EXACTLY_ONCE, WRITE_BATCH_ROWS, WRITE_BATCH_BYTES))
+# Spark adds these itself (writeStream's checkpoint, and its queryName: DataStreamWriter
+# passes both to the sink as options): accepted, unused.
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
+
+_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # the broker's topic/group rule
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
+_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_PUT_STATUSES = frozenset(entry.name for entry in CODES.values() if entry.stored)
+INT_MAX = (1 << 63) - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SourceOptions:
+    """Everything a reader needs, validated. Offsets use the canonical layout (offsets.py)."""
+
+    brokers: tuple[str, ...]
+    controller: str | None
+    request_timeout_ms: int
+    subscribe: tuple[str, ...]
+    subscribe_pattern: str | None
+    assign: TopicOffsets | None  # topic -> queue key -> 0 (the keys are what matters)
+    starting: str | TopicOffsets  # "earliest" | "latest" | JSON (-2 earliest, -1 latest)
+    starting_by_timestamp: TopicOffsets | None  # topic -> queue key -> epoch ms
+    starting_timestamp_ms: int | None
+    ending: str | TopicOffsets  # "latest" | JSON (-1 latest); batch reads only
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    min_partitions: int | None
+    min_rows_per_partition: int
+    tag_filter: str | None
+    read_from_replicas: bool
+    group_id: str | None
+    fetch_max_messages: int
+    fetch_max_bytes: int
+    fetch_timeout_ms: int
+    read_cold_from_tier: bool = False
+    # for executors' object reads; may hold the S3 secret: never in a repr
+    tier_storage_options: tuple[tuple[str, str], ...] = dataclasses.field(default=(),
+                                                                           repr=False)
+    columns: tuple[str, ...] = ALL_COLUMN_NAMES  # the default schema's (columns.py)
+    tls: ClientTLS = NO_TLS  # from clientConfig (file paths only: picklable, no secret)
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
+    worker_gc_freeze: bool = True
+
+    def topic_matches(self, topic: str) -> bool:
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.subscribe_pattern is not None:
+            return re.fullmatch(self.subscribe_pattern, topic) is not None
+        assert self.assign is not None
+        return topic in self.assign
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SinkOptions:
+    brokers: tuple[str, ...]
+    controller: str | None
+    request_timeout_ms: int
+    topic: str | None
+    accept_statuses: frozenset[str]
+    exactly_once: bool
+    write_batch_rows: int
+    write_batch_bytes: int
+    tls: ClientTLS = NO_TLS  # from clientConfig
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
+    worker_gc_freeze: bool = True
+
+
+def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
+    """Canonical key -> value; raises on an unknown key (listing the known ones)."""
+    by_lower = {name.lower(): name for name in known}
+    result: dict[str, str] = {}
+    for raw_key, value in options.items():
+        lower = str(raw_key).lower()
+        if lower in _SPARK_OPTIONS:
+            continue
+        name = by_lower.get(lower)
+        if name is None:
+            raise OptionError(f"unknown option {raw_key!r} for rocketha; known options: "
+                              f"{', '.join(sorted(known))}")
+        if not isinstance(value, str):
+            value = str(value)
+        result[name] = value
+    return result
+
+
+def _int(values: dict[str, str], name: str, default: int | None, low: int,
+         high: int = INT_MAX) -> int | None:
+    text = values.get(name)
+    if text is None:
+        return default
+    try:
+        number = int(text.strip())
+    except ValueError as err:
+        raise OptionError(f"option {name}: {text!r} is not an integer") from err
+    if not low <= number <= high:
+        raise OptionError(f"option {name}: {number} is outside [{low}, {high}]")
+    return number
+
+
+def _bool(values: dict[str, str], name: str, default: bool) -> bool:
+    text = values.get(name)
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise OptionError(f"option {name}: {text!r} must be true or false")
+    return lowered == "true"
+
+
+def _duration_ms(values: dict[str, str], name: str, default: int) -> int:
+    text = values.get(name)
+    if text is None:
+        return default
+    match = _DURATION.match(text)
+    if match is None:
+        raise OptionError(f"option {name}: {text!r} is not a duration like 500ms, 30s, 15m, 1h")
+    return int(match.group(1)) * _DURATION_MS[match.group(2)]
+
+
+def _name(name: str, value: str) -> str:
+    if not _NAME_PATTERN.match(value):
+        raise OptionError(f"option {name}: {value!r} must match ^[%|a-zA-Z0-9_-]+$ "
+                          f"(at most 127 characters)")
+    return value
+
+
+def _client_config(values: dict[str, str]) -> tuple[ClientTLS, str | None]:
+    """The clientConfig file's TLS settings, and the file that holds the user's keys (the
+    client.properties itself when it has secretKey=, or the credentialsFile= it names; None:
+    no keys). Its addresses fill brokers/controller in `values` when neither option names
+    any."""
+    path = values.get(CLIENT_CONFIG)
+    if path is None:
+        return NO_TLS, None
+    path = path.strip()
+    try:
+        properties = read_properties(path)
+        tls = client_tls_from_properties(properties)
+    except (OSError, TLSConfigError) as err:
+        raise OptionError(f"option {CLIENT_CONFIG}: {path!r}: {err}") from err
+    if BROKERS not in values and CONTROLLER not in values:
+        if properties.get("controllerAddr"):
+            values[CONTROLLER] = properties["controllerAddr"]
+        elif properties.get("brokerAddr"):
+            values[BROKERS] = properties["brokerAddr"]
+    keys_file = (path if properties.get("secretKey")
+                 else properties.get("credentialsFile") or None)
+    return tls, keys_file
+
+
+def _endpoints(values: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
+    brokers_text, controller = values.get(BROKERS), values.get(CONTROLLER)
+    if (brokers_text is None) == (controller is None):
+        raise OptionError(f"exactly one of options {BROKERS} (HOST:PORT,...) and {CONTROLLER} "
+                          f"is required, got {'both' if brokers_text else 'neither'}")
+    if brokers_text is None:
+        return (), controller
+    brokers = tuple(part.strip() for part in brokers_text.split(",") if part.strip())
+    if not brokers:
+        raise OptionError(f"option {BROKERS}: {brokers_text!r} names no HOST:PORT")
+    for endpoint in brokers:
+        host, sep, port = endpoint.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise OptionError(f"option {BROKERS}: {endpoint!r} is not HOST:PORT")
+    return brokers, None
+
+
+def _tag_filter(values: dict[str, str]) -> str | None:
+    text = values.get(TAG_FILTER)
+    if text is None or text.strip() in ("", "*"):
+        return None
+    if any(not part.strip() for part in text.split("||")):
+        raise OptionError(f"option {TAG_FILTER}: {text!r} has an empty tag; "
+                          "use 'TagA || TagB' or '*'")
+    return text
+
+
+def _starting(values: dict[str, str]) -> str | TopicOffsets:
+    text = values.get(STARTING_OFFSETS, "").strip()
+    if not text:
+        return ""  # the caller picks: earliest for batch, latest for streaming
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    return parse_offsets_json(text, STARTING_OFFSETS, low=EARLIEST)
+
+
+def _ending(values: dict[str, str]) -> str | TopicOffsets:
+    text = values.get(ENDING_OFFSETS, "latest").strip()
+    if text.lower() == "latest":
+        return "latest"
+    if text.lower() == "earliest":
+        raise OptionError(f"option {ENDING_OFFSETS}: 'earliest' is not allowed (an empty read); "
+                          "use 'latest' or JSON")
+    offsets = parse_offsets_json(text, ENDING_OFFSETS, low=LATEST)
+    return offsets
+
+
+def _subscription(values: dict[str, str]
+                  ) -> tuple[tuple[str, ...], str | None, TopicOffsets | None]:
+    given = [name for name in (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN) if name in values]
+    if len(given) != 1:
+        raise OptionError(f"exactly one of options {SUBSCRIBE}, {SUBSCRIBE_PATTERN}, {ASSIGN} "
+                          f"is required, got {given or 'none'}")
+    if SUBSCRIBE in values:
+        topics = tuple(_name(SUBSCRIBE, part.strip())
+                       for part in values[SUBSCRIBE].split(",") if part.strip())
+        if not topics:
+            raise OptionError(f"option {SUBSCRIBE}: {values[SUBSCRIBE]!r} names no topic")
+        return topics, None, None
+    if SUBSCRIBE_PATTERN in values:
+        pattern = values[SUBSCRIBE_PATTERN]
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise OptionError(f"option {SUBSCRIBE_PATTERN}: {pattern!r} is not a valid "
+                              f"regular expression ({err})") from err
+        return (), pattern, None
+    return (), None, _assign(values[ASSIGN])
+
+
+def _assign(text: str) -> TopicOffsets:
+    """{"topic": ["broker-a:0", ...]} -> topic -> queue key -> 0."""
+    try:
+        value: Any = json.loads(text)
+    except ValueError as err:
+        raise OptionError(f"option {ASSIGN}: not valid JSON ({err}): {text[:200]!r}") from err
+    if not isinstance(value, dict) or not value:
+        raise OptionError(f'option {ASSIGN}: expected {{"<topic>": ["<brokerName>:<queueId>", '
+                          f'...]}}, got {text[:200]!r}')
+    result: TopicOffsets = {}
+    for topic, keys in value.items():
+        _name(ASSIGN, topic)
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            raise OptionError(f"option {ASSIGN}: topic {topic!r} must map to a non-empty list of "
+                              "'<brokerName>:<queueId>' strings")
+        for key in keys:
+            parse_queue_key(key, f"option {ASSIGN}")
+        result[topic] = {key: 0 for key in sorted(set(keys))}
+    return dict(sorted(result.items()))
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate reader options; raises OptionError naming the option."""
+    values = _normalize(options, READ_OPTIONS)
+    tls, keys_file = _client_config(values)
+    brokers, controller = _endpoints(values)
+    subscribe, pattern, assign = _subscription(values)
+    by_timestamp = None
+    if STARTING_OFFSETS_BY_TIMESTAMP in values:
+        by_timestamp = parse_offsets_json(values[STARTING_OFFSETS_BY_TIMESTAMP],
+                                          STARTING_OFFSETS_BY_TIMESTAMP, low=0)
+    starting_timestamp = _int(values, STARTING_TIMESTAMP, None, 0)
+    if by_timestamp is not None and starting_timestamp is not None:
+        raise OptionError(f"options {STARTING_TIMESTAMP} and {STARTING_OFFSETS_BY_TIMESTAMP} "
+                          "exclude each other")
+    max_per_trigger = _int(values, MAX_OFFSETS_PER_TRIGGER, None, 1)
+    min_per_trigger = _int(values, MIN_OFFSETS_PER_TRIGGER, None, 1)
+    if max_per_trigger is not None and min_per_trigger is not None \
+            and min_per_trigger > max_per_trigger:
+        raise OptionError(f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) must be <= "
+                          f"{MAX_OFFSETS_PER_TRIGGER} ({max_per_trigger})")
+    group_id = values.get(GROUP_ID)
+    return SourceOptions(
+        brokers=brokers, controller=controller,
+        request_timeout_ms=_int(values, REQUEST_TIMEOUT_MS, 10_000, 1),  # type: ignore[arg-type]
+        subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
+        starting=_starting(values), starting_by_timestamp=by_timestamp,
+        starting_timestamp_ms=starting_timestamp, ending=_ending(values),
+        fail_on_data_loss=_bool(values, FAIL_ON_DATA_LOSS, True), tls=tls,
+        max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
+        min_partitions=_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
+        min_rows_per_partition=_int(values, MIN_ROWS_PER_PARTITION,  # type: ignore[arg-type]
+                                    MIN_ROWS_PER_PARTITION_DEFAULT, 0, 1 << 40),
+        tag_filter=_tag_filter(values),
+        read_from_replicas=_bool(values, READ_FROM_REPLICAS, False),
+        group_id=None if group_id is None else _name(GROUP_ID, group_id),
+        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
+        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
+        fetch_timeout_ms=_int(values, FETCH_TIMEOUT_MS, 60_000, 1),  # type: ignore[arg-type]
+        read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
+        tier_storage_options=_tier_storage_options(values),
+        columns=_columns(values),
+        credentials=_credentials(values, keys_file),
+        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
+    )
+
+
+def _credentials(values: Mapping[str, str], keys_file: str | None = None
+                 ) -> Credentials | None:
+    """accessKey + secretKey, or credentialsFile, else the keys of the clientConfig file
+    (`keys_file`); none: unsigned calls. Errors never quote a secret."""
+    access_key, secret_key = values.get(ACCESS_KEY), values.get(SECRET_KEY)
+    path = values.get(CREDENTIALS_FILE)
+    if path is None and access_key is None and secret_key is None and keys_file is not None:
+        try:
+            return read_credentials_file(keys_file, f"option {CLIENT_CONFIG}: keys file")
+        except (OSError, ValueError) as err:
+            raise OptionError(str(err)) from None
+    if path is not None:
+        if access_key is not None or secret_key is not None:
+            raise OptionError(f"option {CREDENTIALS_FILE} excludes {ACCESS_KEY} and "
+                              f"{SECRET_KEY}")
+        try:
+            return read_credentials_file(path, f"option {CREDENTIALS_FILE}")
+        except (OSError, ValueError) as err:
+            raise OptionError(str(err)) from None
+    if (access_key is None) != (secret_key is None):
+        raise OptionError(f"options {ACCESS_KEY} and {SECRET_KEY} go together")
+    if access_key is None or secret_key is None:
+        return None
+    if not access_key.strip() or not secret_key:
+        raise OptionError(f"options {ACCESS_KEY} and {SECRET_KEY} must not be empty")
+    return Credentials(access_key.strip(), secret_key)
+
+
+def _columns(values: dict[str, str]) -> tuple[str, ...]:
+    """The default schema's columns: `columns` (a list, or * for all), else the lean default
+    plus what includeProperties / includeMetadata add. `columns` excludes the other two."""
+    include_properties = _bool(values, INCLUDE_PROPERTIES, False)
+    include_metadata = _bool(values, INCLUDE_METADATA, False)
+    text = values.get(COLUMNS)
+    if text is None:
+        return with_extras(include_properties=include_properties,
+                           include_metadata=include_metadata)
+    if INCLUDE_PROPERTIES in values or INCLUDE_METADATA in values:
+        raise OptionError(f"option {COLUMNS} excludes {INCLUDE_PROPERTIES} and "
+                          f"{INCLUDE_METADATA} (list the columns instead)")
+    if text.strip() == "*":
+        return ALL_COLUMN_NAMES
+    names = tuple(part.strip() for part in text.split(","))
+    by_lower = {name.lower(): name for name in ALL_COLUMN_NAMES}
+    result: list[str] = []
+    for part in names:
+        name = by_lower.get(part.lower())
+        if name is None:
+            raise OptionError(f"option {COLUMNS}: unknown column {part!r}; the source's "
+                              f"columns are {', '.join(ALL_COLUMN_NAMES)} (or *)")
+        if name in result:
+            raise OptionError(f"option {COLUMNS}: column {name!r} is listed twice")
+        result.append(name)
+    return tuple(result)
+
+
+def _tier_storage_options(values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """tierStorageOptions, with tierS3AccessKeyId / tierS3SecretAccessKey as `key`/`secret`."""
+    merged = dict(_string_map(values, TIER_STORAGE_OPTIONS))
+    for option, key in ((TIER_S3_ACCESS_KEY_ID, "key"), (TIER_S3_SECRET_ACCESS_KEY, "secret")):
+        if option in values:
+            if key in merged:
+                raise OptionError(f"option {option}: also given as {key!r} in "
+                                  f"{TIER_STORAGE_OPTIONS}; give it once")
+            merged[key] = values[option]
+    return tuple(sorted(merged.items()))
+
+
+def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of strings (e.g. S3 endpoint and credentials), sorted key/value pairs."""
+    text = values.get(option)
+    if text is None:
+        return ()
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise OptionError(f"option {option}: not JSON ({str(err)[:100]})") from None
+    if not isinstance(parsed, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
+        raise OptionError(f"option {option}: expected a JSON object of strings")
+    return tuple(sorted(parsed.items()))
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate writer options; raises OptionError naming the option."""
+    values = _normalize(options, WRITE_OPTIONS)
+    tls, keys_file = _client_config(values)
+    brokers, controller = _endpoints(values)
+    topic = values.get(TOPIC)
+    statuses_text = values.get(ACCEPT_STATUSES, "PUT_OK")
+    statuses = frozenset(part.strip().upper() for part in statuses_text.split(",")
+                         if part.strip())
+    unknown = sorted(statuses - _PUT_STATUSES)
+    if not statuses or unknown:
+        raise OptionError(f"option {ACCEPT_STATUSES}: {statuses_text!r} must list put statuses "
+                          f"from {sorted(_PUT_STATUSES)} (unknown: {unknown})")
+    return SinkOptions(
+        brokers=brokers, controller=controller,
+        request_timeout_ms=_int(values, REQUEST_TIMEOUT_MS, 10_000, 1),  # type: ignore[arg-type]
+        topic=None if topic is None else _name(TOPIC, topic),
+        accept_statuses=statuses,
+        exactly_once=_bool(values, EXACTLY_ONCE, True),
+        write_batch_rows=_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
+        write_batch_bytes=_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
+                               64 << 20),
+        tls=tls,
+        credentials=_credentials(values, keys_file),
+        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
+    )

@@ -1,0 +1,7 @@
+"""`python -m controller.admin`."""
+
+import sys
+
+from controller.admin.main import main
+
+sys.exit(main())

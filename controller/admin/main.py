@@ -1,0 +1,192 @@
+"""`rocketha-admin --controller ...` (or `python -m controller.admin`): operate the controllers.
+
+    python -m controller.admin --controller 'H:P;H:P;H:P' status
+    python -m controller.admin --controller H:P cluster
+    python -m controller.admin --controller H:P replica broker-a
+    python -m controller.admin --controller H:P elect broker-a [--broker-id 2]
+    python -m controller.admin --controller H:P clean broker-a [--broker-id 3 ...]
+    python -m controller.admin --controller H:P routes TOPIC
+    python -m controller.admin --controller H:P user|acl ...   (controller/admin/users.py)
+
+With authentication on, `--credentials-file FILE` (accessKey= and secretKey= lines, mode 0600)
+or the keys of `--client-config FILE` (a client.properties, which also gives the tls.client.*
+settings) sign every call; user and acl commands need a Super user.
+
+Each command prints an aligned table (`--json`: the controller's JSON reply as it came,
+`--json-lines`: one object per row). Requests go to the first address and follow
+`NOT_LEADER` redirects (at most REDIRECTS_MAX hops, trying the next listed address when the
+leader is unknown, until --timeout-s). Exit status: 0 when the reply's status is OK (or
+MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or unreachable
+controllers. `status` asks every listed controller for its own view (no redirect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from pyarrow import flight
+
+from conf.signing import Credentials, action_target, sign_headers
+from conf.tls import (
+    NO_TLS,
+    ClientTLS,
+    client_tls_from_properties,
+    connect_flight,
+    read_properties,
+)
+from controller.admin.tables import print_reply
+from controller.admin.users import AUTH_COMMANDS, add_auth_parsers, auth_request
+from controller.auth.verify import read_credentials_file
+
+__all__ = ["main"]
+
+REDIRECTS_MAX = 16
+RETRY_INTERVAL_S = 0.1
+
+
+def client_config(path: str) -> tuple[ClientTLS, Credentials | None]:
+    """The tls.client.* settings and the user's keys of a client.properties: accessKey= and
+    secretKey= in it (then the file must be its owner's only, as a credentials file) or
+    credentialsFile= naming one. Raises ValueError naming the file."""
+    try:
+        properties = read_properties(path)
+        tls = client_tls_from_properties(properties)
+    except ValueError as err:  # TLSConfigError is a ValueError
+        raise ValueError(f"--client-config {path}: {err}") from err
+    if properties.get("secretKey"):
+        return tls, read_credentials_file(path, "--client-config")
+    if properties.get("credentialsFile"):
+        return tls, read_credentials_file(properties["credentialsFile"],
+                                          f"--client-config {path}: credentialsFile")
+    return tls, None
+
+
+def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float,
+          tls: ClientTLS = NO_TLS, credentials: Credentials | None = None) -> dict[str, Any]:
+    client = connect_flight(endpoint, tls)
+    try:
+        payload = json.dumps(body).encode()
+        headers = [] if credentials is None else sign_headers(
+            credentials, "DO_ACTION", action_target(action, payload), int(time.time() * 1000))
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        results = list(client.do_action(flight.Action(action, payload), options))
+        return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
+    finally:
+        client.close()
+
+
+def call_leader(addresses: list[str], action: str, body: dict[str, Any],
+                timeout_s: float, tls: ClientTLS = NO_TLS,
+                credentials: Credentials | None = None) -> dict[str, Any]:
+    """Call the leader, following redirects. Raises ConnectionError when nobody answers."""
+    deadline = time.monotonic() + timeout_s
+    turn, endpoint = 0, addresses[0]
+    last: dict[str, Any] | str = "no reply"
+    for _ in range(REDIRECTS_MAX * len(addresses)):
+        if time.monotonic() >= deadline:
+            break
+        try:
+            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()), tls,
+                          credentials)
+        except (flight.FlightServerError, flight.FlightUnauthenticatedError,
+                flight.FlightUnauthorizedError):
+            raise  # a refused request (BAD_REQUEST, NO_PERMISSION...): no point elsewhere
+        except flight.FlightError as err:
+            last = f"{endpoint}: {err}"
+            reply = {"status": "UNREACHABLE", "leader_address": None}
+        if reply["status"] not in ("NOT_LEADER", "UNREACHABLE", "BUSY"):
+            return reply
+        last = reply
+        if reply.get("leader_address") and reply["leader_address"] != endpoint:
+            endpoint = reply["leader_address"]
+            continue
+        turn += 1
+        endpoint = addresses[turn % len(addresses)]
+        time.sleep(RETRY_INTERVAL_S)
+    raise ConnectionError(f"no controller leader answered {action}: last {last}")
+
+
+def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    if args.command == "cluster":
+        return "cluster_list", {}
+    if args.command == "replica":
+        return "get_replica_info", {"broker_name": args.broker_name}
+    if args.command == "elect":
+        return "elect_master", {"broker_name": args.broker_name,
+                                "designated_broker_id": args.broker_id}
+    if args.command == "clean":
+        return "clean_broker_data", {"broker_name": args.broker_name,
+                                     "broker_ids": args.broker_id or []}
+    return "get_routes", {"topic": args.topic}
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m controller.admin") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("--controller", required=True,
+                        help="client address(es) of the controllers, ';'- or ','-separated")
+    parser.add_argument("--timeout-s", type=float, default=10.0)
+    parser.add_argument("--client-config", metavar="FILE",
+                        help="client.properties (controllerAddr, tls.client.*, the user's "
+                             "accessKey/secretKey or credentialsFile)")
+    parser.add_argument("--credentials-file", default=None,
+                        help="accessKey= and secretKey= lines (mode 0600): sign every call "
+                             "(instead of --client-config's keys)")
+    output = argparse.ArgumentParser(add_help=False)
+    formats = output.add_mutually_exclusive_group()
+    formats.add_argument("--json", dest="output", action="store_const", const="json",
+                         default="table", help="the controller's reply as JSON")
+    formats.add_argument("--json-lines", dest="output", action="store_const",
+                         const="json-lines", help="one JSON object per table row")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("status", parents=[output])
+    commands.add_parser("cluster", parents=[output])
+    for name in ("replica", "elect", "clean"):
+        sub = commands.add_parser(name, parents=[output])
+        sub.add_argument("broker_name")
+        if name == "elect":
+            sub.add_argument("--broker-id", type=int, default=None)
+        if name == "clean":
+            sub.add_argument("--broker-id", type=int, action="append")
+    commands.add_parser("routes", parents=[output]).add_argument("topic")
+    add_auth_parsers(commands, output)
+    args = parser.parse_args(argv)
+    try:
+        tls, credentials = (client_config(args.client_config) if args.client_config
+                            else (NO_TLS, None))
+        if args.credentials_file:
+            credentials = read_credentials_file(args.credentials_file, "--credentials-file")
+        action, body = (auth_request(args) if args.command in AUTH_COMMANDS
+                        else ("", {}) if args.command == "status" else _request(args))
+    except (OSError, ValueError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
+    if not addresses:
+        parser.error("--controller names no address")
+    if args.command == "status":
+        views = []
+        for address in addresses:
+            try:
+                views.append({"address": address, **_call(address, "controller_status", {},
+                                                          args.timeout_s, tls, credentials)})
+            except flight.FlightError as err:
+                views.append({"address": address, "status": "UNREACHABLE", "error": str(err)})
+        print_reply("status", views, args.output)
+        return 0 if all(v["status"] == "OK" for v in views) else 1
+    try:
+        reply = call_leader(addresses, action, body, args.timeout_s, tls, credentials)
+    except (ConnectionError, flight.FlightServerError, flight.FlightUnauthenticatedError,
+            flight.FlightUnauthorizedError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    print_reply(args.command, reply, args.output)
+    good = ("OK", "MASTER_STILL_EXIST") if args.command == "elect" else ("OK",)
+    return 0 if reply["status"] in good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m controller.console`."""
+
+import sys
+
+from controller.console.app import main
+
+sys.exit(main())
