@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""rocketha's one dev and CI entry point (imported by nothing).
+"""rocketha's one dev and CI entry point (imported only by tests/test_build_setup.py).
 
-    python3 build.py setup            create or refresh .venv and install the project (+ extras)
-    python3 build.py test [ARGS...]   setup, then the default test suite (extra ARGS go to pytest)
+    python3 build.py setup            the suite's Debian packages (SYSTEM_PACKAGES), then create
+                                      or refresh .venv and install the project (+ extras)
+    python3 build.py test [ARGS...]   setup, then the default test suite, its 15 slowest tests
+                                      last (extra ARGS go to pytest, and skip the Debian packages)
     python3 build.py bench NAME [--json]   run a benchmark from tests/bench/ (e.g. `storage`)
     python3 build.py bench all [--json]    every benchmark, one after another; their JSON in one
                                       file (.bench-tmp/bench-all-<UTC time>.json)
@@ -41,10 +43,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 import venv
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -53,6 +58,7 @@ VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 CONSTRAINTS_FILE = ROOT / "constraints.txt"  # exact versions; pyproject.toml has the ranges
 EXTRAS = "spark,test,fuzz"
+DEFAULT_SUITE_ARGS = ["--durations=15"]  # `test` without pytest arguments: 15 slowest last
 BENCHES = {
     "tier": "tests/bench/bench_tier.py",
     "storage": "tests/bench/bench_storage.py",
@@ -72,6 +78,18 @@ BENCHES = {
     "topics": "tests/bench/bench_topics.py",
     "system_log": "tests/bench/bench_system_log.py",
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
+}
+# The Debian packages the default suite needs: package -> (the commands whose presence proves
+# it is installed, why the suite needs it). `setup` and `test` install the missing ones.
+SYSTEM_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
+    # tests/integration/test_console.py drives Chromium through chromedriver (Selenium)
+    "chromium": (("chromium",), "the console's browser test"),
+    "chromium-driver": (("chromedriver",), "the console's browser test"),
+    # tests/support/lazyfs.py mounts through libfuse 3 and unmounts with fusermount3
+    "fuse3": (("fusermount3",), "the chaos run's power-loss file system"),
+    # tests/integration/test_rmq_proxy.py: the Node.js RocketMQ client, installed with npm
+    "nodejs": (("node",), "the Node.js RocketMQ client's smoke test"),
+    "npm": (("npm",), "the Node.js RocketMQ client's smoke test"),
 }
 
 
@@ -108,9 +126,69 @@ def setup() -> Path:
     return VENV_PYTHON
 
 
+@dataclass(frozen=True)
+class SystemPlan:
+    """What to do about SYSTEM_PACKAGES: nothing (both empty), apt-get install `install`, or
+    stop before the suite with `refusal` (a message naming the packages and the command)."""
+
+    install: tuple[str, ...] = ()
+    refusal: str = ""
+
+
+def plan_system_packages(present: Collection[str], is_root: bool, has_apt: bool) -> SystemPlan:
+    """The decision alone (no IO): `present` holds the commands found on PATH."""
+    missing = tuple(name for name, (commands, _why) in SYSTEM_PACKAGES.items()
+                    if not all(command in present for command in commands))
+    if not missing:
+        return SystemPlan()
+    if is_root and has_apt:
+        return SystemPlan(install=missing)
+    reasons = "\n".join(f"  {name} ({SYSTEM_PACKAGES[name][1]})" for name in missing)
+    how = ("as root" if has_apt else
+           "as root (this machine has no apt-get: use its package manager's equivalents)")
+    return SystemPlan(refusal=(
+        f"build.py: the test suite needs Debian packages that are missing:\n{reasons}\n"
+        f"install them {how}, then run build.py again:\n"
+        f"  apt-get update && apt-get install -y {' '.join(missing)}"))
+
+
+def provide_system_packages() -> int:
+    """Install the suite's missing Debian packages, or say which and how; 0 when all are there.
+
+    Why here: the README's `python3 build.py test` must pass on a fresh machine by itself, so
+    what the suite needs beyond pip (a browser, FUSE, Node.js) is provided by the same command
+    CI runs, not by a CI-only script. Root with apt-get installs; anyone else gets exit 2 and
+    the exact command before the suite starts, instead of a red suite minutes later."""
+    commands = {command for commands, _why in SYSTEM_PACKAGES.values() for command in commands}
+    plan = plan_system_packages(
+        present={command for command in commands if shutil.which(command)},
+        is_root=os.geteuid() == 0, has_apt=shutil.which("apt-get") is not None)
+    if plan.refusal:
+        print(plan.refusal, file=sys.stderr)
+        return 2
+    if not plan.install:
+        return 0
+    for name in plan.install:
+        print(f"build.py: installing {name} ({SYSTEM_PACKAGES[name][1]})", flush=True)
+    try:
+        _run(["apt-get", "update", "-qq"])
+        _run(["apt-get", "install", "-y", "-qq", *plan.install],
+             env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    except subprocess.CalledProcessError as err:
+        print(f"build.py: apt-get failed (exit {err.returncode}); the suite needs "
+              f"{' '.join(plan.install)}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def test(pytest_args: list[str]) -> int:
-    """The default suite (ruff first: the tree is kept lint-clean, DEBTS.md 8); with pytest
-    arguments only what they select, without the lint."""
+    """The default suite (the Debian packages it needs, then ruff: the tree is kept
+    lint-clean, DEBTS.md 8; the 15 slowest tests printed last, so drift shows); with pytest
+    arguments only what they select, without the packages, the lint or the durations."""
+    if not pytest_args:
+        refused = provide_system_packages()
+        if refused:
+            return refused
     python = setup()
     if not pytest_args:
         linted = subprocess.run([str(python), "-m", "ruff", "check", "."], cwd=ROOT,
@@ -120,7 +198,7 @@ def test(pytest_args: list[str]) -> int:
                   file=sys.stderr)
             return linted.returncode
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    argv = [str(python), "-m", "pytest", *pytest_args]
+    argv = [str(python), "-m", "pytest", *(pytest_args or DEFAULT_SUITE_ARGS)]
     print("+", " ".join(argv), flush=True)
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
 
@@ -236,6 +314,9 @@ def main(argv: list[str]) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "setup":
+        refused = provide_system_packages()
+        if refused:
+            return refused
         setup()
         return 0
     if command == "test":

@@ -29,7 +29,8 @@ CHROMEDRIVER = shutil.which("chromedriver")
 def browser():  # type: ignore[no-untyped-def]
     assert CHROMIUM and CHROMEDRIVER, (  # not a skip: the console's test must run
         "the console test needs Debian's chromium and chromium-driver: "
-        "apt-get install -y chromium chromium-driver (.ci/run does)")
+        "`python3 build.py test` (or `python3 build.py setup`) installs them as root with "
+        "apt-get, else says how")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
