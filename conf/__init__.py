@@ -1,4 +1,34 @@
 """The shared leaf every process imports: configuration, TLS settings, request signing,
-credentials files. It imports nothing of ours; the example `*.conf` files beside it are data."""
+credentials files. It imports nothing of ours; the example `*.conf` files beside it are data.
 
-__all__: list[str] = []
+The configuration toolkit: one properties reader (conf/properties.py), one parser per value
+type (conf/values.py), typed keys and the "did you mean" of unknown keys (conf/keys.py), and the
+credentials-file reader (conf/credentials.py). TLS (conf/tls.py, pulls in pyarrow.flight) and
+signing (conf/signing.py) are imported from their modules.
+"""
+
+from conf.credentials import read_credentials_file, read_private_file
+from conf.keys import Key, closest_key, unknown_key_message
+from conf.properties import (
+    PropertiesError,
+    format_property,
+    parse_properties,
+    read_properties_file,
+)
+from conf.values import BadValueError, parse_bool, parse_duration_ms, parse_size_bytes
+
+__all__ = [
+    "BadValueError",
+    "Key",
+    "PropertiesError",
+    "closest_key",
+    "format_property",
+    "parse_bool",
+    "parse_duration_ms",
+    "parse_properties",
+    "parse_size_bytes",
+    "read_credentials_file",
+    "read_private_file",
+    "read_properties_file",
+    "unknown_key_message",
+]

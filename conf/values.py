@@ -1,0 +1,67 @@
+"""Typed values of configuration keys and options: booleans, sizes, durations. One parser each.
+
+Every process spells a boolean the same way (RocketMQ's: `true` or `false`, in any case,
+blanks around ignored; nothing else, so `yes` or `1` is an error rather than a silent
+false). Sizes are whole bytes (no `k`/`m`/`g` suffix: no key of ours has accepted one, and a
+conf file read by RocketMQ's tools must mean the same there). Durations are the Spark
+options' `500ms`, `30s`, `15m`/`15min`, `1h`, or a bare number of milliseconds.
+
+Each parser raises BadValueError, a ValueError whose message names the key (when the caller
+passed one) and the value; `reason` is the message without the key, for callers that put
+the key in their own error class (`ConfigError(key, ...)`, `OptionError("option x: ...")`).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["BadValueError", "parse_bool", "parse_duration_ms", "parse_size_bytes"]
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
+_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+class BadValueError(ValueError):
+    """`value` is not what `key` takes; `reason` says what it should be, and shows it."""
+
+    def __init__(self, key: str, value: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}" if key else reason)
+        self.key = key
+        self.value = value
+        self.reason = reason
+
+
+def parse_bool(text: str, key: str = "") -> bool:
+    """`true` or `false` in any case (blanks around ignored).
+
+    Raises:
+        BadValueError: anything else ("expected true or false, got 'yes'").
+    """
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise BadValueError(key, text, f"expected true or false, got {text!r}")
+    return value == "true"
+
+
+def parse_size_bytes(text: str, key: str = "") -> int:
+    """A whole, non-negative number of bytes (blanks around ignored).
+
+    Raises:
+        BadValueError: not a decimal integer, or negative.
+    """
+    value = text.strip()
+    if not value.isascii() or not value.isdigit():
+        raise BadValueError(key, text, f"expected a size in bytes (a whole number), got {text!r}")
+    return int(value)
+
+
+def parse_duration_ms(text: str, key: str = "") -> int:
+    """A duration in milliseconds: `<n>` (ms), `<n>ms`, `<n>s`, `<n>m`, `<n>min` or `<n>h`.
+
+    Raises:
+        BadValueError: anything else.
+    """
+    match = _DURATION.match(text)
+    if match is None:
+        raise BadValueError(key, text, f"{text!r} is not a duration like 500ms, 30s, 15m, 1h")
+    return int(match.group(1)) * _DURATION_MS[match.group(2)]
