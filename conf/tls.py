@@ -1,9 +1,5 @@
 """TLS settings, contexts and member identities (stdlib ssl + pyarrow.flight only).
 
-THIS FILE EXISTS TWICE, byte for byte: `conf/tls.py` (for connector and ha) and
-`conf/tls.py` (the controller may import only controller.*; DESIGN §2).
-tests/test_tls_settings.py checks that the two are identical: edit one, copy it to the other.
-
 Keys (RocketMQ's spelling, in broker.conf and controller.conf):
 
     tls.server.mode              disabled | enforcing   (permissive: a ConfigError, see below)
@@ -44,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from pyarrow import flight
+
+from conf.properties import PropertiesError, read_properties_file
 
 __all__ = [
     "NO_TLS",
@@ -336,18 +334,13 @@ class PeerRefusals:
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """`key=value` lines of a properties file (`#`/`!` comments, blank lines skipped).
-    Raises TLSConfigError naming the file and line for anything else."""
-    properties: dict[str, str] = {}
-    for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise TLSConfigError(f"{path}:{number}", "expected key=value")
-        properties[key.strip()] = value.strip()
-    return properties
+    """The settings of a client.properties (conf/properties.py). Raises TLSConfigError
+    naming the file and line when it is not a properties file (what the client tools catch
+    with the tls.client.* errors), OSError when it cannot be read."""
+    try:
+        return read_properties_file(path)
+    except PropertiesError as err:
+        raise TLSConfigError(err.location, err.reason) from err
 
 
 def client_tls_from_properties(properties: Mapping[str, str]) -> ClientTLS:

@@ -52,21 +52,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import conf
+from conf import parse_bool, unknown_key_message
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from controller.auth.verify import AUTH_KEYS, AuthSettings, parse_auth_settings
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
 
-__all__ = ["ControllerConfig", "parse_properties"]
+__all__ = ["CONTROLLER_KEYS", "ControllerConfig", "parse_properties"]
 
 _PEER = re.compile(r"^n(\d+)-([0-9A-Za-z.\-]+):(\d+)$")
 _ADDRESS = re.compile(r"^([0-9A-Za-z.\-]+):(\d+)$")
-
-
-def _bool(text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return text.lower() == "true"
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -237,10 +233,10 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
-        unknown = sorted(set(properties) - set(_KEYS) - set(TLS_KEYS) - set(AUTH_KEYS))
+        unknown = sorted(set(properties) - CONTROLLER_KEYS)
         if unknown:
-            raise ConfigError(unknown[0], "unknown configuration key (see "
-                              f"conf/controller.conf); all unknown: {unknown}")
+            raise ConfigError(unknown[0], f"{unknown_key_message(unknown[0], CONTROLLER_KEYS)} "
+                              f"(see conf/controller.conf); all unknown: {unknown}")
         auth, errors = parse_auth_settings(properties)
         if errors:
             key, _, reason = errors[0].partition(": ")
@@ -274,7 +270,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "heartbeatTransitMaxMs": ("heartbeat_transit_max_ms", int),
     "scanNotActiveBrokerIntervalMs": ("scan_interval_ms", int),
     "masterProbeTimeoutMs": ("master_probe_timeout_ms", int),
-    "enableElectUncleanMaster": ("unclean_election_enabled", _bool),
+    "enableElectUncleanMaster": ("unclean_election_enabled", parse_bool),
     "raftTickIntervalMs": ("tick_interval_ms", int),
     "raftElectionTimeoutTicks": ("election_timeout_ticks", int),
     "raftHeartbeatIntervalTicks": ("heartbeat_interval_ticks", int),
@@ -291,19 +287,17 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
-    "allowInsecure": ("allow_insecure", _bool),
+    "allowInsecure": ("allow_insecure", parse_bool),
 }
 
 
+CONTROLLER_KEYS = frozenset(_KEYS) | frozenset(TLS_KEYS) | frozenset(AUTH_KEYS)
+
+
 def parse_properties(text: str, source: str) -> dict[str, str]:
-    """RocketMQ-style `key=value` lines; `#` comments and blank lines are skipped."""
-    properties: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, separator, value = line.partition("=")
-        if not separator or not key.strip():
-            raise ConfigError(f"{source}:{number}", f"not key=value: {raw!r}")
-        properties[key.strip()] = value.strip()
-    return properties
+    """A controller conf's settings (conf/properties.py), its errors as ConfigError naming the
+    source and line."""
+    try:
+        return conf.parse_properties(text, source)
+    except conf.PropertiesError as err:
+        raise ConfigError(err.location, err.reason) from err

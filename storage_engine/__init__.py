@@ -6,7 +6,7 @@ The public surface; import only from here (`from storage_engine import MessageSt
 from __future__ import annotations
 
 from storage_engine.commit_log import RecoveryScan
-from storage_engine.config import STORE_PROPERTY_KEYS, FlushDiskType, StoreConfig, parse_bool
+from storage_engine.config import STORE_PROPERTY_KEYS, FlushDiskType, StoreConfig
 from storage_engine.epoch import EpochEntry, EpochFile, find_consistent_point
 from storage_engine.errors import (
     ConfigError,
@@ -97,7 +97,6 @@ __all__ = [
     "find_consistent_point",
     "java_string_hash",
     "make_msg_id",
-    "parse_bool",
     "scan_record",
     "set_fsync_failure_handler",
     "topic_name_error",

@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from conf import parse_bool
 from storage_engine.errors import ConfigError
 
 __all__ = [
@@ -19,7 +20,6 @@ __all__ = [
     "FlushDiskType",
     "StoreConfig",
     "TieredStoreConfig",
-    "parse_bool",
 ]
 
 GiB = 1024 * 1024 * 1024
@@ -232,15 +232,6 @@ class TieredStoreConfig:
         except ConfigError as err:
             key = _TIERED_FIELD_TO_KEY.get(err.key, err.key)
             raise ConfigError(key, str(err).split(": ", 1)[-1]) from err
-
-
-def parse_bool(text: str) -> bool:
-    """A RocketMQ boolean property: `true` or `false` in any case, nothing else (the broker's
-    and the HA configs use this too; controller and connector keep their own, by DESIGN §2)."""
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return value == "true"
 
 
 _TIERED_PROPERTY_MAP: dict[str, tuple[str, Any]] = {

@@ -144,7 +144,7 @@ def test_client_properties_make_a_client_config(tmp_path: Path, certs: dict[str,
     path.write_text("brokerAddr=127.0.0.1:1\ntls.client.certPath=/x.pem\n")
     with pytest.raises(ValueError, match="tls.client.keyPath"):
         ClientConfig.from_properties(path)
-    path.write_text("brokerAddr=127.0.0.1:1\nnot a property line\n")
+    path.write_text("brokerAddr=127.0.0.1:1\nnot-a-property-line\n")  # a key, no value
     with pytest.raises(ValueError, match=":2"):
         ClientConfig.from_properties(path)
     plain = tmp_path / "plain.properties"

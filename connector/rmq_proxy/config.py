@@ -27,6 +27,8 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+import conf
+from conf import BadValueError, parse_bool, unknown_key_message
 from connector.rmq_proxy.auth import parse_utc_offsets
 
 __all__ = ["PROXY_KEYS", "ProxyConfig", "ProxyConfigError", "parse_properties"]
@@ -125,12 +127,14 @@ class ProxyConfig:
                 raise ProxyConfigError(key, "gone: set grpcAuthenticationEnabled=true (the "
                                        "clients are checked against the controllers' users)")
             if key not in PROXY_KEYS:
-                raise ProxyConfigError(key, f"unknown key (known: {', '.join(sorted(PROXY_KEYS))})")
+                raise ProxyConfigError(key, f"{unknown_key_message(key, PROXY_KEYS)} (known: "
+                                       f"{', '.join(sorted(PROXY_KEYS))})")
             name, kind = PROXY_KEYS[key]
             if kind is bool:
-                if raw.strip().lower() not in ("true", "false"):
-                    raise ProxyConfigError(key, f"{raw!r} is not true or false")
-                fields[name] = raw.strip().lower() == "true"
+                try:
+                    fields[name] = parse_bool(raw)
+                except BadValueError as err:
+                    raise ProxyConfigError(key, err.reason) from None
             elif kind is int:
                 try:
                     fields[name] = int(raw)
@@ -142,7 +146,7 @@ class ProxyConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ProxyConfig:
-        return cls.from_properties(parse_properties(Path(path).read_text()))
+        return cls.from_properties(parse_properties(Path(path).read_text(), str(path)))
 
 
 PROXY_KEYS: dict[str, tuple[str, type]] = {
@@ -177,18 +181,13 @@ PROXY_KEYS: dict[str, tuple[str, type]] = {
 }
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """`key=value` lines; `#` and `!` start comments; a line without `=` is an error."""
-    values = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise ProxyConfigError(f"line {number}", f"not key=value: {line[:80]!r}")
-        values[key.strip()] = value.strip()
-    return values
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """A proxy conf's settings (conf/properties.py), its errors as ProxyConfigError naming the
+    source and line."""
+    try:
+        return conf.parse_properties(text, source)
+    except conf.PropertiesError as err:
+        raise ProxyConfigError(err.location, err.reason) from err
 
 
 def _range(key: str, value: int, low: int, high: int) -> None:

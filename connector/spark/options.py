@@ -31,7 +31,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from conf.credentials import read_credentials_file
+from conf import (
+    BadValueError,
+    parse_bool,
+    parse_duration_ms,
+    read_credentials_file,
+    unknown_key_message,
+)
 from conf.signing import Credentials
 from conf.tls import (
     NO_TLS,
@@ -164,8 +170,6 @@ WRITE_OPTIONS = frozenset(_COMMON + (
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
 _NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # the broker's topic/group rule
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
-_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 _PUT_STATUSES = frozenset(entry.name for entry in CODES.values() if entry.stored)
 INT_MAX = (1 << 63) - 1
 
@@ -239,8 +243,8 @@ def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, s
             continue
         name = by_lower.get(lower)
         if name is None:
-            raise OptionError(f"unknown option {raw_key!r} for rocketha; known options: "
-                              f"{', '.join(sorted(known))}")
+            raise OptionError(f"{unknown_key_message(str(raw_key), known, 'option')}; "
+                              f"rocketha's options: {', '.join(sorted(known))}")
         if not isinstance(value, str):
             value = str(value)
         result[name] = value
@@ -265,20 +269,20 @@ def _bool(values: dict[str, str], name: str, default: bool) -> bool:
     text = values.get(name)
     if text is None:
         return default
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise OptionError(f"option {name}: {text!r} must be true or false")
-    return lowered == "true"
+    try:
+        return parse_bool(text, f"option {name}")
+    except BadValueError as err:
+        raise OptionError(str(err)) from err
 
 
 def _duration_ms(values: dict[str, str], name: str, default: int) -> int:
     text = values.get(name)
     if text is None:
         return default
-    match = _DURATION.match(text)
-    if match is None:
-        raise OptionError(f"option {name}: {text!r} is not a duration like 500ms, 30s, 15m, 1h")
-    return int(match.group(1)) * _DURATION_MS[match.group(2)]
+    try:
+        return parse_duration_ms(text, f"option {name}")
+    except BadValueError as err:
+        raise OptionError(str(err)) from err
 
 
 def _name(name: str, value: str) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from pyarrow import flight
 
+from conf import read_credentials_file
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import (
     NO_TLS,
@@ -40,7 +41,6 @@ from conf.tls import (
 )
 from controller.admin.tables import print_reply
 from controller.admin.users import AUTH_COMMANDS, add_auth_parsers, auth_request
-from controller.auth.verify import read_credentials_file
 
 __all__ = ["main"]
 

@@ -42,9 +42,9 @@ from typing import Any
 
 from pyarrow import flight
 
+from conf import BadValueError, parse_bool
 from conf.signing import (
     HEADER_SIGNATURE,
-    Credentials,
     ReplayGuard,
     SignatureError,
     target_digest,
@@ -62,7 +62,7 @@ from controller.api import (
 )
 
 __all__ = ["AUTH_KEYS", "AuditLog", "AuthGate", "AuthSettings", "Principal", "load_acl_file",
-           "parse_auth_settings", "read_credentials_file", "source_address"]
+           "parse_auth_settings", "source_address"]
 
 logger = logging.getLogger("rocketha.broker.auth")
 
@@ -104,9 +104,10 @@ def parse_auth_settings(properties: Mapping[str, str]) -> tuple[dict[str, Any], 
             continue
         text = properties[key].strip()
         if kind == "bool":
-            if text.lower() not in ("true", "false"):
-                errors.append(f"{key}: expected true or false, got {text!r}")
-            values[field] = text.lower() == "true"
+            try:
+                values[field] = parse_bool(text, key)
+            except BadValueError as err:
+                errors.append(str(err))
         elif kind == "str":
             values[field] = text
         else:
@@ -125,18 +126,6 @@ def _private_file(path: str, key: str) -> str:
         raise ValueError(f"{key} {path}: mode {oct(mode & 0o777)} lets other users read "
                          "it (chmod 600)")
     return Path(path).read_text(encoding="utf-8")
-
-
-def read_credentials_file(path: str, key: str = "credentials file") -> Credentials:
-    """accessKey=... and secretKey=... lines (properties), from a file only its owner reads."""
-    values = {}
-    for line in _private_file(path, key).splitlines():
-        name, sep, value = line.strip().partition("=")
-        if sep and not name.startswith("#"):
-            values[name.strip()] = value.strip()
-    if not values.get("accessKey") or not values.get("secretKey"):
-        raise ValueError(f"{key} {path}: needs accessKey= and secretKey= lines")
-    return Credentials(values["accessKey"], values["secretKey"])
 
 
 def load_acl_file(path: str) -> AuthData:

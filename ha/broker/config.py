@@ -27,11 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import conf
+from conf import parse_bool, unknown_key_message
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from ha.replication.config import HA_PROPERTY_KEYS, HAConfig
-from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig, parse_bool
+from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
 __all__ = ["BROKER_KEYS", "RUNTIME_KEYS", "BrokerConfig", "parse_properties", "runtime_update",
            "top_level_properties"]
@@ -178,7 +180,7 @@ class BrokerConfig:
     def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:
         unknown = sorted(set(properties) - BROKER_KEYS)
         if unknown:
-            raise ConfigError(unknown[0], "unknown configuration key "
+            raise ConfigError(unknown[0], f"{unknown_key_message(unknown[0], BROKER_KEYS)} "
                               f"(known: see conf/broker.conf); all unknown: {unknown}")
         kwargs: dict[str, Any] = {}
         for key, (field, parse) in _KEYS.items():
@@ -208,17 +210,12 @@ class BrokerConfig:
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """Java-properties subset: `key=value` lines, `#`/`!` comments, blank lines."""
-    result: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConfigError(line[:40], f"{source}:{number}: expected key=value")
-        result[key.strip()] = value.strip()
-    return result
+    """A broker conf's settings (conf/properties.py), its errors as ConfigError naming the
+    source and line."""
+    try:
+        return conf.parse_properties(text, source)
+    except conf.PropertiesError as err:
+        raise ConfigError(err.location, err.reason) from err
 
 
 def _range(key: str, value: int, low: int, high: int) -> None:

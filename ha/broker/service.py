@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import flight
 
+from conf import read_credentials_file
 from conf.signing import action_target, descriptor_target
 from conf.tls import flight_location, flight_server_options
 from connector.protocol import (
@@ -52,7 +53,7 @@ from ha.broker.arrow_codec import (
     records_to_batch,
     rows_from_batch,
 )
-from ha.broker.auth import AuditLog, AuthGate, load_acl_file, read_credentials_file
+from ha.broker.auth import AuditLog, AuthGate, load_acl_file
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.long_poll import Arrivals, poll_until

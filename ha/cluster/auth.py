@@ -27,6 +27,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from conf import parse_properties
 from conf.signing import Credentials
 from ha.cluster.processes import write_private_text
 
@@ -71,11 +72,7 @@ def admin_credentials(directory: Path) -> Credentials | None:
     path = directory / CREDENTIALS_FILE
     if not path.exists():
         return None
-    values = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not key.startswith("#"):
-            values[key.strip()] = value.strip()
+    values = parse_properties(path.read_text(), str(path))
     return Credentials(values["accessKey"], values["secretKey"])
 
 

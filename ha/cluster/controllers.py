@@ -18,6 +18,7 @@ from typing import Any
 
 from pyarrow import flight
 
+from conf import format_property
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 from ha.cluster import auth as cluster_auth
@@ -133,7 +134,7 @@ class LocalControllers:
             settings.update(cluster_auth.controller_settings(self.directory, controller["name"]))
             settings.update(overrides)
             lines = ["# written by rocketha-cluster (--controllers)"]
-            lines += [f"{key}={value}" for key, value in settings.items()]
+            lines += [format_property(key, value) for key, value in settings.items()]
             Path(controller["conf"]).parent.mkdir(parents=True, exist_ok=True)
             write_private_text(controller["conf"], "\n".join(lines) + "\n")
         return controllers

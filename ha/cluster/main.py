@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conf import PropertiesError, format_property, parse_properties
 from ha.broker.peer import broker_info
 from ha.cluster import auth as cluster_auth
 from ha.cluster import plan as cluster_plan
@@ -149,7 +150,7 @@ class Cluster:
                 self.directory, broker["name"], controller_mode=bool(controller_addr),
                 member_certificates=bool(manifest.get("tls"))))
             lines = ["# written by rocketha-cluster; --set overrides apply to every broker"]
-            lines += [f"{key}={value}" for key, value in settings.items()]
+            lines += [format_property(key, value) for key, value in settings.items()]
             write_private_text(broker["conf"], "\n".join(lines) + "\n")
         self.save(manifest)
         return manifest
@@ -268,7 +269,8 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
         if replicas > 1:
             settings.update(cluster_plan.HA_LINK_TIMERS)  # a paused master's failover time
     settings.update(overrides)
-    if replicas > 1 and not QUORUM_KEYS & overrides.keys():  # else exactly what was said
+    # a quorum key in --set: exactly what was said
+    if replicas > 1 and not cluster_plan.QUORUM_KEYS & overrides.keys():
         settings.update(quorum_defaults(replicas))
     if controller_addr:
         settings.setdefault("brokerRole", "SYNC_MASTER")  # the role itself comes at runtime
@@ -280,13 +282,9 @@ def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str,
     return settings
 
 
-QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyncReplicas",
-                         "allAckInSyncStateSet"})
-
-
 def quorum_defaults(replicas: int) -> dict[str, str]:
     """The quorum a replica set of `replicas` brokers gets when `--set` names none of
-    QUORUM_KEYS (naming one means: the brokers' defaults for the others, as in RocketMQ).
+    plan.QUORUM_KEYS (naming one means: the brokers' defaults for the others, as in RocketMQ).
 
     Why not the brokers' own defaults (RocketMQ's inSyncReplicas=1): with them a put is
     acknowledged once the master alone holds it, so any failover (a crash, a pause, a
@@ -318,14 +316,10 @@ def _parse_overrides(pairs: list[str], parser: argparse.ArgumentParser,
             text = path.read_text()
         except OSError as err:
             parser.error(f"--set-file {path}: {err.strerror}")
-        for number, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep or not key.strip():
-                parser.error(f"--set-file {path}:{number}: not key=value")
-            overrides[key.strip()] = value.strip()
+        try:
+            overrides.update(parse_properties(text, f"--set-file {path}"))
+        except PropertiesError as err:
+            parser.error(str(err))
     return overrides
 
 

@@ -49,6 +49,7 @@ import string
 from pathlib import Path
 from typing import Any
 
+from conf import format_property
 from conf.tls import broker_identity, client_identity, controller_identity
 from ha.cluster.certs import ensure_ca
 from ha.cluster.controllers import CONTROLLER_COUNTS
@@ -274,7 +275,7 @@ def write_plan(processes: list[dict[str, Any]], out: Path, *, install_dir: str,
         unit.parent.mkdir(parents=True, exist_ok=True)
         lines = [(f"# {process['kind']} {process['name']} on {process['host']}, written by "
                   "rocketha-cluster plan")]
-        lines += [f"{key}={value}" for key, value in process["settings"].items()]
+        lines += [format_property(key, value) for key, value in process["settings"].items()]
         conf.write_text("\n".join(lines) + "\n")
         unit.write_text(unit_text(process, install_dir=install_dir, user=user,
                                   data_dir=data_dir))

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conf import format_property
 from ha.cluster.hosts import host_of, launcher_of
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
@@ -83,7 +84,7 @@ class LocalProxy:
             settings["grpcTlsKeyFile"] = tls_server["tls.server.keyPath"]
         settings.update(overrides)
         lines = ["# written by rocketha-cluster (the RocketMQ gRPC endpoint)"]
-        lines += [f"{key}={value}" for key, value in settings.items()]
+        lines += [format_property(key, value) for key, value in settings.items()]
         write_private_text(proxy["conf"], "\n".join(lines) + "\n")
         return proxy
 

@@ -20,7 +20,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from storage_engine import ConfigError, parse_bool
+from conf import parse_bool
+from storage_engine import ConfigError
 
 __all__ = ["HA_PROPERTY_KEYS", "BrokerRole", "HAConfig"]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ha.broker.auth import AuditLog, load_acl_file, read_credentials_file
+from conf import read_credentials_file
+from ha.broker.auth import AuditLog, load_acl_file
 from ha.broker.config import BrokerConfig
 from storage_engine import ConfigError
 

@@ -32,7 +32,7 @@ from connector.protocol import RocketHAError
 from controller.config import ControllerConfig
 from ha.broker.config import BrokerConfig
 from ha.cluster import main as cluster
-from ha.cluster.plan import HA_LINK_TIMERS, plan_cluster
+from ha.cluster.plan import HA_LINK_TIMERS, QUORUM_KEYS, plan_cluster
 from tests.ha.replica_set import wait_for
 
 pytestmark = pytest.mark.integration
@@ -159,7 +159,7 @@ def test_quorum_matches_the_local_cluster_tool() -> None:
                                               replicas=replicas, controllers=1)
                       if p["kind"] == "broker")
         settings = broker["settings"]
-        assert {k: settings[k] for k in cluster.QUORUM_KEYS if k in settings} \
+        assert {k: settings[k] for k in QUORUM_KEYS if k in settings} \
             == cluster.quorum_defaults(replicas)
 
 
