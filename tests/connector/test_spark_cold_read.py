@@ -15,8 +15,8 @@ import time
 import pytest
 
 from connector import Admin, ClientConfig, Producer
-from connector.spark import cold
 from connector.errors import OptionError
+from connector.spark import cold
 from connector.spark.datasource import BatchReader
 from connector.spark.options import parse_source_options
 from connector.spark.partitions import ColdRangePartition, QueueRangePartition, unpacked
