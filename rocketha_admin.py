@@ -39,7 +39,7 @@ from conf.tls import (
     connect_flight,
     read_properties,
 )
-from connector.client.core import signed_options
+from connector.client import signed_options
 
 __all__ = ["main"]
 

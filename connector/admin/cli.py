@@ -35,7 +35,7 @@ from conf.tls import NO_TLS
 from connector.admin.data import consume, produce
 from connector.admin.output import Output, fail
 from connector.admin.target import Target
-from connector.client.core import ClientConfig
+from connector.client import ClientConfig
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 

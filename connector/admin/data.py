@@ -29,7 +29,7 @@ from typing import Any
 
 from connector.admin.output import Output, Progress, body_text, iso_ms
 from connector.admin.target import Target
-from connector.client.core import ClientConfig, Consumer, Producer, SendResult
+from connector.client import ClientConfig, Consumer, Producer, SendResult
 from connector.protocol import RocketHAError
 
 __all__ = ["PRODUCE_PENDING_MAX", "TABLE_ROWS_MAX", "consume", "produce"]

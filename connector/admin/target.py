@@ -7,7 +7,7 @@ import dataclasses
 
 from conf.signing import Credentials
 from conf.tls import NO_TLS, ClientTLS
-from connector.client.core import Admin, ClientConfig, controller_cluster_list
+from connector.client import Admin, ClientConfig, controller_cluster_list
 from connector.client.routes import ControllerRoutes, ReplicaSet, client_config
 from connector.errors import RoutesUnavailableError
 

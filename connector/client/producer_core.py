@@ -1,6 +1,6 @@
 """Sans-IO core of the asynchronous producer: batching, in-flight window, retries, order.
 
-`Producer.send_async` (connector/client/core.py) appends one message to a *lane* and returns a
+`Producer.send_async` (connector/client/producer.py) appends one message to a *lane* and returns a
 future; this core decides when a lane's messages leave as one batch, which batches may be on
 the wire, and what each message's future gets once the broker answered. It does no IO and reads
 no clock: the shell (connector/client/async_sender.py) passes `now_s`, runs the round trips the core

@@ -39,15 +39,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from conf.controller_addresses import controller_addresses
 from conf.signing import Credentials
 from conf.tls import NO_TLS, ClientTLS
-from connector.client.core import (
-    Admin,
-    ClientConfig,
-    alive_members,
-    controller_addresses,
-    controller_cluster_list,
-)
+from connector.client.admin import Admin
+from connector.client.config import ClientConfig
+from connector.client.discovery import alive_members, controller_cluster_list
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 
@@ -138,7 +135,7 @@ class ControllerRoutes:
     HOST:PORT[,HOST:PORT...] of the controllers' client endpoints).
 
     Any controller answers or names its leader (NOT_LEADER + leader_address, followed a
-    bounded number of times per address: connector.client.core.controller_cluster_list). Each
+    bounded number of times per address: connector.client.discovery). Each
     replica set's alive members become its endpoints, the master first; a set with no alive
     member is left out with a warning; no controller answering raises RoutesUnavailableError.
     """

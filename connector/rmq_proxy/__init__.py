@@ -1,6 +1,6 @@
 """RocketMQ 5 clients on rocketha: a gRPC endpoint speaking `apache.rocketmq.v2.MessagingService`.
 
-`rocketha-proxy` is a separate process and a client of the cluster (connector.client.core: routes
+`rocketha-proxy` is a separate process and a client of the cluster (connector.client: routes
 from the controllers, puts and pulls over Arrow Flight), so it follows failovers as our
 Producer and Consumer do. Its modules, leaves first:
 

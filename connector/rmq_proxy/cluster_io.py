@@ -1,5 +1,5 @@
 """The proxy as a client of the cluster: routes from the controllers, puts and pulls per
-replica set through the client library (connector.client.core), so it follows a failover as our
+replica set through the client library (connector.client), so it follows a failover as our
 Producer and Consumer do.
 
     ClusterLinks.routes(topic)        get_routes from the controller group (cached route_ttl_ms)
@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from conf.signing import Credentials
-from connector.client.core import (
+from connector.client import (
     Admin,
     ClientConfig,
     Consumer,

@@ -32,7 +32,7 @@ import pyarrow as pa
 from rocketmq.grpc_protocol import definition_pb2
 
 from conf.signing import Credentials
-from connector.client.core import with_marker
+from connector.client import with_marker
 from connector.protocol import IDEMPOTENCE_PROPERTY, PRODUCE_SCHEMA, PutIdempotence, RocketHAError
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig

@@ -43,7 +43,7 @@ import pyarrow as pa
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from conf.signing import Credentials
-from connector.client.core import with_marker
+from connector.client import with_marker
 from connector.protocol import (
     PRODUCE_SCHEMA,
     PutIdempotence,

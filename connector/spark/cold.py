@@ -27,7 +27,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.client.core import Admin
+from connector.client import Admin
 from connector.client.routes import ReplicaSet, client_config
 from connector.errors import OptionError
 from connector.protocol import CONSUME_SCHEMA

@@ -53,7 +53,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import DataType, StructType
 
-from connector.client.core import Admin
+from connector.client import Admin
 from connector.client.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.errors import OptionError, SinkSchemaError
 from connector.protocol import RocketHAError

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.client.core import Producer, with_marker
+from connector.client import Producer, with_marker
 from connector.client.routes import ReplicaSet, client_config
 from connector.errors import SinkSchemaError, SinkStatusError
 from connector.protocol import PRODUCE_SCHEMA, PutIdempotence, PutReply

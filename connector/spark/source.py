@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.client.core import Admin, Consumer, PullResult
+from connector.client import Admin, Consumer, PullResult
 from connector.client.routes import (
     ReplicaSet,
     client_config,

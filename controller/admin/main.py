@@ -13,11 +13,13 @@ or the keys of `--client-config FILE` (a client.properties, which also gives the
 settings) sign every call; user and acl commands need a Super user.
 
 Each command prints an aligned table (`--json`: the controller's JSON reply as it came,
-`--json-lines`: one object per row). Requests go to the first address and follow
-`NOT_LEADER` redirects (at most REDIRECTS_MAX hops, trying the next listed address when the
-leader is unknown, until --timeout-s). Exit status: 0 when the reply's status is OK (or
-MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or unreachable
-controllers. `status` asks every listed controller for its own view (no redirect).
+`--json-lines`: one object per row). Requests find the leader with the shared leader search
+(conf/controller_addresses.py): the listed addresses in order, `NOT_LEADER` hints followed
+(LEADER_HOPS_MAX from each address), and while no leader is known (an election under way)
+the list again every RETRY_INTERVAL_S, at most PASSES_MAX times and until --timeout-s; then
+the tool fails naming every address it tried. Exit status: 0 when the reply's status is OK
+(or MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or
+unreachable controllers. `status` asks every listed controller for its own view (no redirect).
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ from typing import Any
 from pyarrow import flight
 
 from conf import read_credentials_file
+from conf.controller_addresses import (
+    ANSWERED,
+    LEADER_HOPS_MAX,
+    LeaderSearch,
+    NotLeader,
+    Unavailable,
+    controller_addresses,
+)
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import (
     NO_TLS,
@@ -44,8 +54,8 @@ from controller.admin.users import AUTH_COMMANDS, add_auth_parsers, auth_request
 
 __all__ = ["main"]
 
-REDIRECTS_MAX = 16
-RETRY_INTERVAL_S = 0.1
+PASSES_MAX = 16  # passes over the listed addresses while no leader is known
+RETRY_INTERVAL_S = 0.1  # between two passes (an election takes a few hundred ms)
 
 
 def client_config(path: str) -> tuple[ClientTLS, Credentials | None]:
@@ -82,32 +92,35 @@ def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float,
 def call_leader(addresses: list[str], action: str, body: dict[str, Any],
                 timeout_s: float, tls: ClientTLS = NO_TLS,
                 credentials: Credentials | None = None) -> dict[str, Any]:
-    """Call the leader, following redirects. Raises ConnectionError when nobody answers."""
+    """Call the leader (the module docstring says how it is found). Raises ConnectionError
+    naming every address tried when none answered within timeout_s; a refused request
+    (FlightServerError: BAD_REQUEST..., NO_PERMISSION, UNAUTHENTICATED) is raised at once."""
     deadline = time.monotonic() + timeout_s
-    turn, endpoint = 0, addresses[0]
-    last: dict[str, Any] | str = "no reply"
-    for _ in range(REDIRECTS_MAX * len(addresses)):
+    search = LeaderSearch(addresses, hops_max=LEADER_HOPS_MAX, passes_max=PASSES_MAX)
+    while (step := search.next_address()) is not None:  # bounded by the search
+        if step.pause_first:
+            time.sleep(RETRY_INTERVAL_S)
         if time.monotonic() >= deadline:
             break
         try:
-            reply = _call(endpoint, action, body, max(0.1, deadline - time.monotonic()), tls,
-                          credentials)
+            reply = _call(step.address, action, body, max(0.1, deadline - time.monotonic()),
+                          tls, credentials)
         except (flight.FlightServerError, flight.FlightUnauthenticatedError,
                 flight.FlightUnauthorizedError):
             raise  # a refused request (BAD_REQUEST, NO_PERMISSION...): no point elsewhere
         except flight.FlightError as err:
-            last = f"{endpoint}: {err}"
-            reply = {"status": "UNREACHABLE", "leader_address": None}
-        if reply["status"] not in ("NOT_LEADER", "UNREACHABLE", "BUSY"):
-            return reply
-        last = reply
-        if reply.get("leader_address") and reply["leader_address"] != endpoint:
-            endpoint = reply["leader_address"]
+            search.on_answer(step.address, Unavailable(f"unreachable ({err})"))
             continue
-        turn += 1
-        endpoint = addresses[turn % len(addresses)]
-        time.sleep(RETRY_INTERVAL_S)
-    raise ConnectionError(f"no controller leader answered {action}: last {last}")
+        if reply["status"] == "NOT_LEADER":
+            search.on_answer(step.address, NotLeader(reply.get("leader_address")))
+        elif reply["status"] == "BUSY":
+            search.on_answer(step.address, Unavailable("BUSY"))
+        else:
+            search.on_answer(step.address, ANSWERED)
+            return reply
+    tried = ", ".join(search.addresses_tried())
+    raise ConnectionError(f"no controller leader answered {action} within {timeout_s:g} s"
+                          + (f" from {tried} ({search.describe()})" if tried else ""))
 
 
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -164,7 +177,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
     except (OSError, ValueError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
-    addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
+    addresses = list(controller_addresses(args.controller))
     if not addresses:
         parser.error("--controller names no address")
     if args.command == "status":

@@ -134,7 +134,7 @@ def check_produce_schema(schema: pa.Schema) -> None:
             raise BadBatch(f"column {field.name!r} has type {field.type}; allowed: {allowed}")
 
 
-# The schema of a keyless send() (connector/client/core.py): check_produce_schema passes it, and
+# The schema of a keyless send() (connector/client/encoding.py): check_produce_schema passes it, and
 # it has no column but `body`, so `rows_from_batch` takes it without the general walk
 _BODY_ONLY_SCHEMA = pa.schema([PRODUCE_SCHEMA.field("body")])
 check_produce_schema(_BODY_ONLY_SCHEMA)

@@ -16,8 +16,9 @@ Layout (threads and calls):
                                  ago it came (controller/liveness.py heartbeat_credit_ms)
 
     ControllerClient.call(action, request, reply_type)
-        try the cached leader, then each configured address; follow NOT_LEADER redirects;
-        bounded by controllerRedirectsMax hops and controllerRequestTimeoutMs per call.
+        one pass of the shared leader search (conf/controller_addresses.py): the cached
+        leader, then each configured address; NOT_LEADER hints followed; bounded by
+        controllerRedirectsMax hops per address and controllerRequestTimeoutMs per call.
 
 States of the link:
 
@@ -45,6 +46,7 @@ from typing import Any, TypeVar
 
 from pyarrow import flight
 
+from conf.controller_addresses import ANSWERED, LeaderSearch, NotLeader, Unavailable
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 from controller.api import (
@@ -120,32 +122,31 @@ class ControllerClient:
             client.close()
 
     def call(self, action: str, request: JsonMessage | None, reply_type: type[_R]) -> _R:
-        """Call the leader: the cached one first, then every address; a NOT_LEADER reply naming
-        a leader is followed (at most redirects_max hops per starting address)."""
+        """Call the leader: one pass of the shared leader search (conf/controller_addresses.py),
+        the cached leader first, then every address; a NOT_LEADER reply naming a leader is
+        followed (at most redirects_max hops per starting address). Every call is bounded by
+        the request timeout, the pass by its addresses and hops: the link thread never stalls
+        on a controller group without a leader, it tries again at its next round."""
         with self._lock:
             first = self._leader
-        order = ([first] if first else []) + [a for a in self.addresses if a != first]
-        failures: list[str] = []
-        for start in order:
-            address: str | None = start
-            for _ in range(self._redirects_max + 1):
-                if address is None:
-                    break
-                try:
-                    reply = self.call_one(address, action, request, reply_type)
-                except ControllerUnavailableError as err:
-                    failures.append(str(err))
-                    break
-                status = getattr(reply, "status", "OK")
-                if status != "NOT_LEADER":
-                    with self._lock:
-                        self._leader = address
-                    return reply
-                address = getattr(reply, "leader_address", None)
-                failures.append(f"{start} {action}: NOT_LEADER (leader {address})")
+        search = LeaderSearch(self.addresses, hops_max=self._redirects_max, preferred=first)
+        while (step := search.next_address()) is not None:  # bounded by the search
+            try:
+                reply = self.call_one(step.address, action, request, reply_type)
+            except ControllerUnavailableError as err:
+                search.on_answer(step.address, Unavailable(str(err)))
+                continue
+            if getattr(reply, "status", "OK") == "NOT_LEADER":
+                search.on_answer(step.address, NotLeader(getattr(reply, "leader_address", None)))
+                continue
+            search.on_answer(step.address, ANSWERED)
+            with self._lock:
+                self._leader = step.address
+            return reply
         with self._lock:
             self._leader = None
-        raise ControllerUnavailableError("; ".join(failures[-4:]) or "no controller")
+        raise ControllerUnavailableError(f"{action}: no controller leader answered ("
+                                         f"{search.describe() or 'no controller'})")
 
 
 class HeartbeatState:

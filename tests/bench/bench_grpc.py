@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from connector import Admin, ClientConfig
 from connector import Producer as FlightProducer
-from connector.client.core import controller_call
+from connector.client import controller_call
 
 TOPIC = "bench-grpc"
 WAKE_TOPIC = "bench-grpc-wake"

@@ -44,7 +44,7 @@ WARM_UP_SENDS = 200
 # run in the set's own tree (cwd): its client code sends; prints the latencies in seconds
 _SENDS = """
 import json, sys, time
-from connector.client.core import ClientConfig, Producer
+from connector.client import ClientConfig, Producer
 samples = []
 config = ClientConfig(brokers=(sys.argv[1],), request_timeout_ms=30_000)
 with Producer(config) as producer:

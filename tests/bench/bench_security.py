@@ -48,7 +48,7 @@ from pyarrow import flight
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from conf.signing import Credentials, action_target, descriptor_target
 from conf.tls import NO_TLS, ClientTLS, connect_flight
-from connector.client.core import ClientConfig, signed_options
+from connector.client import ClientConfig, signed_options
 from connector.protocol import PutReply, produce_descriptor_command
 from tests.bench.bench_auth import signature_check_us
 

@@ -28,7 +28,8 @@ import time
 from typing import Any
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client.core import _alive_masters, controller_cluster_list
+from connector.client import controller_cluster_list
+from connector.client.discovery import _alive_masters
 from connector.protocol import RetriableError, RocketHAError, status_for
 from ha.cluster.controllers import controller_status
 from tests.chaos.history import History

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyarrow import flight
 
-from connector import Backoff, ClientConfig
-from connector.client import core as client
-from connector.client.core import as_rocketha_error
+from connector import Backoff, ClientConfig, Consumer
+from connector.client import as_rocketha_error, consumer, discovery, encoding, put_channel
 from connector.client.producer_core import Message
+from connector.client.put_channel import _PutChannel
 from connector.protocol import (
     CODES,
     CONSUME_SCHEMA,
@@ -136,16 +136,18 @@ def _cluster_list(*sets: tuple[str, int | None, list[int], list[int]]) -> dict: 
 
 def test_a_consumer_reads_from_one_replica_set_master_first(monkeypatch) -> None:  # type: ignore
     reply = _cluster_list(("b", 2, [1, 2, 3], [1, 2, 3]), ("a", 1, [1, 2], [2]))
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, *_: reply)
-    assert client.controller_members("c:1", 1000, "b") == ("b:2", "b:1", "b:3")
-    assert client.controller_members("c:1", 1000, "a") == ("a:2",)  # the master is dead
+    monkeypatch.setattr(discovery, "controller_cluster_list",
+                        lambda controller, timeout, *_: reply)
+    assert discovery.controller_members("c:1", 1000, "b") == ("b:2", "b:1", "b:3")
+    assert discovery.controller_members("c:1", 1000, "a") == ("a:2",)  # the master is dead
     with pytest.raises(FatalError, match="name one"):
-        client.controller_members("c:1", 1000, None)  # two sets: which one?
+        discovery.controller_members("c:1", 1000, None)  # two sets: which one?
     with pytest.raises(RetriableError, match="no alive broker"):
-        client.controller_members("c:1", 1000, "z")
+        discovery.controller_members("c:1", 1000, "z")
     single = _cluster_list(("a", None, [1, 2], [1, 2]))
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, *_: single)
-    assert client.controller_members("c:1", 1000, None) == ("a:1", "a:2")
+    monkeypatch.setattr(discovery, "controller_cluster_list",
+                        lambda controller, timeout, *_: single)
+    assert discovery.controller_members("c:1", 1000, None) == ("a:1", "a:2")
 
 
 def test_routes_fetched_again_after_a_failure_or_kept_without_a_controller(  # type: ignore
@@ -160,12 +162,12 @@ def test_routes_fetched_again_after_a_failure_or_kept_without_a_controller(  # t
             raise answer
         return answer  # type: ignore[return-value]
 
-    monkeypatch.setattr(client, "controller_members", members)
-    consumer = client.Consumer(ClientConfig(controller="c:1"))
-    assert consumer.endpoint == "m:1"
-    assert consumer.endpoint == "m:1"  # cached: no second controller call
-    consumer._refresh_route("m:1")  # the master failed; the controller does not answer
-    assert consumer.endpoint == "s:2"  # the known slave, next in turn
+    monkeypatch.setattr(consumer, "controller_members", members)
+    reader = Consumer(ClientConfig(controller="c:1"))
+    assert reader.endpoint == "m:1"
+    assert reader.endpoint == "m:1"  # cached: no second controller call
+    reader._refresh_route("m:1")  # the master failed; the controller does not answer
+    assert reader.endpoint == "s:2"  # the known slave, next in turn
     assert answers == []
 
 
@@ -183,9 +185,10 @@ def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to( 
         return reply
 
     answers = [cluster(1)]
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout, *_: answers[0])
-    producer = client._PutChannel(ClientConfig(controller="c:1"), idempotent=True)
-    plain = client._PutChannel(ClientConfig(controller="c:1"), idempotent=False)
+    monkeypatch.setattr(put_channel, "controller_cluster_list",
+                        lambda controller, timeout, *_: answers[0])
+    producer = _PutChannel(ClientConfig(controller="c:1"), idempotent=True)
+    plain = _PutChannel(ClientConfig(controller="c:1"), idempotent=False)
     assert producer.endpoint == "a:1" and plain.endpoint == "a:1"
     home: list[str] = []
     assert producer._pinned("a:1", home) == "a:1" and home == ["a"]
@@ -206,10 +209,10 @@ def test_an_idempotent_batch_is_retried_only_in_the_replica_set_it_was_sent_to( 
 def test_one_body_is_the_array_pa_array_builds(body: bytes) -> None:
     """A keyless send's 1-row batch is built from buffers (speed): the same array, valid,
     and the same batch as the general builder's."""
-    built = client._one_body(body)
+    built = encoding._one_body(body)
     built.validate(full=True)
     assert built.equals(pa.array([body], pa.binary()))
     only = Message(bytes(body), None, None, None, len(body), None)
-    fast = client._messages_to_batch([only], None, None)
-    assert fast.equals(client._messages_to_batch([only, only], None, None).slice(0, 1))
-    assert fast.schema.equals(client._BODY_SCHEMA)
+    fast = encoding._messages_to_batch([only], None, None)
+    assert fast.equals(encoding._messages_to_batch([only, only], None, None).slice(0, 1))
+    assert fast.schema.equals(encoding._BODY_SCHEMA)

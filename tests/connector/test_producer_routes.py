@@ -21,8 +21,9 @@ import pyarrow as pa
 import pytest
 
 from connector import ClientConfig, Producer
-from connector.client import core as client
-from connector.protocol import RetriableError
+from connector.client import put_channel
+from connector.client.put_channel import _PutChannel
+from connector.protocol import RetriableError, status_for
 
 ABANDON_WITHIN_S = 5.0  # checks every 50 ms after 100 ms; the stream's deadline is 60 s
 
@@ -47,7 +48,7 @@ def _answer_from(monkeypatch, answers: list[dict]) -> list[str]:  # type: ignore
         asked.append(controller)
         return answers[0]
 
-    monkeypatch.setattr(client, "controller_cluster_list", cluster_list)
+    monkeypatch.setattr(put_channel, "controller_cluster_list", cluster_list)
     return asked
 
 
@@ -81,11 +82,12 @@ def silent_endpoint() -> Iterator[str]:
 def test_a_new_stream_to_a_paused_master_is_abandoned_once_it_is_replaced(
         monkeypatch, silent_endpoint: str) -> None:  # type: ignore
     replacement = "127.0.0.1:1"  # never called: the abandonment is what is checked
-    monkeypatch.setattr(client, "controller_cluster_list", lambda controller, timeout_ms, tls=None, credentials=None:
+    monkeypatch.setattr(put_channel, "controller_cluster_list",
+                        lambda controller, timeout_ms, tls=None, credentials=None:
                         _cluster_list(replacement, (silent_endpoint, replacement)))
     config = ClientConfig(controller="c:1", request_timeout_ms=30_000,
                           master_check_after_ms=100, master_check_interval_ms=50)
-    channel = client._PutChannel(config, idempotent=True)
+    channel = _PutChannel(config, idempotent=True)
     batch = pa.record_batch({"body": pa.array([b"x"], pa.binary())})
     started = time.monotonic()
     with pytest.raises(RetriableError, match="replaced master") as raised:
@@ -170,10 +172,10 @@ def test_a_hanging_controller_holds_no_call_up(monkeypatch) -> None:  # type: ig
         calls[0] += 1
         if calls[0] > 1:
             assert release.wait(30)
-            raise RetriableError(client.status_for("SERVICE_NOT_AVAILABLE"), "controller down")
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"), "controller down")
         return _cluster_list("a:1", ("a:1",))
 
-    monkeypatch.setattr(client, "controller_cluster_list", cluster_list)
+    monkeypatch.setattr(put_channel, "controller_cluster_list", cluster_list)
     producer = Producer(ClientConfig(controller="c:1", route_refresh_interval_ms=1))
     assert producer.endpoint == "a:1"
     time.sleep(0.01)

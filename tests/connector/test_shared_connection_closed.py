@@ -2,7 +2,7 @@
 
 Found by a chaos campaign (seed 5, power faults): the controller observer's thread died on
 `ArrowInvalid('FlightClient is closed')`. Clients of one process share one Flight connection
-per endpoint (connector/client/core.py `_connection`); after a transport failure a thread drops and
+per endpoint (connector/client/connections.py `_connection`); after a transport failure a thread drops and
 closes it (`_drop_connection`) while another thread is about to call on it. That call raised
 pyarrow's ArrowInvalid, which the retry policy did not know, so the caller's call failed with
 an untyped error instead of being retried on a fresh connection.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from conf.tls import NO_TLS
 from connector import Admin, ClientConfig, Consumer
-from connector.client.core import _connection
+from connector.client.connections import _connection
 
 
 def test_admin_call_on_a_connection_closed_by_another_thread_is_retried(broker) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 from pyarrow import flight
 
-from connector.client.core import Admin, ClientConfig, Consumer
+from connector.client import Admin, ClientConfig, Consumer
 from connector.protocol import PRODUCE_SCHEMA, PutReply, produce_descriptor_command
 from ha.cluster.main import Cluster
 from storage_engine import MessageStore, StoreConfig

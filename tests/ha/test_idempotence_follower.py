@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from connector.client.core import with_marker
+from connector.client import with_marker
 from connector.protocol import PutIdempotence
 from ha.broker.idempotence import IdempotenceConfig, IdempotenceFollower, marker_of, rebuild_table
 from storage_engine import MessageBatch, MessageStore, StoreConfig

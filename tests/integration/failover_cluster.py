@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client.core import controller_cluster_list
+from connector.client import controller_cluster_list
 from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, RocketHAError
 from ha.cluster.controllers import controller_status
 from ha.cluster.netns import HostNetwork, TestHost

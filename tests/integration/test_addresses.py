@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from connector import ClientConfig, Producer
-from connector.client.core import controller_cluster_list
+from connector.client import controller_cluster_list
 from connector.protocol import RocketHAError
 from ha.broker.peer import broker_info
 from tests.controller.controller_process import ROOT, ControllerGroup, call, free_port

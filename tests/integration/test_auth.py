@@ -21,7 +21,7 @@ import pytest
 from pyarrow import flight
 
 from conf.signing import Credentials, action_target, sign_headers
-from connector.client.core import Admin, ClientConfig, Consumer, Producer
+from connector.client import Admin, ClientConfig, Consumer, Producer
 from connector.protocol import FatalError, RocketHAError
 from tests.controller.controller_process import ControllerGroup, call
 from tests.integration.broker_process import BrokerProcess

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.client.core import Admin, ClientConfig, Producer
+from connector.client import Admin, ClientConfig, Producer
 from connector.protocol import RocketHAError
 
 pytestmark = pytest.mark.integration

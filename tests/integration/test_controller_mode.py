@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.client.core import ClientConfig, Producer
+from connector.client import ClientConfig, Producer
 from connector.client.routes import ControllerRoutes, ReplicaSet, route_provider, topic_queue_counts
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyarrow import flight
 
-from connector.client.core import Admin, ClientConfig
+from connector.client import Admin, ClientConfig
 from tests.ha.replica_set import ReplicaSet, wait_for
 
 pytestmark = pytest.mark.integration

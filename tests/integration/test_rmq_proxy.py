@@ -48,7 +48,7 @@ from rocketmq.v5.exception import BadRequestException
 
 from connector import Admin, ClientConfig, Consumer
 from connector import Producer as FlightProducer
-from connector.client.core import controller_call
+from connector.client import controller_call
 from ha.cluster.processes import free_port, stop_pid_file
 from tests.ha.replica_set import wait_for
 from tests.integration.rmq_proxy_support import ProxyCluster, receive_all, rmq_config, stub

@@ -32,7 +32,7 @@ from rocketmq.v5.exception import ForbiddenException
 from rocketmq.v5.util.signature import Signature
 
 from connector import Admin, ClientConfig, Consumer
-from connector.client.core import controller_call
+from connector.client import controller_call
 from connector.rmq_proxy.auth import sign
 from ha.cluster.auth import admin_credentials
 from tests.ha.replica_set import FAST_TIMERS, wait_for

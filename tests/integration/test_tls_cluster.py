@@ -40,7 +40,7 @@ from conf.tls import (
     controller_identity,
 )
 from connector import Admin, ClientConfig, Consumer, Producer
-from connector.client.core import controller_cluster_list, signed_options
+from connector.client import controller_cluster_list, signed_options
 from connector.protocol import RocketHAError
 from controller.console.app import gather
 from controller.transport import encode_frame

@@ -1,0 +1,290 @@
+"""One sequence of put round trips for the Producer: its DoPut streams (one per (topic,
+schema), rotated before gRPC's deadline cuts them), its retries, and (idempotent, with a
+controller) the master watch that gives up on a put whose master was replaced.
+
+An idempotent batch is retried only in the replica set it was first sent to: the idempotence
+table that recognises a retry is per set (`_PutChannel._pinned`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pyarrow as pa
+from pyarrow import flight
+
+from conf.signing import descriptor_target
+from connector.client.broker_calls import _Base, _Routes
+from connector.client.config import ClientConfig
+from connector.client.connections import _connection, as_rocketha_error
+from connector.client.discovery import _alive_masters, _masters_of, controller_cluster_list
+from connector.client.master_watch import RoundTrips, replacement_of
+from connector.client.producer_core import STORED_NOT_ACKED
+from connector.protocol import (
+    FatalError,
+    PutReply,
+    RetriableError,
+    RocketHAError,
+    error_for_code,
+    produce_descriptor_command,
+    status_for,
+)
+
+__all__: list[str] = []
+
+
+class _StoredNotAcked(RetriableError):
+    """An idempotent producer's batch answered with a STORED_NOT_ACKED status."""
+
+    def __init__(self, reply: PutReply) -> None:
+        super().__init__(status_for(reply.status), reply.error or reply.status)
+        self.reply = reply
+
+
+@dataclasses.dataclass
+class _Stream:
+    endpoint: str
+    schema: pa.Schema
+    writer: flight.FlightStreamWriter
+    reader: flight.FlightMetadataReader
+    rotate_at_s: float  # monotonic time after which no new batch goes on this stream
+
+
+class _PutChannel(_Base):
+    """One sequence of put round trips: its DoPut streams (one per (topic, schema)) and
+    (idempotent with a controller) its master watch; its routes are the Producer's, shared
+    with its other channels. One thread at a time: the Producer's synchronous `put`, or one
+    lane of its asynchronous sends."""
+
+    def __init__(self, config: ClientConfig, *, idempotent: bool,
+                 routes: _Routes | None = None) -> None:
+        super().__init__(config, routes)
+        self.idempotent = idempotent
+        self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
+        # The last stream used, checked first (schema equality, ~0.7 us): hashing a pa.Schema
+        # for the dict costs ~6 us, on every single send
+        self._last_stream: tuple[str, pa.Schema, _Stream] | None = None
+        self._round_trips = (RoundTrips(config.master_check_after_ms / 1000.0,
+                                        config.master_check_interval_ms / 1000.0)
+                             if idempotent and config.controller else None)
+        # An idempotent batch is retried only in the replica set it was first sent to (its
+        # idempotence table is per set); a lane of asynchronous sends (one queue, one
+        # producer id) stays in the set of its first send.
+        self._lane_home: list[str] = []
+
+    def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
+        """One batch with the retry policy (see Producer.put)."""
+        home: list[str] = []  # the replica set of the first attempt (idempotent batches)
+
+        def call(endpoint: str) -> PutReply:
+            reply = self._round_trip(topic, batch, self._pinned(endpoint, home))
+            if not status_for(reply.status).stored and status_for(reply.status).retriable:
+                raise error_for_code(reply.code, reply.error or reply.status)
+            if self.idempotent and reply.status in STORED_NOT_ACKED:
+                raise _StoredNotAcked(reply)
+            return reply
+
+        try:
+            reply: PutReply = self._retry(call, f"send to {topic}")
+        except _StoredNotAcked as err:  # the deadline passed: the last answer stands
+            reply = err.reply
+        except pa.ArrowException as err:
+            raise FatalError(status_for("BAD_SCHEMA"), str(err)) from err
+        return reply
+
+    def _controller_endpoints(self, controller: str) -> tuple[str, ...]:
+        cluster = controller_cluster_list(controller, self.config.request_timeout_ms,
+                                          self.config.tls, self.config.credentials)
+        self._routes.set_of_member = {
+            str(member["broker_address"]): str(status["replica"]["broker_name"])
+            for status in cluster.get("replica_sets", [])
+            for member in status["replica"].get("brokers", [])}
+        self._routes.master_of_set = dict(_alive_masters(cluster))
+        self._routes.incomplete = (len(self._routes.master_of_set)
+                                   < len(cluster.get("replica_sets", [])))
+        return _masters_of(cluster, controller)
+
+    def _pinned(self, endpoint: str, home: list[str]) -> str:
+        """Where an idempotent batch goes: on its first attempt `endpoint` (and its replica
+        set becomes `home`); on a retry, the current master of `home`, never another set's
+        (the idempotence table that recognises a retry is per replica set: a retry stored by
+        another set would be stored twice)."""
+        if not self.idempotent or self.config.controller is None:
+            return endpoint
+        if not home:
+            name = self._routes.set_of_member.get(endpoint)
+            if name is not None:
+                home.append(name)
+            return endpoint
+        master = self._routes.master_of_set.get(home[0])
+        if master is None:
+            self._routes.stale = True
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                 f"replica set {home[0]} has no alive master yet")
+        return master
+
+    def attempt(self, topic: str, batch: pa.RecordBatch) -> PutReply | RocketHAError:
+        """One round trip, no retry (ProducerCore decides): the reply, or the error."""
+        endpoint = ""
+        try:
+            endpoint = self._pinned(self.endpoint, self._lane_home)
+            reply = self._round_trip(topic, batch, endpoint)
+        except flight.FlightError as err:
+            error = as_rocketha_error(err)
+            if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
+                self._refresh_route(endpoint)
+            return error
+        except RocketHAError as err:
+            return err
+        except pa.ArrowException as err:
+            return FatalError(status_for("BAD_SCHEMA"), str(err))
+        except OSError as err:
+            return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
+        status = status_for(reply.status)
+        if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
+            self._routes.move_past(endpoint)
+            self._routes.stale = self.config.controller is not None
+        return reply
+
+    def _round_trip(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
+        try:
+            return self._round_trip_on(topic, batch, endpoint)
+        except pa.ArrowException as err:
+            if "is closed" not in str(err):
+                raise
+            # another channel dropped the shared connection after a failure (_refresh_route)
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                 f"{endpoint}: {err}") from err
+
+    def _round_trip_on(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
+        """One put on the (topic, schema) stream to `endpoint`. With the master watch, the
+        whole round trip runs under it, the opening of a new stream included: a stream opened
+        to a paused master blocks in do_put until its deadline (gRPC queues the call while
+        the channel connects), which a lane whose old stream had rotated, or that had not sent
+        to this topic yet, used to wait out (the paused-master tests)."""
+        key = (topic, batch.schema)
+        reused = self._reusable_stream(key, endpoint)
+        opened: list[_Stream] = []
+
+        def job() -> pa.Buffer:
+            stream = reused
+            if stream is None:
+                stream = self._open_stream(topic, batch.schema, endpoint)
+                opened.append(stream)
+            return _round_trip(stream, batch)
+
+        def close_streams(_: object) -> None:
+            for stream in (reused, *opened):
+                if stream is not None:
+                    _close_quietly(stream)
+
+        try:
+            if self._round_trips is None:
+                metadata = job()
+            else:
+                metadata = self._round_trips.run(job, lambda: self._replaced(endpoint),
+                                                 close_streams)
+        except RoundTrips.Abandoned as abandoned:
+            self._forget_stream(key)  # close_streams closes it once the job ends
+            self._routes.stale = True
+            raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
+        except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
+            self._forget_stream(key)
+            close_streams(None)
+            raise
+        except BaseException:  # interrupted: the streams may still be in a worker's hands
+            self._forget_stream(key)
+            raise
+        if opened:
+            self._streams[key] = opened[0]
+            self._last_stream = (topic, batch.schema, opened[0])
+        reply = PutReply.decode(metadata.to_pybytes())
+        if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
+            self._routes.stale = True  # maybe a deposed or cut-off master: ask again
+        return reply
+
+    def _replaced(self, endpoint: str) -> str | None:
+        """Why to give up on a put waiting on `endpoint`: the controller names another alive
+        master for its replica set (None: keep waiting, also when no controller answers)."""
+        assert self.config.controller is not None
+        try:
+            cluster = controller_cluster_list(self.config.controller,
+                                              self.config.master_check_interval_ms,
+                                              self.config.tls, self.config.credentials)
+        except RetriableError:
+            return None
+        replacement = replacement_of(cluster, endpoint)
+        if replacement is None:
+            return None
+        return (f"the controller replaced master {endpoint} by {replacement} while a put "
+                f"waited on it")
+
+    def _reusable_stream(self, key: tuple[str, pa.Schema], endpoint: str) -> _Stream | None:
+        """The open DoPut stream for `key` on `endpoint`, or None when a new one is needed.
+
+        gRPC's deadline covers a whole stream, so a stream lives 2 x request_timeout_ms and
+        takes no new batch after the first request_timeout_ms: every put gets its full
+        timeout, and a busy stream is never cut mid-batch (that made the client re-send a
+        batch the broker had stored). A stream replaced (rotated, or on another endpoint) is
+        closed on a thread of its own: closing waits for the broker's final status, which a
+        paused master never sends before the stream's deadline."""
+        last = self._last_stream
+        if last is not None and last[0] == key[0] and last[1] == key[1]:
+            stream: _Stream | None = last[2]
+        else:
+            stream = self._streams.get(key)
+        if stream is None:
+            return None
+        if stream.endpoint == endpoint and time.monotonic() < stream.rotate_at_s:
+            self._last_stream = (key[0], key[1], stream)
+            return stream
+        self._forget_stream(key)
+        threading.Thread(target=_close_quietly, args=(stream,), name="rocketha-close",
+                         daemon=True).start()
+        return None
+
+    def _open_stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
+        timeout_s = self.config.request_timeout_ms / 1000.0
+        command = produce_descriptor_command(topic)
+        descriptor = flight.FlightDescriptor.for_command(command)
+        writer, reader = _connection(endpoint, self.config.tls).do_put(
+            descriptor, schema, self._options("DO_PUT", descriptor_target(command, None),
+                                              2 * timeout_s))
+        return _Stream(endpoint, schema, writer, reader, time.monotonic() + timeout_s)
+
+    def _forget_stream(self, key: tuple[str, pa.Schema]) -> None:
+        self._last_stream = None
+        self._streams.pop(key, None)
+
+    def _close_stream(self, topic: str, schema: pa.Schema) -> None:
+        self._last_stream = None
+        stream = self._streams.pop((topic, schema), None)
+        if stream is not None:
+            _close_quietly(stream)
+
+    def close(self) -> None:
+        for topic, schema in list(self._streams):
+            self._close_stream(topic, schema)
+        if self._round_trips is not None:
+            self._round_trips.close()
+
+
+def _round_trip(stream: _Stream, batch: pa.RecordBatch) -> pa.Buffer:
+    """Write one batch on a produce stream and read the broker's reply to it."""
+    stream.writer.write_batch(batch)
+    metadata = stream.reader.read()
+    if metadata is None:
+        stream.writer.close()  # raises the server's error
+        raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                             "produce stream closed without a reply")
+    return metadata
+
+
+def _close_quietly(stream: _Stream) -> None:
+    try:
+        stream.writer.done_writing()
+        stream.writer.close()
+    except (flight.FlightError, OSError, pa.ArrowException):
+        pass  # the stream is already broken; the error was (or will be) reported
