@@ -23,7 +23,7 @@ outcome, not an exception:
     acl_delete             AclDeleteRequest           AuthChangeReply
     acl_list               AclListRequest             AclListReply
 
-Users and ACLs (issue 16): `controller.auth.acl` (re-exported here) is their model and the one
+Users and ACLs (issue 16): `conf.acl` (re-exported here) is their model and the one
 decision function, so a broker decides exactly as the controller does; with authentication on
 every call is signed (conf/signing.py) and refused with `controller error
 UNAUTHENTICATED` / `NO_PERMISSION` (Flight errors, not statuses) before it reaches the node.
@@ -72,7 +72,7 @@ import types
 import typing
 from typing import Any, ClassVar, Union
 
-from controller.auth.acl import (
+from conf.acl import (
     ADMIN_OPERATIONS,
     OPERATIONS,
     AclError,
@@ -590,7 +590,7 @@ class AuthChangeReply(JsonMessage):
 
 
 class _AuthJsonReply(JsonMessage):
-    """Replies carrying users/policies: their codec is AuthData's (controller/auth/acl.py)."""
+    """Replies carrying users/policies: their codec is AuthData's (conf/acl.py)."""
 
     __slots__ = ()
 

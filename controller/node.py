@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conf.acl import AclError, AuthData, Policy, User
 from controller.api import (
     ACTIONS,
     AclDeleteRequest,
@@ -70,7 +71,6 @@ from controller.api import (
     UsersReply,
     lease_max_ms,
 )
-from controller.auth.acl import AclError, AuthData, Policy, User
 from controller.config import ControllerConfig
 from controller.election import choose_master
 from controller.errors import (

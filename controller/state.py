@@ -40,8 +40,8 @@ import dataclasses
 import json
 from typing import Any, ClassVar
 
+from conf.acl import AclError, AuthData
 from controller.api import MEMBERS_MAX, BrokerMember, JsonMessage, ReplicaInfo
-from controller.auth.acl import AclError, AuthData
 from controller.errors import CodecError
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Who may call the controller: signed-request verification, ACL 2.0 decisions, the
-member-call rule. No imports here, so `controller.api` can re-export the ACL model cheaply."""
+"""Who may call the controller: its side of the shared auth gate (verify.py over
+conf/auth_gate.py; the ACL model is conf/acl.py) and the member-call rule (member_check.py)."""
 
 __all__: list[str] = []

@@ -11,7 +11,7 @@ one broker are accepted only from that broker (no broker speaks for another):
     alter_sync_state_set   the same                            the master id's registered address
     elect_master,          a broker only for its own set;      request broker_name
     clean_broker_data      any other caller (tools) passes
-                           (users' rights: their ACLs, controller/auth/acl.py)
+                           (users' rights: their ACLs, conf/acl.py)
 
 A client certificate (`rocketha://client/<name>`) or one naming a controller cannot make the
 three member calls at all. Without client certificates (need.client.auth=none or TLS off)

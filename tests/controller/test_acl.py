@@ -1,12 +1,10 @@
-"""The ACL 2.0 decision (controller/auth/acl.py): table tests, RocketMQ's evaluation order."""
+"""The ACL 2.0 decision (conf/acl.py): table tests, RocketMQ's evaluation order."""
 
 from __future__ import annotations
 
 import pytest
 
-from connector.protocol import ACTIONS as BROKER_ACTIONS
-from controller.api import ACTIONS as CONTROLLER_ACTIONS
-from controller.auth.acl import (
+from conf.acl import (
     OPERATIONS,
     AclError,
     AuthData,
@@ -17,6 +15,8 @@ from controller.auth.acl import (
     parse_resource,
     requirement_of,
 )
+from connector.protocol import ACTIONS as BROKER_ACTIONS
+from controller.api import ACTIONS as CONTROLLER_ACTIONS
 
 ALICE = User("alice", "AK_alice", "alice-secret-1", "Normal")
 ROOT = User("root", "AK_root", "root-secret-12", "Super")

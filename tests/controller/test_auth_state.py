@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from controller.auth.acl import AuthData, Policy, User
+from conf.acl import AuthData, Policy, User
 from controller.state import ControllerState, SetAuth, decode_command, encode_command
 
 ALICE = User("alice", "AK_alice", "alice-secret-1")

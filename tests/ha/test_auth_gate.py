@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from pyarrow import flight
 
+from conf.auth_gate import MIDDLEWARE_KEY
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import broker_identity, client_identity, controller_identity
 from controller.api import AuthData, User
-from ha.broker.auth import MIDDLEWARE_KEY, AuthGate, AuthSettings
+from ha.broker.auth import AuthGate, AuthSettings
 
 ALICE = User("alice", "AK_alice", "alice-secret-0123")
 

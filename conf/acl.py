@@ -1,8 +1,9 @@
 """Users and ACL 2.0 policies, and the one decision function (pure; RocketMQ 5.3's model).
 
-A leaf of the controller package (imports the standard library only) and part of the contract
-with brokers: `controller.api` re-exports it, so a broker evaluates exactly what the controller
-evaluates.
+In conf (it imports the standard library only) because it is the contract between brokers and
+the controller: both gates (conf/auth_gate.py) decide with this one function, so a broker
+evaluates exactly what the controller evaluates; `controller.api` re-exports it for the
+messages that carry the table.
 
     User      name, access_key, secret_key, kind Super | Normal, status enabled | disabled
     Policy    subject "User:<name>", resource, actions, decision Allow | Deny, source CIDRs
