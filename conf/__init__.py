@@ -5,6 +5,12 @@ The configuration toolkit: one properties reader (conf/properties.py), one parse
 type (conf/values.py), typed keys and the "did you mean" of unknown keys (conf/keys.py), and the
 credentials-file reader (conf/credentials.py). TLS (conf/tls.py, pulls in pyarrow.flight) and
 signing (conf/signing.py) are imported from their modules.
+
+So is what only servers use: the ACL model and the Flight auth gate (conf/acl.py,
+conf/auth_gate.py), server start-up (conf/process.py) and `/metrics` serving
+(conf/metrics_http.py). conf/metrics_http.py imports prometheus_client, a server-only
+dependency: this file must never import it (nor a module that does), so a client-only install
+can import conf.
 """
 
 from conf.credentials import read_credentials_file, read_private_file

@@ -1,24 +1,22 @@
 """`rocketha-controller --conf conf/controller.conf`: run one controller until SIGTERM/SIGINT.
 
-Start-up: refuse `python -O` (asserts guard invariants), read the properties file (an unknown
-key or a bad value exits 2 naming the key), lock and load the Raft store (a second controller
-on the same directory exits 2), start Raft between the controllers, then serve the client
-endpoint. Shutdown: stop the client endpoint (in-flight calls finish), then the Raft node.
+Start-up (conf/process.py, shared with the brokers): refuse `python -O` (asserts guard
+invariants), read the properties file (an unknown key or a bad value exits 2 naming the key),
+then lock and load the Raft store (a second controller on the same directory exits 2), start
+Raft between the controllers, and serve the client endpoint. Shutdown: stop the client
+endpoint (in-flight calls finish), then the Raft node.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import faulthandler
 import logging
-import logging.handlers
 import signal
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 
+from conf.process import Program, refuse, start_server
 from conf.signing import Credentials
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
@@ -128,80 +126,32 @@ def _tls_summary(config: ControllerConfig) -> str:
     return f"on (client certificates: {tls.need_client_auth}; Raft: mutual)"
 
 
+PROGRAM = Program("rocketha-controller", __doc__.splitlines()[0], "controller.conf",
+                  "controller properties file (key=value)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    faulthandler.enable()  # a crash in native code (gRPC, Arrow) leaves its stacks in the log
-    if not __debug__:
-        print("rocketha-controller: refusing to run with python -O (asserts guard invariants)",
-              file=sys.stderr)
-        return 2
-    parser = argparse.ArgumentParser(prog="rocketha-controller",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", help="controller properties file (key=value)")
-    parser.add_argument("--example-conf", action="store_true",
-                        help="print the commented example controller.conf and exit")
-    args = parser.parse_args(argv)
-    if args.example_conf:
-        return _print_example_conf()
-    if args.conf is None:
-        parser.error("--conf is required (--example-conf prints a commented example)")
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = ControllerConfig.from_file(args.conf)
-    except (ConfigError, OSError) as err:
-        print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
-        return 2
-    refusal = config.plaintext_refusal()
-    if refusal is not None:  # secure by default (README "Transport security")
-        print(f"rocketha-controller: refusing to start: {refusal}", file=sys.stderr)
-        return 2
-    try:
-        _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
-    except OSError as err:
-        print(f"rocketha-controller: logFile {config.log_file}: {err}", file=sys.stderr)
-        return 2
+    started = start_server(PROGRAM, argv, ControllerConfig.from_file, (ConfigError,))
+    if isinstance(started, int):
+        return started  # refused (or --example-conf printed): conf/process.py said why
+    config = started.config
     try:
         bootstrap = init_user(config.auth)
     except (ValueError, OSError) as err:
-        print(f"rocketha-controller: bad configuration in {args.conf}: {err}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM.name, f"bad configuration in {started.conf_path}: {err}")
     try:
         node = ControllerNode(config, init_user=bootstrap)
     except (StoreLockedError, RaftStorageError) as err:
-        print(f"rocketha-controller: {err}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM.name, str(err))
     refused: list[BaseException] = []
     try:
         asyncio.run(_serve(config, node))
     except* ListenError as group:  # one line, not a traceback
         refused.extend(group.exceptions)
     if refused:
-        print(f"rocketha-controller: cannot listen on {refused[0]}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM.name, f"cannot listen on {refused[0]}")
     logger.info("ctrl-%d stopped cleanly", config.node_id)
     return 0
-
-
-
-def _print_example_conf() -> int:
-    """The example controller.conf: from the checkout's conf/, else from the wheel's data files."""
-    candidates = (Path(__file__).resolve().parents[1] / "conf" / "controller.conf",
-                  Path(sys.prefix) / "share" / "rocketha" / "conf" / "controller.conf")
-    for candidate in candidates:
-        if candidate.is_file():
-            sys.stdout.write(candidate.read_text())
-            return 0
-    print(f"rocketha-controller: no example controller.conf in {[str(c) for c in candidates]}", file=sys.stderr)
-    return 2
-
-
-def _configure_logging(log_file: str, bytes_max: int, kept: int) -> None:
-    """Standard error, or `log_file` rotated by size (logFile, logFileBytesMax, logFilesKept)."""
-    handler: logging.Handler = (logging.handlers.RotatingFileHandler(
-        log_file, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
-        if log_file else logging.StreamHandler())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 if __name__ == "__main__":

@@ -29,15 +29,14 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from conf.metrics_http import MetricsServer, serve_collector
 from controller.node import ControllerNode
 
 __all__ = ["ControllerCollector", "MetricsServer", "NodeView", "node_view", "serve_metrics"]
@@ -190,28 +189,9 @@ def _replica_sets(controller: str, view: NodeView) -> Iterator[Metric]:
     yield positions
 
 
-class MetricsServer:
-    """prometheus_client's HTTP server on a daemon thread; `close()` stops it."""
-
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
 def serve_metrics(node: ControllerNode, loop: asyncio.AbstractEventLoop, host: str,
                   port: int) -> MetricsServer:
     """Serve `/metrics` on host:port. Raises OSError (e.g. the port is in use)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ControllerCollector(node, loop))
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    logger.info("%s metrics on http://%s:%d/metrics", node.prefix, host, server.server_port)
-    return MetricsServer(server, thread)
+    server = serve_collector(ControllerCollector(node, loop), host, port)
+    logger.info("%s metrics on http://%s:%d/metrics", node.prefix, host, server.port)
+    return server

@@ -1,8 +1,9 @@
 """`rocketha-broker --conf conf/broker.conf`: run one broker until SIGTERM/SIGINT.
 
-Start-up: refuse `python -O` (asserts guard invariants), read the properties file (an unknown
-key or a bad value exits 2 naming the key), open the store (recovering after a crash; a second
-broker on the same directory exits 2), then serve Arrow Flight on listenPort.
+Start-up (conf/process.py, shared with the controller): refuse `python -O` (asserts guard
+invariants), read the properties file (an unknown key or a bad value exits 2 naming the key),
+then open the store (recovering after a crash; a second broker on the same directory exits 2)
+and serve Arrow Flight on listenPort.
 Shutdown on SIGTERM/SIGINT: stop accepting, refuse the next batch of open produce streams,
 answer long polls, wait shutdownGraceMs for the calls left, then (no handler inside the store)
 flush, write a clean checkpoint, remove the abort marker (BrokerService.shutdown).
@@ -10,10 +11,7 @@ flush, write a clean checkpoint, remove the abort marker (BrokerService.shutdown
 
 from __future__ import annotations
 
-import argparse
-import faulthandler
 import logging
-import logging.handlers
 import os
 import signal
 import sys
@@ -23,6 +21,7 @@ from types import FrameType
 
 import pyarrow as pa
 
+from conf.process import Program, refuse, start_server
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
@@ -40,38 +39,16 @@ logger = logging.getLogger("rocketha.broker")
 SIGNAL_POLL_S = 0.5  # the main thread's wait for SIGTERM/SIGINT, between signal checks
 
 
+PROGRAM = Program("rocketha-broker", __doc__.splitlines()[0], "broker.conf",
+                  "broker properties file (key=value)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    faulthandler.enable()  # a crash in native code (gRPC, Arrow) leaves its stacks in the log
-    if not __debug__:
-        print("rocketha-broker: refusing to run with python -O (asserts guard invariants)",
-              file=sys.stderr)
-        return 2
     name_native_threads()  # `top -H` and perf show "ha-read-1", not "python"
-    parser = argparse.ArgumentParser(prog="rocketha-broker", description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", help="broker properties file (key=value)")
-    parser.add_argument("--example-conf", action="store_true",
-                        help="print the commented example broker.conf and exit")
-    args = parser.parse_args(argv)
-    if args.example_conf:
-        return _print_example_conf()
-    if args.conf is None:
-        parser.error("--conf is required (--example-conf prints a commented example)")
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = BrokerConfig.from_file(args.conf)
-    except (ConfigError, OSError) as err:
-        print(f"rocketha-broker: bad configuration in {args.conf}: {err}", file=sys.stderr)
-        return 2
-    refusal = config.plaintext_refusal()
-    if refusal is not None:  # secure by default (README "Transport security")
-        print(f"rocketha-broker: refusing to start: {refusal}", file=sys.stderr)
-        return 2
-    try:
-        _configure_logging(config.log_file, config.log_file_bytes_max, config.log_files_kept)
-    except OSError as err:
-        print(f"rocketha-broker: logFile {config.log_file}: {err}", file=sys.stderr)
-        return 2
+    started = start_server(PROGRAM, argv, BrokerConfig.from_file, (ConfigError,))
+    if isinstance(started, int):
+        return started  # refused (or --example-conf printed): conf/process.py said why
+    config = started.config
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
@@ -80,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                              store_host=(config.broker_ip, config.listen_port),
                              auto_confirm=not config.ha.replicated)
     except StoreLockedError as err:
-        print(f"rocketha-broker: {err}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM.name, str(err))
     tier = _start_tier(config, store)
     retention = None if tier is not None else RetentionService(store).start()  # tier: its own
     service: BrokerService | None = None
@@ -98,13 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             retention.stop()
         store.close()
         if isinstance(err, OSError):  # a port in use: one line, not a traceback
-            print(f"rocketha-broker: cannot listen (haListenPort {config.ha.listen_port}, "
-                  f"metricsPort {config.metrics_port}): {err}", file=sys.stderr)
-            return 2
+            return refuse(PROGRAM.name, f"cannot listen (haListenPort {config.ha.listen_port}, "
+                          f"metricsPort {config.metrics_port}): {err}")
         if isinstance(err, pa.ArrowException) and "did not start" in str(err):
-            print(f"rocketha-broker: cannot listen on listenPort {config.endpoint} (in use, "
-                  "or not an address of this host)", file=sys.stderr)
-            return 2
+            return refuse(PROGRAM.name, f"cannot listen on listenPort {config.endpoint} (in "
+                          "use, or not an address of this host)")
         raise
     prefix = f"{config.broker_name}-{config.broker_id}"
     logger.info("%s serving on %s (bound to %s; store %s, %s, %s)", prefix, service.endpoint,
@@ -220,28 +194,6 @@ def _serve(service: BrokerService, tier: TierService | None, stopping: threading
     finally:
         if tier is not None:
             tier.stop()
-
-
-
-def _print_example_conf() -> int:
-    """The example broker.conf: from the checkout's conf/, else from the wheel's data files."""
-    candidates = (Path(__file__).resolve().parents[2] / "conf" / "broker.conf",
-                  Path(sys.prefix) / "share" / "rocketha" / "conf" / "broker.conf")
-    for candidate in candidates:
-        if candidate.is_file():
-            sys.stdout.write(candidate.read_text())
-            return 0
-    print(f"rocketha-broker: no example broker.conf in {[str(c) for c in candidates]}", file=sys.stderr)
-    return 2
-
-
-def _configure_logging(log_file: str, bytes_max: int, kept: int) -> None:
-    """Standard error, or `log_file` rotated by size (logFile, logFileBytesMax, logFilesKept)."""
-    handler: logging.Handler = (logging.handlers.RotatingFileHandler(
-        log_file, maxBytes=bytes_max, backupCount=kept, encoding="utf-8")
-        if log_file else logging.StreamHandler())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 if __name__ == "__main__":

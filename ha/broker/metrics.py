@@ -43,12 +43,10 @@ series `rocketha_metrics_truncated{family}` says so).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -57,6 +55,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from conf.metrics_http import MetricsServer, serve_collector
 from ha.broker.telemetry import LATENCY_BUCKETS_MS
 
 __all__ = ["SERIES_MAX", "BrokerCollector", "MetricsServer", "serve_metrics"]
@@ -276,27 +275,8 @@ def _truncated(base: list[str], family_name: str) -> GaugeMetricFamily:
     return family
 
 
-class MetricsServer:
-    """prometheus_client's HTTP server on a daemon thread; `close()` stops it."""
-
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
 def serve_metrics(service: _Service, host: str, port: int) -> MetricsServer:
     """Serve `/metrics` on host:port. Raises OSError (e.g. the port is in use)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(service))
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    logger.info("metrics on http://%s:%d/metrics", host, server.server_port)
-    return MetricsServer(server, thread)
+    server = serve_collector(BrokerCollector(service), host, port)
+    logger.info("metrics on http://%s:%d/metrics", host, server.port)
+    return server
