@@ -46,9 +46,10 @@ from pyarrow import flight
 from conf.acl import ADMIN_OPERATIONS, AuthData, User, authorize, requirement_of
 from conf.signing import HEADER_SIGNATURE, ReplayGuard, SignatureError, target_digest, verify
 from conf.tls import parse_identity
+from conf.values import BadValueError, parse_bool
 
 __all__ = ["ANONYMOUS", "GATE_KEYS", "MIDDLEWARE_KEY", "AuditLog", "FlightAuthGate",
-           "GateSettings", "Principal", "source_address"]
+           "GateSettings", "Principal", "parse_gate_settings", "source_address"]
 
 MIDDLEWARE_KEY = "rocketha-auth"
 
@@ -76,6 +77,32 @@ GATE_KEYS: dict[str, tuple[str, Any]] = {
     "auditLogBytesMax": ("audit_log_bytes_max", (4096, 1 << 40)),
     "auditLogFilesKept": ("audit_logs_kept", (1, 1000)),
 }
+
+
+def parse_gate_settings(properties: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]
+                        ) -> tuple[dict[str, Any], list[str]]:
+    """(settings kwargs, errors as "key: reason") from the properties named in `keys` (GATE_KEYS
+    plus a service's own, in the same shape)."""
+    values: dict[str, Any] = {}
+    errors = []
+    for key, (field, kind) in keys.items():
+        if key not in properties:
+            continue
+        text = properties[key].strip()
+        if kind == "bool":
+            try:
+                values[field] = parse_bool(text, key)
+            except BadValueError as err:
+                errors.append(str(err))
+        elif kind == "str":
+            values[field] = text
+        else:
+            low, high = kind
+            if not text.isdigit() or not low <= int(text) <= high:
+                errors.append(f"{key}: {text!r} not an integer in [{low}, {high}]")
+            else:
+                values[field] = int(text)
+    return values, errors
 
 
 class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):

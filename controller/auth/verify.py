@@ -16,12 +16,10 @@ Refusals are `controller error UNAUTHENTICATED: ...` (FlightUnauthenticatedError
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from conf import BadValueError, parse_bool
+from conf import read_private_file
 from conf.acl import AuthData, User
 from conf.auth_gate import (
     GATE_KEYS,
@@ -29,6 +27,7 @@ from conf.auth_gate import (
     FlightAuthGate,
     GateSettings,
     Principal,
+    parse_gate_settings,
     source_address,
 )
 
@@ -53,35 +52,7 @@ AUTH_KEYS: dict[str, tuple[str, Any]] = {
 
 def parse_auth_settings(properties: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
     """(AuthSettings kwargs, errors as "key: reason") from the properties that are AUTH_KEYS."""
-    values: dict[str, Any] = {}
-    errors = []
-    for key, (field, kind) in AUTH_KEYS.items():
-        if key not in properties:
-            continue
-        text = properties[key].strip()
-        if kind == "bool":
-            try:
-                values[field] = parse_bool(text, key)
-            except BadValueError as err:
-                errors.append(str(err))
-        elif kind == "str":
-            values[field] = text
-        else:
-            low, high = kind
-            if not text.isdigit() or not low <= int(text) <= high:
-                errors.append(f"{key}: {text!r} not an integer in [{low}, {high}]")
-            else:
-                values[field] = int(text)
-    return values, errors
-
-
-def _private_file(path: str, key: str) -> str:
-    """The text of a secrets file; refused when other users may read it."""
-    mode = os.stat(path).st_mode
-    if mode & 0o077:
-        raise ValueError(f"{key} {path}: mode {oct(mode & 0o777)} lets other users read "
-                         "it (chmod 600)")
-    return Path(path).read_text(encoding="utf-8")
+    return parse_gate_settings(properties, AUTH_KEYS)
 
 
 def init_user(settings: AuthSettings) -> User | None:
@@ -95,7 +66,7 @@ def init_user(settings: AuthSettings) -> User | None:
     if not settings.init_user_secret_file:
         raise ValueError("initAuthenticationUserSecretFile: required with "
                          "initAuthenticationUser (the secret is never in the conf file)")
-    secret = _private_file(settings.init_user_secret_file,
+    secret = read_private_file(settings.init_user_secret_file,
                            "initAuthenticationUserSecretFile").strip()
     return User(name, access_key, secret, "Super")
 

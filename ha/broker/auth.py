@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from conf import BadValueError, parse_bool
+from conf import read_private_file
 from conf.acl import AuthData, decide
 from conf.auth_gate import (
     GATE_KEYS,
@@ -26,6 +24,7 @@ from conf.auth_gate import (
     FlightAuthGate,
     GateSettings,
     Principal,
+    parse_gate_settings,
     source_address,
 )
 from connector.protocol import encode_error_info
@@ -49,41 +48,13 @@ AUTH_KEYS: dict[str, tuple[str, Any]] = {
 
 def parse_auth_settings(properties: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
     """(AuthSettings kwargs, errors as "key: reason") from the properties that are AUTH_KEYS."""
-    values: dict[str, Any] = {}
-    errors = []
-    for key, (field, kind) in AUTH_KEYS.items():
-        if key not in properties:
-            continue
-        text = properties[key].strip()
-        if kind == "bool":
-            try:
-                values[field] = parse_bool(text, key)
-            except BadValueError as err:
-                errors.append(str(err))
-        elif kind == "str":
-            values[field] = text
-        else:
-            low, high = kind
-            if not text.isdigit() or not low <= int(text) <= high:
-                errors.append(f"{key}: {text!r} not an integer in [{low}, {high}]")
-            else:
-                values[field] = int(text)
-    return values, errors
-
-
-def _private_file(path: str, key: str) -> str:
-    """The text of a secrets file; refused when other users may read it."""
-    mode = os.stat(path).st_mode
-    if mode & 0o077:
-        raise ValueError(f"{key} {path}: mode {oct(mode & 0o777)} lets other users read "
-                         "it (chmod 600)")
-    return Path(path).read_text(encoding="utf-8")
+    return parse_gate_settings(properties, AUTH_KEYS)
 
 
 def load_acl_file(path: str) -> AuthData:
     """Static mode's users and policies: the JSON of AuthData.to_json()."""
     try:
-        return AuthData.from_json(json.loads(_private_file(path, "aclFile")))
+        return AuthData.from_json(json.loads(read_private_file(path, "aclFile")))
     except (ValueError, RecursionError) as err:  # AclError and JSONDecodeError are ValueErrors
         raise ValueError(f"aclFile {path}: {err}") from None
 
