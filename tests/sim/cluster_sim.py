@@ -24,7 +24,7 @@ messages are counted apart (`reads`), so they change no broker's or controller's
 What runs is the production decision code, driven here instead of by threads and sockets:
 - controllers: the Raft core (controller/raft), the replicated state machine
   (controller/state.py), the liveness table (controller/liveness.py), the election policy
-  (controller/election.py: failover_decision), role_of (controller/api.py) and the leader
+  (controller/election.py: failover_decision), role_of (controller/api/replicas.py) and the leader
   core (controller/leader_core.py: what a heartbeat is answered, when a SyncStateSet
   proposal is refused before Raft, the scan's election decision);
 - brokers: the role core (ha/replication/role_core.py: which role a controller reply means, the master
