@@ -1,9 +1,9 @@
 """The controller leader's answers to brokers, as a sans-IO core: the replicated state, the
 liveness table and the request in; the answer (and whether to scan now) out.
 
-controller/node.py (asyncio, Raft proposals, probes) and the cluster simulator's SimController
-(tests/sim/cluster_sim.py) both ask these functions, so what a broker hears, and when a
-replica set gets a new master, is decided once:
+controller/handlers.py and controller/watchdog.py (asyncio, Raft proposals, probes) and the
+cluster simulator's SimController (tests/sim/cluster_sim.py) both ask these functions, so what
+a broker hears, and when a replica set gets a new master, is decided once:
 
     request                facts                                     answer
     broker_heartbeat       the broker is not a member of its set     BROKER_NOT_REGISTERED
@@ -20,7 +20,7 @@ replica set gets a new master, is decided once:
                            abandons its epoch (ha/replication/role_core.py
                            REELECT)
                            a member slave lost its link to the       wake PROBE: probe that
-                           master of this epoch                      master now (node.py)
+                           master of this epoch                      master now (watchdog.py)
     alter_sync_state_set   no such set                               REPLICA_SET_NOT_FOUND
                            a proposed member is not alive            INVALID_REPLICAS
                            otherwise                                 propose it (the state

@@ -1,6 +1,6 @@
 """What a controller remembers for its metrics and console beyond its Raft and replicated state.
 
-Fed by the node shell (controller/node.py) on its event loop, read there too (the metrics
+Fed by the Raft shell (controller/raft_shell.py) on its event loop, read there too (the metrics
 collector and the console hop onto the loop to read): how often this node took each Raft
 role, how often the leader changed, and the last ELECTIONS_KEPT master elections it applied
 (every node applies the same entries, so every node can show them; the time is this node's

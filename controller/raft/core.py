@@ -43,7 +43,6 @@ Roles (role-as-handler: each `_become_*` swaps `_on_message` and `_on_tick`):
 
 from __future__ import annotations
 
-import collections
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -71,21 +70,13 @@ from controller.raft.messages import (
     VoteResponse,
 )
 from controller.raft.progress import Progress, ProgressState, quorum_index
+from controller.raft.read_index import PendingReads
 
 __all__ = ["RaftNode"]
 
 logger = logging.getLogger(__name__)
 
 _FROM_LEADER = (AppendRequest, HeartbeatRequest, SnapshotRequest)
-
-
-class _PendingRead:
-    __slots__ = ("entry_index", "read_seq", "request_id")
-
-    def __init__(self, request_id: int, read_seq: int) -> None:
-        self.request_id = request_id
-        self.read_seq = read_seq
-        self.entry_index: int | None = None  # set once the leader committed in its term
 
 
 class RaftNode:
@@ -117,8 +108,7 @@ class RaftNode:
         self.progress: dict[int, Progress] = {}
         self._messages: list[Message] = []
         self._read_states: list[ReadState] = []
-        self._pending_reads: collections.deque[_PendingRead] = collections.deque()
-        self._read_seq = 0
+        self._reads = PendingReads(reads_max=config.read_requests_max)  # ReadIndex
         self._outstanding: Ready | None = None
         self._on_message: Callable[[Message], None] = self._step_follower
         self._on_tick: Callable[[], None] = self._tick_election
@@ -214,10 +204,9 @@ class RaftNode:
         assert self._outstanding is None, "advance() the last Ready before reading"
         if self.role is not Role.LEADER:
             return ProposeResult(ProposeStatus.NOT_LEADER, leader_id=self.leader_id)
-        if len(self._pending_reads) >= self.config.read_requests_max:
+        if len(self._reads) >= self.config.read_requests_max:
             return ProposeResult(ProposeStatus.DROPPED, leader_id=self.node_id)
-        self._read_seq += 1
-        self._pending_reads.append(_PendingRead(request_id, self._read_seq))
+        self._reads.add(request_id)
         self._broadcast_heartbeat()
         self._release_reads()
         return ProposeResult(ProposeStatus.ACCEPTED, 0, self.term, self.node_id)
@@ -303,7 +292,7 @@ class RaftNode:
         self._randomized_timeout_ticks = timeout + self._rng.randrange(timeout)
         self._votes = {}
         self.progress = {}
-        self._pending_reads.clear()  # callers time out and retry at the new leader
+        self._reads.clear()  # callers time out and retry at the new leader
 
     def _become_follower(self, term: int, leader_id: int | None) -> None:
         self._reset(term)
@@ -585,7 +574,7 @@ class RaftNode:
             progress = self.progress[peer]
             commit_index = min(progress.match_index, self.log.committed_index)
             self._send(HeartbeatRequest(self.node_id, peer, self.term, commit_index,
-                                        self._read_seq))
+                                        self._reads.read_seq))
 
     def _send_append(self, peer: int, *, send_empty: bool) -> bool:
         """Send the entries `peer` lacks (or the snapshot). Returns whether anything was sent."""
@@ -613,24 +602,14 @@ class RaftNode:
 
     def _release_reads(self) -> None:
         """Answer pending reads whose heartbeat round a majority confirmed, in order."""
-        if self.role is not Role.LEADER or not self._pending_reads:
+        if self.role is not Role.LEADER or not self._reads:
             return
-        term_committed = self.log.term_at(self.log.committed_index) == self.term
-        quorum = self.config.quorum_size
-        while self._pending_reads:
-            read = self._pending_reads[0]
-            if read.entry_index is None:
-                if not term_committed:
-                    return
-                read.entry_index = self.log.committed_index
-            acked = 1 + sum(
-                1 for peer in self.config.peer_ids
-                if self.progress[peer].read_seq_acked >= read.read_seq
-            )
-            if acked < quorum:
-                return
-            self._pending_reads.popleft()
-            self._read_states.append(ReadState(read.request_id, read.entry_index))
+        self._read_states += self._reads.release(
+            committed_index=self.log.committed_index,
+            term_committed=self.log.term_at(self.log.committed_index) == self.term,
+            peer_read_seqs_acked=[self.progress[peer].read_seq_acked
+                                  for peer in self.config.peer_ids],
+            quorum_size=self.config.quorum_size)
 
     def _send(self, message: Message) -> None:
         self._messages.append(message)

@@ -103,7 +103,7 @@ def test_a_masters_lease_ends_before_the_controller_may_count_it_dead(
     beat = _beat(reply_ms, echo_age_ms)
     credit = heartbeat_credit_ms(beat, arrived_ms, clock=CLOCK, transit_max_ms=transit_max_ms)
     assert made_ms - (arrived_ms - credit) <= credit <= arrived_ms
-    # node.py answers a little later than it recorded: credit_behind from its own now
+    # handlers.py answers a little later than it recorded: credit_behind from its own now
     answered_ms = arrived_ms + answered_after_ms
     behind = answered_ms - heartbeat_credit_ms(beat, answered_ms, clock=CLOCK,
                                                transit_max_ms=transit_max_ms)

@@ -143,7 +143,7 @@ def _step(cluster: Cluster) -> None:
 
 
 def _answer_as_node(cluster: Cluster, node_id: int, broker_id: int) -> HeartbeatAnswer:
-    """node.py `_broker_heartbeat`'s answer on `node_id` (no operator or scan holds)."""
+    """handlers.py `_broker_heartbeat`'s answer on `node_id` (no operator or scan holds)."""
     node, replica = cluster.nodes[node_id], _states(cluster)[node_id].replica_info("a")
     current = state_current(node.log, node.term)
     return answer(replica, heartbeat(broker_id), lease_held=not current)

@@ -24,7 +24,7 @@ messages are counted apart (`reads`), so they change no broker's or controller's
 What runs is the production decision code, driven here instead of by threads and sockets:
 - controllers: the Raft core (controller/raft), the replicated state machine
   (controller/state.py), the liveness table (controller/liveness.py), the election policy
-  (controller/election.py: failover_decision), role_of (controller/api.py) and the leader
+  (controller/election.py: failover_decision), role_of (controller/api/replicas.py) and the leader
   core (controller/leader_core.py: what a heartbeat is answered, when a SyncStateSet
   proposal is refused before Raft, the scan's election decision);
 - brokers: the role core (ha/replication/role_core.py: which role a controller reply means, the master
@@ -602,7 +602,7 @@ class SimController:
         # tells an election that the credit brought forward (ClusterSim.credit_stats)
         self.arrived_ms: dict[tuple[str, int], int] = {}
         # set -> (master epoch, master id) from a scan's decision until its election's
-        # outcome (node.py `_election_holds`): heartbeats get no role meanwhile
+        # outcome (watchdog.py `_election_holds`): heartbeats get no role meanwhile
         self.election_holds: dict[str, tuple[int, int | None]] = {}
         self.alive = True
         sim.every(TICK_MS, self, self.tick)
@@ -664,7 +664,7 @@ class SimController:
         self.drain()
 
     def wake_scan(self) -> None:
-        """node.py sets its scan loop's wake-up event when a heartbeat's answer asks for it
+        """watchdog.py sets its scan loop's wake-up event when a heartbeat's answer asks for it
         (leader_core Wake: ELECT, elect now; PROBE, probe the master then scan; no probes
         here, so both scan): the scan runs at once, after this request, once however many
         heartbeats woke it."""
@@ -712,7 +712,7 @@ class SimController:
                 self.propose(ElectMaster.decided_on(replica, decision.broker_id), released)
 
     def credit_ms(self, heartbeat: BrokerHeartbeat, arrived_ms: int) -> int:
-        """When `heartbeat` counts as heard (node.py `_credit_ms`: the real
+        """When `heartbeat` counts as heard (handlers.py `_credit_ms`: the real
         liveness.heartbeat_credit_ms, with this process's clock id)."""
         return heartbeat_credit_ms(heartbeat, arrived_ms, clock=self.clock_id,
                                    transit_max_ms=self.sim.options.transit_max_ms)
@@ -720,7 +720,7 @@ class SimController:
     def on_request(self, src: str, request_id: int, kind: str, body: Any) -> None:
         now = self.sim.now_ms
         transit_on = self.sim.options.transit_max_ms > 0
-        if kind == "heartbeat":  # every controller records it (node.py `handle`)
+        if kind == "heartbeat":  # every controller records it (handlers.py `handle`)
             credited_ms = self.live.heard(body, now, clock=self.clock_id,
                                           transit_max_ms=self.sim.options.transit_max_ms)
             if credited_ms < now:

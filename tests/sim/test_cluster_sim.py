@@ -484,7 +484,7 @@ def test_echoes_are_per_controller_and_each_process_has_its_own_clock() -> None:
 # all-ack the new master must ack every put, so nothing acknowledged is lost here; under
 # auto-isr a master with a lease acks with a majority that may leave the new master out.
 # Fixed: from its decision until the election's outcome the leader answers the master's
-# heartbeats without a role (controller/leader_core.py lease_held; node.py _election_holds).
+# heartbeats without a role (controller/leader_core.py lease_held; watchdog.py _election_holds).
 def test_seed_45_no_lease_outlives_the_election_of_a_newer_epoch() -> None:
     run_seed(45, DURATION_MS, check_lease=True)
 
