@@ -65,6 +65,7 @@ from connector.client.producer_core import (
     QueueChooser,
     SendResult,
     message_size_bytes,
+    put_results,
 )
 from connector.protocol import (
     IDEMPOTENCE_PROPERTY,
@@ -1074,12 +1075,7 @@ class Producer:
                 batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
                 self._sequence += 1
             reply = self.put(topic, batch)
-        if not status_for(reply.status).stored:
-            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
-        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
-            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
-        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
-                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+        return put_results(reply, batch.num_rows)  # (a duplicate's: the original's positions)
 
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
