@@ -35,9 +35,10 @@ from connector.client.producer_core import (
     QueueChooser,
     SendResult,
     message_size_bytes,
+    put_results,
 )
 from connector.client.put_channel import _PutChannel
-from connector.protocol import PutIdempotence, PutReply, RocketHAError, status_for
+from connector.protocol import PutIdempotence, PutReply, RocketHAError
 
 __all__ = ["QUEUE_LOOKUP_INTERVAL_S", "Producer"]
 
@@ -247,12 +248,7 @@ class Producer:
                 batch = with_marker(batch, PutIdempotence(self._producer_id, self._sequence))
                 self._sequence += 1
             reply = self.put(topic, batch)
-        if not status_for(reply.status).stored:
-            return [SendResult(reply.status, error=reply.error)] * batch.num_rows
-        if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
-            return [SendResult(reply.status, error="duplicate")] * batch.num_rows
-        return [SendResult(reply.status, queue_id, queue_offset, reply.error)
-                for queue_id, queue_offset in reply.row_offsets(batch.num_rows)]
+        return put_results(reply, batch.num_rows)  # (a duplicate's: the original's positions)
 
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with

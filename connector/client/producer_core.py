@@ -49,7 +49,8 @@ the next one fills (up to `batch_messages`), so one message per call still goes 
 of hundreds under load. Two in flight per lane would need a broker-side gap check first.
 
 Not acknowledged unless acknowledged: a message's future gets PUT_OK (its row's queue offset,
-or `error="duplicate"` for a retry the broker had stored before) only from a broker reply for
+the original's for a retry the broker had stored before, with `error="duplicate"`; or
+DUPLICATE_POSITION_UNKNOWN when the broker can no longer place it) only from a broker reply for
 its own batch; a stored status that is not PUT_OK (FLUSH_SLAVE_TIMEOUT...) is retried while
 idempotent, until the deadline, and then returned as it is, as `Producer.send` does.
 """
@@ -87,6 +88,7 @@ __all__ = [
     "SendResult",
     "expand",
     "message_size_bytes",
+    "put_results",
     "results_of",
 ]
 
@@ -123,8 +125,15 @@ class ProducerConfig:
             raise ValueError("ProducerConfig.batch_bytes must be <= buffer_bytes")
 
 
+POSITION_UNKNOWN = "DUPLICATE_POSITION_UNKNOWN"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SendResult:
+    """One message's outcome. PUT_OK always comes with its queue id and queue offset;
+    DUPLICATE_POSITION_UNKNOWN means stored earlier (a retry the broker recognised), as
+    durable as PUT_OK, at a position it can no longer name (`stored` True, `ok` False)."""
+
     status: str
     queue_id: int = -1
     queue_offset: int = -1
@@ -133,6 +142,11 @@ class SendResult:
     @property
     def ok(self) -> bool:
         return self.status == "PUT_OK"
+
+    @property
+    def stored(self) -> bool:
+        """Acknowledged: PUT_OK, or stored earlier at an unknown position."""
+        return self.status == "PUT_OK" or self.status == POSITION_UNKNOWN
 
 
 LaneKey = tuple[str, int | None]  # (topic, queue_id); None: the broker picks per row
@@ -420,7 +434,7 @@ def results_of(outcome: PutReply | SendResult | BaseException, rows: int
                ) -> list[SendResult | BaseException]:
     """What each of a resolved batch's `rows` messages gets (see Resolution)."""
     if isinstance(outcome, PutReply):
-        return list(_results(outcome, rows))
+        return list(put_results(outcome, rows))
     return [outcome] * rows
 
 
@@ -433,12 +447,22 @@ def expand(resolutions: list[Resolution]) -> list[tuple[Any, SendResult | BaseEx
     return expanded
 
 
-def _results(reply: PutReply, rows: int) -> list[SendResult]:
-    """One result per row of a stored batch."""
-    if reply.duplicate:  # an idempotent batch stored earlier: no fresh offsets
-        return [SendResult(reply.status, error="duplicate")] * rows
-    return [SendResult(reply.status, queue_id, queue_offset, reply.error)
-            for queue_id, queue_offset in reply.row_offsets(rows)]
+def put_results(reply: PutReply, rows: int) -> list[SendResult]:
+    """One result per row of a put's reply (`send_batch`, `send_async`'s futures). A stored
+    reply names every row's position, a duplicate's included (the original's); one that does
+    not (DUPLICATE_POSITION_UNKNOWN, or a broker from before issue 43 answering a duplicate
+    PUT_OK without positions) is DUPLICATE_POSITION_UNKNOWN: never a PUT_OK at -1."""
+    if not status_for(reply.status).stored:
+        return [SendResult(reply.status, error=reply.error)] * rows
+    offsets = reply.row_offsets(rows)
+    if len(offsets) != rows:  # (row_offsets asserts a single range's count)
+        if reply.status == "PUT_OK" or reply.status == POSITION_UNKNOWN:
+            return [SendResult(POSITION_UNKNOWN, error=reply.error or
+                               "stored earlier; its position is no longer known")] * rows
+        return [SendResult(reply.status, error=reply.error)] * rows  # not acknowledged yet
+    error = "duplicate" if reply.duplicate and not reply.error else reply.error
+    return [SendResult(reply.status, queue_id, queue_offset, error)
+            for queue_id, queue_offset in offsets]
 
 
 class QueueChooser:

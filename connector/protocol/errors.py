@@ -61,6 +61,10 @@ _TABLE = (
     StatusCode(9, "UNKNOWN_ERROR", retriable=True),
     StatusCode(10, "IN_SYNC_REPLICAS_NOT_ENOUGH", retriable=True),
     StatusCode(11, "NOT_MASTER", retriable=True, refresh_route=True),
+    # an idempotent retry of a batch stored earlier, as durable as PUT_OK, whose positions the
+    # broker no longer knows (older than idempotenceBatchesKept, or gone from the log): an
+    # acknowledgement that names no position, never a PUT_OK with queue offset -1
+    StatusCode(12, "DUPLICATE_POSITION_UNKNOWN", stored=True),
     # request errors
     StatusCode(20, "BAD_REQUEST"),
     StatusCode(21, "TOPIC_NOT_EXIST", refresh_route=True),

@@ -12,9 +12,15 @@ produce — `DoPut`
     idempotence optional, per batch: the batch's LAST row carries the property
                 IDEMPOTENCE_PROPERTY = "<producer_id>/<sequence>" (PutIdempotence). The broker
                 stores the batch only when `sequence` is above the last one it stored for
-                `producer_id`, else answers {"status": "PUT_OK", "duplicate": true, "queues":
-                []} without writing. A producer sends its sequences in increasing order and
-                stops at its first failure, so what a broker stored is always a prefix. The
+                `producer_id`, else answers without writing {"status": "PUT_OK", "duplicate":
+                true, ...} naming the original's positions ("queues", "row_queue_ids",
+                "log_position_end") exactly as the first answer did, or, when it no longer
+                knows them (older than its last idempotenceBatchesKept batches of that
+                producer), {"status": "DUPLICATE_POSITION_UNKNOWN", "duplicate": true,
+                "queues": []}: stored earlier, as durable as PUT_OK, position unknown. A
+                PUT_OK always names where each row is. A producer sends its sequences in
+                increasing order and stops at its first failure, so what a broker stored is
+                always a prefix. The
                 marker sits on the last row because a batch is one append: if the last record
                 survived a crash, the whole batch did; a restarted broker rebuilds its table
                 from the markers in the tail of its queues (ha/broker/idempotence.py).

@@ -31,6 +31,8 @@ CODE = {
 
 _BY_STATUS = {
     "PUT_OK": "OK",
+    # stored earlier, offset unknown: a receipt must carry the offset, so not OK (issue 43)
+    "DUPLICATE_POSITION_UNKNOWN": "INTERNAL_SERVER_ERROR",
     "FLUSH_DISK_TIMEOUT": "MASTER_PERSISTENCE_TIMEOUT",
     "FLUSH_SLAVE_TIMEOUT": "SLAVE_PERSISTENCE_TIMEOUT",
     "SLAVE_NOT_AVAILABLE": "HA_NOT_AVAILABLE",

@@ -225,11 +225,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         _, name = code_for_status(reply.status)
         if reply.status == "MESSAGE_ILLEGAL" and "maxMessageSize" in reply.error:
             name = "MESSAGE_BODY_TOO_LARGE"  # the brokers' limit is below grpcMaxBodyBytes
+        offsets = reply.row_offsets(1) if name == "OK" else []
+        if name == "OK" and not offsets:  # a receipt always names its offset (issue 43)
+            name = "INTERNAL_SERVER_ERROR"
+            entry.status.CopyFrom(status(name, "stored earlier; its offset is unknown"))
+            return entry
         entry.status.CopyFrom(status(name, reply.error or reply.status))
         if name == "OK":
             self.sent_messages += 1
-            offsets = reply.row_offsets(1)
-            entry.offset = offsets[0][1] if offsets else -1  # -1: a retry, stored before
+            entry.offset = offsets[0][1]  # a retry stored before: the original's offset
         return entry
 
     def EndTransaction(self, request: Any, context: Any) -> Any:

@@ -10,7 +10,10 @@ its k-th chunk has sequence k. The chunk's last row carries the marker property
 (connector.protocol.IDEMPOTENCE_PROPERTY = "<producer_id>/<k>"); the broker stores a chunk only
 when k is above the last sequence it stored for that producer. A retried task, or a micro-batch
 replayed after a restart, recomputes the same rows in the same order, so the same chunks with
-the same keys, and the broker drops the ones it already has. This needs (1) deterministic rows
+the same keys, and the broker drops the ones it already has, answering each with the original's
+positions (its queue ranges go into the commit message as a fresh write's do), or, for a chunk
+older than the producer's last idempotenceBatchesKept, DUPLICATE_POSITION_UNKNOWN: written,
+counted as duplicate rows, in no queue range. This needs (1) deterministic rows
 per partition (no nondeterministic shuffle between source and sink) and (2) the same broker
 for a task on every attempt: a task writes to one replica set chosen by partition id.
 
@@ -190,7 +193,10 @@ def write_partition(batches: Iterable[pa.RecordBatch], *, options: SinkOptions,
                 chunk = with_marker(chunk, PutIdempotence(producer_id, sequence))
             sequence += 1
             reply = producer.put(topic, chunk)
-            if reply.status not in options.accept_statuses:
+            if reply.status not in options.accept_statuses and not (
+                    producer_id is not None and reply.status == "DUPLICATE_POSITION_UNKNOWN"):
+                # (a replayed chunk stored earlier, its position forgotten: written, counted
+                # as duplicate rows and in `statuses`, never in the queue ranges)
                 raise SinkStatusError(
                     f"rocketha sink: write of {chunk.num_rows} rows to {topic} on "
                     f"{replica_set.broker_name} returned {reply.status} ({reply.error}); "

@@ -64,6 +64,7 @@ class BrokerConfig:
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
     idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
+    idempotence_batches_kept: int = 5  # places of each producer's last batches (duplicate answers)
     # flushConsumerOffsetInterval: consumerOffset.json, a snapshot of the offsets (the records
     # in the CommitLog are the truth: ha/broker/offset_log.py), is rewritten this often
     flush_consumer_offset_interval_ms: int = 5000
@@ -123,6 +124,7 @@ class BrokerConfig:
         _range("idempotenceProducersMax", self.idempotence_producers_max, 1, 10_000_000)
         _range("idempotenceRebuildMessages", self.idempotence_rebuild_messages, 0, 1 << 24)
         _range("idempotenceRebuildWindowMs", self.idempotence_rebuild_window_ms, 0, 1 << 40)
+        _range("idempotenceBatchesKept", self.idempotence_batches_kept, 1, 1000)
         _range("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms, 100,
                3_600_000)
 
@@ -248,6 +250,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "idempotenceProducersMax": ("idempotence_producers_max", int),
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
     "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
+    "idempotenceBatchesKept": ("idempotence_batches_kept", int),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval_ms", int),
     "enableControllerMode": ("enable_controller_mode", parse_bool),
     "controllerAddr": ("controller_addr", _addresses),

@@ -209,7 +209,8 @@ class RoleManager:
         config = self._config
         return IdempotenceConfig(producers_max=config.idempotence_producers_max,
                                  window_messages=config.idempotence_rebuild_messages,
-                                 window_ms=config.idempotence_rebuild_window_ms)
+                                 window_ms=config.idempotence_rebuild_window_ms,
+                                 batches_max=config.idempotence_batches_kept)
 
     def _follower_pass(self) -> None:
         """As slave: bring the idempotence table up to date (so a take-over reads little)."""

@@ -54,6 +54,7 @@ from ha.broker.arrow_codec import (
     rows_from_batch,
 )
 from ha.broker.auth import AuditLog, AuthGate, load_acl_file
+from ha.broker.batch_places import locate_in_log
 from ha.broker.config import RUNTIME_KEYS, BrokerConfig, runtime_update, top_level_properties
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
 from ha.broker.long_poll import Arrivals, poll_until
@@ -198,7 +199,9 @@ class BrokerService(flight.FlightServerBase):
         self.idempotence = IdempotentPuts(rebuild_table(store, IdempotenceConfig(
             producers_max=config.idempotence_producers_max,
             window_messages=config.idempotence_rebuild_messages,
-            window_ms=config.idempotence_rebuild_window_ms), now_ms=int(time.time() * 1000)))
+            window_ms=config.idempotence_rebuild_window_ms,
+            batches_max=config.idempotence_batches_kept), now_ms=int(time.time() * 1000)),
+            functools.partial(locate_in_log, store))  # a duplicate's positions (issue 43)
         self._actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "broker_info": self._broker_info,
             "broker_stats": self._broker_stats,
@@ -355,7 +358,7 @@ class BrokerService(flight.FlightServerBase):
                 with self.admission.entered():
                     reply = self.idempotence.put(  # drops batches stored before
                         batch, functools.partial(self._put_batch, topic, batch),
-                        self.replication.settle)
+                        self.replication.settle, topic.name)
                 writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
     @contextlib.contextmanager

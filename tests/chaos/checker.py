@@ -9,6 +9,8 @@ Checks (a violation in any of them makes the history invalid):
   offset); `recovered` = read values whose send was not acknowledged (indeterminate sends that
   got in: allowed). A duplicate is explained (allowed) only when its send was not idempotent;
   an idempotent producer's value stored twice is a violation.
+- `unpositioned_acks`: every acknowledged send names its position (queue >= 0, offset >= 0):
+  an ack without one (a retry answered PUT_OK at -1, issue 43) is a violation, not skipped.
 - Kafka-workload subset (Jepsen `tests/kafka`):
   `inconsistent_offsets`: one (set, queue, offset) never holds two values across all polls, and
   an acknowledged (queue, offset) holds its value where the value is found;
@@ -81,6 +83,7 @@ class CheckResult:
     duplicated: dict[str, int] = dataclasses.field(default_factory=dict)
     duplicated_unexplained: list[str] = dataclasses.field(default_factory=list)
     inconsistent_offsets: list[str] = dataclasses.field(default_factory=list)
+    unpositioned_acks: list[str] = dataclasses.field(default_factory=list)
     lost_writes: list[str] = dataclasses.field(default_factory=list)
     poll_violations: list[str] = dataclasses.field(default_factory=list)
     commit_regressions: list[str] = dataclasses.field(default_factory=list)
@@ -97,7 +100,8 @@ class CheckResult:
     latency_ms: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     # the order a first violation is named in: the worst first
-    VIOLATIONS = ("lost", "table_lost", "inconsistent_offsets", "lost_writes", "unexpected",
+    VIOLATIONS = ("lost", "table_lost", "inconsistent_offsets", "unpositioned_acks",
+                  "lost_writes", "unexpected",
                   "table_unexpected", "duplicated_unexplained", "table_duplicated",
                   "replica_divergence", "controller_violations", "commit_regressions",
                   "poll_violations")
@@ -141,6 +145,7 @@ class CheckResult:
             "unexpected": len(self.unexpected), "duplicated": len(self.duplicated),
             "duplicated_unexplained": len(self.duplicated_unexplained),
             "inconsistent_offsets": len(self.inconsistent_offsets),
+            "unpositioned_acks": len(self.unpositioned_acks),
             "lost_writes": len(self.lost_writes), "poll_violations": len(self.poll_violations),
             "commit_regressions": len(self.commit_regressions),
             "replica_divergence": len(self.replica_divergence),
@@ -244,13 +249,17 @@ def _inconsistent_offsets(result: CheckResult, sends: list[tuple[Event, Event | 
                           positions: dict[Position, set[str]]) -> None:
     problems = [f"{s}/{q}@{o} holds {sorted(values)}"
                 for (s, q, o), values in sorted(positions.items()) if len(values) > 1]
+    result.unpositioned_acks = [
+        f"{invoke['value']} acked at {done.get('queue', -1)}@{done.get('offset', -1)}"
+        for invoke, done in sends if done is not None and done["type"] == "ok"
+        and (done.get("queue", -1) < 0 or done.get("offset", -1) < 0)]
     where: dict[str, set[Position]] = defaultdict(set)
     for position, values in positions.items():
         for value in values:
             where[value].add(position)
     for invoke, done in sends:
         if done is None or done["type"] != "ok" or done.get("queue", -1) < 0:
-            continue
+            continue  # (no position: an unpositioned ack, judged above)
         value, queue_id, queue_offset = invoke["value"], done["queue"], done["offset"]
         found = where.get(value)
         if not found:

@@ -100,6 +100,20 @@ def test_an_ack_naming_another_offset_is_inconsistent() -> None:
     assert "v5 acked at ?/1@3" in result.inconsistent_offsets[0]
 
 
+def test_an_ack_without_a_position_is_a_violation() -> None:
+    """Issue 43: a retry answered PUT_OK at queue -1, offset -1 was skipped by every offset
+    check; now it is a violation of its own, even though the value is found."""
+    b = good().send("v5", -1, -1).poll("a", 1, 1, [(1, "v5")], process="c1")
+    result = check(b.events)
+    assert result.unpositioned_acks == ["v5 acked at -1@-1"], result.to_json()
+    assert not result.lost and not result.inconsistent_offsets
+    assert not result.valid and result.first_violation is not None
+    assert result.first_violation.startswith("unpositioned_acks")
+    assert result.to_json()["unpositioned_acks"] == 1
+    half = check(good().send("v6", 1, -1).poll("a", 1, 1, [(1, "v6")]).events)
+    assert half.unpositioned_acks == ["v6 acked at 1@-1"]
+
+
 def test_an_ack_naming_its_set_is_checked_in_that_set() -> None:
     b = good().send("w1", 2, 0, set_="b").poll("b", 2, 0, [(0, "w1")])
     assert check(b.events).valid

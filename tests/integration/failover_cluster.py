@@ -391,8 +391,8 @@ class Load(_Worker):
                     with self._lock:
                         self.acked[seq] = Ack(seq, self.key(seq), result.queue_id,
                                               result.queue_offset, started, now)
-                if result is not None or not self.resend:
-                    seq += 1
+                if result is not None or not self.resend or status == "DUPLICATE_POSITION_UNKNOWN":
+                    seq += 1  # (stored earlier, position unknown: resending cannot ack it)
                 if result is None:  # the client backed off already, or it was a reply
                     self._stop.wait(FAILED_SEND_PAUSE_S)
         except BaseException as err:  # noqa: BLE001 - surfaced by stop() / wait_acks()
@@ -540,7 +540,7 @@ def check_history(load: Load, found: dict[tuple[int, int], bytes]) -> Verdict:
     wrong = [f"seq {a.seq} acked at {a.queue_id}/{a.queue_offset} holds "
              f"{found.get((a.queue_id, a.queue_offset))!r}"
              for a in load.acked.values()
-             if a.queue_id >= 0 and found.get((a.queue_id, a.queue_offset)) != load.body(a.seq)]
+             if found.get((a.queue_id, a.queue_offset)) != load.body(a.seq)]  # -1: wrong too
     return Verdict(
         acked=len(load.acked), found=sum(map(len, where.values())),
         lost=sorted(seq for seq in load.acked if seq not in where),

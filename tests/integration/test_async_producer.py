@@ -41,8 +41,7 @@ def _check(sent: list[tuple[bytes, str | None, int | None, Future[SendResult]]],
             continue
         acked += 1
         assert body in where, f"acknowledged {body!r} ({result}) is not stored"
-        if result.queue_id >= 0:
-            assert found.get((result.queue_id, result.queue_offset)) == body, result
+        assert found.get((result.queue_id, result.queue_offset)) == body, result  # -1: wrong
     assert acked >= acked_min, f"only {acked} acknowledged"
     twice = {body: places for body, places in where.items() if len(places) > 1}
     assert not twice, f"stored twice: {list(twice.items())[:5]}"

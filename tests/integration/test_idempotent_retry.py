@@ -51,6 +51,8 @@ def test_an_idempotent_producer_retries_until_the_quorum_holds_the_put(tmp_path:
             sender.join(timeout=20)
         assert not sender.is_alive()
         assert [result.status for result in results] == ["PUT_OK"]
+        # answered from the master's table (a duplicate): at the original's place (issue 43)
+        assert [(result.queue_id, result.queue_offset) for result in results] == [(0, 1)]
         wait_for(lambda: replicas.info(0)["confirm_log_position"]
                  == replicas.info(0)["max_log_position"], 20, "the slave to confirm")
         bodies = sorted(replicas.read_all(0, TOPIC, 1).values())
