@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from connector.client.core import with_marker
 
+from connector.client import with_marker
 from connector.client.producer_core import put_results
 from connector.protocol import PutIdempotence, PutReply, code_for
 from ha.broker.arrow_codec import rows_from_batch
