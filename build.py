@@ -25,8 +25,9 @@
     python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
     python3 build.py chaos [--minutes M --seed S --faults kill,pause,...]   a fault campaign on
                                       test hosts judged by a Jepsen-style checker (tests/chaos/run.py)
-    python3 build.py demo [ARGS...]   setup, then the demo pipeline on a local cluster
-                                      (`demo --hosts`: test hosts + a Spark standalone cluster)
+    python3 build.py demo [ARGS...]   setup, then the demo pipeline (examples/demo/) on a local
+                                      cluster (`demo --hosts`: test hosts + a Spark standalone
+                                      cluster)
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
                                       (targets in tests/fuzz/targets.py; `fuzz all` runs each)
     python3 build.py lint             ruff check of the whole tree (prints the count; exit 1 if any)
@@ -304,7 +305,7 @@ def lint(args: list[str]) -> int:
 
 def demo(args: list[str]) -> int:
     python = setup()
-    return subprocess.run([str(python), "-m", "spark_app.demo", *args], cwd=ROOT,
+    return subprocess.run([str(python), "-m", "examples.demo", *args], cwd=ROOT,
                           check=False).returncode
 
 

@@ -1,6 +1,6 @@
 """The broker's replication hooks: role checks, the replicated put, metadata sync, broker info.
 
-BrokerService calls into one `Replication` (kept apart from service.py so the put path stays a
+BrokerService calls into one `Replication` (kept apart from produce.py so the put path stays a
 one-line call there):
 
     role                      put                                            reads

@@ -4,7 +4,9 @@ and connector.protocol only (DESIGN.md §2).
     ha/replication/frames.py          HA link frames (byte layouts)           sans-IO
     ha/replication/quorum.py          needAckNums, admission, confirm          pure functions
     ha/replication/slave_core.py      handshake decision, transfer checks      sans-IO state machine
-    ha/replication/master_core.py     batching, heartbeats, SyncStateSet       sans-IO state machine
+    ha/replication/master_core.py     links, batching, heartbeats, SSS members sans-IO state machine
+    ha/replication/master_quorum.py   acks that count, confirm, lease          (its mixin)
+    ha/replication/master_effects.py  the master core's settings and effects   data
     ha/replication/role_core.py       controller-mode role decisions, lease   sans-IO (ha/broker/roles.py)
     ha/replication/link.py            framed blocking socket                   IO
     ha/replication/master_service.py  accept/read/send/tick threads, put wait  IO shell

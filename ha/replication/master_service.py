@@ -34,7 +34,7 @@ by the same process finds it, since a restarted broker never continues a term it
 served before its restart, ha/replication/role_core.py REELECT), and the SyncStateSet the controller
 accepted is passed in; `on_sync_state_set` hears every change of the local set (to propose it), and
 `accept_sync_state_set` applies the controller's answer. `renew_lease` extends the master lease
-(ha/replication/master_core.py) each time the controller confirms this master; a put reads the clock when
+(ha/replication/master_quorum.py) each time the controller confirms this master; a put reads the clock when
 it is judged, so one that waited through a pause is judged by the lease after it.
 
 The path of one acknowledged put (README, "Where the time of one acknowledged put goes"): the
@@ -270,7 +270,7 @@ class MasterService:
 
     def proposing(self, members: tuple[int, ...], sync_state_set_epoch: int) -> None:
         """Controller mode: a proposal is about to leave; its slaves count until a newer set
-        is accepted (ha/replication/master_core.py, "Proposals in flight")."""
+        is accepted (ha/replication/master_quorum.py, "Proposals in flight")."""
         with self._cond:
             self._core.proposing(members, sync_state_set_epoch)
 

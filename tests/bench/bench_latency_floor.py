@@ -27,7 +27,7 @@ pipe from this process, closes). The client is this process; one message (100 B)
                          (schema: body binary) written with write_batch, the server's do_put
                          takes the body out and answers through the put stream's metadata
                          writer, the client reads that with the metadata reader's read(), as
-                         connector/client/put_channel.py and ha/broker/service.py's do_put do.
+                         connector/client/put_channel.py and ha/broker/produce.py's do_put do.
   flight_replicated      flight_echo's client hop on raw_replicated_cond's master.
   flight_replicated_direct  the same with the reply written on the put stream's metadata
                          writer by the slave-link reader (issue 22's design on our transport;

@@ -16,7 +16,7 @@ import shlex
 
 import pytest
 
-import ha.replication.master_core
+import ha.replication.master_quorum
 from tests.sim import cluster_minimise
 from tests.sim.cluster_sim import (
     ClusterOptions,
@@ -72,7 +72,7 @@ def test_only_faults_takes_ordinals() -> None:
 @pytest.fixture
 def master_acks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A broken quorum count: the master's own copy counts as every replica."""
-    monkeypatch.setattr(ha.replication.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_quorum, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
 

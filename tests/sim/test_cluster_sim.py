@@ -21,6 +21,7 @@ import json
 import pytest
 
 import ha.replication.master_core
+import ha.replication.master_quorum
 import ha.replication.role_core
 import ha.replication.takeover_core
 from tests.sim import cluster_sim
@@ -41,7 +42,7 @@ CHUNK = 50
 # Seeds that broke an invariant once, now regression tests (README "Simulation of the whole
 # cluster"; unit regressions in tests/ha/test_master_core_controller.py, test_role_core.py and
 # tests/controller/test_state_machine.py):
-# - 3, 85 (allAckInSyncStateSet, ha/replication/master_core.py): a put planned under a smaller set acked
+# - 3, 85 (allAckInSyncStateSet, ha/replication/master_quorum.py): a put planned under a smaller set acked
 #   after a slave lacking it was accepted (`put_progress` raises need to the set in force); with
 #   the first fault model 3, 15, 30, 66, 73: a slave joined lacking puts acked alone
 #   (`_held_by_joining`);
@@ -61,7 +62,7 @@ REGRESSIONS = (3, 85, 214, 235, 254, 275, 348, 421, 693, 787, 798, 1207, 1414)
 IN_FLIGHT_SEEDS = (254, 421, 348, 693, 787, 798, 1207, 1414)
 # With inSyncReplicas=2 and enableAutoInSyncReplicas (`--quorum auto-isr`, the integration tests'
 # rule): seed 3 lost PUT_OKs the master acked alone (degraded need 1) that a slave joining the set
-# lacked; elected later, it lost them (ha/replication/master_core.py `_held_by_joining` and the join rule,
+# lacked; elected later, it lost them (master_quorum.py `_held_by_joining`, master_core.py's join rule,
 # both for every quorum rule now); seed 165: a put planned alone (need 1) was answered after a
 # slave lacking it had been accepted (`put_progress` applies the need of the set in force).
 AUTO_ISR_REGRESSIONS = (3, 165)
@@ -138,7 +139,7 @@ def test_partial_partition_regression_seeds_pass(seed: int) -> None:
 
 
 # Found by the campaign `--first 3001 --minutes 10 --duration-ms 6000 --quorum auto-isr
-# --partial` (fixed: ha/replication/master_core.py `_held_by_proposals`). Seed 3182, two sets of 3, in
+# --partial` (fixed: ha/replication/master_quorum.py `_held_by_proposals`). Seed 3182, two sets of 3, in
 # broker-b (b4 id 2, b5 id 3, b6 id 1): master b4, with the accepted set {b4, b6, b5}@2 and the
 # local set {b4, b6}, had called proposing((2, 3), 2), a SHRINK that drops b6; it acked message
 # 224 (need 2 of 3) on b6's ack; the controller committed {b4, b5}@3, b4 crashed, and b5, the
@@ -204,7 +205,7 @@ def test_engine_runs_crash_over_unsynced_data_and_replay() -> None:
 
 def test_the_checker_catches_a_master_that_acks_alone_on_the_engine(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ha.replication.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_quorum, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
     for seed in range(1, 41):
@@ -309,7 +310,7 @@ def test_the_reader_catches_an_acked_record_it_cannot_read_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # a master acking alone, with the checker's own ack check off: the reader's read-back at
     # the end of the run is what notices
-    monkeypatch.setattr(ha.replication.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_quorum, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
     monkeypatch.setattr(cluster_sim.ClusterChecker, "check_record",
@@ -319,7 +320,7 @@ def test_the_reader_catches_an_acked_record_it_cannot_read_back(
 
 def test_the_checker_catches_a_master_that_acks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     # a broken quorum count: the master's own copy counts as every replica
-    monkeypatch.setattr(ha.replication.master_core, "holders",
+    monkeypatch.setattr(ha.replication.master_quorum, "holders",
                         lambda log_position, master_position, acks: 3 * (
                             master_position >= log_position))
     caught = []

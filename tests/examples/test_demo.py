@@ -5,7 +5,7 @@ restarted), every acknowledged order lands in the Delta table exactly once throu
 ingest_to_table under real spark-submit (routes from the controller), the producer follows the
 new master, the old master comes back as a SLAVE, the new master's uploader keeps the tier
 growing, a rerun from the checkpoint adds nothing, and every process the demo started is gone.
-Method: `spark_app.demo.main` with 4,000 orders in tmp_path; its printed checks and JSON
+Method: `examples.demo.main` with 4,000 orders in tmp_path; its printed checks and JSON
 summary line (the demo itself compares the table, order by order, with what was acknowledged).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_app import demo
+from examples import demo
 from tests.support.hosts import hosts_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
