@@ -94,7 +94,6 @@ class MessageStore:
         """`fs`: the file layer (a simulated disk in tests/sim); `flush_driven`: no flush
         thread, the caller flushes and checkpoints (`flush_step`, `checkpoint_step`)."""
         self.store_dir = Path(store_dir)
-        self.fs = fs
         self.config = config
         make_dirs_durable(self.store_dir, fs)
         self._directory_lock = DirectoryLock(self.store_dir, fs)
@@ -124,6 +123,15 @@ class MessageStore:
             name=f"flush-{self.store_dir.name}", driven=flush_driven,
         )
         self._flush.start()
+
+    @property
+    def fs(self) -> FileSystem:
+        """The file layer every part of the store uses (held in the shared state)."""
+        return self._state.fs
+
+    @fs.setter
+    def fs(self, fs: FileSystem) -> None:
+        self._state.fs = fs
 
     # -- writing (store_writer) -------------------------------------------------------------
     def put_message(self, message: Message) -> PutResult:
@@ -240,27 +248,36 @@ class MessageStore:
         return self._commit_log.read_raw(log_position, size_bytes_max)
 
     def append_replicated(self, log_position: int, data: bytes | memoryview) -> None:
+        """Append the master's bytes at the same log positions (may end inside a record)."""
         self._replica.append_replicated(log_position, data)
 
     def dispatch_replicated(self) -> int:
+        """Index the complete records appended since the last call; returns how many."""
         return self._replica.dispatch_replicated()
 
     def truncate_to(self, log_position: int) -> None:
+        """Cut the log, its index and epochs at `log_position`, crash-safely (never below
+        the confirm position: TruncateBelowConfirmError)."""
         self._replica.truncate_to(log_position)
 
     def lowest_cut_since(self, seen_cuts: int) -> int | None:
+        """The lowest position cut since `index_cuts` was `seen_cuts` (None: no cut since)."""
         return self._replica.lowest_cut_since(seen_cuts)
 
     def truncate_incomplete_tail(self) -> None:
+        """Cut what follows the complete data (`complete_log_position_end`)."""
         self._replica.truncate_incomplete_tail()
 
     def complete_log_position_end(self) -> int:
+        """Where the data a take-over keeps ends (ReplicaLog.complete_log_position_end)."""
         return self._replica.complete_log_position_end()
 
     def cut_tail(self, log_position: int) -> None:
+        """Cut a partial put or record from `log_position`, where the complete data ends."""
         self._replica.cut_tail(log_position)
 
     def reset_to(self, log_position: int) -> None:
+        """Drop the whole log and restart it empty at `log_position` (a segment boundary)."""
         self._replica.reset_to(log_position)
 
     # -- tiering (tier_hooks) ---------------------------------------------------------------
@@ -270,13 +287,18 @@ class MessageStore:
         self._state.tier = tier
 
     def tier_segments(self) -> list[tuple[int, int, float]]:
+        """(base_log_position, size_bytes, mtime_s) of the sealed segments that may be
+        uploaded (wholly below the confirm position)."""
         return tier_segments(self._state)
 
     def tier_queue_ranges(self, log_start: int, log_end: int) -> list[tuple[str, int, int, int]]:
+        """(topic, queue_id, first_queue_offset, end_queue_offset) of each queue's records in
+        [log_start, log_end), sorted."""
         return tier_queue_ranges(self._state, log_start, log_end)
 
     def read_queue_entries(self, topic: str, queue_id: int, queue_offset: int,
                            count: int) -> bytes:
+        """Raw 20-byte ConsumeQueue entries from `queue_offset` (at most `count`)."""
         return read_queue_entries(self._state, topic, queue_id, queue_offset, count)
 
     # -- topics and retention ---------------------------------------------------------------

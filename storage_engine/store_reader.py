@@ -218,19 +218,12 @@ class StoreReader:
 
     def _min_readable_queue_offset(self, queue: ConsumeQueue) -> int:
         """The queue's first entry whose record still exists (retention removes from the front)."""
-        low, high = queue.min_queue_offset, queue.max_queue_offset
+        low = queue.min_queue_offset
         log_min = self._commit_log.min_log_position
         first = queue.entry(low)
         if first is None or first[0] >= log_min:
             return low
-        while low < high:
-            mid = (low + high) // 2
-            entry = queue.entry(mid)
-            if entry is not None and entry[0] < log_min:
-                low = mid + 1
-            else:
-                high = mid
-        return low
+        return queue.first_queue_offset_at_or_after(log_min)
 
 
 def _still_indexed(queue: ConsumeQueue, queue_offset: int, record_offsets: list[int],

@@ -13,7 +13,6 @@ import dataclasses
 import logging
 
 from storage_engine.cold_tier import ColdTier
-from storage_engine.consume_queue import ConsumeQueue
 from storage_engine.errors import StorageError
 from storage_engine.messages import GetResult, RecordBlock
 from storage_engine.statuses import GetStatus
@@ -100,8 +99,8 @@ def tier_queue_ranges(state: StoreState, log_start: int,
         queues = sorted(state.queues.values(), key=lambda q: (q.topic, q.queue_id))
     found = []
     for queue in queues:
-        first = _first_entry_at_or_after(queue, log_start)
-        end = _first_entry_at_or_after(queue, log_end)
+        first = queue.first_queue_offset_at_or_after(log_start)
+        end = queue.first_queue_offset_at_or_after(log_end)
         if first < end:
             found.append((queue.topic, queue.queue_id, first, end))
     return found
@@ -114,14 +113,3 @@ def read_queue_entries(state: StoreState, topic: str, queue_id: int, queue_offse
     queue = state.queues.get((topic, queue_id))
     return b"" if queue is None else queue.read_entries(queue_offset, count)
 
-
-def _first_entry_at_or_after(queue: ConsumeQueue, log_position: int) -> int:
-    low, high = queue.min_queue_offset, queue.max_queue_offset
-    while low < high:
-        mid = (low + high) // 2
-        entry = queue.entry(mid)
-        if entry is not None and entry[0] < log_position:
-            low = mid + 1
-        else:
-            high = mid
-    return low
