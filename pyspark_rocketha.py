@@ -6,17 +6,24 @@ rocketha package into the Python that the driver and the executors use (`pip ins
 rocketha[spark]`, or put it on PYTHONPATH / spark.executorEnv.PYTHONPATH); `--py-files` alone is
 not enough for streaming reads.
 
-Importing it also registers the tier reader for `readColdFromTier=true` (see connector.spark.cold).
+This is the composition root of the Spark side: the connector's cold reads (readColdFromTier)
+use the tier's own reader, which the connector may not import itself (DESIGN §2), so
+`DefaultSource` hands it to the data source (see connector.spark.cold). Spark pickles this
+class by reference and the reader inside the Spark readers, so the executors get both.
 """
 
 from __future__ import annotations
 
-from connector.spark.cold import register_cold_reader
-from connector.spark.datasource import RocketHADataSource as DefaultSource
+from typing import ClassVar
+
+from connector.spark.cold import ColdReader
+from connector.spark.datasource import RocketHADataSource
 from rocketha_cold import TierObjectReader
 
 __all__ = ["DefaultSource"]
 
-# The composition root of the Spark side: the connector's cold reads (readColdFromTier) use
-# the tier's own reader, which the connector may not import itself (DESIGN §2).
-register_cold_reader(TierObjectReader())
+
+class DefaultSource(RocketHADataSource):
+    """The `rocketha` data source with the tier reader for readColdFromTier."""
+
+    cold_reader: ClassVar[ColdReader | None] = TierObjectReader()

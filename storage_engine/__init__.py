@@ -37,6 +37,7 @@ from storage_engine.messages import (
     TagFilter,
 )
 from storage_engine.names import check_topic_name, topic_name_error
+from storage_engine.record_arrow import RECORD_ARROW_COLUMNS, block_to_arrow, records_to_arrow
 from storage_engine.record_format import CRC_TAIL_SIZE_BYTES as RECORD_CHECKSUM_PAIR_BYTES
 from storage_engine.record_format import HEADER as RECORD_HEADER
 from storage_engine.record_format import (
@@ -54,6 +55,7 @@ from storage_engine.statuses import GetStatus, PutStatus
 __all__ = [
     "FSYNC_FAILED_EXIT_CODE",
     "OS_FILE_SYSTEM",
+    "RECORD_ARROW_COLUMNS",
     "RECORD_CHECKSUM_PAIR_BYTES",
     "RECORD_HEADER",
     "STORE_PROPERTY_KEYS",
@@ -89,6 +91,7 @@ __all__ = [
     "TagFilter",
     "TruncateBelowConfirmError",
     "atomic_write_bytes",
+    "block_to_arrow",
     "check_topic_name",
     "decode_properties",
     "decode_record",
@@ -97,6 +100,7 @@ __all__ = [
     "find_consistent_point",
     "java_string_hash",
     "make_msg_id",
+    "records_to_arrow",
     "scan_record",
     "set_fsync_failure_handler",
     "topic_name_error",

@@ -99,17 +99,22 @@ class ConsumeQueue:
     def flush(self) -> None:
         self._segments.flush()
 
-    def truncate_from_log_position(self, log_position: int) -> None:
-        """Remove every entry whose record starts at or after `log_position`."""
+    def first_queue_offset_at_or_after(self, log_position: int) -> int:
+        """The first queue offset whose record starts at or after `log_position`
+        (max_queue_offset when none does): a binary search, entries being in log order."""
         low, high = self.min_queue_offset, self.max_queue_offset
-        while low < high:  # first entry with entry.log_position >= log_position
+        while low < high:
             mid = (low + high) // 2
             entry = self.entry(mid)
             if entry is not None and entry[0] < log_position:
                 low = mid + 1
             else:
                 high = mid
-        self.truncate_to_queue_offset(low)
+        return low
+
+    def truncate_from_log_position(self, log_position: int) -> None:
+        """Remove every entry whose record starts at or after `log_position`."""
+        self.truncate_to_queue_offset(self.first_queue_offset_at_or_after(log_position))
 
     def truncate_to_queue_offset(self, queue_offset: int) -> None:
         if queue_offset >= self.max_queue_offset:

@@ -72,11 +72,18 @@ from storage_engine.names import TOPIC_PATTERN
 __all__ = [
     "BLANK_MAGIC_CODE",
     "BLANK_RECORD_SIZE_BYTES",
+    "BODY_LENGTH_AT",
+    "HEADER_DTYPE",
     "HEADER_SIZE_BYTES",
+    "LOG_POSITION_AT",
     "MESSAGE_MAGIC_CODE",
+    "PROPERTIES_LENGTH_SIZE_BYTES",
     "RECORD_SIZE_MIN_BYTES",
+    "STORE_HOST_AT",
+    "STORE_TIMESTAMP_AT",
     "SYSFLAG_AT",
     "SYSFLAG_PUT_CONTINUES",
+    "TOPIC_LENGTH_SIZE_BYTES",
     "TOPIC_PATTERN",
     "StoredMessage",
     "decode_properties",
@@ -101,19 +108,27 @@ assert HEADER_SIZE_BYTES == 88
 CRC_PROPERTY_KEY = b"__CRC32#\x01"
 CRC_TAIL_SIZE_BYTES = len(CRC_PROPERTY_KEY) + 10 + 1  # 20
 CRC_UNCOVERED_TAIL_BYTES = 11  # the ten digits and the closing 0x02
-RECORD_SIZE_MIN_BYTES = HEADER_SIZE_BYTES + 1 + 2 + CRC_TAIL_SIZE_BYTES  # empty body and topic
+TOPIC_LENGTH_SIZE_BYTES = 1  # TOPICLENGTH, after the body
+PROPERTIES_LENGTH_SIZE_BYTES = 2  # PROPERTIESLENGTH, after the topic
+RECORD_SIZE_MIN_BYTES = (HEADER_SIZE_BYTES + TOPIC_LENGTH_SIZE_BYTES
+                         + PROPERTIES_LENGTH_SIZE_BYTES + CRC_TAIL_SIZE_BYTES)  # empty body, topic
 SYSFLAG_AT = 36  # header offset of SYSFLAG
 SYSFLAG_PUT_CONTINUES = 1 << 24  # not the last record of its put (module docstring)
 PROPERTIES_SIZE_MAX_BYTES = 32767
 PROPERTIES_PAYLOAD_MAX_BYTES = PROPERTIES_SIZE_MAX_BYTES - CRC_TAIL_SIZE_BYTES
 _MASK_31 = 0x7FFFFFFF
-_HEADER_DTYPE = np.dtype([  # HEADER as a numpy record, for the batch encoder
+HEADER_DTYPE = np.dtype([  # HEADER as a numpy record: the batch encoder, vector decoders
     ("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
     ("flag", ">i4"), ("queue_offset", ">i8"), ("log_position", ">i8"), ("sys_flag", ">i4"),
     ("born_ms", ">i8"), ("born_host", "S8"), ("store_ms", ">i8"), ("store_host", "S8"),
     ("reconsume", ">i4"), ("prepared", ">i8"), ("body_size", ">i4"),
 ])
-assert _HEADER_DTYPE.itemsize == HEADER_SIZE_BYTES
+assert HEADER_DTYPE.itemsize == HEADER_SIZE_BYTES
+assert HEADER_DTYPE.fields["sys_flag"][1] == SYSFLAG_AT
+LOG_POSITION_AT = HEADER_DTYPE.fields["log_position"][1]  # PHYSICALOFFSET: 28
+STORE_TIMESTAMP_AT = HEADER_DTYPE.fields["store_ms"][1]  # STORETIMESTAMP: 56
+STORE_HOST_AT = HEADER_DTYPE.fields["store_host"][1]  # STOREHOSTADDRESS: 64
+BODY_LENGTH_AT = HEADER_DTYPE.fields["body_size"][1]  # BODYLENGTH: 84
 _DECIMAL_PLACES = 10 ** np.arange(10, dtype=np.int64)  # checksum digits, least significant first
 
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
@@ -297,7 +312,7 @@ def _encode_uniform_tail(
     if count == 0:
         return start_index
     positions = ends - sizes + log_position
-    headers = np.zeros(count, _HEADER_DTYPE)
+    headers = np.zeros(count, HEADER_DTYPE)
     headers["total"] = sizes
     headers["magic"] = MESSAGE_MAGIC_CODE
     headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.int64, count) & _MASK_31

@@ -1,12 +1,13 @@
 """The store's replication surface: what ha/ uses to ship and apply CommitLog bytes.
 
-A mixin of MessageStore (it shares the store's lock, CommitLog, ConsumeQueues, dispatch cursor
-and checkpoint; see message_store's module docstring for the replica path): the master reads raw
-bytes (`read_log`), a slave appends them at the same log positions (`append_replicated`, which may
-end inside a record), indexes the complete records (`dispatch_replicated`: single-topic runs in
-bulk through record_runs; the rest, and a handful of records such as one put's, one by one),
-and truncates at a fork point (`truncate_to`, never below the confirm position) or restarts
-empty past a far-ahead master's minimum (`reset_to`).
+`ReplicaLog` works on the store's shared state (store_state: lock, CommitLog, ConsumeQueues,
+dispatch cursor) and writes its checkpoint (store_recovery); MessageStore owns one and exposes
+its methods. The master reads raw bytes (`read_log`), a slave appends them at the same log
+positions (`append_replicated`, which may end inside a record: batches are cut by size, not by
+record), acks, then indexes the complete records (`dispatch_replicated`, from the dispatch
+cursor: single-topic runs in bulk through record_runs; the rest, and a handful of records such
+as one put's, one by one), and truncates at a fork point (`truncate_to`, never below the
+confirm position) or restarts empty past a far-ahead master's minimum (`reset_to`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from storage_engine.record_runs import (
     walk_few,
     walk_records,
 )
+from storage_engine.store_recovery import write_checkpoint
+from storage_engine.store_state import StoreState
 
-__all__ = ["BULK_RECORDS_MIN", "ReplicaLogMixin"]
+__all__ = ["BULK_RECORDS_MIN", "ReplicaLog"]
 
 logger = logging.getLogger("storage_engine.message_store")
 
@@ -43,34 +46,18 @@ BULK_RECORDS_MIN = 8  # shorter same-topic runs of replicated records are indexe
 INDEX_CUTS_KEPT = 64  # cut positions remembered for `lowest_cut_since`
 
 
-class ReplicaLogMixin:
-    """Replication methods of MessageStore (not usable on its own)."""
+class ReplicaLog:
+    """Replication methods of one store's state."""
 
-    # Times a truncation or reset removed indexed records since open: what is derived from the
-    # queues (a slave's idempotence table, the system-log folds) is stale when this changed;
-    # `lowest_cut_since` says from where.
-    index_cuts = 0
-    _index_cut_positions: tuple[int, ...] = ()  # the log position of each of those cuts
-    # Where the last whole put among the indexed records ends (<= _dispatched); None: not
-    # known yet (after open, or a truncation inside a put), found by a walk when needed.
-    _put_end: int | None = None
-
-    @property
-    def min_log_position(self) -> int:
-        return self._commit_log.min_log_position
-
-    @property
-    def log_position_end(self) -> int:
-        return self._commit_log.log_position_end
-
-    @property
-    def segment_size_bytes(self) -> int:
-        return self._commit_log.segment_size_bytes
-
-    @property
-    def dispatched_log_position(self) -> int:
-        """ConsumeQueues index every complete record below this position."""
-        return self._dispatched
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+        self._lock = state.lock
+        self._commit_log = state.commit_log
+        # Times a truncation or reset removed indexed records since open: what is derived from
+        # the queues (a slave's idempotence table, the system-log folds) is stale when this
+        # changed; `lowest_cut_since` says from where.
+        self.index_cuts = 0
+        self._index_cut_positions: tuple[int, ...] = ()  # the log position of each cut
 
     def read_log(self, log_position: int, size_bytes_max: int) -> bytes:
         """Raw CommitLog bytes from `log_position` (within one segment)."""
@@ -80,15 +67,12 @@ class ReplicaLogMixin:
         """Append bytes shipped from the master at the same log positions (physical
         replication). `data` may end inside a record; `dispatch_replicated` indexes the complete
         ones. Raises StorageError when `log_position` is not the log's end."""
-        with self._lock, self._fail_stop():
-            if self._closed:
-                raise StorageError("store is closed")
-            if self._fsync_failed is not None:
-                raise StorageError(f"stopped after a failed fsync: {self._fsync_failed}")
+        with self._lock, self._state.fail_stop():
+            self._state.check_writable()
             if (self._commit_log.log_position_end == 0 and not self._commit_log.segments
                     and log_position):
                 self._commit_log.start_at(log_position)
-                self._dispatched = self._put_end = log_position
+                self._state.dispatched = self._state.put_end = log_position
             start = self._commit_log.log_position_end
             if log_position != start:
                 raise StorageError(f"replicated data at {log_position}, log ends at {start}")
@@ -103,14 +87,14 @@ class ReplicaLogMixin:
         record (unless that is below the confirm position), so nothing unindexable stays.
         Queue offsets that do not continue their queue raise QueueOffsetsError and cut nothing
         (the records themselves are well formed: the link ends, as before)."""
-        with self._lock, self._fail_stop():
+        with self._lock, self._state.fail_stop():
             try:
                 return self._dispatch_replicated()
             except (CorruptRecordError, InvalidNameError) as err:
-                bad = self._dispatched
+                bad = self._state.dispatched
                 if isinstance(err, CorruptRecordError) and err.log_position >= 0:
                     bad = max(bad, err.log_position)
-                cut = bad >= self._confirm
+                cut = bad >= self._state.confirm
                 if cut:
                     self.truncate_to(bad)
                 reason = err.reason if isinstance(err, CorruptRecordError) else str(err)
@@ -120,13 +104,14 @@ class ReplicaLogMixin:
                     log_position=bad) from err
 
     def _dispatch_replicated(self) -> int:
+        state = self._state
         count = 0
         with self._lock:
             end = self._commit_log.log_position_end
-            while self._dispatched < end:
-                segment = self._commit_log.segment_for(self._dispatched)
+            while state.dispatched < end:
+                segment = self._commit_log.segment_for(state.dispatched)
                 base = segment.base_position
-                start, stop = self._dispatched - base, min(segment.size_bytes, end - base)
+                start, stop = state.dispatched - base, min(segment.size_bytes, end - base)
                 try:
                     few = walk_few(segment.map, start, stop, BULK_RECORDS_MIN)
                     if few is None:
@@ -138,23 +123,23 @@ class ReplicaLogMixin:
                                              ) from err
                 if few is not None:  # a handful of records (one put's): one by one
                     if found:
-                        count += self._dispatch_refs(self._commit_log.iter_records(
+                        count += state.dispatch_refs(self._commit_log.iter_records(
                             base + start, base + stop))
                         put_end = last_put_end_few(segment.map, start, found)
                         if put_end >= 0:
-                            self._put_end = base + put_end
+                            state.put_end = base + put_end
                 elif len(positions):
                     count += self._dispatch_run(segment.map, positions, sizes, base)
                     put_end = last_put_end(segment.map, positions, sizes)
                     if put_end >= 0:
-                        self._put_end = base + put_end
+                        state.put_end = base + put_end
                 segment_end = base + segment.size_bytes
                 if not blank or segment_end > end:
-                    self._dispatched = base + stop
+                    state.dispatched = base + stop
                     break
-                if self._put_end == base + stop:  # a sealed segment ends its last put
-                    self._put_end = segment_end
-                self._dispatched = segment_end
+                if state.put_end == base + stop:  # a sealed segment ends its last put
+                    state.put_end = segment_end
+                state.dispatched = segment_end
         return count
 
     def _dispatch_run(self, data: object, positions: np.ndarray, sizes: np.ndarray,
@@ -173,15 +158,15 @@ class ReplicaLogMixin:
                 continue
             # Interleaved topics: the next records one by one (bulk set-up would cost more).
             end = min(done + BULK_RECORDS_MIN * 8, len(positions))
-            self._dispatch_refs(self._commit_log.iter_records(
+            self._state.dispatch_refs(self._commit_log.iter_records(
                 base + int(positions[done]), base + int(positions[end - 1] + sizes[end - 1])))
             done = end
         return done
 
     def _dispatch_record_run(self, run: RecordRun) -> None:
-        offsets_of = self._next_queue_offsets.setdefault(run.topic, {})
+        offsets_of = self._state.next_queue_offsets.setdefault(run.topic, {})
         for queue_id, queue_offsets, entries in group_entries(run):
-            queue = self._consume_queue(run.topic, queue_id)
+            queue = self._state.consume_queue(run.topic, queue_id)
             expected = queue.max_queue_offset
             fresh = queue_offsets >= expected
             if not fresh.all():  # already indexed (recovery rebuilt them)
@@ -204,27 +189,28 @@ class ReplicaLogMixin:
         """Cut the log (and its index and epochs) at `log_position`, crash-safely.
 
         Raises TruncateBelowConfirmError below the confirm position (DESIGN.md §5.5)."""
-        with self._lock, self._fail_stop():
-            if log_position < self._confirm:
-                raise TruncateBelowConfirmError(log_position, self._confirm)
+        state = self._state
+        with self._lock, state.fail_stop():
+            if log_position < state.confirm:
+                raise TruncateBelowConfirmError(log_position, state.confirm)
             if log_position >= self._commit_log.log_position_end:
                 return
             # Indexed records go: derived state is stale. Noted before and again after the cut:
             # a reader of the queues that started its pass in between (it saw the first note)
             # may have read records being cut, and sees the second one at its next pass.
-            cuts_indexed = log_position < self._dispatched
+            cuts_indexed = log_position < state.dispatched
             if cuts_indexed:
                 self._note_index_cut(log_position)
-            self._write_checkpoint(intent=log_position)
+            write_checkpoint(state, intent=log_position)
             self._commit_log.truncate_to(log_position)
-            for queue in self._queues.values():
+            for queue in state.queues.values():
                 queue.truncate_from_log_position(log_position)
-            self._next_queue_offsets.clear()
-            self._dispatched = min(self._dispatched, log_position)
-            if self._put_end is not None and self._put_end > log_position:
-                self._put_end = None
-            self.epochs.truncate_from(log_position)
-            self._write_checkpoint()
+            state.next_queue_offsets.clear()
+            state.dispatched = min(state.dispatched, log_position)
+            if state.put_end is not None and state.put_end > log_position:
+                state.put_end = None
+            state.epochs.truncate_from(log_position)
+            write_checkpoint(state)
             if cuts_indexed:
                 self._note_index_cut(log_position)
             logger.warning("truncated the log to log_position %d", log_position)
@@ -263,11 +249,11 @@ class ReplicaLogMixin:
         first rows twice: at least once, never lost)."""
         with self._lock:
             self.dispatch_replicated()
-            if self._put_end is None:
-                self._put_end = self._last_put_end_at_or_below(self._dispatched)
-            if self._confirm <= self._put_end:
-                return self._put_end
-            return self._dispatched
+            if self._state.put_end is None:
+                self._state.put_end = self._last_put_end_at_or_below(self._state.dispatched)
+            if self._state.confirm <= self._state.put_end:
+                return self._state.put_end
+            return self._state.dispatched
 
     def _last_put_end_at_or_below(self, log_position: int) -> int:
         """The end of the last whole put at or below `log_position` (a record boundary), by
@@ -290,11 +276,11 @@ class ReplicaLogMixin:
         data ends (`complete_log_position_end`); the confirm position comes down to it if
         above."""
         with self._lock:
-            if log_position > self._dispatched:
+            if log_position > self._state.dispatched:
                 raise StorageError(f"cut_tail({log_position}): complete records end at "
-                                   f"{self._dispatched}")
+                                   f"{self._state.dispatched}")
             if log_position < self._commit_log.log_position_end:
-                self._confirm = min(self._confirm, log_position)
+                self._state.confirm = min(self._state.confirm, log_position)
                 self.truncate_to(log_position)
 
     def reset_to(self, log_position: int) -> None:
@@ -304,21 +290,22 @@ class ReplicaLogMixin:
 
         Crash-safe: segments go newest first, so a crash leaves a prefix of the old log (the
         next handshake decides again); ConsumeQueues are rebuilt against what remains."""
-        with self._lock, self._fail_stop():
+        state = self._state
+        with self._lock, state.fail_stop():
             end = self._commit_log.log_position_end
             if log_position < end or log_position % self._commit_log.segment_size_bytes:
                 raise StorageError(f"reset_to({log_position}): must be a segment boundary at "
                                    f"or past the log's end {end}")
             self._commit_log.delete_all()
-            for queue in self._queues.values():
+            for queue in state.queues.values():
                 queue.delete_all()
-            self._queues.clear()
-            self._next_queue_offsets.clear()
-            self.fs.remove_tree(self.store_dir / "consumequeue")
-            make_dirs_durable(self.store_dir / "consumequeue", self.fs)
-            self.epochs.truncate_from(-1)
+            state.queues.clear()
+            state.next_queue_offsets.clear()
+            state.fs.remove_tree(state.store_dir / "consumequeue")
+            make_dirs_durable(state.store_dir / "consumequeue", state.fs)
+            state.epochs.truncate_from(-1)
             self._note_index_cut(0)
             self._commit_log.start_at(log_position)
-            self._dispatched = self._confirm = self._put_end = log_position
-            self._write_checkpoint()
+            state.dispatched = state.confirm = state.put_end = log_position
+            write_checkpoint(state)
             logger.warning("log dropped; it restarts empty at log_position %d", log_position)

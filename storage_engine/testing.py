@@ -21,7 +21,7 @@ __all__ = ["simulate_power_loss"]
 
 def simulate_power_loss(store: MessageStore, rng: random.Random, *,
                         flip_bits: bool = False) -> None:
-    store._closed = True
+    store._state.closed = True
     store._flush.stop()
     for segment in store._commit_log.segments:
         _drop_unsynced(segment, rng, flip_bits=flip_bits)

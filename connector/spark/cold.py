@@ -3,8 +3,11 @@ objects themselves, with no broker in the path.
 
 The tier's object format belongs to `storage_engine`, which the connector may not import
 (DESIGN §2). So the connector states what it needs, a `ColdReader`, and the composition root
-registers the implementation: `pyspark_rocketha` (the shim Spark imports on the driver and on
-every executor) registers `rocketha_cold.TierObjectReader`, built on `storage_engine.tiered`.
+passes the implementation in: `pyspark_rocketha.DefaultSource` (the class Spark registers as
+"rocketha") carries `rocketha_cold.TierObjectReader`, built on `storage_engine.tiered`; the
+data source hands it to its readers, which Spark pickles to the executors with it. A reader
+built without one (the bare `connector.spark.datasource.RocketHADataSource`) refuses
+readColdFromTier with an error naming the option.
 
     planning (driver)                                  reading (executor)
     [start, end) of a queue                            ColdRangePartition
@@ -20,7 +23,6 @@ the same records in the same order; the sink's idempotence markers are stripped 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -41,9 +43,8 @@ __all__ = [
     "ColdReader",
     "TierLocation",
     "cold_columns",
-    "cold_reader",
     "read_cold",
-    "register_cold_reader",
+    "require_cold_reader",
     "split_cold",
 ]
 
@@ -79,29 +80,14 @@ class ColdReader(Protocol):
         ...
 
 
-COMPOSITION_ROOT = "pyspark_rocketha"
-_READERS: list[ColdReader] = []
-
-
-def register_cold_reader(reader: ColdReader) -> None:
-    """Install the reader (the shim does it on import; a second call replaces it)."""
-    _READERS[:] = [reader]
-
-
-def cold_reader() -> ColdReader:
-    """The registered reader. Spark's Python workers unpickle the data source from
-    `connector.spark.datasource` without importing the shim, so the first call imports the shim by
-    its fixed name (as Spark itself finds `pyspark_*` modules), which registers the reader."""
-    if not _READERS:
-        try:
-            importlib.import_module(COMPOSITION_ROOT)
-        except ImportError:
-            pass  # reported below
-    if not _READERS:
-        raise OptionError(f"option {READ_COLD_FROM_TIER}: no tier reader is registered in this "
-                          "process (import pyspark_rocketha, which the rocketha package "
-                          "installs, on the driver and the executors)")
-    return _READERS[0]
+def require_cold_reader(reader: ColdReader | None) -> ColdReader:
+    """`reader`, or an OptionError naming readColdFromTier when the data source has none."""
+    if reader is None:
+        raise OptionError(f"option {READ_COLD_FROM_TIER}: this data source has no tier reader "
+                          "(use format(\"rocketha\"), which Spark finds through the "
+                          "pyspark_rocketha module the rocketha package installs, on the "
+                          "driver and the executors)")
+    return reader
 
 
 def _location(replica_set: ReplicaSet, options: SourceOptions) -> TierLocation | None:
@@ -114,9 +100,10 @@ def _location(replica_set: ReplicaSet, options: SourceOptions) -> TierLocation |
 
 
 def split_cold(ranges: Sequence[QueueRange], replica_sets: dict[str, ReplicaSet],
-               options: SourceOptions) -> tuple[list[ColdRangePartition], list[QueueRange]]:
+               options: SourceOptions, reader: ColdReader | None
+               ) -> tuple[list[ColdRangePartition], list[QueueRange]]:
     """Cold partitions for what the tiers hold, and the ranges left for the brokers."""
-    reader = cold_reader()
+    reader = require_cold_reader(reader)
     locations = {name: _location(rs, options) for name, rs in sorted(replica_sets.items())
                  if any(r.ref.broker_name == name for r in ranges)}
     cold: list[ColdRangePartition] = []
@@ -158,11 +145,11 @@ def cold_columns(columns: SourceColumns, tag_filter: str | None) -> tuple[str, .
     return tuple(name for name in CONSUME_SCHEMA.names if name in wanted)
 
 
-def read_cold(partition: ColdRangePartition, options: SourceOptions, columns: SourceColumns
-              ) -> Iterator[pa.RecordBatch]:
+def read_cold(partition: ColdRangePartition, options: SourceOptions, columns: SourceColumns,
+              reader: ColdReader | None) -> Iterator[pa.RecordBatch]:
     """The partition's messages as batches of `columns`, tagFilter applied as the broker
     does; only the columns the query declared (and the tags a filter needs) are decoded."""
-    reader = cold_reader()
+    reader = require_cold_reader(reader)
     location = TierLocation(partition.tier_url, partition.tier_storage_options)
     wanted = _tag_filter(options.tag_filter)
     decode = cold_columns(columns, options.tag_filter)

@@ -30,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -57,7 +58,7 @@ from connector.client import Admin
 from connector.client.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
 from connector.errors import OptionError, SinkSchemaError
 from connector.protocol import RocketHAError
-from connector.spark.cold import read_cold, split_cold
+from connector.spark.cold import ColdReader, read_cold, split_cold
 from connector.spark.columns import source_ddl
 from connector.spark.offsets import QueueRef, canonical, flatten, unflatten
 from connector.spark.options import (
@@ -105,7 +106,14 @@ logger = logging.getLogger(__name__)
 
 
 class RocketHADataSource(DataSource):
-    """`spark.read/readStream/write/writeStream.format("rocketha")`."""
+    """`spark.read/readStream/write/writeStream.format("rocketha")`.
+
+    `cold_reader` serves readColdFromTier; the connector cannot build one (the tier's format
+    is storage_engine's), so the composition root's subclass sets it:
+    `pyspark_rocketha.DefaultSource`, which Spark registers as "rocketha" (connector.spark.cold).
+    """
+
+    cold_reader: ClassVar[ColdReader | None] = None
 
     @classmethod
     def name(cls) -> str:
@@ -117,14 +125,14 @@ class RocketHADataSource(DataSource):
         return source_ddl(parse_source_options(self.options).columns)  # type: ignore[arg-type]
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(*_source_setup(self.options, schema))
+        return BatchReader(*_source_setup(self.options, schema), cold_reader=self.cold_reader)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         if ENDING_OFFSETS in self.options:  # as Spark's Kafka source: a stream has no end
             raise OptionError(f"option {ENDING_OFFSETS} is for batch reads (spark.read); a "
                               "streaming read has no end (use Trigger.AvailableNow to stop at "
                               "the offsets available when the query starts)")
-        return StreamReader(*_source_setup(self.options, schema))
+        return StreamReader(*_source_setup(self.options, schema), cold_reader=self.cold_reader)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         options, columns = _sink_setup(self.options, schema, overwrite, "mode('overwrite')")
@@ -174,10 +182,11 @@ def read_endpoints(replica_set: ReplicaSet, read_from_replicas: bool) -> tuple[s
 
 
 def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
-                options: SourceOptions) -> list[InputPartition]:
+                options: SourceOptions, cold_reader: ColdReader | None
+                ) -> list[InputPartition]:
     cold: list[InputPartition] = []
     if options.read_cold_from_tier:
-        cold_parts, ranges = split_cold(ranges, replica_sets, options)
+        cold_parts, ranges = split_cold(ranges, replica_sets, options, cold_reader)
         cold = list(cold_parts)
     ranges = split_ranges(ranges, options.min_partitions)
     parts = cold + [QueueRangePartition(r.ref.topic, r.ref.broker_name,
@@ -193,19 +202,20 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
 
 
 def _read(partition: InputPartition, options: SourceOptions, columns: SourceColumns,
-          pushed: PushedFilters | None = None) -> Iterator[pa.RecordBatch]:
+          pushed: PushedFilters | None = None, *, cold_reader: ColdReader | None = None
+          ) -> Iterator[pa.RecordBatch]:
     if options.worker_gc_freeze:
         freeze_worker_heap_once()
     if isinstance(partition, PackedPartition):
         for part in partition.parts:
             if isinstance(part, ColdRangePartition):
-                yield from _read(part, options, columns, pushed)
+                yield from _read(part, options, columns, pushed, cold_reader=cold_reader)
         batches = read_ranges([part for part in partition.parts
                                if isinstance(part, QueueRangePartition)], options, columns)
     elif isinstance(partition, QueueRangePartition):
         batches = read_range(partition, options, columns)
     elif isinstance(partition, ColdRangePartition):
-        batches = read_cold(partition, options, columns)
+        batches = read_cold(partition, options, columns, cold_reader)
     else:  # Spark's InputPartition(None) when partitions() planned none
         return
     for batch in batches:
@@ -249,9 +259,11 @@ class BatchReader(DataSourceReader):
     what pushed filters rule out (connector.spark.pushdown)."""
 
     def __init__(self, options: SourceOptions,
-                 columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS, *,
+                 cold_reader: ColdReader | None = None) -> None:
         self.options = options
         self.columns = columns
+        self.cold_reader = cold_reader  # a plain value (connector.spark.cold)
         self.pushed = PushedFilters()
 
     pushFilters = _PushFilters()
@@ -285,19 +297,22 @@ class BatchReader(DataSourceReader):
         ranges = narrow_ranges(
             [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds],
             replica_sets, self.options, self.pushed)
-        return _partitions(ranges, replica_sets, self.options)
+        return _partitions(ranges, replica_sets, self.options, self.cold_reader)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options, self.columns, self.pushed)
+        return _read(partition, self.options, self.columns, self.pushed,
+                     cold_reader=self.cold_reader)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over queue offsets (see the module's state machine)."""
 
     def __init__(self, options: SourceOptions,
-                 columns: SourceColumns = ALL_SOURCE_COLUMNS) -> None:
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS, *,
+                 cold_reader: ColdReader | None = None) -> None:
         self.options = options
         self.columns = columns
+        self.cold_reader = cold_reader  # a plain value (connector.spark.cold)
         self._replica_sets: dict[str, ReplicaSet] | None = None  # runner-side caches
         self._latest: dict[QueueRef, int] | None = None
         self._available_now: dict[QueueRef, int] | None = None
@@ -364,10 +379,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # a queue that joined in this batch has no rows in it (see latestOffset)
         ranges = [QueueRange(ref, begin.get(ref, value), value)
                   for ref, value in finish.items()]
-        return _partitions(ranges, self._replica_sets or {}, self.options)
+        return _partitions(ranges, self._replica_sets or {}, self.options, self.cold_reader)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition, self.options, self.columns)
+        return _read(partition, self.options, self.columns, cold_reader=self.cold_reader)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         self._commit_group(flatten(end))

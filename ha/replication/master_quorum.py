@@ -12,7 +12,7 @@ Quorum and confirm arithmetic: ha/replication/quorum.py; the confirm position is
 over the master and the SSS members, for both master roles, brought down to the end of a put (each
 `local_durable` position is one): a slave acks what it received, which may end inside a put,
 and a confirm position inside a put would let readers see its first rows, which a new master
-holding only those rows must then keep (ReplicaLogMixin.complete_log_position_end) and the
+holding only those rows must then keep (MessageStore.complete_log_position_end) and the
 producer's retry would store again. ASYNC_MASTER never makes a put wait (its reads still
 stop at the confirm position, so a slave that may be elected later holds whatever was read).
 

@@ -3,9 +3,10 @@
 Goal: with most of a topic tiered and trimmed locally, a batch read with readColdFromTier=true
 plans tier partitions for the tiered part (no broker in their path) and broker partitions for
 the rest, and returns exactly the rows of the broker-served read, with tagFilter applied the
-same way; a process without a registered tier reader gets an error naming the option.
-Method: a real broker process tiering 128 KiB segments to file://, the session SparkSession,
-driver-side planning inspected through the reader.
+same way; a reader built without a tier reader (the bare connector data source) gets an error
+naming the option. Method: a real broker process tiering 128 KiB segments to file://, the
+session SparkSession, driver-side planning inspected through the reader (given the tier reader
+the composition root, pyspark_rocketha, hands to the data source).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import pytest
 
 from connector import Admin, ClientConfig, Producer
 from connector.errors import OptionError
-from connector.spark import cold
 from connector.spark.datasource import BatchReader
 from connector.spark.options import parse_source_options
 from connector.spark.partitions import ColdRangePartition, QueueRangePartition, unpacked
+from pyspark_rocketha import DefaultSource
 from tests.integration.broker_process import BrokerProcess
 from tests.tiered.broker_tier import SMALL_TIER
 
@@ -67,8 +68,8 @@ def _rows(spark, options: dict[str, str]) -> list[tuple]:  # type: ignore[no-unt
 
 
 def test_planning_splits_tier_and_broker_ranges(tiered_broker: BrokerProcess) -> None:
-    reader = BatchReader(parse_source_options(_options(tiered_broker,
-                                                       readColdFromTier="true")))
+    reader = BatchReader(parse_source_options(_options(tiered_broker, readColdFromTier="true")),
+                         cold_reader=DefaultSource.cold_reader)
     parts = unpacked(reader.partitions())
     cold_rows = sum(p.end_queue_offset - p.start_queue_offset for p in parts
                     if isinstance(p, ColdRangePartition))
@@ -101,10 +102,7 @@ def test_cold_read_with_a_declared_schema(spark, tiered_broker: BrokerProcess) -
     assert got == want
 
 
-def test_no_registered_reader_names_the_option(tiered_broker: BrokerProcess,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cold, "_READERS", [])
-    monkeypatch.setattr(cold, "COMPOSITION_ROOT", "no_such_module_here")
+def test_no_tier_reader_names_the_option(tiered_broker: BrokerProcess) -> None:
     reader = BatchReader(parse_source_options(_options(tiered_broker,
                                                        readColdFromTier="true")))
     with pytest.raises(OptionError, match="readColdFromTier"):

@@ -58,7 +58,7 @@ def test_passes_equal_a_full_rebuild_and_a_cut_starts_over(tmp_path: Path) -> No
         assert follower_reads_from == {("t", 0): 10, ("t", 1): 10}  # the 2nd pass began there
         full = rebuild_table(store, CONFIG, now_ms=NOW_MS)
         assert sequences(table, producers) == sequences(full, producers) == [7, 4, 0]
-        store._confirm = cut_at
+        store._state.confirm = cut_at
         store.truncate_to(cut_at)  # a fork cut: p1's 5..7 and p3's 0 are gone
         table = follower.catch_up(now_ms=NOW_MS)
         assert sequences(table, producers) == [4, 4, None]

@@ -74,8 +74,8 @@ def test_bulk_dispatch_matches_the_masters_index(batches: list, chunk_sizes: lis
             assert replica.dispatched_log_position == end
             assert sorted(replica.queues()) == sorted(master.queues())
             for topic, queue_id in master.queues():
-                mine = master._consume_queue(topic, queue_id)
-                theirs = replica._consume_queue(topic, queue_id)
+                mine = master._state.consume_queue(topic, queue_id)
+                theirs = replica._state.consume_queue(topic, queue_id)
                 assert theirs.max_queue_offset == mine.max_queue_offset
                 assert theirs.read_entries(0, mine.max_queue_offset) == \
                     mine.read_entries(0, mine.max_queue_offset)
@@ -85,8 +85,8 @@ def _same_index(master: MessageStore, replica: MessageStore) -> None:
     assert replica.dispatched_log_position == master.log_position_end
     assert sorted(replica.queues()) == sorted(master.queues())
     for topic, queue_id in master.queues():
-        mine = master._consume_queue(topic, queue_id)
-        theirs = replica._consume_queue(topic, queue_id)
+        mine = master._state.consume_queue(topic, queue_id)
+        theirs = replica._state.consume_queue(topic, queue_id)
         assert theirs.read_entries(0, mine.max_queue_offset) == \
             mine.read_entries(0, mine.max_queue_offset)
 

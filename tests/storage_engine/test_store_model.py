@@ -54,7 +54,7 @@ class StoreModel(RuleBasedStateMachine):
         self.rng = random.Random(0)
 
     def teardown(self) -> None:
-        if not self.store._closed:
+        if not self.store._state.closed:
             self.store.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
