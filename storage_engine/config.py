@@ -81,11 +81,12 @@ class StoreConfig:
         _check_range("consume_queue_tail_scan_entries_max",
                      self.consume_queue_tail_scan_entries_max, 1, 1 << 30)
         if not 0 <= self.file_reserved_time_hours <= 24 * 365 * 100:
-            raise ConfigError("file_reserved_time_hours", f"out of range: {self.file_reserved_time_hours}")
+            raise ConfigError("file_reserved_time_hours",
+                              f"out of range: {self.file_reserved_time_hours}")
         if not 0.1 <= self.disk_max_used_space_ratio <= 0.95:
             raise ConfigError(
                 "disk_max_used_space_ratio",
-                f"{self.disk_max_used_space_ratio} not in [0.1, 0.95] (RocketMQ clamps 10–95 %)",
+                f"{self.disk_max_used_space_ratio} not in [0.1, 0.95] (RocketMQ clamps 10-95 %)",
             )
 
     @property

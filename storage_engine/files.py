@@ -4,12 +4,13 @@ Fail-stop on fsync errors (PostgreSQL's "fsyncgate" lesson): when fsync/fdatasyn
 kernel may already have dropped the dirty pages it could not write and marked them clean, so a
 second fsync can succeed although the data never reached the disk. Retrying is therefore never
 safe, nor is acknowledging anything that needed the failed fsync. Every fsync of the store goes
-through `sync_file` / `fsync_directory` (over the store's FileSystem, fs.py); a failure calls the process-wide fsync failure handler,
-whose default logs one CRITICAL line and ends the process at once with exit code
-`FSYNC_FAILED_EXIT_CODE` (no clean shutdown: the abort marker stays, the restart recovers from
-the log what really reached the disk). A test or the simulator installs its own handler with
-`set_fsync_failure_handler`; when a handler returns, the caller gets `FsyncFailedError` and the
-flush service that saw it flushes nothing more (it never retries).
+through `sync_file` / `fsync_directory` (over the store's FileSystem, fs.py); a failure calls
+the process-wide fsync failure handler, whose default logs one CRITICAL line and ends the
+process at once with exit code `FSYNC_FAILED_EXIT_CODE` (no clean shutdown: the abort marker
+stays, the restart recovers from the log what really reached the disk). A test or the simulator
+installs its own handler with `set_fsync_failure_handler`; when a handler returns, the caller
+gets `FsyncFailedError` and the flush service that saw it flushes nothing more (it never
+retries).
 """
 
 from __future__ import annotations

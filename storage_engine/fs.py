@@ -29,6 +29,7 @@ slice the mmap as before.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
@@ -145,10 +146,9 @@ class OsFile:
         return mmap.mmap(self.fd, size_bytes, prot=mmap.PROT_READ)
 
     def unmap(self, view: Buffer) -> None:
-        try:
-            view.close()  # type: ignore[attr-defined]
-        except BufferError:  # a reader still holds a memoryview; the GC unmaps it later
-            pass
+        # a reader may still hold a memoryview (BufferError): the GC unmaps it later
+        with contextlib.suppress(BufferError):
+            view.close()
 
     def data_end(self, size_bytes: int) -> int:
         """Skip file holes with SEEK_DATA/SEEK_HOLE (a 1 GiB segment is mostly a hole)."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from storage_engine.record_format import StoredMessage, decode_record, java_string_hash
 from storage_engine.statuses import GetStatus, PutStatus
 
@@ -94,7 +97,8 @@ class RecordBlock:
     min_queue_offset: int
     max_queue_offset: int
     data: bytes = b""
-    sizes: Sequence[int] = ()
+    sizes: npt.NDArray[np.int64] = dataclasses.field(
+        default_factory=lambda: np.empty(0, np.int64))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

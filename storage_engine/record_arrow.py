@@ -29,6 +29,7 @@ from storage_engine.record_format import (
     CRC_TAIL_SIZE_BYTES,
     HEADER,
     HEADER_DTYPE,
+    HEADER_FIELDS,
     HEADER_SIZE_BYTES,
     LOG_POSITION_AT,
     PROPERTIES_LENGTH_SIZE_BYTES,
@@ -57,8 +58,8 @@ _HEADER_COLUMNS = (
     ("born_timestamp", "born_ms", np.int64),
     ("store_timestamp", "store_ms", np.int64),
 )
-_HOST_BYTES = HEADER_DTYPE.fields["store_host"][0].itemsize  # 8
-_POSITION_BYTES = HEADER_DTYPE.fields["log_position"][0].itemsize  # 8
+_HOST_BYTES = HEADER_FIELDS["store_host"][0].itemsize  # 8
+_POSITION_BYTES = HEADER_FIELDS["log_position"][0].itemsize  # 8
 _HEX_PAIRS = np.array([f"{value:02X}".encode() for value in range(256)], dtype="S2")
 _MSG_ID_CHARS = 2 * (_HOST_BYTES + _POSITION_BYTES)  # store host + log position, hex
 
@@ -76,7 +77,7 @@ def records_to_arrow(records: list[bytes], topic: str, schema: pa.Schema) -> pa.
     count = len(records)
     headers = list(map(HEADER.unpack_from, records))
     (totals, _, _, queue_ids, _, queue_offsets, positions, _, born, _, stored, hosts, _, _,
-     body_sizes) = zip(*headers)
+     body_sizes) = zip(*headers, strict=True)
     built: dict[str, object] = {"queue_id": queue_ids, "queue_offset": queue_offsets,
                                 "log_position": positions, "born_timestamp": born,
                                 "store_timestamp": stored}
@@ -108,7 +109,7 @@ def _record_properties(records: list[bytes], totals: tuple[int, ...],
     keys: list[str | None] = [None] * count
     tags: list[str | None] = [None] * count
     properties: list[list[tuple[str, str]] | None] = [None] * count
-    for index, (total, body_size) in enumerate(zip(totals, body_sizes)):
+    for index, (total, body_size) in enumerate(zip(totals, body_sizes, strict=True)):
         if total - body_size == bare_size:
             continue
         props_at = _BODY_AT + body_size + _AROUND_TOPIC_BYTES + len(topic)
@@ -186,8 +187,8 @@ class _HeaderFields:
 
     def field(self, name: str) -> np.ndarray:
         if self._all is not None:
-            return self._all[name]  # type: ignore[no-any-return]
-        dtype, at = HEADER_DTYPE.fields[name][:2]
+            return self._all[name]
+        dtype, at = HEADER_FIELDS[name][:2]
         column = np.ascontiguousarray(self._bytes[:, at:at + dtype.itemsize])
         return column.view(dtype).reshape(self._count)
 

@@ -74,6 +74,7 @@ __all__ = [
     "BLANK_RECORD_SIZE_BYTES",
     "BODY_LENGTH_AT",
     "HEADER_DTYPE",
+    "HEADER_FIELDS",
     "HEADER_SIZE_BYTES",
     "LOG_POSITION_AT",
     "MESSAGE_MAGIC_CODE",
@@ -124,11 +125,13 @@ HEADER_DTYPE = np.dtype([  # HEADER as a numpy record: the batch encoder, vector
     ("reconsume", ">i4"), ("prepared", ">i8"), ("body_size", ">i4"),
 ])
 assert HEADER_DTYPE.itemsize == HEADER_SIZE_BYTES
-assert HEADER_DTYPE.fields["sys_flag"][1] == SYSFLAG_AT
-LOG_POSITION_AT = HEADER_DTYPE.fields["log_position"][1]  # PHYSICALOFFSET: 28
-STORE_TIMESTAMP_AT = HEADER_DTYPE.fields["store_ms"][1]  # STORETIMESTAMP: 56
-STORE_HOST_AT = HEADER_DTYPE.fields["store_host"][1]  # STOREHOSTADDRESS: 64
-BODY_LENGTH_AT = HEADER_DTYPE.fields["body_size"][1]  # BODYLENGTH: 84
+assert HEADER_DTYPE.fields is not None
+HEADER_FIELDS = HEADER_DTYPE.fields  # name -> (dtype, byte position in the header)
+assert HEADER_FIELDS["sys_flag"][1] == SYSFLAG_AT
+LOG_POSITION_AT = HEADER_FIELDS["log_position"][1]  # PHYSICALOFFSET: 28
+STORE_TIMESTAMP_AT = HEADER_FIELDS["store_ms"][1]  # STORETIMESTAMP: 56
+STORE_HOST_AT = HEADER_FIELDS["store_host"][1]  # STOREHOSTADDRESS: 64
+BODY_LENGTH_AT = HEADER_FIELDS["body_size"][1]  # BODYLENGTH: 84
 _DECIMAL_PLACES = 10 ** np.arange(10, dtype=np.int64)  # checksum digits, least significant first
 
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
@@ -337,7 +340,7 @@ def _encode_uniform_tail(
     tails[:, len(meta):-1] = record_crcs[:, None] // _DECIMAL_PLACES % 10 + ord("0")
     tails[:, -1] = 2
     out_parts += itertools.chain.from_iterable(
-        zip(heads, bodies, _split_rows(tails.tobytes(), tail_size, count)))
+        zip(heads, bodies, _split_rows(tails.tobytes(), tail_size, count), strict=True))
     out_positions += positions.tolist()
     out_sizes += sizes.tolist()
     return start_index + count
@@ -434,7 +437,8 @@ class StoredMessage:
         return make_msg_id(self.store_host, self.log_position)
 
 
-def decode_record(buf: bytes | memoryview, pos: int = 0, *, end: int | None = None) -> StoredMessage:
+def decode_record(buf: bytes | memoryview, pos: int = 0, *,
+                  end: int | None = None) -> StoredMessage:
     """Decode and verify the record at `pos`. Raises CorruptRecordError on any bad input."""
     end = len(buf) if end is None else end
     if end - pos < RECORD_SIZE_MIN_BYTES:
@@ -461,7 +465,8 @@ def _decode_checked(buf: bytes | memoryview, pos: int, total: int) -> StoredMess
         topic = bytes(buf[topic_at + 1:topic_at + 1 + topic_size]).decode("ascii")
         properties = decode_properties(bytes(buf[props_at:pos + total - CRC_TAIL_SIZE_BYTES]))
     except (UnicodeDecodeError, ValueError) as err:
-        raise CorruptRecordError(f"undecodable topic or properties: {err}", log_position=pos) from err
+        raise CorruptRecordError(f"undecodable topic or properties: {err}",
+                                 log_position=pos) from err
     return StoredMessage(
         topic=topic, queue_id=queue_id, queue_offset=queue_offset, log_position=log_position,
         size_bytes=total, flag=flag, sys_flag=sys_flag, born_timestamp_ms=born_ms,

@@ -177,8 +177,9 @@ def last_put_end_few(data: object, start: int, count: int) -> int:
     for _ in range(count):
         total = _PREFIX.unpack_from(data, position)[0]  # type: ignore[arg-type]
         position += total
-        if not _SYSFLAG.unpack_from(data, position - total + SYSFLAG_AT)[0] \
-                & SYSFLAG_PUT_CONTINUES:  # type: ignore[arg-type]
+        flag_at = position - total + SYSFLAG_AT
+        sys_flag = _SYSFLAG.unpack_from(data, flag_at)[0]  # type: ignore[arg-type]
+        if not sys_flag & SYSFLAG_PUT_CONTINUES:
             found = position
     return found
 

@@ -83,7 +83,7 @@ class Segment:
         self.write_position += size
 
     def read(self, position: int, size: int) -> bytes:
-        assert 0 <= position and position + size <= self.size_bytes, (self.path, position, size)
+        assert position >= 0 and position + size <= self.size_bytes, (self.path, position, size)
         return bytes(self.map[position:position + size])  # mmap slices are bytes already
 
     def flush(self) -> int:

@@ -190,8 +190,8 @@ class StoreReader:
         breaks = np.flatnonzero(positions[1:] != ends[:-1]) + 1
         run_first = np.concatenate(([0], breaks)).tolist()
         run_last = (np.concatenate((breaks, [sizes.size])) - 1).tolist()
-        pieces = []
-        for first, last in zip(run_first, run_last):
+        pieces: list[bytes] = []
+        for first, last in zip(run_first, run_last, strict=True):
             start = int(positions[first])
             piece = self._commit_log.read(start, int(ends[last]) - start)
             if piece is None:  # retention removed it under us

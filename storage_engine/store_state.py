@@ -142,8 +142,8 @@ class StoreState:
                         f"{ref.queue_offset}")
                 group = pending[key] = (ref.queue_offset, [])
             elif ref.queue_offset != group[0] + len(group[1]):
-                raise QueueOffsetsError(f"queue offsets of {key} are not contiguous at log_position "
-                                   f"{ref.log_position}")
+                raise QueueOffsetsError(f"queue offsets of {key} are not contiguous at "
+                                        f"log_position {ref.log_position}")
             group[1].append(pack(ref.log_position, ref.size_bytes, ref.tags_code))
             count += 1
         for (topic, queue_id), (first_offset, parts) in pending.items():

@@ -203,7 +203,7 @@ def _encode_properties(batch: MessageBatch) -> tuple[list[bytes] | None, str]:
     users = batch.properties if batch.properties is not None else itertools.repeat(None, count)
     tags = batch.tags if batch.tags is not None else itertools.repeat(None, count)
     keys = batch.keys if batch.keys is not None else itertools.repeat(None, count)
-    for index, (user, tag, key) in enumerate(zip(users, tags, keys)):
+    for index, (user, tag, key) in enumerate(zip(users, tags, keys, strict=True)):
         if not user and tag is None and key is None:
             encoded.append(b"")  # the common row of a marked batch: nothing to encode
             continue

@@ -182,7 +182,7 @@ def _read_span(file_io: FileIO, cache: BlockCache, broker_name: str, span: _Queu
     if high - low == int(sizes.sum()):  # contiguous: the common case
         return span_bytes, sizes
     return b"".join(span_bytes[p - low:e - low]
-                    for p, e in zip(positions.tolist(), ends.tolist())), sizes
+                    for p, e in zip(positions.tolist(), ends.tolist(), strict=True)), sizes
 
 
 class TierReader:
@@ -404,7 +404,7 @@ def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, Any]
     starts = np.cumsum(sizes) - sizes
     data = block.data
     if verify:
-        for start, size in zip(starts.tolist(), sizes.tolist()):
+        for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
             decode_record(data, start, end=start + size)
     raw = np.frombuffer(data, dtype=np.uint8)
     headers = raw[starts[:, None] + np.arange(HEADER.size)].view(_HEADER_DTYPE).reshape(-1)
@@ -430,7 +430,7 @@ def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, Any]
         msg_ids = list(map((f"{hosts[0]:016X}" + "%016X").__mod__, positions.tolist()))
     else:
         msg_ids = [make_msg_id(host.to_bytes(8, "big"), position)
-                   for host, position in zip(hosts, positions.tolist())]
+                   for host, position in zip(hosts, positions.tolist(), strict=True)]
     return {
         "topic": [topic] * count, "queue_id": headers["queue_id"].astype(np.int32),
         "queue_offset": headers["queue_offset"].astype(np.int64), "log_position": positions,

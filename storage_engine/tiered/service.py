@@ -181,7 +181,7 @@ class TierService:
         with self._lock:
             counters, last_error = dict(self._counters), self._last_error
         uploader = self.uploader
-        upload = uploader.stats() if uploader is not None else {"state": "off"}
+        upload: dict[str, Any] = uploader.stats() if uploader is not None else {"state": "off"}
         reader = self.reader.stats()
         errors = [e for e in (upload.get("last_error"), reader.pop("read_last_error"),
                               last_error) if e]

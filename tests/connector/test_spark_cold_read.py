@@ -63,8 +63,8 @@ def _options(broker: BrokerProcess, **extra: str) -> dict[str, str]:
 
 def _rows(spark, options: dict[str, str]) -> list[tuple]:  # type: ignore[no-untyped-def]
     frame = spark.read.format("rocketha").options(**options).load()
-    return sorted(tuple(row[c] for c in COLUMNS if c != "properties")
-                  + (sorted((row["properties"] or {}).items()),) for row in frame.collect())
+    return sorted((*(row[c] for c in COLUMNS if c != "properties"),
+                   sorted((row["properties"] or {}).items())) for row in frame.collect())
 
 
 def test_planning_splits_tier_and_broker_ranges(tiered_broker: BrokerProcess) -> None:

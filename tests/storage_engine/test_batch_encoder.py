@@ -87,7 +87,7 @@ def test_vector_path_equals_the_loop(same_size: bool, body_sizes: list[int],
     assert stop - start_index == len(positions) == len(sizes)
     assert sum(sizes) == len(data) <= space_bytes - 8
     cursor = 0
-    for position, size in zip(positions, sizes):
+    for position, size in zip(positions, sizes, strict=True):
         assert position == 4096 + cursor
         assert scan_record(data, cursor, len(data)) == size
         cursor += size

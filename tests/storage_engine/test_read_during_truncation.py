@@ -53,7 +53,8 @@ def test_a_read_during_the_queue_trim_returns_only_real_records(
     store, fork = _store_with_a_tail(tmp_path / "store")
     try:
         seen: list[list[tuple[str, list[bytes]]]] = []
-        fired = during_queue_zeroing(monkeypatch, TOPIC, lambda: seen.append(_read_everything(store)))
+        fired = during_queue_zeroing(monkeypatch, TOPIC,
+                                     lambda: seen.append(_read_everything(store)))
         store.truncate_to(fork)
         assert fired
         for name, records in seen[0]:
