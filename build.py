@@ -31,6 +31,8 @@
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
                                       (targets in tests/fuzz/targets.py; `fuzz all` runs each)
     python3 build.py lint             ruff check of the whole tree (prints the count; exit 1 if any)
+    python3 build.py docs             the documentation site, built strictly into site/ (a
+                                      broken link, a page missing from the nav or any warning fails)
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and constraints.txt and skips the install when nothing
@@ -58,7 +60,7 @@ VENV_DIR = ROOT / ".venv"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 CONSTRAINTS_FILE = ROOT / "constraints.txt"  # exact versions; pyproject.toml has the ranges
-EXTRAS = "spark,test,fuzz"
+EXTRAS = "spark,test,fuzz,docs"
 DEFAULT_SUITE_ARGS = ["--durations=15"]  # `test` without pytest arguments: 15 slowest last
 BENCHES = {
     "tier": "tests/bench/bench_tier.py",
@@ -303,6 +305,16 @@ def lint(args: list[str]) -> int:
     return result.returncode
 
 
+def docs(args: list[str]) -> int:
+    """mkdocs build --strict (mkdocs.yml; its hook generates the key and option tables from
+    the code first); extra ARGS go to mkdocs, e.g. `docs --site-dir /tmp/site`."""
+    python = setup()
+    argv = [str(python), "-m", "mkdocs", "build", "--strict", *args]
+    print("+", " ".join(argv), flush=True)
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # Material's banner about its successor
+    return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+
+
 def demo(args: list[str]) -> int:
     python = setup()
     return subprocess.run([str(python), "-m", "examples.demo", *args], cwd=ROOT,
@@ -336,6 +348,8 @@ def main(argv: list[str]) -> int:
         return chaos(rest)
     if command == "lint":
         return lint(rest)
+    if command == "docs":
+        return docs(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)
     return 2
 
