@@ -69,7 +69,7 @@ class Started(Generic[ConfigT]):
 
 def refuse(program_name: str, message: str) -> int:
     """Say why on standard error (logging may not be set up yet); the exit status."""
-    print(f"{program_name}: {message}", file=sys.stderr)
+    print(f"{program_name}: {message}", file=sys.stderr)  # noqa: T201 - before logging is set up
     return EXIT_REFUSED
 
 

@@ -1412,7 +1412,7 @@ class SimProducer:
 
     def on_put_reply(self, request_id: int, status: str, position: int | None) -> None:
         self.pending.pop(request_id, None)
-        if status == "NOT_MASTER" or status != "PUT_OK" and self.sim.rng.random() < 0.3:
+        if status == "NOT_MASTER" or (status != "PUT_OK" and self.sim.rng.random() < 0.3):
             self.target = (self.target + 1) % len(self.sim.sets[self.set_name])
 
 
