@@ -118,11 +118,11 @@ def setup() -> Path:
     if STAMP_FILE.exists() and STAMP_FILE.read_text() == fingerprint:
         return VENV_PYTHON
     pip = [str(VENV_PYTHON), "-m", "pip", "--disable-pip-version-check"]
-    _run(pip + ["install", "--upgrade", "pip", "setuptools", "wheel"])
+    _run([*pip, "install", "--upgrade", "pip", "setuptools", "wheel"])
     # compat mode puts the checkout on sys.path, so packages added later import without a
     # reinstall (the default finder mode freezes the package list at install time).
-    _run(pip + ["install", "-c", str(CONSTRAINTS_FILE), "--config-settings",
-                "editable_mode=compat", "-e", f".[{EXTRAS}]"])
+    _run([*pip, "install", "-c", str(CONSTRAINTS_FILE), "--config-settings",
+          "editable_mode=compat", "-e", f".[{EXTRAS}]"])
     STAMP_FILE.write_text(fingerprint)
     return VENV_PYTHON
 

@@ -228,7 +228,7 @@ class SourceColumns:
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([SOURCE_ARROW_SCHEMA.field(name).with_nullable(nullable)
-                          for name, nullable in zip(self.names, self.nullable)])
+                          for name, nullable in zip(self.names, self.nullable, strict=True)])
 
 
 ALL_SOURCE_COLUMNS = SourceColumns(tuple(SOURCE_ARROW_SCHEMA.names),

@@ -193,7 +193,7 @@ class ProducePath:
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
     """[[queue_id, first_queue_offset, count]] in first-appearance order."""
     ranges: dict[int, list[int]] = {}
-    for queue_id, queue_offset in zip(queue_ids, queue_offsets):
+    for queue_id, queue_offset in zip(queue_ids, queue_offsets, strict=True):
         entry = ranges.get(queue_id)
         if entry is None:
             ranges[queue_id] = [queue_id, queue_offset, 1]

@@ -73,7 +73,7 @@ def test_default_schema_is_lean(spark, broker, loaded) -> None:
                 includeMetadata="true")
     assert_df_equality(df, full.select(*df.columns), ignore_row_order=True)
     with_properties = read(spark, broker, subscribe=TOPIC, includeProperties="true")
-    assert with_properties.columns == df.columns[:-1] + ["properties", "storeTimestamp"]
+    assert with_properties.columns == [*df.columns[:-1], "properties", "storeTimestamp"]
     picked = read(spark, broker, subscribe=TOPIC, columns="msgId, body")
     assert picked.columns == ["msgId", "body"]
     assert picked.select("msgId").distinct().count() == QUEUES * PER_QUEUE

@@ -147,7 +147,7 @@ def record_runs(data: bytes) -> None:
             group_entries(run)
             assert len(run.log_positions) >= 1
             done += len(run.log_positions)
-        for position, size in zip(positions.tolist(), sizes.tolist()):
+        for position, size in zip(positions.tolist(), sizes.tolist(), strict=True):
             _record_ref(data, position, position, size)  # the per-record (interleaved) path
     except CorruptRecordError:
         return

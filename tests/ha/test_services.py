@@ -346,7 +346,7 @@ def test_concurrent_puts_ship_in_log_order_to_every_slave(tmp_path: Path) -> Non
             thread.join(timeout=60)
         assert statuses == [PutStatus.PUT_OK] * 400
         end = stores[0].log_position_end
-        for slave, store in zip(slaves, stores[1:]):
+        for slave, store in zip(slaves, stores[1:], strict=True):
             wait_for(lambda store=store: store.log_position_end == end)
             assert log_bytes(store, end) == log_bytes(stores[0], end)
             assert slave.links_opened == 1

@@ -452,7 +452,7 @@ class Reader(_Worker):
                     now = time.monotonic()
                     offsets = result.table.column("queue_offset").to_pylist()
                     bodies = result.table.column("body").to_pylist()
-                    self.rows += [(now, queue_id, o, b) for o, b in zip(offsets, bodies)]
+                    self.rows += [(now, queue_id, o, b) for o, b in zip(offsets, bodies, strict=True)]
                     next_offsets[queue_id] = max(next_offsets[queue_id],
                                                  result.next_queue_offset)
         except BaseException as err:  # noqa: BLE001 - surfaced by stop() / wait_rows_after()
@@ -486,7 +486,7 @@ def read_topic(endpoint: str, topic: str) -> dict[tuple[int, int], bytes]:
             result = consumer.pull(topic, queue_id, queue_offset, max_messages=1024)
             offsets = result.table.column("queue_offset").to_pylist()
             bodies = result.table.column("body").to_pylist()
-            found.update(((queue_id, o), b) for o, b in zip(offsets, bodies))
+            found.update(((queue_id, o), b) for o, b in zip(offsets, bodies, strict=True))
             if result.next_queue_offset <= queue_offset:
                 break
             queue_offset = result.next_queue_offset

@@ -31,7 +31,7 @@ def produce(replicas: ReplicaSet, topic: str, batches: int, prefix: bytes,
         reply = replicas.put(topic, bodies)
         statuses.append(reply["status"])
         if reply["status"] == "PUT_OK":
-            acked.update(zip(map(tuple, reply["offsets"]), bodies))
+            acked.update(zip(map(tuple, reply["offsets"]), bodies, strict=True))
     return statuses
 
 
@@ -99,7 +99,7 @@ def test_async_master_acks_without_slaves_and_says_so(make_set) -> None:
     acked: dict[tuple[int, int], bytes] = {}
     reply = replicas.put("TA", [b"first"])
     assert reply["status"] == "PUT_OK" and reply["replication"] == "ASYNC_MASTER"
-    acked.update(zip(map(tuple, reply["offsets"]), [b"first"]))
+    acked.update(zip(map(tuple, reply["offsets"]), [b"first"], strict=True))
     assert set(produce(replicas, "TA", 10, b"a", acked)) == {"PUT_OK"}
     replicas.signal(1, signal.SIGCONT)
     replicas.wait_sync_state_set([0, 1])
