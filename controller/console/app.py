@@ -351,7 +351,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("console %s " + format, self.address_string(), *args)
+        if logger.isEnabledFor(logging.DEBUG):  # http.server's own %-format, then ours
+            logger.debug("console %s %s", self.address_string(), format % args)
 
 
 def main(argv: list[str] | None = None) -> int:

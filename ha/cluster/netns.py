@@ -30,6 +30,7 @@ namespace deletes its veth end, its addresses and its nftables rules with it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import itertools
@@ -168,10 +169,8 @@ def _kill_processes_in(namespace: str) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.1)
 
 

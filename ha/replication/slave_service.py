@@ -101,7 +101,11 @@ class SlaveService:
         if resolve_master is None:
             host, _, port = config.master_address.rpartition(":")
             static = (host, int(port))
-            resolve_master = lambda: static
+
+            def static_master() -> tuple[str, int]:
+                return static
+
+            resolve_master = static_master
         self._resolve_master = resolve_master
         self._on_link_down = on_link_down
         self._master = ("", 0)

@@ -33,7 +33,10 @@ COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple",
 def write_timeline(events: Sequence[Event], path: Path, title: str) -> Path:
     events = sorted(events, key=lambda e: e["t"])
     t0 = events[0]["t"] if events else 0
-    seconds = lambda t: (t - t0) / 1e9
+
+    def seconds(t: int) -> float:
+        return (t - t0) / 1e9
+
     oks, others = [], []
     for invoke, done in pairs(events, "send"):
         if done is None:
