@@ -33,12 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig
 from connector import Producer as FlightProducer
 from connector.client import controller_call
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "bench-grpc"
 WAKE_TOPIC = "bench-grpc-wake"

@@ -45,13 +45,14 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig, Producer
 from connector.spark.options import MIN_ROWS_PER_PARTITION_DEFAULT
 from connector.spark.planning import pack_groups
 from tests.bench.spark_ceiling import CeilingSource
 from tests.integration.broker_process import BrokerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
 
 QUEUES = 8
 BODY_BYTES = 100

@@ -182,7 +182,7 @@ def test_resolve_offsets_specs() -> None:
     spec = {"t": {"broker-a:0": 4, "broker-a:1": -1}}
     assert resolve_offsets(spec, BOUNDS, option="o", default="earliest") == \
         {A0: 4, A1: 5, B0: 0}
-    with pytest.raises(OptionError, match="startingOffsets.*t/broker-a:9"):
+    with pytest.raises(OptionError, match=r"startingOffsets.*t/broker-a:9"):
         resolve_offsets({"t": {"broker-a:9": 0}}, BOUNDS, option="startingOffsets",
                         default="earliest")
 

@@ -55,7 +55,7 @@ def test_two_replicas_in_sync_two(make_set) -> None:
     replicas.wait_sync_state_set([0, 1])
     acked: dict[tuple[int, int], bytes] = {}
     assert set(produce(replicas, "T2", 20, b"a", acked)) == {"PUT_OK"}
-    with pytest.raises(flight.FlightError, match="NOT_MASTER.*SLAVE.*master is 127.0.0.1:"):
+    with pytest.raises(flight.FlightError, match=r"NOT_MASTER.*SLAVE.*master is 127\.0\.0\.1:"):
         replicas.put("T2", [b"to-slave"], index=1)
     # Metadata flows to the slave: the topic and a consumer group's offset.
     Admin(ClientConfig(brokers=(replicas.endpoints[0],))).commit_offset("g1", "T2", 1, 7)
