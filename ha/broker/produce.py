@@ -66,7 +66,8 @@ class ProducePath:
             if topic is None:  # deleted again between its create and this read
                 raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} was just deleted")
         if not topic.writable:
-            raise RequestError("NO_PERMISSION", f"topic {name!r} is not writable (perm {topic.perm})")
+            raise RequestError("NO_PERMISSION",
+                               f"topic {name!r} is not writable (perm {topic.perm})")
         return topic
 
     def _auto_create(self, topic: TopicConfig) -> None:

@@ -22,10 +22,11 @@ Faults (what a machine in a real network sees):
     heal(h=None)                        flush the rules and set the links up again
 
 Names carry the owner: `rh<pid hex>x<n hex>` + `b` (bridge) / `v<i>` (veth; `p<i>` its
-peer until it moves into the host) / `h<i>` (namespace), at most 15 characters (an interface name's limit). `remove_leftovers()` deletes
-every namespace and link of that shape whose owner pid is gone (a test run that was killed),
-and never anything else. `HostNetwork.close()` removes what the network made; deleting a
-namespace deletes its veth end, its addresses and its nftables rules with it.
+peer until it moves into the host) / `h<i>` (namespace), at most 15 characters (an interface name's
+limit). `remove_leftovers()` deletes every namespace and link of that shape whose owner pid is gone
+(a test run that was killed), and never anything else. `HostNetwork.close()` removes what the
+network made; deleting a namespace deletes its veth end, its addresses and its nftables rules with
+it.
 """
 
 from __future__ import annotations
