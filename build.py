@@ -22,9 +22,11 @@
     python3 build.py sim --store [--seeds N | --minutes M] [--seed S] [--json]
                                       crash schedules of one real store on a simulated disk
                                       (tests/sim/store_sim.py)
-    python3 build.py faults [--minutes M --seed S ...]   the fault run of tests/integration/fault_run.py
+    python3 build.py faults [--minutes M --seed S ...]   the fault run of
+                                      tests/integration/fault_run.py
     python3 build.py chaos [--minutes M --seed S --faults kill,pause,...]   a fault campaign on
-                                      test hosts judged by a Jepsen-style checker (tests/chaos/run.py)
+                                      test hosts judged by a Jepsen-style checker
+                                      (tests/chaos/run.py)
     python3 build.py demo [ARGS...]   setup, then the demo pipeline (examples/demo/) on a local
                                       cluster (`demo --hosts`: test hosts + a Spark standalone
                                       cluster)
@@ -120,11 +122,11 @@ def setup() -> Path:
     if STAMP_FILE.exists() and STAMP_FILE.read_text() == fingerprint:
         return VENV_PYTHON
     pip = [str(VENV_PYTHON), "-m", "pip", "--disable-pip-version-check"]
-    _run(pip + ["install", "--upgrade", "pip", "setuptools", "wheel"])
+    _run([*pip, "install", "--upgrade", "pip", "setuptools", "wheel"])
     # compat mode puts the checkout on sys.path, so packages added later import without a
     # reinstall (the default finder mode freezes the package list at install time).
-    _run(pip + ["install", "-c", str(CONSTRAINTS_FILE), "--config-settings",
-                "editable_mode=compat", "-e", f".[{EXTRAS}]"])
+    _run([*pip, "install", "-c", str(CONSTRAINTS_FILE), "--config-settings",
+          "editable_mode=compat", "-e", f".[{EXTRAS}]"])
     STAMP_FILE.write_text(fingerprint)
     return VENV_PYTHON
 
@@ -236,7 +238,8 @@ def bench(args: list[str]) -> int:
     if args and args[0] == "all":
         return bench_all(setup())
     if not args or args[0] not in BENCHES:
-        print(f"usage: build.py bench {{all|{'|'.join(sorted(BENCHES))}}} [--json]", file=sys.stderr)
+        print(f"usage: build.py bench {{all|{'|'.join(sorted(BENCHES))}}} [--json]",
+              file=sys.stderr)
         return 2
     python = setup()
     argv = [str(python), BENCHES[args[0]], *args[1:]]

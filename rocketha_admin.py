@@ -47,11 +47,15 @@ CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean
                                  "user", "acl"})
 DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
 PROBE_TIMEOUT_S = 5.0
-USAGE = """usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' {topic,produce,consume,offsets,group,broker} ...
-       rocketha-admin --broker HOST:PORT {topic,produce,consume,offsets,group,broker} ...
-       rocketha-admin --controller 'H:P[;H:P...]' {status,cluster,replica,elect,clean,routes,user,acl} ...
-(with authentication on: --credentials-file FILE, accessKey=/secretKey= lines, mode 0600)
-(add -h after a command for its options)"""
+USAGE = ("usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' "
+         "{topic,produce,consume,offsets,group,broker} ...\n"
+         "       rocketha-admin --broker HOST:PORT "
+         "{topic,produce,consume,offsets,group,broker} ...\n"
+         "       rocketha-admin --controller 'H:P[;H:P...]' "
+         "{status,cluster,replica,elect,clean,routes,user,acl} ...\n"
+         "(with authentication on: --credentials-file FILE, accessKey=/secretKey= lines, "
+         "mode 0600)\n"
+         "(add -h after a command for its options)")
 
 
 def _option(argv: list[str], option: str) -> str | None:

@@ -253,7 +253,7 @@ class AuthData:
         others = tuple(u for u in self.users if u.name != user.name)
         if any(u.access_key == user.access_key for u in others):
             raise AclError(f"accessKey of user {user.name} is used by another user")
-        users = tuple(sorted(others + (user,), key=lambda u: u.name))
+        users = tuple(sorted((*others, user), key=lambda u: u.name))
         return AuthData(self.version + 1, users, self.policies)
 
     def without_user(self, name: str) -> AuthData:

@@ -69,7 +69,7 @@ class Started(Generic[ConfigT]):
 
 def refuse(program_name: str, message: str) -> int:
     """Say why on standard error (logging may not be set up yet); the exit status."""
-    print(f"{program_name}: {message}", file=sys.stderr)
+    print(f"{program_name}: {message}", file=sys.stderr)  # noqa: T201 - before logging is set up
     return EXIT_REFUSED
 
 
@@ -82,8 +82,8 @@ def start_server(program: Program, argv: list[str] | None, load: Callable[[str],
         config_errors: what `load` raises for a bad file (OSError is caught too).
 
     Returns:
-        The config and its path, or the exit status when the process ends here (0 after `--example-conf`,
-        EXIT_REFUSED after a refusal, already explained on standard error).
+        The config and its path, or the exit status when the process ends here (0 after
+        `--example-conf`, EXIT_REFUSED after a refusal, already explained on standard error).
     """
     faulthandler.enable()
     if not __debug__:

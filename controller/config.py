@@ -151,7 +151,8 @@ class ControllerConfig:
     # allowInsecure: listen beyond loopback without TLS and authentication (else
     # rocketha-controller refuses to start)
     allow_insecure: bool = False
-    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)  # controller/auth/verify.py
+    # the signature checks and ACLs: controller/auth/verify.py
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)
 
     def __post_init__(self) -> None:
         ids = [peer[0] for peer in self.peers]

@@ -8,8 +8,8 @@ brokers (epoch of their last log entry, max log position, priority). Output: an 
                 since no master ever acknowledged anything)
     1. the current master is eligible and no other broker is designated -> keep it
        (MASTER_STILL_EXIST: nothing to write), unless its heartbeat abandons the epoch (it
-       restarted since the epoch began: ha/replication/role_core.py REELECT); then 3 decides, the old
-       master included, and it may win a new epoch
+       restarted since the epoch began: ha/replication/role_core.py REELECT); then 3 decides, the
+       old master included, and it may win a new epoch
     2. a designated broker: it, if eligible (or, with unclean election on, alive at all);
        otherwise ELECT_MASTER_FAILED
     3. the best eligible broker by: highest epoch, then highest max log position, then lowest

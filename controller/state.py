@@ -234,7 +234,7 @@ class ControllerState:
         if len(replica.brokers) >= MEMBERS_MAX:
             return ApplyResult("INVALID_REQUEST", replica.info())
         broker_id = replica.next_broker_id
-        brokers = replica.brokers + (BrokerMember(broker_id, command.broker_address),)
+        brokers = (*replica.brokers, BrokerMember(broker_id, command.broker_address))
         replica = dataclasses.replace(replica, brokers=brokers, next_broker_id=broker_id + 1)
         self._sets[command.broker_name] = replica
         return ApplyResult("OK", replica.info(), broker_id)

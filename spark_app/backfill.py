@@ -16,9 +16,10 @@ micro-batch; a run that failed committed nothing (one atomic Delta commit), so i
 writes the range once. A rerun with `latest` therefore does not pick up newer messages: give
 explicit `--ending-offsets` JSON (or a new range) for the next slice. The Delta path gathers
 the range on the driver as Arrow (delta-rs commits from one process): size slices to the
-driver's memory (`spark.driver.memory`, `spark.driver.maxResultSize`). `--format parquet` writes with `mode("append")` and has
-no such guard (Spark's batch file writer has none): rerunning it appends again, so the job
-refuses a non-empty target unless `--append-parquet` says that is intended.
+driver's memory (`spark.driver.memory`, `spark.driver.maxResultSize`). `--format parquet` writes
+with `mode("append")` and has no such guard (Spark's batch file writer has none): rerunning it
+appends again, so the job refuses a non-empty target unless `--append-parquet` says that is
+intended.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ daemon thread polls the status tracker every PROGRESS_INTERVAL_S: completed task
 group's stages out of their task count, drawn by connector's `Progress` on standard error
 (`files_to_topic [#####-----] 12/40 30% 3/s`). The task count grows as Spark plans later
 stages, so the bar can step back; a finished job's stages that ran no task were skipped (their
-shuffle output reused) and leave the count. Nothing runs, and nothing is drawn, when standard error is
-not a terminal (logs, CI, spark-submit with redirected output).
+shuffle output reused) and leave the count. Nothing runs, and nothing is drawn, when standard error
+is not a terminal (logs, CI, spark-submit with redirected output).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ executor logs in <work_dir>/worker-<i>/<app id>/<executor id>/stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -201,10 +202,8 @@ class StandaloneCluster:
             try:
                 process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 process.wait(timeout=STOP_TIMEOUT_S)
         self._processes = []
 

@@ -1,5 +1,6 @@
 """`rocketha-admin` sends --broker commands to the broker tool and --controller commands to the
-controller tool (or, for data commands, to the broker tool through the controllers), and refuses a command line that names neither or both (exit 2, nothing sent)."""
+controller tool (or, for data commands, to the broker tool through the controllers), and refuses a
+command line that names neither or both (exit 2, nothing sent)."""
 
 from __future__ import annotations
 

@@ -145,5 +145,5 @@ def test_well_formed_records_pass_the_replica_checks(
     done = 0
     while done < len(positions):
         done += len(scan_run(data, positions[done:], sizes[done:], 0).log_positions)
-    for position, size in zip(positions.tolist(), sizes.tolist()):
+    for position, size in zip(positions.tolist(), sizes.tolist(), strict=True):
         _record_ref(data, position, position, size)

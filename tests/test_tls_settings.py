@@ -68,9 +68,9 @@ def test_broker_and_controller_confs_take_the_tls_keys(certs: dict[str, str]) ->
     assert broker.tls.enabled
     controller = ControllerConfig.from_properties(certs)
     assert controller.tls.require_client_cert
-    with pytest.raises(BrokerConfigError, match="tls.server.mode"):
+    with pytest.raises(BrokerConfigError, match=r"tls\.server\.mode"):
         BrokerConfig.from_properties({**certs, "tls.server.mode": "permissive"})
-    with pytest.raises(ControllerConfigError, match="tls.server.need.client.auth"):
+    with pytest.raises(ControllerConfigError, match=r"tls\.server\.need\.client\.auth"):
         ControllerConfig.from_properties({**certs, "tls.server.need.client.auth": "optional"})
 
 
@@ -142,7 +142,7 @@ def test_client_properties_make_a_client_config(tmp_path: Path, certs: dict[str,
     assert config.controller == "127.0.0.1:1;127.0.0.1:2" and config.request_timeout_ms == 1234
     assert config.tls.enabled and config.tls.cert_path == certs["tls.server.certPath"]
     path.write_text("brokerAddr=127.0.0.1:1\ntls.client.certPath=/x.pem\n")
-    with pytest.raises(ValueError, match="tls.client.keyPath"):
+    with pytest.raises(ValueError, match=r"tls\.client\.keyPath"):
         ClientConfig.from_properties(path)
     path.write_text("brokerAddr=127.0.0.1:1\nnot-a-property-line\n")  # a key, no value
     with pytest.raises(ValueError, match=":2"):

@@ -87,7 +87,8 @@ def produce(config: ClientConfig, args: argparse.Namespace, properties: dict[str
                     wait_s = started + seqs.start / args.rate - time.monotonic()
                     if wait_s > 0:
                         time.sleep(wait_s)
-                for seq, result in zip(seqs, producer.send_batch(args.topic, messages)):
+                results = producer.send_batch(args.topic, messages)
+                for seq, result in zip(seqs, results, strict=True):
                     report.add(seq, result)
         else:
             _produce_lines(producer, args, properties, report, started)

@@ -74,11 +74,11 @@ class Output:
         cells = [[_cell(row.get(column)) for column in columns] for row in rows]
         widths = [max([len(column)] + [len(line[i]) for line in cells])
                   for i, column in enumerate(columns)]
-        print("  ".join(column.upper().ljust(width) for column, width in zip(columns, widths))
-              .rstrip())
+        print("  ".join(column.upper().ljust(width)
+                        for column, width in zip(columns, widths, strict=True)).rstrip())
         for line in cells:
             print("  ".join(cell.rjust(width) if _numeric(cell) else cell.ljust(width)
-                            for cell, width in zip(line, widths)).rstrip())
+                            for cell, width in zip(line, widths, strict=True)).rstrip())
         if not rows:
             print("(none)")
 

@@ -39,7 +39,7 @@ _CONNECTIONS_LOCK = threading.Lock()
 def _connection(endpoint: str, tls: ClientTLS) -> flight.FlightClient:
     global _CONNECTIONS_PID
     with _CONNECTIONS_LOCK:
-        if _CONNECTIONS_PID != os.getpid():  # forked: the parent's channels are not ours
+        if os.getpid() != _CONNECTIONS_PID:  # forked: the parent's channels are not ours
             _CONNECTIONS.clear()
             _CONNECTIONS_PID = os.getpid()
         client = _CONNECTIONS.get((endpoint, tls))

@@ -35,7 +35,7 @@ def with_marker(batch: pa.RecordBatch, idempotence: PutIdempotence) -> pa.Record
                                    pa.array([last], properties_type)])
     names = [name for name in batch.schema.names if name != "properties"]
     return pa.RecordBatch.from_arrays([batch.column(name) for name in names] + [properties],
-                                      names=names + ["properties"])
+                                      names=[*names, "properties"])
 
 
 _PROPERTIES_TYPE = PRODUCE_SCHEMA.field("properties").type
@@ -64,7 +64,7 @@ def _messages_to_batch(messages: Sequence[Message], queue_id: int | None,
         properties = [None if value is None else list(value) for value in properties]
         if marker is not None:
             last = [(k, v) for k, v in properties[-1] or () if k != IDEMPOTENCE_PROPERTY]
-            properties[-1] = last + [(IDEMPOTENCE_PROPERTY, marker.marker())]
+            properties[-1] = [*last, (IDEMPOTENCE_PROPERTY, marker.marker())]
         names.append("properties")
         arrays.append(pa.array(properties, _PROPERTIES_TYPE))
     if queue_id is not None:

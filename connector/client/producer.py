@@ -54,13 +54,14 @@ class Producer:
 
     `send_async` appends the message to its lane's batch, (topic, queue: the given queue_id,
     else crc32(key) % writeQueueNums or a sticky queue for keyless messages, see
-    connector/client/producer_core.py), and returns at once; batches leave when full (`ProducerConfig.batch_messages` / `batch_bytes`),
-    `linger_ms` after their first message, or on `flush()`, at most `max_in_flight` at a time
-    and one per lane, so order holds per queue and per key (connector/client/producer_core.py says
-    why, and what the broker's idempotence allows). Messages waiting for an answer hold at
-    most `buffer_bytes`; past that `send_async` blocks up to `max_block_ms`, then raises
-    ProducerBufferFullError. `send` marks its lane urgent (no linger) and runs the round trip
-    on the calling thread when the lane is idle, so its latency is a round trip's.
+    connector/client/producer_core.py), and returns at once; batches leave when full
+    (`ProducerConfig.batch_messages` / `batch_bytes`), `linger_ms` after their first message, or on
+    `flush()`, at most `max_in_flight` at a time and one per lane, so order holds per queue and per
+    key (connector/client/producer_core.py says why, and what the broker's idempotence allows).
+    Messages waiting for an answer hold at most `buffer_bytes`; past that `send_async` blocks up to
+    `max_block_ms`, then raises ProducerBufferFullError. `send` marks its lane urgent (no linger)
+    and runs the round trip on the calling thread when the lane is idle, so its latency is a round
+    trip's.
 
     With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
     retry of a batch the broker already stored (the reply was lost, e.g. its master died

@@ -14,11 +14,11 @@ queue and one lane, and its order holds; a keyless message goes to a "sticky" qu
 on (round robin) every `batch_messages` keyless messages (Kafka's sticky partitioner), so
 keyless load spreads over the queues in whole batches, several lanes in flight at once. Until
 the topic's writeQueueNums is known (the shell asks it in the background; a topic the first
-put creates is not known yet), messages go to the lane (topic, None) and the broker picks per row by the same
-rule; the producer moves a topic to per-queue lanes only while that lane holds no keyed message
-waiting for its answer, so no key's messages are ever split between two lanes at once. A topic whose writeQueueNums changes
-after the producer learnt it keeps the old count in this producer (a limit: ask again on
-restart).
+put creates is not known yet), messages go to the lane (topic, None) and the broker picks per row by
+the same rule; the producer moves a topic to per-queue lanes only while that lane holds no keyed
+message waiting for its answer, so no key's messages are ever split between two lanes at once. A
+topic whose writeQueueNums changes after the producer learnt it keeps the old count in this producer
+(a limit: ask again on restart).
 
     send_async ──► lane.open (≤ batch_messages, ≤ batch_bytes) ──closed──► lane.queued
                      closed when full, linger_ms after its first message, or on flush

@@ -26,6 +26,7 @@ from types import FrameType
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from conf.process import refuse
 from connector.protocol import RocketHAError
 from connector.rmq_proxy.auth import Authenticator, parse_utc_offsets
 from connector.rmq_proxy.cluster_io import ClusterLinks
@@ -36,6 +37,7 @@ from connector.rmq_proxy.users import ControllerUsers
 
 __all__ = ["main", "serve"]
 
+PROGRAM = "rocketha-proxy"  # argparse's prog and the prefix of every refusal
 logger = logging.getLogger("rocketha.proxy")
 
 HANDLE_KEY_BYTES_MIN = 16
@@ -108,7 +110,7 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
             _snapshots(service, service.state.snapshot_due())
     finally:
         server.stop(STOP_GRACE_S).wait()
-        _snapshots(service, service.state.snapshot_due() + [])
+        _snapshots(service, service.state.snapshot_due())
         service.pops.close()
         links.close()
         logger.info("rocketha-proxy stopped: %s", service.stats())
@@ -126,20 +128,16 @@ def _snapshots(service: MessagingService, broker_names: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     if not __debug__:
-        print("rocketha-proxy: refusing to run with python -O (asserts guard invariants)",
-              file=sys.stderr)
-        return 2
-    parser = argparse.ArgumentParser(prog="rocketha-proxy", description=__doc__.splitlines()[0])
+        return refuse(PROGRAM, "refusing to run with python -O (asserts guard invariants)")
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.splitlines()[0])
     parser.add_argument("--conf", required=True, help="proxy properties file (key=value)")
     args = parser.parse_args(argv)
     try:
         config = ProxyConfig.from_file(args.conf)
     except (ProxyConfigError, OSError) as err:
-        print(f"rocketha-proxy: bad configuration in {args.conf}: {err}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM, f"bad configuration in {args.conf}: {err}")
     if config.listen_port == 0:
-        print("rocketha-proxy: grpcListenPort=0 (the endpoint is off)", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM, "grpcListenPort=0 (the endpoint is off)")
     handler: logging.Handler = (logging.handlers.RotatingFileHandler(
         config.log_file, maxBytes=100 << 20, backupCount=5, encoding="utf-8")
         if config.log_file else logging.StreamHandler())
@@ -155,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return serve(config, stop)
     except (ProxyConfigError, OSError) as err:
-        print(f"rocketha-proxy: bad configuration in {args.conf}: {err}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM, f"bad configuration in {args.conf}: {err}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ Per (consumer group, topic, replica set, queue), a QueueState:
     groups      offset -> message group, for leased messages that have one (FIFO order: a
                 message of a group in flight blocks the later ones, pop_service.py)
 
-    invariant: [committed, cursor) = leases ∪ acked (disjoint); committed <= cursor;
+    invariant: [committed, cursor) = leases | acked (disjoint); committed <= cursor;
                groups ⊆ leases
 
     new message ──pop──► leased(attempt 1, until now+invisible, nonce n1)

@@ -12,9 +12,9 @@ A lease ending at grpcMaxDeliveryAttempts sends its message to `%DLQ%<group>` in
 delivering it again. With authentication, every read of a consumer's messages is a pull
 signed by that user and naming the group (the broker checks Sub on topic and group); an ack
 or change first proves the same right once per ACCESS_CHECK_TTL_S with a one-message pull;
-state records and dead letters are the proxy's own writes. Locks: one per (group, topic, replica set) around every decision on its
-queues (read state, read messages, write the record, apply it), then the set's state lock
-around the write (state_store.py); always in that order.
+state records and dead letters are the proxy's own writes. Locks: one per (group, topic, replica
+set) around every decision on its queues (read state, read messages, write the record, apply it),
+then the set's state lock around the write (state_store.py); always in that order.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ class StateStore:
                 queue_offset = result.next_queue_offset  # retention removed older records
                 continue
             for row_offset, body in zip(result.table.column("queue_offset").to_pylist(),
-                                        result.table.column("body").to_pylist()):
+                                        result.table.column("body").to_pylist(), strict=True):
                 if until is not None and row_offset >= until:
                     break
                 count += self._apply_message(broker_name, row_offset, body,

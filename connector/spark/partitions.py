@@ -1,8 +1,8 @@
 """What Spark pickles and ships to executors: partitions and commit messages, plain values only.
 
 A read task gets a `QueueRangePartition` (read through a broker) or a `ColdRangePartition` (read
-from the tier's objects): everything `read()` needs, because the executor sees the reader as the planner built it,
-not the driver's long-lived streaming reader. Small ranges share one task as a
+from the tier's objects): everything `read()` needs, because the executor sees the reader as the
+planner built it, not the driver's long-lived streaming reader. Small ranges share one task as a
 `PackedPartition` of them (planning.pack_groups says why). A write task returns a
 `SinkCommitMessage`.
 """

@@ -120,8 +120,9 @@ def push_filters(filters: Sequence[Filter], columns: Iterable[str]
             kept.append(item)
         else:
             name = ".".join(item.attribute)  # type: ignore[attr-defined]
-            pushed = dataclasses.replace(updated, described=pushed.described + (
-                f"{name} {_OPS[type(item)]} {item.value!r}",))  # type: ignore[attr-defined]
+            pushed = dataclasses.replace(updated, described=(
+                *pushed.described,
+                f"{name} {_OPS[type(item)]} {item.value!r}"))  # type: ignore[attr-defined]
     return pushed, kept
 
 

@@ -11,8 +11,8 @@ matching tagFilter), never anything past `end`, and it waits (up to fetchTimeout
 below `end` that are not visible yet instead of returning fewer. The broker never serves a
 message above its confirm position, so a replayed range returns the same rows.
 
-Output columns (Spark DDL, and the exact Arrow form `read()` must yield; connector.spark.columns says
-which the default schema holds and which come on request):
+Output columns (Spark DDL, and the exact Arrow form `read()` must yield; connector.spark.columns
+says which the default schema holds and which come on request):
     topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, key STRING,
     tags STRING, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP,
     storeTimestamp TIMESTAMP          (timestamps: Arrow timestamp[us, tz=UTC])
@@ -20,12 +20,12 @@ which the default schema holds and which come on request):
 Projection: Spark 4.2 prunes no columns of Python sources, so every column `read()` yields
 crosses the Python worker -> Arrow -> JVM path even when the query uses two. The schema in force
 (the lean default, the include options, `columns`, or the user's `.schema(...)`) is what a read
-yields: any subset of the 11, each with the type above (NOT NULL only on columns that are never null). Columns not asked
-for are never built (no brokerName repeat, no timestamp casts, no idempotence-marker strip),
-and a range read asks the broker only for the consume columns the projection is built from
-(`consume_columns`): topic, brokerName and queueId come from the partition, body from `body`,
-msgId from `msg_id`, and so on; the broker then skips msg_id formatting and properties decoding
-for a `queueId, body` query.
+yields: any subset of the 11, each with the type above (NOT NULL only on columns that are never
+null). Columns not asked for are never built (no brokerName repeat, no timestamp casts, no
+idempotence-marker strip), and a range read asks the broker only for the consume columns the
+projection is built from (`consume_columns`): topic, brokerName and queueId come from the partition,
+body from `body`, msgId from `msg_id`, and so on; the broker then skips msg_id formatting and
+properties decoding for a `queueId, body` query.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ class SourceColumns:
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([SOURCE_ARROW_SCHEMA.field(name).with_nullable(nullable)
-                          for name, nullable in zip(self.names, self.nullable)])
+                          for name, nullable in zip(self.names, self.nullable, strict=True)])
 
 
 ALL_SOURCE_COLUMNS = SourceColumns(tuple(SOURCE_ARROW_SCHEMA.names),

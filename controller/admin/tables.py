@@ -83,9 +83,9 @@ def _cell(value: Any) -> str:
 def _print_table(columns: list[str], rows: list[dict[str, Any]]) -> None:
     cells = [[_cell(row.get(column)) for column in columns] for row in rows]
     widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip())
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for line in cells:
         print("  ".join(cell.rjust(w) if cell.isdigit() else cell.ljust(w)
-                        for cell, w in zip(line, widths)).rstrip())
+                        for cell, w in zip(line, widths, strict=True)).rstrip())
     if not rows:
         print("(none)")

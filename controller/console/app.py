@@ -41,6 +41,7 @@ from typing import Any
 
 from pyarrow import flight
 
+from conf.process import refuse
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 from controller.admin.main import call_leader, client_config
@@ -49,6 +50,8 @@ from controller.console.page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
 __all__ = ["REFRESH_MS", "ConsoleServer", "basic_authorizer", "gather", "main"]
 
 logger = logging.getLogger(__name__)
+
+PROGRAM = "rocketha-console"  # argparse's prog and the prefix of every refusal
 
 REFRESH_MS = 1000  # the page polls this often; gathering is cached for as long
 CALL_TIMEOUT_S = 2.0  # one Flight call to a controller or broker
@@ -348,12 +351,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("console %s " + format, self.address_string(), *args)
+        if logger.isEnabledFor(logging.DEBUG):  # http.server's own %-format, then ours
+            logger.debug("console %s %s", self.address_string(), format % args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`rocketha-console --controller 'H:P;H:P' [--host H] --port P`: serve until Ctrl-C."""
-    parser = argparse.ArgumentParser(prog="rocketha-console", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=main.__doc__)
     parser.add_argument("--controller", required=True,
                         help="client address(es) of the controllers, ';'- or ','-separated")
     parser.add_argument("--host", default="127.0.0.1")
@@ -373,8 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         tls, credentials = (client_config(args.client_config) if args.client_config
                             else (NO_TLS, None))
     except (OSError, ValueError) as err:
-        print(f"rocketha-console: {err}", file=sys.stderr)
-        return 2
+        return refuse(PROGRAM, str(err))
     authorize = None
     if credentials is not None:  # it signs as this user: show the cluster to that user only
         authorize = basic_authorizer(lambda key: credentials.secret_key
@@ -383,10 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         server = ConsoleServer(addresses, args.host, args.port, authorize=authorize, tls=tls,
                                credentials=credentials)
     except OSError as err:
-        print(f"rocketha-console: cannot listen on {args.host}:{args.port}: {err}",
-              file=sys.stderr)
-        return 2
-    print(f"console on http://{args.host}:{server.port}/", flush=True)
+        return refuse(PROGRAM, f"cannot listen on {args.host}:{args.port}: {err}")
     try:
         threading.Event().wait()  # until Ctrl-C / SIGTERM
     except KeyboardInterrupt:

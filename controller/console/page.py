@@ -98,9 +98,9 @@ function drawControllers(view) {
   fill(document.getElementById("controllers"),
        ["node", "address", "role", "term", "leader", "commit index", "applied index"],
        view.controllers.map((c) => c.reachable
-         ? ["n" + c.node_id, c.address, el("span", c.role, c.role === "leader" ? "role-MASTER" : ""),
-            c.term, c.leader_id === null ? "none" : "n" + c.leader_id, c.commit_index,
-            c.applied_index]
+         ? ["n" + c.node_id, c.address,
+            el("span", c.role, c.role === "leader" ? "role-MASTER" : ""), c.term,
+            c.leader_id === null ? "none" : "n" + c.leader_id, c.commit_index, c.applied_index]
          : ["?", c.address, el("span", "unreachable", "dead"), null, null, null, null]));
   const leader = document.getElementById("leader");
   leader.textContent = view.leader ? "Raft leader n" + view.leader.node_id + " @ " +
@@ -110,7 +110,9 @@ function drawControllers(view) {
 function drawReplicaSets(view) {
   const box = document.getElementById("replica-sets");
   box.replaceChildren();
-  if (view.replica_sets.length === 0) box.appendChild(el("p", "no replica set registered", "muted"));
+  if (view.replica_sets.length === 0) {
+    box.appendChild(el("p", "no replica set registered", "muted"));
+  }
   view.replica_sets.forEach((rs) => {
     const card = el("div", null, "replica-set");
     card.dataset.replicaSet = rs.name;

@@ -75,7 +75,8 @@ class BrokerConfig:
     controller_request_timeout_ms: int = 3000  # controllerRequestTimeoutMs (one call)
     controller_redirects_max: int = 3  # controllerRedirectsMax (NOT_LEADER hops per call)
     # masterLeaseMs: how long a controller's confirmation lets a master ack by its quorum rule;
-    # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs (ha/replication/master_core.py)
+    # used up to 2/3 of the controller's controllerHeartbeatTimeoutMs
+    # (ha/replication/master_core.py)
     master_lease_ms: int = 2000
     metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
     log_file: str = ""  # logFile: log here, rotated by size ("" = standard error)

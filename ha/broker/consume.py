@@ -56,7 +56,8 @@ class ConsumePath:
         if topic is None:
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
         if not topic.readable:
-            raise RequestError("NO_PERMISSION", f"topic {name!r} is not readable (perm {topic.perm})")
+            raise RequestError("NO_PERMISSION",
+                               f"topic {name!r} is not readable (perm {topic.perm})")
         return topic
 
     # -- consume ----------------------------------------------------------------------------

@@ -118,7 +118,8 @@ class BrokerCollector(Collector):
                                         "Produce batch latency in milliseconds (store + quorum)",
                                         labels=[*_LABELS, "request"], unit="")
         cumulative, buckets = 0, []
-        for bound, count in zip((*LATENCY_BUCKETS_MS, float("inf")), traffic.latency_counts):
+        for bound, count in zip((*LATENCY_BUCKETS_MS, float("inf")), traffic.latency_counts,
+                                strict=True):
             cumulative += count
             buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
         latency.add_metric([*base, "produce"], buckets, traffic.latency_sum_ms)

@@ -66,7 +66,8 @@ class ProducePath:
             if topic is None:  # deleted again between its create and this read
                 raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} was just deleted")
         if not topic.writable:
-            raise RequestError("NO_PERMISSION", f"topic {name!r} is not writable (perm {topic.perm})")
+            raise RequestError("NO_PERMISSION",
+                               f"topic {name!r} is not writable (perm {topic.perm})")
         return topic
 
     def _auto_create(self, topic: TopicConfig) -> None:
@@ -193,7 +194,7 @@ class ProducePath:
 def _queue_ranges(queue_ids: list[int], queue_offsets: Any) -> list[list[int]]:
     """[[queue_id, first_queue_offset, count]] in first-appearance order."""
     ranges: dict[int, list[int]] = {}
-    for queue_id, queue_offset in zip(queue_ids, queue_offsets):
+    for queue_id, queue_offset in zip(queue_ids, queue_offsets, strict=True):
         entry = ranges.get(queue_id)
         if entry is None:
             ranges[queue_id] = [queue_id, queue_offset, 1]

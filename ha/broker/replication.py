@@ -24,8 +24,8 @@ a slave whose log lost records to retention.
 Runtime roles (controller mode with replicas, `BrokerConfig.runtime_roles`): the broker starts
 with neither service and fenced; ha/broker/roles.py calls `become_master` / `become_slave` /
 `become_none` as the controller decides. Ordering that keeps the safety rules:
-- promotion: fence, stop following, then the steps ha/replication/takeover_core.py plans from the log's
-  state (the simulator runs the same plan): cut a partial tail record, raise the confirm
+- promotion: fence, stop following, then the steps ha/replication/takeover_core.py plans from the
+  log's state (the simulator runs the same plan): cut a partial tail record, raise the confirm
   position to the log's end (DESIGN §5.4), apply the topic and offset records up to it, open
   the term at the controller's epoch, fsync, start the master service; the caller lifts the
   fence only after the rest of the take-over (idempotence table);
@@ -236,8 +236,8 @@ class Replication:
         self._admit()
 
     def _admit(self, *, writing: bool = False) -> MasterService | None:
-        """ha/replication/put_core.py `admit` on this broker's state: NotMasterError when refused, else
-        the master service (None: standalone). `writing`: a put about to write, which also
+        """ha/replication/put_core.py `admit` on this broker's state: NotMasterError when refused,
+        else the master service (None: standalone). `writing`: a put about to write, which also
         needs the master service in controller mode. The master is read after the fence."""
         fenced, slave = self._fenced, self.slave
         master = self.master

@@ -18,26 +18,27 @@
     master lease (link threads): every leader's reply naming this broker master of epoch E
         renews the lease of E's master service to the heartbeat's send time + masterLeaseMs
         (at most 2/3 of the controller's controllerHeartbeatTimeoutMs); the latest one is kept
-        for a take-over of E that has not started its service yet (ha/replication/master_core.py: a master
-        whose lease lapsed acks only what every slave holds)
+        for a take-over of E that has not started its service yet (ha/replication/master_core.py: a
+        master whose lease lapsed acks only what every slave holds)
 
     restarted master: named master of an epoch its previous process may have served, it
-        stays fenced and its heartbeats abandon that epoch (ha/replication/role_core.py REELECT); the
-        controller elects again under a new epoch
+        stays fenced and its heartbeats abandon that epoch (ha/replication/role_core.py REELECT);
+        the controller elects again under a new epoch
 
     thread sss-report (while master): when the local SyncStateSet differs from the accepted one
         (or a proposal still in flight must be fenced: MasterService.proposal_pending),
         alter_sync_state_set(master id, E, local set, syncStateSetEpoch) at the controller
-        leader, recorded first as in flight (its slaves count until a newer set is accepted); OK -> the master uses the accepted set; a fenced or refused answer -> refresh
-        with get_replica_info (adopt the controller's set when it still names us master of E),
-        then try again after SSS_RETRY_INTERVAL_MS.
+        leader, recorded first as in flight (its slaves count until a newer set is accepted); OK ->
+        the master uses the accepted set; a fenced or refused answer -> refresh with
+        get_replica_info (adopt the controller's set when it still names us master of E), then try
+        again after SSS_RETRY_INTERVAL_MS.
 
 Single-broker sets (no replication) only fence and unfence, as before. The controller being
 down never changes a role: the last one stays (DESIGN §5.6).
 
 The decisions (which action a change means, the lease arithmetic, when to propose a set and
-whether to adopt the controller's) are ha/replication/role_core.py's; this module is the shell that carries
-them out on threads (the simulator drives the same core: tests/sim/cluster_sim.py).
+whether to adopt the controller's) are ha/replication/role_core.py's; this module is the shell that
+carries them out on threads (the simulator drives the same core: tests/sim/cluster_sim.py).
 """
 
 from __future__ import annotations
@@ -247,7 +248,8 @@ class RoleManager:
         if self._tier is not None:
             self._tier.set_uploading(True)
         self._master = master
-        self._replication.fence(None)  # LiftFence, the last step of ha/replication/takeover_core.py's plan
+        # LiftFence, the last step of ha/replication/takeover_core.py's plan
+        self._replication.fence(None)
         self._sss_wake.set()
         logger.info("%s: master of epoch %d after a %.0f ms take-over (log end %d)",
                     config.broker_name, change.master_epoch,

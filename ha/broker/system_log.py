@@ -35,13 +35,13 @@ Reads take only `_state_lock`, never waiting behind a put.
 A read that does not hold the confirmed record it was after (chaos finding 8): reads take no
 lock, so a catch-up can run into a fork truncation, whose zeroed ConsumeQueue entries read as
 0-byte records past the confirm check (the store now moves the queue's end down before it
-zeroes and re-checks the end after a read; the fold does not rely on that). Such a read (undecodable, another record, or a record
-past the confirm position) ends the pass and is retried next pass; it is never applied as a
-skipped record (which moved the fold past queue offsets the new master's records then filled,
-and those were never applied). A record that decodes but whose body the fold refuses is
-skipped, as it is on every replica. A record that stays unreadable (corrupt on this replica)
-stops this replica's fold before it: counted (`records_unreadable`), logged once and then at
-ERROR every UNREADABLE_LOG_INTERVAL_S, never skipped (skipping could undo an acknowledged
+zeroes and re-checks the end after a read; the fold does not rely on that). Such a read
+(undecodable, another record, or a record past the confirm position) ends the pass and is retried
+next pass; it is never applied as a skipped record (which moved the fold past queue offsets the new
+master's records then filled, and those were never applied). A record that decodes but whose body
+the fold refuses is skipped, as it is on every replica. A record that stays unreadable (corrupt on
+this replica) stops this replica's fold before it: counted (`records_unreadable`), logged once and
+then at ERROR every UNREADABLE_LOG_INTERVAL_S, never skipped (skipping could undo an acknowledged
 change on this replica only).
 
 A truncation that cuts records the fold had applied (the store's `lowest_cut_since`; or a

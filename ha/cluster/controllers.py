@@ -175,7 +175,8 @@ class LocalControllers:
             credentials = cluster_auth.admin_credentials(self.directory)
             statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, tls, credentials)
                         for c in controllers]
-            leaders = [c for c, s in zip(controllers, statuses) if s and s["role"] == "leader"]
+            leaders = [c for c, s in zip(controllers, statuses, strict=True)
+                       if s and s["role"] == "leader"]
             if all(statuses) and len(leaders) == 1:
                 return leaders[0]
             time.sleep(POLL_INTERVAL_S)

@@ -12,12 +12,13 @@
 Layout under DIR: `conf/<name>.conf` (RocketMQ key=value, free ports chosen once and kept),
 `data/<name>/` (store), `logs/<name>.log`, `run/<name>.pid`, and `cluster.json` (what `up`
 created; it and the conf files are mode 0600, as they may hold `--set-file` secrets such as
-tieredS3SecretAccessKey, which `--set` refuses: a command line is visible to every user), so a second `up` restarts what is not running and keeps data and ports). Brokers run
-detached (own session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft
-group of controllers, started before the brokers (ha/cluster/controllers.py); `status` lists
-them with their role (leader/follower). With controllers, every broker runs in controller
-mode (enableControllerMode, controllerAddr): the controller names each set's master and
-changes it when the master dies (`status --json`: replica_set, role, controller_role).
+tieredS3SecretAccessKey, which `--set` refuses: a command line is visible to every user), so a
+second `up` restarts what is not running and keeps data and ports). Brokers run detached (own
+session), so this tool can exit. `--controllers C` (1, 3 or 5) also runs a Raft group of
+controllers, started before the brokers (ha/cluster/controllers.py); `status` lists them with their
+role (leader/follower). With controllers, every broker runs in controller mode
+(enableControllerMode, controllerAddr): the controller names each set's master and changes it when
+the master dies (`status --json`: replica_set, role, controller_role).
 
 With controllers, `up` also starts the RocketMQ 5 gRPC endpoint, one `rocketha-proxy` for the
 cluster (ha/cluster/proxy.py; `--grpc-port 0`: none); `status --json` names it `grpc_endpoint`.
@@ -39,8 +40,8 @@ Replica sets (`--replicas R`, R > 1): each of the N sets `broker-x` runs R broke
 SYNC_MASTER unless `--set brokerRole=ASYNC_MASTER`), the others are SLAVEs following the
 master's haListenPort. Controller mode: each broker has its own haListenPort, and roles come
 from the controller. `totalReplicas` defaults to R; quorum keys (inSyncReplicas,
-minInSyncReplicas, ...) come from `--set` and apply to every member; when `--set` names none, a set of R > 1
-acknowledges a put once a majority holds it, with adaptive degradation (`quorum_defaults`).
+minInSyncReplicas, ...) come from `--set` and apply to every member; when `--set` names none, a set
+of R > 1 acknowledges a put once a majority holds it, with adaptive degradation (`quorum_defaults`).
 """
 
 from __future__ import annotations

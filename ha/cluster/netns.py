@@ -22,14 +22,16 @@ Faults (what a machine in a real network sees):
     heal(h=None)                        flush the rules and set the links up again
 
 Names carry the owner: `rh<pid hex>x<n hex>` + `b` (bridge) / `v<i>` (veth; `p<i>` its
-peer until it moves into the host) / `h<i>` (namespace), at most 15 characters (an interface name's limit). `remove_leftovers()` deletes
-every namespace and link of that shape whose owner pid is gone (a test run that was killed),
-and never anything else. `HostNetwork.close()` removes what the network made; deleting a
-namespace deletes its veth end, its addresses and its nftables rules with it.
+peer until it moves into the host) / `h<i>` (namespace), at most 15 characters (an interface name's
+limit). `remove_leftovers()` deletes every namespace and link of that shape whose owner pid is gone
+(a test run that was killed), and never anything else. `HostNetwork.close()` removes what the
+network made; deleting a namespace deletes its veth end, its addresses and its nftables rules with
+it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import itertools
@@ -168,10 +170,8 @@ def _kill_processes_in(namespace: str) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.1)
 
 

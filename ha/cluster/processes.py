@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "listen_port_range", "pid_alive", "pid_from_file",
-           "ports_in", "stop_pid_file", "write_private_text"]
+__all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "listen_port_range", "pid_alive",
+           "pid_from_file", "ports_in", "stop_pid_file", "write_private_text"]
 
 STOP_TIMEOUT_S = 20.0
 PORT_PICKS_MAX = 100

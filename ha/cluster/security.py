@@ -118,7 +118,8 @@ def write_client_properties(directory: Path, manifest: dict[str, Any],
                   f"tls.client.keyPath={tls.key_path}"]
     credentials = cluster_auth.admin_credentials(directory)
     if credentials is not None:
-        lines += [f"# the Super user {cluster_auth.ADMIN_NAME} (also in {cluster_auth.CREDENTIALS_FILE})",
+        lines += [(f"# the Super user {cluster_auth.ADMIN_NAME} "
+                   f"(also in {cluster_auth.CREDENTIALS_FILE})"),
                   f"accessKey={credentials.access_key}", f"secretKey={credentials.secret_key}"]
     path = directory / CLIENT_PROPERTIES
     write_private_text(path, "\n".join(lines) + "\n")

@@ -7,7 +7,8 @@ and connector.protocol only (DESIGN.md §2).
     ha/replication/master_core.py     links, batching, heartbeats, SSS members sans-IO state machine
     ha/replication/master_quorum.py   acks that count, confirm, lease          (its mixin)
     ha/replication/master_effects.py  the master core's settings and effects   data
-    ha/replication/role_core.py       controller-mode role decisions, lease   sans-IO (ha/broker/roles.py)
+    ha/replication/role_core.py       controller-mode role decisions, lease   sans-IO
+                                                                             (ha/broker/roles.py)
     ha/replication/link.py            framed blocking socket                   IO
     ha/replication/master_service.py  accept/read/send/tick threads, put wait  IO shell
     ha/replication/slave_service.py   connect, follow, reconnect               IO shell

@@ -32,6 +32,7 @@ no writer ever writes to a descriptor number after it was closed (and maybe reus
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -213,10 +214,10 @@ class FrameSocket:
     # -- ending -------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Unblock any thread stuck in this socket (callable from any thread)."""
-        try:  # the descriptor, also under TLS (SSLSocket.shutdown would drop the session)
+        # the descriptor, also under TLS (SSLSocket.shutdown would drop the session);
+        # OSError: already disconnected
+        with contextlib.suppress(OSError):
             socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-        except OSError:
-            pass  # already disconnected
 
     def close(self) -> None:
         """Shut down and release the socket (by the thread that owns the link: the one that

@@ -188,7 +188,7 @@ class MasterReplication(MasterQuorum):
         if hello.master_epoch_seen > self.master_epoch:
             reason = (f"slave {hello.broker_id} already followed master epoch "
                       f"{hello.master_epoch_seen} > this master's {self.master_epoch}")
-            return [SendFrame(link.link_id, Refuse(reason))] + self._close(link.link_id, reason)
+            return [SendFrame(link.link_id, Refuse(reason)), *self._close(link.link_id, reason)]
         effects: list[MasterEffect] = []
         previous = self._by_broker.get(hello.broker_id)
         if previous is not None and previous != link.link_id and previous in self._links:
@@ -206,7 +206,7 @@ class MasterReplication(MasterQuorum):
         if not log.min_log_position <= position <= log.log_position_end:
             reason = (f"slave {link.broker_id} would start at {position}, outside the master's "
                       f"log [{log.min_log_position}, {log.log_position_end}]")
-            return [SendFrame(link.link_id, Refuse(reason))] + self._close(link.link_id, reason)
+            return [SendFrame(link.link_id, Refuse(reason)), *self._close(link.link_id, reason)]
         link.state = LinkState.TRANSFER
         link.next_log_position = position
         link.acked_log_position = position

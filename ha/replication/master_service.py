@@ -1,4 +1,5 @@
-"""Master side of replication, the IO shell around ha/replication/master_core.py (threads, blocking sockets).
+"""Master side of replication, the IO shell around ha/replication/master_core.py (threads,
+blocking sockets).
 
     threads                         what they do
     ha-accept                       accept slave links on haListenPort (bounded by haConnectionsMax
@@ -34,8 +35,8 @@ by the same process finds it, since a restarted broker never continues a term it
 served before its restart, ha/replication/role_core.py REELECT), and the SyncStateSet the controller
 accepted is passed in; `on_sync_state_set` hears every change of the local set (to propose it), and
 `accept_sync_state_set` applies the controller's answer. `renew_lease` extends the master lease
-(ha/replication/master_quorum.py) each time the controller confirms this master; a put reads the clock when
-it is judged, so one that waited through a pause is judged by the lease after it.
+(ha/replication/master_quorum.py) each time the controller confirms this master; a put reads the
+clock when it is judged, so one that waited through a pause is judged by the lease after it.
 
 The path of one acknowledged put (README, "Where the time of one acknowledged put goes"): the
 put's thread ships its own bytes to every slave not far behind (`_ship_idle`; the
@@ -205,7 +206,8 @@ class MasterService:
             with self._cond:
                 self._cond.notify_all()
         with self._put_cond:
-            while True:  # what each outcome means is ha/replication/put_core.py's (the simulator's too)
+            # what each outcome means is ha/replication/put_core.py's (the simulator's too)
+            while True:
                 progress = self._core.put_progress(log_position, need, now_ms=_now_ms())
                 remaining = deadline - time.monotonic()
                 status = put_core.quorum_status(progress, expired=remaining <= 0,

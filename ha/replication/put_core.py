@@ -3,8 +3,8 @@
 The shells carry out the IO between the questions: ha/broker/replication.py on the put's
 thread (blocking waits for the flush and the quorum), the simulator's SimBroker
 (tests/sim/cluster_sim.py) between events. When a put is DONE (how many replicas, which of
-them, the lease) is ha/replication/master_quorum.py's `put_progress`; this core says what each outcome means
-for the client, in the order the put meets them:
+them, the lease) is ha/replication/master_quorum.py's `put_progress`; this core says what each
+outcome means for the client, in the order the put meets them:
 
     question                      facts                                 answer
     admit                         fenced (controller mode: another       NOT_MASTER

@@ -1,4 +1,5 @@
-"""Slave side of replication, the IO shell around ha/replication/slave_core.py (one thread, blocking socket).
+"""Slave side of replication, the IO shell around ha/replication/slave_core.py (one thread,
+blocking socket).
 
     loop (thread ha-slave):
         connect to haMasterAddress ── fails ──> wait (bounded backoff) ──┐
@@ -20,9 +21,9 @@ master's must name a broker of the same brokerName (ha/replication/link.py membe
 address dialled; a refusal is logged once per master address and retried like an unreachable
 master.
 
-Nothing a master sends is trusted (issue 16): frames are checked by ha/replication/frames.py, positions and
-epochs by the core, records by the store's dispatcher (`ReplicatedDataError`: the bad bytes are
-cut and the link is refused with an ERROR line), topic names before any path is built
+Nothing a master sends is trusted (issue 16): frames are checked by ha/replication/frames.py,
+positions and epochs by the core, records by the store's dispatcher (`ReplicatedDataError`: the bad
+bytes are cut and the link is refused with an ERROR line), topic names before any path is built
 (storage_engine.names), metadata by `Replication._apply_metadata`. Any other error ends the
 link, logged with its traceback, and the loop reconnects: the thread never dies.
 """
@@ -101,7 +102,11 @@ class SlaveService:
         if resolve_master is None:
             host, _, port = config.master_address.rpartition(":")
             static = (host, int(port))
-            resolve_master = lambda: static
+
+            def static_master() -> tuple[str, int]:
+                return static
+
+            resolve_master = static_master
         self._resolve_master = resolve_master
         self._on_link_down = on_link_down
         self._master = ("", 0)

@@ -11,12 +11,13 @@ Spark query projected onto `queueId, body` pulls). Latency: single 100 B message
 
 send_async (issue 23): the client library's Producer, one 100 B message per `send_async` call
 for S seconds then `flush()` (every future checked PUT_OK; the rate counts until the last
-acknowledgement), keyless, to a topic of 4 queues, default ProducerConfig (linger_ms 5, batch_messages 1024), against the
-1-replica broker above and a 3-replica set (`rocketha-cluster up --replicas 3`, SYNC_MASTER,
-inSyncReplicas=2, ASYNC_FLUSH, as `bench ha`); then the p50/p99 of `Producer.send` of single
-100 B messages (what `send()` costs now that it is `send_async(...).result()`). Keys
-`send_async_1msg_msgs_per_s_r1|r3`, `send_single_p50_ms_r1|r3`. The JetStream side by side
-(`send_async_vs_jetstream_ratio`) belongs to `bench peers`, which runs nats-server.
+acknowledgement), keyless, to a topic of 4 queues, default ProducerConfig (linger_ms 5,
+batch_messages 1024), against the 1-replica broker above and a 3-replica set (`rocketha-cluster up
+--replicas 3`, SYNC_MASTER, inSyncReplicas=2, ASYNC_FLUSH, as `bench ha`); then the p50/p99 of
+`Producer.send` of single 100 B messages (what `send()` costs now that it is
+`send_async(...).result()`). Keys `send_async_1msg_msgs_per_s_r1|r3`, `send_single_p50_ms_r1|r3`.
+The JetStream side by side (`send_async_vs_jetstream_ratio`) belongs to `bench peers`, which runs
+nats-server.
 """
 
 from __future__ import annotations

@@ -52,11 +52,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig, Consumer, Producer
 from ha.cluster.processes import pid_alive
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "failover"
 QUEUES = 4

@@ -33,12 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig
 from connector import Producer as FlightProducer
 from connector.client import controller_call
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "bench-grpc"
 WAKE_TOPIC = "bench-grpc-wake"
@@ -50,7 +50,8 @@ SENDS_MAX = 10_000_000  # loop bound of one sender
 
 def _cluster(directory: Path, *args: str) -> str:
     command = [sys.executable, "-m", "ha.cluster", *args, "--dir", str(directory)]
-    done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout

@@ -214,7 +214,8 @@ def main(argv: list[str]) -> int:
             figures[f"produce_1rep_{label}_msgs_per_s"] = one
             figures[f"produce_3rep_{label}_msgs_per_s"] = three
             figures[f"produce_3rep_vs_1rep_ratio_{label}"] = three / one
-            print(f"produce 100B batch 1024 {flush} x{args.producers}: 1 replica {one:12,.0f} msgs/s, "
+            print(f"produce 100B batch 1024 {flush} x{args.producers}: "
+                  f"1 replica {one:12,.0f} msgs/s, "
                   f"3 replicas (inSync=2) {three:12,.0f} msgs/s, ratio {three / one:.2f}")
         figures["producers"] = args.producers
         figures["hosts"] = int(args.hosts)

@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench import bench_peers as peers
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BODY_BYTES = 100
 WARM_UP_SENDS = 200

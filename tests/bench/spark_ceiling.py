@@ -7,8 +7,9 @@ the aggregation reaches over it is what any Python source can reach on this mach
 of Python workers, the Arrow stream into the JVM and the Arrow -> row conversion, with nothing
 read. The gap between the two shapes is the cost of columns Spark cannot prune for Python
 sources.
-Like rocketha's reader it freezes the worker's heap at its first task (connector/spark/worker_heap.py),
-so the ceiling does not pay a full garbage collection after each task that our read skips.
+Like rocketha's reader it freezes the worker's heap at its first task
+(connector/spark/worker_heap.py), so the ceiling does not pay a full garbage collection after each
+task that our read skips.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ Kinds and variants (targets: master / slave of a replica set, controller leader 
                 cut the damage and the slave fetch it again
     shape       (opt-in: name it in --faults; the default kinds and so the schedules of
                 earlier seeds stay as they were) partial partitions over every host, in a
-                random order drawn from the fault's draw (tests/support/partitions.py): `bridge` (two halves
-                that cannot reach each other, and one host that reaches both) and `ring`
+                random order drawn from the fault's draw (tests/support/partitions.py): `bridge`
+                (two halves that cannot reach each other, and one host that reaches both) and `ring`
                 (Jepsen's majorities ring: each host reaches its nearest neighbours, a
                 majority counting itself, but no two hosts see the same majority). Healed by
                 flushing the rules.

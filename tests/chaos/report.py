@@ -33,7 +33,10 @@ COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple",
 def write_timeline(events: Sequence[Event], path: Path, title: str) -> Path:
     events = sorted(events, key=lambda e: e["t"])
     t0 = events[0]["t"] if events else 0
-    seconds = lambda t: (t - t0) / 1e9
+
+    def seconds(t: int) -> float:
+        return (t - t0) / 1e9
+
     oks, others = [], []
     for invoke, done in pairs(events, "send"):
         if done is None:
@@ -87,12 +90,13 @@ def write_html(report: dict[str, Any], png: Path, path: Path) -> Path:
         "</td></tr>"
         for r in report.get("rto", []))
     verdict = "valid" if report["valid"] else f"INVALID: {report.get('first_violation')}"
+    heading_class = "" if report["valid"] else "bad"
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rocketha chaos seed {report['seed']}</title>
 <style>body{{font-family:sans-serif;margin:1em}} .row{{display:flex;gap:1em}}
 pre{{font-size:12px;max-width:40em;overflow:auto}} img{{max-width:60vw;height:auto}}
 td,th{{padding:2px 8px;font-size:12px}} .bad{{color:#b00}}</style></head>
-<body><h1 class="{'' if report['valid'] else 'bad'}">seed {report['seed']}: {html.escape(verdict)}</h1>
+<body><h1 class="{heading_class}">seed {report['seed']}: {html.escape(verdict)}</h1>
 <div class="row"><img src="{html.escape(png.name)}" alt="timeline">
 <pre>{html.escape(json.dumps({k: v for k, v in report.items() if k != 'rto'}, indent=1))}</pre>
 </div><h2>faults</h2><table><tr><th>fault</th><th>targets</th><th>RTO (s)</th>

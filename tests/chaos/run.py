@@ -8,8 +8,8 @@
 
 The cluster: `rocketha-cluster up --hosts` with 3 (or 5) controllers and 2 replica sets of 3
 brokers, each process on its own test host (network namespaces on a bridge, 198.18.0.0/15;
-clients in the root namespace), the cluster tool's quorum (inSyncReplicas 2 of 3, degrading to 1) and
-short timers. The workload (tests/chaos/workload.py) runs throughout: idempotent producers
+clients in the root namespace), the cluster tool's quorum (inSyncReplicas 2 of 3, degrading to 1)
+and short timers. The workload (tests/chaos/workload.py) runs throughout: idempotent producers
 through the controllers' routes, one consumer per replica set in a consumer group committing
 offsets, an observer of the controllers. The nemesis (tests/chaos/nemesis.py) plays the
 seed's schedule: a fault, held a few seconds, healed, a quiet time, the next. With `power`

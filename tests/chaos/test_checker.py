@@ -306,7 +306,8 @@ def test_history_file_round_trip(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def real() -> list[Event]:
     if not REAL_RUN.exists():
-        pytest.fail(f"{REAL_RUN} missing: record one with build.py chaos (its history.jsonl, gzipped)")
+        pytest.fail(f"{REAL_RUN} missing: record one with build.py chaos "
+                    "(its history.jsonl, gzipped)")
     return read_history(REAL_RUN)
 
 

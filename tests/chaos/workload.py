@@ -185,7 +185,8 @@ class ConsumerWorker(_Worker):
         offsets = result.table.column("queue_offset").to_pylist()
         bodies = result.table.column("body").to_pylist()
         self.history.add(self.process, "ok", "poll", set=self.broker_name, queue=queue_id,
-                         msgs=[[o, b.decode(errors="replace")] for o, b in zip(offsets, bodies)],
+                         msgs=[[o, b.decode(errors="replace")]
+                               for o, b in zip(offsets, bodies, strict=True)],
                          next=result.next_queue_offset, status=result.status)
         if offsets:
             self.next_offsets[queue_id] = max(asked, offsets[-1] + 1)

@@ -27,7 +27,7 @@ def test_broker_conf() -> None:
 def test_controller_conf() -> None:
     with pytest.raises(ControllerConfigError, match="did you mean 'raftTickIntervalMs'"):
         ControllerConfig.from_properties({"raftTickIntervalMS": "50"})
-    with pytest.raises(ControllerConfigError, match="did you mean 'tls.server.mode'"):
+    with pytest.raises(ControllerConfigError, match=r"did you mean 'tls\.server\.mode'"):
         ControllerConfig.from_properties({"tls.server.mod": "enforcing"})
 
 

@@ -182,7 +182,7 @@ def test_resolve_offsets_specs() -> None:
     spec = {"t": {"broker-a:0": 4, "broker-a:1": -1}}
     assert resolve_offsets(spec, BOUNDS, option="o", default="earliest") == \
         {A0: 4, A1: 5, B0: 0}
-    with pytest.raises(OptionError, match="startingOffsets.*t/broker-a:9"):
+    with pytest.raises(OptionError, match=r"startingOffsets.*t/broker-a:9"):
         resolve_offsets({"t": {"broker-a:9": 0}}, BOUNDS, option="startingOffsets",
                         default="earliest")
 
@@ -192,10 +192,10 @@ def test_resolve_offsets_specs() -> None:
 def test_admit_caps_and_always_moves(backlogs: list[int], max_rows: int) -> None:
     refs = [QueueRef("t", "broker-a", index) for index in range(len(backlogs))]
     start = {ref: 100 for ref in refs}
-    latest = {ref: 100 + size for ref, size in zip(refs, backlogs)}
+    latest = {ref: 100 + size for ref, size in zip(refs, backlogs, strict=True)}
     end = admit(start, latest, max_rows)
     moved = [end[ref] - start[ref] for ref in refs]
-    assert all(0 <= m <= size for m, size in zip(moved, backlogs))
+    assert all(0 <= m <= size for m, size in zip(moved, backlogs, strict=True))
     assert sum(moved) == min(max_rows, sum(backlogs))
     assert admit(start, latest, None) == latest
 

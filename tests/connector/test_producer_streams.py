@@ -34,7 +34,8 @@ def test_busy_stream_longer_than_the_request_timeout(broker, caplog) -> None:  #
     short_retries: list[float] = []  # durations (ms) of puts that retried before their timeout
     stalled = 0
     start = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="connector.client.broker_calls"), Producer(config) as producer:
+    with (caplog.at_level(logging.INFO, logger="connector.client.broker_calls"),
+          Producer(config) as producer):
         while time.monotonic() - start < 2.0 and sent < BATCHES_MAX * ROWS:
             logged = len(caplog.records)
             began = time.monotonic()

@@ -375,7 +375,7 @@ def test_a_message_round_trips_through_a_row() -> None:
     assert (row.key, row.tags, row.message_group) == ("k1 k2", "TagA", "order-7")
     stored = {"body": row.body, "key": row.key, "tags": row.tags, "queue_id": 1,
               "queue_offset": 9, "msg_id": "X",
-              "properties": list(row.properties.items()) + [("__RH_IDEM", "m/0")]}
+              "properties": [*row.properties.items(), ("__RH_IDEM", "m/0")]}
     back = to_pb_message(stored, "t", "", receipt_handle="h", delivery_attempt=2,
                          invisible_ms=5000, broker_name="broker-a")
     system = back.system_properties

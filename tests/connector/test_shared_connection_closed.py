@@ -2,9 +2,9 @@
 
 Found by a chaos campaign (seed 5, power faults): the controller observer's thread died on
 `ArrowInvalid('FlightClient is closed')`. Clients of one process share one Flight connection
-per endpoint (connector/client/connections.py `_connection`); after a transport failure a thread drops and
-closes it (`_drop_connection`) while another thread is about to call on it. That call raised
-pyarrow's ArrowInvalid, which the retry policy did not know, so the caller's call failed with
+per endpoint (connector/client/connections.py `_connection`); after a transport failure a thread
+drops and closes it (`_drop_connection`) while another thread is about to call on it. That call
+raised pyarrow's ArrowInvalid, which the retry policy did not know, so the caller's call failed with
 an untyped error instead of being retried on a fresh connection.
 Method: the race made deterministic: the cached connection of a real broker's endpoint is
 closed before the call (as the other thread would), then an Admin call and a Consumer pull must

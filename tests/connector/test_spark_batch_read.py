@@ -3,8 +3,8 @@
 Goal: a batch read returns exactly the stored messages with the promised schema and values;
 startingOffsets/endingOffsets JSON select [start, end) per queue; tagFilter, minPartitions and
 startingTimestamp work; small queue ranges share a read task (minRowsPerPartition) and read
-the same rows as one task per queue; bad options fail with errors naming the option. A declared schema
-(`.schema(...)`, any subset of the columns in any order) returns exactly those columns of the
+the same rows as one task per queue; bad options fail with errors naming the option. A declared
+schema (`.schema(...)`, any subset of the columns in any order) returns exactly those columns of the
 full read — also cut by endingOffsets or tagFilter when the broker is not asked for queue
 offsets — and an unknown column or a wrong type fails naming the column. Method: a real broker
 process, messages written with the client library, a real local SparkSession, chispa for
@@ -73,7 +73,7 @@ def test_default_schema_is_lean(spark, broker, loaded) -> None:
                 includeMetadata="true")
     assert_df_equality(df, full.select(*df.columns), ignore_row_order=True)
     with_properties = read(spark, broker, subscribe=TOPIC, includeProperties="true")
-    assert with_properties.columns == df.columns[:-1] + ["properties", "storeTimestamp"]
+    assert with_properties.columns == [*df.columns[:-1], "properties", "storeTimestamp"]
     picked = read(spark, broker, subscribe=TOPIC, columns="msgId, body")
     assert picked.columns == ["msgId", "body"]
     assert picked.select("msgId").distinct().count() == QUEUES * PER_QUEUE

@@ -171,7 +171,7 @@ def test_starting_offsets_by_timestamp(broker) -> None:  # type: ignore[no-untyp
                     startingOffsetsByTimestamp=json.dumps({"sr_time": {"broker-a:1": 0}}))
     # queue 1 from the first message stored at or after t=0; queue 0 by the default (latest)
     assert stream.initialOffset() == {"sr_time": {"broker-a:0": 2, "broker-a:1": 0}}
-    with pytest.raises(Exception, match="startingOffsetsByTimestamp.*sr_time/broker-a:7"):
+    with pytest.raises(Exception, match=r"startingOffsetsByTimestamp.*sr_time/broker-a:7"):
         reader(broker, subscribe="sr_time", startingOffsetsByTimestamp=json.dumps(
             {"sr_time": {"broker-a:7": 0}})).initialOffset()
 
@@ -209,7 +209,7 @@ def test_starting_offsets_past_the_end_follows_fail_on_data_loss(broker, caplog)
     Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("sr_past", queues=1)
     produce(broker, "sr_past", 3, queues=1)
     past = json.dumps({"sr_past": {"broker-a:0": 10}})
-    with pytest.raises(Exception, match="past the queue's end 3.*failOnDataLoss"):
+    with pytest.raises(Exception, match=r"past the queue's end 3.*failOnDataLoss"):
         reader(broker, subscribe="sr_past", startingOffsets=past).initialOffset()
     lenient = reader(broker, subscribe="sr_past", startingOffsets=past, failOnDataLoss="false")
     with caplog.at_level(logging.WARNING, logger="connector.spark.source"):

@@ -8,6 +8,7 @@ acceptor, two pumps per connection; all are daemons and stop with `close()`.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -84,8 +85,6 @@ class LinkProxy:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()

@@ -47,5 +47,5 @@ def test_wildcard_advertised_address_is_refused(key: str, properties: dict[str, 
 
 
 def test_bad_bind_address_is_refused() -> None:
-    with pytest.raises(ConfigError, match="^controllerBindAddress"):
+    with pytest.raises(ConfigError, match=r"^controllerBindAddress"):
         ControllerConfig.from_properties({"controllerBindAddress": "a b"})

@@ -324,7 +324,7 @@ def test_followers_redirect_and_bad_requests_fail_alone(group3: ControllerGroup)
     follower = next(n for n in group3.ids if n != leader)
     reply = call(group3.endpoint(follower), "get_replica_info", {"broker_name": "a"})
     assert (reply["status"], reply["leader_address"]) == ("NOT_LEADER", group3.endpoint(leader))
-    with pytest.raises(flight.FlightServerError, match="BAD_REQUEST.*broker_name"):
+    with pytest.raises(flight.FlightServerError, match=r"BAD_REQUEST.*broker_name"):
         call(group3.endpoint(leader), "get_replica_info", {"broker_name": 7})
     with pytest.raises(flight.FlightServerError, match="UNKNOWN_ACTION"):
         call(group3.endpoint(leader), "drop_everything", {})

@@ -120,9 +120,9 @@ def test_config_reads_properties_and_names_bad_keys() -> None:
     ]:
         with pytest.raises(ConfigError, match=key):
             ControllerConfig.from_properties(bad)
-    with pytest.raises(ConfigError, match="x.conf:1"):
+    with pytest.raises(ConfigError, match=r"x\.conf:1"):
         parse_properties("justakey", "x.conf")  # `key value` is a setting: this is not
-    with pytest.raises(ConfigError, match="x.conf:2: duplicate key 'a'"):
+    with pytest.raises(ConfigError, match=r"x\.conf:2: duplicate key 'a'"):
         parse_properties("a=1\na=2", "x.conf")
     with pytest.raises(ConfigError, match="did you mean 'controllerDLegerPeers'"):
         ControllerConfig.from_properties({"controllerDLegerPeer": "n1-h:1"})

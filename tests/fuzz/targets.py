@@ -29,6 +29,7 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import random
@@ -147,7 +148,7 @@ def record_runs(data: bytes) -> None:
             group_entries(run)
             assert len(run.log_positions) >= 1
             done += len(run.log_positions)
-        for position, size in zip(positions.tolist(), sizes.tolist()):
+        for position, size in zip(positions.tolist(), sizes.tolist(), strict=True):
             _record_ref(data, position, position, size)  # the per-record (interleaved) path
     except CorruptRecordError:
         return
@@ -342,25 +343,19 @@ def controller_api(data: bytes) -> None:
     except (ValueError, RecursionError):
         body = None
     for request_type in _REQUESTS:  # what controller.service does with a body
-        try:
+        with contextlib.suppress(CodecError):
             request_type.from_json(body)
-        except CodecError:
-            pass
     for parse in (decode_command, ControllerState.restore):
-        try:
+        with contextlib.suppress(CodecError):
             parse(data)
-        except CodecError:
-            pass
 
 
 # -- client protocol -----------------------------------------------------------------------------
 def flight_tickets(data: bytes) -> None:
     for parse in (GetTicket.decode, PutReply.decode, GetReply.decode,
                   lambda raw: decode_json_object(raw, "body")):
-        try:
+        with contextlib.suppress(ProtocolError):
             parse(data)
-        except ProtocolError:
-            pass
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -370,16 +365,12 @@ def config_parsing(data: bytes) -> None:
             (lambda t: parse_controller_properties(t, "fuzz"), ControllerConfig.from_properties,
              (ControllerConfigError,)),
             (parse_broker_properties, BrokerConfig.from_properties, (StoreConfigError,))):
-        try:
+        with contextlib.suppress(errors):
             build(parse(text))
-        except errors:
-            pass
     options = dict(_pairs(text))
     for parse_options in (parse_source_options, parse_sink_options):
-        try:
+        with contextlib.suppress(OptionError):
             parse_options(options)
-        except OptionError:
-            pass
 
 
 def _pairs(text: str) -> Iterator[tuple[str, str]]:

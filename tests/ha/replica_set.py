@@ -135,7 +135,7 @@ class ReplicaSet:
         for queue_id in range(queues):
             for table in consumer.iter_queue(topic, queue_id, 0, until_idle_ms=200):
                 for offset, body in zip(table.column("queue_offset").to_pylist(),
-                                        table.column("body").to_pylist()):
+                                        table.column("body").to_pylist(), strict=True):
                     found[(queue_id, offset)] = body
         return found
 
@@ -159,7 +159,7 @@ class ReplicaSet:
             assert confirm > 0
             low = max(store.min_log_position for store in stores)
             reference = _log_bytes(stores[0], low, confirm)
-            for index, store in zip(indexes[1:], stores[1:]):
+            for index, store in zip(indexes[1:], stores[1:], strict=True):
                 assert store.log_position_end >= confirm, (index, store.log_position_end)
                 assert _log_bytes(store, low, confirm) == reference, index
             return confirm

@@ -1,9 +1,9 @@
 """Goal: listener ports never come from the ephemeral range (an outgoing connection could take
-one before its process binds it) nor repeat within a process while remembered, and when `rocketha-cluster up` sees a broker it started exit
-before it answers, it says how the process ended: a crash in native code (a signal) prints no
-Python traceback, so the log tail alone can be empty (the TLS cluster test's restart of
-2026-11-26 ended so, unexplained). Method: real child processes registered as `Cluster.start`
-registers its brokers; real binds."""
+one before its process binds it) nor repeat within a process while remembered, and when
+`rocketha-cluster up` sees a broker it started exit before it answers, it says how the process
+ended: a crash in native code (a signal) prints no Python traceback, so the log tail alone can be
+empty (the TLS cluster test's restart of 2026-11-26 ended so, unexplained). Method: real child
+processes registered as `Cluster.start` registers its brokers; real binds."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def _receive_all(link: FrameSocket, count: int) -> list[object]:
     return received
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(1, 400), min_size=1, max_size=30))
 def test_frames_come_out_whole_however_the_stream_is_cut(
         pair: tuple[FrameSocket, socket.socket], cuts: list[int]) -> None:

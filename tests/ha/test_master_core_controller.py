@@ -119,7 +119,8 @@ def test_a_master_that_lost_its_slaves_degrades_only_once_the_controller_agrees(
     plan = core.plan_put(2500)
     assert (plan.need, plan.refused) == (2, "")  # the controller's view: 3 members
     core.local_durable(2600)
-    assert core.put_progress(2600, plan.need, now_ms=0) is PutProgress.UNREACHABLE  # SLAVE_NOT_AVAILABLE
+    # SLAVE_NOT_AVAILABLE
+    assert core.put_progress(2600, plan.need, now_ms=0) is PutProgress.UNREACHABLE
     core.accept_sync_state_set((0,))
     plan = core.plan_put(2600)
     assert plan.need == 1

@@ -8,9 +8,9 @@ segment's transfer, the master was SIGKILLed before the second, and the slave, e
 retry of the put was stored whole after them.
 
 Method: real stores (a master, a replica fed with `read_log` / `append_replicated` as the HA
-link does), the take-over plan (ha/replication/takeover_core.py) carried out with the store's primitives,
-and the idempotence follower (ha/broker/idempotence.py) that a promoted slave takes its table
-from. Fixed by: a put starts a new segment when it does not fit the current one
+link does), the take-over plan (ha/replication/takeover_core.py) carried out with the store's
+primitives, and the idempotence follower (ha/broker/idempotence.py) that a promoted slave takes its
+table from. Fixed by: a put starts a new segment when it does not fit the current one
 (CommitLog.append_batch), and every record but a put's last carries SYSFLAG_PUT_CONTINUES, so a
 take-over cuts a replica's log back to the end of its last whole put.
 """

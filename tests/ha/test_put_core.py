@@ -1,4 +1,5 @@
-"""The put path's statuses (ha/replication/put_core.py): facts in, the client's status (or wait on) out.
+"""The put path's statuses (ha/replication/put_core.py): facts in, the client's status (or
+wait on) out.
 
 Goal: the answers replication.py and the simulator's broker both give, as tables: who may take
 a write, the refusal before any write, the flush and quorum outcomes, and that a PUT_OK reached

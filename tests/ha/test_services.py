@@ -228,9 +228,9 @@ def test_put_statuses_when_the_only_slave_stops_acking(tmp_path: Path) -> None:
 
 def test_controller_mode_a_proposal_in_flight_holds_puts_after_its_slave_leaves(
         tmp_path: Path) -> None:
-    """The threaded shell drives the in-flight rule of ha/replication/master_core.py (cluster simulation
-    seeds 214, 235, ...): the master proposed (0, 1), then slave 1's link closed before the
-    controller answered. Alone in its local and accepted set, it still acks nothing slave 1
+    """The threaded shell drives the in-flight rule of ha/replication/master_core.py (cluster
+    simulation seeds 214, 235, ...): the master proposed (0, 1), then slave 1's link closed before
+    the controller answered. Alone in its local and accepted set, it still acks nothing slave 1
     lacks until a set of a newer epoch is accepted (the controller may commit the proposal)."""
     config = ha_config(BrokerRole.SYNC_MASTER, all_ack_in_sync_state_set=True)
     master_store = MessageStore(tmp_path / "m", STORE, auto_confirm=False)
@@ -346,7 +346,7 @@ def test_concurrent_puts_ship_in_log_order_to_every_slave(tmp_path: Path) -> Non
             thread.join(timeout=60)
         assert statuses == [PutStatus.PUT_OK] * 400
         end = stores[0].log_position_end
-        for slave, store in zip(slaves, stores[1:]):
+        for slave, store in zip(slaves, stores[1:], strict=True):
             wait_for(lambda store=store: store.log_position_end == end)
             assert log_bytes(store, end) == log_bytes(stores[0], end)
             assert slave.links_opened == 1

@@ -1,9 +1,10 @@
-"""The take-over sequence (ha/replication/takeover_core.py): the log's state in, ordered effects out.
+"""The take-over sequence (ha/replication/takeover_core.py): the log's state in, ordered
+effects out.
 
 Goal: the steps that make a fenced broker's log the start of a master term, as a table the
 production shell (ha/broker/replication.py) and the simulator (tests/sim/cluster_sim.py) both
-carry out: cut a partial tail put or record, confirm := log end, offsets, epoch entry, fsync, open the
-term, lift the fence; a refusal when the local epoch file is newer than the controller's
+carry out: cut a partial tail put or record, confirm := log end, offsets, epoch entry, fsync, open
+the term, lift the fence; a refusal when the local epoch file is newer than the controller's
 epoch. Method: plain calls for the plan; the store's two primitives the plan needs
 (`complete_log_position_end`, `cut_tail`) on a real store whose log ends inside a record
 (tests/ha/test_partial_put.py: inside a put).

@@ -138,8 +138,9 @@ class FailoverCluster:
         """Start one stopped broker without waiting for the others (`up` waits for every
         broker to answer, which a paused one never does)."""
         assert self.pid(name) is None, f"{name} is running"
+        # as `up` starts it
         script = ("import json, sys, pathlib; from ha.cluster.main import Cluster; "
-                  "Cluster(pathlib.Path(sys.argv[1])).start(json.loads(sys.argv[2]))")  # as `up` starts it
+                  "Cluster(pathlib.Path(sys.argv[1])).start(json.loads(sys.argv[2]))")
         subprocess.run([sys.executable, "-c", script, str(self.directory),
                         json.dumps(self.brokers[name])], check=True, timeout=CLI_TIMEOUT_S,
                        cwd=ROOT, env=_env())
@@ -452,7 +453,8 @@ class Reader(_Worker):
                     now = time.monotonic()
                     offsets = result.table.column("queue_offset").to_pylist()
                     bodies = result.table.column("body").to_pylist()
-                    self.rows += [(now, queue_id, o, b) for o, b in zip(offsets, bodies)]
+                    self.rows += [(now, queue_id, o, b)
+                                  for o, b in zip(offsets, bodies, strict=True)]
                     next_offsets[queue_id] = max(next_offsets[queue_id],
                                                  result.next_queue_offset)
         except BaseException as err:  # noqa: BLE001 - surfaced by stop() / wait_rows_after()
@@ -486,7 +488,7 @@ def read_topic(endpoint: str, topic: str) -> dict[tuple[int, int], bytes]:
             result = consumer.pull(topic, queue_id, queue_offset, max_messages=1024)
             offsets = result.table.column("queue_offset").to_pylist()
             bodies = result.table.column("body").to_pylist()
-            found.update(((queue_id, o), b) for o, b in zip(offsets, bodies))
+            found.update(((queue_id, o), b) for o, b in zip(offsets, bodies, strict=True))
             if result.next_queue_offset <= queue_offset:
                 break
             queue_offset = result.next_queue_offset

@@ -16,7 +16,8 @@ as duplicates (a retry the broker recognised: no offsets) are looked up by body,
 may be stored twice. Exit 0 only when none is lost or doubled, except, with `--in-sync 1`, acks
 for sends made in the second before the master was stopped or killed and answered before the
 heal: with one in-sync replica a `PUT_OK` is on the master alone until the slaves fetch it, so
-a failover may lose it (`lost_acked_by_rule`; RocketMQ and Kafka's acks=1 behave the same). The last line is a JSON summary.
+a failover may lose it (`lost_acked_by_rule`; RocketMQ and Kafka's acks=1 behave the same). The last
+line is a JSON summary.
 
 Bounded: the run ends after --minutes (plus the last heal) and the producer with it; the
 cluster is stopped in `finally`. Real processes on 127.0.0.1 only.

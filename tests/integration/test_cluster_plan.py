@@ -61,7 +61,7 @@ def installed_conf(out: Path, process: dict[str, object]) -> Path:
 
 
 def unit_command(unit: Path) -> list[str]:
-    line = next(l for l in unit.read_text().splitlines() if l.startswith("ExecStart="))
+    line = next(text for text in unit.read_text().splitlines() if text.startswith("ExecStart="))
     return shlex.split(line.removeprefix("ExecStart="))
 
 

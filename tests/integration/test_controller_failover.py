@@ -92,7 +92,7 @@ def _assert_rejoined_identical(cluster: FailoverCluster, old: str, new: str,
     end = cluster.wait_converged(old, new)
     # writes may go on: compare what both held when they had converged
     confirm = min(cluster.info_now(new)["confirm_log_position"], end)
-    assert 0 < confirm
+    assert confirm > 0
     old_epochs, new_epochs = (epoch_entries(cluster.store_dir(n)) for n in (old, new))
     assert old_epochs[-1][0] == new_epoch, old_epochs
     assert old_epochs == new_epochs, (old_epochs, new_epochs)

@@ -39,7 +39,7 @@ class Writer:
         bodies = [b"%d-%d-" % (self.sequence, row) + b"y" * 80 for row in range(rows)]
         reply = self.replicas.put(self.topic, bodies)
         if reply["status"] == "PUT_OK":
-            self.acked.update(zip(map(tuple, reply["offsets"]), bodies))
+            self.acked.update(zip(map(tuple, reply["offsets"]), bodies, strict=True))
         return reply["status"]
 
 

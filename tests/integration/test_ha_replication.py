@@ -31,7 +31,7 @@ def produce(replicas: ReplicaSet, topic: str, batches: int, prefix: bytes,
         reply = replicas.put(topic, bodies)
         statuses.append(reply["status"])
         if reply["status"] == "PUT_OK":
-            acked.update(zip(map(tuple, reply["offsets"]), bodies))
+            acked.update(zip(map(tuple, reply["offsets"]), bodies, strict=True))
     return statuses
 
 
@@ -55,7 +55,7 @@ def test_two_replicas_in_sync_two(make_set) -> None:
     replicas.wait_sync_state_set([0, 1])
     acked: dict[tuple[int, int], bytes] = {}
     assert set(produce(replicas, "T2", 20, b"a", acked)) == {"PUT_OK"}
-    with pytest.raises(flight.FlightError, match="NOT_MASTER.*SLAVE.*master is 127.0.0.1:"):
+    with pytest.raises(flight.FlightError, match=r"NOT_MASTER.*SLAVE.*master is 127\.0\.0\.1:"):
         replicas.put("T2", [b"to-slave"], index=1)
     # Metadata flows to the slave: the topic and a consumer group's offset.
     Admin(ClientConfig(brokers=(replicas.endpoints[0],))).commit_offset("g1", "T2", 1, 7)
@@ -99,7 +99,7 @@ def test_async_master_acks_without_slaves_and_says_so(make_set) -> None:
     acked: dict[tuple[int, int], bytes] = {}
     reply = replicas.put("TA", [b"first"])
     assert reply["status"] == "PUT_OK" and reply["replication"] == "ASYNC_MASTER"
-    acked.update(zip(map(tuple, reply["offsets"]), [b"first"]))
+    acked.update(zip(map(tuple, reply["offsets"]), [b"first"], strict=True))
     assert set(produce(replicas, "TA", 10, b"a", acked)) == {"PUT_OK"}
     replicas.signal(1, signal.SIGCONT)
     replicas.wait_sync_state_set([0, 1])

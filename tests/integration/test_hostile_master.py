@@ -9,8 +9,8 @@ metadata naming `../../..` and non-integer queue counts. After each, the slave m
 hold no directory outside its store, have cut the refused bytes, log the refusal, and finally
 follow a well-formed stream from the same master (the thread lived on).
 
-Method: the fake master is a thread speaking ha/replication/frames.py over a socket; records are built
-with the store's own encoder (valid checksums: a hostile master can compute them too).
+Method: the fake master is a thread speaking ha/replication/frames.py over a socket; records are
+built with the store's own encoder (valid checksums: a hostile master can compute them too).
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ def _listen(host: TestHost) -> subprocess.Popen[str]:
 
 
 def _names() -> str:
-    run = lambda *argv: subprocess.run(argv, capture_output=True, text=True,
-                                       check=True).stdout
+    def run(*argv: str) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
     return run("ip", "netns", "list") + run("ip", "-o", "link", "show")
 
 
@@ -68,7 +69,10 @@ def test_reach_faults_and_heal(test_hosts: Callable[[int], HostNetwork]) -> None
 
 def _faults(net: HostNetwork) -> None:
     h1, h2, h3 = net.hosts
-    reach = lambda src, dst: can_connect(dst.address, PORT, launcher=src.launcher())
+
+    def reach(src: TestHost, dst: TestHost) -> str:
+        return can_connect(dst.address, PORT, launcher=src.launcher())
+
     assert [can_connect(h.address, PORT) for h in net.hosts] == ["ok"] * 3
     assert reach(h1, h2) == reach(h2, h1) == reach(h1, h3) == "ok"
 

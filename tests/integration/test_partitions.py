@@ -66,7 +66,8 @@ from tests.integration.test_controller_failover import (
 
 pytestmark = pytest.mark.integration
 
-# a dead master is noticed after 1.5 s; its lease is at most 2/3 of that (ha/replication/master_core.py)
+# a dead master is noticed after 1.5 s; its lease is at most 2/3 of that
+# (ha/replication/master_core.py)
 CONTROLLER_FAST = {"controllerHeartbeatTimeoutMs": "1500", "scanNotActiveBrokerIntervalMs": "200",
                    "raftElectionTimeoutTicks": "6"}
 QUORUM_ONE = {"inSyncReplicas": "1"}  # a put is acked on the master alone

@@ -57,7 +57,8 @@ def test_cluster_tool_keeps_the_secret_off_command_lines_and_shared_files(
         assert SECRET.encode() not in cmdline and b"--conf" in cmdline
         assert SECRET not in status.stdout + started.stdout + started.stderr
         info = subprocess.run(
-            [sys.executable, "-m", "rocketha_admin", "--broker", broker["endpoint"], "broker", "info"],
+            [sys.executable, "-m", "rocketha_admin", "--broker", broker["endpoint"],
+             "broker", "info"],
             capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
         assert info.returncode == 0, info.stderr
         assert SECRET not in info.stdout and str(directory / "data") not in info.stdout

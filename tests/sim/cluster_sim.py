@@ -27,14 +27,14 @@ What runs is the production decision code, driven here instead of by threads and
   (controller/election.py: failover_decision), role_of (controller/api/replicas.py) and the leader
   core (controller/leader_core.py: what a heartbeat is answered, when a SyncStateSet
   proposal is refused before Raft, the scan's election decision);
-- brokers: the role core (ha/replication/role_core.py: which role a controller reply means, the master
-  lease arithmetic, SyncStateSet proposals and adoption, the take-over epoch check), the
-  master core (ha/replication/master_core.py: quorum, confirm position, SyncStateSet, lease), the slave
-  core (ha/replication/slave_core.py: fork-point truncation, acks, confirm), the take-over core
-  (ha/replication/takeover_core.py: cut a partial tail record, confirm := log end, epoch entry, fsync,
-  open the term, lift the fence; SimBroker carries its effects out as replication.py does)
-  and the put core (ha/replication/put_core.py: NOT_MASTER, IN_SYNC_REPLICAS_NOT_ENOUGH, the flush and
-  quorum statuses, a deposed master's PUT_OK turned into FLUSH_SLAVE_TIMEOUT).
+- brokers: the role core (ha/replication/role_core.py: which role a controller reply means, the
+  master lease arithmetic, SyncStateSet proposals and adoption, the take-over epoch check), the
+  master core (ha/replication/master_core.py: quorum, confirm position, SyncStateSet, lease), the
+  slave core (ha/replication/slave_core.py: fork-point truncation, acks, confirm), the take-over
+  core (ha/replication/takeover_core.py: cut a partial tail record, confirm := log end, epoch entry,
+  fsync, open the term, lift the fence; SimBroker carries its effects out as replication.py does)
+  and the put core (ha/replication/put_core.py: NOT_MASTER, IN_SYNC_REPLICAS_NOT_ENOUGH, the flush
+  and quorum statuses, a deposed master's PUT_OK turned into FLUSH_SLAVE_TIMEOUT).
 
 What is re-modelled here (the shells, and what is not yet a core; see README "Simulation"):
 - the controller leader's shell (controller/node.py): `SimController` proposes and answers
@@ -946,8 +946,8 @@ class SimBroker:
         self.role.applied(plan)
 
     def take_over(self, change: RoleChange) -> None:
-        """The take-over sequence of ha/replication/takeover_core.py, carried out as replication.py does
-        (on SimLog or EngineLog)."""
+        """The take-over sequence of ha/replication/takeover_core.py, carried out as replication.py
+        does (on SimLog or EngineLog)."""
         log = self.log
         plan = takeover_core.plan_take_over(
             TakeOverLog(log.end, log.complete_end(), tuple(log.epochs)), change.master_epoch)
@@ -1110,7 +1110,7 @@ class SimBroker:
             elif isinstance(effect, DispatchLog):
                 try:
                     log.dispatch()
-                except ReplicatedDataError as err:  # ha/replication/slave_service.py refuses the link
+                except ReplicatedDataError as err:  # slave_service.py refuses the link
                     self.sim.fail(f"{self.name} refused its master's bytes: {err}",
                                   kind="refused-master-bytes")
             elif isinstance(effect, (ApplyMetadata, MasterKnown)):
@@ -1129,7 +1129,8 @@ class SimBroker:
         check_served(self, records)
         self.sim.send(self.name, src, ("read_reply", request_id, queue_offset, records))
 
-    # puts (ha/replication/put_core.py decides; this is the event-driven shell of replication.py's put)
+    # puts (ha/replication/put_core.py decides; this is the event-driven shell of
+    # replication.py's put)
     def on_put(self, src: str, request_id: int, msg_id: int) -> None:
         master = self.master
         admission = put_core.admit(fenced=self.fenced, following=self.slave is not None,
@@ -1287,7 +1288,8 @@ class ClusterChecker:
             self.fail(f"two masters of epoch {epoch} in {broker.set_name}: {known} and "
                       f"{broker.name}", kind="two-masters")
         # one log per epoch: a restarted process may have lost a tail its slaves hold, so
-        # it never serves the epoch its previous incarnation served (ha/replication/role_core.py REELECT)
+        # it never serves the epoch its previous incarnation served
+        # (ha/replication/role_core.py REELECT)
         opened = self.opened.setdefault((broker.set_name, epoch), broker.incarnation)
         if opened != broker.incarnation:
             self.fail(f"{broker.name} serves epoch {epoch} again after a restart (one log "
@@ -1412,7 +1414,7 @@ class SimProducer:
 
     def on_put_reply(self, request_id: int, status: str, position: int | None) -> None:
         self.pending.pop(request_id, None)
-        if status == "NOT_MASTER" or status != "PUT_OK" and self.sim.rng.random() < 0.3:
+        if status == "NOT_MASTER" or (status != "PUT_OK" and self.sim.rng.random() < 0.3):
             self.target = (self.target + 1) % len(self.sim.sets[self.set_name])
 
 

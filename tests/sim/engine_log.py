@@ -12,8 +12,9 @@ of topic `sim`, queue 0.
 Effects map one to one onto what ha/broker does with the store: a master's put is `append`;
 a slave's AppendLog is `append_replicated` (+ a flush step when the core asks to fsync before
 its ack), DispatchLog is `dispatch_replicated`, Truncate is `truncate_to`, SetConfirm/ConfirmTo
-is `set_confirm_log_position`, AppendEpoch is the epoch file's `append`, a take-over runs ha/replication/takeover_core.py's plan (`complete_log_position_end`, `cut_tail`,
-confirm, epoch entry, flush), as ha/broker/replication.py does.
+is `set_confirm_log_position`, AppendEpoch is the epoch file's `append`, a take-over runs
+ha/replication/takeover_core.py's plan (`complete_log_position_end`, `cut_tail`, confirm, epoch
+entry, flush), as ha/broker/replication.py does.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ class EngineLog:
         self.store.truncate_to(position)
 
     def complete_end(self) -> int:
-        """Where the last whole record ends (a take-over cuts there: ha/replication/takeover_core.py)."""
+        """Where the last whole record ends (a take-over cuts there:
+        ha/replication/takeover_core.py)."""
         return self.store.complete_log_position_end()
 
     def record_end_at(self, position: int) -> int | None:

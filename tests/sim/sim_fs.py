@@ -24,6 +24,7 @@ exactly. `stats` counts what the faults did, so tests can check they happened.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -163,10 +164,9 @@ class SimFile:
         return memoryview(inode.content)[:size_bytes].toreadonly()
 
     def unmap(self, view: memoryview) -> None:
-        try:
+        # BufferError: a slice of it is still held: the GC releases it later
+        with contextlib.suppress(BufferError):
             view.release()
-        except BufferError:  # a slice of it is still held: the GC releases it later
-            pass
 
     def data_end(self, size_bytes: int) -> int:
         return min(self._live().size, size_bytes)

@@ -134,7 +134,7 @@ class DiskRun:
             raise
         if result.status is not PutStatus.PUT_OK:
             self.fail(f"append answered {result.status}")
-        for body, queue_id, start in zip(bodies, queue_ids, result.log_positions):
+        for body, queue_id, start in zip(bodies, queue_ids, result.log_positions, strict=True):
             self.log.append(_Written(topic, queue_id, body, start, self._record_end(start)))
 
     def learn_written(self, start: int) -> None:
@@ -220,10 +220,13 @@ class DiskRun:
                     self.fail(f"{topic}/{queue_id}: served a record past confirm {confirm}")
                 served.append(message.body)
             queue_offset = got.next_queue_offset
-        if served != [w.body for w in expected]:
+        bodies = [w.body for w in expected]
+        if served != bodies:
+            # strict=False: the lengths may differ; then the first difference is the shorter end
+            first = next((i for i, (a, b) in enumerate(zip(served, bodies, strict=False))
+                          if a != b), min(len(served), len(bodies)))
             self.fail(f"{topic}/{queue_id}: served {len(served)} messages, expected "
-                      f"{len(expected)}; first difference at "
-                      f"{next((i for i, (a, b) in enumerate(zip(served, [w.body for w in expected])) if a != b), min(len(served), len(expected)))}")
+                      f"{len(expected)}; first difference at {first}")
 
 
 def run_disk_seed(seed: int, steps: int = 120) -> dict[str, int]:

@@ -42,9 +42,9 @@ CHUNK = 50
 # Seeds that broke an invariant once, now regression tests (README "Simulation of the whole
 # cluster"; unit regressions in tests/ha/test_master_core_controller.py, test_role_core.py and
 # tests/controller/test_state_machine.py):
-# - 3, 85 (allAckInSyncStateSet, ha/replication/master_quorum.py): a put planned under a smaller set acked
-#   after a slave lacking it was accepted (`put_progress` raises need to the set in force); with
-#   the first fault model 3, 15, 30, 66, 73: a slave joined lacking puts acked alone
+# - 3, 85 (allAckInSyncStateSet, ha/replication/master_quorum.py): a put planned under a smaller set
+#   acked after a slave lacking it was accepted (`put_progress` raises need to the set in force);
+#   with the first fault model 3, 15, 30, 66, 73: a slave joined lacking puts acked alone
 #   (`_held_by_joining`);
 # - 214, 235, then 348, 693, 787, 798, 1207, 1414 (found with the fix switched off, once 275's
 #   fix had changed the paths of 214 and 235): a SyncStateSet proposal in flight when its new
@@ -62,8 +62,8 @@ REGRESSIONS = (3, 85, 214, 235, 254, 275, 348, 421, 693, 787, 798, 1207, 1414)
 IN_FLIGHT_SEEDS = (254, 421, 348, 693, 787, 798, 1207, 1414)
 # With inSyncReplicas=2 and enableAutoInSyncReplicas (`--quorum auto-isr`, the integration tests'
 # rule): seed 3 lost PUT_OKs the master acked alone (degraded need 1) that a slave joining the set
-# lacked; elected later, it lost them (master_quorum.py `_held_by_joining`, master_core.py's join rule,
-# both for every quorum rule now); seed 165: a put planned alone (need 1) was answered after a
+# lacked; elected later, it lost them (master_quorum.py `_held_by_joining`, master_core.py's join
+# rule, both for every quorum rule now); seed 165: a put planned alone (need 1) was answered after a
 # slave lacking it had been accepted (`put_progress` applies the need of the set in force).
 AUTO_ISR_REGRESSIONS = (3, 165)
 AUTO_ISR_SEEDS = 100  # a smaller batch under the second rule
@@ -139,9 +139,9 @@ def test_partial_partition_regression_seeds_pass(seed: int) -> None:
 
 
 # Found by the campaign `--first 3001 --minutes 10 --duration-ms 6000 --quorum auto-isr
-# --partial` (fixed: ha/replication/master_quorum.py `_held_by_proposals`). Seed 3182, two sets of 3, in
-# broker-b (b4 id 2, b5 id 3, b6 id 1): master b4, with the accepted set {b4, b6, b5}@2 and the
-# local set {b4, b6}, had called proposing((2, 3), 2), a SHRINK that drops b6; it acked message
+# --partial` (fixed: ha/replication/master_quorum.py `_held_by_proposals`). Seed 3182, two sets of
+# 3, in broker-b (b4 id 2, b5 id 3, b6 id 1): master b4, with the accepted set {b4, b6, b5}@2 and
+# the local set {b4, b6}, had called proposing((2, 3), 2), a SHRINK that drops b6; it acked message
 # 224 (need 2 of 3) on b6's ack; the controller committed {b4, b5}@3, b4 crashed, and b5, the
 # only other member of @3, was elected and lacked that PUT_OK. `_in_flight()` (a proposal's
 # slaves minus the accepted set) is empty for a shrink, so nothing waited for it. Now a put is
@@ -353,7 +353,8 @@ def test_the_checker_catches_a_restarted_master_that_continues_its_epoch(
     def continue_the_epoch(self: ha.replication.role_core.RoleCore, change: object) -> object:
         planned = plan(self, change)  # type: ignore[arg-type]
         if planned.action is ha.replication.role_core.RoleAction.REELECT:
-            return ha.replication.role_core.RolePlan(ha.replication.role_core.RoleAction.TAKE_OVER, planned.change)
+            return ha.replication.role_core.RolePlan(
+                ha.replication.role_core.RoleAction.TAKE_OVER, planned.change)
         return planned
     monkeypatch.setattr(ha.replication.role_core.RoleCore, "plan", continue_the_epoch)
     with pytest.raises(SimFailure, match="serves epoch 1 again after a restart"):
@@ -362,9 +363,9 @@ def test_the_checker_catches_a_restarted_master_that_continues_its_epoch(
 
 def test_the_checker_catches_a_take_over_that_keeps_a_partial_tail_record(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # ha/replication/takeover_core.py with its first step off: a slave elected while its log ends inside a
-    # record appends after the partial bytes; the real engine's slaves find bytes that are not
-    # records where the new master's first record should be (the byte model has no framing,
+    # ha/replication/takeover_core.py with its first step off: a slave elected while its log ends
+    # inside a record appends after the partial bytes; the real engine's slaves find bytes that are
+    # not records where the new master's first record should be (the byte model has no framing,
     # so this runs on the engine)
     plan = ha.replication.takeover_core.plan_take_over
 
@@ -476,14 +477,14 @@ def test_echoes_are_per_controller_and_each_process_has_its_own_clock() -> None:
 
 
 # `--check-lease`: a master's lease ends by the election of a newer epoch (the lease's own
-# promise, DESIGN 5.7; ClusterChecker.check_lease). It found seed 45 (two sets, 3 + 4 brokers, all-ack; minimised to `--duration-ms 1770
-# --no-torn-writes`, its 2 faults kept): b1, master of broker-a, cut off at 800 ms, last heard
-# at 763 ms; the leader c1 decides at 1763 ms to elect broker 2; the cut heals at 1749 ms and
-# b1's heartbeat sent at 1762 ms reaches c1 at 1764 ms, before the election applies (1769 ms):
-# answered from the state not yet changed, it names b1 master of epoch 1 and renews its lease
-# to 2362 ms, 593 ms past the election. node.py answers from its applied state too. With
-# all-ack the new master must ack every put, so nothing acknowledged is lost here; under
-# auto-isr a master with a lease acks with a majority that may leave the new master out.
+# promise, DESIGN 5.7; ClusterChecker.check_lease). It found seed 45 (two sets, 3 + 4 brokers,
+# all-ack; minimised to `--duration-ms 1770 --no-torn-writes`, its 2 faults kept): b1, master of
+# broker-a, cut off at 800 ms, last heard at 763 ms; the leader c1 decides at 1763 ms to elect
+# broker 2; the cut heals at 1749 ms and b1's heartbeat sent at 1762 ms reaches c1 at 1764 ms,
+# before the election applies (1769 ms): answered from the state not yet changed, it names b1 master
+# of epoch 1 and renews its lease to 2362 ms, 593 ms past the election. node.py answers from its
+# applied state too. With all-ack the new master must ack every put, so nothing acknowledged is lost
+# here; under auto-isr a master with a lease acks with a majority that may leave the new master out.
 # Fixed: from its decision until the election's outcome the leader answers the master's
 # heartbeats without a role (controller/leader_core.py lease_held; watchdog.py _election_holds).
 def test_seed_45_no_lease_outlives_the_election_of_a_newer_epoch() -> None:

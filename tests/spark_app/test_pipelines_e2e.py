@@ -79,7 +79,8 @@ def test_files_to_topic_then_backfill_once(spark, broker: BrokerProcess, tmp_pat
     assert (first["table_rows"], first["skipped"]) == (250, False)
     assert _orders(table) == list(range(250))
     frame = DeltaTable(str(table)).to_pyarrow_table()
-    by_order = dict(zip(frame.column("order").to_pylist(), frame.column("key").to_pylist()))
+    by_order = dict(zip(frame.column("order").to_pylist(), frame.column("key").to_pylist(),
+                        strict=True))
     assert all(by_order[n] == f"c{n % 5}" for n in range(250))
 
     assert backfill.main(argv) == 0  # the same backfill again: skipped, nothing added

@@ -64,7 +64,7 @@ def read_all(broker: BrokerProcess, queue_id: int) -> list[tuple[int, bytes, str
             last: GetReply | None = None
             for chunk in iter(reader.read_chunk, None):
                 table = chunk.data.to_pydict()
-                rows.extend(zip(table["queue_offset"], table["body"], table["key"]))
+                rows.extend(zip(table["queue_offset"], table["body"], table["key"], strict=True))
                 last = GetReply.decode(chunk.app_metadata.to_pybytes())
             assert last is not None
             if last.status == "OFFSET_TOO_SMALL":

@@ -25,7 +25,7 @@ def test_master_uploads_slave_reads_cold(tmp_path: Path) -> None:
             bodies = [b"%d-%d-" % (batch, row) + b"x" * 400 for row in range(100)]
             reply = replicas.put("Cold", bodies)
             assert reply["status"] == "PUT_OK"
-            acked.update(zip(map(tuple, reply["offsets"]), bodies))
+            acked.update(zip(map(tuple, reply["offsets"]), bodies, strict=True))
         for index in (0, 1):
             info = wait_for(lambda index=index: when(
                 replicas.info(index),

@@ -38,7 +38,7 @@ def _read_queue(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
         if block.status is not GetStatus.FOUND:
             return bodies
         ends = np.cumsum(block.sizes).tolist()
-        for start, end in zip([0, *ends[:-1]], ends):
+        for start, end in zip([0, *ends[:-1]], ends, strict=True):
             bodies.append(block.data[start:end])
         cursor = block.next_queue_offset
     raise AssertionError("read did not finish")

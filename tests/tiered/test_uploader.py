@@ -67,7 +67,7 @@ def _read_all(store: MessageStore, topic: str, queue_id: int, *, block: bool) ->
             result = store.get_message_block(topic, queue_id, cursor, max_count=37,
                                              max_bytes=20_000)
             sizes = np.asarray(result.sizes).tolist()
-            ends = np.cumsum([0] + sizes).tolist()
+            ends = np.cumsum([0, *sizes]).tolist()
             found = [result.data[a:b] for a, b in itertools.pairwise(ends)]
         else:
             result = store.get_messages(topic, queue_id, cursor, max_count=37, max_bytes=20_000)
