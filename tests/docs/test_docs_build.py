@@ -43,10 +43,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 def test_every_key_in_the_code_needs_a_description() -> None:
     hook = _hook()
-    with pytest.raises(hook.TableError, match="brandNewKey.*docs/_data/broker.yml"):
+    with pytest.raises(hook.TableError, match=r"brandNewKey.*docs/_data/broker\.yml"):
         hook._check_same({"listenPort", "brandNewKey"}, {"listenPort"}, "broker keys",
                          "broker")
-    with pytest.raises(hook.TableError, match="goneKey.*no longer"):
+    with pytest.raises(hook.TableError, match=r"goneKey.*no longer"):
         hook._check_same({"listenPort"}, {"listenPort", "goneKey"}, "broker keys", "broker")
 
 
