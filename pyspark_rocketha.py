@@ -7,7 +7,7 @@ rocketha[spark]`, or put it on PYTHONPATH / spark.executorEnv.PYTHONPATH); `--py
 not enough for streaming reads.
 
 This is the composition root of the Spark side: the connector's cold reads (readColdFromTier)
-use the tier's own reader, which the connector may not import itself (DESIGN §2), so
+use the tier's own reader, which the connector may not import itself (docs/design.md §2), so
 `DefaultSource` hands it to the data source (see connector.spark.cold). Spark pickles this
 class by reference and the reader inside the Spark readers, so the executors get both.
 """

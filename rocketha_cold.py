@@ -4,7 +4,8 @@ Records are decoded by the decoder a broker uses for its consume batches
 (`storage_engine.block_to_arrow` into the wire's `consume_schema(columns)`), so a cold
 partition yields exactly the batches a broker would serve for the same records.
 
-`connector.spark.cold` says what a cold reader must do without importing `storage_engine` (DESIGN
+`connector.spark.cold` says what a cold reader must do without importing `storage_engine`
+(docs/design.md
 §2); this module, outside every package, implements it with the tier's own reader functions,
 and `pyspark_rocketha` (the composition root) hands it to the data source: its `DefaultSource`
 carries a `TierObjectReader`, which the Spark readers hold and pickle to the executors.

@@ -236,7 +236,7 @@ class RequestHandlers:
                                    ) -> ReplicaInfoReply:
         """An operator's election that replaces a master which still heartbeats.
 
-        Why (DESIGN §5.7): while its lease holds, a master acks by its quorum rule, with the
+        Why (docs/design.md §5.7): while its lease holds, a master acks by its quorum rule, with the
         acks of slaves that have not heard of the election yet; a new master elected meanwhile
         may lack those puts, and the slaves that hold them truncate them when they follow it.
         So: stop renewing its lease (its heartbeats get no role while the hold lasts, until

@@ -1,4 +1,4 @@
-"""spark-submit pipelines and the demo driver. Depends on connector only (DESIGN.md §2)."""
+"""spark-submit pipelines and the demo driver. Depends on connector only (docs/design.md §2)."""
 
 from __future__ import annotations
 

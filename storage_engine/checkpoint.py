@@ -5,7 +5,7 @@ checkpoint (48 bytes, big-endian, replaced atomically: temp file + fsync + renam
     0   4  magic 0x52434B50 ("RCKP")     4   4  version (1)
     8   8  flushed_log_position          CommitLog bytes below this were fsynced
     16  8  consume_queue_log_position    every ConsumeQueue is fsynced up to records below this
-    24  8  confirm_log_position          highest position replicas confirmed (DESIGN.md §5.2)
+    24  8  confirm_log_position          highest position replicas confirmed (docs/design.md §5.2)
     32  8  truncate_intent_log_position  -1, or a truncation that must be (re)done on open
     40  4  flags (bit 0: written by a clean shutdown)
     44  4  CRC32 of bytes [0, 44)

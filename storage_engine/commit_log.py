@@ -90,7 +90,8 @@ class CommitLog:
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, scan_from_log_position: int) -> RecoveryScan:
         """Find the last valid record at or after the start of the segment holding
-        `scan_from_log_position`, and cut everything after it (crash recovery, DESIGN.md §4)."""
+        `scan_from_log_position`, and cut everything after it (crash recovery, docs/design.md
+        §4)."""
         segments = self._segments.segments
         if not segments:
             return RecoveryScan(0, 0, 0, "empty log")

@@ -102,7 +102,7 @@ class FsyncFailedError(StorageError):
 
 
 class TruncateBelowConfirmError(StorageError):
-    """A truncation asked to cut data that replicas have confirmed (DESIGN.md §5.5)."""
+    """A truncation asked to cut data that replicas have confirmed (docs/design.md §5.5)."""
 
     def __init__(self, log_position: int, confirm_log_position: int) -> None:
         super().__init__(

@@ -188,7 +188,7 @@ class ReplicaLog:
     def truncate_to(self, log_position: int) -> None:
         """Cut the log (and its index and epochs) at `log_position`, crash-safely.
 
-        Raises TruncateBelowConfirmError below the confirm position (DESIGN.md §5.5)."""
+        Raises TruncateBelowConfirmError below the confirm position (docs/design.md §5.5)."""
         state = self._state
         with self._lock, state.fail_stop():
             if log_position < state.confirm:

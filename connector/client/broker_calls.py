@@ -87,7 +87,7 @@ class _Base:
                         if not routes.endpoints:
                             raise
                         # no controller answers: go on with the endpoints already known
-                        # (DESIGN §5.6: the controller being down never stops a healthy
+                        # (docs/design.md §5.6: the controller being down never stops a healthy
                         # replica set)
                     finally:
                         routes.refresh_at_s = time.monotonic() + self._refresh_interval_s()
@@ -109,7 +109,7 @@ class _Base:
         def fetch() -> None:
             try:
                 routes.endpoints = self._controller_endpoints(controller)
-            except RocketHAError as err:  # the known routes stay (DESIGN §5.6)
+            except RocketHAError as err:  # the known routes stay (docs/design.md §5.6)
                 logger.debug("routes not refreshed from %s: %s", controller, err)
             finally:
                 routes.refresh_at_s = time.monotonic() + self._refresh_interval_s()

@@ -15,7 +15,7 @@ to the new master. The retry carries the same (producer id, sequence), so a batc
 had already replicated is answered as a duplicate, not stored twice; whatever the old master
 answers later is never shown to the caller. A producer without idempotence keeps waiting: a
 retry of a batch the old master may still store would be stored twice. A controller that does
-not answer changes nothing (DESIGN §5.6): the put goes on waiting for its master.
+not answer changes nothing (docs/design.md §5.6): the put goes on waiting for its master.
 
 The abandoned worker stays blocked on the old stream until the old master answers or the
 stream's deadline passes (2 x request_timeout_ms), then closes the stream and exits; the

@@ -12,7 +12,7 @@ every MISS_REFRESH_MIN_S) when a lookup misses: a user created a moment ago work
 first call. A user disabled or deleted keeps passing the proxy's signature check for at most
 refresh_interval_ms; the brokers (which re-check every Flight call the proxy makes as that
 user) refuse it as soon as their own copy changes. When no controller answers, the last table
-stays in use (DESIGN §5.6: the controller being down stops no data plane); before the first
+stays in use (docs/design.md §5.6: the controller being down stops no data plane); before the first
 table every lookup raises AuthUnavailable (the client retries).
 """
 

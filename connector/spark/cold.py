@@ -2,7 +2,7 @@
 objects themselves, with no broker in the path.
 
 The tier's object format belongs to `storage_engine`, which the connector may not import
-(DESIGN §2). So the connector states what it needs, a `ColdReader`, and the composition root
+(docs/design.md §2). So the connector states what it needs, a `ColdReader`, and the composition root
 passes the implementation in: `pyspark_rocketha.DefaultSource` (the class Spark registers as
 "rocketha") carries `rocketha_cold.TierObjectReader`, built on `storage_engine.tiered`; the
 data source hands it to its readers, which Spark pickles to the executors with it. A reader

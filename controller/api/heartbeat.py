@@ -20,7 +20,7 @@ __all__ = ["BrokerHeartbeat", "HeartbeatReply", "RegisterBrokerReply", "Register
 
 
 def lease_max_ms(heartbeat_timeout_ms: int) -> int:
-    """The longest master lease a controller reply can give (DESIGN §5.7,
+    """The longest master lease a controller reply can give (docs/design.md §5.7,
     ha/replication/master_core.py):
     2/3 of controllerHeartbeatTimeoutMs past the heartbeat's send time, so it has lapsed
     before the controller could replace a master that went silent, with a third to spare for

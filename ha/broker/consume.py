@@ -3,7 +3,8 @@ FlightInfo that points readers at each queue.
 
 A DoGet ticket (connector/protocol/wire.py) names topic, queue, start queue offset and limits
 (messages, bytes, columns, tag filter). The stream reads the store in steps, each inside the
-admission gate, and never past the confirm position (the store's reads stop there: DESIGN §5.2);
+admission gate, and never past the confirm position (the store's reads stop there: docs/design.md
+§5.2);
 plain reads take the block path (records copied as they are on disk, decoded to Arrow in one
 pass), tag-filtered reads go record by record.
 

@@ -27,9 +27,10 @@ States of the link:
          |  +--no controller answers--+--> stays, retried every heartbeat interval
          +---- BROKER_NOT_REGISTERED (the controller forgot us: register again)
 
-The controller being down, slow or partitioned never stops the broker (DESIGN §5.6): the link
+The controller being down, slow or partitioned never stops the broker (docs/design.md §5.6): the
+link
 only reports; the broker keeps its last role until a newer epoch arrives. The link imports
-`controller.api` (messages) only, never controller internals (DESIGN §2).
+`controller.api` (messages) only, never controller internals (docs/design.md §2).
 """
 
 from __future__ import annotations

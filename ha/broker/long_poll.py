@@ -1,6 +1,6 @@
 """Long polling: a read that found nothing new waits for the confirm position to move.
 
-Reads are bounded by the confirm position (DESIGN §5.2), so "something to read" appears when
+Reads are bounded by the confirm position (docs/design.md §5.2), so "something to read" appears when
 the confirm position moves, not when a record is appended: a put waiting for its slaves has
 appended bytes nobody may read yet. `Arrivals` counts confirm moves (the store's confirm
 listener calls `notify`); `poll_until` reads, and while the read is still waitable waits for

@@ -26,7 +26,7 @@ with neither service and fenced; ha/broker/roles.py calls `become_master` / `bec
 `become_none` as the controller decides. Ordering that keeps the safety rules:
 - promotion: fence, stop following, then the steps ha/replication/takeover_core.py plans from the
   log's state (the simulator runs the same plan): cut a partial tail record, raise the confirm
-  position to the log's end (DESIGN §5.4), apply the topic and offset records up to it, open
+  position to the log's end (docs/design.md §5.4), apply the topic and offset records up to it, open
   the term at the controller's epoch, fsync, start the master service; the caller lifts the
   fence only after the rest of the take-over (idempotence table);
 - demotion: fence first (no new put passes `check_writable`; a put already past it is answered

@@ -34,7 +34,7 @@
         again after SSS_RETRY_INTERVAL_MS.
 
 Single-broker sets (no replication) only fence and unfence, as before. The controller being
-down never changes a role: the last one stays (DESIGN §5.6).
+down never changes a role: the last one stays (docs/design.md §5.6).
 
 The decisions (which action a change means, the lease arithmetic, when to propose a set and
 whether to adopt the controller's) are ha/replication/role_core.py's; this module is the shell that

@@ -69,7 +69,7 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
         # controller mode gets the table from the controller (controller_link)
         settings = config.auth
         # controller mode: the last table the controller served, kept for a restart while no
-        # controller answers (DESIGN §5.6: the controller down never stops the data plane)
+        # controller answers (docs/design.md §5.6: the controller down never stops the data plane)
         self._auth_cache = config.store_dir / "config" / AUTH_CACHE_FILE
         cached = (load_acl_file(str(self._auth_cache)) if not settings.acl_file
                   and config.enable_controller_mode and self._auth_cache.exists() else None)

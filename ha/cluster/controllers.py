@@ -4,7 +4,7 @@ Under the cluster directory: `conf/controller-n<i>.conf` (Raft and client ports 
 and kept in `cluster.json` under "controllers"), `data/controller-n<i>/` (the Raft store),
 `logs/controller-n<i>.log`, `run/controller-n<i>.pid`. Processes run detached (own session)
 and are stopped by their pid. Only controller.api-level facts are used (the JSON reply of the
-`controller_status` action), never controller internals (DESIGN.md §2).
+`controller_status` action), never controller internals (docs/design.md §2).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Replication and the broker service (ha/broker). Depends on storage_engine, controller.api
-and connector.protocol only (DESIGN.md §2).
+and connector.protocol only (docs/design.md §2).
 
     ha/replication/frames.py          HA link frames (byte layouts)           sans-IO
     ha/replication/quorum.py          needAckNums, admission, confirm          pure functions

@@ -46,7 +46,7 @@ which lacked the acks. A proposal is overtaken once the master adopts a set of a
 `proposal_pending()` tells the shell to make that happen (re-propose the local set, which the
 controller accepts as an epoch bump even when it equals the set it holds) when nothing else will.
 
-Master lease (controller mode, DESIGN §5.7): `lease_until_ms` is renewed by every controller
+Master lease (controller mode, docs/design.md §5.7): `lease_until_ms` is renewed by every controller
 heartbeat reply that names this broker master of this epoch, to the heartbeat's *send* time plus
 the lease (shorter than the controller's controllerHeartbeatTimeoutMs, which it waits after the
 last heartbeat it received before it elects another master). While the lease holds, a put is
@@ -55,7 +55,8 @@ answered for a while: this master may have been replaced without knowing), a put
 when every slave of the accepted set and of the local set holds it: whichever of them an
 election picks took the put with it, since a slave stops following before it takes over. So a
 resumed or cut-off master acknowledges nothing that a new master lacks, and a healthy replica
-set with every slave linked keeps acking while no controller answers (DESIGN §5.6). The lease
+set with every slave linked keeps acking while no controller answers (docs/design.md §5.6). The
+lease
 is read at the moment a put is answered (`now_ms`), so a put planned before a pause and answered
 after it is judged after it.
 """

@@ -22,7 +22,7 @@ fsynced under SYNC_FLUSH) and SSS members whose ack >= P. Only SSS members count
 that is still catching up, so a later election from the SSS (issue 5) cannot lose an acked put.
 
 The confirm position is the highest position held by every replica whose ack counts, i.e. the
-minimum over the master and the SSS members (DESIGN.md §5.2: any SSS member may be elected
+minimum over the master and the SSS members (docs/design.md §5.2: any SSS member may be elected
 later, so a consumer must never see what one of them lacks); it never moves back. A lagging
 member holds it back until it leaves the SSS (haMaxTimeSlaveNotCatchup), as in RocketMQ.
 """

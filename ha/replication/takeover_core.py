@@ -15,7 +15,7 @@ the same sequence.
                                                               records only. Confirm comes
                                                               down to X if it was above (no
                                                               reader could see a partial one)
-    ConfirmTo(end)          always                            DESIGN §5.4: everything a new
+    ConfirmTo(end)          always                            docs/design.md §5.4: everything a new
                                                               master holds is confirmed (it
                                                               came from the SyncStateSet, so
                                                               it holds every acknowledged put)

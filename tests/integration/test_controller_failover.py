@@ -1,4 +1,5 @@
-"""Failover in controller mode, with real processes: the safety rules of DESIGN §5 under faults.
+"""Failover in controller mode, with real processes: the safety rules of docs/design.md §5 under
+faults.
 
 Goal: when the master of a replica set is SIGKILLed or SIGSTOPped under load, the controller
 elects a new master from the SyncStateSet, producers following the controller get PUT_OK again,
@@ -256,7 +257,7 @@ def test_controller_leader_killed_then_all_controllers_then_restarted(tmp_path: 
         gaps = [_wait_data_plane(load, reader, killed_at)]
         state = cluster.replica_state(SET_A)
 
-        # Every controller gone (DESIGN §5.6): the replica set keeps serving as it was.
+        # Every controller gone (docs/design.md §5.6): the replica set keeps serving as it was.
         before = cluster.info_now(master)["controller"]["heartbeats_failed"]
         all_down_at = time.monotonic()
         for name in cluster.controllers:

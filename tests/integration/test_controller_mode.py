@@ -144,7 +144,8 @@ def test_only_the_broker_the_controller_names_master_takes_writes(tmp_path: Path
         assert _send(brokers[master].endpoint) == "NOT_MASTER"
         assert brokers[other].action("broker_info")["controller"]["master_epoch"] >= 2
 
-        # Every controller gone (DESIGN 5.6): the set keeps the roles it had and takes writes.
+        # Every controller gone (docs/design.md §5.6): the set keeps the roles it had and takes
+        # writes.
         group.kill(1)
 
         def failed_heartbeats() -> int:

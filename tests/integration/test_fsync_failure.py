@@ -1,6 +1,7 @@
 """A failed fsync stops the broker: the put that needed it is never PUT_OK (fsyncgate).
 
-Goal: DESIGN §5.1 (PUT_OK only for what a replica fsynced, SYNC_FLUSH) under a disk that fails
+Goal: docs/design.md §5.1 (PUT_OK only for what a replica fsynced, SYNC_FLUSH) under a disk that
+fails
 an fsync. After a failed fsync the kernel may have dropped the dirty pages, so neither an
 acknowledgement nor a retry of the same fsync is safe: the process must stop, and a restart
 recovers from what reached the disk. Method: a real `python -m ha.broker` process (SYNC_FLUSH)

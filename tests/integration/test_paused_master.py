@@ -1,6 +1,7 @@
 """A master paused (SIGSTOP) past its replacement and resumed acknowledges nothing it loses.
 
-Goal (issue 15, DESIGN §5.7): in the fault run that found it, a master stopped for 6 s while a
+Goal (issue 15, docs/design.md §5.7): in the fault run that found it, a master stopped for 6 s
+while a
 slave was elected in its place answered `PUT_OK` to the puts it took in the milliseconds after
 SIGCONT, before it heard it was deposed; its log was then cut as a fork of the new master's,
 and the new master stored other messages at the acknowledged (queue, offset) pairs. Every

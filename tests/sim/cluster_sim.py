@@ -1230,7 +1230,7 @@ class ClusterChecker:
         self.controller_epoch: dict[tuple[int, str], int] = {}  # (node, set) -> master epoch
         self.compared: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
         self.checked_signature: list[tuple[int, int]] = []
-        # the master lease (DESIGN 5.7): broker -> (set, epoch, lease end) of the term it
+        # the master lease (docs/design.md §5.7): broker -> (set, epoch, lease end) of the term it
         # serves, while its process lives; (set, epoch) -> when a controller first applied
         # the election of that epoch. A lease must end by the election of a newer epoch: the
         # controller elects only once the master is dead by its (credited) heartbeats, and a

@@ -477,7 +477,8 @@ def test_echoes_are_per_controller_and_each_process_has_its_own_clock() -> None:
 
 
 # `--check-lease`: a master's lease ends by the election of a newer epoch (the lease's own
-# promise, DESIGN 5.7; ClusterChecker.check_lease). It found seed 45 (two sets, 3 + 4 brokers,
+# promise, docs/design.md §5.7; ClusterChecker.check_lease). It found seed 45 (two sets, 3 + 4
+# brokers,
 # all-ack; minimised to `--duration-ms 1770 --no-torn-writes`, its 2 faults kept): b1, master of
 # broker-a, cut off at 800 ms, last heard at 763 ms; the leader c1 decides at 1763 ms to elect
 # broker 2; the cut heals at 1749 ms and b1's heartbeat sent at 1762 ms reaches c1 at 1764 ms,
