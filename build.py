@@ -4,7 +4,12 @@
     python3 build.py setup            the suite's Debian packages (SYSTEM_PACKAGES), then create
                                       or refresh .venv and install the project (+ extras)
     python3 build.py test [ARGS...]   setup, then the default test suite, its 15 slowest tests
-                                      last (extra ARGS go to pytest, and skip the Debian packages)
+                                      last (extra ARGS go to pytest, and skip the Debian packages),
+                                      then the connector's Spark smoke tests on the oldest
+                                      supported pyspark (the --pyspark 4.0 lane below)
+    python3 build.py test --pyspark 4.0|4.1|4.2|4.3 [ARGS...]   a version lane: the connector's
+                                      Spark smoke tests (SPARK_SMOKE_TESTS; ARGS instead select
+                                      what to run) with that pyspark, in .venv-pyspark-<release>
     python3 build.py bench NAME [--json]   run a benchmark from tests/bench/ (e.g. `storage`)
     python3 build.py bench all [--json]    every benchmark, one after another; their JSON in one
                                       file (.bench-tmp/bench-all-<UTC time>.json)
@@ -38,8 +43,9 @@
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and constraints.txt and skips the install when nothing
-changed. `setup` installs with `-c constraints.txt` (the exact versions the suite runs with);
-pyproject.toml states the ranges users get.
+changed; a version lane's venv has its own stamp (PYSPARK_LANES). `setup` installs with
+`-c constraints.txt` (the exact versions the suite runs with); pyproject.toml states the ranges
+users get.
 """
 
 from __future__ import annotations
@@ -98,6 +104,18 @@ SYSTEM_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# Version lanes (`test --pyspark 4.0`): the release each lane installs, the first of its minor
+# version (the first that has what that minor added; connector.spark.compat); the default
+# suite ends with DEFAULT_LANE, the oldest the connector serves (pyproject's spark extra).
+PYSPARK_LANES = {"4.0": "4.0.0", "4.1": "4.1.0", "4.2": "4.2.0", "4.3": "4.3.0"}
+DEFAULT_LANE = "4.0"
+# read, readStream, write and writeStream on a real SparkSession, and what differs by version
+SPARK_SMOKE_TESTS = ["tests/connector/test_spark_versions.py"]
+# constraints.txt lines a lane leaves out: its pyspark and what pins pyspark's own versions
+LANE_UNCONSTRAINED = frozenset({"pyspark", "py4j", "delta-spark"})
+LANE_SKIPPED_EXTRAS = frozenset({"spark", "fuzz", "docs"})  # pyspark comes from the lane
+
+
 def _install_fingerprint() -> str:
     digest = hashlib.sha256()
     digest.update((ROOT / "pyproject.toml").read_bytes())
@@ -129,6 +147,84 @@ def setup() -> Path:
           "editable_mode=compat", "-e", f".[{EXTRAS}]"])
     STAMP_FILE.write_text(fingerprint)
     return VENV_PYTHON
+
+
+def lane_release(lane: str) -> str:
+    """The pyspark release of a lane ("4.0" or a full release such as "4.1.1")."""
+    release = PYSPARK_LANES.get(lane, lane)
+    if not re.fullmatch(r"4\.[0-9]+\.[0-9]+", release):
+        raise ValueError(f"--pyspark {lane}: not a lane ({', '.join(PYSPARK_LANES)}) "
+                         "nor a pyspark 4.x.y release")
+    return release
+
+
+def lane_extras(extras: str = EXTRAS) -> str:
+    """The project's extras a lane installs: the suite's, less pyspark's and the tools'."""
+    return ",".join(e for e in extras.split(",") if e not in LANE_SKIPPED_EXTRAS)
+
+
+def lane_constraints(text: str) -> str:
+    """constraints.txt without the lines that pin pyspark (or a package pinned to one)."""
+    def name(line: str) -> str:
+        return re.split(r"[=<>!~ ;\[]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if name(line) not in LANE_UNCONSTRAINED)
+
+
+def lane_venv(release: str) -> Path:
+    return ROOT / f".venv-pyspark-{release}"
+
+
+def setup_lane(release: str) -> Path:
+    """Create or reuse the lane's venv: pyspark `release` plus the project with its non-Spark
+    extras, editable; reinstalled only when the stamp changes (the pyspark sdist is ~450 MB)."""
+    directory = lane_venv(release)
+    python = directory / "bin" / "python"
+    stamp = directory / ".rocketha-install-stamp"
+    fingerprint = hashlib.sha256(
+        f"{_install_fingerprint()} pyspark=={release} {lane_extras()}".encode()).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text() == fingerprint:
+        return python
+    if not python.exists():
+        print(f"creating {directory}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(directory)
+    constraints = directory / "constraints.txt"
+    constraints.write_text(lane_constraints(CONSTRAINTS_FILE.read_text()))
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    _run([*pip, "install", "--upgrade", "pip", "setuptools", "wheel"])
+    _run([*pip, "install", "-c", str(constraints), f"pyspark=={release}", "--config-settings",
+          "editable_mode=compat", "-e", f".[{lane_extras()}]"])
+    stamp.write_text(fingerprint)
+    return python
+
+
+def test_lane(lane: str, pytest_args: list[str]) -> int:
+    """The Spark smoke tests (or what `pytest_args` select) with the lane's pyspark."""
+    try:
+        release = lane_release(lane)
+    except ValueError as err:
+        print(f"build.py: {err}", file=sys.stderr)
+        return 2
+    python = setup_lane(release)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("SPARK_HOME", None)  # the lane's own pyspark, not another Spark on the machine
+    argv = [str(python), "-m", "pytest", *(pytest_args or [*SPARK_SMOKE_TESTS, "-q"])]
+    print(f"== pyspark {release} lane:", " ".join(argv), flush=True)
+    started = time.monotonic()
+    code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+    print(f"== pyspark {release} lane: exit {code} in {time.monotonic() - started:.0f} s",
+          flush=True)
+    return code
+
+
+def split_lane(args: list[str]) -> tuple[str | None, list[str]]:
+    """`test` arguments: (the --pyspark lane or None, the rest for pytest)."""
+    if "--pyspark" not in args:
+        return None, args
+    at = args.index("--pyspark")
+    if at + 1 >= len(args):
+        raise ValueError("--pyspark needs a version: " + ", ".join(PYSPARK_LANES))
+    return args[at + 1], args[:at] + args[at + 2:]
 
 
 @dataclass(frozen=True)
@@ -186,10 +282,18 @@ def provide_system_packages() -> int:
     return 0
 
 
-def test(pytest_args: list[str]) -> int:
+def test(args: list[str]) -> int:
     """The default suite (the Debian packages it needs, then ruff: the tree is kept
-    lint-clean, DEBTS.md 8; the 15 slowest tests printed last, so drift shows); with pytest
-    arguments only what they select, without the packages, the lint or the durations."""
+    lint-clean, DEBTS.md 8; the 15 slowest tests printed last, so drift shows), then the
+    DEFAULT_LANE smoke tests; with pytest arguments only what they select, without the
+    packages, the lint, the durations or the lane; with --pyspark only that lane."""
+    try:
+        lane, pytest_args = split_lane(args)
+    except ValueError as err:
+        print(f"build.py: {err}", file=sys.stderr)
+        return 2
+    if lane is not None:
+        return test_lane(lane, pytest_args)
     if not pytest_args:
         refused = provide_system_packages()
         if refused:
@@ -205,7 +309,11 @@ def test(pytest_args: list[str]) -> int:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     argv = [str(python), "-m", "pytest", *(pytest_args or DEFAULT_SUITE_ARGS)]
     print("+", " ".join(argv), flush=True)
-    return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+    code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+    if pytest_args:
+        return code
+    lane_code = test_lane(DEFAULT_LANE, [])  # the oldest supported pyspark
+    return code or lane_code
 
 
 def bench_all(python: Path) -> int:

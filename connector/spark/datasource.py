@@ -35,23 +35,18 @@ from typing import ClassVar
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.errors import PySparkException
+from pyspark.sql import Row
+from pyspark.sql.conversion import LocalDataToArrowConversion
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
-    Filter,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import DataType, StructType
 
 from connector.client import Admin
@@ -60,9 +55,23 @@ from connector.errors import OptionError, SinkSchemaError
 from connector.protocol import RocketHAError
 from connector.spark.cold import ColdReader, read_cold, split_cold
 from connector.spark.columns import source_ddl
+from connector.spark.compat import (
+    ADMISSION_CONTROL,
+    API,
+    DataSourceStreamArrowWriter,
+    Filter,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    needs,
+)
 from connector.spark.offsets import QueueRef, canonical, flatten, unflatten
 from connector.spark.options import (
     ENDING_OFFSETS,
+    MAX_OFFSETS_PER_TRIGGER,
+    MAX_TRIGGER_DELAY,
+    MIN_OFFSETS_PER_TRIGGER,
     SinkOptions,
     SourceOptions,
     parse_sink_options,
@@ -132,15 +141,23 @@ class RocketHADataSource(DataSource):
             raise OptionError(f"option {ENDING_OFFSETS} is for batch reads (spark.read); a "
                               "streaming read has no end (use Trigger.AvailableNow to stop at "
                               "the offsets available when the query starts)")
+        if not API.admission_control:  # pyspark 4.0, 4.1 (connector.spark.compat)
+            for name in (MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY):
+                if name in self.options:
+                    raise OptionError(needs(ADMISSION_CONTROL, API, f"option {name}"))
+            return LegacyStreamReader(*_source_setup(self.options, schema),
+                                      cold_reader=self.cold_reader)
         return StreamReader(*_source_setup(self.options, schema), cold_reader=self.cold_reader)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         options, columns = _sink_setup(self.options, schema, overwrite, "mode('overwrite')")
         return BatchWriter(options, columns, uuid.uuid4().hex)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options, columns = _sink_setup(self.options, schema, overwrite,
                                        "outputMode('complete')")
+        if not API.arrow_stream_writer:  # pyspark 4.0: Spark hands the writer rows
+            return RowStreamWriter(options, columns, schema)
         return StreamWriter(options, columns)
 
 
@@ -229,7 +246,7 @@ def _read(partition: InputPartition, options: SourceOptions, columns: SourceColu
 class _PushFilters:
     """`BatchReader.pushFilters`, shaped so that Spark's planner sees the base class's.
 
-    Spark 4.2 calls pushFilters only when `spark.sql.python.filterPushdown.enabled` is true,
+    Spark (4.1+) calls pushFilters only when `spark.sql.python.filterPushdown.enabled` is true,
     and when it is false it refuses to plan a reader that overrides pushFilters
     (DATA_SOURCE_PUSHDOWN_DISABLED, checked as `reader.pushFilters.__func__ is not
     DataSourceReader.pushFilters`), lest a source that relies on pushdown return unfiltered
@@ -245,7 +262,8 @@ class _PushFilters:
 
 class _BoundPushFilters:
     __slots__ = ("_reader",)
-    __func__ = staticmethod(DataSourceReader.pushFilters)
+    # pyspark 4.0 has no pushFilters and never calls this one
+    __func__ = staticmethod(getattr(DataSourceReader, "pushFilters", None))
 
     def __init__(self, reader: BatchReader) -> None:
         self._reader = reader
@@ -410,6 +428,52 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                self.options.group_id, ref.topic, ref.key, queue_offset, err)
 
 
+class LegacyStreamReader(StreamReader):
+    """pyspark 4.0 and 4.1 (no admission control): Spark calls `latestOffset()` without the
+    start or a limit, so this runner-side reader remembers where the query is from the offsets
+    Spark hands it (initialOffset's, each partitions(start, end)'s end, a restart's first
+    commit(end)) and plans as StreamReader does from there, with no cap (the trigger options
+    that need one are refused in `streamReader`). Trigger.AvailableNow runs through Spark's
+    own wrapper: it asks latestOffset() once when the query starts and drains to that.
+
+    Where the position is unknown (a restart whose first call is latestOffset), every queue
+    ends at its latest offset; a queue that is not in a batch's start is then read from its
+    earliest offset (the 4.2 path's join step is skipped, not its rows)."""
+
+    def __init__(self, options: SourceOptions,
+                 columns: SourceColumns = ALL_SOURCE_COLUMNS, *,
+                 cold_reader: ColdReader | None = None) -> None:
+        super().__init__(options, columns, cold_reader=cold_reader)
+        self._position: dict | None = None  # type: ignore[type-arg]  # runner-side
+
+    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+        self._position = super().initialOffset()
+        return self._position
+
+    def latestOffset(self) -> dict:  # type: ignore[override, type-arg]
+        if self._position is not None:
+            return super().latestOffset(self._position, ReadAllAvailable())
+        bounds = self._discover()
+        self._latest = {ref: b.max_queue_offset for ref, b in bounds.items()}
+        return unflatten(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore
+        self._position = end
+        begin, finish = flatten(start), flatten(end)
+        joined = [ref for ref in finish if ref not in begin]
+        if joined:  # from the queue's earliest offset (an empty range after the join step)
+            bounds = self._discover()
+            begin.update({ref: min(bounds[ref].min_queue_offset, finish[ref])
+                          if ref in bounds else finish[ref] for ref in joined})
+        finish = {ref: max(value, begin[ref]) for ref, value in finish.items()}
+        return super().partitions(unflatten(begin), unflatten(finish))
+
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        if self._position is None:  # a restart commits the last batch of the previous run
+            self._position = end
+        super().commit(end)
+
+
 # -- writing ---------------------------------------------------------------------------------
 def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
     """The replica set a task writes to: the same one on every attempt (idempotence)."""
@@ -464,7 +528,32 @@ class BatchWriter(DataSourceArrowWriter):
                        self.write_id)
 
 
-class StreamWriter(DataSourceStreamArrowWriter):
+def _stream_scope(options: SinkOptions) -> str | None:
+    """The producer-id scope of a streaming write task: the query id and the batch id."""
+    context = TaskContext.get()
+    scope = None
+    if context is not None:
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        batch_id = context.getLocalProperty("streaming.sql.batchId")
+        if query_id and batch_id is not None:
+            scope = f"{query_id.replace('-', '')}.{batch_id}"
+    if scope is None and options.exactly_once:
+        logger.warning("no streaming query id in the task context: exactly-once is off")
+    return scope
+
+
+class _StreamCommits:
+    """The driver side of a streaming write: Spark calls these once per micro-batch."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _log_commit(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        logger.warning("micro-batch %d aborted; the replay's duplicates are dropped by the "
+                       "broker", batchId)
+
+
+class StreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
     """`df.writeStream.format("rocketha")`: exactly-once into the topic across task retries
     and micro-batch replays (producer ids from the query id and the batch id)."""
 
@@ -473,20 +562,37 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        context = TaskContext.get()
-        scope = None
-        if context is not None:
-            query_id = context.getLocalProperty("sql.streaming.queryId")
-            batch_id = context.getLocalProperty("streaming.sql.batchId")
-            if query_id and batch_id is not None:
-                scope = f"{query_id.replace('-', '')}.{batch_id}"
-        if scope is None and self.options.exactly_once:
-            logger.warning("no streaming query id in the task context: exactly-once is off")
-        return _write(iterator, self.options, self.columns, scope)
+        return _write(iterator, self.options, self.columns, _stream_scope(self.options))
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _log_commit(messages, f"micro-batch {batchId}")
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.warning("micro-batch %d aborted; the replay's duplicates are dropped by the "
-                       "broker", batchId)
+# Rows a RowStreamWriter turns into one Arrow batch: bounds the rows held at once per task.
+ROW_WRITER_BATCH_ROWS = 4096
+
+
+class RowStreamWriter(_StreamCommits, DataSourceStreamWriter):
+    """StreamWriter for pyspark 4.0, which has no Arrow stream writer and hands `write` rows:
+    they go back into Arrow batches of ROW_WRITER_BATCH_ROWS (Spark's own conversion of local
+    rows, as createDataFrame uses) and on to the same sink code."""
+
+    def __init__(self, options: SinkOptions, columns: SinkColumns, schema: StructType) -> None:
+        self.options = options
+        self.columns = columns
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Row]) -> SinkCommitMessage:  # type: ignore[override]
+        return _write(rows_to_batches(iterator, self.schema, ROW_WRITER_BATCH_ROWS),
+                      self.options, self.columns, _stream_scope(self.options))
+
+
+def rows_to_batches(rows: Iterator[Row], schema: StructType, batch_rows: int
+                    ) -> Iterator[pa.RecordBatch]:
+    """Rows of `schema` as Arrow batches of at most `batch_rows` rows."""
+    assert batch_rows > 0
+    chunk: list[Row] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == batch_rows:
+            yield from LocalDataToArrowConversion.convert(chunk, schema, False).to_batches()
+            chunk = []
+    if chunk:
+        yield from LocalDataToArrowConversion.convert(chunk, schema, False).to_batches()

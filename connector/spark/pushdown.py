@@ -1,8 +1,9 @@
 """Filter pushdown for batch reads: the filters the broker can answer without reading everything.
 
-Spark 4.2 hands a Python source's reader the query's conjunctive filters (`pushFilters`, only
-when the SQL conf `spark.sql.python.filterPushdown.enabled` is true). A pushed filter is not
-evaluated by Spark again, so what this module accepts must come out exact:
+Spark 4.1 and later hands a Python source's reader the query's conjunctive filters
+(`pushFilters`, only when the SQL conf `spark.sql.python.filterPushdown.enabled` is true; 4.0
+has no pushdown, and Spark filters every row itself). A pushed filter is not evaluated by Spark
+again, so what this module accepts must come out exact:
 
     queueId  = n, IN (...)          read only those queues                      (planning)
     queueOffset <, <=, >, >=, =     narrow each queue's [start, end)              (planning)
@@ -30,7 +31,8 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
+
+from connector.spark.compat import (  # pyspark's filters (4.1+), stand-ins on 4.0
     EqualTo,
     Filter,
     GreaterThan,
