@@ -140,7 +140,10 @@ def proxy_keys(group: str | None = None) -> str:
 
 
 def spark_options(group: str | None = None) -> str:
+    from connector.spark.compat import FEATURE_SINCE, SUPPORTED
+    from connector.spark.datasource import OPTION_FEATURES
     from connector.spark.options import READ_OPTIONS, WRITE_OPTIONS
+    oldest = "{}.{}".format(*SUPPORTED[0])
     data = _data("spark")
     _check_same(READ_OPTIONS | WRITE_OPTIONS, data, "Spark options", "spark")
     rows = []
@@ -152,7 +155,10 @@ def spark_options(group: str | None = None) -> str:
                                                         ("sink", WRITE_OPTIONS))
                              if name in names)
         rows.append((f"`{name}`", used_by, _cell(entry.get("default")),
-                     _cell(entry.get("kafka")), str(entry.get("spark", "4.2")), entry["doc"]))
+                     _cell(entry.get("kafka")),
+                     str(entry.get("spark") or FEATURE_SINCE.get(OPTION_FEATURES.get(name, ""),
+                                                                 oldest)),
+                     entry["doc"]))
     if not rows:
         raise TableError(f"Spark options: no group {group!r}")
     return _table(("option", "used by", "default", "Kafka equivalent", "Spark", "meaning"), rows)
