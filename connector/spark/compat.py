@@ -122,31 +122,15 @@ except ImportError:  # 4.0: Spark never pushes filters, so these are never insta
     class Filter:  # type: ignore[no-redef]
         """Stand-in for pyspark.sql.datasource.Filter (pyspark < 4.1)."""
 
-    @dataclasses.dataclass(frozen=True)
-    class EqualTo(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: object
+    def _stand_in(name: str) -> type:
+        return type(name, (Filter,), {"__doc__": f"Stand-in for pyspark's {name} (< 4.1)."})
 
-    @dataclasses.dataclass(frozen=True)
-    class GreaterThan(EqualTo):  # type: ignore[no-redef]
-        pass
-
-    @dataclasses.dataclass(frozen=True)
-    class GreaterThanOrEqual(EqualTo):  # type: ignore[no-redef]
-        pass
-
-    @dataclasses.dataclass(frozen=True)
-    class LessThan(EqualTo):  # type: ignore[no-redef]
-        pass
-
-    @dataclasses.dataclass(frozen=True)
-    class LessThanOrEqual(EqualTo):  # type: ignore[no-redef]
-        pass
-
-    @dataclasses.dataclass(frozen=True)
-    class In(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: tuple[object, ...]
+    EqualTo = _stand_in("EqualTo")
+    GreaterThan = _stand_in("GreaterThan")
+    GreaterThanOrEqual = _stand_in("GreaterThanOrEqual")
+    LessThan = _stand_in("LessThan")
+    LessThanOrEqual = _stand_in("LessThanOrEqual")
+    In = _stand_in("In")
 
 try:  # 4.1: Arrow batches into a streaming write
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
