@@ -94,3 +94,18 @@ def test_the_default_run_ends_with_the_oldest_lane(monkeypatch: pytest.MonkeyPat
     assert build.test(["-k", "x"]) == suite and lanes == []  # a selection runs no lane
     assert build.test(["--pyspark", "4.3", "-k", "x"]) == lane
     assert lanes == [("4.3", ["-k", "x"])]
+
+
+def test_a_lane_runs_the_smoke_set_with_its_pyspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+    monkeypatch.setattr(build, "setup_lane", lambda release: Path(f"/lane-{release}/python"))
+    monkeypatch.setattr(build.subprocess, "run", lambda argv, **kw: ran.append(argv) or
+                        subprocess.CompletedProcess(argv, 0))
+    assert build.test_lane("4.0", []) == 0
+    assert ran[-1][:3] == ["/lane-4.0.0/python", "-m", "pytest"]
+    assert ran[-1][3:5] == build.LANE_PYTEST_ARGS["4.0"]  # pyspark 4.0's leaked socket
+    assert all(test in ran[-1] for test in build.SPARK_SMOKE_TESTS)
+    assert build.test_lane("4.3", ["-k", "x"]) == 0
+    assert ran[-1][3:] == ["-k", "x"]
+    assert build.test_lane("9.9", []) == 2  # not a lane: nothing runs
+    assert len(ran) == 2

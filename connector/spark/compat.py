@@ -28,11 +28,15 @@ call on 4.0, no ReadLimit before 4.2), and `API` tells the data source which pat
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from abc import ABC, abstractmethod
 
+import pyarrow as pa
 import pyspark
 from pyspark.sql import datasource as _datasource
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import DataType
 
 __all__ = [
     "API",
@@ -51,6 +55,7 @@ __all__ = [
     "ReadMaxRows",
     "SparkAPI",
     "SupportsTriggerAvailableNow",
+    "arrow_type",
     "needs",
     "parse_version",
     "supported",
@@ -102,6 +107,18 @@ def needs(feature: str, api: SparkAPI, what: str) -> str:
     """The one-line refusal of `what` on a pyspark without `feature`."""
     return (f"rocketha: {what} needs pyspark {FEATURE_SINCE[feature]} or later ({feature}); "
             f"this is pyspark {api.version}")
+
+
+# 4.0, 4.1: to_arrow_type(dt, timestamp_utc=True); 4.2 on: to_arrow_type(dt, *, timezone=...)
+_TIMEZONE_KEYWORD = "timezone" in inspect.signature(to_arrow_type).parameters
+
+
+def arrow_type(data_type: DataType) -> pa.DataType:
+    """The Arrow type Spark's Python worker expects for `data_type` in a reader's batches
+    (timestamps in UTC), whichever spelling this pyspark's converter has."""
+    if _TIMEZONE_KEYWORD:
+        return to_arrow_type(data_type, timezone="UTC")
+    return to_arrow_type(data_type, timestamp_utc=True)  # type: ignore[call-arg]
 
 
 # -- the API, or stand-ins where this pyspark has none --------------------------------------

@@ -46,7 +46,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import DataType, StructType
 
 from connector.client import Admin
@@ -64,6 +63,7 @@ from connector.spark.compat import (
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    arrow_type,
     needs,
 )
 from connector.spark.offsets import QueueRef, canonical, flatten, unflatten
@@ -181,7 +181,7 @@ def _arrow_type(data_type: DataType) -> pa.DataType | None:
     """The Arrow type Spark's Python worker checks `read()`'s batches against (its own
     conversion, timezone UTC), or None for a type it cannot convert."""
     try:
-        return to_arrow_type(data_type, timezone="UTC")
+        return arrow_type(data_type)
     except (PySparkException, TypeError, ValueError):
         return None
 
