@@ -115,9 +115,11 @@ SPARK_SMOKE_TESTS = ["tests/connector/test_spark_versions.py"]
 LANE_UNCONSTRAINED = frozenset({"pyspark", "py4j", "delta-spark"})
 LANE_SKIPPED_EXTRAS = frozenset({"spark", "fuzz", "docs"})  # pyspark comes from the lane
 # pytest arguments for a lane's known pyspark defects (the suite turns warnings into errors):
-# 4.0's DataFrame.collect() leaves its result socket to the garbage collector (pyspark/util.py
-# _load_from_socket), a ResourceWarning in every test that collects.
-LANE_PYTEST_ARGS = {"4.0": ["-W", "ignore:unclosed <socket.socket:ResourceWarning"]}
+# 4.0's and 4.1's DataFrame.collect() leaves its result socket to the garbage collector
+# (pyspark/util.py _load_from_socket; closed from 4.2 on), a ResourceWarning in every test that
+# collects.
+_COLLECT_SOCKET = ["-W", "ignore:unclosed <socket.socket:ResourceWarning"]
+LANE_PYTEST_ARGS = {"4.0": _COLLECT_SOCKET, "4.1": _COLLECT_SOCKET}
 
 
 def _install_fingerprint() -> str:
