@@ -41,9 +41,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from conf import (
-    BadValueError,
-    parse_bool,
-    parse_duration_ms,
     read_credentials_file,
     unknown_key_message,
 )
@@ -64,6 +61,14 @@ from connector.spark.offsets import (
     TopicOffsets,
     parse_offsets_json,
     parse_queue_key,
+)
+from connector.spark.option_values import (
+    option_bool,
+    option_choice,
+    option_duration_ms,
+    option_int,
+    option_name,
+    option_string_map,
 )
 
 __all__ = [
@@ -200,9 +205,7 @@ WRITE_OPTIONS = frozenset((
 # passes both to the sink as options): accepted, unused.
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
-_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # the broker's topic/group rule
 _PUT_STATUSES = frozenset(entry.name for entry in CODES.values() if entry.stored)
-INT_MAX = (1 << 63) - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,51 +289,6 @@ def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, s
     return result
 
 
-def _int(values: dict[str, str], name: str, default: int | None, low: int,
-         high: int = INT_MAX) -> int | None:
-    text = values.get(name)
-    if text is None:
-        return default
-    try:
-        number = int(text.strip())
-    except ValueError as err:
-        raise OptionError(f"option {name}: {text!r} is not an integer") from err
-    if not low <= number <= high:
-        raise OptionError(f"option {name}: {number} is outside [{low}, {high}]")
-    return number
-
-
-def _bool(values: dict[str, str], name: str, default: bool) -> bool:
-    text = values.get(name)
-    if text is None:
-        return default
-    try:
-        return parse_bool(text, f"option {name}")
-    except BadValueError as err:
-        raise OptionError(str(err)) from err
-
-
-def _duration_ms(values: dict[str, str], name: str, default: int, *, low: int = 0) -> int:
-    """Milliseconds: a bare number, or with a unit as Spark's timeStringAsMs takes it."""
-    text = values.get(name)
-    if text is None:
-        return default
-    try:
-        duration_ms = parse_duration_ms(text, f"option {name}")
-    except BadValueError as err:
-        raise OptionError(str(err)) from err
-    if duration_ms < low:
-        raise OptionError(f"option {name}: {text!r} is below {low} ms")
-    return duration_ms
-
-
-def _name(name: str, value: str) -> str:
-    if not _NAME_PATTERN.match(value):
-        raise OptionError(f"option {name}: {value!r} must match ^[%|a-zA-Z0-9_-]+$ "
-                          f"(at most 127 characters)")
-    return value
-
-
 def _client_config(values: dict[str, str]) -> tuple[ClientTLS, str | None]:
     """The clientConfig file's TLS settings, and the file that holds the user's keys (the
     client.properties itself when it has secretKey=, or the credentialsFile= it names; None:
@@ -409,7 +367,7 @@ def _subscription(values: dict[str, str]
         raise OptionError(f"exactly one of options {SUBSCRIBE}, {SUBSCRIBE_PATTERN}, {ASSIGN} "
                           f"is required, got {given or 'none'}")
     if SUBSCRIBE in values:
-        topics = tuple(_name(SUBSCRIBE, part.strip())
+        topics = tuple(option_name(SUBSCRIBE, part.strip())
                        for part in values[SUBSCRIBE].split(",") if part.strip())
         if not topics:
             raise OptionError(f"option {SUBSCRIBE}: {values[SUBSCRIBE]!r} names no topic")
@@ -436,7 +394,7 @@ def _assign(text: str) -> TopicOffsets:
                           f'...]}}, got {text[:200]!r}')
     result: TopicOffsets = {}
     for topic, keys in value.items():
-        _name(ASSIGN, topic)
+        option_name(ASSIGN, topic)
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
             raise OptionError(f"option {ASSIGN}: topic {topic!r} must map to a non-empty list of "
                               "'<brokerName>:<queueId>' strings")
@@ -458,7 +416,7 @@ def _by_timestamp(values: dict[str, str], json_option: str, single_option: str
     by_timestamp = None
     if json_option in values:
         by_timestamp = parse_offsets_json(values[json_option], json_option, low=0)
-    single = _int(values, single_option, None, 0)
+    single = option_int(values, single_option, None, 0)
     if by_timestamp is not None and single is not None:
         raise OptionError(f"options {single_option} and {json_option} exclude each other")
     return by_timestamp, single
@@ -470,16 +428,9 @@ def _group_id(values: dict[str, str]) -> str | None:
         raise OptionError(f"options {GROUP_ID} and {GROUP_ID_PREFIX} exclude each other "
                           f"({GROUP_ID_PREFIX} makes a group per reader: <prefix>-<id>)")
     if prefix is not None:
-        _name(GROUP_ID_PREFIX, prefix)
-        return _name(GROUP_ID_PREFIX, f"{prefix}-{uuid.uuid4().hex[:12]}")
-    return None if group_id is None else _name(GROUP_ID, group_id)
-
-
-def _choice(values: dict[str, str], name: str, allowed: tuple[str, ...]) -> str:
-    text = values.get(name, allowed[0]).strip().lower()
-    if text not in allowed:
-        raise OptionError(f"option {name}: {values[name]!r} must be one of {', '.join(allowed)}")
-    return text
+        option_name(GROUP_ID_PREFIX, prefix)
+        return option_name(GROUP_ID_PREFIX, f"{prefix}-{uuid.uuid4().hex[:12]}")
+    return None if group_id is None else option_name(GROUP_ID, group_id)
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
@@ -493,38 +444,38 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
                                                      STARTING_TIMESTAMP)
     ending_by_timestamp, ending_timestamp = _by_timestamp(values, ENDING_OFFSETS_BY_TIMESTAMP,
                                                           ENDING_TIMESTAMP)
-    max_per_trigger = _int(values, MAX_OFFSETS_PER_TRIGGER, None, 1)
-    min_per_trigger = _int(values, MIN_OFFSETS_PER_TRIGGER, None, 1)
+    max_per_trigger = option_int(values, MAX_OFFSETS_PER_TRIGGER, None, 1)
+    min_per_trigger = option_int(values, MIN_OFFSETS_PER_TRIGGER, None, 1)
     if max_per_trigger is not None and min_per_trigger is not None \
             and min_per_trigger > max_per_trigger:
         raise OptionError(f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) must be <= "
                           f"{MAX_OFFSETS_PER_TRIGGER} ({max_per_trigger})")
     return SourceOptions(
         brokers=brokers, controller=controller,
-        request_timeout_ms=_duration_ms(values, REQUEST_TIMEOUT_MS, 10_000, low=1),
+        request_timeout_ms=option_duration_ms(values, REQUEST_TIMEOUT_MS, 10_000, low=1),
         subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=_starting(values), starting_by_timestamp=by_timestamp,
         starting_timestamp_ms=starting_timestamp, ending=_ending(values),
         ending_by_timestamp=ending_by_timestamp, ending_timestamp_ms=ending_timestamp,
-        starting_strategy=_choice(values, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, STRATEGIES),
-        fail_on_data_loss=_bool(values, FAIL_ON_DATA_LOSS, True), tls=tls,
+        starting_strategy=option_choice(values, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, STRATEGIES),
+        fail_on_data_loss=option_bool(values, FAIL_ON_DATA_LOSS, True), tls=tls,
         max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
-        max_trigger_delay_ms=_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
-        min_partitions=_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
-        min_rows_per_partition=_int(values, MIN_ROWS_PER_PARTITION,  # type: ignore[arg-type]
+        max_trigger_delay_ms=option_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
+        min_partitions=option_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
+        min_rows_per_partition=option_int(values, MIN_ROWS_PER_PARTITION,  # type: ignore[arg-type]
                                     MIN_ROWS_PER_PARTITION_DEFAULT, 0, 1 << 40),
-        max_records_per_partition=_int(values, MAX_RECORDS_PER_PARTITION, None, 1),
+        max_records_per_partition=option_int(values, MAX_RECORDS_PER_PARTITION, None, 1),
         tag_filter=_tag_filter(values),
-        read_from_replicas=_bool(values, READ_FROM_REPLICAS, False),
+        read_from_replicas=option_bool(values, READ_FROM_REPLICAS, False),
         group_id=_group_id(values),
-        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
-        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
-        fetch_timeout_ms=_duration_ms(values, FETCH_TIMEOUT_MS, 60_000, low=1),
-        read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
+        fetch_max_messages=option_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
+        fetch_max_bytes=option_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
+        fetch_timeout_ms=option_duration_ms(values, FETCH_TIMEOUT_MS, 60_000, low=1),
+        read_cold_from_tier=option_bool(values, READ_COLD_FROM_TIER, False),
         tier_storage_options=_tier_storage_options(values),
         columns=_columns(values),
         credentials=_credentials(values, keys_file),
-        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
+        worker_gc_freeze=option_bool(values, WORKER_GC_FREEZE, True),
     )
 
 
@@ -559,8 +510,8 @@ def _credentials(values: Mapping[str, str], keys_file: str | None = None
 def _columns(values: dict[str, str]) -> tuple[str, ...]:
     """The default schema's columns: `columns` (a list, or * for all), else the lean default
     plus what includeProperties / includeMetadata add. `columns` excludes the other two."""
-    include_properties = _bool(values, INCLUDE_PROPERTIES, False)
-    include_metadata = _bool(values, INCLUDE_METADATA, False)
+    include_properties = option_bool(values, INCLUDE_PROPERTIES, False)
+    include_metadata = option_bool(values, INCLUDE_METADATA, False)
     text = values.get(COLUMNS)
     if text is None:
         return with_extras(include_properties=include_properties,
@@ -586,7 +537,7 @@ def _columns(values: dict[str, str]) -> tuple[str, ...]:
 
 def _tier_storage_options(values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """tierStorageOptions, with tierS3AccessKeyId / tierS3SecretAccessKey as `key`/`secret`."""
-    merged = dict(_string_map(values, TIER_STORAGE_OPTIONS))
+    merged = dict(option_string_map(values, TIER_STORAGE_OPTIONS))
     for option, key in ((TIER_S3_ACCESS_KEY_ID, "key"), (TIER_S3_SECRET_ACCESS_KEY, "secret")):
         if option in values:
             if key in merged:
@@ -594,21 +545,6 @@ def _tier_storage_options(values: Mapping[str, str]) -> tuple[tuple[str, str], .
                                   f"{TIER_STORAGE_OPTIONS}; give it once")
             merged[key] = values[option]
     return tuple(sorted(merged.items()))
-
-
-def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str], ...]:
-    """A JSON object of strings (e.g. S3 endpoint and credentials), sorted key/value pairs."""
-    text = values.get(option)
-    if text is None:
-        return ()
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError) as err:
-        raise OptionError(f"option {option}: not JSON ({str(err)[:100]})") from None
-    if not isinstance(parsed, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
-        raise OptionError(f"option {option}: expected a JSON object of strings")
-    return tuple(sorted(parsed.items()))
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -626,14 +562,14 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                           f"from {sorted(_PUT_STATUSES)} (unknown: {unknown})")
     return SinkOptions(
         brokers=brokers, controller=controller,
-        request_timeout_ms=_duration_ms(values, REQUEST_TIMEOUT_MS, 10_000, low=1),
-        topic=None if topic is None else _name(TOPIC, topic),
+        request_timeout_ms=option_duration_ms(values, REQUEST_TIMEOUT_MS, 10_000, low=1),
+        topic=None if topic is None else option_name(TOPIC, topic),
         accept_statuses=statuses,
-        exactly_once=_bool(values, EXACTLY_ONCE, True),
-        write_batch_rows=_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
-        write_batch_bytes=_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
+        exactly_once=option_bool(values, EXACTLY_ONCE, True),
+        write_batch_rows=option_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
+        write_batch_bytes=option_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
                                64 << 20),
         tls=tls,
         credentials=_credentials(values, keys_file),
-        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
+        worker_gc_freeze=option_bool(values, WORKER_GC_FREEZE, True),
     )

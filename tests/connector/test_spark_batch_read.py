@@ -163,7 +163,7 @@ def test_declared_schema_projects_the_columns(spark, broker, loaded) -> None:
     assert [(f.name, f.dataType.simpleString()) for f in projected.schema.fields] == [
         ("queueId", "int"), ("body", "binary")]
     full = read(spark, broker, subscribe=TOPIC)
-    assert "brokerName" not in full.columns
+    assert "msgId" not in full.columns
     assert projected.count() == QUEUES * PER_QUEUE
     assert_df_equality(projected, full.select("queueId", "body"), ignore_row_order=True)
 
