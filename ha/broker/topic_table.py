@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ha.broker.arrow_codec import block_to_batch
 from ha.broker.table_plan import (
@@ -47,8 +47,9 @@ from ha.broker.table_plan import (
 from storage_engine import GetStatus, MessageStore, StoreConfig
 from storage_engine.tiered import resolve_tier_url
 
-__all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "PassResult", "TableLimits", "TopicTableWriter",
-           "table_storage_options", "table_uri", "tier_table_uri", "to_table_rows"]
+__all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "CommitFailedError", "PassResult", "TableLimits",
+           "TopicTableWriter", "table_storage_options", "table_uri", "tier_table_uri",
+           "to_table_rows"]
 
 TABLES_PREFIX = "tables"
 PARTITION_COLUMN = "storeDate"

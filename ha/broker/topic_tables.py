@@ -27,20 +27,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from deltalake.exceptions import CommitFailedError
-
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import TopicConfig
 from ha.broker.topic_log import TopicLog
-from ha.broker.topic_table import (
-    PassResult,
-    TableLimits,
-    TopicTableWriter,
-    table_storage_options,
-    tier_table_uri,
-)
 from storage_engine import MessageStore
 from storage_engine.tiered import backoff_ms
+
+_TABLE_IO_MISSING = ""  # why topic tables cannot run here (set when deltalake is missing)
+try:  # deltalake is an optional dependency (`rocketha[tables]`): a broker runs without it
+    from ha.broker import topic_table as table_io
+except ModuleNotFoundError as err:
+    table_io = None  # type: ignore[assignment]
+    _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
+                         f"'rocketha[tables]'): {err}")
 
 __all__ = ["TopicTables"]
 
@@ -52,7 +51,7 @@ RETRY_BACKOFF_MAX_MS = 60_000  # longest wait after failures in a row (object st
 
 @dataclasses.dataclass
 class _TopicState:
-    writer: TopicTableWriter
+    writer: table_io.TopicTableWriter | None  # None: deltalake is not installed
     failures: int = 0
     retry_at_ms: int = 0
     fenced_epoch: int | None = None  # the epoch a newer master's fence was seen under
@@ -78,9 +77,8 @@ class TopicTables:
         self.topics = topics
         self.master_epoch = master_epoch
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
-        self._limits = TableLimits(config.topic_table_commit_rows_max,
-                                   config.topic_table_commit_bytes_max)
-        self._storage_options = table_storage_options(config.store)
+        self._storage_options = (None if table_io is None
+                                 else table_io.table_storage_options(config.store))
         self._states: dict[str, _TopicState] = {}
         self._lock = threading.Lock()  # _states and counters, against stats() readers
         self._stop = threading.Event()
@@ -134,10 +132,13 @@ class TopicTables:
         with self._lock:
             state = self._states.get(topic.name)
             if state is None:
-                writer = TopicTableWriter(
+                writer = None if table_io is None else table_io.TopicTableWriter(
                     self.store, topic=topic.name, broker_name=self.config.broker_name,
-                    uri=tier_table_uri(self.config.store, self.config.store_dir, topic.name),
-                    storage_options=self._storage_options, limits=self._limits)
+                    uri=table_io.tier_table_uri(self.config.store, self.config.store_dir,
+                                                topic.name),
+                    storage_options=self._storage_options,
+                    limits=table_io.TableLimits(self.config.topic_table_commit_rows_max,
+                                                self.config.topic_table_commit_bytes_max))
                 state = self._states[topic.name] = _TopicState(writer)
             return state
 
@@ -146,12 +147,15 @@ class TopicTables:
         now_ms = self._clock_ms()
         if state.retry_at_ms > now_ms or state.fenced_epoch == epoch:
             return False
+        if state.writer is None:
+            self._failed(state, topic.name, RuntimeError(_TABLE_IO_MISSING), now_ms)
+            return False
         queue_ids = {queue_id for name, queue_id in self.store.queues() if name == topic.name}
         queue_ids.update(range(topic.read_queue_nums))
         for attempt in range(1, COMMIT_ATTEMPTS_MAX + 1):
             try:
                 result = state.writer.run_pass(epoch, queue_ids)
-            except CommitFailedError as err:
+            except table_io.CommitFailedError as err:
                 with self._lock:
                     state.lost_races += 1
                 logger.info("topic table %s: commit attempt %d/%d lost to another writer "
@@ -165,7 +169,8 @@ class TopicTables:
             return result.more
         return True  # lost every attempt: try again at once
 
-    def _done(self, state: _TopicState, topic: str, result: PassResult, epoch: int) -> None:
+    def _done(self, state: _TopicState, topic: str, result: table_io.PassResult,
+              epoch: int) -> None:
         with self._lock:
             state.failures = 0
             state.retry_at_ms = 0
@@ -204,7 +209,7 @@ class TopicTables:
     def stats(self) -> dict[str, Any]:
         """For `broker info`: the role seen last, and per table topic its progress."""
         with self._lock:
-            topics = {name: {"uri": state.writer.uri, "commits": state.commits,
+            topics = {name: {"uri": state.writer and state.writer.uri, "commits": state.commits,
                              "rows": state.rows, "pending_messages": state.pending,
                              "last_commit_ms": state.last_commit_ms,
                              "last_version": state.last_version,

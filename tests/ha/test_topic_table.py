@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from ha.broker import topic_tables as topic_tables_module
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import TopicConfig
 from ha.broker.table_plan import fence_app_id, fence_version, queue_app_id, split_fence
@@ -254,3 +255,15 @@ def test_an_object_store_failure_is_counted_and_backed_off_never_raised(
     assert state["failures_in_a_row"] == 1 and state["last_error"] is not None
     service.run_pass()  # within the backoff: not tried again
     assert service.stats()["topics"][TOPIC]["failures_in_a_row"] == 1
+
+
+def test_without_deltalake_a_table_topic_reports_it_and_the_broker_goes_on(
+        store: MessageStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(topic_tables_module, "table_io", None)
+    monkeypatch.setattr(topic_tables_module, "_TABLE_IO_MISSING", "topic tables need deltalake")
+    put(store, 4)
+    service = tables(store, tmp_path, [TopicConfig(TOPIC, QUEUES, QUEUES, table="delta")])
+    assert service.run_pass() is False
+    state = service.stats()["topics"][TOPIC]
+    assert state["last_error"]["message"] == "topic tables need deltalake"
+    assert state["uri"] is None
