@@ -14,6 +14,9 @@ the master's confirmed end offsets (a condition with a deadline, never a sleep).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -57,10 +60,18 @@ def _producer_config(cluster: FailoverCluster) -> ClientConfig:
                         send_deadline_ms=10_000, retries_max=60, backoff_max_ms=300)
 
 
-def _create_table_topic(cluster: FailoverCluster, master: str) -> None:
-    admin = Admin(ClientConfig(brokers=(cluster.endpoint(master),)))
-    created = admin.create_topic(TOPIC, queues=QUEUES, table="delta")
-    assert created["table"] == "delta"
+def _create_table_topic(cluster: FailoverCluster, master: str, *, cli: bool = False) -> None:
+    """The topic, with table=delta: through the API, or rocketha-admin as a user runs it."""
+    if not cli:
+        admin = Admin(ClientConfig(brokers=(cluster.endpoint(master),)))
+        assert admin.create_topic(TOPIC, queues=QUEUES, table="delta")["table"] == "delta"
+        return
+    done = subprocess.run([sys.executable, "-m", "rocketha_admin", "--controller",
+                           cluster.controller_addr, "topic", "create", "--topic", TOPIC,
+                           "--queues", str(QUEUES), "--table", "delta", "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [row["table"] for row in json.loads(done.stdout)] == ["delta"]
 
 
 def _table_next_offsets(uri: str) -> list[int | None]:
@@ -109,7 +120,7 @@ def test_the_table_holds_every_acked_message_once(tmp_path: Path) -> None:
         cluster, uri = _cluster(tmp_path)
         master, info = cluster.wait_master(SET_A)
         cluster.wait_full_sync_state_set(master, 3)
-        _create_table_topic(cluster, master)
+        _create_table_topic(cluster, master, cli=True)
         load = Load(_producer_config(cluster), TOPIC, "r" + uuid.uuid4().hex[:8],
                     messages_max=600).start()
         load.wait_acks(600, timeout_s=60)
