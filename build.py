@@ -32,6 +32,9 @@
                                       cluster)
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
                                       (targets in tests/fuzz/targets.py; `fuzz all` runs each)
+    python3 build.py test-install     build the wheel, install it per role into fresh venvs under
+                                      /work/venvs (or $ROCKETHA_VENVS) and run the install tests
+                                      (tests/test_install_roles.py, marked slow: ~2 minutes)
     python3 build.py lint             ruff check of the whole tree (prints the count; exit 1 if any)
     python3 build.py docs             the documentation site, built strictly into site/ (a
                                       broken link, a page missing from the nav or any warning fails)
@@ -62,7 +65,8 @@ VENV_DIR = ROOT / ".venv"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 CONSTRAINTS_FILE = ROOT / "constraints.txt"  # exact versions; pyproject.toml has the ranges
-EXTRAS = "spark,test,fuzz,docs"
+# Every extra but bench: development needs each role (docs/install.md); bench installs itself.
+EXTRAS = "server,s3,spark,rocketmq,test,fuzz,docs"
 DEFAULT_SUITE_ARGS = ["--durations=15"]  # `test` without pytest arguments: 15 slowest last
 BENCHES = {
     "tier": "tests/bench/bench_tier.py",
@@ -208,6 +212,11 @@ def test(pytest_args: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
 
 
+def test_install(args: list[str]) -> int:
+    """The install tests (slow): wheel, fresh venvs, the base and spark roles."""
+    return test(["-m", "slow", "tests/test_install_roles.py", *args])
+
+
 def bench_all(python: Path) -> int:
     """Each benchmark with --json; the last line of each is its figures. One JSON file."""
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -337,6 +346,8 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "test":
         return test(rest)
+    if command == "test-install":
+        return test_install(rest)
     if command == "bench":
         return bench(rest)
     if command == "sim":
