@@ -140,6 +140,24 @@ def test_an_s3_tier_without_s3fs_is_refused_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "store").exists()  # refused before the store was opened
 
 
+def test_a_cluster_without_the_rocketmq_extra_starts_no_proxy(tmp_path: Path) -> None:
+    """`rocketha-cluster up` with controllers: no endpoint by default, refused when asked."""
+    code = ("import argparse, sys\n"
+            "sys.modules['grpc'] = None\n"
+            "from ha.cluster.main import _proxy_up\n"
+            "parser = argparse.ArgumentParser(prog='rocketha-cluster up')\n"
+            "_proxy_up(None, argparse.Namespace(grpc_port=None), '127.0.0.1:1', parser, '')\n"
+            "_proxy_up(None, argparse.Namespace(grpc_port=8081), '127.0.0.1:1', parser, '')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=False, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = "rocketha-proxy needs the rocketmq extra (no module grpc): pip install " \
+           "'rocketha[rocketmq]'"
+    assert result.stdout == f"no RocketMQ gRPC endpoint: {line}\n"
+    assert result.returncode == 2
+    assert result.stderr.endswith(f"rocketha-cluster up: error: --grpc-port: {line}\n")
+
+
 # -- slow: the wheel in fresh venvs --------------------------------------------------------
 
 def _venvs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
