@@ -11,8 +11,8 @@ None`, which is what `importlib.util.find_spec` reports for a module that is not
 Slow (`python3 build.py test-install`): the wheel built and installed into fresh venvs under
 /work/venvs ($ROCKETHA_VENVS), the base one with its base dependencies alone, running a client
 round trip against a broker of this checkout and each console script; the spark one on a real
-pre-installed pyspark ($ROCKETHA_PRESET_PYSPARK, default: this suite's version, from pip's
-cache), then `rocketha-pipeline submit files` under the venv's spark-submit into that broker.
+pre-installed pyspark ($ROCKETHA_PRESET_PYSPARK, default: the oldest the spark extra accepts),
+then `rocketha-pipeline submit files` under the venv's spark-submit into that broker.
 """
 
 from __future__ import annotations
@@ -267,7 +267,14 @@ def test_base_install_is_a_client(wheel: Path, checkout_broker: BrokerProcess,
 
 
 def _preset_pyspark() -> str:
-    return os.environ.get("ROCKETHA_PRESET_PYSPARK") or importlib.metadata.version("pyspark")
+    """$ROCKETHA_PRESET_PYSPARK, else the oldest release the spark extra accepts (4.0 -> 4.0.0):
+    the one a newer floor or a dependency's ceiling would replace first."""
+    chosen = os.environ.get("ROCKETHA_PRESET_PYSPARK", "")
+    if chosen:
+        return chosen
+    spark = PYPROJECT["project"]["optional-dependencies"]["spark"]
+    (floor,) = [m.group(1) for r in spark if (m := re.match(r"pyspark>=([0-9.]+)", r))]
+    return ".".join([*floor.split("."), "0", "0"][:3])
 
 
 @pytest.mark.slow
