@@ -9,6 +9,8 @@ extra of pyproject.toml (docs/install.md):
     s3         s3fs                     tieredStoreUrl=s3://... (brokers), readColdFromTier from
                                         S3 (Spark executors)
     spark      pyspark, deltalake       the connector inside Spark, rocketha-pipeline submit
+    tables     deltalake                topic tables on brokers (a table topic without it
+                                        reports the missing package: docs/topic-tables.md)
     rocketmq   grpc, rocketmq           rocketha-proxy
 
 rocketha-admin and rocketha-console need the base install only.
@@ -35,6 +37,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "s3": ("s3fs",),
     "server": ("cryptography", "prometheus_client"),
     "spark": ("deltalake", "pyspark"),
+    "tables": ("deltalake",),
 }
 
 
