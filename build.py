@@ -32,6 +32,9 @@
                                       cluster)
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
                                       (targets in tests/fuzz/targets.py; `fuzz all` runs each)
+    python3 build.py test-install     build the wheel, install it per role into fresh venvs under
+                                      /work/venvs (or $ROCKETHA_VENVS) and run the install tests
+                                      (tests/test_install_roles.py, marked slow: ~2 minutes)
     python3 build.py lint             ruff over the whole tree (prints the counts; exit 1 if any),
                                       then mypy --strict on MYPY_STRICT_PATHS
     python3 build.py docs             the documentation site, built strictly into site/ (a
@@ -63,7 +66,8 @@ VENV_DIR = ROOT / ".venv"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 CONSTRAINTS_FILE = ROOT / "constraints.txt"  # exact versions; pyproject.toml has the ranges
-EXTRAS = "spark,test,fuzz,docs"
+# Every extra but bench: development needs each role (docs/install.md); bench installs itself.
+EXTRAS = "server,s3,spark,tables,rocketmq,test,fuzz,docs"
 DEFAULT_SUITE_ARGS = ["--durations=15"]  # `test` without pytest arguments: 15 slowest last
 BENCHES = {
     "tier": "tests/bench/bench_tier.py",
@@ -212,6 +216,11 @@ def test(pytest_args: list[str]) -> int:
     argv = [str(python), "-m", "pytest", *(pytest_args or DEFAULT_SUITE_ARGS)]
     print("+", " ".join(argv), flush=True)
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+
+
+def test_install(args: list[str]) -> int:
+    """The install tests (slow): wheel, fresh venvs, the base and spark roles."""
+    return test(["-m", "slow", "tests/test_install_roles.py", *args])
 
 
 def bench_all(python: Path) -> int:
@@ -363,6 +372,8 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "test":
         return test(rest)
+    if command == "test-install":
+        return test_install(rest)
     if command == "bench":
         return bench(rest)
     if command == "sim":

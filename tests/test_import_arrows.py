@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = frozenset({"conf", "storage_engine", "ha", "controller", "connector", "spark_app",
-                  "examples", "pyspark_rocketha", "rocketha_cold", "rocketha_admin"})
+                  "examples", "pyspark_rocketha", "rocketha_cold", "rocketha_admin",
+                  "rocketha_scripts"})
 
 # importer prefix -> the prefixes of ours it may import (its own prefix always allowed); the
 # longest matching importer prefix decides.
@@ -37,6 +38,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "pyspark_rocketha": ("connector", "rocketha_cold"),
     "rocketha_cold": ("conf", "connector", "storage_engine"),
     "rocketha_admin": ("conf", "connector", "controller.admin"),
+    # the console scripts' shims: check the extra (conf.extras), then import the real main
+    "rocketha_scripts": ("conf", "ha.broker", "ha.cluster", "controller", "connector.rmq_proxy"),
     "examples": ("conf", "connector", "ha.cluster", "spark_app", "storage_engine"),
 }
 # Entry-point modules that load a command's heavy modules only when that command runs (the

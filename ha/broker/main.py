@@ -21,6 +21,7 @@ from types import FrameType
 
 import pyarrow as pa
 
+from conf.extras import extra_refusal
 from conf.process import Program, refuse, start_server
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(started, int):
         return started  # refused (or --example-conf printed): conf/process.py said why
     config = started.config
+    tier_url = config.store.tiered.url
+    if config.store.tiered.enabled and tier_url.startswith(("s3://", "s3a://")):
+        refusal = extra_refusal(PROGRAM.name, "s3", purpose=f"tieredStoreUrl {tier_url}")
+        if refusal is not None:
+            return refuse(PROGRAM.name, refusal)
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())

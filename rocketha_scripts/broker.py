@@ -1,0 +1,12 @@
+"""`rocketha-broker`: the server extra's check, then ha.broker.main.
+
+The entry-point shim pattern (conf/extras.py): the check runs before the import it guards.
+"""
+
+from conf.extras import require_extra
+
+require_extra("rocketha-broker", "server")
+
+from ha.broker.main import main  # noqa: E402 - after the check, on purpose
+
+__all__ = ["main"]
