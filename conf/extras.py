@@ -15,7 +15,8 @@ extra of pyproject.toml (docs/install.md):
 
 rocketha-admin and rocketha-console need the base install only.
 
-The entry-point shim pattern: a console script's entry point is a module of rocketha_scripts/
+The entry-point shim pattern: a console script's entry point is a module beside its package's
+main (ha/broker_entry.py, ha/cluster_entry.py, controller/entry.py, connector/rmq_proxy_entry.py)
 whose first statement is `require_extra(...)` and whose next is the import of the real main,
 so a missing extra is one line on standard error and exit status 2 (conf/process.py's refusal)
 instead of an ImportError traceback from deep inside the server's import graph. The check only

@@ -10,7 +10,7 @@ PACKAGES = [
     "conf", "connector", "connector.admin", "connector.client", "connector.protocol",
     "connector.rmq_proxy", "connector.spark", "controller", "controller.admin", "controller.api",
     "controller.auth", "controller.console", "controller.raft", "examples", "examples.demo", "ha",
-    "ha.broker", "ha.cluster", "ha.replication", "rocketha_scripts", "storage_engine",
+    "ha.broker", "ha.cluster", "ha.replication", "storage_engine",
     "storage_engine.tiered",
 ]
 

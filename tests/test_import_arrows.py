@@ -16,8 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = frozenset({"conf", "storage_engine", "ha", "controller", "connector", "spark_app",
-                  "examples", "pyspark_rocketha", "rocketha_cold", "rocketha_admin",
-                  "rocketha_scripts"})
+                  "examples", "pyspark_rocketha", "rocketha_cold", "rocketha_admin"})
 
 # importer prefix -> the prefixes of ours it may import (its own prefix always allowed); the
 # longest matching importer prefix decides.
@@ -28,6 +27,11 @@ RULES: dict[str, tuple[str, ...]] = {
     "connector.protocol": (),  # the wire: nothing of ours
     "connector": ("conf", "connector"),
     "ha": (),  # the package's own __init__ (a docstring)
+    # console-script shims: the extra's check, then the real main (conf/extras.py)
+    "ha.broker_entry": ("conf", "ha.broker"),
+    "ha.cluster_entry": ("conf", "ha.cluster"),
+    "controller.entry": ("conf", "controller"),
+    "connector.rmq_proxy_entry": ("conf", "connector.rmq_proxy"),
     "ha.replication": ("conf", "storage_engine", "controller.api", "connector.protocol"),
     "ha.broker": ("conf", "storage_engine", "ha.replication", "controller.api",
                   "connector.protocol"),
@@ -39,7 +43,6 @@ RULES: dict[str, tuple[str, ...]] = {
     "rocketha_cold": ("conf", "connector", "storage_engine"),
     "rocketha_admin": ("conf", "connector", "controller.admin"),
     # the console scripts' shims: check the extra (conf.extras), then import the real main
-    "rocketha_scripts": ("conf", "ha.broker", "ha.cluster", "controller", "connector.rmq_proxy"),
     "examples": ("conf", "connector", "ha.cluster", "spark_app", "storage_engine"),
 }
 # Entry-point modules that load a command's heavy modules only when that command runs (the

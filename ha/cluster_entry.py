@@ -1,6 +1,7 @@
 """`rocketha-cluster`: the server extra's check, then ha.cluster.main.
 
-The entry-point shim pattern (conf/extras.py): the check runs before the import it guards.
+The entry-point shim pattern (conf/extras.py): the check runs before the import it guards,
+and this package's __init__ imports nothing the extra provides.
 """
 
 from conf.extras import require_extra
