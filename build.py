@@ -37,7 +37,11 @@
                                       cluster)
     python3 build.py fuzz TARGET [--seconds N]   coverage-guided fuzzing (atheris) of one decoder
                                       (targets in tests/fuzz/targets.py; `fuzz all` runs each)
-    python3 build.py lint             ruff check of the whole tree (prints the count; exit 1 if any)
+    python3 build.py test-install     build the wheel, install it per role into fresh venvs under
+                                      /work/venvs (or $ROCKETHA_VENVS) and run the install tests
+                                      (tests/test_install_roles.py, marked slow: ~2 minutes)
+    python3 build.py lint             ruff over the whole tree (prints the counts; exit 1 if any),
+                                      then mypy --strict on MYPY_STRICT_PATHS
     python3 build.py docs             the documentation site, built strictly into site/ (a
                                       broken link, a page missing from the nav or any warning fails)
 
@@ -68,7 +72,8 @@ VENV_DIR = ROOT / ".venv"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 STAMP_FILE = VENV_DIR / ".rocketha-install-stamp"
 CONSTRAINTS_FILE = ROOT / "constraints.txt"  # exact versions; pyproject.toml has the ranges
-EXTRAS = "spark,test,fuzz,docs"
+# Every extra but bench: development needs each role (docs/install.md); bench installs itself.
+EXTRAS = "server,s3,spark,tables,rocketmq,test,fuzz,docs"
 DEFAULT_SUITE_ARGS = ["--durations=15"]  # `test` without pytest arguments: 15 slowest last
 BENCHES = {
     "tier": "tests/bench/bench_tier.py",
@@ -314,6 +319,11 @@ def test(args: list[str]) -> int:
             print("build.py test: ruff check failed (fix it, or `build.py lint` for counts)",
                   file=sys.stderr)
             return linted.returncode
+        typed = type_check(python)
+        if typed != 0:
+            print("build.py test: mypy --strict failed on the checked modules (MYPY_STRICT_PATHS)",
+                  file=sys.stderr)
+            return typed
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     argv = [str(python), "-m", "pytest", *(pytest_args or DEFAULT_SUITE_ARGS)]
     print("+", " ".join(argv), flush=True)
@@ -322,6 +332,11 @@ def test(args: list[str]) -> int:
         return code
     lane_code = test_lane(DEFAULT_LANE, [])  # the oldest supported pyspark
     return code or lane_code
+
+
+def test_install(args: list[str]) -> int:
+    """The install tests (slow): wheel, fresh venvs, the base and spark roles."""
+    return test(["-m", "slow", "tests/test_install_roles.py", *args])
 
 
 def bench_all(python: Path) -> int:
@@ -416,12 +431,32 @@ def fuzz(args: list[str]) -> int:
     return 0
 
 
+# mypy --strict (pyproject's [tool.mypy]) runs on these: the shared leaf, the storage engine and
+# the sans-IO cores, whose decisions the simulator and the shells rely on. Grow the list, never
+# shrink it.
+MYPY_STRICT_PATHS = (
+    "conf", "storage_engine", "ha/replication/quorum.py", "ha/replication/put_core.py",
+    "ha/replication/master_core.py", "ha/replication/master_quorum.py",
+    "ha/replication/master_effects.py", "ha/replication/slave_core.py",
+    "ha/replication/role_core.py", "ha/replication/takeover_core.py", "controller/raft",
+    "controller/api", "controller/state.py", "controller/leader_core.py",
+    "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
+    "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
+)
+
+
+def type_check(python: Path) -> int:
+    """mypy --strict over MYPY_STRICT_PATHS (`lint` and `test` run it)."""
+    return subprocess.run([str(python), "-m", "mypy", *MYPY_STRICT_PATHS], cwd=ROOT,
+                          check=False).returncode
+
+
 def lint(args: list[str]) -> int:
-    """ruff over the tree, with counts per rule (`test` runs it first)."""
+    """ruff over the tree, with counts per rule, then mypy (`test` runs both first)."""
     python = setup()
     result = subprocess.run([str(python), "-m", "ruff", "check", ".", "--statistics", *args],
                             cwd=ROOT, check=False)
-    return result.returncode
+    return result.returncode or type_check(python)
 
 
 def docs(args: list[str]) -> int:
@@ -453,6 +488,8 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "test":
         return test(rest)
+    if command == "test-install":
+        return test_install(rest)
     if command == "bench":
         return bench(rest)
     if command == "sim":

@@ -236,7 +236,7 @@ class FlightAuthGate:
         """The verified caller of this call (raises the typed refusal when there is none)."""
         if not self.enabled:
             return ANONYMOUS
-        found = context.get_middleware(MIDDLEWARE_KEY)
+        found: _CallAuth | None = context.get_middleware(MIDDLEWARE_KEY)
         if found is None:
             identity = context.peer_identity()
             identity = identity.decode("utf-8", "replace") if isinstance(identity, bytes) \

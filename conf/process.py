@@ -98,9 +98,10 @@ def start_server(program: Program, argv: list[str] | None, load: Callable[[str],
     if args.conf is None:
         parser.error("--conf is required (--example-conf prints a commented example)")
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    refused: tuple[type[Exception], ...] = (*config_errors, OSError)
     try:
         config = load(args.conf)
-    except (*config_errors, OSError) as err:
+    except refused as err:
         return refuse(program.name, f"bad configuration in {args.conf}: {err}")
     refusal = config.plaintext_refusal()
     if refusal is not None:  # secure by default (README "Transport security")

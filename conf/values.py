@@ -3,8 +3,10 @@
 Every process spells a boolean the same way (RocketMQ's: `true` or `false`, in any case,
 blanks around ignored; nothing else, so `yes` or `1` is an error rather than a silent
 false). Sizes are whole bytes (no `k`/`m`/`g` suffix: no key of ours has accepted one, and a
-conf file read by RocketMQ's tools must mean the same there). Durations are the Spark
-options' `500ms`, `30s`, `15m`/`15min`, `1h`, or a bare number of milliseconds.
+conf file read by RocketMQ's tools must mean the same there). Durations are written as Spark
+writes them (its JavaUtils.timeStringAs: `us`, `ms`, `s`, `m`/`min`, `h`, `d`, any case, as in
+`500ms`, `30s`, `15m`, `1h`, `7d`), or a bare number of milliseconds; microseconds are cut to
+whole milliseconds, as Spark's timeStringAsMs does.
 
 Each parser raises BadValueError, a ValueError whose message names the key (when the caller
 passed one) and the value; `reason` is the message without the key, for callers that put
@@ -17,8 +19,9 @@ import re
 
 __all__ = ["BadValueError", "parse_bool", "parse_duration_ms", "parse_size_bytes"]
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
-_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_US = {None: 1000, "us": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000,
+                "min": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000}
 
 
 class BadValueError(ValueError):
@@ -56,12 +59,14 @@ def parse_size_bytes(text: str, key: str = "") -> int:
 
 
 def parse_duration_ms(text: str, key: str = "") -> int:
-    """A duration in milliseconds: `<n>` (ms), `<n>ms`, `<n>s`, `<n>m`, `<n>min` or `<n>h`.
+    """A duration in milliseconds: `<n>` (ms), or `<n>` with a unit us, ms, s, m, min, h, d.
 
     Raises:
         BadValueError: anything else.
     """
     match = _DURATION.match(text)
     if match is None:
-        raise BadValueError(key, text, f"{text!r} is not a duration like 500ms, 30s, 15m, 1h")
-    return int(match.group(1)) * _DURATION_MS[match.group(2)]
+        raise BadValueError(key, text, f"{text!r} is not a duration like 500ms, 30s, 15m, 1h, "
+                            "2d (units: us, ms, s, m, min, h, d)")
+    unit = None if match.group(2) is None else match.group(2).lower()
+    return int(match.group(1)) * _DURATION_US[unit] // 1000

@@ -221,7 +221,7 @@ class LiveTable:
         """When the first alive master of `replicas` will count as dead if it stays silent
         (None: none will after `now_ms`): the leader's scan runs then, not up to a scan
         interval later. Expiries already past are the scan's business, not a wake-up."""
-        expiries = [expiry for replica in replicas
+        expiries = [expiry for replica in replicas if replica.master_broker_id is not None
                     if (live := self._brokers.get((replica.broker_name,
                                                    replica.master_broker_id))) is not None
                     and (expiry := live.last_heartbeat_ms + self.heartbeat_timeout_ms) > now_ms]
@@ -249,8 +249,8 @@ class LiveTable:
             if not reports:
                 continue
             master = replica.master_broker_id if replica.master_broker_id in alive else None
-            info = reports.get(master) if master is not None else None
-            info = info or reports[min(reports)]
+            found = reports.get(master) if master is not None else None
+            info = found or reports[min(reports)]
             queues.append(QueueRoute(replica.broker_name, info.read_queue_nums,
                                      info.write_queue_nums, info.perm))
             slaves = tuple(m.broker_address for m in replica.brokers

@@ -134,6 +134,8 @@ def block_to_arrow(data: bytes, sizes: np.ndarray, topic: str,
     """
     names = set(schema.names)
     count = len(sizes)
+    if count == 0:
+        return pa.RecordBatch.from_pylist([], schema=schema)
     raw = np.frombuffer(data, dtype=np.uint8)
     size_array = np.asarray(sizes, dtype=np.int64)
     starts = np.zeros(count, dtype=np.int64)

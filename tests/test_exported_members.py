@@ -10,7 +10,8 @@ PACKAGES = [
     "conf", "connector", "connector.admin", "connector.client", "connector.protocol",
     "connector.rmq_proxy", "connector.spark", "controller", "controller.admin", "controller.api",
     "controller.auth", "controller.console", "controller.raft", "examples", "examples.demo", "ha",
-    "ha.broker", "ha.cluster", "ha.replication", "storage_engine", "storage_engine.tiered",
+    "ha.broker", "ha.cluster", "ha.replication", "storage_engine",
+    "storage_engine.tiered",
 ]
 
 

@@ -9,7 +9,6 @@ from there (so the configs come from the wheel's data files, not from the checko
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,26 +18,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.wheel import build_wheel, without_pythonpath
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Built from a copy (a build writes build/ and *.egg-info next to the sources)."""
-    out = tmp_path_factory.mktemp("wheel")
-    source = out / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*cache", ".hypothesis",
-        ".bench-tmp", "demo-data"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", str(source), "-w", str(out)], check=True, cwd=out, timeout=600,
-                   env=_without_pythonpath())
-    (found,) = out.glob("rocketha-*.whl")
-    return found
-
-
-def _without_pythonpath() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_dependencies_are_ranges_without_pyspark(wheel: Path) -> None:
@@ -60,7 +45,7 @@ def test_example_configs_come_from_the_wheel(wheel: Path, tmp_path: Path) -> Non
     python = env_dir / "bin" / "python"
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                     "--no-deps", "-q", str(wheel)], check=True, timeout=300,
-                   env=_without_pythonpath())
+                   env=without_pythonpath())
     # the dependencies from this environment's site-packages (a path entry: its .pth files,
     # among them the checkout's editable install, are not read)
     env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}

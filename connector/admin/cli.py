@@ -8,6 +8,7 @@ one). The controller's own commands (status, cluster, replica, elect, clean, rou
 controller/admin/main.py; rocketha_admin.py picks the tool.
 
     topic create|update --topic T [--queues N | --read-queues R --write-queues W] [--perm P]
+                       [--table delta|none|default]
     topic list | describe --topic T | delete --topic T
     produce --topic T [--body TEXT | --file F | (stdin lines)] [--key K] [--tags T]
             [--property k=v ...]          one message per line of the file or stdin
@@ -95,6 +96,9 @@ def _topic_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     topic.add_argument("--read-queues", type=int, default=None)
     topic.add_argument("--write-queues", type=int, default=None)
     topic.add_argument("--perm", type=int, default=None, help="6 = read+write, 4 read, 2 write")
+    topic.add_argument("--table", choices=["delta", "none", "default"], default=None,
+                       help="materialize the topic as a Delta table under the tier (delta), "
+                       "not (none), or as the broker's topicTableDefault says (default)")
 
 
 def _data_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -191,6 +195,9 @@ def _properties(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, 
 
 
 # -- topics ---------------------------------------------------------------------------------
+_TABLE_VALUES = {"delta": "delta", "none": "none", "default": ""}  # --table -> the attribute
+
+
 def _topic(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Target,
            out: Output) -> int:
     if args.action != "list" and not args.topic:
@@ -198,21 +205,24 @@ def _topic(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
     rows: list[dict[str, Any]] = []
     if args.action in ("create", "update"):
         fields = {"read_queue_nums": args.read_queues or args.queues,
-                  "write_queue_nums": args.write_queues or args.queues, "perm": args.perm}
+                  "write_queue_nums": args.write_queues or args.queues, "perm": args.perm,
+                  "table": None if args.table is None else _TABLE_VALUES[args.table]}
         fields = {key: value for key, value in fields.items() if value is not None}
         for replica_set in target.sets():
             admin = target.admin_of(replica_set.endpoints)
             topic = (admin.update_topic(args.topic, **fields) if args.action == "update"
                      else admin.action("create_topic", {"topic": args.topic, **fields})["topic"])
             rows.append({"replica_set": replica_set.broker_name, **topic})
-        out.rows(["replica_set", "name", "read_queue_nums", "write_queue_nums", "perm"], rows)
+        out.rows(["replica_set", "name", "read_queue_nums", "write_queue_nums", "perm", "table"],
+                 [{"table": "default", **row} for row in rows])
         return 0
     if args.action == "list":
         for replica_set in target.sets():
             rows += [{"replica_set": replica_set.broker_name, **topic} for topic in
                      target.admin_of(replica_set.endpoints).list_topics()]
-        out.rows(["name", "replica_set", "read_queue_nums", "write_queue_nums", "perm"],
-                 sorted(rows, key=lambda row: (row["name"], row["replica_set"])))
+        out.rows(["name", "replica_set", "read_queue_nums", "write_queue_nums", "perm", "table"],
+                 sorted(({"table": "default", **row} for row in rows),
+                        key=lambda row: (row["name"], row["replica_set"])))
         return 0
     if args.action == "delete":
         deleted = _on_sets_having(target, args.topic, lambda admin: admin.delete_topic(

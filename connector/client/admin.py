@@ -32,15 +32,18 @@ class Admin(_Base):
 
     def create_topic(self, topic: str, *, queues: int | None = None,
                      read_queue_nums: int | None = None, write_queue_nums: int | None = None,
-                     perm: int | None = None) -> dict[str, Any]:
+                     perm: int | None = None, table: str | None = None) -> dict[str, Any]:
+        """`table`: "delta" (materialize it as a Delta table), "none", or "" (the broker's
+        topicTableDefault); None leaves it as it is."""
         body: dict[str, Any] = {"topic": topic}
         for name, value in (("read_queue_nums", read_queue_nums or queues),
-                            ("write_queue_nums", write_queue_nums or queues), ("perm", perm)):
+                            ("write_queue_nums", write_queue_nums or queues), ("perm", perm),
+                            ("table", table)):
             if value is not None:
                 body[name] = value
         return self.action("create_topic", body)["topic"]
 
-    def update_topic(self, topic: str, **fields: int) -> dict[str, Any]:
+    def update_topic(self, topic: str, **fields: int | str) -> dict[str, Any]:
         return self.action("update_topic", {"topic": topic, **fields})["topic"]
 
     def delete_topic(self, topic: str) -> bool:

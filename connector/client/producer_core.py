@@ -62,7 +62,7 @@ import dataclasses
 import random
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from connector.protocol import (
     PutReply,
@@ -219,7 +219,7 @@ class _Lane:
 # the broker's reply of a stored batch (one SendResult per row: `results_of`), a SendResult
 # every message gets (MESSAGE_ILLEGAL...), or the error every message gets. Per batch, not
 # per message: the shell makes a message's SendResult only when its future is looked at.
-Outcome = "PutReply | SendResult | BaseException"
+Outcome: TypeAlias = "PutReply | SendResult | BaseException"
 Resolution = tuple[list[Message], Outcome]
 
 

@@ -206,13 +206,13 @@ class PopState:
         kind = record["t"]
         if kind == "snapshot":
             for item in record["states"]:
-                state = QueueState(item["committed"], item["cursor"],
+                restored = QueueState(item["committed"], item["cursor"],
                                    {o: Lease(a, u, n) for o, a, u, n in item["leases"]},
                                    set(item["acked"]), {
                                        o: g for o, g in item.get("groups", ())
                                        if any(o == lease[0] for lease in item["leases"])})
-                state.check()
-                self._states[QueueKey.from_json(item["k"])] = state
+                restored.check()
+                self._states[QueueKey.from_json(item["k"])] = restored
             return
         key = QueueKey.from_json(record["k"])
         state = self._states.get(key)

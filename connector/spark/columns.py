@@ -5,10 +5,18 @@ so every column a read yields crosses the Python worker -> Arrow -> JVM path, us
 default schema therefore holds what most jobs read, as Spark's Kafka source does (key, value,
 topic, partition, offset, timestamp; headers only with includeHeaders):
 
-    default            topic, queueId, queueOffset, key, tags, body, storeTimestamp
+    default            topic, brokerName, queueId, queueOffset, key, tags, body, storeTimestamp
     includeProperties  + properties                      (Kafka's includeHeaders)
-    includeMetadata    + brokerName, msgId, bornTimestamp
+    includeMetadata    + msgId, bornTimestamp
     columns=a,b,...    exactly those, in that order ("*": all 11)
+
+Record identity: (topic, brokerName, queueId, queueOffset) names one record (RECORD_KEY), as
+RocketMQ's MessageQueue is topic + brokerName + queueId. Queue ids restart on every replica set,
+so without brokerName a topic on two sets repeats (topic, queueId, queueOffset). The same
+triple keys the offsets JSON ("<brokerName>:<queueId>", offsets.py). brokerName costs one more
+string column per read (the same value for a whole range); Spark 4.2 refuses a dictionary- or
+run-end-encoded Arrow column where the schema says STRING (DATA_SOURCE_RETURN_SCHEMA_MISMATCH),
+so it is a plain string column, built once per batch (docs/benchmarks/spark.md has its cost).
 
 Added columns take their place in the canonical order below. `.schema(...)` set by the user
 overrides all of this (any subset of the 11, any order).
@@ -25,6 +33,7 @@ __all__ = [
     "DEFAULT_COLUMN_NAMES",
     "METADATA_COLUMN_NAMES",
     "PROPERTIES_COLUMN_NAMES",
+    "RECORD_KEY",
     "SOURCE_COLUMNS",
     "source_ddl",
     "with_extras",
@@ -48,7 +57,8 @@ SOURCE_COLUMNS: tuple[tuple[str, str, pa.DataType, str | None], ...] = (
 )
 ALL_COLUMN_NAMES = tuple(name for name, _, _, _ in SOURCE_COLUMNS)
 PROPERTIES_COLUMN_NAMES = ("properties",)
-METADATA_COLUMN_NAMES = ("brokerName", "msgId", "bornTimestamp")
+METADATA_COLUMN_NAMES = ("msgId", "bornTimestamp")
+RECORD_KEY = ("topic", "brokerName", "queueId", "queueOffset")  # unique per record (see above)
 DEFAULT_COLUMN_NAMES = tuple(name for name in ALL_COLUMN_NAMES
                              if name not in PROPERTIES_COLUMN_NAMES + METADATA_COLUMN_NAMES)
 _DDL_TYPE = {name: ddl for name, ddl, _, _ in SOURCE_COLUMNS}

@@ -68,12 +68,12 @@ from connector.spark.compat import (
 )
 from connector.spark.offsets import QueueRef, canonical, flatten, unflatten
 from connector.spark.options import (
-    ENDING_OFFSETS,
     MAX_OFFSETS_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
     MIN_OFFSETS_PER_TRIGGER,
     SinkOptions,
     SourceOptions,
+    batch_only_options,
     parse_sink_options,
     parse_source_options,
 )
@@ -89,7 +89,6 @@ from connector.spark.planning import (
     admit,
     backlog,
     pack_groups,
-    resolve_offsets,
     split_ranges,
     trigger_waits,
 )
@@ -101,6 +100,7 @@ from connector.spark.source import (
     check_positions,
     check_starting,
     discover,
+    ending_offsets,
     narrow_ranges,
     project_columns,
     read_range,
@@ -143,8 +143,9 @@ class RocketHADataSource(DataSource):
         return BatchReader(*_source_setup(self.options, schema), cold_reader=self.cold_reader)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if ENDING_OFFSETS in self.options:  # as Spark's Kafka source: a stream has no end
-            raise OptionError(f"option {ENDING_OFFSETS} is for batch reads (spark.read); a "
+        batch_only = batch_only_options(self.options)  # type: ignore[arg-type]
+        if batch_only:  # as Spark's Kafka source: a stream has no end
+            raise OptionError(f"option {batch_only[0]} is for batch reads (spark.read); a "
                               "streaming read has no end (use Trigger.AvailableNow to stop at "
                               "the offsets available when the query starts)")
         if not API.admission_control:  # pyspark 4.0, 4.1 (connector.spark.compat)
@@ -211,7 +212,7 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
     if options.read_cold_from_tier:
         cold_parts, ranges = split_cold(ranges, replica_sets, options, cold_reader)
         cold = list(cold_parts)
-    ranges = split_ranges(ranges, options.min_partitions)
+    ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
     parts = cold + [QueueRangePartition(r.ref.topic, r.ref.broker_name,
                                         read_endpoints(replica_sets[r.ref.broker_name],
                                                        options.read_from_replicas),
@@ -219,7 +220,9 @@ def _partitions(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],
                                         r.end_queue_offset)
                     for r in ranges]
     counts = [p.end_queue_offset - p.start_queue_offset for p in parts]  # type: ignore
-    groups = pack_groups(counts, options.min_rows_per_partition, options.min_partitions)
+    min_rows = (options.min_rows_per_partition if options.max_records_per_partition is None
+                else 0)  # packing would undo maxRecordsPerPartition's cut
+    groups = pack_groups(counts, min_rows, options.min_partitions)
     return [parts[group[0]] if len(group) == 1 else
             PackedPartition(tuple(parts[index] for index in group)) for group in groups]
 
@@ -316,8 +319,7 @@ class BatchReader(DataSourceReader):
                       if ref.queue_id in self.pushed.queue_ids}
         start = check_starting(self.options, starting_offsets(
             self.options, replica_sets, bounds, default="earliest"), bounds)
-        end = resolve_offsets(self.options.ending, bounds, option=ENDING_OFFSETS,
-                              default="latest")
+        end = ending_offsets(self.options, replica_sets, bounds)
         ranges = narrow_ranges(
             [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in bounds],
             replica_sets, self.options, self.pushed)

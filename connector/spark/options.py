@@ -14,11 +14,19 @@ the canonical spellings are the constants below.
                accessKey/secretKey or credentialsFile (read on the driver)
     who:       accessKey + secretKey | credentialsFile (instead of clientConfig's keys)
     what:      subscribe | subscribePattern | assign                      (exactly one)
-    from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp, endingOffsets
+    from/to:   startingOffsets, startingOffsetsByTimestamp, startingTimestamp (+
+               startingOffsetsByTimestampStrategy), endingOffsets, endingOffsetsByTimestamp,
+               endingTimestamp (the ending ones: batch reads only)
     how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions,
-               minRowsPerPartition
+               maxRecordsPerPartition, minRowsPerPartition
     columns:   includeProperties, includeMetadata | columns   (the default schema; columns.py)
-    extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId, fetch*/requestTimeoutMs
+    extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId | groupIdPrefix,
+               fetch*/requestTimeoutMs
+
+Durations (maxTriggerDelay, requestTimeoutMs, fetchTimeoutMs) take a bare number of
+milliseconds or a number with a unit, as Spark parses `15m` (conf.values.parse_duration_ms).
+A timestamp option wins over the offsets option of its end (Kafka's precedence); the two
+timestamp options of one end exclude each other.
     sink:      topic, acceptStatuses, exactlyOnce, writeBatchRows, writeBatchBytes
     workers:   workerGcFreeze (source and sink; connector/spark/worker_heap.py)
 """
@@ -28,13 +36,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from conf import (
-    BadValueError,
-    parse_bool,
-    parse_duration_ms,
     read_credentials_file,
     unknown_key_message,
 )
@@ -56,26 +62,39 @@ from connector.spark.offsets import (
     parse_offsets_json,
     parse_queue_key,
 )
+from connector.spark.option_values import (
+    option_bool,
+    option_choice,
+    option_duration_ms,
+    option_int,
+    option_name,
+    option_string_map,
+)
 
 __all__ = [
     "ACCEPT_STATUSES",
     "ACCESS_KEY",
     "ASSIGN",
+    "BATCH_ONLY_OPTIONS",
     "BROKERS",
     "CLIENT_CONFIG",
     "COLUMNS",
     "CONTROLLER",
     "CREDENTIALS_FILE",
     "ENDING_OFFSETS",
+    "ENDING_OFFSETS_BY_TIMESTAMP",
+    "ENDING_TIMESTAMP",
     "EXACTLY_ONCE",
     "FAIL_ON_DATA_LOSS",
     "FETCH_MAX_BYTES",
     "FETCH_MAX_MESSAGES",
     "FETCH_TIMEOUT_MS",
     "GROUP_ID",
+    "GROUP_ID_PREFIX",
     "INCLUDE_METADATA",
     "INCLUDE_PROPERTIES",
     "MAX_OFFSETS_PER_TRIGGER",
+    "MAX_RECORDS_PER_PARTITION",
     "MAX_TRIGGER_DELAY",
     "MIN_OFFSETS_PER_TRIGGER",
     "MIN_PARTITIONS",
@@ -87,6 +106,7 @@ __all__ = [
     "SECRET_KEY",
     "STARTING_OFFSETS",
     "STARTING_OFFSETS_BY_TIMESTAMP",
+    "STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY",
     "STARTING_TIMESTAMP",
     "SUBSCRIBE",
     "SUBSCRIBE_PATTERN",
@@ -99,6 +119,7 @@ __all__ = [
     "WRITE_OPTIONS",
     "SinkOptions",
     "SourceOptions",
+    "batch_only_options",
     "parse_sink_options",
     "parse_source_options",
 ]
@@ -114,17 +135,30 @@ STARTING_OFFSETS = "startingOffsets"
 STARTING_OFFSETS_BY_TIMESTAMP = "startingOffsetsByTimestamp"
 STARTING_TIMESTAMP = "startingTimestamp"
 ENDING_OFFSETS = "endingOffsets"
+ENDING_OFFSETS_BY_TIMESTAMP = "endingOffsetsByTimestamp"
+ENDING_TIMESTAMP = "endingTimestamp"
+# What a starting timestamp does on a queue with messages but none stored at or after it:
+# "error" fails the query (Kafka's default), "latest" starts that queue at its end.
+STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
+STRATEGIES = ("error", "latest")
+# The options a streaming read refuses (a stream has no end), as Spark's Kafka source does.
+BATCH_ONLY_OPTIONS = (ENDING_OFFSETS, ENDING_OFFSETS_BY_TIMESTAMP, ENDING_TIMESTAMP)
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
 MIN_OFFSETS_PER_TRIGGER = "minOffsetsPerTrigger"
 MAX_TRIGGER_DELAY = "maxTriggerDelay"
 MIN_PARTITIONS = "minPartitions"
+# Cut queue ranges so no read task holds more (Kafka's option; turns minRowsPerPartition's
+# packing off, which would put small ranges back together past it).
+MAX_RECORDS_PER_PARTITION = "maxRecordsPerPartition"
 # Ranges smaller than this share a read task (planning.pack_groups); 0: one task per range.
 MIN_ROWS_PER_PARTITION = "minRowsPerPartition"
 MIN_ROWS_PER_PARTITION_DEFAULT = 500_000
 TAG_FILTER = "tagFilter"
 READ_FROM_REPLICAS = "readFromReplicas"
 GROUP_ID = "groupId"
+# A group of its own per reader: "<prefix>-<12 hex>", for a broker ACL on "Group:<prefix>*"
+GROUP_ID_PREFIX = "groupIdPrefix"
 FETCH_MAX_MESSAGES = "fetchMaxMessages"
 FETCH_MAX_BYTES = "fetchMaxBytes"
 FETCH_TIMEOUT_MS = "fetchTimeoutMs"
@@ -158,10 +192,11 @@ _COMMON = (BROKERS, CONTROLLER, REQUEST_TIMEOUT_MS, CLIENT_CONFIG, ACCESS_KEY, S
 READ_OPTIONS = frozenset((
     *_COMMON,
     SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_OFFSETS_BY_TIMESTAMP,
-    STARTING_TIMESTAMP, ENDING_OFFSETS, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
-    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, MIN_ROWS_PER_PARTITION,
-    TAG_FILTER, READ_FROM_REPLICAS,
-    GROUP_ID, FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
+    STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, ENDING_OFFSETS,
+    ENDING_OFFSETS_BY_TIMESTAMP, ENDING_TIMESTAMP, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER,
+    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION,
+    MIN_ROWS_PER_PARTITION, TAG_FILTER, READ_FROM_REPLICAS, GROUP_ID, GROUP_ID_PREFIX,
+    FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
     TIER_STORAGE_OPTIONS, TIER_S3_ACCESS_KEY_ID, TIER_S3_SECRET_ACCESS_KEY,
     INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
 WRITE_OPTIONS = frozenset((
@@ -170,9 +205,7 @@ WRITE_OPTIONS = frozenset((
 # passes both to the sink as options): accepted, unused.
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
-_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # the broker's topic/group rule
 _PUT_STATUSES = frozenset(entry.name for entry in CODES.values() if entry.stored)
-INT_MAX = (1 << 63) - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,12 +222,16 @@ class SourceOptions:
     starting_by_timestamp: TopicOffsets | None  # topic -> queue key -> epoch ms
     starting_timestamp_ms: int | None
     ending: str | TopicOffsets  # "latest" | JSON (-1 latest); batch reads only
+    ending_by_timestamp: TopicOffsets | None = None  # topic -> queue key -> epoch ms
+    ending_timestamp_ms: int | None = None
+    starting_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
     fail_on_data_loss: bool
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
     min_partitions: int | None
     min_rows_per_partition: int
+    max_records_per_partition: int | None = None
     tag_filter: str | None
     read_from_replicas: bool
     group_id: str | None
@@ -250,47 +287,6 @@ def _normalize(options: Mapping[str, str], known: frozenset[str]) -> dict[str, s
             value = str(value)
         result[name] = value
     return result
-
-
-def _int(values: dict[str, str], name: str, default: int | None, low: int,
-         high: int = INT_MAX) -> int | None:
-    text = values.get(name)
-    if text is None:
-        return default
-    try:
-        number = int(text.strip())
-    except ValueError as err:
-        raise OptionError(f"option {name}: {text!r} is not an integer") from err
-    if not low <= number <= high:
-        raise OptionError(f"option {name}: {number} is outside [{low}, {high}]")
-    return number
-
-
-def _bool(values: dict[str, str], name: str, default: bool) -> bool:
-    text = values.get(name)
-    if text is None:
-        return default
-    try:
-        return parse_bool(text, f"option {name}")
-    except BadValueError as err:
-        raise OptionError(str(err)) from err
-
-
-def _duration_ms(values: dict[str, str], name: str, default: int) -> int:
-    text = values.get(name)
-    if text is None:
-        return default
-    try:
-        return parse_duration_ms(text, f"option {name}")
-    except BadValueError as err:
-        raise OptionError(str(err)) from err
-
-
-def _name(name: str, value: str) -> str:
-    if not _NAME_PATTERN.match(value):
-        raise OptionError(f"option {name}: {value!r} must match ^[%|a-zA-Z0-9_-]+$ "
-                          f"(at most 127 characters)")
-    return value
 
 
 def _client_config(values: dict[str, str]) -> tuple[ClientTLS, str | None]:
@@ -371,7 +367,7 @@ def _subscription(values: dict[str, str]
         raise OptionError(f"exactly one of options {SUBSCRIBE}, {SUBSCRIBE_PATTERN}, {ASSIGN} "
                           f"is required, got {given or 'none'}")
     if SUBSCRIBE in values:
-        topics = tuple(_name(SUBSCRIBE, part.strip())
+        topics = tuple(option_name(SUBSCRIBE, part.strip())
                        for part in values[SUBSCRIBE].split(",") if part.strip())
         if not topics:
             raise OptionError(f"option {SUBSCRIBE}: {values[SUBSCRIBE]!r} names no topic")
@@ -398,7 +394,7 @@ def _assign(text: str) -> TopicOffsets:
                           f'...]}}, got {text[:200]!r}')
     result: TopicOffsets = {}
     for topic, keys in value.items():
-        _name(ASSIGN, topic)
+        option_name(ASSIGN, topic)
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
             raise OptionError(f"option {ASSIGN}: topic {topic!r} must map to a non-empty list of "
                               "'<brokerName>:<queueId>' strings")
@@ -408,50 +404,78 @@ def _assign(text: str) -> TopicOffsets:
     return dict(sorted(result.items()))
 
 
+def batch_only_options(options: Mapping[str, str]) -> list[str]:
+    """The options of `options` a streaming read refuses (BATCH_ONLY_OPTIONS), canonical."""
+    given = {str(key).lower() for key in options}
+    return [name for name in BATCH_ONLY_OPTIONS if name.lower() in given]
+
+
+def _by_timestamp(values: dict[str, str], json_option: str, single_option: str
+                  ) -> tuple[TopicOffsets | None, int | None]:
+    """One end's timestamps: per-queue JSON, or one for every queue (not both)."""
+    by_timestamp = None
+    if json_option in values:
+        by_timestamp = parse_offsets_json(values[json_option], json_option, low=0)
+    single = option_int(values, single_option, None, 0)
+    if by_timestamp is not None and single is not None:
+        raise OptionError(f"options {single_option} and {json_option} exclude each other")
+    return by_timestamp, single
+
+
+def _group_id(values: dict[str, str]) -> str | None:
+    group_id, prefix = values.get(GROUP_ID), values.get(GROUP_ID_PREFIX)
+    if group_id is not None and prefix is not None:
+        raise OptionError(f"options {GROUP_ID} and {GROUP_ID_PREFIX} exclude each other "
+                          f"({GROUP_ID_PREFIX} makes a group per reader: <prefix>-<id>)")
+    if prefix is not None:
+        option_name(GROUP_ID_PREFIX, prefix)
+        return option_name(GROUP_ID_PREFIX, f"{prefix}-{uuid.uuid4().hex[:12]}")
+    return None if group_id is None else option_name(GROUP_ID, group_id)
+
+
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
-    """Validate reader options; raises OptionError naming the option."""
+    """Validate reader options; raises OptionError naming the option. With groupIdPrefix,
+    each call makes a new group id (a reader's own group, as Spark's Kafka source does)."""
     values = _normalize(options, READ_OPTIONS)
     tls, keys_file = _client_config(values)
     brokers, controller = _endpoints(values)
     subscribe, pattern, assign = _subscription(values)
-    by_timestamp = None
-    if STARTING_OFFSETS_BY_TIMESTAMP in values:
-        by_timestamp = parse_offsets_json(values[STARTING_OFFSETS_BY_TIMESTAMP],
-                                          STARTING_OFFSETS_BY_TIMESTAMP, low=0)
-    starting_timestamp = _int(values, STARTING_TIMESTAMP, None, 0)
-    if by_timestamp is not None and starting_timestamp is not None:
-        raise OptionError(f"options {STARTING_TIMESTAMP} and {STARTING_OFFSETS_BY_TIMESTAMP} "
-                          "exclude each other")
-    max_per_trigger = _int(values, MAX_OFFSETS_PER_TRIGGER, None, 1)
-    min_per_trigger = _int(values, MIN_OFFSETS_PER_TRIGGER, None, 1)
+    by_timestamp, starting_timestamp = _by_timestamp(values, STARTING_OFFSETS_BY_TIMESTAMP,
+                                                     STARTING_TIMESTAMP)
+    ending_by_timestamp, ending_timestamp = _by_timestamp(values, ENDING_OFFSETS_BY_TIMESTAMP,
+                                                          ENDING_TIMESTAMP)
+    max_per_trigger = option_int(values, MAX_OFFSETS_PER_TRIGGER, None, 1)
+    min_per_trigger = option_int(values, MIN_OFFSETS_PER_TRIGGER, None, 1)
     if max_per_trigger is not None and min_per_trigger is not None \
             and min_per_trigger > max_per_trigger:
         raise OptionError(f"option {MIN_OFFSETS_PER_TRIGGER} ({min_per_trigger}) must be <= "
                           f"{MAX_OFFSETS_PER_TRIGGER} ({max_per_trigger})")
-    group_id = values.get(GROUP_ID)
     return SourceOptions(
         brokers=brokers, controller=controller,
-        request_timeout_ms=_int(values, REQUEST_TIMEOUT_MS, 10_000, 1),  # type: ignore[arg-type]
+        request_timeout_ms=option_duration_ms(values, REQUEST_TIMEOUT_MS, 10_000, low=1),
         subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=_starting(values), starting_by_timestamp=by_timestamp,
         starting_timestamp_ms=starting_timestamp, ending=_ending(values),
-        fail_on_data_loss=_bool(values, FAIL_ON_DATA_LOSS, True), tls=tls,
+        ending_by_timestamp=ending_by_timestamp, ending_timestamp_ms=ending_timestamp,
+        starting_strategy=option_choice(values, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY, STRATEGIES),
+        fail_on_data_loss=option_bool(values, FAIL_ON_DATA_LOSS, True), tls=tls,
         max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
-        max_trigger_delay_ms=_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
-        min_partitions=_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
-        min_rows_per_partition=_int(values, MIN_ROWS_PER_PARTITION,  # type: ignore[arg-type]
+        max_trigger_delay_ms=option_duration_ms(values, MAX_TRIGGER_DELAY, 15 * 60_000),
+        min_partitions=option_int(values, MIN_PARTITIONS, None, 1, 1 << 20),
+        min_rows_per_partition=option_int(values, MIN_ROWS_PER_PARTITION,  # type: ignore[arg-type]
                                     MIN_ROWS_PER_PARTITION_DEFAULT, 0, 1 << 40),
+        max_records_per_partition=option_int(values, MAX_RECORDS_PER_PARTITION, None, 1),
         tag_filter=_tag_filter(values),
-        read_from_replicas=_bool(values, READ_FROM_REPLICAS, False),
-        group_id=None if group_id is None else _name(GROUP_ID, group_id),
-        fetch_max_messages=_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
-        fetch_max_bytes=_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
-        fetch_timeout_ms=_int(values, FETCH_TIMEOUT_MS, 60_000, 1),  # type: ignore[arg-type]
-        read_cold_from_tier=_bool(values, READ_COLD_FROM_TIER, False),
+        read_from_replicas=option_bool(values, READ_FROM_REPLICAS, False),
+        group_id=_group_id(values),
+        fetch_max_messages=option_int(values, FETCH_MAX_MESSAGES, 65536, 1, 1 << 20),  # type: ignore
+        fetch_max_bytes=option_int(values, FETCH_MAX_BYTES, 32 << 20, 1024, 1 << 30),  # type: ignore
+        fetch_timeout_ms=option_duration_ms(values, FETCH_TIMEOUT_MS, 60_000, low=1),
+        read_cold_from_tier=option_bool(values, READ_COLD_FROM_TIER, False),
         tier_storage_options=_tier_storage_options(values),
         columns=_columns(values),
         credentials=_credentials(values, keys_file),
-        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
+        worker_gc_freeze=option_bool(values, WORKER_GC_FREEZE, True),
     )
 
 
@@ -486,8 +510,8 @@ def _credentials(values: Mapping[str, str], keys_file: str | None = None
 def _columns(values: dict[str, str]) -> tuple[str, ...]:
     """The default schema's columns: `columns` (a list, or * for all), else the lean default
     plus what includeProperties / includeMetadata add. `columns` excludes the other two."""
-    include_properties = _bool(values, INCLUDE_PROPERTIES, False)
-    include_metadata = _bool(values, INCLUDE_METADATA, False)
+    include_properties = option_bool(values, INCLUDE_PROPERTIES, False)
+    include_metadata = option_bool(values, INCLUDE_METADATA, False)
     text = values.get(COLUMNS)
     if text is None:
         return with_extras(include_properties=include_properties,
@@ -513,7 +537,7 @@ def _columns(values: dict[str, str]) -> tuple[str, ...]:
 
 def _tier_storage_options(values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """tierStorageOptions, with tierS3AccessKeyId / tierS3SecretAccessKey as `key`/`secret`."""
-    merged = dict(_string_map(values, TIER_STORAGE_OPTIONS))
+    merged = dict(option_string_map(values, TIER_STORAGE_OPTIONS))
     for option, key in ((TIER_S3_ACCESS_KEY_ID, "key"), (TIER_S3_SECRET_ACCESS_KEY, "secret")):
         if option in values:
             if key in merged:
@@ -521,21 +545,6 @@ def _tier_storage_options(values: Mapping[str, str]) -> tuple[tuple[str, str], .
                                   f"{TIER_STORAGE_OPTIONS}; give it once")
             merged[key] = values[option]
     return tuple(sorted(merged.items()))
-
-
-def _string_map(values: Mapping[str, str], option: str) -> tuple[tuple[str, str], ...]:
-    """A JSON object of strings (e.g. S3 endpoint and credentials), sorted key/value pairs."""
-    text = values.get(option)
-    if text is None:
-        return ()
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError) as err:
-        raise OptionError(f"option {option}: not JSON ({str(err)[:100]})") from None
-    if not isinstance(parsed, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
-        raise OptionError(f"option {option}: expected a JSON object of strings")
-    return tuple(sorted(parsed.items()))
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -553,14 +562,14 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                           f"from {sorted(_PUT_STATUSES)} (unknown: {unknown})")
     return SinkOptions(
         brokers=brokers, controller=controller,
-        request_timeout_ms=_int(values, REQUEST_TIMEOUT_MS, 10_000, 1),  # type: ignore[arg-type]
-        topic=None if topic is None else _name(TOPIC, topic),
+        request_timeout_ms=option_duration_ms(values, REQUEST_TIMEOUT_MS, 10_000, low=1),
+        topic=None if topic is None else option_name(TOPIC, topic),
         accept_statuses=statuses,
-        exactly_once=_bool(values, EXACTLY_ONCE, True),
-        write_batch_rows=_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
-        write_batch_bytes=_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
+        exactly_once=option_bool(values, EXACTLY_ONCE, True),
+        write_batch_rows=option_int(values, WRITE_BATCH_ROWS, 4096, 1, 65536),  # type: ignore
+        write_batch_bytes=option_int(values, WRITE_BATCH_BYTES, 4 << 20, 1024,  # type: ignore
                                64 << 20),
         tls=tls,
         credentials=_credentials(values, keys_file),
-        worker_gc_freeze=_bool(values, WORKER_GC_FREEZE, True),
+        worker_gc_freeze=option_bool(values, WORKER_GC_FREEZE, True),
     )

@@ -5,7 +5,7 @@ arguments, so the same inputs always give the same plan (replays plan identical 
 
     resolve_offsets(spec, bounds)        "earliest" | "latest" | JSON(-2/-1/n) -> QueueRef -> n
     admit(start, latest, max_rows)       cap a trigger at max_rows, split over queues by backlog
-    split_ranges(ranges, min_partitions) cut big [start, end) ranges into more tasks
+    split_ranges(ranges, min_partitions, max_rows) cut big [start, end) ranges into more tasks
     pack_groups(counts, min_rows, ...)   pack small ranges together into fewer tasks
     trigger_waits(...)                   minOffsetsPerTrigger + maxTriggerDelay decision
 """
@@ -101,17 +101,25 @@ def admit(start: Mapping[QueueRef, int], latest: Mapping[QueueRef, int],
     return {ref: start.get(ref, latest[ref]) + share for ref, share in shares.items()}
 
 
-def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRange]:
+def split_ranges(ranges: list[QueueRange], min_partitions: int | None,
+                 max_rows: int | None = None) -> list[QueueRange]:
     """Non-empty ranges; with min_partitions, big ranges are cut so there are at least that
-    many tasks (each range gets ceil(count * min_partitions / total) parts, evenly sized)."""
+    many tasks (each range gets ceil(count * min_partitions / total) parts), and with
+    `max_rows` (maxRecordsPerPartition) into at least ceil(count / max_rows) parts: the larger
+    of the two wins, as in Spark's Kafka source. Parts of a range are evenly sized."""
     ranges = sorted(r for r in ranges if r.count > 0)
     total = sum(r.count for r in ranges)
-    if not min_partitions or len(ranges) >= min_partitions or total == 0:
+    by_count = bool(min_partitions) and len(ranges) < (min_partitions or 0) and total > 0
+    if not by_count and max_rows is None:
         return ranges
     result = []
     for queue_range in ranges:
-        parts = min(queue_range.count, max(1, math.ceil(queue_range.count * min_partitions
-                                                        / total)))
+        parts = 1
+        if by_count:
+            parts = math.ceil(queue_range.count * (min_partitions or 1) / total)
+        if max_rows is not None:
+            parts = max(parts, math.ceil(queue_range.count / max_rows))
+        parts = min(queue_range.count, parts)
         step, extra = divmod(queue_range.count, parts)
         cursor = queue_range.start_queue_offset
         for index in range(parts):

@@ -2,6 +2,7 @@
 
     discover(options)            -> replica sets by brokerName, Bounds per QueueRef
     starting_offsets(...)        -> QueueRef -> first queue offset (startingOffsets / timestamps)
+    ending_offsets(...)          -> QueueRef -> end queue offset (endingOffsets / timestamps)
     project_columns(declared)    -> SourceColumns: a user's `.schema(...)`, checked at planning
     read_range(partition, ...)   -> Arrow batches of those columns, exactly [start, end)
     read_ranges(partitions, ...) -> the same for several ranges in turn (a packed partition)
@@ -56,11 +57,15 @@ from connector.errors import (
 )
 from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY, RocketHAError
 from connector.spark.columns import PROPERTIES_TYPE, SOURCE_COLUMNS, TIMESTAMP_TYPE
-from connector.spark.offsets import QueueRef, flatten
+from connector.spark.offsets import QueueRef, TopicOffsets, flatten
 from connector.spark.options import (
     ASSIGN,
+    ENDING_OFFSETS,
+    ENDING_OFFSETS_BY_TIMESTAMP,
     STARTING_OFFSETS,
     STARTING_OFFSETS_BY_TIMESTAMP,
+    STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
+    STARTING_TIMESTAMP,
     SUBSCRIBE,
     SourceOptions,
 )
@@ -77,6 +82,7 @@ __all__ = [
     "check_starting",
     "consume_columns",
     "discover",
+    "ending_offsets",
     "narrow_ranges",
     "project_columns",
     "read_range",
@@ -169,25 +175,66 @@ def check_starting(options: SourceOptions, start: dict[QueueRef, int],
 def starting_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet],
                      bounds: dict[QueueRef, Bounds], *, default: str) -> dict[QueueRef, int]:
     """First offsets: by timestamp when asked (per queue: the first message stored at or after
-    it, or the queue's end), else startingOffsets (earliest/latest/JSON), else `default`."""
+    it), else startingOffsets (earliest/latest/JSON), else `default`. A queue with messages but
+    none stored at or after its timestamp fails the read, or with
+    startingOffsetsByTimestampStrategy=latest starts at its end (Kafka's two strategies); an
+    empty queue starts at its end either way (there is nothing to miss)."""
     if options.starting_by_timestamp is None and options.starting_timestamp_ms is None:
         return resolve_offsets(options.starting, bounds, option=STARTING_OFFSETS,
                                default=default)
+    result, none_after = _seek_by_timestamp(
+        options, replica_sets, bounds, options.starting_by_timestamp,
+        options.starting_timestamp_ms, STARTING_OFFSETS_BY_TIMESTAMP, default=default)
+    if none_after and options.starting_strategy == "error":
+        ref, timestamp_ms = none_after[0]
+        option = (STARTING_OFFSETS_BY_TIMESTAMP if options.starting_by_timestamp is not None
+                  else STARTING_TIMESTAMP)
+        raise OptionError(
+            f"option {option}: {ref.topic}/{ref.key} has no message stored at or after "
+            f"{timestamp_ms} (its last is older; {len(none_after)} queue(s) like it); set "
+            f"{STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY}=latest to start such queues at their "
+            "end")
+    return result
+
+
+def ending_offsets(options: SourceOptions, replica_sets: dict[str, ReplicaSet],
+                   bounds: dict[QueueRef, Bounds]) -> dict[QueueRef, int]:
+    """A batch read's end offsets (exclusive): by timestamp when asked (per queue: the first
+    message stored at or after it, so the read stops before it; the queue's end when there is
+    none), else endingOffsets ("latest" or JSON)."""
+    if options.ending_by_timestamp is None and options.ending_timestamp_ms is None:
+        return resolve_offsets(options.ending, bounds, option=ENDING_OFFSETS, default="latest")
+    result, _ = _seek_by_timestamp(options, replica_sets, bounds, options.ending_by_timestamp,
+                                   options.ending_timestamp_ms, ENDING_OFFSETS_BY_TIMESTAMP,
+                                   default="latest")
+    return result
+
+
+def _seek_by_timestamp(options: SourceOptions, replica_sets: dict[str, ReplicaSet],
+                       bounds: dict[QueueRef, Bounds], by_queue: TopicOffsets | None,
+                       every_queue_ms: int | None, json_option: str, *, default: str
+                       ) -> tuple[dict[QueueRef, int], list[tuple[QueueRef, int]]]:
+    """Per queue, the first queue offset stored at or after its timestamp (the JSON's, else
+    the one for every queue; queues the JSON leaves out take `default`), and the non-empty
+    queues where no message is (offset_for_timestamp answers the queue's end)."""
     wanted: dict[QueueRef, int] = {}
-    if options.starting_by_timestamp is not None:
-        wanted = flatten(options.starting_by_timestamp)
+    if by_queue is not None:
+        wanted = flatten(by_queue)
         missing = sorted(ref for ref in wanted if ref not in bounds)
         if missing:
-            raise OptionError(f"option {STARTING_OFFSETS_BY_TIMESTAMP}: unknown topic or queue "
+            raise OptionError(f"option {json_option}: unknown topic or queue "
                               + ", ".join(f"{ref.topic}/{ref.key}" for ref in missing))
-    result = resolve_offsets("", bounds, option=STARTING_OFFSETS, default=default)
-    for ref in bounds:
-        timestamp_ms = wanted.get(ref, options.starting_timestamp_ms)
+    result = resolve_offsets("", bounds, option=json_option, default=default)
+    none_after: list[tuple[QueueRef, int]] = []
+    for ref, known in bounds.items():
+        timestamp_ms = wanted.get(ref, every_queue_ms)
         if timestamp_ms is None:
             continue
         admin = _admin(replica_sets[ref.broker_name], options)
         result[ref] = admin.offset_for_timestamp(ref.topic, ref.queue_id, timestamp_ms)
-    return result
+        if result[ref] >= known.max_queue_offset > known.min_queue_offset:
+            none_after.append((ref, timestamp_ms))
+    return result, none_after
 
 
 def narrow_ranges(ranges: list[QueueRange], replica_sets: dict[str, ReplicaSet],

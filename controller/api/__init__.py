@@ -145,6 +145,7 @@ from controller.api.users import (
     UserRequest,
     UsersReply,
 )
+from controller.errors import CodecError
 
 __all__ = [
     "ACTIONS",
@@ -171,6 +172,7 @@ __all__ = [
     "BrokerMember",
     "CleanBrokerDataRequest",
     "ClusterListReply",
+    "CodecError",
     "ControllerMember",
     "ControllerStatusReply",
     "ElectMasterRequest",

@@ -11,7 +11,6 @@ the types its annotations name.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from typing import Any, ClassVar, Union
@@ -50,9 +49,14 @@ class JsonMessage:
         return cls(**values)
 
 
-@functools.cache
+_TYPE_HINTS: dict[type, dict[str, Any]] = {}  # a message class -> its fields' types
+
+
 def _type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    hints = _TYPE_HINTS.get(cls)
+    if hints is None:
+        hints = _TYPE_HINTS[cls] = typing.get_type_hints(cls)
+    return hints
 
 
 def _to_json(value: Any) -> Any:

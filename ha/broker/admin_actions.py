@@ -24,7 +24,7 @@ from pyarrow import flight
 from conf.signing import action_target
 from connector.protocol import decode_json_object
 from ha.broker.config import RUNTIME_KEYS, runtime_update, top_level_properties
-from ha.broker.metadata import TopicConfig
+from ha.broker.metadata import TABLE_FORMATS, TopicConfig
 from ha.broker.request_errors import (
     RequestError,
     check_not_internal,
@@ -115,16 +115,19 @@ class AdminActions:
             request_int(request, "read_queue_nums", base.read_queue_nums, 1, 1024),
             request_int(request, "write_queue_nums", base.write_queue_nums, 1, 1024),
             request_int(request, "perm", base.perm, 0, 7),
+            _request_table(request, base.table),
         )
         return topic
 
     def _create_topic(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Create (or reconfigure) a topic: topic, read_queue_nums, write_queue_nums, perm
-        (answered once the replica set holds it as it would a message: PUT_OK)."""
+        """Create (or reconfigure) a topic: topic, read_queue_nums, write_queue_nums, perm,
+        table ("none", "delta", "" for the broker's topicTableDefault) (answered once the
+        replica set holds it as it would a message: PUT_OK)."""
         return self._put_topic(self._topic_from_request(request, existing=False))
 
     def _update_topic(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Change an existing topic's queue counts or permission (answered on PUT_OK)."""
+        """Change an existing topic's queue counts, permission or table (answered on
+        PUT_OK)."""
         return self._put_topic(self._topic_from_request(request, existing=True))
 
     def _put_topic(self, topic: TopicConfig) -> dict[str, Any]:
@@ -241,6 +244,7 @@ class AdminActions:
             "bind_address": self.config.client_bind_host,
             "pid": os.getpid(),
             "tiered": self._tier_stats(),
+            "topic_tables": self.table_stats(),
             "min_log_position": stats.min_log_position,
             "max_log_position": stats.log_position_end,
             "confirm_log_position": stats.confirm_log_position,
@@ -287,3 +291,13 @@ def _record_stats(log: SystemLog[Any]) -> dict[str, int]:
     return {"written": log.records_written, "applied": log.records_applied,
             "applied_queue_offset": log.applied_queue_offset, "lost": log.records_lost,
             "unreadable": log.records_unreadable, "rollbacks": log.rollbacks}
+
+
+def _request_table(request: dict[str, Any], default: str) -> str:
+    """The `table` field of a topic create/update: "none", "delta", or "" (the broker's
+    topicTableDefault); absent keeps `default`."""
+    value = request.get("table", default)
+    if value not in ("", *TABLE_FORMATS):
+        raise RequestError("BAD_REQUEST", f"field 'table' must be one of "
+                           f"{['', *TABLE_FORMATS]}, got {str(value)[:20]!r}")
+    return value

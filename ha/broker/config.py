@@ -32,6 +32,7 @@ from conf import parse_bool, unknown_key_message
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
+from ha.broker.metadata import TABLE_FORMATS
 from ha.replication.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
@@ -68,6 +69,12 @@ class BrokerConfig:
     # flushConsumerOffsetInterval: consumerOffset.json, a snapshot of the offsets (the records
     # in the CommitLog are the truth: ha/broker/offset_log.py), is rewritten this often
     flush_consumer_offset_interval_ms: int = 5000
+    # topic tables (docs/topic-tables.md): a topic with table=delta (or every topic, with
+    # topicTableDefault=delta) is copied by the master into a Delta table under the tier URL
+    topic_table_default: str = "none"  # topicTableDefault: none | delta
+    topic_table_interval_ms: int = 5000  # topicTableIntervalMs: one commit per topic this often
+    topic_table_commit_rows_max: int = 1_000_000  # topicTableCommitRowsMax (rows in one commit)
+    topic_table_commit_bytes_max: int = 64 << 20  # topicTableCommitBytesMax (record bytes)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     enable_controller_mode: bool = False  # enableControllerMode
     controller_addr: tuple[str, ...] = ()  # controllerAddr (host:port[,host:port...])
@@ -128,6 +135,12 @@ class BrokerConfig:
         _range("idempotenceBatchesKept", self.idempotence_batches_kept, 1, 1000)
         _range("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms, 100,
                3_600_000)
+        if self.topic_table_default not in TABLE_FORMATS:
+            raise ConfigError("topicTableDefault", f"{self.topic_table_default!r} is not one of "
+                              f"{list(TABLE_FORMATS)}")
+        _range("topicTableIntervalMs", self.topic_table_interval_ms, 10, 3_600_000)
+        _range("topicTableCommitRowsMax", self.topic_table_commit_rows_max, 1, 100_000_000)
+        _range("topicTableCommitBytesMax", self.topic_table_commit_bytes_max, 1 << 16, 1 << 32)
 
     def _check_controller_mode(self) -> None:
         _range("brokerHeartbeatInterval", self.broker_heartbeat_interval_ms, 10, 60_000)
@@ -264,6 +277,10 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
     "allowInsecure": ("allow_insecure", parse_bool),
+    "topicTableDefault": ("topic_table_default", str),
+    "topicTableIntervalMs": ("topic_table_interval_ms", int),
+    "topicTableCommitRowsMax": ("topic_table_commit_rows_max", int),
+    "topicTableCommitBytesMax": ("topic_table_commit_bytes_max", int),
 }
 BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
                | frozenset(AUTH_KEYS))

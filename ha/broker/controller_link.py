@@ -55,6 +55,7 @@ from controller.api import (
     AuthData,
     AuthDataReply,
     BrokerHeartbeat,
+    CodecError,
     HeartbeatReply,
     JsonMessage,
     RegisterBrokerReply,
@@ -62,7 +63,6 @@ from controller.api import (
     RoleChange,
     TopicInfo,
 )
-from controller.errors import CodecError
 from ha.replication.role_core import newer
 
 __all__ = ["ControllerClient", "ControllerLink", "ControllerUnavailableError", "HeartbeatState"]

@@ -21,6 +21,7 @@ from types import FrameType
 
 import pyarrow as pa
 
+from conf.extras import extra_refusal
 from conf.process import Program, refuse, start_server
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
@@ -29,6 +30,7 @@ from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
 from ha.broker.thread_names import name_native_threads
+from ha.broker.topic_tables import TopicTables
 from ha.replication import BrokerRole
 from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
 from storage_engine.tiered import TierService
@@ -49,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(started, int):
         return started  # refused (or --example-conf printed): conf/process.py said why
     config = started.config
+    tier_url = config.store.tiered.url
+    if config.store.tiered.enabled and tier_url.startswith(("s3://", "s3a://")):
+        refusal = extra_refusal(PROGRAM.name, "s3", purpose=f"tieredStoreUrl {tier_url}")
+        if refusal is not None:
+            return refuse(PROGRAM.name, refusal)
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
@@ -100,10 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     link, roles = _start_controller_link(config, service, tier)
+    # topic tables (docs/topic-tables.md): the thread runs on every broker, works on the master
+    tables = TopicTables(config, store, service.topics,
+                         master_epoch=service.replication.writing_master_epoch).start()
+    service.table_stats = tables.stats
     all_calls_ended = True
     try:
         all_calls_ended = _serve(service, tier, stopping)
     finally:
+        tables.stop()  # before the store closes (it reads the store)
         if metrics is not None:
             metrics.close()
         if link is not None:

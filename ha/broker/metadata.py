@@ -4,7 +4,8 @@ The records live in the replica set's CommitLog, in queue 0 of the internal topi
 (ha/broker/topic_log.py writes and reads them with the machinery of ha/broker/system_log.py).
 A record's body is one JSON object, UTF-8, keys sorted:
 
-    {"v": 1, "op": "put", "name": N, "read_queue_nums": R, "write_queue_nums": W, "perm": P}
+    {"v": 1, "op": "put", "name": N, "read_queue_nums": R, "write_queue_nums": W, "perm": P,
+     "table": T}                                  ("table" only when set: "none" or "delta")
     {"v": 1, "op": "delete", "name": N}
 
 `TopicTable` is the state after applying the records with queue offsets
@@ -34,9 +35,9 @@ from ha.broker.system_record import (
 )
 from storage_engine import topic_name_error
 
-__all__ = ["PERM_READ", "PERM_WRITE", "QUEUE_NUMS_MAX", "TOPICS_MAX", "TOPICS_TOPIC",
-           "TopicConfig", "TopicRecord", "TopicTable", "decode_topic_record", "encode_delete",
-           "encode_put"]
+__all__ = ["PERM_READ", "PERM_WRITE", "QUEUE_NUMS_MAX", "TABLE_FORMATS", "TOPICS_MAX",
+           "TOPICS_TOPIC", "TopicConfig", "TopicRecord", "TopicTable", "decode_topic_record",
+           "encode_delete", "encode_put"]
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -44,6 +45,9 @@ PERM_MAX = 7
 QUEUE_NUMS_MAX = 1024
 TOPICS_MAX = 100_000  # topics one replica set keeps
 TOPICS_TOPIC = "rmq_sys_rocketha_topics"  # one queue (0) per replica set
+# a topic's `table` attribute: "" follows the broker's topicTableDefault, "none" or "delta"
+# (materialized as a Delta table: docs/topic-tables.md)
+TABLE_FORMATS = ("none", "delta")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,9 +56,17 @@ class TopicConfig:
     read_queue_nums: int
     write_queue_nums: int
     perm: int = PERM_READ | PERM_WRITE
+    table: str = ""  # "" (the broker's topicTableDefault), or one of TABLE_FORMATS
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        raw = dataclasses.asdict(self)
+        if not self.table:
+            del raw["table"]  # the records and snapshots of topics that never set one
+        return raw
+
+    def table_format(self, default: str) -> str:
+        """"none" or "delta": the topic's own, else the broker's `default`."""
+        return self.table or default
 
     @property
     def readable(self) -> bool:
@@ -92,7 +104,8 @@ def decode_topic_record(body: bytes) -> TopicRecord:
     if op != "put":
         raise ValueError(f"unknown op {op!r:.40}")
     return TopicRecord("put", name, topic_from_json(
-        {key: raw.get(key) for key in ("name", "read_queue_nums", "write_queue_nums", "perm")}))
+        {key: raw[key] for key in ("name", "read_queue_nums", "write_queue_nums", "perm",
+                                   "table") if key in raw}))
 
 
 def topic_from_json(item: Any) -> TopicConfig:
@@ -109,7 +122,10 @@ def topic_from_json(item: Any) -> TopicConfig:
     perm = item.get("perm", PERM_READ | PERM_WRITE)
     if not int_in(perm, 0, PERM_MAX):
         raise ValueError(f"topic {name}: perm {perm!r:.20}")
-    return TopicConfig(name, counts[0], counts[1], perm)
+    table = item.get("table", "")
+    if table not in ("", *TABLE_FORMATS):
+        raise ValueError(f"topic {name}: table {table!r:.20}")
+    return TopicConfig(name, counts[0], counts[1], perm, table)
 
 
 def _check_name(name: Any) -> None:

@@ -254,6 +254,19 @@ class Replication:
             raise NotMasterError(f"broker {self._config.broker_name} is changing role")
         return master
 
+    def writing_master_epoch(self) -> int | None:
+        """This broker's master epoch while it takes writes as the master (standalone: the
+        epoch file's last, or 0); None while it is a slave, fenced or changing role. Work only
+        a master does (topic tables) asks before each pass."""
+        try:
+            master = self._admit(writing=True)
+        except NotMasterError:
+            return None
+        if master is not None:
+            return master.stats().master_epoch
+        last = self._store.epochs.last
+        return last.epoch if last else 0
+
     def check_offsets_readable(self) -> None:
         """Controller mode: committed offsets are answered by the master once its take-over
         applied every offset record, and only while its master lease holds (a slave's table,

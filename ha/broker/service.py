@@ -92,6 +92,8 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode
+        # topic tables' progress (ha/broker/topic_tables.py, started by main)
+        self.table_stats: Callable[[], dict[str, Any]] = lambda: {"role": "off", "topics": {}}
         # topic configs and consumer-group offsets: records in the CommitLog, written through
         # replication.put (ha/broker/system_log.py)
         self.topics = TopicLog(config.store_dir / "config", store, put=self._put_system_record,

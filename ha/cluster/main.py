@@ -22,6 +22,7 @@ the master dies (`status --json`: replica_set, role, controller_role).
 
 With controllers, `up` also starts the RocketMQ 5 gRPC endpoint, one `rocketha-proxy` for the
 cluster (ha/cluster/proxy.py; `--grpc-port 0`: none); `status --json` names it `grpc_endpoint`.
+Without the rocketmq extra it says so in one line and starts none (`--grpc-port N`: refused).
 
 Security (ha/cluster/security.py, ha/cluster/auth.py) is on unless the first `up` says
 `--insecure` (later `up`s keep the choice): a cluster CA and member certificates under
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from conf import PropertiesError, format_property, parse_properties
+from conf.extras import extra_refusal
 from ha.broker.peer import broker_info
 from ha.cluster import auth as cluster_auth
 from ha.cluster import plan as cluster_plan
@@ -471,6 +473,13 @@ def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,
     if args.grpc_port is not None and args.grpc_port and not controller_addr:
         parser.error("--grpc-port: only with --controllers (the endpoint takes its routes "
                      "from them)")
+    refusal = (extra_refusal("rocketha-proxy", "rocketmq")
+               if controller_addr and args.grpc_port != 0 else None)
+    if refusal is not None:  # asked for: refuse; by default: a cluster without the endpoint
+        if args.grpc_port is not None:
+            parser.error(f"--grpc-port: rocketha-proxy {refusal}")
+        print(f"no RocketMQ gRPC endpoint: rocketha-proxy {refusal}")
+        return
     local = LocalProxy(cluster.directory)
     manifest = cluster.load()
     overrides = {**manifest.get("proxy_overrides", {}), **_parse_overrides(args.grpc_set, parser)}

@@ -66,7 +66,7 @@ from __future__ import annotations
 import bisect
 import enum
 
-from ha.replication.master_effects import ConfirmTo, MasterEffect
+from ha.replication.master_effects import ConfirmTo, MasterEffect, MasterSettings
 from ha.replication.quorum import (
     PutPlan,
     confirm_position,
@@ -88,6 +88,25 @@ class PutProgress(enum.Enum):
 
 class MasterQuorum:
     """Quorum and confirm methods of MasterReplication (not usable on its own)."""
+
+    # The state these methods read and change. MasterReplication's __init__ sets it all; it is
+    # declared here so that the quorum rules type-check on their own (mypy --strict on cores).
+    settings: MasterSettings
+    broker_id: int
+    _members: set[int]  # SyncStateSet slaves, by broker id
+    _candidates: set[int]  # caught-up slaves about to join: they bound the confirm position
+    _master_position: int
+    _confirm: int
+    _put_ends: list[int]  # sorted ends of this term's puts above the confirm position
+    _acked_high: int
+    _accepted: frozenset[int] | None  # the controller's set (controller mode), master excluded
+    _accepted_epoch: int
+    _proposed: dict[int, set[frozenset[int]]]  # proposals in flight, by their epoch
+    _lease_until_ms: int | None
+
+    def _ack_of(self, broker_id: int) -> int | None:
+        """The log position a linked slave has acked (MasterReplication's links know it)."""
+        raise NotImplementedError
 
     # -- puts -------------------------------------------------------------------------------
     def plan_put(self, master_end: int) -> PutPlan:

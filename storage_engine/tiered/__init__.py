@@ -25,11 +25,11 @@ from storage_engine.tiered.errors import (
 from storage_engine.tiered.file_io import FileIO, FileIOOptions, resolve_tier_url
 from storage_engine.tiered.layout import Manifest, QueueRange, SegmentEntry
 from storage_engine.tiered.manifest import ManifestStore
+from storage_engine.tiered.policy import backoff_ms
 from storage_engine.tiered.reader import (
     BlockCache,
     TierRange,
     TierReader,
-    block_columns,
     load_manifest,
     plan_tier_ranges,
     read_tier_range,
@@ -56,7 +56,7 @@ __all__ = [
     "TierVerifyError",
     "TieredStorageError",
     "Uploader",
-    "block_columns",
+    "backoff_ms",
     "load_manifest",
     "plan_tier_ranges",
     "read_tier_range",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import os
 import threading
 import uuid
@@ -119,6 +120,9 @@ class FileIO:
         scheme, sep, rest = url.partition("://")
         if not sep or scheme not in _FILESYSTEMS:
             raise TieredStorageError(f"unsupported tier URL (schemes: {sorted(_FILESYSTEMS)})",
+                                     url=url, operation="open")
+        if scheme in ("s3", "s3a") and importlib.util.find_spec("s3fs") is None:
+            raise TieredStorageError("s3fs is not installed: pip install 'rocketha[s3]'",
                                      url=url, operation="open")
         self.url = url.rstrip("/")
         self.scheme = scheme

@@ -22,12 +22,12 @@ offset. An object that vanished (tier retention) reloads the manifest and fails 
 
 For Spark executors: `plan_tier_ranges` cuts a queue_offset range into per-object TierRanges
 (picklable), `read_tier_range` reads one as RecordBlocks with no broker and no local file, and
-`block_columns` turns a block into Arrow-ready columns (the broker's consume schema names);
+`storage_engine.block_to_arrow` turns a block into an Arrow batch of the schema asked for;
 `load_manifest` gives the plan's input. A Spark source would do, per queue range:
 
     manifest = load_manifest(FileIO(url, options), broker_name)        # driver
     ranges = plan_tier_ranges(manifest, topic, queue_id, start, end)  # driver: partitions
-    for block in read_tier_range(file_io, tier_range): block_columns(block)   # executor
+    for block in read_tier_range(file_io, tier_range): block_to_arrow(...)   # executor
 """
 
 from __future__ import annotations
@@ -47,11 +47,7 @@ import numpy as np
 from storage_engine.config import TieredStoreConfig
 from storage_engine.messages import RecordBlock
 from storage_engine.record_format import (
-    CRC_TAIL_SIZE_BYTES,
-    HEADER,
-    decode_properties,
-    decode_record,
-    make_msg_id,
+    STORE_TIMESTAMP_AT,
 )
 from storage_engine.statuses import GetStatus
 from storage_engine.tiered.errors import TieredStorageError, TierNotFoundError
@@ -59,10 +55,8 @@ from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.layout import CQ_ENTRY_SIZE_BYTES, Manifest, SegmentEntry, segment_key
 from storage_engine.tiered.manifest import ManifestStore
 
-__all__ = ["BlockCache", "TierRange", "TierReader", "block_columns", "load_manifest",
-           "plan_tier_ranges", "read_tier_range"]
-
-_STORE_MS_AT = 56  # STORETIMESTAMP in the record header
+__all__ = ["BlockCache", "TierRange", "TierReader", "load_manifest", "plan_tier_ranges",
+           "read_tier_range"]
 FAILURE_LOG_INTERVAL_MS = 10_000
 logger = logging.getLogger(__name__)
 
@@ -266,7 +260,7 @@ class TierReader:
         segment = span.segment
         at = segment.index_position(span.queue_index, queue_offset)
         entry = self.cache.read(self.file_io, key, segment.object_size_bytes, at, at + 8)
-        position = int.from_bytes(entry, "big") - segment.base_log_position + _STORE_MS_AT
+        position = int.from_bytes(entry, "big") - segment.base_log_position + STORE_TIMESTAMP_AT
         raw = self.cache.read(self.file_io, key, segment.object_size_bytes, position,
                               position + 8)
         return int.from_bytes(raw, "big")
@@ -381,61 +375,3 @@ def read_tier_range(file_io: FileIO, tier_range: TierRange, *, rows_per_block: i
         cursor += int(sizes.size)
         yield RecordBlock(GetStatus.FOUND, cursor, tier_range.first_queue_offset,
                           tier_range.end_queue_offset, data, sizes)
-
-
-_HEADER_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("log_position", ">i8"), ("sys_flag", ">i4"), ("born_ms", ">i8"),
-    ("born_host", ">u8"), ("store_ms", ">i8"), ("store_host", ">u8"), ("reconsume", ">i4"),
-    ("prepared", ">i8"), ("body_size", ">i4")])
-assert _HEADER_DTYPE.itemsize == HEADER.size
-
-
-def block_columns(block: RecordBlock, *, verify: bool = False) -> dict[str, Any]:
-    """A block's records (one queue's) as columns named like the broker's consume schema,
-    ready for `pa.RecordBatch.from_pydict`: numeric columns are numpy arrays (timestamps in
-    epoch milliseconds), the others lists; properties are (key, value) pairs without KEYS and
-    TAGS, or None.
-
-    The segment object's SHA-256 was checked when it was uploaded, so headers are read as one
-    structured array and records sliced without a per-record CRC check; `verify=True` checks
-    every record (decode_record) first."""
-    sizes = np.asarray(block.sizes, dtype=np.int64)
-    starts = np.cumsum(sizes) - sizes
-    data = block.data
-    if verify:
-        for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
-            decode_record(data, start, end=start + size)
-    raw = np.frombuffer(data, dtype=np.uint8)
-    headers = raw[starts[:, None] + np.arange(HEADER.size)].view(_HEADER_DTYPE).reshape(-1)
-    body_starts = starts + HEADER.size
-    topic_at = body_starts + headers["body_size"]
-    topic_sizes = raw[topic_at].astype(np.int64)
-    props_at = topic_at + 3 + topic_sizes
-    props_end = starts + headers["total"] - CRC_TAIL_SIZE_BYTES
-    count = int(sizes.size)
-    topic = "" if not count else data[int(topic_at[0]) + 1:int(props_at[0]) - 2].decode("ascii")
-    assert not count or bool((topic_sizes == topic_sizes[0]).all()), "one queue per block"
-    keys: list[str | None] = [None] * count
-    tags: list[str | None] = [None] * count
-    properties: list[list[tuple[str, str]] | None] = [None] * count
-    for index in np.flatnonzero(props_end > props_at).tolist():
-        found = decode_properties(data[int(props_at[index]):int(props_end[index])])
-        keys[index] = found.pop("KEYS", None)
-        tags[index] = found.pop("TAGS", None)
-        properties[index] = list(found.items()) or None
-    positions = headers["log_position"].astype(np.int64)
-    hosts = headers["store_host"].tolist()
-    if count and hosts.count(hosts[0]) == count:
-        msg_ids = list(map((f"{hosts[0]:016X}" + "%016X").__mod__, positions.tolist()))
-    else:
-        msg_ids = [make_msg_id(host.to_bytes(8, "big"), position)
-                   for host, position in zip(hosts, positions.tolist(), strict=True)]
-    return {
-        "topic": [topic] * count, "queue_id": headers["queue_id"].astype(np.int32),
-        "queue_offset": headers["queue_offset"].astype(np.int64), "log_position": positions,
-        "body": list(map(data.__getitem__, map(slice, body_starts.tolist(), topic_at.tolist()))),
-        "key": keys, "tags": tags, "properties": properties,
-        "born_timestamp": headers["born_ms"].astype(np.int64),
-        "store_timestamp": headers["store_ms"].astype(np.int64), "msg_id": msg_ids,
-    }

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from storage_engine.config import TieredStoreConfig
+from storage_engine.record_format import STORE_TIMESTAMP_AT
 from storage_engine.tiered.errors import TieredStorageError, TierFencedError
 from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.layout import (
@@ -52,7 +53,6 @@ __all__ = ["SegmentSource", "Uploader"]
 
 logger = logging.getLogger(__name__)
 
-_STORE_TIMESTAMP_AT = 56
 _ENTRY_DTYPE = np.dtype([("log_position", ">i8"), ("size_bytes", ">i4"), ("tags_code", ">i8")])
 
 
@@ -283,7 +283,7 @@ class Uploader:
                 self._store_ms(max(position for position, _ in lasts)))
 
     def _store_ms(self, log_position: int) -> int:
-        raw = self.source.read_log(log_position + _STORE_TIMESTAMP_AT, 8)
+        raw = self.source.read_log(log_position + STORE_TIMESTAMP_AT, 8)
         return int.from_bytes(raw, "big") if len(raw) == 8 else 0
 
     def _data_chunks(self, base: int, data_size: int) -> Iterator[bytes]:

@@ -9,7 +9,8 @@ local Parquet file. Read case: `groupBy(queueId).agg(sum(length(body)))` over
 `spark.read.format("rocketha")` and over `spark.read.parquet(file)`, best of R runs each (5), all
 cases taking turns within each repeat after one warm-up round (count() alone is no measure:
 Parquet answers it from footers). Spark prunes no columns of Python sources, so a read moves
-every column of its schema: the default case reads the lean default schema (7 columns), the
+every column of its schema: the default case reads the lean default schema (8 columns), the
+`lean7` case the default as it was before brokerName joined it (`columns=` those 7), the
 `all` case `columns=*` (11), the projected case declares `.schema("queueId INT, body BINARY")`,
 and the source then builds and ships only those two and pulls only `body` from the broker.
 The reads plan as the source does by default (queue ranges under minRowsPerPartition share a
@@ -26,7 +27,8 @@ turns): the same aggregation over `tests/bench/spark_ceiling.py`, a Python sourc
 nothing and yields pre-built batches (same row count, 8 partitions) in rocketha's 11, default 7
 and 2 columns: what any Python data source can reach here, so the rocketha figures can be read
 against it; `ceiling_narrow_packed` is the 2-column one in as many tasks as the rocketha read.
-`--no-sink` skips the sink cases.
+`--no-sink` skips the sink cases; `--cases default,lean7` runs only those read cases (and Parquet,
+the yardstick), in turns as above, and prints their rows/s and ratio.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ ROWS_MAX = 20_000_000
 PROJECTED_DDL = "queueId INT, body BINARY"  # the columns the aggregation uses
 SELECTIVE = "queueId = 3 AND queueOffset >= 1000"  # a few % of the rows: what pushdown skips
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# the default schema before brokerName joined it (connector/spark/columns.py: record identity)
+LEAN7 = "topic,queueId,queueOffset,key,tags,body,storeTimestamp"
 
 
 def load(broker: BrokerProcess, topic: str, rows: int, parquet_dir: Path) -> float:
@@ -174,8 +178,10 @@ def agg(df, rows: int) -> None:  # type: ignore[no-untyped-def]
 
 
 READ_CASES = {  # case -> (what it reads, JSON key of rows/s, JSON key of the Parquet ratio)
-    "default": ("lean default schema, 7 columns", "read_agg_rows_per_s",
+    "default": ("lean default schema, 8 columns", "read_agg_rows_per_s",
                 "read_vs_parquet_ratio"),
+    "lean7": ("the default without brokerName, 7 columns", "read_lean7_agg_rows_per_s",
+              "read_lean7_vs_parquet_ratio"),
     "projected": (f'.schema("{PROJECTED_DDL}")', "read_projected_agg_rows_per_s",
                   "read_projected_vs_parquet_ratio"),
     "all": ("columns=*, all 11 columns", "read_all_columns_agg_rows_per_s",
@@ -190,7 +196,8 @@ READ_CASES = {  # case -> (what it reads, JSON key of rows/s, JSON key of the Pa
 
 
 def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # type: ignore
-               repeat: int, figures: dict[str, float], meter: CpuMeter | None) -> None:
+               repeat: int, figures: dict[str, float], meter: CpuMeter | None,
+               only: tuple[str, ...] = ()) -> None:
     """The aggregation over rocketha (default schema, projected, all columns) and over
     Parquet, taking turns within each repeat, so the ratios compare like with like on a
     drifting machine."""
@@ -218,8 +225,9 @@ def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # ty
             spark.conf.set(PUSHDOWN_CONF, "false")
         assert sum(r.rows for r in got) == selected_rows, "selective read mismatch"
 
-    best, cpu = best_seconds_by_case({
+    runs = {
         "default": lambda: agg(rocketha(None).load(), rows),
+        "lean7": lambda: agg(rocketha(None, columns=LEAN7).load(), rows),
         "projected": lambda: agg(rocketha(PROJECTED_DDL).load(), rows),
         "all": lambda: agg(rocketha(None, columns="*").load(), rows),
         "default_per_queue": lambda: agg(rocketha(None, minRowsPerPartition="0").load(), rows),
@@ -232,7 +240,12 @@ def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # ty
         "ceiling_narrow_packed": lambda: agg(ceiling("narrow", packed_tasks), rows),
         "selective_pushdown": lambda: selective(True),
         "selective_no_pushdown": lambda: selective(False),
-    }, repeat, meter)
+    }
+    if only:
+        _read_subset({name: runs[name] for name in (*only, "parquet")}, rows, repeat, figures,
+                     meter)
+        return
+    best, cpu = best_seconds_by_case(runs, repeat, meter)
     parquet_s = best["parquet"]
     figures["parquet_agg_rows_per_s"] = rows / parquet_s
     for case, (what, rate_key, ratio_key) in READ_CASES.items():
@@ -271,6 +284,25 @@ def read_cases(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # ty
             + f"; wall {best[case] / rows * 1e6:.2f} us")
 
 
+def _read_subset(runs: dict[str, Callable[[], None]], rows: int, repeat: int,
+                 figures: dict[str, float], meter: CpuMeter | None) -> None:
+    best, cpu = best_seconds_by_case(runs, repeat, meter)
+    parquet_s = best["parquet"]
+    figures["parquet_agg_rows_per_s"] = rows / parquet_s
+    for case in runs:
+        if case == "parquet":
+            continue
+        what, rate_key, ratio_key = READ_CASES[case]
+        figures[rate_key] = rows / best[case]
+        figures[ratio_key] = parquet_s / best[case]
+        print(f"read agg  rocketha {case:9}: {rows / best[case]:12,.0f} rows/s "
+              f"({best[case]:.2f} s, best of {repeat}; {what}): "
+              f"{parquet_s / best[case]:.2f} x Parquet; CPU per row "
+              + ", ".join(f"{part} {seconds / rows * 1e6:.2f} us"
+                          for part, seconds in cpu.get(case, {}).items()))
+    print(f"read agg  parquet          : {rows / parquet_s:12,.0f} rows/s ({parquet_s:.2f} s)")
+
+
 def sink_case(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # type: ignore
               work: Path, topic: str, exactly_once: bool) -> float:
     schema = spark.read.parquet(str(parquet_dir)).schema
@@ -301,10 +333,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--full", action="store_true", help="10 M rows (the issue's size)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-sink", action="store_true", help="read cases only")
+    parser.add_argument("--cases", default="", help="only these read cases, e.g. default,lean7 "
+                        f"(of {', '.join(READ_CASES)}); implies --no-sink")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeatable)")
     args = parser.parse_args(argv)
     rows = 10_000_000 if args.full else args.rows
+    only = tuple(name.strip() for name in args.cases.split(",") if name.strip())
+    unknown = sorted(set(only) - set(READ_CASES))
+    if unknown:
+        parser.error(f"--cases: unknown {unknown}; known: {', '.join(READ_CASES)}")
     assert 0 < rows <= ROWS_MAX and args.repeat >= 1
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -333,8 +371,8 @@ def main(argv: list[str]) -> int:
               f"{figures['produce_rows_per_s']:,.0f} rows/s produced")
         jvm = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
         meter = CpuMeter(jvm.pid, broker.process.pid) if broker.process else None
-        read_cases(spark, broker, parquet_dir, rows, args.repeat, figures, meter)
-        if args.no_sink:
+        read_cases(spark, broker, parquet_dir, rows, args.repeat, figures, meter, only)
+        if args.no_sink or only:
             return _finish(figures, args.json)
         # the first streaming query of a session also pays worker start-ups: warm up first
         sink_case(spark, broker, parquet_dir, rows, work, "bench_sink_warm", False)

@@ -10,7 +10,7 @@ bodies over 4 queues) under ./.bench-tmp, then
   2. uploads the same segments to moto's S3 server on 127.0.0.1 (a Python HTTP server: a
      floor for real S3, not a ceiling): upload_s3_MBps;
   3. reads every tiered row directly from the file:// tier with storage_engine.tiered.reader
-     (plan_tier_ranges + read_tier_range + block_columns), in this process, WITHOUT Spark:
+     (plan_tier_ranges + read_tier_range + block_to_arrow), in this process, WITHOUT Spark:
      cold_direct_reader_rows_per_s;
   4. closes the store and starts a real broker on it (tiering off) and reads every row over
      Flight from queue_offset 0: hot_broker_rows_per_s; restarts it with tiering on and
@@ -44,14 +44,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from connector.protocol import GetReply, GetTicket
-from storage_engine import MessageBatch, MessageStore, StoreConfig
+from connector.protocol import CONSUME_SCHEMA, GetReply, GetTicket
+from storage_engine import MessageBatch, MessageStore, StoreConfig, block_to_arrow
 from storage_engine.config import TieredStoreConfig
 from storage_engine.tiered import (
     BlockCache,
     FileIO,
     TierService,
-    block_columns,
     load_manifest,
     plan_tier_ranges,
     read_tier_range,
@@ -99,7 +98,7 @@ def direct_rows_per_s(url: str) -> tuple[float, int]:
         for tier_range in plan_tier_ranges(manifest, TOPIC, queue_id, 0, 1 << 62):
             for block in read_tier_range(file_io, tier_range, rows_per_block=65536,
                                          cache=cache):
-                rows += len(block_columns(block)["queue_offset"])
+                rows += block_to_arrow(block.data, block.sizes, TOPIC, CONSUME_SCHEMA).num_rows
     return rows / (time.perf_counter() - start), rows
 
 

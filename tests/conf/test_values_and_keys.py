@@ -48,13 +48,14 @@ def test_parse_size_bytes_refuses_suffixes_and_signs(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "value"), [
     ("250", 250), ("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("15min", 900_000),
-    ("1h", 3_600_000), (" 2 s ", 2000),
+    ("1h", 3_600_000), (" 2 s ", 2000), ("1d", 86_400_000), ("15MIN", 900_000),
+    ("1500us", 1),  # Spark's timeStringAsMs cuts microseconds to whole milliseconds
 ])
 def test_parse_duration_ms(text: str, value: int) -> None:
     assert parse_duration_ms(text) == value
 
 
-@pytest.mark.parametrize("text", ["soon", "1d", "-5s", "1.5s", "", "s"])
+@pytest.mark.parametrize("text", ["soon", "1w", "-5s", "1.5s", "", "s", "5 minutes"])
 def test_parse_duration_ms_refuses_naming_key_and_value(text: str) -> None:
     with pytest.raises(BadValueError, match=f"^option maxTriggerDelay: {text!r} is not a "
                        "duration"):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from connector.client.routes import route_provider
 from connector.errors import OptionError, RoutesUnavailableError
+from connector.spark.columns import RECORD_KEY
 from connector.spark.offsets import (
     QueueRef,
     canonical,
@@ -26,7 +27,12 @@ from connector.spark.offsets import (
     parse_offsets_json,
     unflatten,
 )
-from connector.spark.options import parse_sink_options, parse_source_options
+from connector.spark.options import (
+    READ_OPTIONS,
+    batch_only_options,
+    parse_sink_options,
+    parse_source_options,
+)
 from connector.spark.planning import (
     Bounds,
     QueueRange,
@@ -76,6 +82,17 @@ def source(**extra: str) -> dict[str, str]:
     (source(columns="body,body"), "listed twice"),
     (source(columns="body", includeMetadata="true"), "columns excludes"),
     (source(workerGcFreeze="sometimes"), "workerGcFreeze"),
+    (source(endingTimestamp="1", endingOffsetsByTimestamp='{"orders": {"b:0": 1}}'),
+     "endingTimestamp and endingOffsetsByTimestamp exclude"),
+    (source(endingOffsetsByTimestamp='{"orders": {"b:0": -1}}'), "endingOffsetsByTimestamp"),
+    (source(endingTimestamp="yesterday"), "endingTimestamp"),
+    (source(startingOffsetsByTimestampStrategy="earliest"),
+     "startingOffsetsByTimestampStrategy: 'earliest' must be one of error, latest"),
+    (source(groupId="g", groupIdPrefix="p"), "groupId and groupIdPrefix exclude"),
+    (source(groupIdPrefix="bad prefix"), "groupIdPrefix"),
+    (source(maxRecordsPerPartition="0"), "maxRecordsPerPartition"),
+    (source(fetchTimeoutMs="0s"), "fetchTimeoutMs: '0s' is below 1 ms"),
+    (source(requestTimeoutMs="5 minutes"), "requestTimeoutMs"),
 ])
 def test_bad_source_option_names_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(OptionError, match=named):
@@ -96,9 +113,11 @@ def test_options_are_case_insensitive_and_pickle() -> None:
 
 def test_default_columns_are_lean_and_options_add_groups() -> None:
     assert parse_source_options(source()).columns == (
-        "topic", "queueId", "queueOffset", "key", "tags", "body", "storeTimestamp")
+        "topic", "brokerName", "queueId", "queueOffset", "key", "tags", "body",
+        "storeTimestamp")
+    assert set(RECORD_KEY) <= set(parse_source_options(source()).columns)  # a record's identity
     assert parse_source_options(source(includeProperties="true")).columns == (
-        "topic", "queueId", "queueOffset", "key", "tags", "body", "properties",
+        "topic", "brokerName", "queueId", "queueOffset", "key", "tags", "body", "properties",
         "storeTimestamp")
     everything = ("topic", "brokerName", "queueId", "queueOffset", "msgId", "key", "tags",
                   "body", "properties", "bornTimestamp", "storeTimestamp")
@@ -107,6 +126,46 @@ def test_default_columns_are_lean_and_options_add_groups() -> None:
     assert parse_source_options(source(columns="*")).columns == everything
     assert parse_source_options(source(columns=" BODY,queueid ")).columns == ("body",
                                                                               "queueId")
+
+
+def test_unknown_option_suggests_and_lists_the_known_ones() -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_source_options(source(startingOffsetByTimestamp='{"orders": {"b:0": 1}}'))
+    message = str(caught.value)
+    assert "unknown option 'startingOffsetByTimestamp'; did you mean " \
+        "'startingOffsetsByTimestamp'?" in message
+    assert "rocketha's options: " in message
+    listed = message.split("rocketha's options: ", 1)[1].split(", ")
+    assert listed == sorted(READ_OPTIONS) and "maxRecordsPerPartition" in listed
+    with pytest.raises(OptionError, match=r"did you mean 'topic'\?.*acceptStatuses"):
+        parse_sink_options({"brokers": "h:1", "topc": "t"})
+
+
+def test_kafka_habit_options() -> None:
+    """Kafka's names and value forms: timestamps at either end, the by-timestamp strategy,
+    a generated group per reader, durations with Spark's units."""
+    parsed = parse_source_options(source(
+        endingTimestamp="1700000000000", startingOffsetsByTimestampStrategy="LATEST",
+        groupIdPrefix="etl", maxRecordsPerPartition="1000", maxTriggerDelay="2min",
+        fetchTimeoutMs="30s", requestTimeoutMs="1500"))
+    assert parsed.ending_timestamp_ms == 1_700_000_000_000 and parsed.ending == "latest"
+    assert parsed.starting_strategy == "latest"
+    assert parsed.max_records_per_partition == 1000
+    assert (parsed.max_trigger_delay_ms, parsed.fetch_timeout_ms,
+            parsed.request_timeout_ms) == (120_000, 30_000, 1500)
+    assert parsed.group_id is not None and parsed.group_id.startswith("etl-")
+    assert len(parsed.group_id) == len("etl-") + 12
+    again = parse_source_options(source(groupIdPrefix="etl"))
+    assert again.group_id != parsed.group_id  # a group per reader, as Kafka's source
+    by_queue = parse_source_options(source(
+        endingOffsetsByTimestamp='{"orders": {"broker-b:0": 5, "broker-a:1": 7}}'))
+    assert by_queue.ending_by_timestamp == {"orders": {"broker-a:1": 7, "broker-b:0": 5}}
+    defaults = parse_source_options(source())
+    assert defaults.starting_strategy == "error"  # Kafka's default
+    assert defaults.group_id is None and defaults.max_records_per_partition is None
+    assert batch_only_options({"ENDINGTIMESTAMP": "1", "subscribe": "a"}) == ["endingTimestamp"]
+    assert parse_sink_options({"brokers": "h:1", "requestTimeoutMs": "1m"}
+                              ).request_timeout_ms == 60_000
 
 
 def test_pattern_and_assign_select_topics() -> None:
@@ -214,6 +273,34 @@ def test_split_ranges_min_partitions() -> None:
         assert mine[0].start_queue_offset == low and mine[-1].end_queue_offset == high
         assert all(a.end_queue_offset == b.start_queue_offset for a, b in itertools.pairwise(mine))
         assert all(p.count > 0 for p in mine)
+
+
+def test_split_ranges_max_rows() -> None:
+    """maxRecordsPerPartition: no part above it; with minPartitions the larger split wins."""
+    ranges = [QueueRange(A0, 0, 100), QueueRange(A1, 0, 10), QueueRange(B0, 5, 5)]
+    parts = split_ranges(ranges, None, 30)
+    assert [(p.ref, p.start_queue_offset, p.end_queue_offset) for p in parts] == [
+        (A0, 0, 25), (A0, 25, 50), (A0, 50, 75), (A0, 75, 100), (A1, 0, 10)]
+    assert len(split_ranges(ranges, 20, 30)) > len(parts)  # minPartitions asks for more
+    assert len(split_ranges(ranges, 2, 30)) == len(parts)  # maxRecordsPerPartition does
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 500), max_size=6), st.none() | st.integers(1, 40),
+       st.integers(1, 200))
+def test_split_ranges_covers_each_range_within_max(counts: list[int],
+                                                    min_partitions: int | None,
+                                                    max_rows: int) -> None:
+    ranges = [QueueRange(QueueRef("t", "b", index), 10, 10 + count)
+              for index, count in enumerate(counts)]
+    parts = split_ranges(ranges, min_partitions, max_rows)
+    assert all(0 < p.count <= max_rows for p in parts)
+    for queue_range in ranges:
+        mine = [(p.start_queue_offset, p.end_queue_offset) for p in parts
+                if p.ref == queue_range.ref]
+        covered = [offset for low, high in mine for offset in range(low, high)]
+        assert covered == list(range(queue_range.start_queue_offset,
+                                     queue_range.end_queue_offset))
 
 
 def test_pack_groups_packs_small_ranges_into_even_tasks() -> None:

@@ -24,6 +24,7 @@ from connector.spark.sink import (
     SinkColumns,
     check_input_columns,
     chunk_rows,
+    merged_properties,
     to_produce_batch,
     with_marker,
 )
@@ -34,8 +35,18 @@ NO_TOPIC = parse_sink_options({"brokers": "h:1"})
 PROPS = pa.map_(pa.string(), pa.string())
 
 
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+KAFKA_HEADERS = "array<struct<key:string,value:binary>>"
+
+
 @pytest.mark.parametrize("fields, options, message", [
-    ([("body", "binary"), ("headers", "string")], OPTIONS, "unknown column.*headers"),
+    ([("body", "binary"), ("tag", "string")], OPTIONS, (r"unknown column 'tag'; did you mean "
+     r"'tags'\? The sink takes .*ignores bornTimestamp, brokerName")),
+    ([("body", "binary"), ("headers", "string")], OPTIONS, "'headers' has type string"),
+    ([("body", "binary"), ("queueId", "int"), ("partition", "int")], OPTIONS,
+     "queueId and partition"),
+    ([("body", "binary"), ("key", "int")], OPTIONS, ("'key' has type int; allowed: string, "
+     "binary")),
     ([("body", "int")], OPTIONS, "'body' has type int"),
     ([("body", "binary"), ("value", "string")], OPTIONS, "exactly one of"),
     ([("key", "string")], OPTIONS, "exactly one of"),
@@ -60,6 +71,79 @@ def test_good_columns() -> None:
     with pytest.raises(SinkSchemaError, match="null"):
         to_produce_batch(pa.record_batch({"value": pa.array([None], pa.string())}),
                          SinkColumns("value", (), False))
+
+
+def test_kafka_shaped_columns() -> None:
+    """What a Kafka job writes: binary key, value, headers, partition, topic; the read-side
+    columns of a Kafka or rocketha DataFrame are ignored."""
+    fields = [("key", "binary"), ("value", "binary"), ("topic", "string"),
+              ("partition", "int"), ("offset", "bigint"), ("timestamp", "timestamp"),
+              ("timestampType", "int"), ("headers", KAFKA_HEADERS),
+              ("queueOffset", "bigint"), ("brokerName", "string")]
+    columns = check_input_columns(fields, NO_TOPIC)
+    assert columns == SinkColumns("value", ("key", "headers", "partition"), True)
+    batch = pa.record_batch({
+        "key": pa.array([b"k1", None]), "value": pa.array([b"v1", b"v2"]),
+        "offset": pa.array([7, 8]), "partition": pa.array([1, 0], pa.int32()),
+        "headers": pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}],
+                             None], HEADERS)})
+    produced = to_produce_batch(batch, columns)
+    assert produced.schema.names == ["body", "key", "properties", "queue_id"]
+    assert produced.column("key").to_pylist() == ["k1", None]
+    assert produced.column("properties").to_pylist() == [[("h", "2")], None]  # last wins
+    assert produced.column("queue_id").to_pylist() == [1, 0]
+
+
+def test_non_utf8_key_or_header_names_partition_and_row() -> None:
+    columns = SinkColumns("value", ("key",), False)
+    batch = pa.record_batch({"value": pa.array([b"a", b"b"]),
+                             "key": pa.array([b"ok", b"\xff\xfe"])})
+    with pytest.raises(SinkSchemaError, match=r"^rocketha sink: partition 4: column 'key', "
+                       r"row 101: b'\\xff\\xfe' is not UTF-8"):
+        to_produce_batch(batch, columns, partition_id=4, first_row=100)
+    headers = pa.record_batch({"value": pa.array([b"a", b"b"]), "headers": pa.array(
+        [None, [{"key": "ok", "value": b"1"}, {"key": "bad", "value": b"\xc3"}]], HEADERS)})
+    with pytest.raises(SinkSchemaError, match=r"partition 2: column 'headers', row 1: "):
+        to_produce_batch(headers, SinkColumns("value", ("headers",), False), partition_id=2)
+    null_key = pa.record_batch({"value": pa.array([b"a"]), "headers": pa.array(
+        [[{"key": None, "value": b"1"}]], HEADERS)})
+    with pytest.raises(SinkSchemaError, match="row 0: a header has a null key"):
+        to_produce_batch(null_key, SinkColumns("value", ("headers",), False))
+
+
+HEADER = st.one_of(st.none(), st.fixed_dictionaries({
+    "key": st.sampled_from(["a", "b", "c"]),
+    "value": st.one_of(st.none(), st.sampled_from([b"1", b"2", "\u00e9".encode()]))}))
+PROPERTY = st.tuples(st.sampled_from(["a", "b", "d"]), st.sampled_from(["p", "q"]))
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.lists(HEADER, max_size=4)),
+                          st.one_of(st.none(), st.lists(PROPERTY, max_size=3, unique_by=lambda
+                                                        e: e[0]))),
+                min_size=1, max_size=10),
+       st.integers(0, 9), st.integers(0, 10))
+def test_headers_merge_like_the_row_by_row_rule(rows, start: int, length: int) -> None:  # type: ignore
+    """Vectorized merge == in header order later wins, null values set nothing, properties
+    last; a row left with nothing is null. Also on sliced arrays (Spark hands slices)."""
+    start = min(start, len(rows) - 1)
+    headers = pa.array([h for h, _ in rows], HEADERS).slice(start, length)
+    properties = pa.array([p for _, p in rows], PROPS).slice(start, length)
+    expected = []
+    for row_headers, row_properties in rows[start:start + length]:
+        merged: dict[str, str] = {}
+        for header in row_headers or []:
+            if header is not None and header["value"] is not None:
+                merged.pop(header["key"], None)
+                merged[header["key"]] = header["value"].decode()
+        for key, value in row_properties or []:
+            merged.pop(key, None)
+            merged[key] = value
+        expected.append(sorted(merged.items()) or None)
+    got = merged_properties(headers, properties, where="w").to_pylist()
+    assert [None if row is None else sorted(row) for row in got] == expected
+    alone = merged_properties(headers, None, where="w").to_pylist()
+    assert len(alone) == len(expected)
 
 
 def as_batches(values: list[int], cuts: list[int]) -> list[pa.RecordBatch]:

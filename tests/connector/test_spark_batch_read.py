@@ -67,7 +67,8 @@ def test_default_schema_is_lean(spark, broker, loaded) -> None:
     """Like Spark's Kafka source: what most jobs read; the rest on request."""
     df = read(spark, broker, subscribe=TOPIC)
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
-        ("topic", "string"), ("queueId", "int"), ("queueOffset", "bigint"), ("key", "string"),
+        ("topic", "string"), ("brokerName", "string"), ("queueId", "int"),
+        ("queueOffset", "bigint"), ("key", "string"),
         ("tags", "string"), ("body", "binary"), ("storeTimestamp", "timestamp")]
     full = read(spark, broker, subscribe=TOPIC, includeProperties="true",
                 includeMetadata="true")
@@ -130,9 +131,13 @@ def test_small_ranges_share_a_task_and_read_the_same_rows(spark, broker, loaded)
 def test_assign_and_starting_timestamp(spark, broker, loaded) -> None:
     df = read(spark, broker, assign=json.dumps({TOPIC: ["broker-a:1"]}))
     assert {r.queueId for r in df.select("queueId").collect()} == {1}
-    late = read(spark, broker, subscribe=TOPIC,
-                startingTimestamp=str(loaded["after_ms"] + 60_000))
+    after_all = str(loaded["after_ms"] + 60_000)
+    late = read(spark, broker, subscribe=TOPIC, startingTimestamp=after_all,
+                startingOffsetsByTimestampStrategy="latest")
     assert late.count() == 0
+    with pytest.raises(Exception, match=r"option startingTimestamp: batch_orders/broker-a:\d "
+                       r"has no message stored at or after .*Strategy=latest"):
+        read(spark, broker, subscribe=TOPIC, startingTimestamp=after_all).count()
     early = read(spark, broker, subscribe=TOPIC, startingTimestamp=str(loaded["before_ms"] - 1))
     assert early.count() == QUEUES * PER_QUEUE
 
@@ -158,7 +163,7 @@ def test_declared_schema_projects_the_columns(spark, broker, loaded) -> None:
     assert [(f.name, f.dataType.simpleString()) for f in projected.schema.fields] == [
         ("queueId", "int"), ("body", "binary")]
     full = read(spark, broker, subscribe=TOPIC)
-    assert "brokerName" not in full.columns
+    assert "msgId" not in full.columns
     assert projected.count() == QUEUES * PER_QUEUE
     assert_df_equality(projected, full.select("queueId", "body"), ignore_row_order=True)
 

@@ -47,7 +47,8 @@ def test_admin_through_the_controller_across_a_failover(tmp_path: Path) -> None:
         assert table.returncode == 0
         header, row = table.stdout.splitlines()[:2]
         assert header.split() == ["NAME", "REPLICA_SET", "READ_QUEUE_NUMS", "WRITE_QUEUE_NUMS",
-                                  "PERM"] and row.split()[:2] == ["orders", "broker-a"]
+                                  "PERM", "TABLE"] and row.split()[:2] == ["orders", "broker-a"]
+        assert row.split()[-1] == "default"  # the broker's topicTableDefault
 
         sets = admin(*to, "cluster")  # a controller command: a table too, JSON on request
         assert sets.returncode == 0 and sets.stdout.split()[:2] == ["REPLICA_SET",

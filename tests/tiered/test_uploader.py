@@ -6,6 +6,7 @@ uploader's and retention's passes are driven by the test (no threads, no sleeps)
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 import os
 import pickle
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from connector.protocol import CONSUME_SCHEMA
@@ -25,13 +25,13 @@ from storage_engine import (
     RecordBlock,
     StoreConfig,
     TagFilter,
+    block_to_arrow,
     decode_record,
 )
 from storage_engine.config import TieredStoreConfig
 from storage_engine.tiered.errors import TieredStorageError
 from storage_engine.tiered.file_io import FileIO
 from storage_engine.tiered.reader import (
-    block_columns,
     load_manifest,
     plan_tier_ranges,
     read_tier_range,
@@ -232,28 +232,26 @@ def test_direct_range_reads_match_the_store(store: MessageStore) -> None:
     rows: dict[str, list] = {}
     for tier_range in ranges:
         for block in read_tier_range(file_io, tier_range, rows_per_block=17):
-            for name, values in block_columns(block).items():
+            batch = block_to_arrow(block.data, block.sizes, "Audit", CONSUME_SCHEMA)
+            for name, values in batch.to_pydict().items():
                 rows.setdefault(name, []).extend(values)
     want = expected.messages()[:len(rows["queue_offset"])]
     assert rows["queue_offset"] == list(range(len(want)))
     assert rows["body"] == [m.body for m in want]
     assert rows["key"] == [m.keys for m in want] and rows["tags"] == [m.tags for m in want]
     assert rows["msg_id"] == [m.msg_id for m in want]
-    assert rows["store_timestamp"] == [m.store_timestamp_ms for m in want]
+    assert [int(ts.replace(tzinfo=datetime.UTC).timestamp() * 1000)
+            for ts in rows["store_timestamp"]] == [m.store_timestamp_ms for m in want]
     assert rows["topic"] == ["Audit"] * len(want)
     assert rows["properties"] == [
         [(k, v) for k, v in m.properties.items() if k not in ("KEYS", "TAGS")] or None
         for m in want]
     assert rows["properties"][1] == [("a", "1"), ("b", "\u00e9")] and rows["body"][0] == b""
     block = next(read_tier_range(file_io, ranges[0], rows_per_block=5))
-    batch = pa.RecordBatch.from_pydict(block_columns(block), schema=CONSUME_SCHEMA)
-    assert batch.num_rows == len(block.sizes)  # Arrow-ready: the broker's consume schema
-    assert batch.column("store_timestamp")[0].as_py().timestamp() * 1000 == \
-        rows["store_timestamp"][0]
-    checked, fast = block_columns(block, verify=True), block_columns(block)
-    assert {k: list(v) for k, v in checked.items()} == {k: list(v) for k, v in fast.items()}
-    assert block_columns(RecordBlock(GetStatus.FOUND, 0, 0, 0, b"", np.empty(0, np.int64))
-                         )["body"] == []
+    for record_at, size in zip(np.cumsum(block.sizes) - block.sizes, block.sizes, strict=True):
+        decode_record(block.data, int(record_at), end=int(record_at + size))  # whole records
+    empty = RecordBlock(GetStatus.FOUND, 0, 0, 0, b"", np.empty(0, np.int64))
+    assert block_to_arrow(empty.data, empty.sizes, "Audit", CONSUME_SCHEMA).num_rows == 0
 
 
 def test_tier_outage_skips_nothing(store: MessageStore, tmp_path: Path,

@@ -1,0 +1,13 @@
+"""`rocketha-proxy`: the rocketmq extra's check, then connector.rmq_proxy.main.
+
+The entry-point shim pattern (conf/extras.py): the check runs before the import it guards,
+and this package's __init__ imports nothing the extra provides.
+"""
+
+from conf.extras import require_extra
+
+require_extra("rocketha-proxy", "rocketmq")
+
+from connector.rmq_proxy.main import main  # noqa: E402 - after the check, on purpose
+
+__all__ = ["main"]

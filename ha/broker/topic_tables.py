@@ -1,0 +1,223 @@
+"""TopicTables: the `topic-tables` thread, materializing opted-in topics while master.
+
+    every topicTableIntervalMs (at once again while a commit limit left messages behind):
+      master_epoch()                       None (slave, fenced, changing role) -> standby
+      for each topic whose table is delta  (its `table` attribute, else topicTableDefault)
+        backing off after a failure?       -> skip it this time
+        fenced under this epoch?           -> skip it (a newer master writes the table)
+        TopicTableWriter.run_pass          (ha/broker/topic_table.py: one Delta commit)
+          CommitFailedError                -> another writer committed first: plan again,
+                                              up to COMMIT_ATTEMPTS_MAX in this pass
+          any other error                  -> count, keep as last_error, log; retry after
+                                              backoff_ms (the interval, doubling, to
+                                              RETRY_BACKOFF_MAX_MS)
+
+Nothing here is on a put's path: the thread only reads the store (confirmed messages, through
+the normal read path) and writes the object store, so an object store that is down delays the
+tables, never a put. It runs on every broker and does work only on the master; a deposed
+master's pass is refused by the table itself (the fence, ha/broker/table_plan.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ha.broker.config import BrokerConfig
+from ha.broker.metadata import TopicConfig
+from ha.broker.topic_log import TopicLog
+from storage_engine import MessageStore
+from storage_engine.tiered import backoff_ms
+
+_TABLE_IO_MISSING = ""  # why topic tables cannot run here (set when deltalake is missing)
+try:  # deltalake is an optional dependency (`rocketha[tables]`): a broker runs without it
+    from ha.broker import topic_table as table_io
+except ModuleNotFoundError as err:
+    table_io = None  # type: ignore[assignment]
+    _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
+                         f"'rocketha[tables]'): {err}")
+
+__all__ = ["TopicTables"]
+
+logger = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS_MAX = 3  # commits of one topic lost to other writers before the next pass
+RETRY_BACKOFF_MAX_MS = 60_000  # longest wait after failures in a row (object store down)
+
+
+@dataclasses.dataclass
+class _TopicState:
+    writer: table_io.TopicTableWriter | None  # None: deltalake is not installed
+    failures: int = 0
+    retry_at_ms: int = 0
+    fenced_epoch: int | None = None  # the epoch a newer master's fence was seen under
+    commits: int = 0
+    rows: int = 0
+    lost_races: int = 0
+    skipped: int = 0
+    pending: int | None = None  # confirmed messages not in the table (last pass)
+    last_commit_ms: int | None = None
+    last_version: int | None = None
+    last_error: dict[str, Any] | None = None
+
+
+class TopicTables:
+    """The broker's topic tables (see the module doc). `start()` / `stop()`; `run_pass()`
+    for tests and tools."""
+
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicLog, *,
+                 master_epoch: Callable[[], int | None],
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.master_epoch = master_epoch
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._storage_options = (None if table_io is None
+                                 else table_io.table_storage_options(config.store))
+        self._states: dict[str, _TopicState] = {}
+        self._lock = threading.Lock()  # _states and counters, against stats() readers
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._role = "standby"
+        self._passes = 0
+
+    def start(self) -> TopicTables:
+        self._thread = threading.Thread(target=self._loop, name="topic-tables", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop after the commit in progress (a commit is bounded by the commit limits)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        interval_s = self.config.topic_table_interval_ms / 1000.0
+        wait_s = interval_s
+        while not self._stop.wait(wait_s):
+            try:
+                more = self.run_pass()
+            except Exception:  # the thread must survive anything
+                logger.exception("topic tables: pass failed")
+                more = False
+            wait_s = 0.0 if more else interval_s
+
+    def enabled(self, topic: TopicConfig) -> bool:
+        return topic.table_format(self.config.topic_table_default) == "delta"
+
+    def run_pass(self) -> bool:
+        """One commit per table topic, if this broker is the master; returns whether a
+        limit left messages behind (the next pass should follow at once)."""
+        epoch = self.master_epoch()
+        with self._lock:
+            self._passes += 1
+            self._role = "standby" if epoch is None else "master"
+        if epoch is None:
+            return False
+        more = False
+        for topic in self.topics.all():
+            if self._stop.is_set():
+                break
+            if self.enabled(topic):
+                more |= self._topic_pass(topic, epoch)
+        return more
+
+    def _state(self, topic: TopicConfig) -> _TopicState:
+        with self._lock:
+            state = self._states.get(topic.name)
+            if state is None:
+                writer = None if table_io is None else table_io.TopicTableWriter(
+                    self.store, topic=topic.name, broker_name=self.config.broker_name,
+                    uri=table_io.tier_table_uri(self.config.store, self.config.store_dir,
+                                                topic.name),
+                    storage_options=self._storage_options,
+                    limits=table_io.TableLimits(self.config.topic_table_commit_rows_max,
+                                                self.config.topic_table_commit_bytes_max))
+                state = self._states[topic.name] = _TopicState(writer)
+            return state
+
+    def _topic_pass(self, topic: TopicConfig, epoch: int) -> bool:
+        state = self._state(topic)
+        now_ms = self._clock_ms()
+        if state.retry_at_ms > now_ms or state.fenced_epoch == epoch:
+            return False
+        if state.writer is None:
+            self._failed(state, topic.name, RuntimeError(_TABLE_IO_MISSING), now_ms)
+            return False
+        queue_ids = {queue_id for name, queue_id in self.store.queues() if name == topic.name}
+        queue_ids.update(range(topic.read_queue_nums))
+        for attempt in range(1, COMMIT_ATTEMPTS_MAX + 1):
+            try:
+                result = state.writer.run_pass(epoch, queue_ids)
+            except table_io.CommitFailedError as err:
+                with self._lock:
+                    state.lost_races += 1
+                logger.info("topic table %s: commit attempt %d/%d lost to another writer "
+                            "(%s): planning again", topic.name, attempt, COMMIT_ATTEMPTS_MAX,
+                            err)
+                continue
+            except Exception as err:  # noqa: BLE001 - reported; retried after a backoff
+                self._failed(state, topic.name, err, now_ms)
+                return False
+            self._done(state, topic.name, result, epoch)
+            return result.more
+        return True  # lost every attempt: try again at once
+
+    def _done(self, state: _TopicState, topic: str, result: table_io.PassResult,
+              epoch: int) -> None:
+        with self._lock:
+            state.failures = 0
+            state.retry_at_ms = 0
+            state.pending = result.pending_count
+            if result.outcome == "fenced":
+                state.fenced_epoch = epoch
+            if result.outcome == "committed":
+                state.commits += 1
+                state.rows += result.rows
+                state.skipped += result.skipped_count
+                state.last_commit_ms = self._clock_ms()
+                state.last_version = result.table_version
+        if result.outcome == "fenced":
+            logger.warning("topic table %s: a newer master (epoch %s) writes it; this broker "
+                           "(epoch %d) stops writing it", topic, result.table_epoch, epoch)
+        if result.skipped_count:
+            logger.warning("topic table %s: %d message(s) were gone from the log and the tier "
+                           "before the table got them", topic, result.skipped_count)
+        if result.ahead:
+            logger.warning("topic table %s: the table holds offsets past this store's end in "
+                           "queue(s) %s (a recreated topic?): those queues are left alone",
+                           topic, list(result.ahead))
+
+    def _failed(self, state: _TopicState, topic: str, err: Exception, now_ms: int) -> None:
+        with self._lock:
+            state.failures += 1
+            wait_ms = backoff_ms(state.failures, min_ms=self.config.topic_table_interval_ms,
+                                 max_ms=max(RETRY_BACKOFF_MAX_MS,
+                                            self.config.topic_table_interval_ms))
+            state.retry_at_ms = now_ms + wait_ms
+            state.last_error = {"kind": type(err).__name__, "message": str(err)[:500],
+                                "at_ms": now_ms}
+        logger.warning("topic table %s: pass failed (%d in a row; next try in %d ms): %s",
+                       topic, state.failures, wait_ms, err)
+
+    def stats(self) -> dict[str, Any]:
+        """For `broker info`: the role seen last, and per table topic its progress."""
+        with self._lock:
+            topics = {name: {"uri": state.writer and state.writer.uri, "commits": state.commits,
+                             "rows": state.rows, "pending_messages": state.pending,
+                             "last_commit_ms": state.last_commit_ms,
+                             "last_version": state.last_version,
+                             "lost_races": state.lost_races, "skipped_messages": state.skipped,
+                             "failures_in_a_row": state.failures,
+                             "fenced_epoch": state.fenced_epoch,
+                             "last_error": state.last_error}
+                      for name, state in sorted(self._states.items())}
+            return {"role": self._role, "passes": self._passes,
+                    "interval_ms": self.config.topic_table_interval_ms,
+                    "default": self.config.topic_table_default, "topics": topics}
