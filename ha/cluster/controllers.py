@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyarrow import flight
-
 from conf import format_property
-from conf.signing import Credentials, action_target, sign_headers
-from conf.tls import NO_TLS, ClientTLS, connect_flight
+from conf.signing import Credentials
+from conf.tls import NO_TLS, ClientTLS
+from ha.broker.peer import signed_action
 from ha.cluster import auth as cluster_auth
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.cluster.processes import (
@@ -42,21 +41,8 @@ STARTUP_TIMEOUT_S = 30.0
 
 def controller_status(endpoint: str, timeout_s: float = 2.0, tls: ClientTLS = NO_TLS,
                       credentials: Credentials | None = None) -> dict[str, Any] | None:
-    try:
-        client = connect_flight(endpoint, tls)
-    except OSError:  # a certificate file is unreadable
-        return None
-    try:
-        headers = [] if credentials is None else sign_headers(
-            credentials, "DO_ACTION", action_target("controller_status", b"{}"),
-            int(time.time() * 1000))
-        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
-        results = list(client.do_action(flight.Action("controller_status", b"{}"), options))
-        return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
-    except (flight.FlightError, OSError, ValueError):
-        return None
-    finally:
-        client.close()
+    """The `controller_status` action's reply from the controller at `endpoint`, or None."""
+    return signed_action(endpoint, "controller_status", timeout_s, tls, credentials)
 
 
 class LocalControllers:
