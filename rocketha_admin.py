@@ -29,6 +29,7 @@ import sys
 
 from pyarrow import flight
 
+from conf.controller_addresses import controller_addresses
 from conf.credentials import read_credentials_file
 from conf.signing import Credentials, action_target
 from conf.tls import (
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     help_asked = "-h" in args or "--help" in args or command not in (
         DATA_COMMANDS | CONTROLLER_COMMANDS)
     if controller is not None:
-        addresses = [a.strip() for a in controller.replace(",", ";").split(";") if a.strip()]
+        addresses = controller_addresses(controller)
         problems = [probe(address, "controller", tls, credentials) for address in addresses] \
             if addresses and not help_asked and command != "status" else []
         if problems and all(problems):

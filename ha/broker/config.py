@@ -29,6 +29,7 @@ from typing import Any
 
 import conf
 from conf import parse_bool, unknown_key_message
+from conf.controller_addresses import controller_addresses
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
@@ -239,11 +240,6 @@ def _range(key: str, value: int, low: int, high: int) -> None:
         raise ConfigError(key, f"{value} not in [{low}, {high}]")
 
 
-def _addresses(text: str) -> tuple[str, ...]:
-    """`host:port[,host:port...]` (RocketMQ also accepts `;` between addresses)."""
-    return tuple(part.strip() for part in text.replace(";", ",").split(",") if part.strip())
-
-
 _KEYS: dict[str, tuple[str, Any]] = {
     "brokerClusterName": ("broker_cluster_name", str),
     "brokerName": ("broker_name", str),
@@ -267,7 +263,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "idempotenceBatchesKept": ("idempotence_batches_kept", int),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval_ms", int),
     "enableControllerMode": ("enable_controller_mode", parse_bool),
-    "controllerAddr": ("controller_addr", _addresses),
+    "controllerAddr": ("controller_addr", controller_addresses),
     "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
     "controllerRequestTimeoutMs": ("controller_request_timeout_ms", int),
     "controllerRedirectsMax": ("controller_redirects_max", int),
