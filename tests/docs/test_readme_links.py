@@ -27,18 +27,23 @@ def _headings(text: str) -> list[str]:
     return [m.group("title") for m in HEADING.finditer(CODE.sub("", text))]
 
 
+def _unique(base: str, taken: set[str], separator: str) -> str:
+    """`base`, or base + separator + 1, 2... when a heading earlier on the page has it."""
+    anchor, n = base, 0
+    while anchor in taken:
+        n += 1
+        anchor = f"{base}{separator}{n}"
+    return anchor
+
+
 def github_anchors(text: str) -> set[str]:
     """GitHub's heading ids: lower case, punctuation but '-' and '_' dropped, spaces to '-',
     a repeated id numbered -1, -2..."""
     anchors: set[str] = set()
     for title in _headings(text):
         title = re.sub(r"`|\*\*|\[([^\]]*)\]\([^)]*\)", r"\1", title)
-        base = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
-        anchor, n = base, 0
-        while anchor in anchors:
-            n += 1
-            anchor = f"{base}-{n}"
-        anchors.add(anchor)
+        anchors.add(_unique(re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-"), anchors,
+                            "-"))
     return anchors
 
 
@@ -50,12 +55,8 @@ def mkdocs_anchors(text: str) -> set[str]:
         if explicit:
             anchors.add(explicit.group(1))
             continue
-        base = slugify(re.sub(r"<[^>]+>", "", title.replace("`", "")), "-")
-        anchor, n = base, 0
-        while anchor in anchors:
-            n += 1
-            anchor = f"{base}_{n}"
-        anchors.add(anchor)
+        anchors.add(_unique(slugify(re.sub(r"<[^>]+>", "", title.replace("`", "")), "-"),
+                            anchors, "_"))
     return anchors
 
 
