@@ -25,11 +25,11 @@ Projection: Spark 4.2 prunes no columns of Python sources, so every column `read
 crosses the Python worker -> Arrow -> JVM path even when the query uses two. The schema in force
 (the lean default, the include options, `columns`, or the user's `.schema(...)`) is what a read
 yields: any subset of the 11 and of Kafka's 6, each with the type above (NOT NULL only on
-columns that are never null). Columns not asked for are never built (no brokerName repeat, no timestamp casts, no
-idempotence-marker strip), and a range read asks the broker only for the consume columns the
-projection is built from (`consume_columns`): topic, brokerName and queueId come from the partition,
-body from `body`, msgId from `msg_id`, and so on; the broker then skips msg_id formatting and
-properties decoding for a `queueId, body` query.
+columns that are never null). Columns not asked for are never built (no brokerName repeat,
+no timestamp casts, no idempotence-marker strip), and a range read asks the broker only for
+the consume columns the projection is built from (`consume_columns`): topic, brokerName and
+queueId come from the partition, body from `body`, msgId from `msg_id`, and so on; the broker
+then skips msg_id formatting and properties decoding for a `queueId, body` query.
 """
 
 from __future__ import annotations

@@ -8,14 +8,14 @@ timestampType is 1 on every row, and headers are the properties as Kafka's
 ARRAY<STRUCT<key, value BINARY>> with the sink's markers stripped and a null list where a
 message has none, also from a sliced batch; a range read asks the broker for no more than
 the values need; a declared schema in Kafka's types is accepted with the Arrow types Spark's
-own conversion gives. Method: direct calls on a consume batch built in CONSUME_SCHEMA.
+own conversion gives (on every supported pyspark: connector.spark.compat). Method: direct
+calls on a consume batch built in CONSUME_SCHEMA.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 from connector.errors import OptionError
 from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY
 from connector.spark.columns import COLUMN_DDL_TYPES, KAFKA_RECORD_KEY, LOG_APPEND_TIME
+from connector.spark.compat import arrow_type
 from connector.spark.options import parse_source_options
 from connector.spark.source import SourceColumns, consume_columns, project_columns, to_source_batch
 
@@ -59,7 +60,7 @@ def test_kafka_columns_are_kafkas_in_its_order_then_the_replica_set() -> None:
     assert parse_source_options({**BASE, "columns": "kafka"}).columns == (*kafka, "brokerName")
     assert parse_source_options({**BASE, "columns": "Kafka", "includeHeaders": "true"}
                                 ).columns == (*kafka, "headers", "brokerName")
-    assert set(KAFKA_RECORD_KEY) <= set(kafka + ("brokerName",))
+    assert set(KAFKA_RECORD_KEY) <= {*kafka, "brokerName"}
     # includeHeaders on the default schema adds the one column; Kafka's names mix with ours
     default = parse_source_options(BASE).columns
     assert parse_source_options({**BASE, "includeHeaders": "true"}).columns == (
@@ -116,7 +117,7 @@ def test_a_range_read_asks_only_for_what_kafkas_columns_are_built_from() -> None
 
 def test_a_declared_kafka_schema_takes_sparks_own_arrow_types() -> None:
     names = parse_source_options({**BASE, "columns": "kafka", "includeHeaders": "true"}).columns
-    declared = [(name, to_arrow_type(SPARK_TYPES[name], timezone="UTC"), True,
+    declared = [(name, arrow_type(SPARK_TYPES[name]), True,
                  COLUMN_DDL_TYPES[name]) for name in names]
     columns = project_columns(declared)
     assert columns.names == names
