@@ -11,6 +11,10 @@
           any other error                  -> count, keep as last_error, log; retry after
                                               backoff_ms (the interval, doubling, to
                                               RETRY_BACKOFF_MAX_MS)
+        upkeep due (every topicTableMaintenanceIntervalMs, after a pass that was not fenced)
+          run_maintenance                  (ha/broker/table_maintenance.py: retention,
+                                              compaction, vacuum; an error is kept as
+                                              maintenance_error and tried next interval)
 
 Nothing here is on a put's path: the thread only reads the store (confirmed messages, through
 the normal read path) and writes the object store, so an object store that is down delays the
@@ -35,9 +39,11 @@ from storage_engine.tiered import backoff_ms
 
 _TABLE_IO_MISSING = ""  # why topic tables cannot run here (set when deltalake is missing)
 try:  # deltalake is an optional dependency (`rocketha[tables]`): a broker runs without it
+    from ha.broker import table_maintenance
     from ha.broker import topic_table as table_io
 except ModuleNotFoundError as err:
     table_io = None  # type: ignore[assignment]
+    table_maintenance = None  # type: ignore[assignment]
     _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
                          f"'rocketha[tables]'): {err}")
 
@@ -63,6 +69,9 @@ class _TopicState:
     last_commit_ms: int | None = None
     last_version: int | None = None
     last_error: dict[str, Any] | None = None
+    maintenance_at_ms: int | None = None  # when upkeep is due next (set by the first pass)
+    last_maintenance: dict[str, Any] | None = None  # what the last upkeep did, and when
+    maintenance_error: dict[str, Any] | None = None
 
 
 class TopicTables:
@@ -166,6 +175,8 @@ class TopicTables:
                 self._failed(state, topic.name, err, now_ms)
                 return False
             self._done(state, topic.name, result, epoch)
+            if result.outcome != "fenced":
+                self._maintain(state, topic.name)
             return result.more
         return True  # lost every attempt: try again at once
 
@@ -194,6 +205,35 @@ class TopicTables:
                            "queue(s) %s (a recreated topic?): those queues are left alone",
                            topic, list(result.ahead))
 
+    def _maintain(self, state: _TopicState, topic: str) -> None:
+        """Retention, compaction and vacuum of the table, when due (after a pass)."""
+        now_ms = self._clock_ms()
+        interval_ms = self.config.topic_table_maintenance_interval_ms
+        if state.maintenance_at_ms is None:
+            state.maintenance_at_ms = now_ms + interval_ms
+        if now_ms < state.maintenance_at_ms or state.writer is None:
+            return
+        state.maintenance_at_ms = now_ms + interval_ms
+        settings = table_maintenance.MaintenanceSettings(
+            self.config.topic_table_target_file_bytes, self.config.topic_table_vacuum_hours,
+            self.config.topic_table_retention_hours)
+        try:
+            done = table_maintenance.run_maintenance(state.writer.uri, self._storage_options,
+                                                     settings, now_ms)
+        except Exception as err:  # noqa: BLE001 - reported; tried again next interval
+            with self._lock:
+                state.maintenance_error = {"kind": type(err).__name__,
+                                           "message": str(err)[:500], "at_ms": now_ms}
+            logger.warning("topic table %s: upkeep failed (next try in %d ms): %s", topic,
+                           interval_ms, err)
+            return
+        with self._lock:
+            state.maintenance_error = None
+            state.last_maintenance = None if done is None else {**done.as_dict(),
+                                                                "at_ms": now_ms}
+        if done is not None:
+            logger.info("topic table %s: upkeep %s", topic, done.as_dict())
+
     def _failed(self, state: _TopicState, topic: str, err: Exception, now_ms: int) -> None:
         with self._lock:
             state.failures += 1
@@ -216,7 +256,9 @@ class TopicTables:
                              "lost_races": state.lost_races, "skipped_messages": state.skipped,
                              "failures_in_a_row": state.failures,
                              "fenced_epoch": state.fenced_epoch,
-                             "last_error": state.last_error}
+                             "last_error": state.last_error,
+                             "last_maintenance": state.last_maintenance,
+                             "maintenance_error": state.maintenance_error}
                       for name, state in sorted(self._states.items())}
             return {"role": self._role, "passes": self._passes,
                     "interval_ms": self.config.topic_table_interval_ms,
