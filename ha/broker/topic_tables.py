@@ -33,6 +33,7 @@ from typing import Any
 
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import TopicConfig
+from ha.broker.table_lag import table_lag
 from ha.broker.topic_log import TopicLog
 from storage_engine import MessageStore
 from storage_engine.tiered import backoff_ms
@@ -72,6 +73,8 @@ class _TopicState:
     maintenance_at_ms: int | None = None  # when upkeep is due next (set by the first pass)
     last_maintenance: dict[str, Any] | None = None  # what the last upkeep did, and when
     maintenance_error: dict[str, Any] | None = None
+    ends: dict[int, int] = dataclasses.field(default_factory=dict)  # the table's, last pass
+    queue_ids: tuple[int, ...] = ()  # the topic's queues, last pass
 
 
 class TopicTables:
@@ -161,6 +164,8 @@ class TopicTables:
             return False
         queue_ids = {queue_id for name, queue_id in self.store.queues() if name == topic.name}
         queue_ids.update(range(topic.read_queue_nums))
+        with self._lock:
+            state.queue_ids = tuple(sorted(queue_ids))
         for attempt in range(1, COMMIT_ATTEMPTS_MAX + 1):
             try:
                 result = state.writer.run_pass(epoch, queue_ids)
@@ -188,6 +193,8 @@ class TopicTables:
             state.pending = result.pending_count
             if result.outcome == "fenced":
                 state.fenced_epoch = epoch
+            else:
+                state.ends = dict(result.ends)
             if result.outcome == "committed":
                 state.commits += 1
                 state.rows += result.rows
@@ -247,7 +254,8 @@ class TopicTables:
                        topic, state.failures, wait_ms, err)
 
     def stats(self) -> dict[str, Any]:
-        """For `broker info`: the role seen last, and per table topic its progress."""
+        """For `broker info` and the metrics: the role seen last, and per table topic its
+        progress and, on the master, its lag behind the confirm position (table_lag.py)."""
         with self._lock:
             topics = {name: {"uri": state.writer and state.writer.uri, "commits": state.commits,
                              "rows": state.rows, "pending_messages": state.pending,
@@ -260,6 +268,21 @@ class TopicTables:
                              "last_maintenance": state.last_maintenance,
                              "maintenance_error": state.maintenance_error}
                       for name, state in sorted(self._states.items())}
-            return {"role": self._role, "passes": self._passes,
-                    "interval_ms": self.config.topic_table_interval_ms,
-                    "default": self.config.topic_table_default, "topics": topics}
+            lag_inputs = {name: (dict(state.ends), state.queue_ids)
+                          for name, state in self._states.items()
+                          if state.writer is not None and state.fenced_epoch is None}
+            role = self._role
+            result = {"role": role, "passes": self._passes,
+                      "interval_ms": self.config.topic_table_interval_ms,
+                      "default": self.config.topic_table_default, "topics": topics}
+        now_ms = self._clock_ms()
+        for name, topic_stats in topics.items():
+            lag = None
+            if role == "master" and name in lag_inputs:
+                try:
+                    lag = table_lag(self.store, name, *lag_inputs[name], now_ms)
+                except Exception:  # the store closing under a scrape: no lag this time
+                    logger.debug("topic table %s: lag unavailable", name, exc_info=True)
+            topic_stats["lag_messages"] = None if lag is None else lag.messages
+            topic_stats["lag_seconds"] = None if lag is None else round(lag.seconds, 3)
+        return result

@@ -112,7 +112,7 @@ def test_the_thread_runs_upkeep_when_it_is_due_and_reports_it(
     clock = [1_000_000]
     service = tables(store, tmp_path, [TopicConfig(TOPIC, QUEUES, QUEUES, table="delta")],
                      topicTableMaintenanceIntervalMs="60000", topicTableVacuumHours="0")
-    service._clock_ms = lambda: clock[0]  # noqa: SLF001 - the thread's clock, for the test
+    service._clock_ms = lambda: clock[0]
     for first in range(0, 12, 3):
         put(store, 3, start=first)
         service.run_pass()

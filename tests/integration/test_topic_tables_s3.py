@@ -2,11 +2,12 @@
 
 Goal: (1) a broker process with an s3:// tier materializes a topic into `s3://tier/tables/T`
 with every acknowledged message once and each queue's offsets contiguous, read back with
-deltalake through the same endpoint; (2) on S3, a commit planned on a stale snapshot fails
-whole (the log entry is a put-if-absent, `If-None-Match`), and planning again adds no
-duplicate, so two writers racing cannot both land one version. Method: tests/tiered/moto_s3.py's
-server; a real broker process for (1), two in-process writers on one store for (2) (the race
-needs a snapshot held back, which only in-process code can do deterministically).
+deltalake through the same endpoint, and its `broker info` and `/metrics` show no lag once
+the table caught up; (2) on S3, a commit planned on a stale snapshot fails whole (the log
+entry is a put-if-absent, `If-None-Match`), and planning again adds no duplicate, so two
+writers racing cannot both land one version. Method: tests/tiered/moto_s3.py's server; a real
+broker process for (1), two in-process writers on one store for (2) (the race needs a snapshot
+held back, which only in-process code can do deterministically).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from ha.broker.topic_table import TableLimits, TopicTableWriter, table_storage_o
 from storage_engine import MessageBatch, MessageStore, PutStatus, StoreConfig
 from storage_engine.config import TieredStoreConfig
 from tests.ha.replica_set import wait_for
-from tests.integration.broker_process import BrokerProcess
+from tests.integration.broker_process import BrokerProcess, free_port
+from tests.integration.operated_cluster import scrape, value
 from tests.tiered.moto_s3 import MotoS3, moto_s3_server
 
 pytestmark = pytest.mark.integration
@@ -59,7 +61,9 @@ def _ends(uri: str, s3: MotoS3) -> list[int | None]:
 
 def test_a_broker_materializes_every_acked_message_once_to_s3(s3: MotoS3,
                                                               tmp_path: Path) -> None:
+    metrics_port = free_port()
     broker = BrokerProcess(tmp_path / "b", topicTableIntervalMs="300",
+                           metricsPort=str(metrics_port),
                            **s3.broker_settings("s3://tier")).start()
     try:
         config = ClientConfig(brokers=(broker.endpoint,))
@@ -89,6 +93,12 @@ def test_a_broker_materializes_every_acked_message_once_to_s3(s3: MotoS3,
         assert sorted(table["body"].to_pylist()) == [b"s3-%05d" % n for n in range(MESSAGES)]
         info = broker.action("broker_info")["topic_tables"]["topics"][TOPIC]
         assert info["rows"] == MESSAGES and info["last_error"] is None
+        assert (info["lag_messages"], info["lag_seconds"]) == (0, 0.0)
+        samples = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert value(samples, "rocketha_topic_table_rows_total", topic=TOPIC) == MESSAGES
+        assert value(samples, "rocketha_topic_table_lag_messages", topic=TOPIC) == 0
+        assert value(samples, "rocketha_topic_table_last_commit_timestamp_seconds",
+                     topic=TOPIC) == info["last_commit_ms"] / 1000
     finally:
         broker.stop()
 
