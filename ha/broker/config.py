@@ -76,6 +76,11 @@ class BrokerConfig:
     topic_table_interval_ms: int = 5000  # topicTableIntervalMs: one commit per topic this often
     topic_table_commit_rows_max: int = 1_000_000  # topicTableCommitRowsMax (rows in one commit)
     topic_table_commit_bytes_max: int = 64 << 20  # topicTableCommitBytesMax (record bytes)
+    # table upkeep (ha/broker/table_maintenance.py): compaction, vacuum, the table's retention
+    topic_table_maintenance_interval_ms: int = 3_600_000  # topicTableMaintenanceIntervalMs
+    topic_table_target_file_bytes: int = 128 << 20  # topicTableTargetFileBytes
+    topic_table_vacuum_hours: int = 168  # topicTableVacuumHours (old versions' files kept)
+    topic_table_retention_hours: int = 0  # topicTableRetentionHours (0: rows kept forever)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     enable_controller_mode: bool = False  # enableControllerMode
     controller_addr: tuple[str, ...] = ()  # controllerAddr (host:port[,host:port...])
@@ -142,6 +147,12 @@ class BrokerConfig:
         _range("topicTableIntervalMs", self.topic_table_interval_ms, 10, 3_600_000)
         _range("topicTableCommitRowsMax", self.topic_table_commit_rows_max, 1, 100_000_000)
         _range("topicTableCommitBytesMax", self.topic_table_commit_bytes_max, 1 << 16, 1 << 32)
+        _range("topicTableMaintenanceIntervalMs", self.topic_table_maintenance_interval_ms,
+               1000, 7 * 86_400_000)
+        _range("topicTableTargetFileBytes", self.topic_table_target_file_bytes, 1 << 20,
+               1 << 32)
+        _range("topicTableVacuumHours", self.topic_table_vacuum_hours, 0, 100 * 8760)
+        _range("topicTableRetentionHours", self.topic_table_retention_hours, 0, 100 * 8760)
 
     def _check_controller_mode(self) -> None:
         _range("brokerHeartbeatInterval", self.broker_heartbeat_interval_ms, 10, 60_000)
@@ -277,6 +288,10 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "topicTableIntervalMs": ("topic_table_interval_ms", int),
     "topicTableCommitRowsMax": ("topic_table_commit_rows_max", int),
     "topicTableCommitBytesMax": ("topic_table_commit_bytes_max", int),
+    "topicTableMaintenanceIntervalMs": ("topic_table_maintenance_interval_ms", int),
+    "topicTableTargetFileBytes": ("topic_table_target_file_bytes", int),
+    "topicTableVacuumHours": ("topic_table_vacuum_hours", int),
+    "topicTableRetentionHours": ("topic_table_retention_hours", int),
 }
 BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
                | frozenset(AUTH_KEYS))
