@@ -92,6 +92,9 @@ class BrokerConfig:
     # (ha/replication/master_core.py)
     master_lease_ms: int = 2000
     metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
+    # who may scrape it (conf/metrics_http.py): a token file, and plain HTTP on a TLS broker
+    metrics_bearer_token_file: str = ""  # metricsBearerTokenFile
+    metrics_plaintext: bool = False  # metricsPlaintext
     log_file: str = ""  # logFile: log here, rotated by size ("" = standard error)
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
@@ -280,6 +283,8 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "controllerRedirectsMax": ("controller_redirects_max", int),
     "masterLeaseMs": ("master_lease_ms", int),
     "metricsPort": ("metrics_port", int),
+    "metricsBearerTokenFile": ("metrics_bearer_token_file", str),
+    "metricsPlaintext": ("metrics_plaintext", parse_bool),
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),

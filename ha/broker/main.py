@@ -22,6 +22,7 @@ from types import FrameType
 import pyarrow as pa
 
 from conf.extras import extra_refusal
+from conf.metrics_http import metrics_access
 from conf.process import Program, refuse, start_server
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         refusal = extra_refusal(PROGRAM.name, "s3", purpose=f"tieredStoreUrl {tier_url}")
         if refusal is not None:
             return refuse(PROGRAM.name, refusal)
+    try:  # who may scrape /metrics: a bad token file is refused before the store opens
+        access = metrics_access(config.tls, config.metrics_bearer_token_file,
+                                config.metrics_plaintext)
+    except (OSError, ValueError) as err:
+        return refuse(PROGRAM.name, str(err))
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
@@ -70,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     service: BrokerService | None = None
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
-        metrics = (serve_metrics(service, config.broker_ip, config.metrics_port)
+        metrics = (serve_metrics(service, config.broker_ip, config.metrics_port, access)
                    if config.metrics_port else None)
     except BaseException as err:
         if service is not None:

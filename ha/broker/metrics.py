@@ -56,7 +56,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from conf.metrics_http import MetricsServer, serve_collector
+from conf.metrics_http import OPEN, MetricsAccess, MetricsServer, serve_collector
 from ha.broker.table_metrics import table_families
 from ha.broker.telemetry import LATENCY_BUCKETS_MS
 
@@ -280,8 +280,10 @@ def _truncated(base: list[str], family_name: str) -> GaugeMetricFamily:
     return family
 
 
-def serve_metrics(service: _Service, host: str, port: int) -> MetricsServer:
-    """Serve `/metrics` on host:port. Raises OSError (e.g. the port is in use)."""
-    server = serve_collector(BrokerCollector(service), host, port)
-    logger.info("metrics on http://%s:%d/metrics", host, server.port)
+def serve_metrics(service: _Service, host: str, port: int,
+                  access: MetricsAccess = OPEN) -> MetricsServer:
+    """Serve `/metrics` on host:port as `access` says. Raises OSError (e.g. the port is in
+    use)."""
+    server = serve_collector(BrokerCollector(service), host, port, access)
+    logger.info("metrics on %s", server.url)
     return server
