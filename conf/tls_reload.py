@@ -35,17 +35,19 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 
 from conf.tls import TLSConfigError, TLSSettings, client_ssl_context, server_ssl_context
 
-__all__ = ["ReloadingTLS", "check_crl", "install_sighup", "request_reload", "watch"]
+__all__ = ["FileStamp", "ReloadingTLS", "check_crl", "file_stamp", "install_sighup",
+           "load_pair", "request_reload", "watch"]
 
 logger = logging.getLogger(__name__)
 
 FileStamp = tuple[tuple[str, int, int, int], ...]  # (path, inode, size, mtime_ns) per file
 
 
-def _stamp(paths: tuple[str, ...]) -> FileStamp:
+def file_stamp(paths: tuple[str, ...]) -> FileStamp:
     """What says a file changed: a rename over it (new inode), a rewrite (size, mtime)."""
     stamps = []
     for path in paths:
@@ -75,6 +77,23 @@ def _leaf(cert_path: str) -> x509.Certificate:
                              f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} to "
                              f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, not now")
     return cert
+
+
+def load_pair(cert_path: str, key_path: str) -> tuple[bytes, bytes, int]:
+    """(certificate PEM, key PEM, serial) once they belong together and the certificate is
+    valid now; TLSConfigError otherwise (for servers that take bytes: gRPC's)."""
+    cert = _leaf(cert_path)
+    try:
+        cert_pem, key_pem = Path(cert_path).read_bytes(), Path(key_path).read_bytes()
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as err:
+        raise TLSConfigError("tls.server.keyPath", f"{key_path}: not an unencrypted PEM "
+                             f"private key ({err})") from None
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(serialization.Encoding.PEM, spki) != \
+            cert.public_key().public_bytes(serialization.Encoding.PEM, spki):
+        raise TLSConfigError("tls.server.keyPath", f"{key_path} is not the key of {cert_path}")
+    return cert_pem, key_pem, cert.serial_number
 
 
 def check_crl(crl_path: str, trust_path: str) -> frozenset[int]:
@@ -121,7 +140,7 @@ class ReloadingTLS:
                               client.key_path, client.trust_cert_path, settings.crl_path)
             if path))
         self._lock = threading.Lock()
-        self._stamp = _stamp(self._paths)
+        self._stamp = file_stamp(self._paths)
         self._failed: FileStamp | None = None  # the files' state that failed (logged once)
         self._server, self._client, self.serial, self.revoked = self._build()
         self.reloads = 0
@@ -154,7 +173,7 @@ class ReloadingTLS:
 
     def reload(self) -> bool:
         """Check the files; when they changed and load, swap the contexts in (True)."""
-        stamp = _stamp(self._paths)
+        stamp = file_stamp(self._paths)
         with self._lock:
             if stamp in (self._stamp, self._failed):
                 return False

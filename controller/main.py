@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from conf.process import Program, refuse, start_server
 from conf.signing import Credentials
+from conf.tls_reload import request_reload
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
 from controller.console.app import ConsoleServer, basic_authorizer
@@ -92,6 +93,7 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    loop.add_signal_handler(signal.SIGHUP, request_reload)  # the TLS files, now (tls_reload)
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(node.run(started), name="controller-node")
         await started.wait()
