@@ -53,16 +53,17 @@ def _signed_broker_info(endpoint: str) -> str:
 
 def test_a_valid_user_is_told_to_retry_until_the_first_table_then_served(
         tmp_path: Path) -> None:
-    auth = {"authenticationEnabled": "true", "authorizationEnabled": "true"}
     group = ControllerGroup(
-        tmp_path / "controllers", 1, credentials=ADMIN, **auth,
+        tmp_path / "controllers", 1, credentials=ADMIN, authenticationEnabled="true",
+        authorizationEnabled="true",
         initAuthenticationUser=f"admin:{ADMIN.access_key}",
         initAuthenticationUserSecretFile=_private(tmp_path / "admin.secret",
                                                   ADMIN.secret_key + "\n"))
     broker = BrokerProcess(
         tmp_path / "broker", name="a", credentials=ADMIN, enableControllerMode="true",
         controllerAddr=group.endpoint(1), brokerHeartbeatInterval="200",
-        controllerRequestTimeoutMs="500", **auth,
+        controllerRequestTimeoutMs="500", authenticationEnabled="true",
+        authorizationEnabled="true",
         innerClientCredentialsFile=_private(
             tmp_path / "inner.credentials",
             f"accessKey={ADMIN.access_key}\nsecretKey={ADMIN.secret_key}\n"))
