@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from conf.metrics_http import MetricsAccess, metrics_access
 from conf.process import Program, refuse, start_server
+from conf.tls_reload import request_reload
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
 from controller.console.app import ConsoleServer, console_ssl_context
@@ -98,6 +99,7 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    loop.add_signal_handler(signal.SIGHUP, request_reload)  # the TLS files, now (tls_reload)
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(node.run(started), name="controller-node")
         await started.wait()

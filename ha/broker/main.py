@@ -24,6 +24,7 @@ import pyarrow as pa
 from conf.extras import extra_refusal
 from conf.metrics_http import metrics_access
 from conf.process import Program, refuse, start_server
+from conf.tls_reload import install_sighup
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    install_sighup()  # SIGHUP: check the TLS files now (conf/tls_reload.py)
     link, roles = _start_controller_link(config, service, tier)
     # topic tables (docs/topic-tables.md): the thread runs on every broker, works on the master
     tables = TopicTables(config, store, service.topics,
