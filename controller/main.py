@@ -18,7 +18,7 @@ import sys
 import pyarrow as pa
 
 from conf.metrics_http import MetricsAccess, metrics_access
-from conf.process import Program, refuse, start_server
+from conf.process import CONTROLLER_PROGRAM, refuse, start_server
 from conf.tls_reload import request_reload
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
@@ -134,8 +134,7 @@ def _tls_summary(config: ControllerConfig) -> str:
     return f"on (client certificates: {tls.need_client_auth}; Raft: mutual)"
 
 
-PROGRAM = Program("rocketha-controller", __doc__.splitlines()[0], "controller.conf",
-                  "controller properties file (key=value)")
+PROGRAM = CONTROLLER_PROGRAM
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,12 @@ RULES: dict[str, tuple[str, ...]] = {
 }
 # Entry-point modules that load a command's heavy modules only when that command runs (the
 # speed of `--help`), which is not a cycle: each names what it loads late.
-LATE_IMPORTS_ALLOWED = {"rocketha_admin": ("connector.admin.cli", "controller.admin.main")}
+LATE_IMPORTS_ALLOWED = {"rocketha_admin": ("connector.admin.cli", "connector.admin.probe",
+                                            "controller.admin.main"),
+                        "ha.broker_entry": ("ha.broker.main",),
+                        "ha.cluster_entry": ("ha.cluster.main",),
+                        "controller.entry": ("controller.main",),
+                        "connector.rmq_proxy_entry": ("connector.rmq_proxy.main",)}
 
 
 def _modules() -> list[tuple[str, Path]]:

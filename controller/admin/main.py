@@ -2,10 +2,10 @@
 
     python -m controller.admin --controller 'H:P;H:P;H:P' status
     python -m controller.admin --controller H:P cluster
-    python -m controller.admin --controller H:P replica broker-a
-    python -m controller.admin --controller H:P elect broker-a [--broker-id 2]
-    python -m controller.admin --controller H:P clean broker-a [--broker-id 3 ...]
-    python -m controller.admin --controller H:P routes TOPIC
+    python -m controller.admin --controller H:P replica --broker-name broker-a
+    python -m controller.admin --controller H:P elect --broker-name broker-a [--broker-id 2]
+    python -m controller.admin --controller H:P clean --broker-name broker-a [--broker-id 3 ...]
+    python -m controller.admin --controller H:P routes --topic TOPIC
     python -m controller.admin --controller H:P user|acl ...   (controller/admin/users.py)
 
 With authentication on, `--credentials-file FILE` (accessKey= and secretKey= lines, mode 0600)
@@ -20,6 +20,8 @@ the list again every RETRY_INTERVAL_S, at most PASSES_MAX times and until --time
 the tool fails naming every address it tried. Exit status: 0 when the reply's status is OK
 (or MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or
 unreachable controllers. `status` asks every listed controller for its own view (no redirect).
+The older positional spellings (`replica broker-a`, `routes TOPIC`) still work and print one
+deprecation line (conf/cli_words.py: one vocabulary with the data commands).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from pyarrow import flight
 
 from conf import read_credentials_file
+from conf.cli_words import resolve_positional_alias
 from conf.controller_addresses import (
     ANSWERED,
     LEADER_HOPS_MAX,
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True,
                         help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--timeout-s", type=float, default=10.0)
+    parser.add_argument("--timeout-s", type=float, default=10.0,
+                        help="per call, in seconds (default 10)")
     parser.add_argument("--client-config", metavar="FILE",
                         help="client.properties (controllerAddr, tls.client.*, the user's "
                              "accessKey/secretKey or credentialsFile)")
@@ -154,19 +158,35 @@ def main(argv: list[str] | None = None, prog: str = "python -m controller.admin"
                          default="table", help="the controller's reply as JSON")
     formats.add_argument("--json-lines", dest="output", action="store_const",
                          const="json-lines", help="one JSON object per table row")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("status", parents=[output])
-    commands.add_parser("cluster", parents=[output])
-    for name in ("replica", "elect", "clean"):
-        sub = commands.add_parser(name, parents=[output])
-        sub.add_argument("broker_name")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("status", parents=[output],
+                        help="each controller's Raft view: role, term, leader, log")
+    commands.add_parser("cluster", parents=[output],
+                        help="every replica set: master, epoch, SyncStateSet")
+    set_help = {"replica": "one replica set's master, epoch and SyncStateSet",
+                "elect": "elect a master for a replica set (optionally a given broker)",
+                "clean": "forget brokers of a replica set (all, or the given --broker-id)"}
+    for name, line in set_help.items():
+        sub = commands.add_parser(name, parents=[output], help=line)
+        sub.add_argument("--broker-name", default=None, metavar="NAME",
+                         help="the replica set (broker-a, ...)")
+        sub.add_argument("old_broker_name", nargs="?", default=None, help=argparse.SUPPRESS)
         if name == "elect":
-            sub.add_argument("--broker-id", type=int, default=None)
+            sub.add_argument("--broker-id", type=int, default=None,
+                             help="the broker to make master (default: the controller picks)")
         if name == "clean":
-            sub.add_argument("--broker-id", type=int, action="append")
-    commands.add_parser("routes", parents=[output]).add_argument("topic")
+            sub.add_argument("--broker-id", type=int, action="append",
+                             help="a broker of the set to forget (repeatable; default: all)")
+    routes = commands.add_parser("routes", parents=[output],
+                                 help="a topic's queues on each replica set")
+    routes.add_argument("--topic", default=None, help="the topic")
+    routes.add_argument("old_topic", nargs="?", default=None, help=argparse.SUPPRESS)
     add_auth_parsers(commands, output)
     args = parser.parse_args(argv)
+    if args.command in set_help:  # the vocabulary of conf/cli_words.py
+        resolve_positional_alias(parser, args, "old_broker_name", "--broker-name")
+    elif args.command == "routes":
+        resolve_positional_alias(parser, args, "old_topic", "--topic")
     try:
         tls, credentials = (client_config(args.client_config) if args.client_config
                             else (NO_TLS, None))

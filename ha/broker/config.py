@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import conf
-from conf import parse_bool, unknown_key_message
+from conf import BadValueError, parse_bool, parse_host_port, unknown_key_message
 from conf.controller_addresses import controller_addresses
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
 from ha.broker.addresses import check_advertised_host, check_bind_host
@@ -165,9 +165,10 @@ class BrokerConfig:
         if len(self.controller_addr) > 16:
             raise ConfigError("controllerAddr", "more than 16 controller addresses")
         for address in self.controller_addr:
-            host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError("controllerAddr", f"{address!r} is not host:port")
+            try:
+                parse_host_port(address)
+            except BadValueError as err:
+                raise ConfigError("controllerAddr", err.reason) from None
         if self.enable_controller_mode and not self.controller_addr:
             raise ConfigError("controllerAddr", "required with enableControllerMode=true")
 

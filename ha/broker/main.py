@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from conf.extras import extra_refusal
 from conf.metrics_http import metrics_access
-from conf.process import Program, refuse, start_server
+from conf.process import BROKER_PROGRAM, refuse, start_server
 from conf.tls_reload import install_sighup
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
@@ -43,8 +43,7 @@ logger = logging.getLogger("rocketha.broker")
 SIGNAL_POLL_S = 0.5  # the main thread's wait for SIGTERM/SIGINT, between signal checks
 
 
-PROGRAM = Program("rocketha-broker", __doc__.splitlines()[0], "broker.conf",
-                  "broker properties file (key=value)")
+PROGRAM = BROKER_PROGRAM
 
 
 def main(argv: list[str] | None = None) -> int:

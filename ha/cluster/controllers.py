@@ -21,6 +21,7 @@ from conf.signing import Credentials
 from conf.tls import NO_TLS, ClientTLS
 from ha.broker.peer import signed_action
 from ha.cluster import auth as cluster_auth
+from ha.cluster.cli import CONTROLLER_COUNTS
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
@@ -34,7 +35,6 @@ from ha.cluster.security import client_tls, member_tls_settings
 
 __all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
 
-CONTROLLER_COUNTS = (0, 1, 3, 5)
 STARTUP_TIMEOUT_S = 30.0
 
 
@@ -79,9 +79,9 @@ class LocalControllers:
         return [f"{c['name']} {host_of(c)}:{c['port']} "
                 f"{'leader' if c is leader else 'follower'}" for c in group]
 
-    def stop_all(self) -> None:
-        for controller in self._load().get("controllers", []):
-            self.stop(controller)
+    def stop_all(self) -> int:
+        """Stop every controller; how many were running."""
+        return sum(self.stop(controller) for controller in self._load().get("controllers", []))
 
     def plan(self, manifest: dict[str, Any], count: int,
              overrides: dict[str, str]) -> list[dict[str, Any]]:
@@ -193,5 +193,5 @@ class LocalControllers:
             })
         return processes
 
-    def stop(self, controller: dict[str, Any]) -> None:
-        stop_pid_file(controller["pid_file"])
+    def stop(self, controller: dict[str, Any]) -> bool:
+        return stop_pid_file(controller["pid_file"])

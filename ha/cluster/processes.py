@@ -120,8 +120,9 @@ def pid_from_file(pid_file: str | Path) -> int | None:
     return pid if pid_alive(pid) else None
 
 
-def stop_pid_file(pid_file: str | Path) -> None:
-    """SIGTERM the recorded process, SIGKILL it after STOP_TIMEOUT_S, remove the pid file."""
+def stop_pid_file(pid_file: str | Path) -> bool:
+    """SIGTERM the recorded process, SIGKILL it after STOP_TIMEOUT_S, remove the pid file.
+    True when a running process was stopped (`down` counts them), False when none ran."""
     pid = pid_from_file(pid_file)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
@@ -131,6 +132,7 @@ def stop_pid_file(pid_file: str | Path) -> None:
         if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
     Path(pid_file).unlink(missing_ok=True)
+    return pid is not None
 
 
 PORT_KEYS = ("port", "ha_port", "raft_port", "metrics_port", "console_port")

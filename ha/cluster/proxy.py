@@ -132,7 +132,7 @@ class LocalProxy:
                  "broker_role": "", "endpoint": self.endpoint(proxy), "alive": pid is not None,
                  "log_file": proxy["log_file"]}]
 
-    def stop(self, manifest: dict[str, Any]) -> None:
+    def stop(self, manifest: dict[str, Any]) -> bool:
+        """Stop the endpoint; True when it was running."""
         proxy = manifest.get("proxy")
-        if proxy is not None:
-            stop_pid_file(proxy["pid_file"])
+        return proxy is not None and stop_pid_file(proxy["pid_file"])
