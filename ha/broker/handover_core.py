@@ -19,7 +19,7 @@ Phases (one way, except REOPENED after a refusal):
 `admit` answers each put: ADMIT (counted in flight until `put_done`), HOLD (ask again when the
 phase changes, up to the hold deadline) or REFUSE. The shell (ha/broker/handover.py) keeps it
 under one lock and does the waiting; the tests drive it step by step
-(tests/broker/test_handover_core.py).
+(tests/ha/test_handover_core.py).
 """
 
 from __future__ import annotations
