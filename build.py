@@ -446,6 +446,7 @@ MYPY_STRICT_PATHS = (
     "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
     "controller/console/sessions.py",
+    "controller/handover.py", "ha/broker/handover_core.py",
 )
 
 

@@ -61,6 +61,10 @@ class BrokerConfig:
     # shutdownGraceMs: on SIGTERM, how long the calls still open may take to end before the
     # store closes anyway (idle produce streams end only at their client's deadline)
     shutdown_grace_ms: int = 2000
+    # handoverTimeoutMs: controller mode, on SIGTERM a master first hands its role to an
+    # in-sync slave (ha/broker/handover.py); the longest that may take (and a put be held)
+    # before it stops as a crash would; 0: no handover
+    handover_timeout_ms: int = 5000
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
@@ -126,6 +130,7 @@ class BrokerConfig:
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
         _range("shutdownGraceMs", self.shutdown_grace_ms, 0, 3_600_000)
+        _range("handoverTimeoutMs", self.handover_timeout_ms, 0, 600_000)
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
         self._check_controller_mode()
@@ -270,6 +275,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "longPollingMax": ("long_polling_max", int),
     "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
     "shutdownGraceMs": ("shutdown_grace_ms", int),
+    "handoverTimeoutMs": ("handover_timeout_ms", int),
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
     "idempotenceProducersMax": ("idempotence_producers_max", int),

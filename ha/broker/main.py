@@ -28,6 +28,7 @@ from conf.tls_reload import install_sighup
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
+from ha.broker.handover import hand_over_to_slave
 from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     service.table_stats = tables.stats
     all_calls_ended = True
     try:
-        all_calls_ended = _serve(service, tier, stopping)
+        all_calls_ended = _serve(service, tier, stopping, link)
     finally:
         tables.stop()  # before the store closes (it reads the store)
         if metrics is not None:
@@ -179,6 +180,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
                                        topic.perm) for topic in service.topics.all())
         state.master_unreachable_epoch = service.replication.master_unreachable_epoch()
         state.master_epoch_abandoned = roles.abandoned_epoch()
+        state.leaving = service.replication.handover.leaving
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
@@ -197,7 +199,8 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
     return link, roles
 
 
-def _serve(service: BrokerService, tier: TierService | None, stopping: threading.Event) -> bool:
+def _serve(service: BrokerService, tier: TierService | None, stopping: threading.Event,
+           link: ControllerLink | None) -> bool:
     """Serve until SIGTERM/SIGINT; then stop tiering (aborting uploads) before the store closes.
     Returns whether every call ended within shutdownGraceMs (BrokerService.shutdown).
 
@@ -209,6 +212,8 @@ def _serve(service: BrokerService, tier: TierService | None, stopping: threading
     try:
         while not stopping.wait(SIGNAL_POLL_S):
             pass  # (the signal handlers run on this thread, between waits)
+        if link is not None:  # a master hands its role over first (ha/broker/handover.py)
+            logger.info("%s", hand_over_to_slave(service, link))
         return service.shutdown(service.config.shutdown_grace_ms / 1000.0)
     finally:
         if tier is not None:
