@@ -81,6 +81,7 @@ BENCHES = {
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
+    "table": "tests/bench/bench_table.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
