@@ -443,6 +443,7 @@ MYPY_STRICT_PATHS = (
     "controller/api", "controller/state.py", "controller/leader_core.py",
     "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
+    "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
 )
 
 
