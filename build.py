@@ -81,6 +81,7 @@ BENCHES = {
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
+    "table": "tests/bench/bench_table.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
@@ -448,6 +449,7 @@ MYPY_STRICT_PATHS = (
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
     "controller/console/sessions.py",
     "controller/handover.py", "ha/broker/handover_core.py",
+    "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
 )
 
 
