@@ -26,7 +26,6 @@ initAuthenticationUser) to sign the console's own Flight calls.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import dataclasses
 import hmac
@@ -45,13 +44,13 @@ from conf.process import refuse
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 from controller.admin.main import call_leader, client_config
+from controller.console.cli import PROGRAM, build_parser
 from controller.console.page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
 
 __all__ = ["REFRESH_MS", "ConsoleServer", "basic_authorizer", "gather", "main"]
 
 logger = logging.getLogger(__name__)
 
-PROGRAM = "rocketha-console"  # argparse's prog and the prefix of every refusal
 
 REFRESH_MS = 1000  # the page polls this often; gathering is cached for as long
 CALL_TIMEOUT_S = 2.0  # one Flight call to a controller or broker
@@ -357,16 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     """`rocketha-console --controller 'H:P;H:P' [--host H] --port P`: serve until Ctrl-C."""
-    parser = argparse.ArgumentParser(prog=PROGRAM, description=main.__doc__)
-    parser.add_argument("--controller", required=True,
-                        help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties: the tls.client.* settings and the keys that "
-                             "sign the console's calls (rocketha-cluster writes "
-                             "<dir>/client.properties); with keys, viewers must give the same "
-                             "keys (HTTP Basic)")
+    parser = build_parser()  # controller/console/cli.py: argparse only, so --help is instant
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
