@@ -396,6 +396,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("controller", "broker_heartbeat"): Requirement((_CLUSTER_UPDATE,), member=True),
     ("controller", "get_replica_info"): Requirement((_CLUSTER_GET,), member=True),
     ("controller", "alter_sync_state_set"): Requirement((_CLUSTER_UPDATE,), member=True),
+    ("controller", "handover_master"): Requirement((_CLUSTER_UPDATE,), member=True),
     ("controller", "elect_master"): _needs(_CLUSTER_UPDATE),
     ("controller", "clean_broker_data"): _needs(Check("Cluster", "", ("Delete",))),
     ("controller", "get_routes"): _needs(Check("Topic", "topic", ("Pub", "Sub", "Get")),
@@ -421,8 +422,9 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
 ADMIN_OPERATIONS = frozenset({
     ("broker", "create_topic"), ("broker", "update_topic"), ("broker", "delete_topic"),
     ("broker", "delete_group"), ("broker", "set_config"),
-    ("controller", "elect_master"), ("controller", "clean_broker_data"),
-    ("controller", "user_create"), ("controller", "user_update"), ("controller", "user_delete"),
+    ("controller", "elect_master"), ("controller", "handover_master"),
+    ("controller", "clean_broker_data"), ("controller", "user_create"),
+    ("controller", "user_update"), ("controller", "user_delete"),
     ("controller", "acl_create"), ("controller", "acl_update"), ("controller", "acl_delete"),
 })
 

@@ -36,7 +36,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from conf.metrics_http import MetricsServer, serve_collector
+from conf.metrics_http import OPEN, MetricsAccess, MetricsServer, serve_collector
 from controller.node import ControllerNode
 
 __all__ = ["ControllerCollector", "MetricsServer", "NodeView", "node_view", "serve_metrics"]
@@ -190,8 +190,9 @@ def _replica_sets(controller: str, view: NodeView) -> Iterator[Metric]:
 
 
 def serve_metrics(node: ControllerNode, loop: asyncio.AbstractEventLoop, host: str,
-                  port: int) -> MetricsServer:
-    """Serve `/metrics` on host:port. Raises OSError (e.g. the port is in use)."""
-    server = serve_collector(ControllerCollector(node, loop), host, port)
-    logger.info("%s metrics on http://%s:%d/metrics", node.prefix, host, server.port)
+                  port: int, access: MetricsAccess = OPEN) -> MetricsServer:
+    """Serve `/metrics` on host:port as `access` says. Raises OSError (e.g. the port is in
+    use)."""
+    server = serve_collector(ControllerCollector(node, loop), host, port, access)
+    logger.info("%s metrics on %s", node.prefix, server.url)
     return server

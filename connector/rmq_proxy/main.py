@@ -26,8 +26,10 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from conf.process import PROXY_PROGRAM, print_example_conf, refuse, server_parser
+from conf.tls import TLSConfigError
 from connector.protocol import RocketHAError
 from connector.rmq_proxy.auth import Authenticator, parse_utc_offsets
+from connector.rmq_proxy.certificates import ReloadingCredentials
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig, ProxyConfigError
 from connector.rmq_proxy.service import MessagingService
@@ -90,9 +92,9 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
     service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
     address = f"{config.bind_address}:{config.listen_port}"
     if config.tls_cert_file:
-        credentials = grpc.ssl_server_credentials([(Path(config.tls_key_file).read_bytes(),
-                                                    Path(config.tls_cert_file).read_bytes())])
-        bound = server.add_secure_port(address, credentials)
+        # the certificate follows its files at each new handshake (certificates.py)
+        credentials = ReloadingCredentials(config.tls_cert_file, config.tls_key_file)
+        bound = server.add_secure_port(address, credentials.credentials)
     else:
         bound = server.add_insecure_port(address)
     if bound == 0:
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         return serve(config, stop)
-    except (ProxyConfigError, OSError) as err:
+    except (ProxyConfigError, TLSConfigError, OSError) as err:
         return refuse(PROGRAM, f"bad configuration in {args.conf}: {err}")
 
 

@@ -10,26 +10,36 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["PROGRAM", "build_parser", "main"]
+__all__ = ["PROGRAM", "SESSION_S_DEFAULT", "build_parser", "main"]
 
 PROGRAM = "rocketha-console"  # argparse's prog and the prefix of every refusal
+SESSION_S_DEFAULT = 3600  # consoleSessionSeconds: a login lasts an hour (docs/security.md)
+DESCRIPTION = """`rocketha-console --controller 'H:P;H:P' [--host H] --port P`: serve until Ctrl-C.
+
+With a secured cluster's --client-config (TLS or keys), viewers log in with their own keys
+(never a Super user's) and the console serves HTTPS with --cert-file/--key-file, or plain
+HTTP only with --plaintext-http."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROGRAM, description="`rocketha-console --controller 'H:P;H:P' [--host H] --port "
-        "P`: serve the controllers' read-only web console until Ctrl-C.")
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=DESCRIPTION)
     parser.add_argument("--controller", required=True,
                         help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080,
-                        help="the port to listen on (default 8080)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
     parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties: the tls.client.* settings and the keys that "
-                             "sign the console's calls (rocketha-cluster writes "
-                             "<dir>/client.properties); with keys, viewers must give the same "
-                             "keys (HTTP Basic)")
+                        help="client.properties: the tls.client.* settings of the console's "
+                             "calls (rocketha-cluster writes <dir>/client.properties); a "
+                             "secured cluster's (TLS or keys) makes viewers log in")
+    parser.add_argument("--cert-file", metavar="PEM",
+                        help="the console's HTTPS certificate (required on a secured cluster "
+                             "unless --plaintext-http)")
+    parser.add_argument("--key-file", metavar="PEM", help="its private key (mode 0600)")
+    parser.add_argument("--plaintext-http", action="store_true",
+                        help="serve plain HTTP even on a secured cluster (logins then cross "
+                             "the network readable: a loopback or trusted network only)")
+    parser.add_argument("--session-seconds", type=int, default=SESSION_S_DEFAULT,
+                        help=f"how long a login lasts (default {SESSION_S_DEFAULT})")
     return parser
 
 

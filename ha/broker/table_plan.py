@@ -40,6 +40,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from connector.protocol.table_ids import fence_app_id, queue_app_id
+
 __all__ = [
     "FENCE_EPOCH_SHIFT",
     "CommitPlan",
@@ -54,20 +56,9 @@ __all__ = [
     "transactions",
 ]
 
-APP_ID_PREFIX = "rocketha"
 FENCE_EPOCH_SHIFT = 32  # Delta txn versions are int64: epoch in the high half, sequence low
 FENCE_SEQUENCE_MAX = (1 << FENCE_EPOCH_SHIFT) - 1
 EPOCH_MAX = (1 << (63 - FENCE_EPOCH_SHIFT)) - 1
-
-
-def queue_app_id(broker_name: str, queue_id: int) -> str:
-    """The app id whose version is queue `queue_id`'s next offset not in the table."""
-    return f"{APP_ID_PREFIX}/{broker_name}/{queue_id}"
-
-
-def fence_app_id(broker_name: str) -> str:
-    """The app id whose version fences the replica set's masters (epoch, sequence)."""
-    return f"{APP_ID_PREFIX}/{broker_name}"
 
 
 def fence_version(master_epoch: int, sequence: int) -> int:

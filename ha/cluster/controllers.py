@@ -175,6 +175,7 @@ class LocalControllers:
         processes = []
         manifest = self._load()
         tls = client_tls(self.directory, manifest)
+        scheme = "https" if manifest.get("tls") else "http"  # TLS members: HTTPS pages only
         for controller in manifest.get("controllers", []):
             pid = self.pid_of(controller)
             endpoint = f"{host_of(controller)}:{controller['port']}"
@@ -187,10 +188,10 @@ class LocalControllers:
                 "term": (info or {}).get("term"), "endpoint": endpoint,
                 "store_dir": controller["store_dir"], "log_file": controller["log_file"],
                 "alive": info is not None,
-                "metrics_endpoint": f"http://{host_of(controller)}:{controller['metrics_port']}"
-                "/metrics"
+                "metrics_endpoint": f"{scheme}://{host_of(controller)}:"
+                f"{controller['metrics_port']}/metrics"
                 if controller.get("metrics_port") else None,
-                "console_url": f"http://{host_of(controller)}:{controller['console_port']}/"
+                "console_url": f"{scheme}://{host_of(controller)}:{controller['console_port']}/"
                 if controller.get("console_port") else None,
             })
         return processes

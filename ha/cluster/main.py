@@ -222,7 +222,7 @@ class Cluster:
                 "confirm_log_position": (info or {}).get("confirm_log_position", -1),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
-                "metrics_endpoint": _metrics_endpoint(broker),
+                "metrics_endpoint": _metrics_endpoint(broker, bool(manifest.get("tls"))),
             })
         return processes
 
@@ -248,9 +248,10 @@ class Cluster:
         return stop_pid_file(broker["pid_file"])
 
 
-def _metrics_endpoint(process: dict[str, Any]) -> str | None:
-    port = process.get("metrics_port")
-    return f"http://{host_of(process)}:{port}/metrics" if port else None
+def _metrics_endpoint(process: dict[str, Any], secured: bool) -> str | None:
+    port = process.get("metrics_port")  # a secured member serves it over TLS only
+    scheme = "https" if secured else "http"
+    return f"{scheme}://{host_of(process)}:{port}/metrics" if port else None
 
 
 def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],
