@@ -1,12 +1,14 @@
 """Every console script's `--help` (and each subcommand's) answers fast and says what each
 subcommand does.
 
-Goal: `--help` under 0.5 s on an idle machine. Wall time on a shared, loaded machine is noise,
-so two measures: (1) the cause of slowness, checked exactly: which heavy modules a `--help`
+Goal: `--help` under 0.5 s. Wall time on a shared machine is noise (a load of 18 on 2 cores
+makes a bare `python -c pass` take 0.3 s), so the test measures what a command costs, not
+what the machine's other work costs: (1) the cause, exactly: which heavy modules a `--help`
 imports (each costs 0.1-1.5 s: the Flight client, cryptography, prometheus, grpc, pyspark,
-deltalake); before the lazy entry points every server script loaded several of them; (2) the
-time itself, the best of three runs against a 0.5 s goal (the old code's best was 0.5-0.7 s
-for the broker and 0.4-0.5 s for the cluster tool on this machine, idle; after, 0.05-0.3 s).
+deltalake); (2) the CPU time of the whole process (user + system, as the kernel counts it for
+the waited child), the best of three, against a third of the goal. Before the lazy entry
+points every one of these cost 0.19-0.64 s of CPU (0.43-1.42 s wall, best of 3, load 11);
+after, 0.03-0.09 s (0.11-0.32 s wall under the same load).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -22,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HELP_SECONDS_MAX = 0.5
+HELP_CPU_SECONDS_MAX = 0.15  # a third of the 0.5 s goal: the rest is I/O and start-up
 RUNS = 3
 HEAVY = ("pyarrow.flight", "cryptography", "prometheus_client", "grpc", "pyspark", "deltalake")
 
@@ -61,14 +64,16 @@ out.write(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
 
-def _run(entry: str, argv: tuple[str, ...]) -> tuple[float, dict[str, object]]:
-    started = time.monotonic()
+def _run(entry: str, argv: tuple[str, ...]) -> tuple[float, float, dict[str, object]]:
+    """(CPU seconds, wall seconds, the probe's report) of one run in a fresh interpreter."""
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     result = subprocess.run([sys.executable, "-c", _PROBE, entry, *argv], capture_output=True,
                             text=True, timeout=120, check=False, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    elapsed = time.monotonic() - started
+    after, elapsed = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - started
     assert result.returncode == 0, result.stderr
-    return elapsed, json.loads(result.stdout)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, elapsed, json.loads(result.stdout)
 
 
 @pytest.mark.parametrize(("entry", "argv"), list(HELP_CALLS), ids=[
@@ -76,15 +81,16 @@ def _run(entry: str, argv: tuple[str, ...]) -> tuple[float, dict[str, object]]:
 def test_help_is_fast_and_imports_nothing_heavy(entry: str, argv: tuple[str, ...]) -> None:
     times, report = [], {}
     for _ in range(RUNS):
-        elapsed, report = _run(entry, argv)
-        times.append(elapsed)
-        if elapsed < HELP_SECONDS_MAX:
+        cpu, elapsed, report = _run(entry, argv)
+        times.append((round(cpu, 3), round(elapsed, 3)))
+        if cpu < HELP_CPU_SECONDS_MAX:
             break
     assert report["code"] in (0, None), report["code"]
     loaded = set(report["modules"])  # type: ignore[call-overload]
     heavy = {name for name in HEAVY if name in loaded} - set(HELP_CALLS[(entry, argv)])
     assert not heavy, f"{entry} {argv}: --help imports {sorted(heavy)}"
-    assert min(times) < HELP_SECONDS_MAX, f"{entry} {argv}: best of {times} s"
+    best_cpu = min(cpu for cpu, _ in times)
+    assert best_cpu < HELP_CPU_SECONDS_MAX, f"{entry} {argv}: (CPU s, wall s) {times}"
 
 
 def _help_text(module: str, *argv: str) -> str:
