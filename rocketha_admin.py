@@ -78,10 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     command = _command(args)
     if ("-h" in args or "--help" in args) and command is not None:  # no address needed
         if command in CONTROLLER_COMMANDS:
-            from controller.admin.main import main as controller_help
-            return controller_help(args, prog="rocketha-admin")
-        from connector.admin.cli import main as data_help
-        return data_help(args)
+            from controller.admin.parser import build_parser as controller_parser
+            controller_parser("rocketha-admin").parse_args(args)
+        else:
+            from connector.admin.parser import build_parser as data_parser
+            data_parser().parse_args(args)
+        return 0  # (argparse printed the help and exited)
     from connector.admin.probe import (
         NO_TLS,
         TLSConfigError,

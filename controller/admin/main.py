@@ -52,8 +52,9 @@ from conf.tls import (
     connect_flight,
     read_properties,
 )
+from controller.admin.parser import SET_COMMANDS, build_parser
 from controller.admin.tables import print_reply
-from controller.admin.users import AUTH_COMMANDS, add_auth_parsers, auth_request
+from controller.admin.users import AUTH_COMMANDS, auth_request
 
 __all__ = ["main"]
 
@@ -141,49 +142,9 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m controller.admin") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("--controller", required=True,
-                        help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--timeout-s", type=float, default=10.0,
-                        help="per call, in seconds (default 10)")
-    parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties (controllerAddr, tls.client.*, the user's "
-                             "accessKey/secretKey or credentialsFile)")
-    parser.add_argument("--credentials-file", default=None,
-                        help="accessKey= and secretKey= lines (mode 0600): sign every call "
-                             "(instead of --client-config's keys)")
-    output = argparse.ArgumentParser(add_help=False)
-    formats = output.add_mutually_exclusive_group()
-    formats.add_argument("--json", dest="output", action="store_const", const="json",
-                         default="table", help="the controller's reply as JSON")
-    formats.add_argument("--json-lines", dest="output", action="store_const",
-                         const="json-lines", help="one JSON object per table row")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("status", parents=[output],
-                        help="each controller's Raft view: role, term, leader, log")
-    commands.add_parser("cluster", parents=[output],
-                        help="every replica set: master, epoch, SyncStateSet")
-    set_help = {"replica": "one replica set's master, epoch and SyncStateSet",
-                "elect": "elect a master for a replica set (optionally a given broker)",
-                "clean": "forget brokers of a replica set (all, or the given --broker-id)"}
-    for name, line in set_help.items():
-        sub = commands.add_parser(name, parents=[output], help=line)
-        sub.add_argument("--broker-name", default=None, metavar="NAME",
-                         help="the replica set (broker-a, ...)")
-        sub.add_argument("old_broker_name", nargs="?", default=None, help=argparse.SUPPRESS)
-        if name == "elect":
-            sub.add_argument("--broker-id", type=int, default=None,
-                             help="the broker to make master (default: the controller picks)")
-        if name == "clean":
-            sub.add_argument("--broker-id", type=int, action="append",
-                             help="a broker of the set to forget (repeatable; default: all)")
-    routes = commands.add_parser("routes", parents=[output],
-                                 help="a topic's queues on each replica set")
-    routes.add_argument("--topic", default=None, help="the topic")
-    routes.add_argument("old_topic", nargs="?", default=None, help=argparse.SUPPRESS)
-    add_auth_parsers(commands, output)
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
-    if args.command in set_help:  # the vocabulary of conf/cli_words.py
+    if args.command in SET_COMMANDS:  # the vocabulary of conf/cli_words.py
         resolve_positional_alias(parser, args, "old_broker_name", "--broker-name")
     elif args.command == "routes":
         resolve_positional_alias(parser, args, "old_topic", "--topic")

@@ -25,9 +25,11 @@ from ha.cluster.cli import CONTROLLER_COUNTS
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
+    exit_status,
     free_port,
     pid_from_file,
     ports_in,
+    recorded_pid,
     stop_pid_file,
     write_private_text,
 )
@@ -156,8 +158,9 @@ class LocalControllers:
             for controller in controllers:
                 if self.pid_of(controller) is None:
                     tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
-                    raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
-                                     f"tail:\n{tail}")
+                    status = exit_status(recorded_pid(controller["pid_file"]))
+                    raise SystemExit(f"rocketha-cluster: {controller['name']} exited{status}; "
+                                     f"log tail:\n{tail}")
             credentials = cluster_auth.admin_credentials(self.directory)
             statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, tls, credentials)
                         for c in controllers]
