@@ -10,13 +10,14 @@ certificates prove them). Static mode (no controllers) gets the same through acl
 
 from __future__ import annotations
 
-import base64
+import http.client
 import json
+import re
+import ssl
 import stat
 import subprocess
 import sys
-import urllib.error
-import urllib.request
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -33,20 +34,37 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=180, cwd=ROOT, check=False)
 
 
-def _check_console(url: str, keys_text: str) -> None:
-    """The console asks for a Super user's keys (HTTP Basic) and gathers signed."""
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(url + "api/cluster", timeout=10).close()
-    caught.value.close()
-    assert caught.value.code == 401
+def _check_console(url: str, keys_text: str, ca_path: Path) -> None:
+    """The console is HTTPS, asks for a login, and refuses the Super user's keys at it (a
+    viewer's login: tests/integration/test_console_secured.py)."""
+    assert url.startswith("https://")
+    context = ssl.create_default_context(cafile=str(ca_path))
+    parts = urllib.parse.urlsplit(url)
+
+    def request(method: str, path: str, body: bytes = b"",
+                headers: dict[str, str] | None = None) -> tuple[int, bytes, list[str]]:
+        connection = http.client.HTTPSConnection(parts.hostname or "", parts.port,
+                                                 timeout=20, context=context)
+        try:
+            connection.request(method, path, body=body or None, headers=headers or {})
+            response = connection.getresponse()
+            return (response.status, response.read(),
+                    response.headers.get_all("Set-Cookie") or [])
+        finally:
+            connection.close()
+
+    assert request("GET", "/api/cluster")[0] == 401
+    _, page, cookies = request("GET", "/login")
+    token = re.search(rb'name="csrf" value="([^"]+)"', page)
+    assert token and cookies
     keys = dict(line.split("=", 1) for line in keys_text.splitlines() if "=" in line)
-    token = base64.b64encode(f"{keys['accessKey']}:{keys['secretKey']}".encode()).decode()
-    request = urllib.request.Request(url + "api/cluster",
-                                     headers={"Authorization": f"Basic {token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        view = json.loads(response.read())
-    assert not view["errors"], view["errors"]
-    assert view["leader"] is not None and view["replica_sets"]
+    form = urllib.parse.urlencode({"access_key": keys["accessKey"],
+                                   "secret_key": keys["secretKey"],
+                                   "csrf": token.group(1).decode()}).encode()
+    status, page, _ = request("POST", "/login", form, {
+        "Origin": f"https://{parts.netloc}", "Cookie": cookies[0].split(";", 1)[0],
+        "Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 401 and b"Super user&#x27;s keys are not accepted" in page
 
 
 @pytest.mark.parametrize(("controllers", "replicas"), [("1", "2"), ("0", "1")])
@@ -108,7 +126,8 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str, replicas: st
             users = _run("rocketha_admin", "--client-config", str(tls_only),
                          "--credentials-file", str(keys), "user", "list", "--json")
             assert [u["name"] for u in json.loads(users.stdout)["users"]] == ["admin"]
-            _check_console(status["console_url"], keys.read_text())
+            _check_console(status["console_url"], keys.read_text(),
+                           directory / "tls" / "ca.pem")
         again = _run("ha.cluster", "up", "--dir", str(directory), "--insecure")
         assert again.returncode != 0 and "cannot turn it off" in again.stderr
     finally:
