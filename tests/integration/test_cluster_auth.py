@@ -10,20 +10,20 @@ certificates prove them). Static mode (no controllers) gets the same through acl
 
 from __future__ import annotations
 
-import http.client
 import json
-import re
 import ssl
 import stat
 import subprocess
 import sys
-import urllib.parse
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from connector.client import Admin, ClientConfig, Producer
 from connector.protocol import RocketHAError
+from tests.integration.test_console_secured import form_login
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,31 +39,12 @@ def _check_console(url: str, keys_text: str, ca_path: Path) -> None:
     viewer's login: tests/integration/test_console_secured.py)."""
     assert url.startswith("https://")
     context = ssl.create_default_context(cafile=str(ca_path))
-    parts = urllib.parse.urlsplit(url)
-
-    def request(method: str, path: str, body: bytes = b"",
-                headers: dict[str, str] | None = None) -> tuple[int, bytes, list[str]]:
-        connection = http.client.HTTPSConnection(parts.hostname or "", parts.port,
-                                                 timeout=20, context=context)
-        try:
-            connection.request(method, path, body=body or None, headers=headers or {})
-            response = connection.getresponse()
-            return (response.status, response.read(),
-                    response.headers.get_all("Set-Cookie") or [])
-        finally:
-            connection.close()
-
-    assert request("GET", "/api/cluster")[0] == 401
-    _, page, cookies = request("GET", "/login")
-    token = re.search(rb'name="csrf" value="([^"]+)"', page)
-    assert token and cookies
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(url + "api/cluster", timeout=10, context=context).close()
+    caught.value.close()
+    assert caught.value.code == 401
     keys = dict(line.split("=", 1) for line in keys_text.splitlines() if "=" in line)
-    form = urllib.parse.urlencode({"access_key": keys["accessKey"],
-                                   "secret_key": keys["secretKey"],
-                                   "csrf": token.group(1).decode()}).encode()
-    status, page, _ = request("POST", "/login", form, {
-        "Origin": f"https://{parts.netloc}", "Cookie": cookies[0].split(";", 1)[0],
-        "Content-Type": "application/x-www-form-urlencoded"})
+    status, page = form_login(url, context, keys["accessKey"], keys["secretKey"])
     assert status == 401 and b"Super user&#x27;s keys are not accepted" in page
 
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
+import socket
 import ssl
 import subprocess
 import sys
@@ -144,5 +147,93 @@ def test_secured_console_and_metrics(tmp_path: Path, secure_browser) -> None:  #
                                   if p["kind"] == "controller")["metrics_endpoint"]
         assert _get(controller_metrics, with_cert) == 200
         assert _get(controller_metrics, verified) == 401
+
+        for endpoint in (url, metrics, controller_metrics):  # hostile peers, then served
+            _garbage(urllib.parse.urlsplit(endpoint))
+        assert _get(metrics, with_cert) == 200 and _get(controller_metrics, with_cert) == 200
+        assert _get(url + "api/cluster", verified) == 401
+        _standalone_console(directory, tls_dir, verified)
     finally:
         _run("ha.cluster", "down", "--dir", str(directory))
+
+
+def _garbage(endpoint: urllib.parse.SplitResult) -> None:
+    """Plaintext HTTP, random bytes and a truncated ClientHello at an HTTPS port."""
+    for junk in (b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", os.urandom(2048),
+                 b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"):
+        with socket.create_connection((endpoint.hostname, endpoint.port), timeout=10) as sock:
+            try:
+                sock.sendall(junk)
+                sock.shutdown(socket.SHUT_WR)
+                sock.recv(1024)
+            except OSError:
+                pass  # a reset is an answer too
+
+
+def _standalone_console(directory: Path, tls_dir: Path, verified: ssl.SSLContext) -> None:
+    """`rocketha-console --client-config` of a secured cluster: refused without a certificate
+    (one line), HTTPS with one, and the admin's keys refused at its login."""
+    properties = str(directory / "client.properties")
+    status = json.loads(_run("ha.cluster", "status", "--dir", str(directory),
+                             "--json").stdout)
+    controller = next(p for p in status["processes"] if p["kind"] == "controller")["endpoint"]
+    refused = _run("controller.console", "--controller", controller, "--port", "0",
+                   "--client-config", properties)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        "rocketha-console: a secured cluster's console serves HTTPS")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    console = subprocess.Popen(
+        [sys.executable, "-m", "controller.console", "--controller", controller, "--port",
+         str(port), "--client-config", properties, "--cert-file",
+         str(tls_dir / "client-admin.pem"), "--key-file", str(tls_dir / "client-admin-key.pem")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        url = f"https://127.0.0.1:{port}/"
+
+        def answers() -> bool:
+            try:
+                return _get(url + "healthz", verified) == 200
+            except OSError:
+                assert console.poll() is None, console.stderr.read() if console.stderr else ""
+                return False
+
+        wait_for(answers, 30, "the standalone console")
+        assert _get(url + "api/cluster", verified) == 401
+        assert form_login(url, verified, "AK_viewer", "viewer-secret-0123456789")[0] == 303
+    finally:
+        console.terminate()
+        console.wait(timeout=30)
+
+
+def form_login(url: str, context: ssl.SSLContext, access_key: str, secret_key: str
+               ) -> tuple[int, bytes]:
+    """POST the console's login form as a browser would (its token, cookie and Origin):
+    (the status, the page)."""
+    parts = urllib.parse.urlsplit(url)
+
+    def request(method: str, body: bytes = b"", headers: dict[str, str] | None = None
+                ) -> tuple[int, bytes, list[str]]:
+        connection = http.client.HTTPSConnection(parts.hostname or "", parts.port,
+                                                 timeout=20, context=context)
+        try:
+            connection.request(method, "/login", body=body or None, headers=headers or {})
+            response = connection.getresponse()
+            return (response.status, response.read(),
+                    response.headers.get_all("Set-Cookie") or [])
+        finally:
+            connection.close()
+
+    _, page, cookies = request("GET")
+    token = re.search(rb'name="csrf" value="([^"]+)"', page)
+    assert token and cookies
+    form = urllib.parse.urlencode({"access_key": access_key, "secret_key": secret_key,
+                                   "csrf": token.group(1).decode()}).encode()
+    status, page, _ = request("POST", form, {
+        "Origin": f"https://{parts.netloc}", "Cookie": cookies[0].split(";", 1)[0],
+        "Content-Type": "application/x-www-form-urlencoded"})
+    return status, page
+
+
