@@ -206,6 +206,8 @@ def _standalone_console(directory: Path, tls_dir: Path, verified: ssl.SSLContext
     finally:
         console.terminate()
         console.wait(timeout=30)
+        if console.stderr is not None:
+            console.stderr.close()
 
 
 def form_login(url: str, context: ssl.SSLContext, access_key: str, secret_key: str
