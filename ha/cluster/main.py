@@ -62,6 +62,7 @@ from conf import PropertiesError, format_property, parse_properties
 from conf.extras import extra_refusal
 from ha.broker.peer import broker_info
 from ha.cluster import auth as cluster_auth
+from ha.cluster import cert_ops
 from ha.cluster import plan as cluster_plan
 from ha.cluster.controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
@@ -384,9 +385,13 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: as many as the cluster already has)")
     cluster_plan.add_arguments(commands.add_parser("plan", help="configs and systemd units "
                                                    "for several machines"))
+    cert_ops.add_arguments(commands.add_parser("certs", help="list, rotate or revoke the "
+                                               "cluster's certificates"))
     args = parser.parse_args(argv)
     if args.command == "plan":
         return cluster_plan.run(args)
+    if args.command == "certs":
+        return cert_ops.run(args)
     cluster = Cluster(args.dir)
     if (args.command == "up" and args.spare_hosts
             and not (args.hosts or hosts_mode(cluster.load()))):
