@@ -79,6 +79,13 @@ SHAPED = {
     "controller_api": _shaped_json,
     "flight_tickets": _shaped_json,
     "config_parsing": _config_text,
+    "tls_files": st.tuples(st.integers(0, 3), st.integers(0, 255), st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from(["CERTIFICATE", "X509 CRL", "PRIVATE KEY", "EC PRIVATE KEY"]).flatmap(
+            lambda kind: st.binary(max_size=200).map(
+                lambda body: b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (
+                    kind.encode(), body, kind.encode())))),
+    ).map(lambda parts: bytes([parts[0], parts[1]]) + parts[2]),
 }
 
 
