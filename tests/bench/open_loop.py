@@ -81,7 +81,7 @@ class LatencyHistogram:
     @staticmethod
     def upper_us(bucket: int) -> float:
         exponent, sub = divmod(bucket, SUB_BUCKETS)
-        return 2 ** exponent * (1 + (sub + 1) / SUB_BUCKETS)
+        return float(2 ** exponent * (1 + (sub + 1) / SUB_BUCKETS))
 
     def record(self, value_us: float) -> None:
         key = self.bucket(value_us)
