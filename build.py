@@ -96,6 +96,7 @@ BENCHES = {
     "system_log": "tests/bench/bench_system_log.py",
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
     "scale": "tests/bench/bench_scale.py",
+    "peers_open_loop": "tests/bench/peers_open_loop.py",
 }
 # The Debian packages the default suite needs: package -> (the commands whose presence proves
 # it is installed, why the suite needs it). `setup` and `test` install the missing ones.

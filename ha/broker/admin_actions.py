@@ -278,6 +278,7 @@ class AdminActions:
                 "recovered_after_crash": stats.recovered_after_crash,
             },
             "topics": len(self.topics.all()),
+            "open_streams": self.open_streams,  # produce streams (bounded by putStreamsMax)
             "idempotence": {"producers": len(self.idempotence.table),
                             "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),
