@@ -35,6 +35,7 @@ from conf.credentials import read_credentials_file
 from conf.tls import NO_TLS
 from connector.admin.data import consume, produce
 from connector.admin.output import Output, fail
+from connector.admin.planned import shutdown_broker
 from connector.admin.target import Target
 from connector.client import ClientConfig
 from connector.errors import RoutesUnavailableError
@@ -82,9 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("action", choices=["list", "describe", "delete"])
     group.add_argument("--group", default=None)
     broker = commands.add_parser("broker", parents=[common])
-    broker.add_argument("action", choices=["info", "stats", "config"])
+    broker.add_argument("action", choices=["info", "stats", "config", "shutdown"])
     broker.add_argument("config_action", nargs="?", choices=["get", "set"], default=None)
     broker.add_argument("setting", nargs="?", default=None, metavar="KEY=VALUE")
+    broker.add_argument("--broker-id", type=int, default=None, help="shutdown: which member")
+    broker.add_argument("--wait-s", type=float, default=30.0,
+                        help="shutdown: how long to wait for the broker to stop")
     return parser
 
 
@@ -374,6 +378,8 @@ def _group(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
 # -- brokers --------------------------------------------------------------------------------
 def _broker(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Target,
             out: Output) -> int:
+    if args.action == "shutdown":  # (connector/admin/planned.py)
+        return shutdown_broker(target, args.broker_id, args.wait_s, out)
     brokers = target.brokers()
     if args.action == "stats":
         documents = {endpoint: target.admin_of((endpoint,)).broker_stats()

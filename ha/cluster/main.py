@@ -220,6 +220,7 @@ class Cluster:
                 "master_epoch": (info or {}).get("master_epoch", -1),
                 "max_log_position": (info or {}).get("max_log_position", -1),
                 "confirm_log_position": (info or {}).get("confirm_log_position", -1),
+                "version": (info or {}).get("version"),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
                 "metrics_endpoint": _metrics_endpoint(broker),
