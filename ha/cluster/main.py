@@ -63,6 +63,7 @@ from conf.extras import extra_refusal
 from ha.broker.peer import broker_info
 from ha.cluster import auth as cluster_auth
 from ha.cluster import plan as cluster_plan
+from ha.cluster import rolling
 from ha.cluster.controllers import CONTROLLER_COUNTS, LocalControllers
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
 from ha.cluster.processes import (
@@ -385,10 +386,14 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: as many as the cluster already has)")
     cluster_plan.add_arguments(commands.add_parser("plan", help="configs and systemd units "
                                                    "for several machines"))
+    rolling.add_arguments(commands.add_parser("restart", help="restart every process, one "
+                                              "at a time (ha/cluster/rolling.py)"))
     args = parser.parse_args(argv)
     if args.command == "plan":
         return cluster_plan.run(args)
     cluster = Cluster(args.dir)
+    if args.command == "restart":
+        return rolling.run(args, cluster)
     if (args.command == "up" and args.spare_hosts
             and not (args.hosts or hosts_mode(cluster.load()))):
         parser.error("--spare-hosts: only with --hosts")
