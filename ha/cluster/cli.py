@@ -15,7 +15,7 @@ from pathlib import Path
 from conf.cli_words import DeprecatedOption
 
 __all__ = ["CONTROLLER_COUNTS", "REPLICAS_MAX", "REPLICA_SETS_MAX", "add_certs_arguments",
-           "add_plan_arguments", "build_parser"]
+           "add_plan_arguments", "add_restart_arguments", "build_parser"]
 
 CONTROLLER_COUNTS = (0, 1, 3, 5)  # a Raft group of 1, 3 or 5 (0: none, static roles)
 REPLICA_SETS_MAX = 26  # broker-a .. broker-z
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         "plan", help="configs and systemd units for a cluster on several machines"))
     add_certs_arguments(commands.add_parser(
         "certs", help="list, rotate or revoke the cluster's certificates"))
+    add_restart_arguments(commands.add_parser(
+        "restart", help="restart every process, one at a time, under load (--rolling)"))
     return parser
 
 
@@ -128,3 +130,11 @@ def add_certs_arguments(parser: argparse.ArgumentParser) -> None:
     revoke.add_argument("--no-reissue", action="store_true",
                         help="do not issue the holder a new certificate first (it is then "
                         "refused by its peers until one is issued: `certs rotate NAME`)")
+
+
+def add_restart_arguments(parser: argparse.ArgumentParser) -> None:
+    """`restart`'s options (ha/cluster/rolling.py does the work)."""
+    parser.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
+    parser.add_argument("--rolling", action="store_true", required=True,
+                        help="one process at a time (the only kind of restart)")
+    parser.add_argument("--json", action="store_true", help="only the JSON report line")
