@@ -116,7 +116,11 @@ class Continuity:
             one = (pc.field("queueId") == queue_id) & (pc.field("queueOffset") == offset)
             wanted = one if wanted is None else wanted | one
         assert wanted is not None
-        rows = table.to_pyarrow_dataset().to_table(
+        # the files whose statistics may hold a wanted row (Delta's per-file min/max), then
+        # the rows (Parquet's row-group statistics)
+        files = [[("brokerName", "=", self.broker_name), ("queueId", "=", queue_id),
+                  ("queueOffset", "=", offset)] for queue_id, offset in lookups.items()]
+        rows = table.to_pyarrow_dataset(file_pruning_predicate=files).to_table(
             columns=["queueId", "queueOffset", "storeTimestamp", "body"],
             filter=(pc.field("brokerName") == self.broker_name) & wanted)
         stored = rows.column("storeTimestamp").cast(pa.int64()).to_pylist()
