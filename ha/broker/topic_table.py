@@ -36,6 +36,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ha.broker.arrow_codec import block_to_batch
+from ha.broker.table_continuity import Continuity
 from ha.broker.table_plan import (
     Ahead,
     CommitPlan,
@@ -165,6 +166,7 @@ class TopicTableWriter:
         self.uri = uri
         self.storage_options = storage_options
         self.limits = limits
+        self.continuity = Continuity(store, topic, broker_name)  # table_continuity.py
 
     def load(self) -> DeltaTable | None:
         try:
@@ -200,8 +202,14 @@ class TopicTableWriter:
             return PassResult("fenced", table_epoch=plan.table_epoch)
         if isinstance(plan, Ahead):
             return PassResult("ahead", ahead=plan.queue_ids, ends=ends)
+        foreign = self.continuity.foreign(table, {
+            take.queue_id: take.start_offset for take in plan.takes
+            if not take.skipped_count and ends.get(take.queue_id, 0) > 0})
+        if foreign:  # a topic created again whose queues passed the old table's ends
+            return PassResult("ahead", ahead=foreign, ends=ends)
         rows, counts = self._read(plan)
         version = self._commit(table, rows, plan, counts)
+        self.continuity.remember(rows)
         for take in plan.takes:  # as transactions() moves each queue's end
             if counts.get(take.queue_id, 0) or take.skipped_count:
                 ends[take.queue_id] = take.start_offset + counts.get(take.queue_id, 0)
