@@ -44,6 +44,8 @@
                                       then mypy --strict on MYPY_STRICT_PATHS
     python3 build.py docs             the documentation site, built strictly into site/ (a
                                       broken link, a page missing from the nav or any warning fails)
+    python3 build.py screenshots [--only console,chaos,bench]   remake the docs' pictures
+                                      in docs/images/ with the tools (tests/docs/screenshots.py)
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and constraints.txt and skips the install when nothing
@@ -478,6 +480,12 @@ def docs(args: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
 
 
+def screenshots(args: list[str]) -> int:
+    python = setup()
+    return subprocess.run([str(python), "-m", "tests.docs.screenshots", *args], cwd=ROOT,
+                          check=False).returncode
+
+
 def demo(args: list[str]) -> int:
     python = setup()
     return subprocess.run([str(python), "-m", "examples.demo", *args], cwd=ROOT,
@@ -515,6 +523,8 @@ def main(argv: list[str]) -> int:
         return lint(rest)
     if command == "docs":
         return docs(rest)
+    if command == "screenshots":
+        return screenshots(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)
     return 2
 
