@@ -81,6 +81,7 @@ BENCHES = {
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
+    "table": "tests/bench/bench_table.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
@@ -95,6 +96,7 @@ BENCHES = {
     "system_log": "tests/bench/bench_system_log.py",
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
     "scale": "tests/bench/bench_scale.py",
+    "peers_open_loop": "tests/bench/peers_open_loop.py",
 }
 # The Debian packages the default suite needs: package -> (the commands whose presence proves
 # it is installed, why the suite needs it). `setup` and `test` install the missing ones.
@@ -448,6 +450,7 @@ MYPY_STRICT_PATHS = (
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
     "controller/console/sessions.py",
     "controller/handover.py", "ha/broker/handover_core.py",
+    "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
 )
 
 

@@ -382,6 +382,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("broker", "delete_group"): _needs(Check("Group", "group", ("Delete",))),
     ("broker", "get_config"): _needs(_CLUSTER_GET),
     ("broker", "set_config"): _needs(_CLUSTER_UPDATE),
+    ("broker", "shutdown"): _needs(_CLUSTER_UPDATE),
     ("broker", "create_topic"): _needs(Check("Topic", "topic", ("Create",))),
     ("broker", "delete_topic"): _needs(Check("Topic", "topic", ("Delete",))),
     ("broker", "get_topic"): _needs(Check("Topic", "topic", ("Get",))),
@@ -421,7 +422,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
 # audited when allowed too (refusals are always audited)
 ADMIN_OPERATIONS = frozenset({
     ("broker", "create_topic"), ("broker", "update_topic"), ("broker", "delete_topic"),
-    ("broker", "delete_group"), ("broker", "set_config"),
+    ("broker", "delete_group"), ("broker", "set_config"), ("broker", "shutdown"),
     ("controller", "elect_master"), ("controller", "handover_master"),
     ("controller", "clean_broker_data"), ("controller", "user_create"),
     ("controller", "user_update"), ("controller", "user_delete"),

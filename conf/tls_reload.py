@@ -24,8 +24,8 @@ second write.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import logging
-import os
 import signal
 import ssl
 import threading
@@ -44,18 +44,18 @@ __all__ = ["FileStamp", "ReloadingTLS", "check_crl", "file_stamp", "install_sigh
 
 logger = logging.getLogger(__name__)
 
-FileStamp = tuple[tuple[str, int, int, int], ...]  # (path, inode, size, mtime_ns) per file
+FileStamp = tuple[tuple[str, str], ...]  # (path, SHA-256 of its bytes, "" if unreadable)
 
 
 def file_stamp(paths: tuple[str, ...]) -> FileStamp:
-    """What says a file changed: a rename over it (new inode), a rewrite (size, mtime)."""
+    """What says a file changed: its bytes. (An mtime can miss a rewrite of the same size
+    within one clock tick of the filesystem; the files are a few KiB, read in microseconds.)"""
     stamps = []
     for path in paths:
         try:
-            stat = os.stat(path)
-            stamps.append((path, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+            stamps.append((path, hashlib.sha256(Path(path).read_bytes()).hexdigest()))
         except OSError:
-            stamps.append((path, -1, -1, -1))
+            stamps.append((path, ""))
     return tuple(stamps)
 
 
@@ -63,19 +63,25 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+# what cryptography raises for bytes that are not what they claim, at load or later, when a
+# field is first read (its objects parse lazily)
+_PARSE_ERRORS = (ValueError, TypeError, x509.InvalidVersion, UnsupportedAlgorithm)
+
+
 def _leaf(cert_path: str) -> x509.Certificate:
     """The first certificate of a PEM chain file, valid now (a rotation to an expired or
     not-yet-valid certificate would make every new handshake fail)."""
+    key = "tls.server.certPath"
     try:
         cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
-    except ValueError as err:
-        raise TLSConfigError("tls.server.certPath", f"{cert_path}: not a PEM certificate "
-                             f"({err})") from None
-    now = _now()
-    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-        raise TLSConfigError("tls.server.certPath", f"{cert_path}: valid from "
-                             f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} to "
-                             f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, not now")
+        valid_from, valid_to = cert.not_valid_before_utc, cert.not_valid_after_utc
+        cert.public_key()  # parsed here, not at the first handshake
+        _ = cert.serial_number
+    except _PARSE_ERRORS as err:
+        raise TLSConfigError(key, f"{cert_path}: not a PEM certificate ({err})") from None
+    if not valid_from <= _now() <= valid_to:
+        raise TLSConfigError(key, f"{cert_path}: valid from {valid_from:%Y-%m-%d %H:%M} to "
+                             f"{valid_to:%Y-%m-%d %H:%M} UTC, not now")
     return cert
 
 
@@ -83,17 +89,29 @@ def load_pair(cert_path: str, key_path: str) -> tuple[bytes, bytes, int]:
     """(certificate PEM, key PEM, serial) once they belong together and the certificate is
     valid now; TLSConfigError otherwise (for servers that take bytes: gRPC's)."""
     cert = _leaf(cert_path)
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
     try:
         cert_pem, key_pem = Path(cert_path).read_bytes(), Path(key_path).read_bytes()
         key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as err:
+        matches = key.public_key().public_bytes(serialization.Encoding.PEM, spki) == \
+            cert.public_key().public_bytes(serialization.Encoding.PEM, spki)
+    except _PARSE_ERRORS as err:
         raise TLSConfigError("tls.server.keyPath", f"{key_path}: not an unencrypted PEM "
                              f"private key ({err})") from None
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(serialization.Encoding.PEM, spki) != \
-            cert.public_key().public_bytes(serialization.Encoding.PEM, spki):
+    if not matches:
         raise TLSConfigError("tls.server.keyPath", f"{key_path} is not the key of {cert_path}")
     return cert_pem, key_pem, cert.serial_number
+
+
+def _signed_by_one_of(crl: x509.CertificateRevocationList,
+                      anchors: list[x509.Certificate]) -> bool:
+    for anchor in anchors:
+        try:
+            if crl.is_signature_valid(anchor.public_key()):  # type: ignore[arg-type]
+                return True
+        except _PARSE_ERRORS:
+            continue  # a key that cannot sign a CRL, or does not load: not its issuer
+    return False
 
 
 def check_crl(crl_path: str, trust_path: str) -> frozenset[int]:
@@ -103,22 +121,18 @@ def check_crl(crl_path: str, trust_path: str) -> frozenset[int]:
     try:
         crl = x509.load_pem_x509_crl(Path(crl_path).read_bytes())
         anchors = x509.load_pem_x509_certificates(Path(trust_path).read_bytes())
-    except ValueError as err:
+        signed = _signed_by_one_of(crl, anchors)
+        next_update = crl.next_update_utc
+        revoked = frozenset(entry.serial_number for entry in crl)
+    except _PARSE_ERRORS as err:
         raise TLSConfigError(key, f"{crl_path}: not a PEM CRL, or the trust file is not PEM "
                              f"certificates ({err})") from None
-    signed = False
-    for anchor in anchors:
-        try:
-            signed = signed or crl.is_signature_valid(anchor.public_key())  # type: ignore[arg-type]
-        except (TypeError, UnsupportedAlgorithm):
-            continue  # a key type that cannot sign a CRL: not its issuer
     if not signed:
         raise TLSConfigError(key, f"{crl_path}: not signed by a certificate of {trust_path}")
-    next_update = crl.next_update_utc
     if next_update is not None and next_update < _now():
         raise TLSConfigError(key, f"{crl_path}: past its nextUpdate "
                              f"({next_update:%Y-%m-%d %H:%M} UTC); issue a new CRL")
-    return frozenset(entry.serial_number for entry in crl)
+    return revoked
 
 
 class ReloadingTLS:

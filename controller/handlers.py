@@ -26,6 +26,7 @@ import random
 from typing import Any
 
 from conf.acl import User
+from conf.version import VERSION
 from controller.api import (
     ACTIONS,
     AclDeleteRequest,
@@ -147,6 +148,7 @@ class RequestHandlers:
             transport.bad_frames if transport else 0,
             transport.refused_connections + transport.idle_closed if transport else 0,
             tuple(shell.telemetry.recent_elections), shell.telemetry.leader_changes,
+            VERSION,
         )
 
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:

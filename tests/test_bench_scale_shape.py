@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.bench.scale_shape import classify, log_log_slope
+from tests.bench.scale_shape import classify, classify_increment, log_log_slope
 
 SIZES = [8, 64, 512, 2000, 10_000]
 
@@ -34,10 +34,22 @@ def test_flat_within_noise_is_constant_even_with_a_steep_slope() -> None:
 
 
 def test_zero_cost_points_and_unsorted_sizes() -> None:
-    shape = classify([100, 1, 10], [0.0, 0.0, 0.0])
-    assert shape.name == "constant"
+    assert classify([100, 1, 10], [0.0, 0.0, 0.0]).name == "constant"
     assert classify([100, 1, 10], [100.0, 1.0, 10.0]).name == "linear"
+    # no snapshot yet at the smallest size: fitted over the sizes that have one
+    shape = classify([1, 5, 20], [0.0, 1815.0, 7354.0])
+    assert shape.name == "linear" and shape.growth_ratio == pytest.approx(7354 / 1815)
+    assert classify([1, 5], [0.0, 3.0]).name == "unknown"
 
 
 def test_one_size_is_unknown() -> None:
     assert classify([8, 8], [1.0, 2.0]).name == "unknown"
+
+
+def test_increment_over_a_fixed_base() -> None:
+    producers = [1, 8, 64]  # the default run's sizes
+    threads = [20 + 1.76 * (x - 1) for x in producers]
+    assert classify(producers, threads).name == "log"  # the base hides it in the total
+    assert classify_increment(producers, threads).name == "linear"
+    flat = [120e6, 121e6, 120.5e6]  # within noise of the base: nothing added
+    assert classify_increment(producers, flat).name == "constant"

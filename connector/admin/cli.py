@@ -36,6 +36,7 @@ from conf.tls import NO_TLS
 from connector.admin.data import consume, produce
 from connector.admin.output import Output, fail
 from connector.admin.parser import BATCH_MAX, COUNT_MAX, build_parser
+from connector.admin.planned import shutdown_broker
 from connector.admin.target import Target
 from connector.client import ClientConfig
 from connector.errors import RoutesUnavailableError
@@ -296,6 +297,8 @@ def _group(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
 # -- brokers --------------------------------------------------------------------------------
 def _broker(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Target,
             out: Output) -> int:
+    if args.action == "shutdown":  # (connector/admin/planned.py)
+        return shutdown_broker(target, args.broker_id, args.wait_s, out)
     brokers = target.brokers()
     if args.action == "stats":
         documents = {endpoint: target.admin_of((endpoint,)).broker_stats()

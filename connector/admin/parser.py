@@ -61,12 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("action", choices=["list", "describe", "delete"], help="what to do")
     group.add_argument("--group", default=None, help="the group (describe, delete)")
     broker = commands.add_parser("broker", parents=[common],
-                                 help="a broker's info, statistics or runtime settings")
-    broker.add_argument("action", choices=["info", "stats", "config"], help="what to show")
+                                 help="a broker's info, statistics or runtime settings; stop "
+                                 "a broker (a master hands over first)")
+    broker.add_argument("action", choices=["info", "stats", "config", "shutdown"],
+                        help="what to show, or shutdown")
     broker.add_argument("config_action", nargs="?", choices=["get", "set"], default=None,
                         help="with config: get every setting, or set one")
     broker.add_argument("setting", nargs="?", default=None, metavar="KEY=VALUE",
                         help="with config set: a runtime key and its value")
+    broker.add_argument("--broker-id", type=int, default=None, help="shutdown: which member")
+    broker.add_argument("--wait-s", type=float, default=30.0,
+                        help="shutdown: how long to wait for the broker to stop")
     return parser
 
 

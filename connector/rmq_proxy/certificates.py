@@ -3,7 +3,7 @@
 grpcio can swap a server's certificate live: `dynamic_ssl_server_credentials` asks a fetch
 function before each new handshake, and a configuration it returns serves that handshake and
 the ones after; connections already up keep theirs. The fetch here compares the two files'
-stamps (inode, size, mtime: two stat calls per handshake) and, when they changed, loads them
+stamps (their SHA-256: two reads of a few KiB per handshake) and, when they changed, loads them
 through conf/tls_reload.load_pair: a key that is not the certificate's (a rotation half done),
 a file that is not PEM, or a certificate not valid now keeps the certificate in use, with one
 log line per state of the files.

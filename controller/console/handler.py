@@ -62,7 +62,7 @@ _STATIC = {
     "/console.js": ("text/javascript; charset=utf-8", CONSOLE_JS.encode()),
     "/console.css": ("text/css; charset=utf-8", CONSOLE_CSS.encode()),
 }
-_PUBLIC = frozenset({"/healthz", "/login", "/console.css"})  # served without a session
+_PUBLIC = frozenset({"/healthz", "/login", "/console.css", "/favicon.ico"})  # no session
 
 
 class ConsoleHandler(SecureHandler):
@@ -217,7 +217,11 @@ class ConsoleHandler(SecureHandler):
         if self.login is None:
             self._redirect("/")
             return
-        csrf = new_token()
+        # one token per browser while its cookie lives: a second tab, or a favicon request
+        # redirected here, must not invalidate the form already shown
+        csrf = parse_cookies(self.headers.get("Cookie")).get(LOGIN_COOKIE, "")
+        if not 32 <= len(csrf) <= 64 or not csrf.replace("-", "").replace("_", "").isalnum():
+            csrf = new_token()
         self._send(code, "text/html; charset=utf-8", login_page(csrf, refusal).encode(),
                    ("Set-Cookie", cookie_header(LOGIN_COOKIE, csrf, LOGIN_COOKIE_SECONDS,
                                                 secure=self.scheme == "https")))

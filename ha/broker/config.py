@@ -67,6 +67,9 @@ class BrokerConfig:
     handover_timeout_ms: int = 5000
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
+    # putStreamsMax: produce streams open at once (each holds a server thread while open; a
+    # producer keeps one per topic it sends to): one more is refused BUSY
+    put_streams_max: int = 4096
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
     idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
@@ -133,6 +136,7 @@ class BrokerConfig:
         _range("handoverTimeoutMs", self.handover_timeout_ms, 0, 600_000)
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
+        _range("putStreamsMax", self.put_streams_max, 1, 1_000_000)
         self._check_controller_mode()
         if not self.enable_controller_mode and (
                 self.ha.broker_role.is_master != (self.broker_id == 0)):
@@ -278,6 +282,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "handoverTimeoutMs": ("handover_timeout_ms", int),
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
+    "putStreamsMax": ("put_streams_max", int),
     "idempotenceProducersMax": ("idempotence_producers_max", int),
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
     "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
@@ -313,7 +318,7 @@ BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | froze
 # request handlers through `BrokerService.config` at every call, and by nothing built at
 # start-up. The change lives in memory only (the conf file is not rewritten).
 RUNTIME_KEYS = ("autoCreateTopicEnable", "defaultTopicQueueNums", "longPollingWaitMaxMs",
-                "putBatchBytesMax", "putRowsMax")
+                "putBatchBytesMax", "putRowsMax", "putStreamsMax")
 
 
 def runtime_update(config: BrokerConfig, key: str, text: str) -> BrokerConfig:

@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     install_sighup()  # SIGHUP: check the TLS files now (conf/tls_reload.py)
+    service.request_stop = lambda: on_signal(signal.SIGTERM, None)  # `shutdown` action
     link, roles = _start_controller_link(config, service, tier)
     # topic tables (docs/topic-tables.md): the thread runs on every broker, works on the master
     tables = TopicTables(config, store, service.topics,

@@ -16,6 +16,7 @@ Names follow RocketMQ 5 where it has the concept (its metrics docs):
     rocketmq_storage_flush_behind_bytes          written but not yet fsynced
     rocketmq_consumer_lag_messages{group,topic,queue_id}   queue end - committed offset
 and rocketha_* for the HA state operators alert on:
+    rocketha_build_info{version}                 1, labelled with the running release
     rocketha_broker_role{role}                   1 for the current role (MASTER/SLAVE/NONE)
     rocketha_master_epoch                        epoch of the term this broker serves/follows
     rocketha_log_position_bytes{position}        min / max / confirm / flushed
@@ -57,6 +58,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from conf.metrics_http import OPEN, MetricsAccess, MetricsServer, serve_collector
+from conf.version import VERSION
 from ha.broker.table_metrics import table_families
 from ha.broker.telemetry import LATENCY_BUCKETS_MS
 
@@ -93,6 +95,10 @@ class BrokerCollector(Collector):
         service = self._service
         config = service.config
         base = [config.broker_cluster_name, config.broker_name, service.endpoint]
+        info = GaugeMetricFamily("rocketha_build_info", "1, labelled with the running version",
+                                 labels=[*_LABELS, "version"])
+        info.add_metric([*base, VERSION], 1)
+        yield info
         yield from self._traffic(base)
         yield from self._store(base)
         yield from self._replication(base)

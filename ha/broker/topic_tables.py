@@ -5,6 +5,8 @@
       for each topic whose table is delta  (its `table` attribute, else topicTableDefault)
         backing off after a failure?       -> skip it this time
         fenced under this epoch?           -> skip it (a newer master writes the table)
+        the table past the store's end?    -> no commit; `ahead_queues` says which (a topic
+                                              created again under the same name)
         TopicTableWriter.run_pass          (ha/broker/topic_table.py: one Delta commit)
           CommitFailedError                -> another writer committed first: plan again,
                                               up to COMMIT_ATTEMPTS_MAX in this pass
@@ -75,6 +77,7 @@ class _TopicState:
     maintenance_error: dict[str, Any] | None = None
     ends: dict[int, int] = dataclasses.field(default_factory=dict)  # the table's, last pass
     queue_ids: tuple[int, ...] = ()  # the topic's queues, last pass
+    ahead: tuple[int, ...] = ()  # queues the table is past the store's end in (no commits)
 
 
 class TopicTables:
@@ -188,6 +191,7 @@ class TopicTables:
     def _done(self, state: _TopicState, topic: str, result: table_io.PassResult,
               epoch: int) -> None:
         with self._lock:
+            ahead_before, state.ahead = state.ahead, tuple(result.ahead)
             state.failures = 0
             state.retry_at_ms = 0
             state.pending = result.pending_count
@@ -207,10 +211,14 @@ class TopicTables:
         if result.skipped_count:
             logger.warning("topic table %s: %d message(s) were gone from the log and the tier "
                            "before the table got them", topic, result.skipped_count)
-        if result.ahead:
-            logger.warning("topic table %s: the table holds offsets past this store's end in "
-                           "queue(s) %s (a recreated topic?): those queues are left alone",
-                           topic, list(result.ahead))
+        if result.ahead != ahead_before:
+            if result.ahead:
+                logger.warning("topic table %s: the table holds offsets past this store's end "
+                               "in queue(s) %s (the topic deleted and created again under the "
+                               "same name?): no commits while it is; move the table away to "
+                               "start a new one", topic, list(result.ahead))
+            else:
+                logger.info("topic table %s: no queue is behind the table any more", topic)
 
     def _maintain(self, state: _TopicState, topic: str) -> None:
         """Retention, compaction and vacuum of the table, when due (after a pass)."""
@@ -264,6 +272,7 @@ class TopicTables:
                              "lost_races": state.lost_races, "skipped_messages": state.skipped,
                              "failures_in_a_row": state.failures,
                              "fenced_epoch": state.fenced_epoch,
+                             "ahead_queues": list(state.ahead),
                              "last_error": state.last_error,
                              "last_maintenance": state.last_maintenance,
                              "maintenance_error": state.maintenance_error}

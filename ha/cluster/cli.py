@@ -14,8 +14,8 @@ from pathlib import Path
 
 from conf.cli_words import DeprecatedOption
 
-__all__ = ["CONTROLLER_COUNTS", "REPLICAS_MAX", "REPLICA_SETS_MAX", "add_plan_arguments",
-           "build_parser"]
+__all__ = ["CONTROLLER_COUNTS", "REPLICAS_MAX", "REPLICA_SETS_MAX", "add_certs_arguments",
+           "add_plan_arguments", "add_restart_arguments", "build_parser"]
 
 CONTROLLER_COUNTS = (0, 1, 3, 5)  # a Raft group of 1, 3 or 5 (0: none, static roles)
 REPLICA_SETS_MAX = 26  # broker-a .. broker-z
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
     add_plan_arguments(commands.add_parser(
         "plan", help="configs and systemd units for a cluster on several machines"))
+    add_certs_arguments(commands.add_parser(
+        "certs", help="list, rotate or revoke the cluster's certificates"))
+    add_restart_arguments(commands.add_parser(
+        "restart", help="restart every process, one at a time, under load (--rolling)"))
     return parser
 
 
@@ -106,3 +110,31 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", default="rocketha", help="the user the units run as")
     parser.add_argument("--insecure", action="store_true",
                         help="plaintext and no authentication (configs say allowInsecure=true)")
+
+
+def add_certs_arguments(parser: argparse.ArgumentParser) -> None:
+    """`certs`' subcommands (ha/cluster/cert_ops.py does the work)."""
+    actions = parser.add_subparsers(dest="certs_command", required=True)
+    listing = actions.add_parser("list", help="every certificate: serial, expiry, revoked")
+    listing.add_argument("--dir", required=True, type=Path)
+    rotate = actions.add_parser("rotate", help="issue new certificates (same identities)")
+    rotate.add_argument("--dir", required=True, type=Path)
+    rotate.add_argument("names", nargs="*", metavar="NAME",
+                        help="holders to rotate (default: all; see `certs list`)")
+    revoke = actions.add_parser("revoke", help="put certificates in the CRL (tls.crlPath)")
+    revoke.add_argument("--dir", required=True, type=Path)
+    revoke.add_argument("names", nargs="*", metavar="NAME",
+                        help="holders whose current certificate is revoked")
+    revoke.add_argument("--serial", action="append", default=[], metavar="HEX",
+                        help="a serial to revoke (a certificate this tool did not make)")
+    revoke.add_argument("--no-reissue", action="store_true",
+                        help="do not issue the holder a new certificate first (it is then "
+                        "refused by its peers until one is issued: `certs rotate NAME`)")
+
+
+def add_restart_arguments(parser: argparse.ArgumentParser) -> None:
+    """`restart`'s options (ha/cluster/rolling.py does the work)."""
+    parser.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
+    parser.add_argument("--rolling", action="store_true", required=True,
+                        help="one process at a time (the only kind of restart)")
+    parser.add_argument("--json", action="store_true", help="only the JSON report line")

@@ -186,6 +186,7 @@ class LocalControllers:
                 "role": (info or {}).get("role", "unknown" if pid else "DOWN"),
                 "broker_role": "",  # a column of `status` shared with brokers
                 "term": (info or {}).get("term"), "endpoint": endpoint,
+                "version": (info or {}).get("version"),
                 "store_dir": controller["store_dir"], "log_file": controller["log_file"],
                 "alive": info is not None,
                 "metrics_endpoint": f"{scheme}://{host_of(controller)}:"

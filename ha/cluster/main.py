@@ -62,6 +62,7 @@ from conf import PropertiesError, format_property, parse_properties
 from conf.extras import extra_refusal
 from ha.broker.peer import broker_info
 from ha.cluster import auth as cluster_auth
+from ha.cluster import cert_ops, rolling
 from ha.cluster import plan as cluster_plan
 from ha.cluster.cli import REPLICA_SETS_MAX, REPLICAS_MAX, build_parser
 from ha.cluster.controllers import LocalControllers
@@ -224,6 +225,7 @@ class Cluster:
                 "master_epoch": (info or {}).get("master_epoch", -1),
                 "max_log_position": (info or {}).get("max_log_position", -1),
                 "confirm_log_position": (info or {}).get("confirm_log_position", -1),
+                "version": (info or {}).get("version"),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
                 "metrics_endpoint": _metrics_endpoint(broker, bool(manifest.get("tls"))),
@@ -354,7 +356,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """The parsed command (ha/cluster/cli.py parses; ha/cluster_entry.py parses first)."""
     if args.command == "plan":
         return cluster_plan.run(args)
+    if args.command == "certs":
+        return cert_ops.run(args)
     cluster = Cluster(args.dir)
+    if args.command == "restart":
+        return rolling.run(args, cluster)
     if (args.command == "up" and args.spare_hosts
             and not (args.hosts or hosts_mode(cluster.load()))):
         parser.error("--spare-hosts: only with --hosts")

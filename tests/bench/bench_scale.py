@@ -19,7 +19,8 @@ The default sizes fit a small machine in about ten minutes; `--full` reaches the
 recorded beside every point: on a shared machine a point taken under load is slower, and the
 curve's shape should be read with it. Shapes come from the log-log slope of each figure over
 its sizes (tests/bench/scale_shape.py). `--save` writes the JSON and a PNG of the curves to
-tests/bench/results/scale-<date>[-full].{json,png}. With --json the last line is the keys:
+tests/bench/results/scale-<date>[-full].{json,png}; `--reshape FILE.json` computes a saved
+run's shapes, keys and PNG again from its points. With --json the last line is the keys:
 `put_p99_ratio_<top>_vs_8_queues`, `rss_bytes_per_queue`, `restart_s_<size>GiB`,
 `clean_restart_s_<size>GiB`, `catchup_mb_s`, `put_p99_ratio_<top>_producers`,
 `commits_per_s_ratio_<top>_groups`, `failover_p50_s_<top>_sets` (<top>: the largest size the
@@ -40,12 +41,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench.bench_peers import machine
+from tests.bench.scale_chart import SHAPED, chart
 from tests.bench.scale_clients import groups_curve, producers_curve
 from tests.bench.scale_log import log_curve
 from tests.bench.scale_probe import load_average
 from tests.bench.scale_queues import queues_curve
 from tests.bench.scale_sets import sets_curve
-from tests.bench.scale_shape import classify
+from tests.bench.scale_shape import classify, classify_increment
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tests" / "bench" / "results"
@@ -71,24 +73,17 @@ FULL = Sizes(queues=[8, 64, 512, 2000, 10_000], put_samples=2000,
              producers=[1, 10, 100, 1000], groups=[1, 10, 100, 1000], sets=[1, 5, 10, 25, 50],
              failover_trials=10, log_gib=[1.0, 5.0, 10.0, 20.0], catchup_gib=5.0)
 
-# the figures whose shape is reported, per curve: (size field, figure fields)
-SHAPED = {
-    "queues": ("queues", ["put_p50_ms", "put_p99_ms", "broker_rss_bytes", "heartbeat_bytes",
-                          "controller_cpu_share", "startup_to_put_s", "recovery_to_put_s"]),
-    "producers": ("producers", ["put_p50_ms", "put_p99_ms", "broker_threads",
-                                "broker_rss_bytes"]),
-    "groups": ("groups", ["commits_per_s", "broker_rss_bytes"]),
-    "sets": ("sets", ["controller_cpu_share_sum", "leader_rss_bytes", "raft_committed_index",
-                      "raft_store_bytes", "snapshot_bytes", "failover_p50_s"]),
-    "log": ("log_gib", ["disk_bytes", "clean_restart_readable_s", "kill_restart_readable_s"]),
-}
-
-
 def shapes(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     size_field, fields = SHAPED[name]
     xs = [float(row[size_field]) for row in rows]
-    return {field: classify(xs, [float(row[field]) for row in rows]).to_json()
-            for field in fields}
+    result = {}
+    for field in fields:
+        if not all(field in row for row in rows):
+            continue  # a figure a saved run's version did not take
+        ys = [float(row[field]) for row in rows]
+        result[field] = {**classify(xs, ys).to_json(),
+                         "increment_shape": classify_increment(xs, ys).name}
+    return result
 
 
 def _size_label(value: float) -> str:
@@ -152,7 +147,22 @@ def print_shapes(curves: dict[str, Any]) -> None:
     for name, curve in curves.items():
         for field, shape in curve["shapes"].items():
             print(f"shape {name:9s} {field:26s} {shape['shape']:8s} slope "
-                  f"{shape['log_log_slope']:6.2f}, x{shape['growth_ratio']:.2f} over the curve")
+                  f"{shape['log_log_slope']:6.2f}, x{shape['growth_ratio']:.2f} over the curve; "
+                  f"past the first point: {shape['increment_shape']}")
+
+
+def reshape(path: Path) -> int:
+    """A saved run's shapes and keys again from its points (after a change to the classifier),
+    and its PNG beside it."""
+    result = json.loads(path.read_text())
+    for name, curve in result["curves"].items():
+        curve["shapes"] = shapes(name, curve["points"])
+    result["keys"] = keys(result["curves"])
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    chart(result, path.with_suffix(".png"))
+    print_shapes(result["curves"])
+    print(json.dumps(result["keys"], sort_keys=True))
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -163,7 +173,11 @@ def main(argv: list[str]) -> int:
                         help=f"comma-separated subset of {','.join(CURVES)}")
     parser.add_argument("--save", action="store_true",
                         help="write JSON and PNG to tests/bench/results/")
+    parser.add_argument("--reshape", type=Path,
+                        help="recompute the shapes and keys of a saved run's JSON, and its PNG")
     args = parser.parse_args(argv)
+    if args.reshape is not None:
+        return reshape(args.reshape)
     names = [name for name in args.curves.split(",") if name]
     unknown = set(names) - set(CURVES)
     if unknown:
@@ -184,7 +198,6 @@ def main(argv: list[str]) -> int:
               "load_1m_start": load_before, "load_1m_end": load_average(),
               "curves": curves, "keys": figures}
     if args.save:
-        from tests.bench.scale_chart import chart
         stem = f"scale-{started:%Y-%m-%d}" + ("-full" if args.full else "")
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")

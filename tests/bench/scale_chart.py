@@ -12,9 +12,20 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after the backend is chosen
 
-from tests.bench.bench_scale import SHAPED
+__all__ = ["SHAPED", "chart"]
 
-__all__ = ["chart"]
+# the figures whose shape is reported, per curve: (size field, figure fields)
+SHAPED = {
+    "queues": ("queues", ["put_p50_ms", "put_p99_ms", "broker_rss_bytes",
+                          "broker_rss_anon_bytes", "heartbeat_bytes",
+                          "controller_cpu_share", "startup_to_put_s", "recovery_to_put_s"]),
+    "producers": ("producers", ["put_p50_ms", "put_p99_ms", "broker_threads",
+                                "broker_rss_bytes"]),
+    "groups": ("groups", ["commits_per_s", "broker_rss_bytes"]),
+    "sets": ("sets", ["controller_cpu_share_sum", "leader_rss_bytes", "raft_committed_index",
+                      "raft_store_bytes", "snapshot_bytes", "failover_p50_s"]),
+    "log": ("log_gib", ["disk_bytes", "clean_restart_readable_s", "kill_restart_readable_s"]),
+}
 
 
 def chart(result: dict[str, Any], path: Path) -> None:
@@ -24,10 +35,12 @@ def chart(result: dict[str, Any], path: Path) -> None:
         size_field, fields = SHAPED[name]
         rows = curve["points"]
         xs = [row[size_field] for row in rows]
-        for field in fields:
-            base = rows[0][field] or 1e-9
+        for field in (f for f in fields if f in curve["shapes"]):
+            base = next((row[field] for row in rows if row[field] > 0), 1.0)
             shape = curve["shapes"][field]
-            axis.plot(xs, [max(row[field], 1e-9) / base for row in rows], marker="o",
+            points = [(x, row[field] / base) for x, row in zip(xs, rows, strict=True)
+                      if row[field] > 0]  # a zero has no place on a log axis
+            axis.plot([x for x, _ in points], [y for _, y in points], marker="o",
                       label=f"{field} ({shape['shape']}, {shape['log_log_slope']:.2f})")
         axis.plot(xs, [x / xs[0] for x in xs], color="grey", linestyle=":", label="linear")
         axis.set_xscale("log")

@@ -25,7 +25,15 @@ from typing import Any
 
 from connector import Admin, ClientConfig, Producer
 from controller.api import BrokerHeartbeat, TopicInfo
-from tests.bench.scale_probe import cpu_s, load_average, percentile, restart, rss_bytes, threads
+from tests.bench.scale_probe import (
+    cpu_s,
+    load_average,
+    percentile,
+    restart,
+    rss_bytes,
+    rss_split_bytes,
+    threads,
+)
 from tests.controller.controller_process import ControllerGroup
 from tests.integration.broker_process import BrokerProcess
 
@@ -102,6 +110,7 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
                 "put_p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
                 "broker_rss_bytes": rss_bytes(broker.process.pid),
                 "broker_threads": threads(broker.process.pid),
+                "broker_rss_anon_bytes": rss_split_bytes(broker.process.pid)[0],
                 "heartbeat_bytes": _heartbeat_bytes(admin, broker.endpoint)}
             controller_pid = controllers.processes[1].pid
             before = cpu_s(controller_pid)
@@ -112,7 +121,8 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
             row["startup_s"], row["startup_to_put_s"] = _restart_s(broker, kill=False)
             row["recovery_s"], row["recovery_to_put_s"] = _restart_s(broker, kill=True)
             print(f"queues {row['queues']:6d}: put p50 {row['put_p50_ms']:.2f} ms p99 "
-                  f"{row['put_p99_ms']:.2f} ms, RSS {row['broker_rss_bytes'] / 2**20:.0f} MiB, "
+                  f"{row['put_p99_ms']:.2f} ms, RSS {row['broker_rss_bytes'] / 2**20:.0f} MiB "
+                  f"(anon {row['broker_rss_anon_bytes'] / 2**20:.0f}), "
                   f"heartbeat {row['heartbeat_bytes']:,} B, controller CPU "
                   f"{row['controller_cpu_share']:.1%}, start {row['startup_to_put_s']:.2f} s, "
                   f"recovery {row['recovery_to_put_s']:.2f} s (load {row['load_1m']})",

@@ -253,3 +253,37 @@ def test_metrics_over_tls_need_a_token_or_a_client_certificate(pki: dict[str, st
         connection.close()
     finally:
         open_server.close()
+
+
+def test_a_tls_member_serves_https_unless_plain_is_asked(pki: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    from conf.metrics_http import metrics_access
+    from controller.config import ControllerConfig
+    from controller.main import _console_context
+
+    base = {"controllerDLegerPeers": "n1-127.0.0.1:9880", "controllerDLegerSelfId": "n1",
+            "controllerAddr": "127.0.0.1:9876", "consolePort": "8443",
+            "tls.server.mode": "enforcing", "tls.server.certPath": pki["cert"],
+            "tls.server.keyPath": pki["key"], "tls.server.trustCertPath": pki["ca"]}
+    config = ControllerConfig.from_properties(base)
+    context = _console_context(config)
+    assert context is not None and context.verify_mode == ssl.CERT_NONE  # browsers: no cert
+    assert config.console_session_seconds == 3600
+    assert _console_context(ControllerConfig.from_properties(
+        {**base, "consolePlaintext": "true"})) is None
+    assert _console_context(ControllerConfig.from_properties(
+        {**base, "tls.server.mode": "disabled"})) is None
+    with pytest.raises(ValueError, match="consoleCertPath and consoleKeyPath go together"):
+        _console_context(ControllerConfig.from_properties(
+            {**base, "consoleCertPath": pki["client_cert"]}))
+    own = _console_context(ControllerConfig.from_properties(
+        {**base, "consoleCertPath": pki["client_cert"], "consoleKeyPath": pki["client_key"]}))
+    assert own is not None
+    token_file = tmp_path / "token"
+    token_file.write_text("a-token-long-enough-here")
+    token_file.chmod(0o600)
+    plain = metrics_access(config.tls, str(token_file), plaintext=True)
+    assert plain.ssl_context is None and plain.bearer_token == "a-token-long-enough-here"
+    member = metrics_access(config.tls, "", plaintext=False)
+    assert member.ssl_context is not None and member.ssl_context.verify_mode == \
+        ssl.CERT_OPTIONAL and not member.open
