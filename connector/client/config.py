@@ -28,6 +28,10 @@ from conf.values import parse_host_port
 
 __all__ = ["Backoff", "ClientConfig"]
 
+# The retry object a lone draw's RetryCallState names (tenacity's wait strategies read only
+# the state's attempt number; nothing here calls or retries through it).
+_DRAW_ONLY = tenacity.Retrying()
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClientConfig:
@@ -160,7 +164,7 @@ class Backoff:
 
     def jittered_ms(self, attempt: int) -> int:
         """One draw of the jittered delay before retry `attempt`, in [c/2, c] (whole ms)."""
-        state = tenacity.RetryCallState(None, None, (), {})
+        state = tenacity.RetryCallState(_DRAW_ONLY, None, (), {})
         state.attempt_number = min(attempt, 20) + 1
         return round(self.wait()(state) * 1000.0)
 
