@@ -149,6 +149,10 @@ class Cluster:
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
+            if manifest.get("tls"):  # secured: a --set of the same key wins
+                settings.update({key: value for key, value in
+                                 cluster_plan.SECURED_BROKER_DEFAULTS.items()
+                                 if key not in overrides})
             settings.update(member_tls_settings(self.directory, manifest, broker))
             settings.update(cluster_auth.broker_settings(
                 self.directory, broker["name"], controller_mode=bool(controller_addr),
