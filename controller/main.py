@@ -18,7 +18,8 @@ import sys
 import pyarrow as pa
 
 from conf.metrics_http import MetricsAccess, metrics_access
-from conf.process import Program, refuse, start_server
+from conf.process import CONTROLLER_PROGRAM, refuse, start_server
+from conf.tls_reload import request_reload
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
 from controller.console.app import ConsoleServer, console_ssl_context
@@ -98,6 +99,7 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    loop.add_signal_handler(signal.SIGHUP, request_reload)  # the TLS files, now (tls_reload)
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(node.run(started), name="controller-node")
         await started.wait()
@@ -132,8 +134,7 @@ def _tls_summary(config: ControllerConfig) -> str:
     return f"on (client certificates: {tls.need_client_auth}; Raft: mutual)"
 
 
-PROGRAM = Program("rocketha-controller", __doc__.splitlines()[0], "controller.conf",
-                  "controller properties file (key=value)")
+PROGRAM = CONTROLLER_PROGRAM
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,13 @@ SHAPED = {
     "http_access": st.one_of(_form_text.map(lambda b: b"Bearer " + b),
                              st.text(max_size=80).map(lambda t: t.encode("utf-8",
                                                                          "surrogatepass"))),
+    "tls_files": st.tuples(st.integers(0, 3), st.integers(0, 255), st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from(["CERTIFICATE", "X509 CRL", "PRIVATE KEY", "EC PRIVATE KEY"]).flatmap(
+            lambda kind: st.binary(max_size=200).map(
+                lambda body: b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (
+                    kind.encode(), body, kind.encode())))),
+    ).map(lambda parts: bytes([parts[0], parts[1]]) + parts[2]),
 }
 
 

@@ -21,6 +21,7 @@ from conf.controller_addresses import controller_addresses
 from conf.credentials import read_credentials_file, read_private_file
 from conf.signing import Credentials
 from conf.tls import ClientTLS, TLSConfigError, client_tls_from_properties, read_properties
+from conf.values import parse_host_port
 
 __all__ = ["Backoff", "ClientConfig"]
 
@@ -72,10 +73,10 @@ class ClientConfig:
         if not self.brokers and not self.controller:
             raise ValueError("ClientConfig.brokers: at least one host:port is required "
                              "(or ClientConfig.controller)")
-        for endpoint in self.brokers + controller_addresses(self.controller):
-            host, sep, port = endpoint.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"ClientConfig.brokers: {endpoint!r} is not host:port")
+        for endpoint in self.brokers:
+            parse_host_port(endpoint, "ClientConfig.brokers")
+        for endpoint in controller_addresses(self.controller):
+            parse_host_port(endpoint, "ClientConfig.controller")
         for name in ("request_timeout_ms", "send_deadline_ms", "backoff_initial_ms",
                      "backoff_max_ms", "master_check_interval_ms", "master_check_after_ms",
                      "route_refresh_interval_ms"):

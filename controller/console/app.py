@@ -28,7 +28,6 @@ own); plain HTTP there only when asked (consolePlaintext=true, --plaintext-http)
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -45,6 +44,7 @@ from conf.process import refuse
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, TLSSettings, connect_flight, server_ssl_context
 from controller.admin.main import call_leader, client_config
+from controller.console.cli import PROGRAM, SESSION_S_DEFAULT, build_parser
 from controller.console.handler import REQUESTS_INFLIGHT_MAX, ConsoleHandler, ViewSource
 from controller.console.login import LoginCheck, flight_login_check
 from controller.console.sessions import SESSIONS_MAX, SessionTable
@@ -54,11 +54,9 @@ __all__ = ["REFRESH_MS", "SESSION_S_DEFAULT", "ConsoleServer", "console_ssl_cont
 
 logger = logging.getLogger(__name__)
 
-PROGRAM = "rocketha-console"  # argparse's prog and the prefix of every refusal
 
 REFRESH_MS = 1000  # the page polls this often; gathering is cached for as long
 CALL_TIMEOUT_S = 2.0  # one Flight call to a controller or broker
-SESSION_S_DEFAULT = 3600  # consoleSessionSeconds: a login lasts an hour (docs/security.md)
 TOPICS_SHOWN_MAX = 1000
 GROUPS_SHOWN_MAX = 1000
 
@@ -308,24 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     With a secured cluster's --client-config (TLS or keys), viewers log in with their own keys
     (never a Super user's) and the console serves HTTPS with --cert-file/--key-file, or plain
     HTTP only with --plaintext-http."""
-    parser = argparse.ArgumentParser(prog=PROGRAM, description=main.__doc__)
-    parser.add_argument("--controller", required=True,
-                        help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
-    parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties: the tls.client.* settings of the console's "
-                             "calls (rocketha-cluster writes <dir>/client.properties); a "
-                             "secured cluster's (TLS or keys) makes viewers log in")
-    parser.add_argument("--cert-file", metavar="PEM",
-                        help="the console's HTTPS certificate (required on a secured cluster "
-                             "unless --plaintext-http)")
-    parser.add_argument("--key-file", metavar="PEM", help="its private key (mode 0600)")
-    parser.add_argument("--plaintext-http", action="store_true",
-                        help="serve plain HTTP even on a secured cluster (logins then cross "
-                             "the network readable: a loopback or trusted network only)")
-    parser.add_argument("--session-seconds", type=int, default=SESSION_S_DEFAULT,
-                        help=f"how long a login lasts (default {SESSION_S_DEFAULT})")
+    parser = build_parser()  # controller/console/cli.py: argparse only, so --help is instant
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:

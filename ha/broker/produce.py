@@ -124,8 +124,13 @@ class ProducePath:
 
     @contextlib.contextmanager
     def _counted_stream(self) -> Iterator[None]:
-        """Count the produce streams open (what a stop reports it left open)."""
+        """Count the produce streams open (what a stop reports it left open), and refuse one
+        past putStreamsMax before reading any batch: each open stream holds a server thread."""
+        limit = self.config.put_streams_max
         with self._counters.lock:
+            if self._open_streams >= limit:
+                raise RequestError("BUSY", f"{limit} produce streams are open (putStreamsMax); "
+                                   "close idle producers or raise putStreamsMax")
             self._open_streams += 1
         try:
             yield

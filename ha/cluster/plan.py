@@ -52,16 +52,15 @@ from typing import Any
 from conf import format_property
 from conf.tls import broker_identity, client_identity, controller_identity
 from ha.cluster.certs import ensure_ca
-from ha.cluster.controllers import CONTROLLER_COUNTS
+from ha.cluster.cli import CONTROLLER_COUNTS, REPLICA_SETS_MAX
 from ha.cluster.processes import write_private_text
 
-__all__ = ["PlanError", "add_arguments", "plan_cluster", "run", "unit_text", "write_plan"]
+__all__ = ["PlanError", "plan_cluster", "run", "unit_text", "write_plan"]
 
 BROKER_PORT = 10911  # RocketMQ's listenPort; haListenPort is listenPort + 1
 BROKER_PORT_STEP = 10  # a further broker on the same host
 CONTROLLER_PORT = 9878  # client (Arrow Flight) port
 CONTROLLER_RAFT_PORT = 9880
-REPLICA_SETS_MAX = 26
 CLUSTER_NAME = "RocketHACluster"
 ETC_DIR = "/etc/rocketha"  # where a host's tree puts the configs (units name it too)
 ADMIN_NAME = "admin"
@@ -305,25 +304,6 @@ def _pairs(pairs: list[str], flag: str) -> dict[str, str]:
             raise PlanError(f"{flag} expects KEY=VALUE, got {pair!r}")
         settings[key.strip()] = value.strip()
     return settings
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hosts", required=True, help="comma-separated host names or addresses")
-    parser.add_argument("--replicas", type=int, default=3, help="brokers per replica set")
-    parser.add_argument("--replica-sets", type=int, default=1)
-    parser.add_argument("--controllers", type=int, default=3)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker key for every broker")
-    parser.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a controller key for every controller")
-    parser.add_argument("--install-dir", default="/opt/rocketha",
-                        help="where the venv with rocketha is on every machine (<dir>/venv)")
-    parser.add_argument("--data-dir", default="/var/lib/rocketha",
-                        help="stores: <data-dir>/<name>")
-    parser.add_argument("--user", default="rocketha", help="the user the units run as")
-    parser.add_argument("--insecure", action="store_true",
-                        help="plaintext and no authentication (configs say allowInsecure=true)")
 
 
 def run(args: argparse.Namespace) -> int:

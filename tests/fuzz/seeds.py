@@ -48,4 +48,6 @@ def seeds(target: str) -> list[bytes]:
                 b"127.0.0.1:8443\nhttps://127.0.0.1:8443"]
     if target == "http_access":
         return [b"Bearer the-token-of-the-fuzz-target-0", b"Basic dXNlcjpwYXNz", b"Bearer "]
+    if target == "tls_files":  # (file, how) then bytes: see tests/fuzz/targets.py tls_files
+        return [b"\x00\x00MII", b"\x03\x01-----BEGIN X509 CRL-----\nMIIB\n", b"\x01\x02\xff"]
     raise KeyError(target)
