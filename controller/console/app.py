@@ -39,7 +39,7 @@ from typing import Any
 
 from pyarrow import flight
 
-from conf.https import HTTPServer, browser_ssl_context
+from conf.https import ContextSource, HTTPServer, browser_ssl_context
 from conf.process import refuse
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, TLSSettings, connect_flight, server_ssl_context
@@ -260,7 +260,7 @@ class ConsoleServer:
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
                  login: LoginCheck | None = None, tls: ClientTLS = NO_TLS,
-                 ssl_context: ssl.SSLContext | None = None,
+                 ssl_context: ssl.SSLContext | ContextSource | None = None,
                  session_s: float = SESSION_S_DEFAULT) -> None:
         handler = type("Handler", (ConsoleHandler,), {
             "views": _Cache(addresses, tls, SESSIONS_MAX),

@@ -6,7 +6,7 @@ says how sessions and CSRF checks work; login.py how keys are checked).
     POST /login            keys + token: a session cookie and 303 to /, or the form again
                            with one line saying why (401), or 403 from another site
     POST /logout           the session's CSRF token: the session ends, 303 to /login
-    GET  /api/session      {"user", "csrf", "expires_in_s"} for the page's "Log out"
+    GET  /api/session      {"user", "csrf", "lifetime_s"} for the page's "Log out"
     GET  /, assets, /api/cluster   with a live session (without: 303 to /login, 401 for /api)
 
 Without a login check (a console of a cluster without authentication) there are no sessions:
