@@ -10,7 +10,7 @@ Writes, for each host, a tree to copy onto that machine's root (`rsync -a DIR/a/
     DIR/<host>/etc/rocketha/<name>.conf                 broker or controller config
     DIR/<host>/etc/systemd/system/rocketha-<name>.service   one unit per process
     DIR/<host>/etc/rocketha/PORTS                        TCP ports to open on this machine
-    DIR/<host>/etc/rocketha/tls/                         ca.pem, <name>.pem, <name>-key.pem
+    DIR/<host>/etc/rocketha/tls/                         ca.pem, crl.pem, <name>.pem, <name>-key.pem
     DIR/<host>/etc/rocketha/admin.secret                 (controller hosts) the admin's secret
     DIR/client/                                          client.properties, admin.credentials,
                                                          the tools' certificate (the operator's)
@@ -119,6 +119,7 @@ def _security(name: str, kind: str, admin_access_key: str | None) -> dict[str, s
                 "tls.server.certPath": f"{tls}/{name}.pem",
                 "tls.server.keyPath": f"{tls}/{name}-key.pem",
                 "tls.server.trustCertPath": f"{tls}/ca.pem",
+                "tls.crlPath": f"{tls}/crl.pem",  # revocation: docs/security.md
                 "authenticationEnabled": "true", "authorizationEnabled": "true"}
     if kind == "broker":
         settings.update(SECURED_BROKER_DEFAULTS)
@@ -242,6 +243,7 @@ def _write_secrets(processes: list[dict[str, Any]], out: Path, admin_access_key:
         place(issued.key_path, etc / "tls" / f"{process['name']}-key.pem")
         issued.key_path.unlink()  # the member's key lives only in its host's tree
         place(ca.cert_path, etc / "tls" / "ca.pem")
+        place(ca.ensure_crl(), etc / "tls" / "crl.pem")
         if process["kind"] == "controller":
             write_private_text(etc / "admin.secret", secret + "\n")
             written.append(etc / "admin.secret")
