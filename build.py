@@ -99,6 +99,7 @@ BENCHES = {
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
     "scale": "tests/bench/bench_scale.py",
     "peers_open_loop": "tests/bench/peers_open_loop.py",
+    "e2e": "tests/bench/bench_e2e.py",
 }
 # The Debian packages the default suite needs: package -> (the commands whose presence proves
 # it is installed, why the suite needs it). `setup` and `test` install the missing ones.
