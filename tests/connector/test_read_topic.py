@@ -4,12 +4,12 @@ Goal: with a topic whose first messages are in its Delta table and the rest only
 `connector.spark.read_topic` returns every message once, each queue's offsets contiguous from
 0, the bodies produced, storeDate the UTC day of storeTimestamp on both parts; the table part
 is read by Spark's Parquet reader with only the asked columns; `table_starting_offsets` is
-where the table ends, and a read from there is exactly the tail. Method: a real broker process
-(standalone master) with a file:// tier and topicTableIntervalMs=200; the table is turned off
-(`table=none`) once it caught up, so what is produced after stays in the tail, read on the
-driver and, forced, in Spark's tasks (the executed plan says which); the session
-SparkSession. The tail's plan itself (gaps, a recreated topic) is tests/connector/
-test_read_topic_plan.py.
+where the table ends, and a stream started there reads exactly the tail. Method: a real
+broker process (standalone master) with a file:// tier and topicTableIntervalMs=200; the
+table is turned off (`table=none`) once it caught up, so what is produced after stays in the
+tail, read on the driver and, forced, in Spark's tasks (the executed plan says which); the
+session SparkSession; the stream runs with Trigger.AvailableNow into a memory sink. The tail's
+plan itself (gaps, a recreated topic) is tests/connector/test_read_topic_plan.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -41,6 +42,7 @@ QUEUES = 3
 IN_TABLE = 600  # produced while the table is on
 IN_TAIL = 90  # produced after it is turned off
 CATCH_UP_S = 60.0
+STREAM_DEADLINE_S = 600  # an AvailableNow query on 2 shared, busy cores
 
 
 def _produce(config: ClientConfig, first: int, count: int) -> None:
@@ -121,13 +123,17 @@ def test_the_table_part_reads_only_the_asked_columns(
     assert sum(row["count"] for row in totals) == IN_TABLE + IN_TAIL
 
 
-def test_starting_offsets_from_the_table_read_exactly_the_tail(
-        spark: SparkSession, half_table: tuple[BrokerProcess, str]) -> None:
+def test_a_stream_started_where_the_table_ends_reads_exactly_the_tail(
+        spark: SparkSession, half_table: tuple[BrokerProcess, str], tmp_path: Path) -> None:
     broker, uri = half_table
     starting = table_starting_offsets(TOPIC, table=uri, brokers=broker.endpoint)
     ends = _table_ends(uri)
     assert json.loads(starting) == {TOPIC: {f"broker-a:{q}": ends[q] for q in range(QUEUES)}}
-    tail = (spark.read.format("rocketha").option("brokers", broker.endpoint)
-            .option("subscribe", TOPIC).option("startingOffsets", starting).load())
-    bodies = sorted(row.body for row in tail.select("body").collect())
+    query = (spark.readStream.format("rocketha").option("brokers", broker.endpoint)
+             .option("subscribe", TOPIC).option("startingOffsets", starting).load()
+             .select("body").writeStream.format("memory").queryName("after_the_table")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(STREAM_DEADLINE_S) and query.exception() is None
+    bodies = sorted(row.body for row in spark.sql("SELECT body FROM after_the_table").collect())
     assert bodies == [b"m%06d" % n for n in range(IN_TABLE, IN_TABLE + IN_TAIL)]
