@@ -67,7 +67,11 @@ from ha.cluster import plan as cluster_plan
 from ha.cluster.cli import REPLICA_SETS_MAX, REPLICAS_MAX, build_parser
 from ha.cluster.controllers import LocalControllers
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
-from ha.cluster.overrides import broker_overrides_problem, unset_overrides
+from ha.cluster.overrides import (
+    broker_overrides_problem,
+    controller_overrides_problem,
+    unset_overrides,
+)
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -376,6 +380,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         problem = problem or broker_overrides_problem({**kept, **broker_overrides},
                                                       manifest.get("overrides", {}),
                                                       args.replicas)
+        problem = problem or controller_overrides_problem(controller_overrides)
         if problem:
             parser.error(problem)
         manifest["overrides"] = kept
