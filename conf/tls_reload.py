@@ -32,12 +32,12 @@ import threading
 import time
 import weakref
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
+from typing import TYPE_CHECKING
 
 from conf.tls import TLSConfigError, TLSSettings, client_ssl_context, server_ssl_context
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 __all__ = ["FileStamp", "ReloadingTLS", "check_crl", "check_files", "file_stamp",
            "install_sighup", "load_pair", "request_reload", "watch"]
@@ -63,21 +63,27 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-# what cryptography raises for bytes that are not what they claim, at load or later, when a
-# field is first read (its objects parse lazily)
-_PARSE_ERRORS = (ValueError, TypeError, x509.InvalidVersion, UnsupportedAlgorithm)
+def _parse_errors() -> tuple[type[Exception], ...]:
+    """What cryptography raises for bytes that are not what they claim, at load or later, when
+    a field is first read (its objects parse lazily). cryptography is imported here, not at the
+    top: every server module imports this one, and `python -m ha.broker` without the server
+    extra must still reach its one-line refusal (conf/extras.py)."""
+    from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
+    return (ValueError, TypeError, x509.InvalidVersion, UnsupportedAlgorithm)
 
 
 def _leaf(cert_path: str) -> x509.Certificate:
     """The first certificate of a PEM chain file, valid now (a rotation to an expired or
     not-yet-valid certificate would make every new handshake fail)."""
+    from cryptography import x509
     key = "tls.server.certPath"
     try:
         cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
         valid_from, valid_to = cert.not_valid_before_utc, cert.not_valid_after_utc
         cert.public_key()  # parsed here, not at the first handshake
         _ = cert.serial_number
-    except _PARSE_ERRORS as err:
+    except _parse_errors() as err:
         raise TLSConfigError(key, f"{cert_path}: not a PEM certificate ({err})") from None
     if not valid_from <= _now() <= valid_to:
         raise TLSConfigError(key, f"{cert_path}: valid from {valid_from:%Y-%m-%d %H:%M} to "
@@ -88,6 +94,7 @@ def _leaf(cert_path: str) -> x509.Certificate:
 def load_pair(cert_path: str, key_path: str) -> tuple[bytes, bytes, int]:
     """(certificate PEM, key PEM, serial) once they belong together and the certificate is
     valid now; TLSConfigError otherwise (for servers that take bytes: gRPC's)."""
+    from cryptography.hazmat.primitives import serialization
     cert = _leaf(cert_path)
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
     try:
@@ -95,7 +102,7 @@ def load_pair(cert_path: str, key_path: str) -> tuple[bytes, bytes, int]:
         key = serialization.load_pem_private_key(key_pem, password=None)
         matches = key.public_key().public_bytes(serialization.Encoding.PEM, spki) == \
             cert.public_key().public_bytes(serialization.Encoding.PEM, spki)
-    except _PARSE_ERRORS as err:
+    except _parse_errors() as err:
         raise TLSConfigError("tls.server.keyPath", f"{key_path}: not an unencrypted PEM "
                              f"private key ({err})") from None
     if not matches:
@@ -109,7 +116,7 @@ def _signed_by_one_of(crl: x509.CertificateRevocationList,
         try:
             if crl.is_signature_valid(anchor.public_key()):  # type: ignore[arg-type]
                 return True
-        except _PARSE_ERRORS:
+        except _parse_errors():
             continue  # a key that cannot sign a CRL, or does not load: not its issuer
     return False
 
@@ -117,6 +124,7 @@ def _signed_by_one_of(crl: x509.CertificateRevocationList,
 def check_crl(crl_path: str, trust_path: str) -> frozenset[int]:
     """The revoked serials of a PEM CRL, after the checks OpenSSL would otherwise fail every
     handshake on: signed by a certificate of the trust file, and not past its nextUpdate."""
+    from cryptography import x509
     key = "tls.crlPath"
     try:
         crl = x509.load_pem_x509_crl(Path(crl_path).read_bytes())
@@ -124,7 +132,7 @@ def check_crl(crl_path: str, trust_path: str) -> frozenset[int]:
         signed = _signed_by_one_of(crl, anchors)
         next_update = crl.next_update_utc
         revoked = frozenset(entry.serial_number for entry in crl)
-    except _PARSE_ERRORS as err:
+    except _parse_errors() as err:
         raise TLSConfigError(key, f"{crl_path}: not a PEM CRL, or the trust file is not PEM "
                              f"certificates ({err})") from None
     if not signed:

@@ -96,6 +96,7 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode
+        self.request_stop: Callable[[], None] | None = None  # the `shutdown` action (main)
         # topic tables' progress (ha/broker/topic_tables.py, started by main)
         self.table_stats: Callable[[], dict[str, Any]] = lambda: {"role": "off", "topics": {}}
         # topic configs and consumer-group offsets: records in the CommitLog, written through

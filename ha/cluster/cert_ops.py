@@ -33,33 +33,10 @@ from cryptography import x509
 from conf.tls import client_identity
 from ha.cluster.certs import CertificateAuthority, ensure_ca, serial_of
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["run"]
 
 TLS_DIR = "tls"
 CLIENT_NAME = "client-admin"  # ha/cluster/security.py: the tools' certificate
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    actions = parser.add_subparsers(dest="certs_command", required=True)
-    listing = actions.add_parser("list", help="every certificate: serial, expiry, revoked")
-    listing.add_argument("--dir", required=True, type=Path)
-    rotate = actions.add_parser("rotate", help="issue new certificates (same identities)")
-    rotate.add_argument("--dir", required=True, type=Path)
-    rotate.add_argument("names", nargs="*", metavar="NAME",
-                        help="holders to rotate (default: all; see `certs list`)")
-    revoke = actions.add_parser("revoke", help="put certificates in the CRL (tls.crlPath)")
-    where = revoke.add_mutually_exclusive_group(required=True)
-    where.add_argument("--dir", type=Path, help="a cluster of `up`")
-    where.add_argument("--ca", type=Path, metavar="DIR",
-                       help="a CA directory (`plan`'s DIR/ca), with --serial only: then copy "
-                       "its crl.pem to every machine")
-    revoke.add_argument("names", nargs="*", metavar="NAME",
-                        help="holders whose current certificate is revoked")
-    revoke.add_argument("--serial", action="append", default=[], metavar="HEX",
-                        help="a serial to revoke (a certificate this tool did not make)")
-    revoke.add_argument("--no-reissue", action="store_true",
-                        help="do not issue the holder a new certificate first (it is then "
-                        "refused by its peers until one is issued: `certs rotate NAME`)")
 
 
 def _holders(directory: Path) -> dict[str, tuple[str, list[str]]]:

@@ -24,6 +24,9 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
     flight_tickets   GetTicket / PutReply / GetReply / JSON bodies    ProtocolError
     config_parsing   properties text -> Controller/Broker configs,    ConfigError, OptionError
                      and Spark option maps
+    console_sessions the console's Cookie header, login and logout   FormError
+                     forms, same-origin check and session lookups
+    http_access      /metrics' Authorization header (bearer token)   (none)
     tls_files        a certificate, key, trust file or CRL rewritten  TLSConfigError (parsers);
                      under a running ReloadingTLS, and the proxy's    the reload itself raises
                      pair (load_pair), and check_crl                  nothing, keeps serving
@@ -42,6 +45,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from conf.https import bearer_token_matches
+from conf.signing import Credentials
 from conf.tls import TLSConfigError, TLSSettings
 from conf.tls_reload import ReloadingTLS, check_crl, load_pair
 from connector.errors import OptionError
@@ -50,6 +55,15 @@ from connector.spark.options import parse_sink_options, parse_source_options
 from controller.api import ACTIONS
 from controller.config import ControllerConfig
 from controller.config import parse_properties as parse_controller_properties
+from controller.console.sessions import (
+    FormError,
+    SessionTable,
+    parse_cookies,
+    parse_form,
+    parse_login_form,
+    same_origin,
+    tokens_match,
+)
 from controller.errors import CodecError
 from controller.errors import ConfigError as ControllerConfigError
 from controller.raft import (
@@ -386,6 +400,31 @@ def _pairs(text: str) -> Iterator[tuple[str, str]]:
         yield key, value
 
 
+# -- console sessions and /metrics access ----------------------------------------------------
+_SESSIONS = SessionTable(3600)
+_LIVE_TOKEN, _ = _SESSIONS.create(Credentials("AK_viewer", "viewer-secret"))
+
+
+def console_sessions(data: bytes) -> None:
+    text = data.decode("utf-8", "surrogateescape")
+    cookies = parse_cookies(text)
+    for token in (*cookies.values(), text):
+        _SESSIONS.lookup(token)
+    with contextlib.suppress(FormError):
+        parse_login_form(data)
+    with contextlib.suppress(FormError):
+        parse_form(data)
+    host, _, origin = text.partition("\n")
+    same_origin({"Host": host, "Origin": origin}, "https")
+    same_origin({"Host": host, "Referer": origin}, "http")
+    tokens_match(text, _LIVE_TOKEN)
+    assert _SESSIONS.lookup(_LIVE_TOKEN) is not None  # no input ends another's session
+
+
+def http_access(data: bytes) -> None:
+    text = data.decode("utf-8", "surrogateescape")
+    assert not bearer_token_matches(text, "the-token-of-the-fuzz-target-0") \
+        or text.strip().lower().startswith("bearer")
 # -- TLS files reloaded while running --------------------------------------------------------
 class _Files:
     """One CA, certificate, key and CRL in a temp dir, and a ReloadingTLS over them (made
@@ -451,5 +490,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "controller_api": controller_api,
     "flight_tickets": flight_tickets,
     "config_parsing": config_parsing,
+    "console_sessions": console_sessions,
+    "http_access": http_access,
     "tls_files": tls_files,
 }
