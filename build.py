@@ -445,6 +445,7 @@ MYPY_STRICT_PATHS = (
     "controller/api", "controller/state.py", "controller/leader_core.py",
     "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
+    "tests/bench/scale_shape.py", "tests/bench/open_loop.py",
 )
 
 
