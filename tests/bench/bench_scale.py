@@ -174,6 +174,8 @@ def main(argv: list[str]) -> int:
                         help=f"comma-separated subset of {','.join(CURVES)}")
     parser.add_argument("--save", action="store_true",
                         help="write JSON and PNG to tests/bench/results/")
+    parser.add_argument("--log-gib", help="log sizes in GiB instead of the preset's, e.g. 1,5"
+                        " (the catch-up then copies the smallest)")
     parser.add_argument("--reshape", type=Path,
                         help="recompute the shapes and keys of a saved run's JSON, and its PNG")
     args = parser.parse_args(argv)
@@ -188,15 +190,20 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="scale-", dir=root))
     started = datetime.datetime.now(datetime.UTC)
     load_before = load_average()
+    sizes = FULL if args.full else DEFAULT
+    if args.log_gib:
+        log_gib = sorted(float(size) for size in args.log_gib.split(","))
+        sizes = dataclasses.replace(sizes, log_gib=log_gib, catchup_gib=log_gib[0])
     try:
-        curves = run(work, FULL if args.full else DEFAULT, names)
+        curves = run(work, sizes, names)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_shapes(curves)
     figures = keys(curves)
     result = {"date": started.strftime("%Y-%m-%dT%H:%MZ"), "machine": machine(),
               "command": "python3 build.py bench scale" + (" --full" if args.full else "")
-              + ("" if names == list(CURVES) else f" --curves {','.join(names)}"),
+              + ("" if names == list(CURVES) else f" --curves {','.join(names)}")
+              + (f" --log-gib {args.log_gib}" if args.log_gib else ""),
               "load_1m_start": load_before, "load_1m_end": load_average(),
               "curves": curves, "keys": figures}
     if args.save:
