@@ -44,6 +44,8 @@
                                       then mypy --strict on MYPY_STRICT_PATHS
     python3 build.py docs             the documentation site, built strictly into site/ (a
                                       broken link, a page missing from the nav or any warning fails)
+    python3 build.py screenshots [--only console,chaos,bench]   remake the docs' pictures
+                                      in docs/images/ with the tools (tests/docs/screenshots.py)
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and constraints.txt and skips the install when nothing
@@ -81,6 +83,7 @@ BENCHES = {
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
+    "table": "tests/bench/bench_table.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
@@ -117,8 +120,11 @@ SYSTEM_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
 # suite ends with DEFAULT_LANE, the oldest the connector serves (pyproject's spark extra).
 PYSPARK_LANES = {"4.0": "4.0.0", "4.1": "4.1.0", "4.2": "4.2.0", "4.3": "4.3.0"}
 DEFAULT_LANE = "4.0"
-# read, readStream, write and writeStream on a real SparkSession, and what differs by version
-SPARK_SMOKE_TESTS = ["tests/connector/test_spark_versions.py"]
+# read, readStream, write and writeStream on a real SparkSession, and what differs by version;
+# the Kafka guide's everyday examples on two replica sets; Kafka's column names (no session)
+SPARK_SMOKE_TESTS = ["tests/connector/test_spark_versions.py",
+                     "tests/connector/test_spark_kafka_guide.py",
+                     "tests/connector/test_kafka_columns_unit.py"]
 # constraints.txt lines a lane leaves out: its pyspark and what pins pyspark's own versions
 LANE_UNCONSTRAINED = frozenset({"pyspark", "py4j", "delta-spark"})
 LANE_SKIPPED_EXTRAS = frozenset({"spark", "fuzz", "docs"})  # pyspark comes from the lane
@@ -445,6 +451,9 @@ MYPY_STRICT_PATHS = (
     "controller/api", "controller/state.py", "controller/leader_core.py",
     "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
+    "controller/console/sessions.py",
+    "controller/handover.py", "ha/broker/handover_core.py",
+    "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
     "tests/bench/scale_shape.py", "tests/bench/open_loop.py",
 )
 
@@ -471,6 +480,12 @@ def docs(args: list[str]) -> int:
     print("+", " ".join(argv), flush=True)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # Material's banner about its successor
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+
+
+def screenshots(args: list[str]) -> int:
+    python = setup()
+    return subprocess.run([str(python), "-m", "tests.docs.screenshots", *args], cwd=ROOT,
+                          check=False).returncode
 
 
 def demo(args: list[str]) -> int:
@@ -510,6 +525,8 @@ def main(argv: list[str]) -> int:
         return lint(rest)
     if command == "docs":
         return docs(rest)
+    if command == "screenshots":
+        return screenshots(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)
     return 2
 

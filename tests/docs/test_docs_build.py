@@ -10,24 +10,21 @@ with a stale description, and expect both refused with the key named.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.docs.hooks import load_hook
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _hook():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "reference_tables", ROOT / "docs" / "hooks" / "reference_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _hook() -> Any:
+    return load_hook("reference_tables")
 
 
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
