@@ -454,6 +454,7 @@ MYPY_STRICT_PATHS = (
     "controller/console/sessions.py",
     "controller/handover.py", "ha/broker/handover_core.py",
     "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
+    "tests/bench/scale_shape.py", "tests/bench/open_loop.py",
 )
 
 
