@@ -83,6 +83,7 @@ BENCHES = {
     "broker": "tests/bench/bench_broker.py",
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
+    "table": "tests/bench/bench_table.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",
@@ -96,6 +97,9 @@ BENCHES = {
     "topics": "tests/bench/bench_topics.py",
     "system_log": "tests/bench/bench_system_log.py",
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
+    "scale": "tests/bench/bench_scale.py",
+    "peers_open_loop": "tests/bench/peers_open_loop.py",
+    "e2e": "tests/bench/bench_e2e.py",
 }
 # The Debian packages the default suite needs: package -> (the commands whose presence proves
 # it is installed, why the suite needs it). `setup` and `test` install the missing ones.
@@ -116,8 +120,11 @@ SYSTEM_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
 # suite ends with DEFAULT_LANE, the oldest the connector serves (pyproject's spark extra).
 PYSPARK_LANES = {"4.0": "4.0.0", "4.1": "4.1.0", "4.2": "4.2.0", "4.3": "4.3.0"}
 DEFAULT_LANE = "4.0"
-# read, readStream, write and writeStream on a real SparkSession, and what differs by version
-SPARK_SMOKE_TESTS = ["tests/connector/test_spark_versions.py"]
+# read, readStream, write and writeStream on a real SparkSession, and what differs by version;
+# the Kafka guide's everyday examples on two replica sets; Kafka's column names (no session)
+SPARK_SMOKE_TESTS = ["tests/connector/test_spark_versions.py",
+                     "tests/connector/test_spark_kafka_guide.py",
+                     "tests/connector/test_kafka_columns_unit.py"]
 # constraints.txt lines a lane leaves out: its pyspark and what pins pyspark's own versions
 LANE_UNCONSTRAINED = frozenset({"pyspark", "py4j", "delta-spark"})
 LANE_SKIPPED_EXTRAS = frozenset({"spark", "fuzz", "docs"})  # pyspark comes from the lane
@@ -444,6 +451,10 @@ MYPY_STRICT_PATHS = (
     "controller/api", "controller/state.py", "controller/leader_core.py",
     "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
+    "controller/console/sessions.py",
+    "controller/handover.py", "ha/broker/handover_core.py",
+    "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
+    "tests/bench/scale_shape.py", "tests/bench/open_loop.py",
 )
 
 

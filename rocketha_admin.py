@@ -19,35 +19,23 @@ two live in packages that may not import each other (the dependency arrows in th
 Layout section), so this top-level module is the one that knows both.
 
 Before anything else the address is checked, so a mistake is one line and exit code 2: nothing
-listening there, a broker given to --controller, a controller given to --broker.
+listening there, a broker given to --controller, a controller given to --broker
+(connector/admin/probe.py). `--help`, alone or after a command, answers before any of that and
+before the Flight client is imported, so it is instant.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
-from pyarrow import flight
-
 from conf.controller_addresses import controller_addresses
-from conf.credentials import read_credentials_file
-from conf.signing import Credentials, action_target
-from conf.tls import (
-    NO_TLS,
-    ClientTLS,
-    TLSConfigError,
-    client_tls_from_properties,
-    connect_flight,
-    read_properties,
-)
-from connector.client import signed_options
+from conf.values import parse_host_port
 
 __all__ = ["main"]
 
 CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes",
                                  "user", "acl"})
 DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
-PROBE_TIMEOUT_S = 5.0
 USAGE = ("usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' "
          "{topic,produce,consume,offsets,group,broker} ...\n"
          "       rocketha-admin --broker HOST:PORT "
@@ -81,59 +69,29 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
-def probe(address: str, expected: str, tls: ClientTLS = NO_TLS,
-          credentials: Credentials | None = None) -> str | None:
-    """None when `address` is a live `expected` ("broker" or "controller"), else the problem
-    in one line. Signed when the command will be (so a secured cluster's audit log does not
-    get an "unsigned request" refusal for every command)."""
-    action = "broker_info" if expected == "broker" else "controller_status"
-    client = connect_flight(address, tls)
-    try:
-        results = list(client.do_action(flight.Action(action, b"{}"), signed_options(
-            credentials, "DO_ACTION", action_target(action, b"{}"), PROBE_TIMEOUT_S)))
-        json.loads(results[0].body.to_pybytes())
-        return None
-    except flight.FlightError as err:
-        text = str(err)
-        if "UNKNOWN_ACTION" in text:
-            other = "controller" if expected == "broker" else "broker"
-            return (f"{address} is a {other}, not a {expected}: use --{other} {address}")
-        if "socket closed" in text.lower():  # a TLS endpoint refusing plaintext or no cert
-            hint = "its certificates" if tls.enabled else "--client-config FILE"
-            return (f"{expected} {address} closed the connection at once: it requires TLS "
-                    f"and a client certificate (check {hint}; rocketha-cluster up writes "
-                    "DIR/client.properties)")
-        if "refused" in text.lower() or "failed to connect" in text.lower():
-            return f"cannot connect to {expected} {address}: connection refused"
-        if isinstance(err, flight.FlightTimedOutError) or "deadline" in text.lower():
-            return f"{expected} {address} did not answer within {PROBE_TIMEOUT_S:.0f}s"
-        return None  # it answered something: let the command report it
-    except (OSError, ValueError, IndexError) as err:
-        return f"{address}: not a rocketha {expected} ({err})"
-    finally:
-        client.close()
-
-
-def _probe_credentials(credentials_file: str | None, client_config: str | None,
-                       properties: dict[str, str]) -> Credentials | None:
-    """The keys the command will sign with, for the probe; None when there are none or they
-    cannot be read (the command itself then says why)."""
-    path = credentials_file or (client_config if properties.get("secretKey")
-                                else properties.get("credentialsFile"))
-    if not path:
-        return None
-    try:
-        return read_credentials_file(path)
-    except (OSError, ValueError):
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     broker, controller = _option(args, "--broker"), _option(args, "--controller")
     if args in (["-h"], ["--help"]) or not args:
         print(f"{USAGE}\n\n{__doc__}")
         return 0 if args else 2
+    command = _command(args)
+    if ("-h" in args or "--help" in args) and command is not None:  # no address needed
+        if command in CONTROLLER_COMMANDS:
+            from controller.admin.parser import build_parser as controller_parser
+            controller_parser("rocketha-admin").parse_args(args)
+        else:
+            from connector.admin.parser import build_parser as data_parser
+            data_parser().parse_args(args)
+        return 0  # (argparse printed the help and exited)
+    from connector.admin.probe import (
+        NO_TLS,
+        TLSConfigError,
+        client_tls_from_properties,
+        probe,
+        probe_credentials,
+        read_properties,
+    )
     tls = NO_TLS
     client_config = _option(args, "--client-config")
     properties: dict[str, str] = {}
@@ -150,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         elif broker is None and controller is None and properties.get("brokerAddr"):
             broker = properties["brokerAddr"].split(",")[0].strip()  # a static cluster
             args = ["--broker", broker, *args]
-    credentials = _probe_credentials(_option(args, "--credentials-file"), client_config,
-                                     properties)
+    credentials = probe_credentials(_option(args, "--credentials-file"), client_config,
+                                    properties)
     if broker is not None and controller is not None:
         print(f"rocketha-admin: give --broker or --controller, not both\n{USAGE}",
               file=sys.stderr)
@@ -160,7 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rocketha-admin: name a broker (--broker) or the controllers (--controller)\n"
               f"{USAGE}", file=sys.stderr)
         return 2
-    command = _command(args)
+    given = (("--broker", [broker]) if broker is not None
+             else ("--controller", list(controller_addresses(controller))))
+    for address in given[1]:
+        try:
+            parse_host_port(address or "", given[0])
+        except ValueError as err:
+            print(f"rocketha-admin: {err}", file=sys.stderr)
+            return 2
     # a usage error (unknown command, -h) is the parser's to report, before any probe
     help_asked = "-h" in args or "--help" in args or command not in (
         DATA_COMMANDS | CONTROLLER_COMMANDS)

@@ -21,7 +21,13 @@ from conf.properties import (
     parse_properties,
     read_properties_file,
 )
-from conf.values import BadValueError, parse_bool, parse_duration_ms, parse_size_bytes
+from conf.values import (
+    BadValueError,
+    parse_bool,
+    parse_duration_ms,
+    parse_host_port,
+    parse_size_bytes,
+)
 
 __all__ = [
     "BadValueError",
@@ -31,6 +37,7 @@ __all__ = [
     "format_property",
     "parse_bool",
     "parse_duration_ms",
+    "parse_host_port",
     "parse_properties",
     "parse_size_bytes",
     "read_credentials_file",

@@ -382,6 +382,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("broker", "delete_group"): _needs(Check("Group", "group", ("Delete",))),
     ("broker", "get_config"): _needs(_CLUSTER_GET),
     ("broker", "set_config"): _needs(_CLUSTER_UPDATE),
+    ("broker", "shutdown"): _needs(_CLUSTER_UPDATE),
     ("broker", "create_topic"): _needs(Check("Topic", "topic", ("Create",))),
     ("broker", "delete_topic"): _needs(Check("Topic", "topic", ("Delete",))),
     ("broker", "get_topic"): _needs(Check("Topic", "topic", ("Get",))),
@@ -396,6 +397,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("controller", "broker_heartbeat"): Requirement((_CLUSTER_UPDATE,), member=True),
     ("controller", "get_replica_info"): Requirement((_CLUSTER_GET,), member=True),
     ("controller", "alter_sync_state_set"): Requirement((_CLUSTER_UPDATE,), member=True),
+    ("controller", "handover_master"): Requirement((_CLUSTER_UPDATE,), member=True),
     ("controller", "elect_master"): _needs(_CLUSTER_UPDATE),
     ("controller", "clean_broker_data"): _needs(Check("Cluster", "", ("Delete",))),
     ("controller", "get_routes"): _needs(Check("Topic", "topic", ("Pub", "Sub", "Get")),
@@ -420,9 +422,10 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
 # audited when allowed too (refusals are always audited)
 ADMIN_OPERATIONS = frozenset({
     ("broker", "create_topic"), ("broker", "update_topic"), ("broker", "delete_topic"),
-    ("broker", "delete_group"), ("broker", "set_config"),
-    ("controller", "elect_master"), ("controller", "clean_broker_data"),
-    ("controller", "user_create"), ("controller", "user_update"), ("controller", "user_delete"),
+    ("broker", "delete_group"), ("broker", "set_config"), ("broker", "shutdown"),
+    ("controller", "elect_master"), ("controller", "handover_master"),
+    ("controller", "clean_broker_data"), ("controller", "user_create"),
+    ("controller", "user_update"), ("controller", "user_delete"),
     ("controller", "acl_create"), ("controller", "acl_update"), ("controller", "acl_delete"),
 })
 

@@ -198,6 +198,10 @@ class FlightAuthGate:
         self._replays = ReplayGuard(settings.replay_cache_max)
         self._lock = threading.Lock()
         self.refused = 0
+        # False while the user table may lack users the source already has (a broker in
+        # controller mode before its first fetch): an unknown access key then gets BUSY, a
+        # retriable "not ready", not UNAUTHENTICATED (set_table_current)
+        self.table_current = True
 
     def encode_refusal(self, name: str, message: str) -> tuple[str, bytes]:
         """(text, extra_info) of the Flight error refusing a call with status `name`."""
@@ -226,6 +230,11 @@ class FlightAuthGate:
                 self._replays.admit(verified.access_key, verified.nonce,
                                     verified.timestamp_ms, now_ms, skew_ms)
         except SignatureError as err:
+            if not self.table_current and err.access_key and \
+                    self._user(err.access_key) is None:
+                err = SignatureError(f"{err.reason}: the user table is not loaded yet "
+                                     f"(this {self.service} started moments ago); retry",
+                                     err.access_key, busy=True)
             return _CallAuth(None, "", err)
         user = self._user(verified.access_key)
         if user is None:  # removed between the two lookups

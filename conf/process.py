@@ -31,8 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["EXIT_REFUSED", "LOG_FORMAT", "Program", "ServerConfig", "Started",
-           "configure_logging", "print_example_conf", "refuse", "start_server"]
+__all__ = ["BROKER_PROGRAM", "CONTROLLER_PROGRAM", "EXIT_REFUSED", "LOG_FORMAT", "PROXY_PROGRAM",
+           "Program", "ServerConfig", "Started", "configure_logging", "print_example_conf",
+           "refuse", "server_parser", "start_server"]
 
 EXIT_REFUSED = 2  # the exit status of a process that refused to start (or to go on)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -59,6 +60,28 @@ class Program:
     description: str  # the --help line
     conf_name: str  # the example's file name in conf/ ("broker.conf")
     conf_help: str  # --conf's help ("broker properties file (key=value)")
+
+
+# Here, not beside each process's main: the console-script shims (ha/broker_entry.py, ...)
+# answer `--help` with server_parser(program) before importing the process, which is slow.
+BROKER_PROGRAM = Program(
+    "rocketha-broker", "Run one broker (a message store served over Arrow Flight) until "
+    "SIGTERM/SIGINT.", "broker.conf", "broker properties file (key=value)")
+CONTROLLER_PROGRAM = Program(
+    "rocketha-controller", "Run one controller (Raft over replica-set metadata) until "
+    "SIGTERM/SIGINT.", "controller.conf", "controller properties file (key=value)")
+PROXY_PROGRAM = Program(
+    "rocketha-proxy", "Serve RocketMQ 5's gRPC MessagingService on a rocketha cluster.",
+    "proxy.conf", "proxy properties file (key=value)")
+
+
+def server_parser(program: Program) -> argparse.ArgumentParser:
+    """`--conf FILE` and `--example-conf`: a server's whole command line (argparse only)."""
+    parser = argparse.ArgumentParser(prog=program.name, description=program.description)
+    parser.add_argument("--conf", help=program.conf_help)
+    parser.add_argument("--example-conf", action="store_true",
+                        help=f"print the commented example {program.conf_name} and exit")
+    return parser
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,10 +111,7 @@ def start_server(program: Program, argv: list[str] | None, load: Callable[[str],
     faulthandler.enable()
     if not __debug__:
         return refuse(program.name, "refusing to run with python -O (asserts guard invariants)")
-    parser = argparse.ArgumentParser(prog=program.name, description=program.description)
-    parser.add_argument("--conf", help=program.conf_help)
-    parser.add_argument("--example-conf", action="store_true",
-                        help=f"print the commented example {program.conf_name} and exit")
+    parser = server_parser(program)
     args = parser.parse_args(argv)
     if args.example_conf:
         return print_example_conf(program)

@@ -10,6 +10,10 @@ Keys (RocketMQ's spelling, in broker.conf and controller.conf):
     tls.client.certPath          certificate for outgoing links (default tls.server.certPath)
     tls.client.keyPath           its key (default tls.server.keyPath)
     tls.client.trustCertPath     CA for the servers this process dials (default: the server's)
+    tls.crlPath                  revoked certificates (a PEM CRL signed by the trust CA): a
+                                 member link (HA, Raft) with a revoked peer fails its handshake
+    tls.reloadIntervalMs         how often the files above are checked for a change (0: only
+                                 on SIGHUP); conf/tls_reload.py says what reloads live
 
 `enforcing`: every listener speaks TLS only. The member links (HA, Raft) always require a
 member certificate; the Arrow Flight endpoints require a client certificate when
@@ -45,6 +49,7 @@ from conf.properties import PropertiesError, read_properties_file
 
 __all__ = [
     "NO_TLS",
+    "RELOAD_INTERVAL_MS_DEFAULT",
     "TLS_KEYS",
     "ClientTLS",
     "MemberIdentity",
@@ -71,6 +76,7 @@ __all__ = [
 SERVER_MODES = ("disabled", "permissive", "enforcing")
 CLIENT_AUTH_MODES = ("none", "optional", "require")
 SCHEME = "rocketha://"
+RELOAD_INTERVAL_MS_DEFAULT = 10_000  # tls.reloadIntervalMs: a rotated file is served within it
 
 
 class TLSConfigError(ValueError):
@@ -89,6 +95,7 @@ class ClientTLS:
     trust_cert_path: str = ""
     cert_path: str = ""
     key_path: str = ""
+    crl_path: str = ""  # member links only (client_ssl_context); Flight cannot check a CRL
 
     @property
     def enabled(self) -> bool:
@@ -108,6 +115,8 @@ class TLSSettings:
     client_cert_path: str = ""
     client_key_path: str = ""
     client_trust_cert_path: str = ""
+    crl_path: str = ""
+    reload_interval_ms: int = RELOAD_INTERVAL_MS_DEFAULT
 
     def __post_init__(self) -> None:
         if self.server_mode not in SERVER_MODES:
@@ -124,6 +133,9 @@ class TLSSettings:
             raise TLSConfigError("tls.server.need.client.auth", "optional is not supported: "
                                  "pyarrow.flight can require a client certificate or not ask "
                                  "for one; use require (or none)")
+        if self.reload_interval_ms < 0:
+            raise TLSConfigError("tls.reloadIntervalMs", f"{self.reload_interval_ms} is "
+                                 "negative (0 turns the polling off; SIGHUP still reloads)")
         if self.enabled:
             for key, path in (("tls.server.certPath", self.server_cert_path),
                               ("tls.server.keyPath", self.server_key_path),
@@ -148,13 +160,21 @@ class TLSSettings:
             return NO_TLS
         return ClientTLS(self.client_trust_cert_path or self.server_trust_cert_path,
                          self.client_cert_path or self.server_cert_path,
-                         self.client_key_path or self.server_key_path)
+                         self.client_key_path or self.server_key_path, self.crl_path)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> TLSSettings:
         """From the `tls.*` keys of a conf file (other keys are ignored)."""
-        return cls(**{field: properties[key].strip() for key, field in TLS_KEYS.items()
-                      if key in properties})
+        values: dict[str, Any] = {field: properties[key].strip()
+                                  for key, field in TLS_KEYS.items() if key in properties}
+        if "reload_interval_ms" in values:
+            text = values["reload_interval_ms"]
+            try:
+                values["reload_interval_ms"] = int(text)
+            except ValueError:
+                raise TLSConfigError("tls.reloadIntervalMs", f"{text!r} is not a whole number "
+                                     "of milliseconds") from None
+        return cls(**values)
 
 
 TLS_KEYS: dict[str, str] = {
@@ -166,6 +186,8 @@ TLS_KEYS: dict[str, str] = {
     "tls.client.certPath": "client_cert_path",
     "tls.client.keyPath": "client_key_path",
     "tls.client.trustCertPath": "client_trust_cert_path",
+    "tls.crlPath": "crl_path",
+    "tls.reloadIntervalMs": "reload_interval_ms",
 }
 
 
@@ -227,6 +249,14 @@ def _bulk(context: ssl.SSLContext) -> None:
     context.set_ciphers(BULK_CIPHERS)
 
 
+def _revocations(context: ssl.SSLContext, crl_path: str) -> None:
+    """Refuse a peer whose certificate's serial is in the CRL (OpenSSL checks the CRL's
+    signature by the trust CA, and refuses every peer once the CRL is past its nextUpdate)."""
+    if crl_path:
+        context.load_verify_locations(crl_path)
+        context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+
+
 def server_ssl_context(settings: TLSSettings, *, bulk: bool = False) -> ssl.SSLContext:
     """A member listener: its certificate, and a member certificate required from the peer.
     `bulk`: a link that carries the log (see BULK_CIPHERS)."""
@@ -235,6 +265,7 @@ def server_ssl_context(settings: TLSSettings, *, bulk: bool = False) -> ssl.SSLC
     context.load_cert_chain(settings.server_cert_path, settings.server_key_path)
     context.load_verify_locations(settings.server_trust_cert_path)
     context.verify_mode = ssl.CERT_REQUIRED
+    _revocations(context, settings.crl_path)
     if bulk:
         _bulk(context)
     return context
@@ -248,6 +279,7 @@ def client_ssl_context(tls: ClientTLS, *, bulk: bool = False) -> ssl.SSLContext:
     context.load_verify_locations(tls.trust_cert_path)
     if tls.cert_path:
         context.load_cert_chain(tls.cert_path, tls.key_path)
+    _revocations(context, tls.crl_path)
     if bulk:
         _bulk(context)
     return context

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BadValueError", "parse_bool", "parse_duration_ms", "parse_size_bytes"]
+__all__ = ["BadValueError", "parse_bool", "parse_duration_ms", "parse_host_port",
+           "parse_size_bytes"]
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 _DURATION_US = {None: 1000, "us": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000,
@@ -70,3 +71,30 @@ def parse_duration_ms(text: str, key: str = "") -> int:
                             "2d (units: us, ms, s, m, min, h, d)")
     unit = None if match.group(2) is None else match.group(2).lower()
     return int(match.group(1)) * _DURATION_US[unit] // 1000
+
+
+def parse_host_port(text: str, key: str = "") -> tuple[str, int]:
+    """`host:port` (an IPv6 host in brackets, `[::1]:9878`) -> (host, port).
+
+    Each mistake gets its own reason, because "not host:port" alone leaves a user who typed
+    `localhost` guessing: a missing port says a port is missing (and shows the form), a port
+    that is not a number or not in 1..65535 says that.
+
+    Raises:
+        BadValueError: no port, an empty host, a port that is not a number in 1..65535.
+    """
+    value = text.strip()
+    host, sep, port = value.rpartition(":")
+    if not sep or not port or (host.startswith("[") is not host.endswith("]")) or (
+            ":" in host and not host.startswith("[")):
+        example = value.rstrip(":") or "localhost"
+        example = f"[{example}]" if ":" in example and not example.startswith("[") else example
+        raise BadValueError(key, text, f"{text!r} has no port: expected HOST:PORT "
+                            f"(for example {example}:9878)")
+    if not host or host == "[]":
+        raise BadValueError(key, text, f"{text!r} has no host: expected HOST:PORT")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadValueError(key, text, f"{text!r}: the port {port!r} is not a number in "
+                            "1..65535")
+    return host, int(port)
+

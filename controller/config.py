@@ -31,6 +31,11 @@
     liveBrokersMax=10000                            brokers in the liveness table
     metricsPort=0                                   Prometheus /metrics (0 = off)
     consolePort=0                                   read-only web console (0 = off)
+    consolePlaintext=false                          serve it as plain HTTP on a TLS member
+    consoleCertPath= consoleKeyPath=                its own certificate (default: the member's)
+    consoleSessionSeconds=3600                      a console login lasts this long
+    metricsBearerTokenFile=                         a scrape may give this token (0600 file)
+    metricsPlaintext=false                          serve /metrics as plain HTTP on a TLS member
     logFile=                                        log here, rotated by size (empty = stderr)
     logFileBytesMax=104857600                       rotate past this size
     logFilesKept=5                                  rotated files kept (logFile.1 ... .5)
@@ -55,6 +60,7 @@ from typing import Any
 import conf
 from conf import parse_bool, unknown_key_message
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
+from conf.tls_reload import check_files
 from controller.auth.verify import AUTH_KEYS, AuthSettings, parse_auth_settings
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
@@ -144,6 +150,13 @@ class ControllerConfig:
     live_brokers_max: int = 10_000
     metrics_port: int = 0  # metricsPort, on the host of this node's client address
     console_port: int = 0  # consolePort, on the host of this node's client address
+    # the console's and /metrics' access (controller/console/app.py, conf/metrics_http.py)
+    console_plaintext: bool = False  # consolePlaintext
+    console_cert_path: str = ""  # consoleCertPath ("" = tls.server.certPath)
+    console_key_path: str = ""  # consoleKeyPath ("" = tls.server.keyPath)
+    console_session_seconds: int = 3600  # consoleSessionSeconds
+    metrics_bearer_token_file: str = ""  # metricsBearerTokenFile
+    metrics_plaintext: bool = False  # metricsPlaintext
     log_file: str = ""  # logFile ("" = standard error)
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax
     log_files_kept: int = 5  # logFilesKept
@@ -180,6 +193,7 @@ class ControllerConfig:
             ("liveBrokersMax", self.live_brokers_max, 1, 1_000_000),
             ("metricsPort", self.metrics_port, 0, 65535),
             ("consolePort", self.console_port, 0, 65535),
+            ("consoleSessionSeconds", self.console_session_seconds, 60, 7 * 86400),
             ("logFileBytesMax", self.log_file_bytes_max, 4096, 1 << 40),
             ("logFilesKept", self.log_files_kept, 1, 1000),
         ):
@@ -250,7 +264,7 @@ class ControllerConfig:
                 except ValueError as err:
                     raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
         try:
-            kwargs["tls"] = TLSSettings.from_properties(properties)
+            kwargs["tls"] = check_files(TLSSettings.from_properties(properties))
         except TLSConfigError as err:
             raise ConfigError(err.key, err.message) from err
         return cls(**kwargs)
@@ -285,6 +299,12 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "liveBrokersMax": ("live_brokers_max", int),
     "metricsPort": ("metrics_port", int),
     "consolePort": ("console_port", int),
+    "consolePlaintext": ("console_plaintext", parse_bool),
+    "consoleCertPath": ("console_cert_path", str),
+    "consoleKeyPath": ("console_key_path", str),
+    "consoleSessionSeconds": ("console_session_seconds", int),
+    "metricsBearerTokenFile": ("metrics_bearer_token_file", str),
+    "metricsPlaintext": ("metrics_plaintext", parse_bool),
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),

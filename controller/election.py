@@ -17,6 +17,11 @@ brokers (epoch of their last log entry, max log position, priority). Output: an 
     4. nobody eligible and `unclean_enabled`: the best alive registered broker (may lose
        acknowledged messages; off by default)
     5. nobody: MASTER_NOT_AVAILABLE
+    Lame duck: a broker whose heartbeat says it is leaving (about to stop) is left out of 2
+    and 3 while another broker is eligible (with nobody else, it may still be chosen: a
+    master that stops soon is better than none). 1 keeps a leaving master: replacing one
+    that still serves goes through its handover (controller/handover.py) or an operator's
+    election, never a scan.
 
 The caller turns OK (and MASTER_NOT_AVAILABLE while a master is still recorded) into an
 `ElectMaster` command fenced by the master epoch it decided on; applying it raises the epoch.
@@ -65,6 +70,7 @@ class BrokerLiveness:
     max_log_position: int
     election_priority: int
     abandoned_epoch: int = 0  # a master that gives up this epoch (restarted): elect again
+    leaving: bool = False  # lame duck: about to stop, chosen only when nobody else can be
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,13 +106,13 @@ def choose_master(
             and not _abandoned(replica, eligible[master])):
         return Election("MASTER_STILL_EXIST", master)
     if designated_broker_id is not None:
-        pool = alive_registered if unclean_enabled else eligible
+        pool = _staying(alive_registered if unclean_enabled else eligible)
         if designated_broker_id in pool:
             return Election("OK", designated_broker_id)
         return Election("ELECT_MASTER_FAILED", None)
-    chosen = _best(eligible.values())
+    chosen = _best(_staying(eligible).values())
     if chosen is None and unclean_enabled:
-        chosen = _best(alive_registered.values())
+        chosen = _best(_staying(alive_registered).values())
     if chosen is None:
         return Election("MASTER_NOT_AVAILABLE", None)
     return Election("OK", chosen)
@@ -145,6 +151,12 @@ def failover_decision(
     if election.status == "MASTER_NOT_AVAILABLE" and master is not None:
         return election
     return None
+
+
+def _staying(candidates: Mapping[int, BrokerLiveness]) -> Mapping[int, BrokerLiveness]:
+    """The candidates that are not leaving (lame ducks), or all of them if every one is."""
+    staying = {broker_id: info for broker_id, info in candidates.items() if not info.leaving}
+    return staying or candidates
 
 
 def _abandoned(replica: ReplicaInfo, master: BrokerLiveness) -> bool:

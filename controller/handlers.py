@@ -26,6 +26,7 @@ import random
 from typing import Any
 
 from conf.acl import User
+from conf.version import VERSION
 from controller.api import (
     ACTIONS,
     AclDeleteRequest,
@@ -44,6 +45,7 @@ from controller.api import (
     ElectMasterRequest,
     GetReplicaInfoRequest,
     GetRoutesRequest,
+    HandoverRequest,
     HeartbeatReply,
     JsonMessage,
     RegisterBrokerReply,
@@ -66,6 +68,7 @@ from controller.auth_changes import (
 )
 from controller.election import choose_master
 from controller.errors import BusyError, ControllerError, NotLeaderError
+from controller.handover import decide_handover
 from controller.leader_core import (
     answer_heartbeat,
     lease_held,
@@ -145,6 +148,7 @@ class RequestHandlers:
             transport.bad_frames if transport else 0,
             transport.refused_connections + transport.idle_closed if transport else 0,
             tuple(shell.telemetry.recent_elections), shell.telemetry.leader_changes,
+            VERSION,
         )
 
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
@@ -308,6 +312,23 @@ class RequestHandlers:
                 return heard
             await asyncio.sleep(HEARD_POLL_MS / 1000)
         return None
+
+    async def _handover_master(self, request: HandoverRequest) -> ReplicaInfoReply:
+        """A sealed master hands its role to a slave that holds its whole log (the checks and
+        why no lease wait is needed: controller/handover.py)."""
+        await self._shell.read_barrier()
+        replica = self._shell.state.replica_info(request.broker_name)
+        if request.broker_name in self._lease_holds:  # an operator's election is under way
+            return self._replica_reply("BUSY", request.broker_name)
+        alive = {} if replica is None else self.live.alive(replica, monotonic_ms())
+        status, command = decide_handover(replica, request, alive)
+        if command is None:
+            return self._replica_reply(status, request.broker_name)
+        logger.info("%s: %s: master %d hands over to broker %s at log position %d",
+                    self.prefix, request.broker_name, request.broker_id,
+                    command.new_master_broker_id, request.sealed_log_position)
+        result = await self._shell.propose(command)
+        return self._replica_reply(result.status, request.broker_name)
 
     async def _clean_broker_data(self, request: CleanBrokerDataRequest) -> ReplicaInfoReply:
         await self._shell.read_barrier()

@@ -171,7 +171,7 @@ class LiveTable:
                 continue
             result[member.broker_id] = BrokerLiveness(
                 member.broker_id, beat.master_epoch, beat.max_log_position,
-                beat.election_priority, beat.master_epoch_abandoned,
+                beat.election_priority, beat.master_epoch_abandoned, beat.leaving,
             )
         return result
 

@@ -10,17 +10,22 @@ endpoint (in-flight calls finish), then the Raft node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
+import ssl
 import sys
 
 import pyarrow as pa
 
-from conf.process import Program, refuse, start_server
-from conf.signing import Credentials
+from conf.https import ContextSource
+from conf.metrics_http import MetricsAccess, metrics_access, reloading_server_context
+from conf.process import CONTROLLER_PROGRAM, refuse, start_server
+from conf.tls_reload import request_reload
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
-from controller.console.app import ConsoleServer, basic_authorizer
+from controller.console.app import ConsoleServer
+from controller.console.login import flight_login_check
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
@@ -36,49 +41,55 @@ class ListenError(Exception):
 
 
 def _start_metrics(config: ControllerConfig, node: ControllerNode,
-                   loop: asyncio.AbstractEventLoop) -> MetricsServer | None:
+                   loop: asyncio.AbstractEventLoop, access: MetricsAccess) -> MetricsServer | None:
     if not config.metrics_port:
         return None
     host = config.client_address(config.node_id).rpartition(":")[0]
     try:
-        return serve_metrics(node, loop, host, config.metrics_port)
+        return serve_metrics(node, loop, host, config.metrics_port, access)
     except OSError as err:
         raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
 
 
-def _start_console(config: ControllerConfig, node: ControllerNode) -> ConsoleServer | None:
+def _start_console(config: ControllerConfig, context: ContextSource | None
+                   ) -> ConsoleServer | None:
     """The read-only console (controller/console/app.py), gathering over the client endpoints.
-    With authentication on, viewers log in as a Super user (HTTP Basic) and the console signs
-    its calls as initAuthenticationUser (without one it cannot gather: the page shows why)."""
+    With authentication on, viewers log in with their own keys (never a Super user's) and the
+    console signs what it gathers for them with those keys."""
     if not config.console_port:
         return None
     host = config.client_address(config.node_id).rpartition(":")[0]
-    authorize, credentials = None, None
-    if config.auth.authentication_enabled:
-        def super_secret_of(access_key: str) -> str | None:
-            user = node.state.auth.user_by_access_key(access_key)
-            if user is None and node.init_user is not None \
-                    and node.init_user.access_key == access_key:
-                user = node.init_user
-            ok = user is not None and user.enabled and user.kind == "Super"
-            return user.secret_key if ok and user is not None else None
-        authorize = basic_authorizer(super_secret_of)
-        if node.init_user is not None:
-            credentials = Credentials(node.init_user.access_key, node.init_user.secret_key)
+    login = flight_login_check(list(config.client_addresses), config.tls.client()) \
+        if config.auth.authentication_enabled else None
     try:
         return ConsoleServer(list(config.client_addresses), host, config.console_port,
-                             authorize=authorize, tls=config.tls.client(),
-                             credentials=credentials)
+                             login=login, tls=config.tls.client(), ssl_context=context,
+                             session_s=config.console_session_seconds)
     except OSError as err:
         raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
 
 
-async def _serve(config: ControllerConfig, node: ControllerNode) -> None:
+def _console_context(config: ControllerConfig) -> ContextSource | None:
+    """HTTPS for the console on a TLS member: consoleCertPath/consoleKeyPath, else the
+    member's certificate (reloaded when the files change, as the member's links are); plain
+    HTTP with consolePlaintext=true."""
+    if not config.console_port or not config.tls.enabled or config.console_plaintext:
+        return None
+    if bool(config.console_cert_path) != bool(config.console_key_path):
+        raise ValueError("consoleCertPath and consoleKeyPath go together")
+    settings = dataclasses.replace(
+        config.tls, server_cert_path=config.console_cert_path or config.tls.server_cert_path,
+        server_key_path=config.console_key_path or config.tls.server_key_path)
+    return reloading_server_context(settings, "console", ssl.CERT_NONE)  # browsers: no cert
+
+
+async def _serve(config: ControllerConfig, node: ControllerNode, access: MetricsAccess,
+                 console_context: ContextSource | None) -> None:
     loop = asyncio.get_running_loop()
-    metrics = _start_metrics(config, node, loop)
+    metrics = _start_metrics(config, node, loop, access)
     console = None
     try:
-        console = _start_console(config, node)
+        console = _start_console(config, console_context)
         await _serve_node(config, node, loop)
     finally:
         for server in (console, metrics):
@@ -92,6 +103,7 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    loop.add_signal_handler(signal.SIGHUP, request_reload)  # the TLS files, now (tls_reload)
     async with asyncio.TaskGroup() as tasks:
         running = tasks.create_task(node.run(started), name="controller-node")
         await started.wait()
@@ -126,8 +138,7 @@ def _tls_summary(config: ControllerConfig) -> str:
     return f"on (client certificates: {tls.need_client_auth}; Raft: mutual)"
 
 
-PROGRAM = Program("rocketha-controller", __doc__.splitlines()[0], "controller.conf",
-                  "controller properties file (key=value)")
+PROGRAM = CONTROLLER_PROGRAM
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     config = started.config
     try:
         bootstrap = init_user(config.auth)
+        access = metrics_access(config.tls, config.metrics_bearer_token_file,
+                                config.metrics_plaintext)
+        console_context = _console_context(config)
     except (ValueError, OSError) as err:
         return refuse(PROGRAM.name, f"bad configuration in {started.conf_path}: {err}")
     try:
@@ -145,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(PROGRAM.name, str(err))
     refused: list[BaseException] = []
     try:
-        asyncio.run(_serve(config, node))
+        asyncio.run(_serve(config, node, access, console_context))
     except* ListenError as group:  # one line, not a traceback
         refused.extend(group.exceptions)
     if refused:

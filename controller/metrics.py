@@ -7,6 +7,7 @@ within SCRAPE_TIMEOUT_S gives a scrape with `rocketha_controller_up 0` only.
 
 Series (labels `controller` = n<id> on all; RocketMQ 5's controller names where it has them):
     rocketha_controller_up                    1 when the node answered the scrape
+    rocketha_build_info{version}              1, labelled with the running release
     rocketha_controller_role{role}            1 for this node's Raft role
     rocketha_controller_is_leader             sum over the group must be exactly 1
     rocketha_raft_term / _leader_id / _commit_index / _applied_index / _snapshot_index
@@ -36,7 +37,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from conf.metrics_http import MetricsServer, serve_collector
+from conf.metrics_http import OPEN, MetricsAccess, MetricsServer, serve_collector
+from conf.version import VERSION
 from controller.node import ControllerNode
 
 __all__ = ["ControllerCollector", "MetricsServer", "NodeView", "node_view", "serve_metrics"]
@@ -111,6 +113,10 @@ class ControllerCollector(Collector):
                                labels=["controller"])
         up.add_metric([controller], 0 if view is None else 1)
         yield up
+        info = GaugeMetricFamily("rocketha_build_info", "1, labelled with the running version",
+                                 labels=["controller", "version"])
+        info.add_metric([controller, VERSION], 1)
+        yield info
         if view is None:
             return
         yield from _raft(controller, view)
@@ -190,8 +196,9 @@ def _replica_sets(controller: str, view: NodeView) -> Iterator[Metric]:
 
 
 def serve_metrics(node: ControllerNode, loop: asyncio.AbstractEventLoop, host: str,
-                  port: int) -> MetricsServer:
-    """Serve `/metrics` on host:port. Raises OSError (e.g. the port is in use)."""
-    server = serve_collector(ControllerCollector(node, loop), host, port)
-    logger.info("%s metrics on http://%s:%d/metrics", node.prefix, host, server.port)
+                  port: int, access: MetricsAccess = OPEN) -> MetricsServer:
+    """Serve `/metrics` on host:port as `access` says. Raises OSError (e.g. the port is in
+    use)."""
+    server = serve_collector(ControllerCollector(node, loop), host, port, access)
+    logger.info("%s metrics on %s", node.prefix, server.url)
     return server

@@ -19,7 +19,11 @@ Commands (one JSON object per Raft entry, `{"command": <name>, ...fields}`):
 
     apply_broker_id      (cluster, set, address) -> the address's id, a new one if unknown;
                          creates the set on its first broker
-    elect_master         (set, expected_master_epoch, new master | None): fenced by the epoch
+    elect_master         (set, expected_master_epoch, new master | None): fenced by the epoch;
+                         reason "handover" (a master that stopped taking puts hands its role
+                         to a slave that holds its whole log: controller/handover.py) also
+                         requires the new master in the SyncStateSet, checked here, so a
+                         replay of the log decides the same
     alter_sync_state_set (set, master id, master_epoch, new set, sync_state_set_epoch):
                          checked in RocketMQ's order: set exists, set changes, requester is the
                          master, master epoch, SyncStateSet epoch, members registered, master in
@@ -45,6 +49,7 @@ from controller.api import MEMBERS_MAX, BrokerMember, JsonMessage, ReplicaInfo
 from controller.errors import CodecError
 
 __all__ = [
+    "HANDOVER",
     "AlterSyncStateSet",
     "ApplyBrokerId",
     "ApplyResult",
@@ -56,6 +61,8 @@ __all__ = [
     "decode_command",
     "encode_command",
 ]
+
+HANDOVER = "handover"  # ElectMaster.reason of a master's handover (controller/handover.py)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,13 +86,21 @@ class ElectMaster(JsonMessage):
     expected_master_epoch: int
     new_master_broker_id: int | None
     expected_sync_state_set_epoch: int | None = None
+    reason: str | None = None  # HANDOVER, or None (a failover or an operator's election)
 
     @classmethod
-    def decided_on(cls, replica: ReplicaInfo, new_master_broker_id: int | None) -> ElectMaster:
+    def decided_on(cls, replica: ReplicaInfo, new_master_broker_id: int | None, *,
+                   reason: str | None = None) -> ElectMaster:
         """The election of `new_master_broker_id` chosen from `replica` as applied: fenced by
         both its master epoch and its SyncStateSet epoch (every proposer builds it so)."""
         return cls(replica.broker_name, replica.master_epoch, new_master_broker_id,
-                   replica.sync_state_set_epoch)
+                   replica.sync_state_set_epoch, reason)
+
+    def to_json(self) -> dict[str, Any]:
+        body = JsonMessage.to_json(self)
+        if self.reason is None:  # entries without a reason encode as they did before it
+            del body["reason"]
+        return body
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -250,6 +265,11 @@ class ControllerState:
         new_master = command.new_master_broker_id
         if new_master is not None and new_master not in replica.ids():
             return ApplyResult("BROKER_NOT_REGISTERED", replica.info())
+        if command.reason == HANDOVER and (
+                new_master is None or new_master == replica.master_broker_id
+                or new_master not in replica.sync_state_set):
+            # a handover names a member holding every acknowledged put, other than the master
+            return ApplyResult("ELECT_MASTER_FAILED", replica.info())
         if new_master is None:
             # "No master": fence the old one, but keep the set, so a member of it can be
             # elected once it is back (RocketMQ keeps the SyncStateSet here too).

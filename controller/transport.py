@@ -41,14 +41,8 @@ import struct
 import zlib
 from collections.abc import Callable
 
-from conf.tls import (
-    PeerRefusals,
-    TLSSettings,
-    client_ssl_context,
-    identity_of_peercert,
-    parse_identity,
-    server_ssl_context,
-)
+from conf.tls import PeerRefusals, TLSSettings, identity_of_peercert, parse_identity
+from conf.tls_reload import ReloadingTLS, watch
 from controller.errors import CodecError
 from controller.raft import Message, decode_message, encode_message
 
@@ -150,10 +144,9 @@ class RaftTransport:
         self.idle_closed = 0
         self._server: asyncio.Server | None = None
         self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
-        enabled = tls is not None and tls.enabled
-        self._server_tls = server_ssl_context(tls) if tls is not None and enabled else None
-        self._client_tls = client_ssl_context(tls.client()) if tls is not None and enabled \
-            else None
+        # a context per connection, from files checked every tls.reloadIntervalMs
+        self.tls = (watch(ReloadingTLS(tls, what=f"Raft node {node_id}"))
+                    if tls is not None and tls.enabled else None)
         self.refusals = PeerRefusals(logger, f"Raft node {node_id}")
 
     async def start(self, tasks: asyncio.TaskGroup) -> None:
@@ -199,10 +192,11 @@ class RaftTransport:
         while True:  # one sender per peer for the life of the node
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    client_tls = self.tls.client() if self.tls is not None else None
                     _, writer = await asyncio.open_connection(
-                        host, port, ssl=self._client_tls,
-                        server_hostname=host if self._client_tls else None)
-                if self._client_tls is not None:
+                        host, port, ssl=client_tls,
+                        server_hostname=host if client_tls else None)
+                if client_tls is not None:
                     self._check_server(peer, writer)
             except ssl.SSLError as err:
                 self.refusals.refuse(f"{host}:{port}", "", f"TLS handshake failed: {err}")
@@ -253,9 +247,9 @@ class RaftTransport:
         return int(member.name)
 
     async def _start_tls(self, writer: asyncio.StreamWriter) -> None:
-        assert self._server_tls is not None
+        assert self.tls is not None
         try:
-            await writer.start_tls(self._server_tls,
+            await writer.start_tls(self.tls.server(),
                                    ssl_handshake_timeout=self._frame_timeout_s)
         except (ssl.SSLError, OSError, TimeoutError) as err:
             raise _RefusedPeer("", f"TLS handshake failed: {err}") from err
@@ -281,9 +275,9 @@ class RaftTransport:
         self._inbound[task] = writer
         host = str((writer.get_extra_info("peername") or ("?",))[0])
         try:
-            if self._server_tls is not None:
+            if self.tls is not None:
                 await self._start_tls(writer)
-            peer = self._peer_of(writer) if self._server_tls is not None else None
+            peer = self._peer_of(writer) if self.tls is not None else None
             while True:  # until EOF, silence or a bad frame
                 payload = await read_frame(reader, self._frame_bytes_max,
                                            self._frame_timeout_s, self._idle_timeout_s)

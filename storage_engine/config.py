@@ -124,13 +124,20 @@ def _parse_percent(text: str) -> float:
     return float(text.strip()) / 100.0
 
 
+def _parse_flush_disk_type(text: str) -> FlushDiskType:
+    try:
+        return FlushDiskType[text.strip()]
+    except KeyError:
+        raise ValueError(f"expected one of {[kind.name for kind in FlushDiskType]}") from None
+
+
 _PROPERTY_MAP: dict[str, tuple[str, Any]] = {
     "mappedFileSizeCommitLog": ("commit_log_segment_size_bytes", _parse_int),
     "mappedFileSizeConsumeQueue": (
         "consume_queue_segment_entries",
         lambda text: _parse_int(text) // CONSUME_QUEUE_ENTRY_SIZE_BYTES,
     ),
-    "flushDiskType": ("flush_disk_type", lambda text: FlushDiskType[text.strip()]),
+    "flushDiskType": ("flush_disk_type", lambda text: _parse_flush_disk_type(text)),
     "flushIntervalCommitLog": ("flush_interval_ms", _parse_int),
     "syncFlushTimeout": ("sync_flush_timeout_ms", _parse_int),
     "maxMessageSize": ("message_size_max_bytes", _parse_int),

@@ -69,6 +69,12 @@ _config_text = st.lists(st.tuples(st.sampled_from([
     st.one_of(st.text(max_size=30), st.integers().map(str), _json.map(json.dumps))),
     max_size=8).map(lambda pairs: "\n".join(f"{k}={v}" for k, v in pairs).encode())
 
+_form_text = st.lists(st.tuples(
+    st.sampled_from(["access_key", "secret_key", "csrf", "rocketha_console_session", "Bearer",
+                     "bearer", "", "%", "a b"]),
+    st.text(max_size=40)), max_size=6).map(
+        lambda pairs: "&".join(f"{k}={v}" for k, v in pairs).encode("utf-8", "surrogatepass"))
+
 SHAPED = {
     "record_codec": st.binary(max_size=600).map(lambda data: b"\x01" + data),
     "record_runs": st.binary(max_size=600).map(lambda data: b"\x01" + data),
@@ -79,6 +85,17 @@ SHAPED = {
     "controller_api": _shaped_json,
     "flight_tickets": _shaped_json,
     "config_parsing": _config_text,
+    "console_sessions": st.one_of(_form_text, _form_text.map(lambda b: b.replace(b"&", b"; "))),
+    "http_access": st.one_of(_form_text.map(lambda b: b"Bearer " + b),
+                             st.text(max_size=80).map(lambda t: t.encode("utf-8",
+                                                                         "surrogatepass"))),
+    "tls_files": st.tuples(st.integers(0, 3), st.integers(0, 255), st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from(["CERTIFICATE", "X509 CRL", "PRIVATE KEY", "EC PRIVATE KEY"]).flatmap(
+            lambda kind: st.binary(max_size=200).map(
+                lambda body: b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (
+                    kind.encode(), body, kind.encode())))),
+    ).map(lambda parts: bytes([parts[0], parts[1]]) + parts[2]),
 }
 
 

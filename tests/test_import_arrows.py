@@ -47,7 +47,14 @@ RULES: dict[str, tuple[str, ...]] = {
 }
 # Entry-point modules that load a command's heavy modules only when that command runs (the
 # speed of `--help`), which is not a cycle: each names what it loads late.
-LATE_IMPORTS_ALLOWED = {"rocketha_admin": ("connector.admin.cli", "controller.admin.main")}
+LATE_IMPORTS_ALLOWED = {"rocketha_admin": ("connector.admin.cli", "connector.admin.parser",
+                                            "connector.admin.probe", "controller.admin.main",
+                                            "controller.admin.parser"),
+                        "ha.broker_entry": ("ha.broker.main",),
+                        "ha.cluster_entry": ("ha.cluster.main",),
+                        "controller.entry": ("controller.main",),
+                        "controller.console.cli": ("controller.console.app",),
+                        "connector.rmq_proxy_entry": ("connector.rmq_proxy.main",)}
 
 
 def _modules() -> list[tuple[str, Path]]:

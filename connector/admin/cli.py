@@ -35,91 +35,14 @@ from conf.credentials import read_credentials_file
 from conf.tls import NO_TLS
 from connector.admin.data import consume, produce
 from connector.admin.output import Output, fail
+from connector.admin.parser import BATCH_MAX, COUNT_MAX, build_parser
+from connector.admin.planned import shutdown_broker
 from connector.admin.target import Target
 from connector.client import ClientConfig
 from connector.errors import RoutesUnavailableError
 from connector.protocol import RocketHAError
 
 __all__ = ["build_parser", "main"]
-
-COUNT_MAX = 100_000_000
-BATCH_MAX = 65_536
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    formats = common.add_mutually_exclusive_group()
-    formats.add_argument("--json", dest="output", action="store_const", const="json")
-    formats.add_argument("--json-lines", dest="output", action="store_const", const="json-lines")
-    common.add_argument("--broker-name", default=None,
-                        help="with --controller: only this replica set")
-    # the output and --broker-name options go after the command (argparse lets a subcommand's
-    # defaults override the same option given before it)
-    parser = argparse.ArgumentParser(prog="rocketha-admin", description=__doc__.splitlines()[0])
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--broker", help="HOST:PORT of one broker")
-    where.add_argument("--controller", help="the controllers' client endpoints, ';'-separated")
-    parser.add_argument("--timeout-s", type=float, default=10.0, help="per call")
-    parser.add_argument("--client-config", metavar="FILE", default=None,
-                        help="client.properties: controllerAddr (when neither --broker nor "
-                        "--controller is given), the tls.client.* settings and the user's "
-                        "accessKey/secretKey (or credentialsFile)")
-    parser.add_argument("--credentials-file", default=None,
-                        help="accessKey= and secretKey= lines (mode 0600): sign every call "
-                        "(instead of --client-config's keys)")
-    commands = parser.add_subparsers(dest="command", required=True)
-    _topic_parser(commands, common)
-    _data_parsers(commands, common)
-    offsets = commands.add_parser("offsets", parents=[common])
-    offsets.add_argument("action", nargs="?", choices=["show", "reset"], default="show")
-    offsets.add_argument("--topic", required=True)
-    offsets.add_argument("--group", default=None)
-    to = offsets.add_mutually_exclusive_group()
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-time", default=None, help="ms since the epoch or ISO-8601")
-    group = commands.add_parser("group", parents=[common])
-    group.add_argument("action", choices=["list", "describe", "delete"])
-    group.add_argument("--group", default=None)
-    broker = commands.add_parser("broker", parents=[common])
-    broker.add_argument("action", choices=["info", "stats", "config"])
-    broker.add_argument("config_action", nargs="?", choices=["get", "set"], default=None)
-    broker.add_argument("setting", nargs="?", default=None, metavar="KEY=VALUE")
-    return parser
-
-
-def _topic_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    topic = commands.add_parser("topic", parents=[common])
-    topic.add_argument("action", choices=["create", "update", "list", "describe", "delete"])
-    topic.add_argument("--topic", default=None)
-    topic.add_argument("--queues", type=int, default=None)
-    topic.add_argument("--read-queues", type=int, default=None)
-    topic.add_argument("--write-queues", type=int, default=None)
-    topic.add_argument("--perm", type=int, default=None, help="6 = read+write, 4 read, 2 write")
-    topic.add_argument("--table", choices=["delta", "none", "default"], default=None,
-                       help="materialize the topic as a Delta table under the tier (delta), "
-                       "not (none), or as the broker's topicTableDefault says (default)")
-
-
-def _data_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
-    produce_parser = commands.add_parser("produce", parents=[common])
-    produce_parser.add_argument("--topic", required=True)
-    source = produce_parser.add_mutually_exclusive_group()
-    source.add_argument("--body", default=None, help="one message with this body")
-    source.add_argument("--file", default=None, help="one message per line of this file")
-    source.add_argument("--count", type=int, default=None, help="synthetic messages")
-    produce_parser.add_argument("--key", default=None)
-    produce_parser.add_argument("--tags", default=None)
-    produce_parser.add_argument("--property", action="append", default=[], metavar="K=V")
-    produce_parser.add_argument("--body-size", type=int, default=100)
-    produce_parser.add_argument("--rate", type=float, default=0.0, help="messages/s, 0 = max")
-    produce_parser.add_argument("--batch", type=int, default=1)
-    consume_parser = commands.add_parser("consume", parents=[common])
-    consume_parser.add_argument("--topic", required=True)
-    consume_parser.add_argument("--from", dest="start", default="earliest")
-    consume_parser.add_argument("--max-messages", type=int, default=COUNT_MAX)
-    consume_parser.add_argument("--until-idle-ms", type=int, default=2000)
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
@@ -374,6 +297,8 @@ def _group(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
 # -- brokers --------------------------------------------------------------------------------
 def _broker(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Target,
             out: Output) -> int:
+    if args.action == "shutdown":  # (connector/admin/planned.py)
+        return shutdown_broker(target, args.broker_id, args.wait_s, out)
     brokers = target.brokers()
     if args.action == "stats":
         documents = {endpoint: target.admin_of((endpoint,)).broker_stats()

@@ -25,6 +25,7 @@ It imports the generated protobuf/gRPC modules of the PyPI package `rocketmq-pyt
 from __future__ import annotations
 
 from connector.rmq_proxy.config import ProxyConfig, ProxyConfigError
-from connector.rmq_proxy.main import main, serve
 
-__all__ = ["ProxyConfig", "ProxyConfigError", "main", "serve"]
+# main and serve (connector.rmq_proxy.main) need the rocketmq extra: not imported here, so
+# that `python -m connector.rmq_proxy` checks the extra before anything imports grpc.
+__all__ = ["ProxyConfig", "ProxyConfigError"]

@@ -11,7 +11,6 @@ SIGTERM/SIGINT: stop accepting, let calls finish (5 s), write a snapshot of chan
 
 from __future__ import annotations
 
-import argparse
 import logging
 import logging.handlers
 import os
@@ -26,9 +25,11 @@ from types import FrameType
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from conf.process import refuse
+from conf.process import PROXY_PROGRAM, print_example_conf, refuse, server_parser
+from conf.tls import TLSConfigError
 from connector.protocol import RocketHAError
 from connector.rmq_proxy.auth import Authenticator, parse_utc_offsets
+from connector.rmq_proxy.certificates import ReloadingCredentials
 from connector.rmq_proxy.cluster_io import ClusterLinks
 from connector.rmq_proxy.config import ProxyConfig, ProxyConfigError
 from connector.rmq_proxy.service import MessagingService
@@ -37,7 +38,7 @@ from connector.rmq_proxy.users import ControllerUsers
 
 __all__ = ["main", "serve"]
 
-PROGRAM = "rocketha-proxy"  # argparse's prog and the prefix of every refusal
+PROGRAM = PROXY_PROGRAM.name  # argparse's prog and the prefix of every refusal
 logger = logging.getLogger("rocketha.proxy")
 
 HANDLE_KEY_BYTES_MIN = 16
@@ -91,9 +92,9 @@ def serve(config: ProxyConfig, stop: threading.Event) -> int:
     service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
     address = f"{config.bind_address}:{config.listen_port}"
     if config.tls_cert_file:
-        credentials = grpc.ssl_server_credentials([(Path(config.tls_key_file).read_bytes(),
-                                                    Path(config.tls_cert_file).read_bytes())])
-        bound = server.add_secure_port(address, credentials)
+        # the certificate follows its files at each new handshake (certificates.py)
+        credentials = ReloadingCredentials(config.tls_cert_file, config.tls_key_file)
+        bound = server.add_secure_port(address, credentials.credentials)
     else:
         bound = server.add_insecure_port(address)
     if bound == 0:
@@ -129,9 +130,12 @@ def _snapshots(service: MessagingService, broker_names: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     if not __debug__:
         return refuse(PROGRAM, "refusing to run with python -O (asserts guard invariants)")
-    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", required=True, help="proxy properties file (key=value)")
+    parser = server_parser(PROXY_PROGRAM)
     args = parser.parse_args(argv)
+    if args.example_conf:
+        return print_example_conf(PROXY_PROGRAM)
+    if args.conf is None:
+        parser.error("--conf is required (--example-conf prints a commented example)")
     try:
         config = ProxyConfig.from_file(args.conf)
     except (ProxyConfigError, OSError) as err:
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         return serve(config, stop)
-    except (ProxyConfigError, OSError) as err:
+    except (ProxyConfigError, TLSConfigError, OSError) as err:
         return refuse(PROGRAM, f"bad configuration in {args.conf}: {err}")
 
 

@@ -1,7 +1,7 @@
 """The Spark data source `rocketha` (PySpark's Python Data Source API, Arrow both ways).
 
-Spark's camelCase method names live only in this module; the work is in source.py (reads),
-planning.py (pure offset arithmetic) and sink.py (writes).
+Spark's camelCase method names live in this module and writers.py (the sink's writer objects);
+the work is in source.py (reads), planning.py (pure offset arithmetic) and sink.py (writes).
 
 Who runs what (observed with pyspark 4.2; Spark's python/pyspark/sql/datasource.py docstrings):
 
@@ -33,10 +33,7 @@ from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.errors import PySparkException
-from pyspark.sql import Row
-from pyspark.sql.conversion import LocalDataToArrowConversion
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -44,12 +41,11 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.types import DataType, StructType
 
 from connector.client import Admin
-from connector.client.routes import ReplicaSet, client_config, route_provider, topic_queue_counts
+from connector.client.routes import ReplicaSet, client_config
 from connector.errors import OptionError, SinkSchemaError
 from connector.protocol import RocketHAError
 from connector.spark.cold import ColdReader, read_cold, split_cold
@@ -57,7 +53,6 @@ from connector.spark.columns import source_ddl
 from connector.spark.compat import (
     ADMISSION_CONTROL,
     API,
-    DataSourceStreamArrowWriter,
     Filter,
     ReadAllAvailable,
     ReadLimit,
@@ -81,7 +76,6 @@ from connector.spark.partitions import (
     ColdRangePartition,
     PackedPartition,
     QueueRangePartition,
-    SinkCommitMessage,
 )
 from connector.spark.planning import (
     Bounds,
@@ -93,7 +87,7 @@ from connector.spark.planning import (
     trigger_waits,
 )
 from connector.spark.pushdown import PushedFilters, push_filters, row_mask
-from connector.spark.sink import SinkColumns, check_input_columns, producer_id_for, write_partition
+from connector.spark.sink import SinkColumns, check_input_columns
 from connector.spark.source import (
     ALL_SOURCE_COLUMNS,
     SourceColumns,
@@ -108,6 +102,7 @@ from connector.spark.source import (
     starting_offsets,
 )
 from connector.spark.worker_heap import freeze_worker_heap_once
+from connector.spark.writers import BatchWriter, RowStreamWriter, StreamWriter
 
 __all__ = ["OPTION_FEATURES", "RocketHADataSource"]
 
@@ -480,127 +475,3 @@ class LegacyStreamReader(StreamReader):
         if self._position is None:  # a restart commits the last batch of the previous run
             self._position = end
         super().commit(end)
-
-
-# -- writing ---------------------------------------------------------------------------------
-def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
-    """The replica set a task writes to: the same one on every attempt (idempotence)."""
-    routes = route_provider(options.brokers, options.controller, options.request_timeout_ms,
-                            options.tls, options.credentials)
-    replica_sets = sorted(routes.replica_sets())
-    if options.topic is not None and len(replica_sets) > 1:  # prefer those hosting the topic
-        hosting = [rs for rs in replica_sets
-                   if options.topic in topic_queue_counts(rs, options.request_timeout_ms,
-                                                          options.tls, options.credentials)]
-        replica_sets = hosting or replica_sets
-    return replica_sets[partition_id % len(replica_sets)]
-
-
-def _write(batches: Iterator[pa.RecordBatch], options: SinkOptions, columns: SinkColumns,
-           scope: str | None) -> SinkCommitMessage:
-    if options.worker_gc_freeze:
-        freeze_worker_heap_once()
-    context = TaskContext.get()
-    partition_id = context.partitionId() if context is not None else 0
-    producer_id = None
-    if options.exactly_once and scope is not None:
-        producer_id = producer_id_for(scope, partition_id)
-    return write_partition(batches, options=options, columns=columns,
-                           replica_set=_target(options, partition_id),
-                           partition_id=partition_id, producer_id=producer_id)
-
-
-def _log_commit(messages: Sequence[WriterCommitMessage | None], what: str) -> None:
-    done = [m for m in messages if isinstance(m, SinkCommitMessage)]
-    logger.info("%s committed: %d rows (%d duplicates dropped by the broker) from %d tasks",
-                what, sum(m.rows for m in done), sum(m.duplicate_rows for m in done), len(done))
-
-
-class BatchWriter(DataSourceArrowWriter):
-    """`df.write.format("rocketha").mode("append")`: task retries of one job are idempotent
-    (producer ids come from a per-job write id)."""
-
-    def __init__(self, options: SinkOptions, columns: SinkColumns, write_id: str) -> None:
-        self.options = options
-        self.columns = columns
-        self.write_id = write_id
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return _write(iterator, self.options, self.columns, f"w{self.write_id}")
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_commit(messages, f"batch write {self.write_id}")
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        logger.warning("batch write %s aborted; rows written by finished tasks stay",
-                       self.write_id)
-
-
-def _stream_scope(options: SinkOptions) -> str | None:
-    """The producer-id scope of a streaming write task: the query id and the batch id."""
-    context = TaskContext.get()
-    scope = None
-    if context is not None:
-        query_id = context.getLocalProperty("sql.streaming.queryId")
-        batch_id = context.getLocalProperty("streaming.sql.batchId")
-        if query_id and batch_id is not None:
-            scope = f"{query_id.replace('-', '')}.{batch_id}"
-    if scope is None and options.exactly_once:
-        logger.warning("no streaming query id in the task context: exactly-once is off")
-    return scope
-
-
-class _StreamCommits:
-    """The driver side of a streaming write: Spark calls these once per micro-batch."""
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _log_commit(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.warning("micro-batch %d aborted; the replay's duplicates are dropped by the "
-                       "broker", batchId)
-
-
-class StreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
-    """`df.writeStream.format("rocketha")`: exactly-once into the topic across task retries
-    and micro-batch replays (producer ids from the query id and the batch id)."""
-
-    def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
-        self.options = options
-        self.columns = columns
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return _write(iterator, self.options, self.columns, _stream_scope(self.options))
-
-
-# Rows a RowStreamWriter turns into one Arrow batch: bounds the rows held at once per task.
-ROW_WRITER_BATCH_ROWS = 4096
-
-
-class RowStreamWriter(_StreamCommits, DataSourceStreamWriter):
-    """StreamWriter for pyspark 4.0, which has no Arrow stream writer and hands `write` rows:
-    they go back into Arrow batches of ROW_WRITER_BATCH_ROWS (Spark's own conversion of local
-    rows, as createDataFrame uses) and on to the same sink code."""
-
-    def __init__(self, options: SinkOptions, columns: SinkColumns, schema: StructType) -> None:
-        self.options = options
-        self.columns = columns
-        self.schema = schema
-
-    def write(self, iterator: Iterator[Row]) -> SinkCommitMessage:  # type: ignore[override]
-        return _write(rows_to_batches(iterator, self.schema, ROW_WRITER_BATCH_ROWS),
-                      self.options, self.columns, _stream_scope(self.options))
-
-
-def rows_to_batches(rows: Iterator[Row], schema: StructType, batch_rows: int
-                    ) -> Iterator[pa.RecordBatch]:
-    """Rows of `schema` as Arrow batches of at most `batch_rows` rows."""
-    assert batch_rows > 0
-    chunk: list[Row] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) == batch_rows:
-            yield from LocalDataToArrowConversion.convert(chunk, schema, False).to_batches()
-            chunk = []
-    if chunk:
-        yield from LocalDataToArrowConversion.convert(chunk, schema, False).to_batches()

@@ -19,7 +19,8 @@ the canonical spellings are the constants below.
                endingTimestamp (the ending ones: batch reads only)
     how much:  maxOffsetsPerTrigger, minOffsetsPerTrigger + maxTriggerDelay, minPartitions,
                maxRecordsPerPartition, minRowsPerPartition
-    columns:   includeProperties, includeMetadata | columns   (the default schema; columns.py)
+    columns:   includeProperties, includeMetadata, includeHeaders | columns (a list, *, or
+               kafka: Kafka's names, with includeHeaders)   (the default schema; columns.py)
     extras:    tagFilter, failOnDataLoss, readFromReplicas, groupId | groupIdPrefix,
                fetch*/requestTimeoutMs
 
@@ -54,7 +55,7 @@ from conf.tls import (
 )
 from connector.errors import OptionError
 from connector.protocol import CODES
-from connector.spark.columns import ALL_COLUMN_NAMES, with_extras
+from connector.spark.columns import ALL_COLUMN_NAMES, COLUMN_DDL_TYPES, kafka_columns, with_extras
 from connector.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -91,8 +92,10 @@ __all__ = [
     "FETCH_TIMEOUT_MS",
     "GROUP_ID",
     "GROUP_ID_PREFIX",
+    "INCLUDE_HEADERS",
     "INCLUDE_METADATA",
     "INCLUDE_PROPERTIES",
+    "KAFKA_COLUMNS",
     "MAX_OFFSETS_PER_TRIGGER",
     "MAX_RECORDS_PER_PARTITION",
     "MAX_TRIGGER_DELAY",
@@ -178,7 +181,9 @@ WRITE_BATCH_ROWS = "writeBatchRows"
 WRITE_BATCH_BYTES = "writeBatchBytes"
 INCLUDE_PROPERTIES = "includeProperties"
 INCLUDE_METADATA = "includeMetadata"
+INCLUDE_HEADERS = "includeHeaders"  # Kafka's option: a headers column from the properties
 COLUMNS = "columns"
+KAFKA_COLUMNS = "kafka"  # columns=kafka: Kafka's column names (columns.py)
 # Authentication (issue 16): the user's keys, or a file holding them (accessKey=/secretKey=
 # lines, mode 0600, read on the driver). Spark's default spark.redaction.regex
 # ((?i)secret|password|token|access[.]?key) redacts accessKey's and secretKey's values in
@@ -198,7 +203,7 @@ READ_OPTIONS = frozenset((
     MIN_ROWS_PER_PARTITION, TAG_FILTER, READ_FROM_REPLICAS, GROUP_ID, GROUP_ID_PREFIX,
     FETCH_MAX_MESSAGES, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, READ_COLD_FROM_TIER,
     TIER_STORAGE_OPTIONS, TIER_S3_ACCESS_KEY_ID, TIER_S3_SECRET_ACCESS_KEY,
-    INCLUDE_PROPERTIES, INCLUDE_METADATA, COLUMNS))
+    INCLUDE_PROPERTIES, INCLUDE_METADATA, INCLUDE_HEADERS, COLUMNS))
 WRITE_OPTIONS = frozenset((
     *_COMMON, TOPIC, ACCEPT_STATUSES, EXACTLY_ONCE, WRITE_BATCH_ROWS, WRITE_BATCH_BYTES))
 # Spark adds these itself (writeStream's checkpoint, and its queryName: DataStreamWriter
@@ -508,27 +513,36 @@ def _credentials(values: Mapping[str, str], keys_file: str | None = None
 
 
 def _columns(values: dict[str, str]) -> tuple[str, ...]:
-    """The default schema's columns: `columns` (a list, or * for all), else the lean default
-    plus what includeProperties / includeMetadata add. `columns` excludes the other two."""
+    """The default schema's columns: `columns` (a list of ours and Kafka's names, * for all of
+    ours, or kafka for Kafka's set), else the lean default plus what the include options add.
+    A list excludes the include options; kafka takes includeHeaders only (Kafka's option)."""
     include_properties = option_bool(values, INCLUDE_PROPERTIES, False)
     include_metadata = option_bool(values, INCLUDE_METADATA, False)
+    include_headers = option_bool(values, INCLUDE_HEADERS, False)
     text = values.get(COLUMNS)
     if text is None:
         return with_extras(include_properties=include_properties,
-                           include_metadata=include_metadata)
-    if INCLUDE_PROPERTIES in values or INCLUDE_METADATA in values:
-        raise OptionError(f"option {COLUMNS} excludes {INCLUDE_PROPERTIES} and "
-                          f"{INCLUDE_METADATA} (list the columns instead)")
+                           include_metadata=include_metadata, include_headers=include_headers)
+    if text.strip().lower() == KAFKA_COLUMNS:
+        if INCLUDE_PROPERTIES in values or INCLUDE_METADATA in values:
+            raise OptionError(f"option {COLUMNS}={KAFKA_COLUMNS} excludes {INCLUDE_PROPERTIES} "
+                              f"and {INCLUDE_METADATA} (list the columns instead); "
+                              f"{INCLUDE_HEADERS} adds Kafka's headers")
+        return kafka_columns(include_headers=include_headers)
+    if INCLUDE_PROPERTIES in values or INCLUDE_METADATA in values or INCLUDE_HEADERS in values:
+        raise OptionError(f"option {COLUMNS} excludes {INCLUDE_PROPERTIES}, {INCLUDE_METADATA} "
+                          f"and {INCLUDE_HEADERS} (list the columns instead)")
     if text.strip() == "*":
         return ALL_COLUMN_NAMES
     names = tuple(part.strip() for part in text.split(","))
-    by_lower = {name.lower(): name for name in ALL_COLUMN_NAMES}
+    by_lower = {name.lower(): name for name in COLUMN_DDL_TYPES}
     result: list[str] = []
     for part in names:
         name = by_lower.get(part.lower())
         if name is None:
             raise OptionError(f"option {COLUMNS}: unknown column {part!r}; the source's "
-                              f"columns are {', '.join(ALL_COLUMN_NAMES)} (or *)")
+                              f"columns are {', '.join(COLUMN_DDL_TYPES)} (or *, or "
+                              f"{KAFKA_COLUMNS})")
         if name in result:
             raise OptionError(f"option {COLUMNS}: column {name!r} is listed twice")
         result.append(name)

@@ -17,16 +17,19 @@ says which the default schema holds and which come on request):
     topic STRING, brokerName STRING, queueId INT, queueOffset BIGINT, msgId STRING, key STRING,
     tags STRING, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP,
     storeTimestamp TIMESTAMP          (timestamps: Arrow timestamp[us, tz=UTC])
+and Kafka's names for the same values (columns.KAFKA_ALIASES): value BINARY, partition INT,
+offset BIGINT, timestamp TIMESTAMP, timestampType INT (always 1, LogAppendTime), headers
+ARRAY<STRUCT<key: STRING, value: BINARY>> (the properties, markers stripped, in map order).
 
 Projection: Spark 4.2 prunes no columns of Python sources, so every column `read()` yields
 crosses the Python worker -> Arrow -> JVM path even when the query uses two. The schema in force
 (the lean default, the include options, `columns`, or the user's `.schema(...)`) is what a read
-yields: any subset of the 11, each with the type above (NOT NULL only on columns that are never
-null). Columns not asked for are never built (no brokerName repeat, no timestamp casts, no
-idempotence-marker strip), and a range read asks the broker only for the consume columns the
-projection is built from (`consume_columns`): topic, brokerName and queueId come from the partition,
-body from `body`, msgId from `msg_id`, and so on; the broker then skips msg_id formatting and
-properties decoding for a `queueId, body` query.
+yields: any subset of the 11 and of Kafka's 6, each with the type above (NOT NULL only on
+columns that are never null). Columns not asked for are never built (no brokerName repeat,
+no timestamp casts, no idempotence-marker strip), and a range read asks the broker only for
+the consume columns the projection is built from (`consume_columns`): topic, brokerName and
+queueId come from the partition, body from `body`, msgId from `msg_id`, and so on; the broker
+then skips msg_id formatting and properties decoding for a `queueId, body` query.
 """
 
 from __future__ import annotations
@@ -56,7 +59,16 @@ from connector.errors import (
     SourceSchemaError,
 )
 from connector.protocol import CONSUME_SCHEMA, IDEMPOTENCE_PROPERTY, RocketHAError
-from connector.spark.columns import PROPERTIES_TYPE, SOURCE_COLUMNS, TIMESTAMP_TYPE
+from connector.spark.columns import (
+    COLUMN_ARROW_TYPES,
+    COLUMN_DDL_TYPES,
+    HEADERS_TYPE,
+    KAFKA_ALIASES,
+    LOG_APPEND_TIME,
+    PROPERTIES_TYPE,
+    SOURCE_COLUMNS,
+    TIMESTAMP_TYPE,
+)
 from connector.spark.offsets import QueueRef, TopicOffsets, flatten
 from connector.spark.options import (
     ASSIGN,
@@ -83,6 +95,7 @@ __all__ = [
     "consume_columns",
     "discover",
     "ending_offsets",
+    "kafka_headers",
     "narrow_ranges",
     "project_columns",
     "read_range",
@@ -97,10 +110,14 @@ logger = logging.getLogger(__name__)
 _PROPERTIES = PROPERTIES_TYPE
 _TIMESTAMP = TIMESTAMP_TYPE
 _SOURCE_COLUMNS = SOURCE_COLUMNS
-_DDL_TYPE = {name: ddl for name, ddl, _, _ in _SOURCE_COLUMNS}
-_FROM_CONSUME = {name: consume for name, _, _, consume in _SOURCE_COLUMNS}
-_MAYBE_NULL = frozenset({"key", "tags", "properties"})  # the others always have a value
-_FROM_PARTITION = frozenset({"topic", "brokerName", "queueId"})  # one value per range read
+_DDL_TYPE = COLUMN_DDL_TYPES  # ours and Kafka's names
+_ALIAS_OF = {name: ours for name, _, _, ours in KAFKA_ALIASES}  # Kafka's name -> ours
+_OURS_FROM_CONSUME = {name: consume for name, _, _, consume in _SOURCE_COLUMNS}
+_FROM_CONSUME = {**_OURS_FROM_CONSUME,  # the consume column a source column is built from
+                 **{name: None if ours is None else _OURS_FROM_CONSUME[ours]
+                    for name, ours in _ALIAS_OF.items()}}
+_MAYBE_NULL = frozenset({"key", "tags", "properties", "headers"})  # the others have a value
+_FROM_PARTITION = frozenset({"topic", "brokerName", "queueId", "partition"})  # one per range
 SOURCE_DDL = ", ".join(f"{name} {ddl}" for name, ddl, _, _ in _SOURCE_COLUMNS)
 SOURCE_ARROW_SCHEMA = pa.schema([(name, arrow) for name, _, arrow, _ in _SOURCE_COLUMNS])
 _GONE = ("NO_MATCHED_LOGIC_QUEUE",)
@@ -274,7 +291,7 @@ class SourceColumns:
     nullable: tuple[bool, ...]
 
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([SOURCE_ARROW_SCHEMA.field(name).with_nullable(nullable)
+        return pa.schema([pa.field(name, COLUMN_ARROW_TYPES[name], nullable)
                           for name, nullable in zip(self.names, self.nullable, strict=True)])
 
 
@@ -298,7 +315,7 @@ def project_columns(declared: Sequence[tuple[str, pa.DataType | None, bool, str]
         if name in seen:
             raise SourceSchemaError(f"rocketha: column {name!r} is declared twice")
         seen.add(name)
-        expected = SOURCE_ARROW_SCHEMA.field(name).type
+        expected = COLUMN_ARROW_TYPES[name]
         if arrow_type is None or not arrow_type.equals(expected):
             nested = (f" (in Arrow: {arrow_type}, the source yields {expected})"
                       if type_text == _DDL_TYPE[name] else "")  # e.g. map values NOT NULL
@@ -317,7 +334,8 @@ def consume_columns(columns: SourceColumns, *, tag_filter: str | None) -> tuple[
     queueId); plus queue_offset with a tag filter (the broker may then scan past the range's
     end, and the rows past it are cut by queue offset) or when nothing else is asked (a pull
     returns at least one column)."""
-    wanted = {_FROM_CONSUME[name] for name in columns.names if name not in _FROM_PARTITION}
+    wanted = {consume for name in columns.names if name not in _FROM_PARTITION
+              and (consume := _FROM_CONSUME[name]) is not None}
     if tag_filter is not None or not wanted:
         wanted.add("queue_offset")
     return tuple(name for name in CONSUME_SCHEMA.names if name in wanted)
@@ -335,13 +353,18 @@ def to_source_batch(batch: pa.RecordBatch, broker_name: str, columns: SourceColu
 
 def _source_column(batch: pa.RecordBatch, name: str, broker_name: str, topic: str | None,
                    queue_id: int | None) -> pa.Array:
+    if name == "timestampType":
+        return pa.repeat(pa.scalar(LOG_APPEND_TIME, pa.int32()), batch.num_rows)
+    if name == "headers":
+        return kafka_headers(_source_column(batch, "properties", broker_name, topic, queue_id))
+    name = _ALIAS_OF.get(name) or name  # Kafka's name for one of ours: the same values
     if name == "brokerName":
         return pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows)
     if name == "topic" and topic is not None:
         return pa.repeat(pa.scalar(topic, pa.string()), batch.num_rows)
     if name == "queueId" and queue_id is not None:
         return pa.repeat(pa.scalar(queue_id, pa.int32()), batch.num_rows)
-    column = batch.column(_FROM_CONSUME[name])
+    column = batch.column(_OURS_FROM_CONSUME[name])
     if name == "properties":
         if column.null_count < batch.num_rows and pc.any(
                 pc.equal(column.keys, IDEMPOTENCE_PROPERTY)).as_py():
@@ -350,6 +373,21 @@ def _source_column(batch: pa.RecordBatch, name: str, broker_name: str, topic: st
     if name in ("bornTimestamp", "storeTimestamp"):
         return column.cast(_TIMESTAMP)
     return column
+
+
+def kafka_headers(properties: pa.MapArray) -> pa.Array:
+    """Properties as Kafka's headers: the same entries in map order, each value as bytes (the
+    UTF-8 of the string); a null map is a null list (Kafka's null for a record without
+    headers). Built from the map's own buffers (no per-row Python)."""
+    offsets = properties.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    keys, items = properties.keys, properties.items
+    if len(keys) != last - first:  # the whole child of a sliced map
+        keys, items = keys.slice(first, last - first), items.slice(first, last - first)
+    entries = pa.StructArray.from_arrays([keys, items.cast(pa.binary())],
+                                         fields=list(HEADERS_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array((offsets - first).astype(np.int32)), entries,
+                                    type=HEADERS_TYPE, mask=properties.is_null())
 
 
 def strip_markers(properties: pa.MapArray) -> pa.Array:

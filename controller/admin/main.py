@@ -2,10 +2,10 @@
 
     python -m controller.admin --controller 'H:P;H:P;H:P' status
     python -m controller.admin --controller H:P cluster
-    python -m controller.admin --controller H:P replica broker-a
-    python -m controller.admin --controller H:P elect broker-a [--broker-id 2]
-    python -m controller.admin --controller H:P clean broker-a [--broker-id 3 ...]
-    python -m controller.admin --controller H:P routes TOPIC
+    python -m controller.admin --controller H:P replica --broker-name broker-a
+    python -m controller.admin --controller H:P elect --broker-name broker-a [--broker-id 2]
+    python -m controller.admin --controller H:P clean --broker-name broker-a [--broker-id 3 ...]
+    python -m controller.admin --controller H:P routes --topic TOPIC
     python -m controller.admin --controller H:P user|acl ...   (controller/admin/users.py)
 
 With authentication on, `--credentials-file FILE` (accessKey= and secretKey= lines, mode 0600)
@@ -20,6 +20,8 @@ the list again every RETRY_INTERVAL_S, at most PASSES_MAX times and until --time
 the tool fails naming every address it tried. Exit status: 0 when the reply's status is OK
 (or MASTER_STILL_EXIST for `elect`), 1 for any other status, 2 for usage errors or
 unreachable controllers. `status` asks every listed controller for its own view (no redirect).
+The older positional spellings (`replica broker-a`, `routes TOPIC`) still work and print one
+deprecation line (conf/cli_words.py: one vocabulary with the data commands).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from pyarrow import flight
 
 from conf import read_credentials_file
+from conf.cli_words import resolve_positional_alias
 from conf.controller_addresses import (
     ANSWERED,
     LEADER_HOPS_MAX,
@@ -49,8 +52,9 @@ from conf.tls import (
     connect_flight,
     read_properties,
 )
+from controller.admin.parser import SET_COMMANDS, build_parser
 from controller.admin.tables import print_reply
-from controller.admin.users import AUTH_COMMANDS, add_auth_parsers, auth_request
+from controller.admin.users import AUTH_COMMANDS, auth_request
 
 __all__ = ["main"]
 
@@ -138,35 +142,12 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m controller.admin") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("--controller", required=True,
-                        help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--timeout-s", type=float, default=10.0)
-    parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties (controllerAddr, tls.client.*, the user's "
-                             "accessKey/secretKey or credentialsFile)")
-    parser.add_argument("--credentials-file", default=None,
-                        help="accessKey= and secretKey= lines (mode 0600): sign every call "
-                             "(instead of --client-config's keys)")
-    output = argparse.ArgumentParser(add_help=False)
-    formats = output.add_mutually_exclusive_group()
-    formats.add_argument("--json", dest="output", action="store_const", const="json",
-                         default="table", help="the controller's reply as JSON")
-    formats.add_argument("--json-lines", dest="output", action="store_const",
-                         const="json-lines", help="one JSON object per table row")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("status", parents=[output])
-    commands.add_parser("cluster", parents=[output])
-    for name in ("replica", "elect", "clean"):
-        sub = commands.add_parser(name, parents=[output])
-        sub.add_argument("broker_name")
-        if name == "elect":
-            sub.add_argument("--broker-id", type=int, default=None)
-        if name == "clean":
-            sub.add_argument("--broker-id", type=int, action="append")
-    commands.add_parser("routes", parents=[output]).add_argument("topic")
-    add_auth_parsers(commands, output)
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if args.command in SET_COMMANDS:  # the vocabulary of conf/cli_words.py
+        resolve_positional_alias(parser, args, "old_broker_name", "--broker-name")
+    elif args.command == "routes":
+        resolve_positional_alias(parser, args, "old_topic", "--topic")
     try:
         tls, credentials = (client_config(args.client_config) if args.client_config
                             else (NO_TLS, None))

@@ -28,23 +28,31 @@ AUTH_COMMANDS = frozenset({"user", "acl"})
 
 
 def add_auth_parsers(commands: Any, output: argparse.ArgumentParser) -> None:
-    user = commands.add_parser("user", parents=[output])
-    user.add_argument("action", choices=["create", "update", "delete", "list"])
-    user.add_argument("--name", default=None)
-    user.add_argument("--access-key", default="")
-    user.add_argument("--type", default="", choices=["", "Super", "Normal"])
-    user.add_argument("--status", default="", choices=["", "enabled", "disabled"])
+    user = commands.add_parser("user", parents=[output],
+                               help="create, update, delete or list users (a Super user's)")
+    user.add_argument("action", choices=["create", "update", "delete", "list"],
+                      help="what to do")
+    user.add_argument("--name", default=None, help="the user's name")
+    user.add_argument("--access-key", default="",
+                      help="the user's access key (signed calls name it)")
+    user.add_argument("--type", default="", choices=["", "Super", "Normal"],
+                      help="Super (every right, ACLs bypassed) or Normal (ACLs decide)")
+    user.add_argument("--status", default="", choices=["", "enabled", "disabled"],
+                      help="a disabled user's calls are refused")
     secret = user.add_mutually_exclusive_group()
     secret.add_argument("--secret-file", default=None, help="the secret key, from this file")
     secret.add_argument("--secret-stdin", action="store_true",
                         help="the secret key, from standard input")
-    acl = commands.add_parser("acl", parents=[output])
-    acl.add_argument("action", choices=["create", "update", "delete", "list"])
+    acl = commands.add_parser("acl", parents=[output],
+                              help="create, update, delete or list ACL 2.0 policies")
+    acl.add_argument("action", choices=["create", "update", "delete", "list"],
+                     help="what to do")
     acl.add_argument("--subject", default="", help="User:<name>")
     acl.add_argument("--resources", default="", help="Topic:<name>[*], Group:<name>[*], "
                      "Cluster or *, comma-separated")
     acl.add_argument("--actions", default="", help="Pub,Sub,Create,Update,Delete,Get,List,All")
-    acl.add_argument("--decision", default="Allow", choices=["Allow", "Deny"])
+    acl.add_argument("--decision", default="Allow", choices=["Allow", "Deny"],
+                     help="Allow or Deny (a Deny wins)")
     acl.add_argument("--source-ips", default="", help="CIDRs, comma-separated (default: any)")
 
 

@@ -11,6 +11,7 @@ outcome, not an exception:
     alter_sync_state_set   AlterSyncStateSetRequest   AlterSyncStateSetReply
     elect_master           ElectMasterRequest         ReplicaInfoReply
     clean_broker_data      CleanBrokerDataRequest     ReplicaInfoReply (replica None when gone)
+    handover_master        HandoverRequest            ReplicaInfoReply (a master's own call)
     get_routes             GetRoutesRequest           RoutesReply
     cluster_list           {}                         ClusterListReply
     controller_status      {}                         ControllerStatusReply (any node answers)
@@ -122,6 +123,7 @@ from controller.api.replicas import (
     CleanBrokerDataRequest,
     ElectMasterRequest,
     GetReplicaInfoRequest,
+    HandoverRequest,
     ReplicaInfo,
     ReplicaInfoReply,
     RoleChange,
@@ -179,6 +181,7 @@ __all__ = [
     "ElectionRecord",
     "GetReplicaInfoRequest",
     "GetRoutesRequest",
+    "HandoverRequest",
     "HeartbeatReply",
     "JsonMessage",
     "Policy",

@@ -21,6 +21,7 @@ from controller.api.replicas import (
     CleanBrokerDataRequest,
     ElectMasterRequest,
     GetReplicaInfoRequest,
+    HandoverRequest,
     ReplicaInfoReply,
 )
 from controller.api.routes import GetRoutesRequest, RoutesReply
@@ -54,6 +55,7 @@ ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {
     "alter_sync_state_set": (AlterSyncStateSetRequest, AlterSyncStateSetReply),
     "elect_master": (ElectMasterRequest, ReplicaInfoReply),
     "clean_broker_data": (CleanBrokerDataRequest, ReplicaInfoReply),
+    "handover_master": (HandoverRequest, ReplicaInfoReply),
     "get_routes": (GetRoutesRequest, RoutesReply),
     "cluster_list": (None, ClusterListReply),
     "controller_status": (None, ControllerStatusReply),

@@ -77,3 +77,4 @@ class ControllerStatusReply(JsonMessage):
     # first, and how often this node saw the Raft leader change
     recent_elections: tuple[ElectionRecord, ...] = ()
     leader_changes: int = 0
+    version: str = ""  # the release this node runs (conf/version.py; "": an older node)

@@ -79,6 +79,9 @@ class BrokerHeartbeat(JsonMessage):
     echo_controller_ms: int = 0
     echo_controller_clock: int = 0
     echo_age_ms: int = 0
+    # Lame duck: the broker is about to stop (a handover, a planned restart): no election
+    # picks it while another member can take the role (controller/election.py)
+    leaving: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from controller.api.codec import JsonMessage
 
 __all__ = ["MEMBERS_MAX", "ROLE_MASTER", "ROLE_NONE", "ROLE_SLAVE", "AlterSyncStateSetReply",
            "AlterSyncStateSetRequest", "BrokerMember", "CleanBrokerDataRequest",
-           "ElectMasterRequest", "GetReplicaInfoRequest", "ReplicaInfo", "ReplicaInfoReply",
-           "RoleChange", "role_of"]
+           "ElectMasterRequest", "GetReplicaInfoRequest", "HandoverRequest", "ReplicaInfo",
+           "ReplicaInfoReply", "RoleChange", "role_of"]
 
 ROLE_MASTER = "master"
 ROLE_SLAVE = "slave"
@@ -121,6 +121,21 @@ class ElectMasterRequest(JsonMessage):
     KIND: ClassVar[str] = "elect_master request"
     broker_name: str
     designated_broker_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HandoverRequest(JsonMessage):
+    """A master that stopped taking puts asks the controller to elect `target_broker_id`, a
+    slave that (by the master's count) has acked its whole log (controller/handover.py)."""
+
+    KIND: ClassVar[str] = "handover_master request"
+    broker_name: str
+    broker_id: int
+    broker_address: str
+    master_epoch: int
+    sealed_log_position: int  # the master's log end once no put was in flight or admitted
+    target_broker_id: int
+    target_acked_log_position: int  # the target's ack, as the master's HA link counts it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -28,13 +28,15 @@ from controller.api import (
     BrokerHeartbeat,
     CleanBrokerDataRequest,
     ElectMasterRequest,
+    HandoverRequest,
     JsonMessage,
     RegisterBrokerRequest,
 )
 
 __all__ = ["MEMBER_ACTIONS", "member_refusal"]
 
-MEMBER_ACTIONS = frozenset({"register_broker", "broker_heartbeat", "alter_sync_state_set"})
+MEMBER_ACTIONS = frozenset({"register_broker", "broker_heartbeat", "alter_sync_state_set",
+                            "handover_master"})
 
 AddressOf = Callable[[str, int], "str | None"]  # (brokerName, brokerId) -> registered address
 
@@ -44,7 +46,7 @@ def member_refusal(caller: MemberIdentity | None, action: str, request: JsonMess
     """None when `caller` may make this call, else why not (for the log and the error)."""
     if action in MEMBER_ACTIONS:
         assert isinstance(request, RegisterBrokerRequest | BrokerHeartbeat
-                          | AlterSyncStateSetRequest), request
+                          | AlterSyncStateSetRequest | HandoverRequest), request
         if caller is None or caller.kind != "broker":
             return f"{action} is a broker's own call; the caller's certificate names no broker"
         if caller.name != request.broker_name:
@@ -58,7 +60,7 @@ def member_refusal(caller: MemberIdentity | None, action: str, request: JsonMess
             return None
         if request.broker_address != caller.endpoint:
             return f"{caller.endpoint} cannot make {action} for {request.broker_address}"
-        if isinstance(request, BrokerHeartbeat):
+        if isinstance(request, BrokerHeartbeat | HandoverRequest):
             registered = address_of(request.broker_name, request.broker_id)
             if registered is not None and registered != caller.endpoint:
                 return (f"{caller.endpoint} is not broker {request.broker_id} ({registered}) "

@@ -12,56 +12,53 @@ client endpoints only (so a standalone console needs nothing but addresses):
     list_topics, queue_offsets, consumer_groups   on each set's master: topics with their
                        queues and message counts, groups with committed offsets and lag
 
-Routes: `/` (the page), `/console.js`, `/console.css`, `/api/cluster` (the JSON the page draws;
-gathered at most once per REFRESH_MS whatever the number of viewers), `/healthz`. No build
-step and nothing fetched from the internet: the page is three strings in
-controller/console/page.py, drawn with DOM calls (text only, never HTML from the data).
+Routes (controller/console/handler.py): `/` (the page), `/console.js`, `/console.css`,
+`/api/cluster` (the JSON the page draws; gathered at most once per REFRESH_MS per viewer
+whatever the number of tabs), `/healthz`, and the login pages. No build step and nothing
+fetched from the internet: the page is strings in controller/console/page.py, drawn with DOM
+calls (text only, never HTML from the data).
 
-Authentication: `ConsoleServer(authorize=...)` gets the request headers and returns True to
-serve, False to answer 401 with a Basic challenge (so a browser asks for credentials). With
-authenticationEnabled the controller passes `basic_authorizer` (a Super user's accessKey and
-secretKey as the Basic user and password: send them over TLS only) and `credentials` (its
-initAuthenticationUser) to sign the console's own Flight calls.
+Who sees it: on a cluster with authentication, viewers log in with their own keys (a login
+form, then a session cookie: controller/console/sessions.py) and the console signs the calls
+it makes for a viewer with that viewer's keys, so ACL 2.0 decides what each viewer sees. A
+Super user's keys are refused at the login (controller/console/login.py): the console never
+needs them. On a secured cluster the console speaks HTTPS (the member's certificate or its
+own); plain HTTP there only when asked (consolePlaintext=true, --plaintext-http).
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
 import dataclasses
-import hmac
 import json
 import logging
+import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pyarrow import flight
 
+from conf.https import ContextSource, HTTPServer, browser_ssl_context
 from conf.process import refuse
 from conf.signing import Credentials, action_target, sign_headers
-from conf.tls import NO_TLS, ClientTLS, connect_flight
+from conf.tls import NO_TLS, ClientTLS, TLSSettings, connect_flight, server_ssl_context
 from controller.admin.main import call_leader, client_config
-from controller.console.page import CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS
+from controller.console.cli import PROGRAM, SESSION_S_DEFAULT, build_parser
+from controller.console.handler import REQUESTS_INFLIGHT_MAX, ConsoleHandler, ViewSource
+from controller.console.login import LoginCheck, flight_login_check
+from controller.console.sessions import SESSIONS_MAX, SessionTable
 
-__all__ = ["REFRESH_MS", "ConsoleServer", "basic_authorizer", "gather", "main"]
+__all__ = ["REFRESH_MS", "SESSION_S_DEFAULT", "ConsoleServer", "console_ssl_context", "gather",
+           "main"]
 
 logger = logging.getLogger(__name__)
 
-PROGRAM = "rocketha-console"  # argparse's prog and the prefix of every refusal
 
 REFRESH_MS = 1000  # the page polls this often; gathering is cached for as long
 CALL_TIMEOUT_S = 2.0  # one Flight call to a controller or broker
-REQUESTS_INFLIGHT_MAX = 32  # HTTP requests served at once (then 503)
-CLIENT_IDLE_TIMEOUT_S = 10.0  # per socket operation of one HTTP connection
 TOPICS_SHOWN_MAX = 1000
 GROUPS_SHOWN_MAX = 1000
-
-Authorize = Callable[[Mapping[str, str]], bool]
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Link:
@@ -84,25 +81,6 @@ def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:
         client.close()
-
-
-def basic_authorizer(super_secret_of: Callable[[str], str | None]) -> Authorize:
-    """HTTP Basic with a Super user's accessKey (user) and secretKey (password);
-    `super_secret_of(access_key)` is that enabled Super user's secret, else None."""
-
-    def authorize(headers: Mapping[str, str]) -> bool:
-        value = headers.get("Authorization") or headers.get("authorization") or ""
-        scheme, _, encoded = value.partition(" ")
-        if scheme.lower() != "basic" or len(encoded) > 1024:
-            return False
-        try:
-            user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        secret = super_secret_of(user) if sep else None
-        return secret is not None and hmac.compare_digest(secret.encode(), password.encode())
-
-    return authorize
 
 
 def gather(addresses: list[str], tls: ClientTLS = NO_TLS,
@@ -250,48 +228,60 @@ def _groups(replica_set: str, master: str, errors: list[str], link: _Link
     return shown
 
 
-class _Cache:
-    """One gathering at a time, reused for REFRESH_MS (many viewers cost one gathering)."""
+class _Cache(ViewSource):
+    """One gathering at a time, reused for REFRESH_MS per viewer (many tabs of one viewer cost
+    one gathering; each viewer's calls are signed with its keys, so each sees its own view)."""
 
-    def __init__(self, addresses: list[str], tls: ClientTLS,
-                 credentials: Credentials | None) -> None:
+    def __init__(self, addresses: list[str], tls: ClientTLS, views_max: int) -> None:
         self._addresses = addresses
         self._tls = tls
-        self._credentials = credentials
+        self._views_max = views_max
         self._lock = threading.Lock()
-        self._view: bytes = b""
-        self._at = 0.0
+        self._views: dict[str, tuple[float, bytes]] = {}  # access key ("" unsigned) -> view
 
-    def get(self) -> bytes:
+    def get(self, credentials: Credentials | None) -> bytes:
+        key = "" if credentials is None else credentials.access_key
         with self._lock:
-            if not self._view or time.monotonic() - self._at >= REFRESH_MS / 1000:
-                self._view = json.dumps(gather(self._addresses, self._tls,
-                                                    self._credentials)).encode()
-                self._at = time.monotonic()
-            return self._view
+            at, view = self._views.get(key, (0.0, b""))
+            if not view or time.monotonic() - at >= REFRESH_MS / 1000:
+                view = json.dumps(gather(self._addresses, self._tls, credentials)).encode()
+                if len(self._views) >= self._views_max:
+                    self._views.pop(min(self._views, key=lambda k: self._views[k][0]))
+                self._views[key] = (time.monotonic(), view)
+            return view
 
 
 class ConsoleServer:
-    """The console's HTTP server on a daemon thread; `close()` stops it."""
+    """The console's HTTP(S) server on a daemon thread; `close()` stops it.
+
+    `login`: how viewers' keys are checked (controller/console/login.py); None serves
+    everyone and signs nothing (a cluster without authentication). `ssl_context`: HTTPS
+    (conf.https.browser_ssl_context), else plain HTTP. `session_s`: how long a login lasts."""
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
-                 authorize: Authorize | None = None, tls: ClientTLS = NO_TLS,
-                 credentials: Credentials | None = None) -> None:
-        cache = _Cache(addresses, tls, credentials)
-        slots = threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX)
-        handler = type("Handler", (_Handler,), {"cache": cache, "slots": slots,
-                                                "authorize": staticmethod(authorize)
-                                                if authorize else None})
-        self._server = ThreadingHTTPServer((host, port), handler)  # OSError: port in use
-        self._server.daemon_threads = True
+                 login: LoginCheck | None = None, tls: ClientTLS = NO_TLS,
+                 ssl_context: ssl.SSLContext | ContextSource | None = None,
+                 session_s: float = SESSION_S_DEFAULT) -> None:
+        handler = type("Handler", (ConsoleHandler,), {
+            "views": _Cache(addresses, tls, SESSIONS_MAX),
+            "slots": threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX),
+            "login": staticmethod(login) if login else None,
+            "sessions": SessionTable(session_s), "sessions_lock": threading.Lock(),
+            "scheme": "http" if ssl_context is None else "https"})
+        self._server = HTTPServer((host, port), handler, ssl_context)  # OSError: port in use
         self._thread = threading.Thread(target=self._server.serve_forever, name="console",
                                         daemon=True)
         self._thread.start()
-        logger.info("console on http://%s:%d/", host, self.port)
+        logger.info("console on %s (%s)", self.url,
+                    "viewers log in" if login else "no login: anyone who reaches it")
 
     @property
     def port(self) -> int:
         return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{self._server.scheme}://{self._server.host}:{self.port}/"
 
     def close(self) -> None:
         self._server.shutdown()
@@ -299,92 +289,52 @@ class ConsoleServer:
         self._thread.join(timeout=5)
 
 
-_STATIC = {
-    "/": ("text/html; charset=utf-8", CONSOLE_HTML.encode()),
-    "/index.html": ("text/html; charset=utf-8", CONSOLE_HTML.encode()),
-    "/console.js": ("text/javascript; charset=utf-8", CONSOLE_JS.encode()),
-    "/console.css": ("text/css; charset=utf-8", CONSOLE_CSS.encode()),
-}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    cache: _Cache
-    slots: threading.BoundedSemaphore
-    authorize: Authorize | None
-    server_version = "rocketha-console"
-    timeout = CLIENT_IDLE_TIMEOUT_S  # a silent or slow client loses its connection (thread)
-
-    def do_GET(self) -> None:
-        if not self.slots.acquire(blocking=False):
-            self._send(503, "text/plain", b"busy\n")
-            return
-        try:
-            self._serve()
-        finally:
-            self.slots.release()
-
-    def _serve(self) -> None:
-        if self.authorize is not None and not self.authorize(dict(self.headers.items())):
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="rocketha console"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        path = self.path.split("?", 1)[0]
-        if path == "/api/cluster":
-            self._send(200, "application/json", self.cache.get())
-        elif path == "/healthz":
-            self._send(200, "text/plain", b"ok\n")
-        elif path in _STATIC:
-            self._send(200, *_STATIC[path])
-        else:
-            self._send(404, "text/plain", b"not found\n")
-
-    def _send(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Content-Security-Policy", "default-src 'self'")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if logger.isEnabledFor(logging.DEBUG):  # http.server's own %-format, then ours
-            logger.debug("console %s %s", self.address_string(), format % args)
+def console_ssl_context(cert_path: str, key_path: str, trust_cert_path: str = ""
+                        ) -> ssl.SSLContext:
+    """HTTPS for browsers with this certificate and key (a member's or the console's own), via
+    conf.tls's server context (its checks and TLS 1.2 floor), asking browsers for no client
+    certificate. Raises TLSConfigError naming the key, or OSError / ssl.SSLError."""
+    settings = TLSSettings(server_mode="enforcing", server_cert_path=cert_path,
+                           server_key_path=key_path,
+                           server_trust_cert_path=trust_cert_path or cert_path)
+    return browser_ssl_context(server_ssl_context(settings))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`rocketha-console --controller 'H:P;H:P' [--host H] --port P`: serve until Ctrl-C."""
-    parser = argparse.ArgumentParser(prog=PROGRAM, description=main.__doc__)
-    parser.add_argument("--controller", required=True,
-                        help="client address(es) of the controllers, ';'- or ','-separated")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--client-config", metavar="FILE",
-                        help="client.properties: the tls.client.* settings and the keys that "
-                             "sign the console's calls (rocketha-cluster writes "
-                             "<dir>/client.properties); with keys, viewers must give the same "
-                             "keys (HTTP Basic)")
+    """`rocketha-console --controller 'H:P;H:P' [--host H] --port P`: serve until Ctrl-C.
+
+    With a secured cluster's --client-config (TLS or keys), viewers log in with their own keys
+    (never a Super user's) and the console serves HTTPS with --cert-file/--key-file, or plain
+    HTTP only with --plaintext-http."""
+    parser = build_parser()  # controller/console/cli.py: argparse only, so --help is instant
     args = parser.parse_args(argv)
     addresses = [a.strip() for a in args.controller.replace(",", ";").split(";") if a.strip()]
     if not addresses:
         parser.error("--controller names no address")
+    if bool(args.cert_file) != bool(args.key_file):
+        parser.error("--cert-file and --key-file go together")
+    if not 60 <= args.session_seconds <= 7 * 86400:
+        parser.error("--session-seconds must be within [60, 604800]")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        tls, credentials = (client_config(args.client_config) if args.client_config
-                            else (NO_TLS, None))
+        tls, keys = (client_config(args.client_config) if args.client_config
+                     else (NO_TLS, None))
     except (OSError, ValueError) as err:
         return refuse(PROGRAM, str(err))
-    authorize = None
-    if credentials is not None:  # it signs as this user: show the cluster to that user only
-        authorize = basic_authorizer(lambda key: credentials.secret_key
-                                     if key == credentials.access_key else None)
+    secured = tls.enabled or keys is not None
+    if secured and not args.cert_file and not args.plaintext_http:
+        return refuse(PROGRAM, "a secured cluster's console serves HTTPS: give --cert-file and "
+                      "--key-file (or --plaintext-http to serve plain HTTP on purpose)")
     try:
-        server = ConsoleServer(addresses, args.host, args.port, authorize=authorize, tls=tls,
-                               credentials=credentials)
+        context = (console_ssl_context(args.cert_file, args.key_file, tls.trust_cert_path)
+                   if args.cert_file and not args.plaintext_http else None)
+    except (OSError, ValueError, ssl.SSLError) as err:
+        return refuse(PROGRAM, f"--cert-file/--key-file: {err}")
+    login = flight_login_check(addresses, tls) if secured else None
+    try:
+        server = ConsoleServer(addresses, args.host, args.port, login=login, tls=tls,
+                               ssl_context=context, session_s=args.session_seconds)
     except OSError as err:
         return refuse(PROGRAM, f"cannot listen on {args.host}:{args.port}: {err}")
     try:

@@ -8,7 +8,9 @@ parsed as HTML). Stable hooks for tests and scripts: `#replica-sets [data-replic
 
 from __future__ import annotations
 
-__all__ = ["CONSOLE_CSS", "CONSOLE_HTML", "CONSOLE_JS"]
+import html
+
+__all__ = ["CONSOLE_CSS", "CONSOLE_HTML", "CONSOLE_JS", "login_page"]
 
 CONSOLE_HTML = """<!doctype html>
 <html lang="en">
@@ -22,6 +24,11 @@ CONSOLE_HTML = """<!doctype html>
   <h1>rocketha</h1>
   <span id="updated">connecting...</span>
   <span id="leader"></span>
+  <form id="logout" method="post" action="/logout" hidden>
+    <span id="viewer"></span>
+    <input type="hidden" name="csrf" id="logout-csrf">
+    <button type="submit">Log out</button>
+  </form>
 </header>
 <main>
   <section><h2>Controllers</h2><table id="controllers"></table></section>
@@ -56,6 +63,14 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .dead, .bad { color: #c62828; font-weight: 600; }
 .muted { color: #6b7480; }
 #errors-section.empty { display: none; }
+#logout { margin-left: auto; }
+#logout button { margin-left: .6em; }
+.login { max-width: 24em; margin: 3em auto; background: #fff; border: 1px solid #d8dde3;
+         padding: 1em 1.4em 1.4em; }
+.login label { display: block; margin: .8em 0 .2em; }
+.login input[type=text], .login input[type=password] { width: 100%; box-sizing: border-box; }
+.login button { margin-top: 1.2em; }
+.login .refusal { color: #c62828; font-weight: 600; }
 """
 
 CONSOLE_JS = r"""
@@ -182,6 +197,10 @@ async function refresh() {
   const updated = document.getElementById("updated");
   try {
     const response = await fetch("/api/cluster", {cache: "no-store"});
+    if (response.status === 401) {  // the session expired or ended: log in again
+      window.location.assign("/login");
+      return;
+    }
     if (!response.ok) throw new Error("HTTP " + response.status);
     const view = await response.json();
     drawControllers(view);
@@ -200,5 +219,46 @@ async function refresh() {
   }
 }
 
+async function showViewer() {  // who is logged in, and the token "Log out" must carry
+  const response = await fetch("/api/session", {cache: "no-store"});
+  if (!response.ok) return;
+  const session = await response.json();
+  if (!session.user) return;
+  document.getElementById("viewer").textContent = session.user;
+  document.getElementById("logout-csrf").value = session.csrf;
+  document.getElementById("logout").hidden = false;
+}
+
+showViewer().catch(() => {});
 refresh();
+"""
+
+
+def login_page(csrf: str, refusal: str = "") -> str:
+    """The login form (no script: the strict Content-Security-Policy holds); `refusal` is the
+    one line saying why the last attempt failed. Both are escaped."""
+    line = f'<p class="refusal" id="refusal">{html.escape(refusal)}</p>' if refusal else ""
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>rocketha console: log in</title>
+<link rel="stylesheet" href="/console.css">
+</head>
+<body>
+<header><h1>rocketha</h1></header>
+<main>
+<form class="login" method="post" action="/login" autocomplete="off">
+  <h2>Log in to view the cluster</h2>
+  {line}
+  <label for="access_key">Access key</label>
+  <input type="text" id="access_key" name="access_key" required>
+  <label for="secret_key">Secret key</label>
+  <input type="password" id="secret_key" name="secret_key" required>
+  <input type="hidden" name="csrf" value="{html.escape(csrf)}">
+  <button type="submit" id="login-button">Log in</button>
+</form>
+</main>
+</body>
+</html>
 """

@@ -22,6 +22,7 @@ from typing import Any
 from pyarrow import flight
 
 from conf.signing import action_target
+from conf.version import VERSION
 from connector.protocol import decode_json_object
 from ha.broker.config import RUNTIME_KEYS, runtime_update, top_level_properties
 from ha.broker.metadata import TABLE_FORMATS, TopicConfig
@@ -72,6 +73,7 @@ class AdminActions:
             "query_offsets": self._query_offsets,
             "queue_offsets": self._queue_offsets,
             "update_topic": self._update_topic,
+            "shutdown": self._shutdown,
         }
 
     @guarded
@@ -250,8 +252,18 @@ class AdminActions:
             "confirm_log_position": stats.confirm_log_position,
             "flushed_log_position": stats.flushed_log_position,
             **self.replication.info(),
+            "version": VERSION,
+            "handover": self.replication.handover.info(),
             "controller": self.controller_info() if self.controller_info else None,
         }
+
+    def _shutdown(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Stop this broker as SIGTERM does (a master hands its role over first)."""
+        if self.request_stop is None:
+            raise RequestError("BAD_REQUEST", "this broker cannot be stopped remotely")
+        self.request_stop()
+        return {"stopping": True, "broker_name": self.config.broker_name,
+                "endpoint": self.endpoint}
 
     def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:
         """Request counters and store statistics."""
@@ -278,6 +290,7 @@ class AdminActions:
                 "recovered_after_crash": stats.recovered_after_crash,
             },
             "topics": len(self.topics.all()),
+            "open_streams": self.open_streams,  # produce streams (bounded by putStreamsMax)
             "idempotence": {"producers": len(self.idempotence.table),
                             "duplicates_dropped": self.idempotence.duplicates_dropped},
             "groups": len(self.offsets.groups()),

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import conf
-from conf import parse_bool, unknown_key_message
+from conf import BadValueError, parse_bool, parse_host_port, unknown_key_message
 from conf.controller_addresses import controller_addresses
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
+from conf.tls_reload import check_files
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from ha.broker.metadata import TABLE_FORMATS
@@ -61,8 +62,15 @@ class BrokerConfig:
     # shutdownGraceMs: on SIGTERM, how long the calls still open may take to end before the
     # store closes anyway (idle produce streams end only at their client's deadline)
     shutdown_grace_ms: int = 2000
+    # handoverTimeoutMs: controller mode, on SIGTERM a master first hands its role to an
+    # in-sync slave (ha/broker/handover.py); the longest that may take (and a put be held)
+    # before it stops as a crash would; 0: no handover
+    handover_timeout_ms: int = 5000
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
+    # putStreamsMax: produce streams open at once (each holds a server thread while open; a
+    # producer keeps one per topic it sends to): one more is refused BUSY
+    put_streams_max: int = 4096
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
     idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
@@ -76,6 +84,11 @@ class BrokerConfig:
     topic_table_interval_ms: int = 5000  # topicTableIntervalMs: one commit per topic this often
     topic_table_commit_rows_max: int = 1_000_000  # topicTableCommitRowsMax (rows in one commit)
     topic_table_commit_bytes_max: int = 64 << 20  # topicTableCommitBytesMax (record bytes)
+    # table upkeep (ha/broker/table_maintenance.py): compaction, vacuum, the table's retention
+    topic_table_maintenance_interval_ms: int = 3_600_000  # topicTableMaintenanceIntervalMs
+    topic_table_target_file_bytes: int = 128 << 20  # topicTableTargetFileBytes
+    topic_table_vacuum_hours: int = 168  # topicTableVacuumHours (old versions' files kept)
+    topic_table_retention_hours: int = 0  # topicTableRetentionHours (0: rows kept forever)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     enable_controller_mode: bool = False  # enableControllerMode
     controller_addr: tuple[str, ...] = ()  # controllerAddr (host:port[,host:port...])
@@ -87,6 +100,9 @@ class BrokerConfig:
     # (ha/replication/master_core.py)
     master_lease_ms: int = 2000
     metrics_port: int = 0  # metricsPort: Prometheus /metrics on brokerIP1 (0 = off)
+    # who may scrape it (conf/metrics_http.py): a token file, and plain HTTP on a TLS broker
+    metrics_bearer_token_file: str = ""  # metricsBearerTokenFile
+    metrics_plaintext: bool = False  # metricsPlaintext
     log_file: str = ""  # logFile: log here, rotated by size ("" = standard error)
     log_file_bytes_max: int = 100 << 20  # logFileBytesMax: rotate past this size
     log_files_kept: int = 5  # logFilesKept: rotated files kept (logFile.1 ... .N)
@@ -118,8 +134,10 @@ class BrokerConfig:
         _range("longPollingMax", self.long_polling_max, 1, 100_000)
         _range("longPollingWaitMaxMs", self.long_polling_wait_max_ms, 0, 3_600_000)
         _range("shutdownGraceMs", self.shutdown_grace_ms, 0, 3_600_000)
+        _range("handoverTimeoutMs", self.handover_timeout_ms, 0, 600_000)
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
+        _range("putStreamsMax", self.put_streams_max, 1, 1_000_000)
         self._check_controller_mode()
         if not self.enable_controller_mode and (
                 self.ha.broker_role.is_master != (self.broker_id == 0)):
@@ -142,6 +160,12 @@ class BrokerConfig:
         _range("topicTableIntervalMs", self.topic_table_interval_ms, 10, 3_600_000)
         _range("topicTableCommitRowsMax", self.topic_table_commit_rows_max, 1, 100_000_000)
         _range("topicTableCommitBytesMax", self.topic_table_commit_bytes_max, 1 << 16, 1 << 32)
+        _range("topicTableMaintenanceIntervalMs", self.topic_table_maintenance_interval_ms,
+               1000, 7 * 86_400_000)
+        _range("topicTableTargetFileBytes", self.topic_table_target_file_bytes, 1 << 20,
+               1 << 32)
+        _range("topicTableVacuumHours", self.topic_table_vacuum_hours, 0, 100 * 8760)
+        _range("topicTableRetentionHours", self.topic_table_retention_hours, 0, 100 * 8760)
 
     def _check_controller_mode(self) -> None:
         _range("brokerHeartbeatInterval", self.broker_heartbeat_interval_ms, 10, 60_000)
@@ -151,9 +175,10 @@ class BrokerConfig:
         if len(self.controller_addr) > 16:
             raise ConfigError("controllerAddr", "more than 16 controller addresses")
         for address in self.controller_addr:
-            host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError("controllerAddr", f"{address!r} is not host:port")
+            try:
+                parse_host_port(address)
+            except BadValueError as err:
+                raise ConfigError("controllerAddr", err.reason) from None
         if self.enable_controller_mode and not self.controller_addr:
             raise ConfigError("controllerAddr", "required with enableControllerMode=true")
 
@@ -211,7 +236,7 @@ class BrokerConfig:
         kwargs["ha"] = HAConfig.from_properties(
             {k: v for k, v in properties.items() if k in HA_PROPERTY_KEYS})
         try:
-            kwargs["tls"] = TLSSettings.from_properties(properties)
+            kwargs["tls"] = check_files(TLSSettings.from_properties(properties))
         except TLSConfigError as err:
             raise ConfigError(err.key, err.message) from err
         auth, errors = parse_auth_settings(properties)
@@ -255,8 +280,10 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "longPollingMax": ("long_polling_max", int),
     "longPollingWaitMaxMs": ("long_polling_wait_max_ms", int),
     "shutdownGraceMs": ("shutdown_grace_ms", int),
+    "handoverTimeoutMs": ("handover_timeout_ms", int),
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
+    "putStreamsMax": ("put_streams_max", int),
     "idempotenceProducersMax": ("idempotence_producers_max", int),
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
     "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),
@@ -269,6 +296,8 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "controllerRedirectsMax": ("controller_redirects_max", int),
     "masterLeaseMs": ("master_lease_ms", int),
     "metricsPort": ("metrics_port", int),
+    "metricsBearerTokenFile": ("metrics_bearer_token_file", str),
+    "metricsPlaintext": ("metrics_plaintext", parse_bool),
     "logFile": ("log_file", str),
     "logFileBytesMax": ("log_file_bytes_max", int),
     "logFilesKept": ("log_files_kept", int),
@@ -277,6 +306,10 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "topicTableIntervalMs": ("topic_table_interval_ms", int),
     "topicTableCommitRowsMax": ("topic_table_commit_rows_max", int),
     "topicTableCommitBytesMax": ("topic_table_commit_bytes_max", int),
+    "topicTableMaintenanceIntervalMs": ("topic_table_maintenance_interval_ms", int),
+    "topicTableTargetFileBytes": ("topic_table_target_file_bytes", int),
+    "topicTableVacuumHours": ("topic_table_vacuum_hours", int),
+    "topicTableRetentionHours": ("topic_table_retention_hours", int),
 }
 BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | frozenset(TLS_KEYS)
                | frozenset(AUTH_KEYS))
@@ -286,7 +319,7 @@ BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | froze
 # request handlers through `BrokerService.config` at every call, and by nothing built at
 # start-up. The change lives in memory only (the conf file is not rewritten).
 RUNTIME_KEYS = ("autoCreateTopicEnable", "defaultTopicQueueNums", "longPollingWaitMaxMs",
-                "putBatchBytesMax", "putRowsMax")
+                "putBatchBytesMax", "putRowsMax", "putStreamsMax")
 
 
 def runtime_update(config: BrokerConfig, key: str, text: str) -> BrokerConfig:

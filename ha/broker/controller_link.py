@@ -153,7 +153,7 @@ class ControllerClient:
 class HeartbeatState:
     """What the broker reports each heartbeat (read by the link thread)."""
 
-    __slots__ = ("confirm_log_position", "master_epoch", "master_epoch_abandoned",
+    __slots__ = ("confirm_log_position", "leaving", "master_epoch", "master_epoch_abandoned",
                  "master_lease_lapsed", "master_unreachable_epoch", "max_log_position",
                  "topics")
 
@@ -165,6 +165,7 @@ class HeartbeatState:
         self.master_unreachable_epoch = 0  # a slave that lost its master (0: none)
         self.master_lease_lapsed = False  # a master whose lease had lapsed before the read
         self.master_epoch_abandoned = 0  # a restarted master refusing its old epoch (0: none)
+        self.leaving = False  # lame duck: about to stop (ha/broker/handover.py)
 
 
 class ControllerLink:
@@ -293,7 +294,8 @@ class ControllerLink:
                                   state.confirm_log_position, topics=state.topics[:TOPICS_MAX],
                                   master_unreachable_epoch=state.master_unreachable_epoch,
                                   master_lease_lapsed=state.master_lease_lapsed,
-                                  master_epoch_abandoned=state.master_epoch_abandoned)
+                                  master_epoch_abandoned=state.master_epoch_abandoned,
+                                  leaving=state.leaving)
         # In parallel and without waiting, so one stopped controller (a full request timeout)
         # does not delay the heartbeats the others need; at most one call per controller is
         # in flight (a slow one is skipped until its call ends).

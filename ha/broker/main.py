@@ -22,10 +22,13 @@ from types import FrameType
 import pyarrow as pa
 
 from conf.extras import extra_refusal
-from conf.process import Program, refuse, start_server
+from conf.metrics_http import metrics_access
+from conf.process import BROKER_PROGRAM, refuse, start_server
+from conf.tls_reload import install_sighup
 from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
+from ha.broker.handover import hand_over_to_slave
 from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
@@ -41,8 +44,7 @@ logger = logging.getLogger("rocketha.broker")
 SIGNAL_POLL_S = 0.5  # the main thread's wait for SIGTERM/SIGINT, between signal checks
 
 
-PROGRAM = Program("rocketha-broker", __doc__.splitlines()[0], "broker.conf",
-                  "broker properties file (key=value)")
+PROGRAM = BROKER_PROGRAM
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         refusal = extra_refusal(PROGRAM.name, "s3", purpose=f"tieredStoreUrl {tier_url}")
         if refusal is not None:
             return refuse(PROGRAM.name, refusal)
+    try:  # who may scrape /metrics: a bad token file is refused before the store opens
+        access = metrics_access(config.tls, config.metrics_bearer_token_file,
+                                config.metrics_plaintext)
+    except (OSError, ValueError) as err:
+        return refuse(PROGRAM.name, str(err))
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     service: BrokerService | None = None
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
-        metrics = (serve_metrics(service, config.broker_ip, config.metrics_port)
+        metrics = (serve_metrics(service, config.broker_ip, config.metrics_port, access)
                    if config.metrics_port else None)
     except BaseException as err:
         if service is not None:
@@ -106,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    install_sighup()  # SIGHUP: check the TLS files now (conf/tls_reload.py)
+    service.request_stop = lambda: on_signal(signal.SIGTERM, None)  # `shutdown` action
     link, roles = _start_controller_link(config, service, tier)
     # topic tables (docs/topic-tables.md): the thread runs on every broker, works on the master
     tables = TopicTables(config, store, service.topics,
@@ -113,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     service.table_stats = tables.stats
     all_calls_ended = True
     try:
-        all_calls_ended = _serve(service, tier, stopping)
+        all_calls_ended = _serve(service, tier, stopping, link)
     finally:
         tables.stop()  # before the store closes (it reads the store)
         if metrics is not None:
@@ -172,6 +181,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
                                        topic.perm) for topic in service.topics.all())
         state.master_unreachable_epoch = service.replication.master_unreachable_epoch()
         state.master_epoch_abandoned = roles.abandoned_epoch()
+        state.leaving = service.replication.handover.leaving
         return state
 
     client = ControllerClient(config.controller_addr, config.controller_request_timeout_ms,
@@ -190,7 +200,8 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
     return link, roles
 
 
-def _serve(service: BrokerService, tier: TierService | None, stopping: threading.Event) -> bool:
+def _serve(service: BrokerService, tier: TierService | None, stopping: threading.Event,
+           link: ControllerLink | None) -> bool:
     """Serve until SIGTERM/SIGINT; then stop tiering (aborting uploads) before the store closes.
     Returns whether every call ended within shutdownGraceMs (BrokerService.shutdown).
 
@@ -202,6 +213,8 @@ def _serve(service: BrokerService, tier: TierService | None, stopping: threading
     try:
         while not stopping.wait(SIGNAL_POLL_S):
             pass  # (the signal handlers run on this thread, between waits)
+        if link is not None:  # a master hands its role over first (ha/broker/handover.py)
+            logger.info("%s", hand_over_to_slave(service, link))
         return service.shutdown(service.config.shutdown_grace_ms / 1000.0)
     finally:
         if tier is not None:

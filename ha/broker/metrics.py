@@ -16,6 +16,7 @@ Names follow RocketMQ 5 where it has the concept (its metrics docs):
     rocketmq_storage_flush_behind_bytes          written but not yet fsynced
     rocketmq_consumer_lag_messages{group,topic,queue_id}   queue end - committed offset
 and rocketha_* for the HA state operators alert on:
+    rocketha_build_info{version}                 1, labelled with the running release
     rocketha_broker_role{role}                   1 for the current role (MASTER/SLAVE/NONE)
     rocketha_master_epoch                        epoch of the term this broker serves/follows
     rocketha_log_position_bytes{position}        min / max / confirm / flushed
@@ -35,6 +36,7 @@ and rocketha_* for the HA state operators alert on:
     rocketha_put_batches_total{status}           produce batches by put status
     rocketha_rejected_requests_total{code}       calls refused with a wire error code
     rocketha_topic_messages{topic}               messages held (sum over queues of max - min)
+    rocketha_topic_table_*{topic}                topic tables' lag and commits (table_metrics.py)
 
 Cardinality: consumer-lag and topic series stop at SERIES_MAX per family (then a warning
 series `rocketha_metrics_truncated{family}` says so).
@@ -55,7 +57,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from conf.metrics_http import MetricsServer, serve_collector
+from conf.metrics_http import OPEN, MetricsAccess, MetricsServer, serve_collector
+from conf.version import VERSION
+from ha.broker.table_metrics import table_families
 from ha.broker.telemetry import LATENCY_BUCKETS_MS
 
 __all__ = ["SERIES_MAX", "BrokerCollector", "MetricsServer", "serve_metrics"]
@@ -80,6 +84,7 @@ class _Service(Protocol):
 
     def counters_snapshot(self) -> dict[str, int]: ...
     def tier_stats(self) -> dict[str, Any]: ...
+    def table_stats(self) -> dict[str, Any]: ...
 
 
 class BrokerCollector(Collector):
@@ -90,11 +95,16 @@ class BrokerCollector(Collector):
         service = self._service
         config = service.config
         base = [config.broker_cluster_name, config.broker_name, service.endpoint]
+        info = GaugeMetricFamily("rocketha_build_info", "1, labelled with the running version",
+                                 labels=[*_LABELS, "version"])
+        info.add_metric([*base, VERSION], 1)
+        yield info
         yield from self._traffic(base)
         yield from self._store(base)
         yield from self._replication(base)
         yield from self._requests(base)
         yield from self._consumers(base)
+        yield from table_families(service.table_stats(), _LABELS, base)  # table_metrics.py
 
     # -- families ---------------------------------------------------------------------------
     def _traffic(self, base: list[str]) -> Iterator[Metric]:
@@ -276,8 +286,10 @@ def _truncated(base: list[str], family_name: str) -> GaugeMetricFamily:
     return family
 
 
-def serve_metrics(service: _Service, host: str, port: int) -> MetricsServer:
-    """Serve `/metrics` on host:port. Raises OSError (e.g. the port is in use)."""
-    server = serve_collector(BrokerCollector(service), host, port)
-    logger.info("metrics on http://%s:%d/metrics", host, server.port)
+def serve_metrics(service: _Service, host: str, port: int,
+                  access: MetricsAccess = OPEN) -> MetricsServer:
+    """Serve `/metrics` on host:port as `access` says. Raises OSError (e.g. the port is in
+    use)."""
+    server = serve_collector(BrokerCollector(service), host, port, access)
+    logger.info("metrics on %s", server.url)
     return server

@@ -58,8 +58,10 @@ class ProducePath:
         if topic is None:
             check_topic_name(name)
             if not self.config.auto_create_topic_enable:
-                raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist "
-                                   "(autoCreateTopicEnable=false)")
+                raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist and this "
+                                   "broker creates none on a first produce "
+                                   "(autoCreateTopicEnable=false): create it first, e.g. "
+                                   f"`rocketha-admin topic create --topic {name}`")
             queues = self.config.default_topic_queue_nums
             self._auto_create(TopicConfig(name, queues, queues))
             topic = self.topics.get(name)
@@ -124,8 +126,13 @@ class ProducePath:
 
     @contextlib.contextmanager
     def _counted_stream(self) -> Iterator[None]:
-        """Count the produce streams open (what a stop reports it left open)."""
+        """Count the produce streams open (what a stop reports it left open), and refuse one
+        past putStreamsMax before reading any batch: each open stream holds a server thread."""
+        limit = self.config.put_streams_max
         with self._counters.lock:
+            if self._open_streams >= limit:
+                raise RequestError("BUSY", f"{limit} produce streams are open (putStreamsMax); "
+                                   "close idle producers or raise putStreamsMax")
             self._open_streams += 1
         try:
             yield

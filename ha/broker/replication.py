@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ha.broker.config import BrokerConfig
+from ha.broker.handover import HandoverGate
 from ha.broker.offset_log import OffsetLog
 from ha.broker.topic_log import TopicLog
 from ha.replication.config import BrokerRole
@@ -100,6 +101,7 @@ class Replication:
         self.slave: SlaveService | None = None
         self._fenced: str | None = None  # controller mode: why this broker takes no writes
         self._slave_epoch = -1  # runtime roles: the master epoch the slave service follows
+        self.handover = HandoverGate(config.handover_timeout_ms, NotMasterError)
         if config.runtime_roles:
             self._fenced = "waiting for the controller to name this replica set's master"
             return
@@ -294,7 +296,17 @@ class Replication:
 
     # -- puts -------------------------------------------------------------------------------
     def put(self, batch: MessageBatch) -> PutResult:
-        """The put path; every status is ha/replication/put_core.py's answer to what happened."""
+        """The put path, through the handover gate (a master handing over holds new puts
+        until it knows whether it still is the master: ha/broker/handover.py)."""
+        gate = self.handover
+        gate.enter()
+        try:
+            return self._put(batch)
+        finally:
+            gate.exit()
+
+    def _put(self, batch: MessageBatch) -> PutResult:
+        """Every status is ha/replication/put_core.py's answer to what happened."""
         master = self._admit(writing=True)
         if master is None:  # no replication (STANDALONE)
             return self._fenced_after(self._store.put_messages(batch))

@@ -82,6 +82,10 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
                              else cached, audit=AuditLog(settings.audit_log_file,
                                                        settings.audit_log_bytes_max,
                                                        settings.audit_logs_kept, "broker"))
+        # controller mode: until the first table arrives (even over a cached one, which may
+        # lack users added meanwhile) an unknown user is told "not ready, retry" (BUSY)
+        self.auth.table_current = not (config.enable_controller_mode and not settings.acl_file
+                                       and settings.authentication_enabled)
         # bind to bindAddress; hand out brokerIP1 (self.endpoint, the FlightInfo locations)
         # TLS per tls.* (conf/tls.py); the auth middleware, not an auth
         # handler, so peer_identity() stays the client certificate's identity
@@ -92,6 +96,7 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode
+        self.request_stop: Callable[[], None] | None = None  # the `shutdown` action (main)
         # topic tables' progress (ha/broker/topic_tables.py, started by main)
         self.table_stats: Callable[[], dict[str, Any]] = lambda: {"role": "off", "topics": {}}
         # topic configs and consumer-group offsets: records in the CommitLog, written through
@@ -159,6 +164,7 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
         """The users/ACL table the controller serves (controller mode), replaced whole, and
         kept under the store (mode 0600: it holds secrets) for a restart."""
         self.auth.auth_data = auth
+        self.auth.table_current = True
         self._auth_cache.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self._auth_cache, json.dumps(auth.to_json()).encode(), 0o600)
 

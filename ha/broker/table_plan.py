@@ -18,9 +18,13 @@ The planner reads those, the queues' offsets in the store and this master's epoc
     per queue q (next_q from the table, or the store's min offset when the table has none):
       next_q < store min              -> skip to the store min: those messages are gone from
                                          the log and the tier (counted as `skipped`)
-      next_q > store max              -> nothing (`ahead`: the table holds offsets this store
-                                         has not confirmed; a recreated topic)
       else                            -> range [next_q, min(store max, next_q + share))
+    any queue with next_q > store max -> Ahead: the table holds offsets this store has not
+                                         confirmed (a topic deleted and created again under
+                                         the same name, or a confirm position not yet back
+                                         after a failover): no commit of any queue, so two
+                                         incarnations of a topic never mix in one table; the
+                                         next pass looks again
     no range and the fence is ours    -> None (nothing to do)
     otherwise                         -> CommitPlan (a new epoch always commits once, even
                                          with no rows: its fence stops the deposed master)
@@ -40,8 +44,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from connector.protocol.table_ids import fence_app_id, queue_app_id
+
 __all__ = [
     "FENCE_EPOCH_SHIFT",
+    "Ahead",
     "CommitPlan",
     "Fenced",
     "QueueState",
@@ -54,20 +61,9 @@ __all__ = [
     "transactions",
 ]
 
-APP_ID_PREFIX = "rocketha"
 FENCE_EPOCH_SHIFT = 32  # Delta txn versions are int64: epoch in the high half, sequence low
 FENCE_SEQUENCE_MAX = (1 << FENCE_EPOCH_SHIFT) - 1
 EPOCH_MAX = (1 << (63 - FENCE_EPOCH_SHIFT)) - 1
-
-
-def queue_app_id(broker_name: str, queue_id: int) -> str:
-    """The app id whose version is queue `queue_id`'s next offset not in the table."""
-    return f"{APP_ID_PREFIX}/{broker_name}/{queue_id}"
-
-
-def fence_app_id(broker_name: str) -> str:
-    """The app id whose version fences the replica set's masters (epoch, sequence)."""
-    return f"{APP_ID_PREFIX}/{broker_name}"
 
 
 def fence_version(master_epoch: int, sequence: int) -> int:
@@ -111,7 +107,6 @@ class CommitPlan:
     master_epoch: int
     sequence: int  # this commit's sequence within the epoch (the fence's low half)
     takes: tuple[QueueTake, ...]  # by queue id; only queues that move (rows or a skip)
-    ahead: tuple[int, ...] = ()  # queues whose table offset is past the store's max
     pending_count: int = 0  # confirmed messages not in the table (before this commit)
 
     @property
@@ -131,8 +126,15 @@ class Fenced:
     table_epoch: int
 
 
-def plan_commit(*, master_epoch: int, table_fence: int | None,
-                queues: Sequence[QueueState], rows_max: int) -> CommitPlan | Fenced | None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ahead:
+    """The table holds offsets past this store's confirmed end in `queue_ids`."""
+
+    queue_ids: tuple[int, ...]
+
+
+def plan_commit(*, master_epoch: int, table_fence: int | None, queues: Sequence[QueueState],
+                rows_max: int) -> CommitPlan | Fenced | Ahead | None:
     """The next commit of one topic by this replica set's master (see the module doc)."""
     assert rows_max > 0
     table_epoch, table_sequence = (-1, 0) if table_fence is None else split_fence(table_fence)
@@ -153,13 +155,15 @@ def plan_commit(*, master_epoch: int, table_fence: int | None,
         skipped = start - table_next if queue.table_next_offset is not None else 0
         starts[queue.queue_id] = (start, skipped)
         pending[queue.queue_id] = queue.max_offset - start
+    if ahead:
+        return Ahead(tuple(ahead))
     shares = water_fill(pending, rows_max)
     takes = tuple(QueueTake(queue_id, start, start + shares[queue_id], skipped)
                   for queue_id, (start, skipped) in starts.items()
                   if shares[queue_id] or skipped)
     if not takes and table_epoch == master_epoch:
         return None
-    return CommitPlan(master_epoch, sequence, takes, tuple(ahead), sum(pending.values()))
+    return CommitPlan(master_epoch, sequence, takes, sum(pending.values()))
 
 
 def water_fill(pending: Mapping[int, int], total_max: int) -> dict[int, int]:

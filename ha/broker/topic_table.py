@@ -3,7 +3,8 @@
     pass (TopicTableWriter.run_pass, on the `topic-tables` thread, master only)
       load the table's newest snapshot S (version v)       -> None: the table does not exist
       read the fence and each queue's txn version from S
-      plan_commit (ha/broker/table_plan.py)                -> Fenced / nothing / CommitPlan
+      plan_commit (ha/broker/table_plan.py)                -> Fenced / Ahead / nothing /
+                                                            CommitPlan
       read each take through the store's read path         (only confirmed messages: the
         (get_message_block; the tier serves cold ranges),   store never reads past the confirm
         checking the queue offsets are the planned ones     position), at most
@@ -35,7 +36,9 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ha.broker.arrow_codec import block_to_batch
+from ha.broker.table_continuity import Continuity
 from ha.broker.table_plan import (
+    Ahead,
     CommitPlan,
     Fenced,
     QueueState,
@@ -140,14 +143,16 @@ class TableLimits:
 class PassResult:
     """What one pass of one topic did."""
 
-    outcome: str  # "committed", "idle" (nothing to commit), "fenced"
+    outcome: str  # "committed", "idle" (nothing to commit), "fenced", "ahead"
     rows: int = 0
     table_version: int | None = None
     pending_count: int = 0  # confirmed messages not in the table after this pass
     more: bool = False  # a limit ended the commit: run the next pass at once
     skipped_count: int = 0  # offsets gone from the store before the table got them
-    ahead: tuple[int, ...] = ()
+    ahead: tuple[int, ...] = ()  # queues the table is past the store's end in (no commit)
     table_epoch: int | None = None  # fenced: the epoch of the newer master
+    # per queue, the next offset not in the table after this pass (queues it has rows of)
+    ends: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class TopicTableWriter:
@@ -161,6 +166,7 @@ class TopicTableWriter:
         self.uri = uri
         self.storage_options = storage_options
         self.limits = limits
+        self.continuity = Continuity(store, topic, broker_name)  # table_continuity.py
 
     def load(self) -> DeltaTable | None:
         try:
@@ -185,20 +191,33 @@ class TopicTableWriter:
         table = self.load()
         fence = None if table is None else table.transaction_version(
             fence_app_id(self.broker_name))
-        plan = plan_commit(master_epoch=master_epoch, table_fence=fence,
-                           queues=self.queue_states(table, queue_ids),
+        states = self.queue_states(table, queue_ids)
+        ends = {state.queue_id: state.table_next_offset for state in states
+                if state.table_next_offset is not None}
+        plan = plan_commit(master_epoch=master_epoch, table_fence=fence, queues=states,
                            rows_max=self.limits.rows_max)
         if plan is None:
-            return PassResult("idle")
+            return PassResult("idle", ends=ends)
         if isinstance(plan, Fenced):
             return PassResult("fenced", table_epoch=plan.table_epoch)
+        if isinstance(plan, Ahead):
+            return PassResult("ahead", ahead=plan.queue_ids, ends=ends)
+        foreign = self.continuity.foreign(table, {
+            take.queue_id: take.start_offset for take in plan.takes
+            if not take.skipped_count and ends.get(take.queue_id, 0) > 0})
+        if foreign:  # a topic created again whose queues passed the old table's ends
+            return PassResult("ahead", ahead=foreign, ends=ends)
         rows, counts = self._read(plan)
         version = self._commit(table, rows, plan, counts)
+        self.continuity.remember(rows)
+        for take in plan.takes:  # as transactions() moves each queue's end
+            if counts.get(take.queue_id, 0) or take.skipped_count:
+                ends[take.queue_id] = take.start_offset + counts.get(take.queue_id, 0)
         skipped = sum(take.skipped_count for take in plan.takes)
         left = plan.pending_count - rows.num_rows
         return PassResult("committed", rows.num_rows, version, left,
                           more=rows.num_rows > 0 and left > 0, skipped_count=skipped,
-                          ahead=plan.ahead)
+                          ends=ends)
 
     def _read(self, plan: CommitPlan) -> tuple[pa.Table, dict[int, int]]:
         """The planned rows, read through the store; each take's byte budget is its share of

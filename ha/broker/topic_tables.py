@@ -5,12 +5,18 @@
       for each topic whose table is delta  (its `table` attribute, else topicTableDefault)
         backing off after a failure?       -> skip it this time
         fenced under this epoch?           -> skip it (a newer master writes the table)
+        the table past the store's end?    -> no commit; `ahead_queues` says which (a topic
+                                              created again under the same name)
         TopicTableWriter.run_pass          (ha/broker/topic_table.py: one Delta commit)
           CommitFailedError                -> another writer committed first: plan again,
                                               up to COMMIT_ATTEMPTS_MAX in this pass
           any other error                  -> count, keep as last_error, log; retry after
                                               backoff_ms (the interval, doubling, to
                                               RETRY_BACKOFF_MAX_MS)
+        upkeep due (every topicTableMaintenanceIntervalMs, after a pass that was not fenced)
+          run_maintenance                  (ha/broker/table_maintenance.py: retention,
+                                              compaction, vacuum; an error is kept as
+                                              maintenance_error and tried next interval)
 
 Nothing here is on a put's path: the thread only reads the store (confirmed messages, through
 the normal read path) and writes the object store, so an object store that is down delays the
@@ -29,15 +35,18 @@ from typing import Any
 
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import TopicConfig
+from ha.broker.table_lag import table_lag
 from ha.broker.topic_log import TopicLog
 from storage_engine import MessageStore
 from storage_engine.tiered import backoff_ms
 
 _TABLE_IO_MISSING = ""  # why topic tables cannot run here (set when deltalake is missing)
 try:  # deltalake is an optional dependency (`rocketha[tables]`): a broker runs without it
+    from ha.broker import table_maintenance
     from ha.broker import topic_table as table_io
 except ModuleNotFoundError as err:
     table_io = None  # type: ignore[assignment]
+    table_maintenance = None  # type: ignore[assignment]
     _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
                          f"'rocketha[tables]'): {err}")
 
@@ -63,6 +72,12 @@ class _TopicState:
     last_commit_ms: int | None = None
     last_version: int | None = None
     last_error: dict[str, Any] | None = None
+    maintenance_at_ms: int | None = None  # when upkeep is due next (set by the first pass)
+    last_maintenance: dict[str, Any] | None = None  # what the last upkeep did, and when
+    maintenance_error: dict[str, Any] | None = None
+    ends: dict[int, int] = dataclasses.field(default_factory=dict)  # the table's, last pass
+    queue_ids: tuple[int, ...] = ()  # the topic's queues, last pass
+    ahead: tuple[int, ...] = ()  # queues the table is past the store's end in (no commits)
 
 
 class TopicTables:
@@ -152,6 +167,8 @@ class TopicTables:
             return False
         queue_ids = {queue_id for name, queue_id in self.store.queues() if name == topic.name}
         queue_ids.update(range(topic.read_queue_nums))
+        with self._lock:
+            state.queue_ids = tuple(sorted(queue_ids))
         for attempt in range(1, COMMIT_ATTEMPTS_MAX + 1):
             try:
                 result = state.writer.run_pass(epoch, queue_ids)
@@ -166,17 +183,22 @@ class TopicTables:
                 self._failed(state, topic.name, err, now_ms)
                 return False
             self._done(state, topic.name, result, epoch)
+            if result.outcome != "fenced":
+                self._maintain(state, topic.name)
             return result.more
         return True  # lost every attempt: try again at once
 
     def _done(self, state: _TopicState, topic: str, result: table_io.PassResult,
               epoch: int) -> None:
         with self._lock:
+            ahead_before, state.ahead = state.ahead, tuple(result.ahead)
             state.failures = 0
             state.retry_at_ms = 0
             state.pending = result.pending_count
             if result.outcome == "fenced":
                 state.fenced_epoch = epoch
+            else:
+                state.ends = dict(result.ends)
             if result.outcome == "committed":
                 state.commits += 1
                 state.rows += result.rows
@@ -189,10 +211,43 @@ class TopicTables:
         if result.skipped_count:
             logger.warning("topic table %s: %d message(s) were gone from the log and the tier "
                            "before the table got them", topic, result.skipped_count)
-        if result.ahead:
-            logger.warning("topic table %s: the table holds offsets past this store's end in "
-                           "queue(s) %s (a recreated topic?): those queues are left alone",
-                           topic, list(result.ahead))
+        if result.ahead != ahead_before:
+            if result.ahead:
+                logger.warning("topic table %s: the table holds offsets past this store's end "
+                               "in queue(s) %s (the topic deleted and created again under the "
+                               "same name?): no commits while it is; move the table away to "
+                               "start a new one", topic, list(result.ahead))
+            else:
+                logger.info("topic table %s: no queue is behind the table any more", topic)
+
+    def _maintain(self, state: _TopicState, topic: str) -> None:
+        """Retention, compaction and vacuum of the table, when due (after a pass)."""
+        now_ms = self._clock_ms()
+        interval_ms = self.config.topic_table_maintenance_interval_ms
+        if state.maintenance_at_ms is None:
+            state.maintenance_at_ms = now_ms + interval_ms
+        if now_ms < state.maintenance_at_ms or state.writer is None:
+            return
+        state.maintenance_at_ms = now_ms + interval_ms
+        settings = table_maintenance.MaintenanceSettings(
+            self.config.topic_table_target_file_bytes, self.config.topic_table_vacuum_hours,
+            self.config.topic_table_retention_hours)
+        try:
+            done = table_maintenance.run_maintenance(state.writer.uri, self._storage_options,
+                                                     settings, now_ms)
+        except Exception as err:  # noqa: BLE001 - reported; tried again next interval
+            with self._lock:
+                state.maintenance_error = {"kind": type(err).__name__,
+                                           "message": str(err)[:500], "at_ms": now_ms}
+            logger.warning("topic table %s: upkeep failed (next try in %d ms): %s", topic,
+                           interval_ms, err)
+            return
+        with self._lock:
+            state.maintenance_error = None
+            state.last_maintenance = None if done is None else {**done.as_dict(),
+                                                                "at_ms": now_ms}
+        if done is not None:
+            logger.info("topic table %s: upkeep %s", topic, done.as_dict())
 
     def _failed(self, state: _TopicState, topic: str, err: Exception, now_ms: int) -> None:
         with self._lock:
@@ -207,7 +262,8 @@ class TopicTables:
                        topic, state.failures, wait_ms, err)
 
     def stats(self) -> dict[str, Any]:
-        """For `broker info`: the role seen last, and per table topic its progress."""
+        """For `broker info` and the metrics: the role seen last, and per table topic its
+        progress and, on the master, its lag behind the confirm position (table_lag.py)."""
         with self._lock:
             topics = {name: {"uri": state.writer and state.writer.uri, "commits": state.commits,
                              "rows": state.rows, "pending_messages": state.pending,
@@ -216,8 +272,26 @@ class TopicTables:
                              "lost_races": state.lost_races, "skipped_messages": state.skipped,
                              "failures_in_a_row": state.failures,
                              "fenced_epoch": state.fenced_epoch,
-                             "last_error": state.last_error}
+                             "ahead_queues": list(state.ahead),
+                             "last_error": state.last_error,
+                             "last_maintenance": state.last_maintenance,
+                             "maintenance_error": state.maintenance_error}
                       for name, state in sorted(self._states.items())}
-            return {"role": self._role, "passes": self._passes,
-                    "interval_ms": self.config.topic_table_interval_ms,
-                    "default": self.config.topic_table_default, "topics": topics}
+            lag_inputs = {name: (dict(state.ends), state.queue_ids)
+                          for name, state in self._states.items()
+                          if state.writer is not None and state.fenced_epoch is None}
+            role = self._role
+            result = {"role": role, "passes": self._passes,
+                      "interval_ms": self.config.topic_table_interval_ms,
+                      "default": self.config.topic_table_default, "topics": topics}
+        now_ms = self._clock_ms()
+        for name, topic_stats in topics.items():
+            lag = None
+            if role == "master" and name in lag_inputs:
+                try:
+                    lag = table_lag(self.store, name, *lag_inputs[name], now_ms)
+                except Exception:  # the store closing under a scrape: no lag this time
+                    logger.debug("topic table %s: lag unavailable", name, exc_info=True)
+            topic_stats["lag_messages"] = None if lag is None else lag.messages
+            topic_stats["lag_seconds"] = None if lag is None else round(lag.seconds, 3)
+        return result

@@ -4,6 +4,8 @@
     <dir>/tls/ca-key.pem                its private key (only ever used to sign, here)
     <dir>/tls/<name>.pem, <name>-key.pem
                                         a member's (or the tools') certificate and key
+    <dir>/tls/crl.pem                   the revoked serials (a CRL signed by the CA), read by
+                                        every member as tls.crlPath (conf/tls_reload.py)
 
 Every file is written with mode 0600 (ha/local_processes.write_private_text): keys are secrets,
 and nothing here needs another user to read them. Keys are ECDSA P-256 (fast to make and to
@@ -12,6 +14,10 @@ handshake); certificates last `VALID_DAYS`.
 Identity: each certificate names its holder in one URI SAN, spelled by
 `conf.tls` (`rocketha://controller/<id>`, `rocketha://broker/<brokerName>/<host:
 port>`, `rocketha://client/<name>`), which the processes check (README "Transport security").
+Rotation writes a certificate and its key to new files and renames them over the old ones,
+key first: a member checking its files between the two renames finds a pair that does not
+match, keeps what it serves, and loads the pair at its next check.
+
 Addresses: IP SANs (and DNS SANs for names) for every address the holder listens on, since
 clients check the address they dial against them.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,7 +38,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ha.cluster.processes import write_private_text
 
-__all__ = ["VALID_DAYS", "CertificateAuthority", "IssuedCert", "ensure_ca"]
+__all__ = ["CRL_NAME", "VALID_DAYS", "CertificateAuthority", "IssuedCert", "ensure_ca",
+           "serial_of"]
+
+CRL_NAME = "crl.pem"
 
 VALID_DAYS = 825
 CA_VALID_DAYS = 3650
@@ -60,6 +70,19 @@ def _sans(identity: str, hosts: Iterable[str]) -> list[x509.GeneralName]:
         except ValueError:
             names.append(x509.DNSName(host))
     return names
+
+
+def _replace_private(path: Path, text: str) -> None:
+    """Write `text` beside `path` (0600), then rename it over `path`: a process reading the
+    file sees the old content or the new, never a part."""
+    partial = path.with_name(path.name + ".new")
+    write_private_text(partial, text)
+    os.replace(partial, path)
+
+
+def serial_of(cert_path: Path) -> int:
+    """The serial number of the (first) certificate in a PEM file."""
+    return x509.load_pem_x509_certificate(cert_path.read_bytes()).serial_number
 
 
 class CertificateAuthority:
@@ -96,9 +119,40 @@ class CertificateAuthority:
             .sign(self._key, hashes.SHA256())
         )
         issued = IssuedCert(self.directory / f"{name}.pem", self.directory / f"{name}-key.pem")
-        write_private_text(issued.key_path, _key_pem(key))
-        write_private_text(issued.cert_path, _cert_pem(cert))
+        _replace_private(issued.key_path, _key_pem(key))
+        _replace_private(issued.cert_path, _cert_pem(cert))
         return issued
+
+    @property
+    def crl_path(self) -> Path:
+        return self.directory / CRL_NAME
+
+    def revoked(self) -> frozenset[int]:
+        """The serials the CRL lists (none before the first `revoke`)."""
+        if not self.crl_path.is_file():
+            return frozenset()
+        crl = x509.load_pem_x509_crl(self.crl_path.read_bytes())
+        return frozenset(entry.serial_number for entry in crl)
+
+    def revoke(self, serials: Iterable[int] = ()) -> Path:
+        """Write the CRL: what it listed plus `serials` (with none: an empty CRL, made once so
+        every member can name it in tls.crlPath). Its nextUpdate is the CA's own expiry: a
+        member refuses every peer once the CRL it holds is past it."""
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (x509.CertificateRevocationListBuilder()
+                   .issuer_name(self._cert.subject)
+                   .last_update(now - datetime.timedelta(minutes=5))
+                   .next_update(self._cert.not_valid_after_utc))
+        for serial in sorted(self.revoked() | frozenset(serials)):
+            builder = builder.add_revoked_certificate(
+                x509.RevokedCertificateBuilder().serial_number(serial)
+                .revocation_date(now - datetime.timedelta(minutes=5)).build())
+        crl = builder.sign(self._key, hashes.SHA256())
+        _replace_private(self.crl_path, crl.public_bytes(serialization.Encoding.PEM).decode())
+        return self.crl_path
+
+    def ensure_crl(self) -> Path:
+        return self.crl_path if self.crl_path.is_file() else self.revoke()
 
 
 def ensure_ca(directory: Path, cluster_name: str = "rocketha") -> CertificateAuthority:

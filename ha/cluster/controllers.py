@@ -21,12 +21,15 @@ from conf.signing import Credentials
 from conf.tls import NO_TLS, ClientTLS
 from ha.broker.peer import signed_action
 from ha.cluster import auth as cluster_auth
+from ha.cluster.cli import CONTROLLER_COUNTS
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
+    exit_status,
     free_port,
     pid_from_file,
     ports_in,
+    recorded_pid,
     stop_pid_file,
     write_private_text,
 )
@@ -34,7 +37,6 @@ from ha.cluster.security import client_tls, member_tls_settings
 
 __all__ = ["CONTROLLER_COUNTS", "LocalControllers"]
 
-CONTROLLER_COUNTS = (0, 1, 3, 5)
 STARTUP_TIMEOUT_S = 30.0
 
 
@@ -79,9 +81,9 @@ class LocalControllers:
         return [f"{c['name']} {host_of(c)}:{c['port']} "
                 f"{'leader' if c is leader else 'follower'}" for c in group]
 
-    def stop_all(self) -> None:
-        for controller in self._load().get("controllers", []):
-            self.stop(controller)
+    def stop_all(self) -> int:
+        """Stop every controller; how many were running."""
+        return sum(self.stop(controller) for controller in self._load().get("controllers", []))
 
     def plan(self, manifest: dict[str, Any], count: int,
              overrides: dict[str, str]) -> list[dict[str, Any]]:
@@ -156,8 +158,9 @@ class LocalControllers:
             for controller in controllers:
                 if self.pid_of(controller) is None:
                     tail = Path(controller["log_file"]).read_text(errors="replace")[-1500:]
-                    raise SystemExit(f"rocketha-cluster: {controller['name']} exited; log "
-                                     f"tail:\n{tail}")
+                    status = exit_status(recorded_pid(controller["pid_file"]))
+                    raise SystemExit(f"rocketha-cluster: {controller['name']} exited{status}; "
+                                     f"log tail:\n{tail}")
             credentials = cluster_auth.admin_credentials(self.directory)
             statuses = [controller_status(f"{host_of(c)}:{c['port']}", 1.0, tls, credentials)
                         for c in controllers]
@@ -172,6 +175,7 @@ class LocalControllers:
         processes = []
         manifest = self._load()
         tls = client_tls(self.directory, manifest)
+        scheme = "https" if manifest.get("tls") else "http"  # TLS members: HTTPS pages only
         for controller in manifest.get("controllers", []):
             pid = self.pid_of(controller)
             endpoint = f"{host_of(controller)}:{controller['port']}"
@@ -182,15 +186,16 @@ class LocalControllers:
                 "role": (info or {}).get("role", "unknown" if pid else "DOWN"),
                 "broker_role": "",  # a column of `status` shared with brokers
                 "term": (info or {}).get("term"), "endpoint": endpoint,
+                "version": (info or {}).get("version"),
                 "store_dir": controller["store_dir"], "log_file": controller["log_file"],
                 "alive": info is not None,
-                "metrics_endpoint": f"http://{host_of(controller)}:{controller['metrics_port']}"
-                "/metrics"
+                "metrics_endpoint": f"{scheme}://{host_of(controller)}:"
+                f"{controller['metrics_port']}/metrics"
                 if controller.get("metrics_port") else None,
-                "console_url": f"http://{host_of(controller)}:{controller['console_port']}/"
+                "console_url": f"{scheme}://{host_of(controller)}:{controller['console_port']}/"
                 if controller.get("console_port") else None,
             })
         return processes
 
-    def stop(self, controller: dict[str, Any]) -> None:
-        stop_pid_file(controller["pid_file"])
+    def stop(self, controller: dict[str, Any]) -> bool:
+        return stop_pid_file(controller["pid_file"])

@@ -1,7 +1,7 @@
 """`rocketha-cluster`: run a local cluster of brokers on 127.0.0.1 under one directory.
 
     rocketha-cluster up --dir DIR [--replica-sets N] [--replicas R] [--controllers C]
-                        [--set key=value ...] [--set-file FILE ...]
+                        [--set key=value ...] [--set-file FILE ...] [--unset KEY ...]
                         [--controller-set key=value ...] [--hosts] [--insecure]
                         [--grpc-port P] [--grpc-set key=value ...]
     rocketha-cluster status --dir DIR [--json]
@@ -62,9 +62,16 @@ from conf import PropertiesError, format_property, parse_properties
 from conf.extras import extra_refusal
 from ha.broker.peer import broker_info
 from ha.cluster import auth as cluster_auth
+from ha.cluster import cert_ops, rolling
 from ha.cluster import plan as cluster_plan
-from ha.cluster.controllers import CONTROLLER_COUNTS, LocalControllers
+from ha.cluster.cli import REPLICA_SETS_MAX, REPLICAS_MAX, build_parser
+from ha.cluster.controllers import LocalControllers
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
+from ha.cluster.overrides import (
+    broker_overrides_problem,
+    controller_overrides_problem,
+    unset_overrides,
+)
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -82,7 +89,7 @@ from ha.cluster.security import (
     write_client_properties,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 STARTUP_TIMEOUT_S = 30.0  # for a master per replica set, once its brokers answer
 # A broker answers only after recovering its log (a CRC scan of the tail after an unclean
@@ -90,8 +97,6 @@ STARTUP_TIMEOUT_S = 30.0  # for a master per replica set, once its brokers answe
 # power-loss FUSE layer at load 40). The wait ends at once if the process exits.
 BROKER_STARTUP_TIMEOUT_S = 120.0
 SECRET_KEY = re.compile(r"(?i)secret|password|token")  # keys never taken from --set
-BROKERS_MAX = 26
-REPLICAS_MAX = 8
 
 
 class Cluster:
@@ -148,6 +153,10 @@ class Cluster:
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
+            if manifest.get("tls"):  # secured: a --set of the same key wins
+                settings.update({key: value for key, value in
+                                 cluster_plan.SECURED_BROKER_DEFAULTS.items()
+                                 if key not in overrides})
             settings.update(member_tls_settings(self.directory, manifest, broker))
             settings.update(cluster_auth.broker_settings(
                 self.directory, broker["name"], controller_mode=bool(controller_addr),
@@ -220,9 +229,10 @@ class Cluster:
                 "master_epoch": (info or {}).get("master_epoch", -1),
                 "max_log_position": (info or {}).get("max_log_position", -1),
                 "confirm_log_position": (info or {}).get("confirm_log_position", -1),
+                "version": (info or {}).get("version"),
                 "endpoint": endpoint, "store_dir": broker["store_dir"],
                 "log_file": broker["log_file"], "alive": info is not None,
-                "metrics_endpoint": _metrics_endpoint(broker),
+                "metrics_endpoint": _metrics_endpoint(broker, bool(manifest.get("tls"))),
             })
         return processes
 
@@ -244,13 +254,14 @@ class Cluster:
                                  "this wait)")
             time.sleep(POLL_INTERVAL_S * 4)
 
-    def stop(self, broker: dict[str, Any]) -> None:
-        stop_pid_file(broker["pid_file"])
+    def stop(self, broker: dict[str, Any]) -> bool:
+        return stop_pid_file(broker["pid_file"])
 
 
-def _metrics_endpoint(process: dict[str, Any]) -> str | None:
-    port = process.get("metrics_port")
-    return f"http://{host_of(process)}:{port}/metrics" if port else None
+def _metrics_endpoint(process: dict[str, Any], secured: bool) -> str | None:
+    port = process.get("metrics_port")  # a secured member serves it over TLS only
+    scheme = "https" if secured else "http"
+    return f"{scheme}://{host_of(process)}:{port}/metrics" if port else None
 
 
 def _broker_settings(broker: dict[str, Any], replicas: int, overrides: dict[str, str],
@@ -341,53 +352,19 @@ def _check_replicas(args: argparse.Namespace, cluster: Cluster,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rocketha-cluster", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up")
-    up.add_argument("--dir", required=True, type=Path)
-    up.add_argument("--brokers", "--replica-sets", dest="brokers", type=int, default=1,
-                    help="replica sets (broker-a, broker-b, ...)")
-    up.add_argument("--replicas", type=int, default=None,
-                    help="brokers per replica set (default 1, or what the cluster has)")
-    up.add_argument("--no-wait", action="store_true",
-                    help="with controllers: do not wait until every replica set has a master")
-    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a broker key for every broker")
-    up.add_argument("--set-file", action="append", default=[], type=Path, metavar="FILE",
-                    help="key=value lines for every broker, as --set (secrets go here: "
-                    "never on the command line)")
-    up.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a controller key for every controller")
-    up.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
-                    help="with controllers: the RocketMQ gRPC endpoint (rocketha-proxy) "
-                    "listens here (default: a free port, kept; 0: no endpoint)")
-    up.add_argument("--grpc-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a rocketha-proxy key (connector/rmq_proxy/config.py)")
-    up.add_argument("--insecure", action="store_true",
-                    help="no TLS and no authentication (the first up decides: by default a "
-                    "cluster CA and member certificates are made under DIR/tls, every link "
-                    "uses mutual TLS, and a generated admin user's keys are in "
-                    "DIR/admin.credentials and DIR/client.properties)")
-    status = commands.add_parser("status")
-    status.add_argument("--dir", required=True, type=Path)
-    status.add_argument("--json", action="store_true")
-    down = commands.add_parser("down")
-    down.add_argument("--dir", required=True, type=Path)
-    up.add_argument("--hosts", action="store_true",
-                    help="each controller and broker on its own test host (a network "
-                    "namespace on a bridge, 198.18.0.0/15; needs root): ha/cluster/hosts.py")
-    up.add_argument("--spare-hosts", type=int, default=0,
-                    help="with --hosts: this many more hosts with nothing on them (for "
-                    "clients, Spark workers; listed in cluster.json under hosts.spare)")
-    up.add_argument("--controllers", type=int, default=None, choices=CONTROLLER_COUNTS,
-                    help="a Raft group of controllers, started before the brokers "
-                    "(default: as many as the cluster already has)")
-    cluster_plan.add_arguments(commands.add_parser("plan", help="configs and systemd units "
-                                                   "for several machines"))
-    args = parser.parse_args(argv)
+    parser = build_parser()
+    return run(parser.parse_args(argv), parser)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The parsed command (ha/cluster/cli.py parses; ha/cluster_entry.py parses first)."""
     if args.command == "plan":
         return cluster_plan.run(args)
+    if args.command == "certs":
+        return cert_ops.run(args)
     cluster = Cluster(args.dir)
+    if args.command == "restart":
+        return rolling.run(args, cluster)
     if (args.command == "up" and args.spare_hosts
             and not (args.hosts or hosts_mode(cluster.load()))):
         parser.error("--spare-hosts: only with --hosts")
@@ -398,6 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         broker_overrides = _parse_overrides(args.set, parser, args.set_file)
         controller_overrides = _parse_overrides(args.controller_set, parser)
         manifest = cluster.load()
+        # what later ups keep is checked before it is saved (ha/cluster/overrides.py)
+        kept, problem = unset_overrides(manifest.get("overrides", {}), args.unset)
+        problem = problem or broker_overrides_problem({**kept, **broker_overrides},
+                                                      manifest.get("overrides", {}),
+                                                      args.replicas)
+        problem = problem or controller_overrides_problem(controller_overrides)
+        if problem:
+            parser.error(problem)
+        manifest["overrides"] = kept
         choose_tls(manifest, args.insecure)
         cluster.directory.mkdir(parents=True, exist_ok=True)
         cluster.save(manifest)
@@ -409,10 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in controllers.up(args.controllers, controller_overrides, hosts=args.hosts):
             print(line)
     if args.command == "up":
-        if not 1 <= args.brokers <= BROKERS_MAX:
-            parser.error(f"--brokers must be 1..{BROKERS_MAX}")
+        replica_sets = 1 if args.replica_sets is None else args.replica_sets
+        if not 1 <= replica_sets <= REPLICA_SETS_MAX:
+            parser.error(f"--replica-sets must be 1..{REPLICA_SETS_MAX}")
         controller_addr = ";".join(c["endpoint"] for c in controllers.status())
-        manifest = cluster.plan(args.brokers, broker_overrides,
+        manifest = cluster.plan(replica_sets, broker_overrides,
                                 args.replicas, controller_addr, hosts=args.hosts,
                                 spare_hosts=args.spare_hosts)
         for broker in manifest["brokers"]:
@@ -456,13 +443,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"proxy\t{proxy['role']}\t\t{proxy['endpoint']}\tpid {proxy['pid']}\t"
                       f"{'alive' if proxy['alive'] else 'down'}")
         return 0
-    LocalProxy(cluster.directory).stop(cluster.load())
-    for broker in cluster.load()["brokers"]:
-        cluster.stop(broker)
-    controllers.stop_all()
-    remove_hosts(cluster.load())
-    print(f"stopped {len(cluster.load()['brokers'])} process(es)")
+    print(down_summary(cluster, controllers))
     return 0
+
+
+def down_summary(cluster: Cluster, controllers: LocalControllers) -> str:
+    """`down`: stop the endpoint, the brokers, then the controllers, remove test hosts; one
+    line counting what was running (a second `down` says nothing was)."""
+    manifest = cluster.load()
+    proxy = LocalProxy(cluster.directory).stop(manifest)
+    brokers = sum(cluster.stop(broker) for broker in manifest["brokers"])
+    controller_count = controllers.stop_all()
+    remove_hosts(cluster.load())
+    known = len(manifest["brokers"]) + len(manifest.get("controllers", [])) + bool(
+        manifest.get("proxy"))
+    stopped = brokers + controller_count + proxy
+    return (f"stopped {stopped} process(es): {brokers} broker(s), {controller_count} "
+            f"controller(s), {int(proxy)} gRPC endpoint(s); {known - stopped} were not running")
 
 
 def _proxy_up(cluster: Cluster, args: argparse.Namespace, controller_addr: str,

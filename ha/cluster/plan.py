@@ -10,7 +10,7 @@ Writes, for each host, a tree to copy onto that machine's root (`rsync -a DIR/a/
     DIR/<host>/etc/rocketha/<name>.conf                 broker or controller config
     DIR/<host>/etc/systemd/system/rocketha-<name>.service   one unit per process
     DIR/<host>/etc/rocketha/PORTS                        TCP ports to open on this machine
-    DIR/<host>/etc/rocketha/tls/                         ca.pem, <name>.pem, <name>-key.pem
+    DIR/<host>/etc/rocketha/tls/                         ca.pem, crl.pem, <name>.pem, <name>-key.pem
     DIR/<host>/etc/rocketha/admin.secret                 (controller hosts) the admin's secret
     DIR/client/                                          client.properties, admin.credentials,
                                                          the tools' certificate (the operator's)
@@ -52,16 +52,15 @@ from typing import Any
 from conf import format_property
 from conf.tls import broker_identity, client_identity, controller_identity
 from ha.cluster.certs import ensure_ca
-from ha.cluster.controllers import CONTROLLER_COUNTS
+from ha.cluster.cli import CONTROLLER_COUNTS, REPLICA_SETS_MAX
 from ha.cluster.processes import write_private_text
 
-__all__ = ["PlanError", "add_arguments", "plan_cluster", "run", "unit_text", "write_plan"]
+__all__ = ["SECURED_BROKER_DEFAULTS", "PlanError", "plan_cluster", "run", "unit_text", "write_plan"]
 
 BROKER_PORT = 10911  # RocketMQ's listenPort; haListenPort is listenPort + 1
 BROKER_PORT_STEP = 10  # a further broker on the same host
 CONTROLLER_PORT = 9878  # client (Arrow Flight) port
 CONTROLLER_RAFT_PORT = 9880
-REPLICA_SETS_MAX = 26
 CLUSTER_NAME = "RocketHACluster"
 ETC_DIR = "/etc/rocketha"  # where a host's tree puts the configs (units name it too)
 ADMIN_NAME = "admin"
@@ -102,6 +101,14 @@ QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyn
                          "allAckInSyncStateSet"})
 
 
+# What a secured cluster's brokers get unless --set says otherwise: no topic is created by its
+# first produce (RocketMQ's production advice). With authentication on, creating a topic is an
+# act the ACLs decide (Create), and a typo in a producer's topic name should fail with a hint,
+# not make a new 8-queue topic. An --insecure development cluster keeps the broker default
+# (true), so a first produce just works there.
+SECURED_BROKER_DEFAULTS = {"autoCreateTopicEnable": "false"}
+
+
 def _security(name: str, kind: str, admin_access_key: str | None) -> dict[str, str]:
     """The tls.* and auth keys of one member (paths as installed under ETC_DIR); with no
     admin key (`--insecure`), allowInsecure=true instead."""
@@ -112,7 +119,10 @@ def _security(name: str, kind: str, admin_access_key: str | None) -> dict[str, s
                 "tls.server.certPath": f"{tls}/{name}.pem",
                 "tls.server.keyPath": f"{tls}/{name}-key.pem",
                 "tls.server.trustCertPath": f"{tls}/ca.pem",
+                "tls.crlPath": f"{tls}/crl.pem",  # revocation: docs/security.md
                 "authenticationEnabled": "true", "authorizationEnabled": "true"}
+    if kind == "broker":
+        settings.update(SECURED_BROKER_DEFAULTS)
     if kind == "controller":
         settings.update({"initAuthenticationUser": f"{ADMIN_NAME}:{admin_access_key}",
                          "initAuthenticationUserSecretFile": f"{ETC_DIR}/admin.secret"})
@@ -233,6 +243,7 @@ def _write_secrets(processes: list[dict[str, Any]], out: Path, admin_access_key:
         place(issued.key_path, etc / "tls" / f"{process['name']}-key.pem")
         issued.key_path.unlink()  # the member's key lives only in its host's tree
         place(ca.cert_path, etc / "tls" / "ca.pem")
+        place(ca.ensure_crl(), etc / "tls" / "crl.pem")
         if process["kind"] == "controller":
             write_private_text(etc / "admin.secret", secret + "\n")
             written.append(etc / "admin.secret")
@@ -305,25 +316,6 @@ def _pairs(pairs: list[str], flag: str) -> dict[str, str]:
             raise PlanError(f"{flag} expects KEY=VALUE, got {pair!r}")
         settings[key.strip()] = value.strip()
     return settings
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hosts", required=True, help="comma-separated host names or addresses")
-    parser.add_argument("--replicas", type=int, default=3, help="brokers per replica set")
-    parser.add_argument("--replica-sets", type=int, default=1)
-    parser.add_argument("--controllers", type=int, default=3)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker key for every broker")
-    parser.add_argument("--controller-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a controller key for every controller")
-    parser.add_argument("--install-dir", default="/opt/rocketha",
-                        help="where the venv with rocketha is on every machine (<dir>/venv)")
-    parser.add_argument("--data-dir", default="/var/lib/rocketha",
-                        help="stores: <data-dir>/<name>")
-    parser.add_argument("--user", default="rocketha", help="the user the units run as")
-    parser.add_argument("--insecure", action="store_true",
-                        help="plaintext and no authentication (configs say allowInsecure=true)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,8 +22,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "free_port", "listen_port_range", "pid_alive",
-           "pid_from_file", "ports_in", "stop_pid_file", "write_private_text"]
+__all__ = ["POLL_INTERVAL_S", "STOP_TIMEOUT_S", "exit_status", "free_port", "listen_port_range",
+           "pid_alive", "pid_from_file", "ports_in", "recorded_pid", "stop_pid_file",
+           "write_private_text"]
 
 STOP_TIMEOUT_S = 20.0
 PORT_PICKS_MAX = 100
@@ -99,8 +100,9 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie child of ours counts as dead
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+    try:  # a zombie child of ours counts as dead; WNOWAIT leaves it unreaped, so whoever
+        # reports the failure still reads its exit status (exit_status, Popen.poll)
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
             return False
     except ChildProcessError:
         pass
@@ -113,15 +115,42 @@ def pid_alive(pid: int) -> bool:
 
 def pid_from_file(pid_file: str | Path) -> int | None:
     """The live pid recorded in `pid_file`, or None (no file, garbage, or the process is gone)."""
+    pid = recorded_pid(pid_file)
+    return pid if pid is not None and pid_alive(pid) else None
+
+
+def recorded_pid(pid_file: str | Path) -> int | None:
+    """The pid written in `pid_file`, alive or not (None: no file, or garbage)."""
     try:
-        pid = int(Path(pid_file).read_text().strip())
+        return int(Path(pid_file).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    return pid if pid_alive(pid) else None
 
 
-def stop_pid_file(pid_file: str | Path) -> None:
-    """SIGTERM the recorded process, SIGKILL it after STOP_TIMEOUT_S, remove the pid file."""
+def exit_status(pid: int | None) -> str:
+    """' (exit code N)' or ' (killed by SIGX)' for a child of this process that has exited
+    (reaped here), else '' (still running, or not our child: its status is not ours to read).
+    A failure report names it: a crash in native code prints no Python traceback, and exit
+    code 2 is a refusal the log explains."""
+    if pid is None:
+        return ""
+    try:
+        result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG)
+    except ChildProcessError:
+        return ""
+    if result is None:
+        return ""
+    if result.si_code == os.CLD_EXITED:
+        return f" (exit code {result.si_status})"
+    try:
+        return f" (killed by {signal.Signals(result.si_status).name})"
+    except ValueError:
+        return f" (killed by signal {result.si_status})"
+
+
+def stop_pid_file(pid_file: str | Path) -> bool:
+    """SIGTERM the recorded process, SIGKILL it after STOP_TIMEOUT_S, remove the pid file.
+    True when a running process was stopped (`down` counts them), False when none ran."""
     pid = pid_from_file(pid_file)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
@@ -131,6 +160,7 @@ def stop_pid_file(pid_file: str | Path) -> None:
         if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
     Path(pid_file).unlink(missing_ok=True)
+    return pid is not None
 
 
 PORT_KEYS = ("port", "ha_port", "raft_port", "metrics_port", "console_port")

@@ -24,9 +24,11 @@ from conf import format_property
 from ha.cluster.hosts import host_of, launcher_of
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
+    exit_status,
     free_port,
     pid_from_file,
     ports_in,
+    recorded_pid,
     stop_pid_file,
     write_private_text,
 )
@@ -108,7 +110,8 @@ class LocalProxy:
         while time.monotonic() < deadline:
             if pid_from_file(proxy["pid_file"]) is None:
                 tail = Path(proxy["log_file"]).read_text(errors="replace")[-1500:]
-                raise SystemExit(f"rocketha-cluster: the proxy exited; log tail:\n{tail}")
+                status = exit_status(recorded_pid(proxy["pid_file"]))
+                raise SystemExit(f"rocketha-cluster: the proxy exited{status}; log tail:\n{tail}")
             try:
                 with socket.create_connection((host_of(proxy), proxy["port"]), timeout=1.0):
                     return endpoint
@@ -132,7 +135,7 @@ class LocalProxy:
                  "broker_role": "", "endpoint": self.endpoint(proxy), "alive": pid is not None,
                  "log_file": proxy["log_file"]}]
 
-    def stop(self, manifest: dict[str, Any]) -> None:
+    def stop(self, manifest: dict[str, Any]) -> bool:
+        """Stop the endpoint; True when it was running."""
         proxy = manifest.get("proxy")
-        if proxy is not None:
-            stop_pid_file(proxy["pid_file"])
+        return proxy is not None and stop_pid_file(proxy["pid_file"])

@@ -67,7 +67,8 @@ def _issue(directory: Path, process: dict[str, Any], identity: str) -> dict[str,
         process["tls_cert"] = made
     return {"tls.server.mode": "enforcing", "tls.server.need.client.auth": "require",
             "tls.server.certPath": made["cert"], "tls.server.keyPath": made["key"],
-            "tls.server.trustCertPath": str(ca.cert_path)}
+            "tls.server.trustCertPath": str(ca.cert_path),
+            "tls.crlPath": str(ca.ensure_crl())}
 
 
 def member_tls_settings(directory: Path, manifest: dict[str, Any],

@@ -57,7 +57,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from conf.tls import PeerRefusals, TLSSettings, server_ssl_context
+from conf.tls import PeerRefusals, TLSSettings
+from conf.tls_reload import ReloadingTLS, watch
 from ha.replication import put_core
 from ha.replication.config import BrokerRole, HAConfig
 from ha.replication.errors import FrameError, LinkClosedError
@@ -129,8 +130,9 @@ class MasterService:
                  tls: TLSSettings | None = None, broker_name: str = "") -> None:
         self._store = store
         self._broker_name = broker_name
-        self._tls_context = (server_ssl_context(tls, bulk=True) if tls is not None and tls.enabled
-                             else None)
+        # a new context per accepted link: rotated files serve the next handshake
+        self.tls = (watch(ReloadingTLS(tls, what=f"HA master of {broker_name}", bulk=True))
+                    if tls is not None and tls.enabled else None)
         self._handshaking = 0  # TLS handshakes in progress (they hold haConnectionsMax slots)
         self.refusals = PeerRefusals(logger, f"HA master of {broker_name}")
         self._config = config
@@ -355,7 +357,7 @@ class MasterService:
                                    address[1], len(self._links), self.refused_links)
                 sock.close()
                 continue
-            if self._tls_context is not None:
+            if self.tls is not None:
                 with self._cond:
                     self._handshaking += 1
                 threading.Thread(target=self._open_tls_link, args=(sock, address),
@@ -364,9 +366,9 @@ class MasterService:
             self._open_link(sock, address)
 
     def _open_tls_link(self, sock: socket.socket, address: tuple[str, int]) -> None:
-        assert self._tls_context is not None
+        assert self.tls is not None
         try:
-            tls = member_handshake(sock, self._tls_context, broker_name=self._broker_name,
+            tls = member_handshake(sock, self.tls.server(), broker_name=self._broker_name,
                                    timeout_s=self._config.handshake_timeout_ms / 1000)
         except MemberRefused as err:
             self.refusals.refuse(address[0], err.identity, str(err))

@@ -37,7 +37,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from conf.tls import PeerRefusals, TLSSettings, client_ssl_context
+from conf.tls import PeerRefusals, TLSSettings
+from conf.tls_reload import ReloadingTLS, watch
 from ha.replication.config import HAConfig
 from ha.replication.errors import FrameError, LinkClosedError
 from ha.replication.link import FrameSocket, MemberRefused, member_handshake
@@ -89,9 +90,9 @@ class SlaveService:
         self._store = store
         self._config = config
         self._broker_name = broker_name
-        self._tls_context = (client_ssl_context(tls.client(), bulk=True)
-                             if tls is not None and tls.enabled
-                             else None)
+        # a new context per link to the master: rotated files serve the next handshake
+        self.tls = (watch(ReloadingTLS(tls, what=f"HA slave of {broker_name}", bulk=True))
+                    if tls is not None and tls.enabled else None)
         self.refusals = PeerRefusals(logger, f"HA slave of {broker_name}")
         self._apply_metadata = apply_metadata
         fsync = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -166,11 +167,11 @@ class SlaveService:
         except OSError as err:
             logger.debug("cannot reach master %s:%d: %s", *master, err)
             return None
-        if self._tls_context is None:
+        if self.tls is None:
             return raw
         address = f"{master[0]}:{master[1]}"
         try:
-            return member_handshake(raw, self._tls_context, broker_name=self._broker_name,
+            return member_handshake(raw, self.tls.client(), broker_name=self._broker_name,
                                     timeout_s=CONNECT_TIMEOUT_S, server_hostname=master[0])
         except MemberRefused as err:
             self.refusals.refuse(address, err.identity, str(err))

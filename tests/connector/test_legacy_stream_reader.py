@@ -25,12 +25,10 @@ from connector.spark import compat, datasource
 from connector.spark.datasource import (
     LegacyStreamReader,
     RocketHADataSource,
-    RowStreamWriter,
     StreamReader,
-    StreamWriter,
-    rows_to_batches,
 )
 from connector.spark.options import parse_source_options
+from connector.spark.writers import RowStreamWriter, StreamWriter, rows_to_batches
 
 QUEUES = 2
 SCHEMA = StructType([StructField("body", BinaryType()), StructField("key", StringType())])

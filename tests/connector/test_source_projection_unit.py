@@ -76,8 +76,8 @@ def test_all_columns_in_source_order_is_the_full_schema() -> None:
 
 
 @pytest.mark.parametrize("fields, message", [
-    ([declared("body", BinaryType()), declared("partition", IntegerType())],
-     "unknown column 'partition'"),
+    ([declared("body", BinaryType()), declared("partitionId", IntegerType())],
+     "unknown column 'partitionId'"),
     ([declared("queueOffset", IntegerType())], "'queueOffset' is declared INT; expected BIGINT"),
     ([declared("body", StringType())], "'body' is declared STRING; expected BINARY"),
     ([declared("bornTimestamp", TimestampNTZType())], "expected TIMESTAMP"),

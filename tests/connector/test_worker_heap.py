@@ -57,7 +57,8 @@ def test_read_and_write_tasks_freeze_unless_the_option_says_not(task: str, value
     out = run_python("""
         import gc, sys
         from pyspark.sql.datasource import InputPartition
-        from connector.spark.datasource import _read, _write
+        from connector.spark.datasource import _read
+        from connector.spark.writers import write_task
         from connector.spark.options import parse_sink_options, parse_source_options
         from connector.spark.sink import SinkColumns
         from connector.spark.source import ALL_SOURCE_COLUMNS
@@ -70,7 +71,7 @@ def test_read_and_write_tasks_freeze_unless_the_option_says_not(task: str, value
             assert list(_read(InputPartition(None), options, ALL_SOURCE_COLUMNS)) == []
         else:
             options = parse_sink_options({**common, "topic": "t"})
-            message = _write(iter(()), options, SinkColumns("body", (), False), None)
+            message = write_task(iter(()), options, SinkColumns("body", (), False), None)
             assert message.rows == 0, message
         print(gc.get_freeze_count() > 0)
     """, task, value, broker.endpoint)

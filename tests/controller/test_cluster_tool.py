@@ -60,7 +60,7 @@ def _wait_broker_master(directory: Path) -> dict[str, Any]:
 
 def test_up_status_kill_and_down_with_three_controllers(tmp_path: Path) -> None:
     printed = _tool("up", "--dir", str(tmp_path), "--insecure", "--controllers", "3",
-                    "--brokers", "1", "--set", "mappedFileSizeCommitLog=8388608")
+                    "--replica-sets", "1", "--set", "mappedFileSizeCommitLog=8388608")
     assert printed.count("controller-n") == 3 and "broker-a" in printed
     try:
         controllers = _wait_one_leader(tmp_path)

@@ -457,15 +457,15 @@ def test_the_admin_tool_lists_elects_and_refuses(group3: ControllerGroup) -> Non
         assert next(v for v in views if v["role"] == "leader")["node_id"] == leader
         code, listing = _admin(group3, "cluster")
         assert code == 0 and listing["replica_sets"][0]["replica"]["master_broker_id"] == 1
-        code, replica = _admin(group3, "replica", "a")
+        code, replica = _admin(group3, "replica", "--broker-name", "a")
         assert code == 0 and replica["replica"]["sync_state_set"] == [1]
-        code, kept = _admin(group3, "elect", "a")
+        code, kept = _admin(group3, "elect", "--broker-name", "a")
         assert (code, kept["status"]) == (0, "MASTER_STILL_EXIST")
-        code, refused = _admin(group3, "elect", "a", "--broker-id", "2")
+        code, refused = _admin(group3, "elect", "--broker-name", "a", "--broker-id", "2")
         assert (code, refused["status"]) == (1, "ELECT_MASTER_FAILED")
-        code, alive = _admin(group3, "clean", "a", "--broker-id", "2")
+        code, alive = _admin(group3, "clean", "--broker-name", "a", "--broker-id", "2")
         assert (code, alive["status"]) == (1, "BROKER_ALIVE")
-        code, routes = _admin(group3, "routes", "orders")
+        code, routes = _admin(group3, "routes", "--topic", "orders")
         assert code == 0 and routes["queues"][0]["broker_name"] == "a"
         code, missing = _admin(group3, "replica", "nope")
         assert (code, missing["status"]) == (1, "REPLICA_SET_NOT_FOUND")

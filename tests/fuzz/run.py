@@ -19,7 +19,8 @@ import atheris
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-with atheris.instrument_imports(include=["storage_engine", "ha", "controller", "connector"]):
+with atheris.instrument_imports(include=["storage_engine", "ha", "controller", "connector",
+                                         "conf"]):
     from tests.fuzz.seeds import seeds
     from tests.fuzz.targets import TARGETS
 

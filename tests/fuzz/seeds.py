@@ -42,4 +42,12 @@ def seeds(target: str) -> list[bytes]:
                 (b"controllerDLegerPeers=n1-127.0.0.1:9880\ncontrollerDLegerSelfId=n1\n"
                  b"controllerAddr=127.0.0.1:9876\n"),
                 b"brokers=127.0.0.1:1\nsubscribe=t\nstartingOffsets=earliest\n"]
+    if target == "console_sessions":
+        return [b"access_key=AK_viewer&secret_key=s3cret&csrf=abc",
+                b"rocketha_console_session=tok; rocketha_console_login=x",
+                b"127.0.0.1:8443\nhttps://127.0.0.1:8443"]
+    if target == "http_access":
+        return [b"Bearer the-token-of-the-fuzz-target-0", b"Basic dXNlcjpwYXNz", b"Bearer "]
+    if target == "tls_files":  # (file, how) then bytes: see tests/fuzz/targets.py tls_files
+        return [b"\x00\x00MII", b"\x03\x01-----BEGIN X509 CRL-----\nMIIB\n", b"\x01\x02\xff"]
     raise KeyError(target)

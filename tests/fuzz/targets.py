@@ -24,6 +24,12 @@ core...) escapes and is a finding. The same functions run under hypothesis in th
     flight_tickets   GetTicket / PutReply / GetReply / JSON bodies    ProtocolError
     config_parsing   properties text -> Controller/Broker configs,    ConfigError, OptionError
                      and Spark option maps
+    console_sessions the console's Cookie header, login and logout   FormError
+                     forms, same-origin check and session lookups
+    http_access      /metrics' Authorization header (bearer token)   (none)
+    tls_files        a certificate, key, trust file or CRL rewritten  TLSConfigError (parsers);
+                     under a running ReloadingTLS, and the proxy's    the reload itself raises
+                     pair (load_pair), and check_crl                  nothing, keeps serving
 """
 
 from __future__ import annotations
@@ -36,14 +42,28 @@ import random
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
+from conf.https import bearer_token_matches
+from conf.signing import Credentials
+from conf.tls import TLSConfigError, TLSSettings
+from conf.tls_reload import ReloadingTLS, check_crl, load_pair
 from connector.errors import OptionError
 from connector.protocol import GetReply, GetTicket, ProtocolError, PutReply, decode_json_object
 from connector.spark.options import parse_sink_options, parse_source_options
 from controller.api import ACTIONS
 from controller.config import ControllerConfig
 from controller.config import parse_properties as parse_controller_properties
+from controller.console.sessions import (
+    FormError,
+    SessionTable,
+    parse_cookies,
+    parse_form,
+    parse_login_form,
+    same_origin,
+    tokens_match,
+)
 from controller.errors import CodecError
 from controller.errors import ConfigError as ControllerConfigError
 from controller.raft import (
@@ -68,6 +88,7 @@ from controller.raft import (
 from controller.state import ControllerState, decode_command
 from ha.broker.config import BrokerConfig
 from ha.broker.config import parse_properties as parse_broker_properties
+from ha.cluster.certs import ensure_ca
 from ha.replication.errors import FrameError
 from ha.replication.frames import decode_stream
 from ha.replication.master_core import MasterLog, MasterReplication, MasterSettings
@@ -379,6 +400,86 @@ def _pairs(text: str) -> Iterator[tuple[str, str]]:
         yield key, value
 
 
+# -- console sessions and /metrics access ----------------------------------------------------
+_SESSIONS = SessionTable(3600)
+_LIVE_TOKEN, _ = _SESSIONS.create(Credentials("AK_viewer", "viewer-secret"))
+
+
+def console_sessions(data: bytes) -> None:
+    text = data.decode("utf-8", "surrogateescape")
+    cookies = parse_cookies(text)
+    for token in (*cookies.values(), text):
+        _SESSIONS.lookup(token)
+    with contextlib.suppress(FormError):
+        parse_login_form(data)
+    with contextlib.suppress(FormError):
+        parse_form(data)
+    host, _, origin = text.partition("\n")
+    same_origin({"Host": host, "Origin": origin}, "https")
+    same_origin({"Host": host, "Referer": origin}, "http")
+    tokens_match(text, _LIVE_TOKEN)
+    assert _SESSIONS.lookup(_LIVE_TOKEN) is not None  # no input ends another's session
+
+
+def http_access(data: bytes) -> None:
+    text = data.decode("utf-8", "surrogateescape")
+    assert not bearer_token_matches(text, "the-token-of-the-fuzz-target-0") \
+        or text.strip().lower().startswith("bearer")
+# -- TLS files reloaded while running --------------------------------------------------------
+class _Files:
+    """One CA, certificate, key and CRL in a temp dir, and a ReloadingTLS over them (made
+    once: a CA and a key pair cost milliseconds), restored after every input."""
+
+    reloading: ReloadingTLS | None = None
+    originals: ClassVar[dict[str, bytes]] = {}
+
+
+def _tls_files() -> ReloadingTLS:
+    if _Files.reloading is None:
+        directory = tempfile.mkdtemp(prefix="rocketha-fuzz-tls-")
+        atexit.register(shutil.rmtree, directory, True)
+        ca = ensure_ca(Path(directory))
+        issued = ca.issue("member", "rocketha://controller/1", ["127.0.0.1"])
+        settings = TLSSettings(server_mode="enforcing", server_cert_path=str(issued.cert_path),
+                               server_key_path=str(issued.key_path),
+                               server_trust_cert_path=str(ca.cert_path),
+                               crl_path=str(ca.revoke([1])), reload_interval_ms=0)
+        _Files.originals = {path: Path(path).read_bytes() for path in (
+            settings.server_cert_path, settings.server_key_path,
+            settings.server_trust_cert_path, settings.crl_path)}
+        _Files.reloading = ReloadingTLS(settings, what="fuzz")
+    return _Files.reloading
+
+
+def tls_files(data: bytes) -> None:
+    """data[0] picks the file (certificate, key, trust file, CRL); data[1] whether the rest
+    replaces it or overwrites the valid file from an offset (a PEM with damage inside)."""
+    reloading = _tls_files()
+    if len(data) < 2:
+        return
+    served = reloading.serial
+    paths = list(_Files.originals)
+    path = paths[data[0] % len(paths)]
+    original = _Files.originals[path]
+    offset = data[1] % (len(original) + 1)
+    damaged = data[2:] if data[1] & 1 else original[:offset] + data[2:] + \
+        original[offset + len(data) - 2:]
+    Path(path).write_bytes(damaged)
+    try:
+        serial = reloading.serial
+        if not reloading.reload():
+            assert reloading.serial == serial  # kept what it served
+        settings = reloading.settings
+        with contextlib.suppress(TLSConfigError):
+            check_crl(settings.crl_path, settings.server_trust_cert_path)
+        with contextlib.suppress(TLSConfigError):
+            load_pair(settings.server_cert_path, settings.server_key_path)
+    finally:
+        Path(path).write_bytes(original)
+    reloading.reload()  # the files as they were: what it serves is the certificate it had
+    assert reloading.serial == served
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "record_codec": record_codec,
     "record_runs": record_runs,
@@ -389,4 +490,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "controller_api": controller_api,
     "flight_tickets": flight_tickets,
     "config_parsing": config_parsing,
+    "console_sessions": console_sessions,
+    "http_access": http_access,
+    "tls_files": tls_files,
 }

@@ -84,3 +84,29 @@ def test_a_signed_call_is_its_user_and_its_source_is_audited() -> None:
     with pytest.raises(flight.FlightUnauthorizedError, match="NO_PERMISSION"):
         gate.check(context, "create_topic", "DO_ACTION", target, {"topic": "t"})
     assert gate.refused == 1
+
+
+def _signed(gate: AuthGate, credentials: Credentials, target: bytes) -> FakeContext:
+    pairs = sign_headers(credentials, "DO_ACTION", target, int(time.time() * 1000))
+    return FakeContext(gate.verify_headers({k.decode(): [v.decode()] for k, v in pairs},
+                                           "DO_ACTION"))
+
+
+def test_before_the_first_table_an_unknown_user_is_busy_and_a_wrong_secret_still_refused(
+        ) -> None:
+    """A broker in controller mode whose table may be stale (none yet, or a cached one) says
+    "retry" to an access key it does not know, never "unknown": the controller may know it."""
+    gate = AuthGate(AuthSettings(authentication_enabled=True), AuthData(1, (ALICE,), ()))
+    gate.table_current = False
+    target = action_target("broker_info", b"{}")
+    bob = Credentials("AK_bob", "bob-secret-0123456789")
+    with pytest.raises(flight.FlightUnavailableError, match=r"BUSY.*not loaded yet"):
+        gate.principal_of(_signed(gate, bob, target), "DO_ACTION", target)
+    wrong = Credentials(ALICE.access_key, "not-alice-secret-0123")  # a user it knows: refused
+    with pytest.raises(flight.FlightUnauthenticatedError, match="signature does not match"):
+        gate.principal_of(_signed(gate, wrong, target), "DO_ACTION", target)
+    gate.auth_data = AuthData(2, (ALICE, User("bob", bob.access_key, bob.secret_key)), ())
+    assert gate.principal_of(_signed(gate, bob, target), "DO_ACTION", target).name == "User:bob"
+    gate.auth_data, gate.table_current = AuthData(3, (ALICE,), ()), True
+    with pytest.raises(flight.FlightUnauthenticatedError, match="unknown or disabled"):
+        gate.principal_of(_signed(gate, bob, target), "DO_ACTION", target)

@@ -50,12 +50,15 @@ class BrokerProcess:
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self) -> BrokerProcess:
+    def start(self, *, wait: bool = True) -> BrokerProcess:
+        """Run the broker; with `wait`, until it answers this helper's broker_info."""
         with open(self.log, "ab") as log:  # the child has its own copy of the descriptor
             self.process = subprocess.Popen(
                 [*self.launcher, sys.executable, "-m", "ha.broker", "--conf", str(self.conf)],
                 stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
             )
+        if not wait:
+            return self
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

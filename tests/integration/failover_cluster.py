@@ -10,11 +10,12 @@ its processes, a producer load that keeps a history, and the history checks.
     Load(config, topic, ...)
         one thread, one Producer: body b"<run>:<seq>", key k<seq % keys> (a key always maps
         to one queue), optionally the idempotence marker "<run>/<seq>" so a resent sequence
-        is never stored twice. With `resend`, a sequence is sent again until PUT_OK (the
-        producer contract of connector/protocol/wire.py: sequences in order, a prefix
-        stored); without it, every attempt uses a new sequence. Bounded by `messages_max`
-        and `duration_max_s`. The history: attempted sequences, acks (queue, offset, send
-        start time), every outcome with its time.
+        is never stored twice (or, `producer_idempotent`, the client's own idempotence).
+        With `resend`, a sequence is sent again until PUT_OK (the producer contract of
+        connector/protocol/wire.py: sequences in order, a prefix stored); without it, every
+        attempt uses a new sequence. Bounded by `messages_max` and `duration_max_s`. The
+        history: attempted sequences, acks (queue, offset, send start time), every outcome
+        with its time.
     read_topic / check_history / commitlog_bytes / epoch_entries
         what a replica holds, and the Jepsen total-queue checks over it (lost, unexpected,
         duplicated), per-queue order, and acked (queue, offset) pairs holding their body.
@@ -336,8 +337,12 @@ class Load(_Worker):
 
     def __init__(self, config: ClientConfig, topic: str, run: str, *, keys: int = 8,
                  idempotent: bool = True, resend: bool = True, messages_max: int = 20_000,
-                 duration_max_s: float = 45.0) -> None:
+                 duration_max_s: float = 45.0, producer_idempotent: bool = False) -> None:
         assert not resend or idempotent, "resending without a marker may store twice"
+        # the client's own idempotence (Producer(idempotent=True)): it retries inside `send`,
+        # so any outcome other than PUT_OK is a failure its caller sees
+        assert not (producer_idempotent and (idempotent or resend)), "one idempotence at a time"
+        self.producer_idempotent = producer_idempotent
         super().__init__(config, f"load-{run}")
         self.topic = topic
         self.run = run
@@ -377,7 +382,7 @@ class Load(_Worker):
         return max(b - a for a, b in itertools.pairwise(edges))
 
     def _run(self) -> None:
-        producer = Producer(self.config)
+        producer = Producer(self.config, idempotent=self.producer_idempotent)
         deadline = time.monotonic() + self.duration_max_s
         seq = 0
         try:

@@ -27,7 +27,7 @@ def tool(module: str, *args: str, check: bool = True) -> subprocess.CompletedPro
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     directory = tmp_path_factory.mktemp("cluster")
-    tool("ha.cluster", "up", "--dir", str(directory), "--insecure", "--brokers", "2",
+    tool("ha.cluster", "up", "--dir", str(directory), "--insecure", "--replica-sets", "2",
          "--set", "defaultTopicQueueNums=4", "--set", "mappedFileSizeCommitLog=8388608")
     try:
         status = json.loads(tool("ha.cluster", "status", "--dir", str(directory),
@@ -45,7 +45,7 @@ def test_status_lists_live_brokers(cluster) -> None:  # type: ignore[no-untyped-
         assert Path(process["log_file"]).exists()
         assert process["store_dir"].startswith(str(directory))
     # `up` again keeps the same processes and ports.
-    tool("ha.cluster", "up", "--dir", str(directory), "--brokers", "2")
+    tool("ha.cluster", "up", "--dir", str(directory), "--replica-sets", "2")
     again = json.loads(tool("ha.cluster", "status", "--dir", str(directory), "--json").stdout)
     assert [(p["pid"], p["endpoint"]) for p in again["processes"]] == \
         [(p["pid"], p["endpoint"]) for p in processes]

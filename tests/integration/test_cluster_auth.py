@@ -2,7 +2,8 @@
 
 Goal: without `--insecure`, `up` writes the admin user's keys to DIR/admin.credentials and
 DIR/client.properties (both 0600), starts controllers and brokers with authentication and
-authorization on (and mutual TLS: tests/integration/test_tls_cluster.py), and the tool's own
+authorization on (and mutual TLS: tests/integration/test_tls_cluster.py) and without topic
+creation by a first produce (it fails naming the command that creates one), and the tool's own
 readiness/status calls work; a client with the keys is served, one without is refused; the
 secret is in no configuration file and on no command line, and the brokers hold no keys (their
 certificates prove them). Static mode (no controllers) gets the same through aclFile.
@@ -10,8 +11,8 @@ certificates prove them). Static mode (no controllers) gets the same through acl
 
 from __future__ import annotations
 
-import base64
 import json
+import ssl
 import stat
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 
 from connector.client import Admin, ClientConfig, Producer
 from connector.protocol import RocketHAError
+from tests.integration.test_console_secured import form_login
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,20 +35,18 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=180, cwd=ROOT, check=False)
 
 
-def _check_console(url: str, keys_text: str) -> None:
-    """The console asks for a Super user's keys (HTTP Basic) and gathers signed."""
+def _check_console(url: str, keys_text: str, ca_path: Path) -> None:
+    """The console is HTTPS, asks for a login, and refuses the Super user's keys at it (a
+    viewer's login: tests/integration/test_console_secured.py)."""
+    assert url.startswith("https://")
+    context = ssl.create_default_context(cafile=str(ca_path))
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(url + "api/cluster", timeout=10).close()
+        urllib.request.urlopen(url + "api/cluster", timeout=10, context=context).close()
     caught.value.close()
     assert caught.value.code == 401
     keys = dict(line.split("=", 1) for line in keys_text.splitlines() if "=" in line)
-    token = base64.b64encode(f"{keys['accessKey']}:{keys['secretKey']}".encode()).decode()
-    request = urllib.request.Request(url + "api/cluster",
-                                     headers={"Authorization": f"Basic {token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        view = json.loads(response.read())
-    assert not view["errors"], view["errors"]
-    assert view["leader"] is not None and view["replica_sets"]
+    status, page = form_login(url, context, keys["accessKey"], keys["secretKey"])
+    assert status == 401 and b"Super user&#x27;s keys are not accepted" in page
 
 
 @pytest.mark.parametrize(("controllers", "replicas"), [("1", "2"), ("0", "1")])
@@ -81,7 +81,15 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str, replicas: st
         for process in status["processes"]:
             assert secret.encode() not in Path(f"/proc/{process['pid']}/cmdline").read_bytes()
         endpoint = broker["endpoint"]
-        signed = ClientConfig.from_properties(properties, brokers=(endpoint,), controller=None)
+        signed = ClientConfig.from_properties(properties, brokers=(endpoint,), controller=None,
+                                              retries_max=0)
+        with pytest.raises(RocketHAError) as missing:  # secured: no topic made by a typo
+            Producer(signed).send("t", b"x")
+        assert missing.value.name == "TOPIC_NOT_EXIST"
+        assert "rocketha-admin topic create --topic t" in str(missing.value)
+        created = _run("rocketha_admin", "--broker", endpoint, "--client-config",
+                       str(properties), "topic", "create", "--topic", "t", "--queues", "2")
+        assert created.returncode == 0, created.stderr
         assert Producer(signed).send("t", b"x").status == "PUT_OK"
         with pytest.raises(RocketHAError) as caught:  # TLS with a client certificate, no keys
             Admin(ClientConfig.from_properties(properties, brokers=(endpoint,), controller=None,
@@ -108,7 +116,8 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str, replicas: st
             users = _run("rocketha_admin", "--client-config", str(tls_only),
                          "--credentials-file", str(keys), "user", "list", "--json")
             assert [u["name"] for u in json.loads(users.stdout)["users"]] == ["admin"]
-            _check_console(status["console_url"], keys.read_text())
+            _check_console(status["console_url"], keys.read_text(),
+                           directory / "tls" / "ca.pem")
         again = _run("ha.cluster", "up", "--dir", str(directory), "--insecure")
         assert again.returncode != 0 and "cannot turn it off" in again.stderr
     finally:

@@ -1,0 +1,236 @@
+"""One read of a whole topic: the rows of its topic table plus the tail the table lacks.
+
+A topic with `table=delta` is copied by its replica set's master into a Delta table
+(docs/topic-tables.md). The table holds each queue from its start up to an offset that its
+snapshot records (the app transaction `rocketha/<brokerName>/<queueId>`); the log holds the
+rest. `read_topic` returns both as one DataFrame:
+
+    load the table's snapshot S (once: its files and its per-queue ends come from S)
+    discover the topic's queues and their bounds through the connector (after S, so every
+    queue's end is at or past what S holds)
+    per queue: the tail is [S's end, the queue's end)            (tail_plan, pure)
+      no row in S            -> the tail is the whole queue
+      S's end < log's first  -> the messages between are gone from the log and the tier too:
+                                failOnDataLoss decides (fail, or warn and start at the first)
+      S's end > queue's end  -> the table holds offsets this topic never had: the topic was
+                                deleted and created again under the same name; refused
+    table rows:  spark.read.parquet(S's files) (Spark's own Parquet reader: column pruning,
+                 partition and row-group skipping; no delta-spark JARs needed)
+    tail rows:   the connector's reader with startingOffsets / endingOffsets from the plan:
+                 on the driver, once, into a local relation when the tail is short
+                 (driver_tail_rows_max), else format("rocketha") in Spark's tasks
+    result:      the union; each (brokerName, queueId, queueOffset) once, contiguous
+
+The snapshot and the plan (`table_part`, `tail_plan`, `table_starting_offsets` for a stream
+that continues where the table ends) need no SparkSession; the module imports pyspark, as
+connector.spark.datasource does (the tail's reader is the connector's own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from connector.errors import DataLossError, OptionError
+from connector.protocol.table_ids import queue_app_id
+from connector.spark.columns import ALL_COLUMN_NAMES, SOURCE_COLUMNS, source_ddl
+from connector.spark.datasource import RocketHADataSource
+from connector.spark.offsets import QueueRef, canonical, unflatten
+from connector.spark.options import (
+    COLUMNS,
+    ENDING_OFFSETS,
+    STARTING_OFFSETS,
+    SUBSCRIBE,
+    parse_source_options,
+)
+from connector.spark.planning import Bounds
+from connector.spark.source import discover
+
+__all__ = ["DRIVER_TAIL_ROWS_MAX", "PARTITION_COLUMN", "TablePart", "TailPlan", "read_topic",
+           "table_part", "table_starting_offsets", "tail_plan"]
+
+logger = logging.getLogger(__name__)
+
+# a tail up to this many rows is read on the driver, once (~100 B bodies: tens of MB): the
+# table lags the log by seconds, so the tail is small unless the topic was opted in late
+DRIVER_TAIL_ROWS_MAX = 200_000
+PARTITION_COLUMN = "storeDate"  # the table's partition column: the UTC day of storeTimestamp
+MICROS_PER_DAY = 86_400_000_000
+# the tail's storeDate, as the broker computes it (UTC, whatever the session's time zone)
+_STORE_DATE_SQL = f"date_from_unix_date(CAST(floor(unix_micros(storeTimestamp) / " \
+    f"{MICROS_PER_DAY}) AS INT))"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TablePart:
+    """What one snapshot of the table holds: its files and, per queue, its end."""
+
+    uri: str
+    version: int | None  # None: no table yet (everything is in the tail)
+    files: tuple[str, ...]
+    ends: dict[QueueRef, int | None]  # the next queue offset not in the table; None: no row
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TailPlan:
+    """[starting, ending) per queue: what the tail read takes."""
+
+    starting: dict[QueueRef, int]
+    ending: dict[QueueRef, int]
+    gaps: dict[QueueRef, tuple[int, int]]  # [table end, log's first): gone before the table
+    ahead: tuple[QueueRef, ...]  # the table is past the queue's end (a recreated topic)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.ending[ref] - start for ref, start in self.starting.items())
+
+
+def tail_plan(ends: Mapping[QueueRef, int | None], bounds: Mapping[QueueRef, Bounds]
+              ) -> TailPlan:
+    """Per queue of `bounds`, the tail from the table's end to the queue's end (module doc)."""
+    starting, ending, gaps, ahead = {}, {}, {}, []
+    for ref, known in sorted(bounds.items()):
+        table_end = ends.get(ref)
+        start = known.min_queue_offset if table_end is None else table_end
+        if start < known.min_queue_offset:
+            gaps[ref] = (start, known.min_queue_offset)
+            start = known.min_queue_offset
+        if start > known.max_queue_offset:
+            ahead.append(ref)
+            start = known.max_queue_offset
+        starting[ref] = start
+        ending[ref] = known.max_queue_offset
+    return TailPlan(starting, ending, gaps, tuple(ahead))
+
+
+def _load(uri: str, storage_options: Mapping[str, str] | None) -> Any:
+    """The table's newest snapshot (a deltalake DeltaTable), or None when there is none."""
+    from deltalake import DeltaTable  # optional dependency (rocketha[tables])
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
+    except TableNotFoundError:
+        return None
+
+
+def _part_of(snapshot: Any, uri: str, queues: Sequence[QueueRef]) -> TablePart:
+    if snapshot is None:
+        return TablePart(uri, None, (), dict.fromkeys(queues))
+    ends = {ref: snapshot.transaction_version(queue_app_id(ref.broker_name, ref.queue_id))
+            for ref in queues}
+    return TablePart(uri, snapshot.version(), tuple(snapshot.file_uris()), ends)
+
+
+def table_part(uri: str, queues: Sequence[QueueRef],
+               storage_options: Mapping[str, str] | None = None) -> TablePart:
+    """The table's newest snapshot: its files and each of `queues`' end in it."""
+    return _part_of(_load(uri, storage_options), uri, queues)
+
+
+def _plan(topic: str, table: str, storage_options: Mapping[str, str] | None,
+          options: Mapping[str, str]) -> tuple[TablePart, TailPlan]:
+    """The snapshot first, then the queues' bounds (so no queue ends before the table)."""
+    source = parse_source_options({**options, SUBSCRIBE: topic})
+    snapshot = _load(table, storage_options)
+    _, bounds = discover(source)
+    part = _part_of(snapshot, table, list(bounds))
+    plan = tail_plan(part.ends, bounds)
+    if plan.ahead:
+        names = ", ".join(ref.key for ref in plan.ahead)
+        raise OptionError(
+            f"topic {topic}: its table {table} holds offsets past the end of queue(s) {names}: "
+            "the topic was deleted and created again under the same name; read the table "
+            "alone, or move it away so the broker starts a new one")
+    for ref, (table_end, first) in plan.gaps.items():
+        message = (f"topic {topic}: queue {ref.key}: offsets [{table_end}, {first}) left the "
+                   "log and the tier before the table got them")
+        if source.fail_on_data_loss:
+            raise DataLossError(f"{message} (set failOnDataLoss=false to warn and continue)")
+        logger.warning("%s; continuing (failOnDataLoss=false)", message)
+    return part, plan
+
+
+def _tail_in_driver(spark: SparkSession, tail_options: Mapping[str, str],
+                    tail_columns: tuple[str, ...]) -> DataFrame:
+    """The tail read here, through the connector's own reader (the same ranges, columns and
+    conversions as Spark's tasks would use), as a local relation."""
+    schema = StructType.fromDDL(source_ddl(tail_columns))
+    assert isinstance(schema, StructType)
+    reader = RocketHADataSource(dict(tail_options)).reader(schema)
+    batches = [batch for partition in reader.partitions() for batch in reader.read(partition)]
+    table = pa.Table.from_batches(batches) if batches else pa.table(
+        {name: pa.array([], type=kind) for name, kind in _arrow_types(tail_columns)})
+    frame: DataFrame = spark.createDataFrame(table, schema=schema)
+    return frame
+
+
+def _arrow_types(names: tuple[str, ...]) -> list[tuple[str, pa.DataType]]:
+    kinds = {name: kind for name, _, kind, _ in SOURCE_COLUMNS}
+    return [(name, kinds[name]) for name in names]
+
+
+def table_starting_offsets(topic: str, *, table: str,
+                           table_storage_options: Mapping[str, str] | None = None,
+                           **options: str) -> str:
+    """startingOffsets JSON where the table ends, for a stream that continues the table
+    (`options`: the connector's, e.g. brokers= or controller=)."""
+    _, plan = _plan(topic, table, table_storage_options, options)
+    return json.dumps(canonical(unflatten(plan.starting)))
+
+
+def read_topic(spark: SparkSession, topic: str, *, table: str,
+               table_storage_options: Mapping[str, str] | None = None,
+               columns: Sequence[str] = ALL_COLUMN_NAMES,
+               driver_tail_rows_max: int = DRIVER_TAIL_ROWS_MAX, **options: str) -> DataFrame:
+    """The whole topic: the table's rows and the tail it does not hold yet (module doc).
+
+    `table`: the table's URI as Spark reads it (a path, or s3a:// with Spark's S3 settings);
+    `table_storage_options`: delta-rs's, to read its log (S3 endpoint and keys); `columns`:
+    any of the connector's 11 (storeDate, the partition column, comes along);
+    `driver_tail_rows_max`: a tail of at most this many rows is read once, here on the driver,
+    into a local relation (every query of the DataFrame then reuses it); a longer one is read
+    by Spark's tasks through `format("rocketha")`, on each action; `options`: the connector's
+    source options (brokers= or controller=, TLS, credentials ...)."""
+    unknown = [name for name in columns if name not in ALL_COLUMN_NAMES]
+    if unknown or not columns:
+        raise OptionError(f"read_topic: columns {unknown or '(none)'} are not among "
+                          f"{', '.join(ALL_COLUMN_NAMES)}")
+    if any(key.lower() in {k.lower() for k in (STARTING_OFFSETS, ENDING_OFFSETS, COLUMNS,
+                                                SUBSCRIBE)} for key in options):
+        raise OptionError("read_topic sets subscribe, startingOffsets, endingOffsets and "
+                          "columns itself: pass the topic and `columns=` instead")
+    part, plan = _plan(topic, table, table_storage_options, options)
+    wanted = [*columns, PARTITION_COLUMN]
+    table_schema = f"{source_ddl()}, {PARTITION_COLUMN} DATE"
+    frames: list[DataFrame] = []
+    if part.files:
+        frames.append(spark.read.schema(table_schema).option("basePath", part.uri)
+                      .parquet(*part.files).select(*wanted))
+    if plan.rows:
+        tail_columns = tuple(dict.fromkeys([*columns, "storeTimestamp"]))
+        tail_options = {**options, SUBSCRIBE: topic,
+                        STARTING_OFFSETS: json.dumps(canonical(unflatten(plan.starting))),
+                        ENDING_OFFSETS: json.dumps(canonical(unflatten(plan.ending))),
+                        COLUMNS: ",".join(tail_columns)}
+        if plan.rows <= driver_tail_rows_max:
+            tail = _tail_in_driver(spark, tail_options, tail_columns)
+        else:
+            tail = spark.read.format("rocketha").options(**tail_options).load()
+        frames.append(tail.withColumn(PARTITION_COLUMN, F.expr(_STORE_DATE_SQL))
+                      .select(*wanted))
+    if not frames:
+        return spark.createDataFrame([], table_schema).select(*wanted)
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+

@@ -1,0 +1,139 @@
+"""read_topic: one read of a whole topic, its table's rows plus the tail the table lacks.
+
+Goal: with a topic whose first messages are in its Delta table and the rest only in the log,
+`connector.spark.read_topic` returns every message once, each queue's offsets contiguous from
+0, the bodies produced, storeDate the UTC day of storeTimestamp on both parts; the table part
+is read by Spark's Parquet reader with only the asked columns; `table_starting_offsets` is
+where the table ends, and a stream started there reads exactly the tail. Method: a real
+broker process (standalone master) with a file:// tier and topicTableIntervalMs=200; the
+table is turned off (`table=none`) once it caught up, so what is produced after stays in the
+tail, read on the driver and, forced, in Spark's tasks (the executed plan says which); the
+session SparkSession; the stream runs with Trigger.AvailableNow into a memory sink. The tail's
+plan itself (gaps, a recreated topic) is tests/connector/test_read_topic_plan.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from connector import Admin, ClientConfig, Producer
+from connector.protocol.table_ids import queue_app_id
+from connector.spark.offsets import QueueRef
+from connector.spark.read_topic import (
+    DRIVER_TAIL_ROWS_MAX,
+    read_topic,
+    table_part,
+    table_starting_offsets,
+)
+from tests.ha.replica_set import wait_for
+from tests.integration.broker_process import BrokerProcess
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+TOPIC = "history"
+QUEUES = 3
+IN_TABLE = 600  # produced while the table is on
+IN_TAIL = 90  # produced after it is turned off
+CATCH_UP_S = 60.0
+STREAM_DEADLINE_S = 600  # an AvailableNow query on 2 shared, busy cores
+
+
+def _produce(config: ClientConfig, first: int, count: int) -> None:
+    with Producer(config) as producer:
+        rows = [{"body": b"m%06d" % n, "key": f"k{n}"} for n in range(first, first + count)]
+        assert all(result.ok for result in producer.send_batch(TOPIC, rows))
+
+
+def _table_ends(uri: str) -> list[int | None]:
+    try:
+        table = DeltaTable(uri)
+    except Exception:  # noqa: BLE001 - not created yet
+        return [None] * QUEUES
+    return [table.transaction_version(queue_app_id("broker-a", q)) for q in range(QUEUES)]
+
+
+@pytest.fixture(scope="module")
+def half_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    root = tmp_path_factory.mktemp("read-topic")
+    broker = BrokerProcess(root / "b", tieredStoreUrl=f"file://{root / 'tier'}",
+                           topicTableIntervalMs="200").start()
+    try:
+        config = ClientConfig(brokers=(broker.endpoint,))
+        admin = Admin(config)
+        admin.create_topic(TOPIC, queues=QUEUES, table="delta")
+        _produce(config, 0, IN_TABLE)
+        uri = str(root / "tier" / "tables" / TOPIC)
+        ends = [q["max_queue_offset"] for q in sorted(admin.queue_offsets(TOPIC),
+                                                      key=lambda q: q["queue_id"])]
+        wait_for(lambda: _table_ends(uri) == ends, CATCH_UP_S,
+                 f"the table at {ends} ({broker.action('broker_info').get('topic_tables')})")
+        admin.update_topic(TOPIC, table="none")
+        _produce(config, IN_TABLE, IN_TAIL)
+        yield broker, uri
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("driver_tail_rows_max", [DRIVER_TAIL_ROWS_MAX, 0],
+                         ids=["tail-on-the-driver", "tail-in-spark-tasks"])
+def test_read_topic_is_the_table_and_the_tail_each_message_once(
+        spark: SparkSession, half_table: tuple[BrokerProcess, str],
+        driver_tail_rows_max: int) -> None:
+    broker, uri = half_table
+    refs = [QueueRef(TOPIC, "broker-a", q) for q in range(QUEUES)]
+    part = table_part(uri, refs)
+    assert part.files and sum(part.ends.values()) == IN_TABLE  # type: ignore[arg-type]
+    frame = read_topic(spark, TOPIC, table=uri, brokers=broker.endpoint,
+                       driver_tail_rows_max=driver_tail_rows_max)
+    scans = frame._jdf.queryExecution().executedPlan().toString()
+    in_tasks = "BatchEvalPython" in scans or "PythonDataSource" in scans or \
+        "rocketha" in scans.lower()
+    assert in_tasks == (driver_tail_rows_max == 0), scans
+    rows = frame.collect()
+    assert len(rows) == IN_TABLE + IN_TAIL
+    places = [(row.brokerName, row.queueId, row.queueOffset) for row in rows]
+    assert len(set(places)) == len(places), "a message is read twice"
+    for queue_id in range(QUEUES):
+        offsets = sorted(o for _, q, o in places if q == queue_id)
+        assert offsets == list(range(len(offsets))), f"queue {queue_id}: not contiguous"
+    assert sorted(row.body for row in rows) == [b"m%06d" % n for n in range(IN_TABLE + IN_TAIL)]
+    for row in rows:
+        assert row.storeDate == row.storeTimestamp.astimezone(datetime.UTC).date()
+    # the tail is exactly what the table lacks: past each queue's table end
+    tail = [p for p in places if p[2] >= part.ends[QueueRef(TOPIC, "broker-a", p[1])]]
+    assert len(tail) == IN_TAIL
+
+
+def test_the_table_part_reads_only_the_asked_columns(
+        spark: SparkSession, half_table: tuple[BrokerProcess, str]) -> None:
+    broker, uri = half_table
+    frame = read_topic(spark, TOPIC, table=uri, columns=["queueId", "body"],
+                       brokers=broker.endpoint)
+    assert frame.columns == ["queueId", "body", "storeDate"]
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "ReadSchema: struct<queueId:int,body:binary>" in plan, plan
+    totals = frame.groupBy("queueId").count().collect()
+    assert sum(row["count"] for row in totals) == IN_TABLE + IN_TAIL
+
+
+def test_a_stream_started_where_the_table_ends_reads_exactly_the_tail(
+        spark: SparkSession, half_table: tuple[BrokerProcess, str], tmp_path: Path) -> None:
+    broker, uri = half_table
+    starting = table_starting_offsets(TOPIC, table=uri, brokers=broker.endpoint)
+    ends = _table_ends(uri)
+    assert json.loads(starting) == {TOPIC: {f"broker-a:{q}": ends[q] for q in range(QUEUES)}}
+    query = (spark.readStream.format("rocketha").option("brokers", broker.endpoint)
+             .option("subscribe", TOPIC).option("startingOffsets", starting).load()
+             .select("body").writeStream.format("memory").queryName("after_the_table")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(STREAM_DEADLINE_S) and query.exception() is None
+    bodies = sorted(row.body for row in spark.sql("SELECT body FROM after_the_table").collect())
+    assert bodies == [b"m%06d" % n for n in range(IN_TABLE, IN_TABLE + IN_TAIL)]
