@@ -38,16 +38,13 @@ def test_a_large_picture_is_reduced_until_it_fits(tmp_path: Path) -> None:
     import io
     import random
 
-    noise = Image.new("RGB", (900, 700))
-    rng = random.Random(7)
-    noise.putdata([(rng.randrange(256), rng.randrange(256), rng.randrange(256))
-                   for _ in range(900 * 700)])
+    noise = Image.frombytes("RGB", (640, 400), random.Random(7).randbytes(640 * 400 * 3))
     raw = io.BytesIO()
     noise.save(raw, format="PNG")
     assert raw.tell() > screenshots.IMAGE_BYTES_MAX
     small = screenshots.save_small(raw.getvalue(), tmp_path / "noise.png")
     with Image.open(small) as image:
-        assert image.mode == "P" and image.size == (900, 700)
+        assert image.mode == "P" and image.size == (640, 400)
 
 
 def test_every_committed_picture_is_shown_and_small() -> None:
