@@ -47,7 +47,7 @@ from controller.admin.main import call_leader, client_config
 from controller.console.cli import PROGRAM, SESSION_S_DEFAULT, build_parser
 from controller.console.handler import REQUESTS_INFLIGHT_MAX, ConsoleHandler, ViewSource
 from controller.console.login import LoginCheck, flight_login_check
-from controller.console.sessions import SESSIONS_MAX, SessionTable
+from controller.console.sessions import SESSIONS_MAX, LoginThrottle, SessionTable
 
 __all__ = ["REFRESH_MS", "SESSION_S_DEFAULT", "ConsoleServer", "console_ssl_context", "gather",
            "main"]
@@ -266,7 +266,8 @@ class ConsoleServer:
             "views": _Cache(addresses, tls, SESSIONS_MAX),
             "slots": threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX),
             "login": staticmethod(login) if login else None,
-            "sessions": SessionTable(session_s), "sessions_lock": threading.Lock(),
+            "sessions": SessionTable(session_s), "throttle": LoginThrottle(),
+            "sessions_lock": threading.Lock(),
             "scheme": "http" if ssl_context is None else "https"})
         self._server = HTTPServer((host, port), handler, ssl_context)  # OSError: port in use
         self._thread = threading.Thread(target=self._server.serve_forever, name="console",
