@@ -44,6 +44,8 @@
                                       then mypy --strict on MYPY_STRICT_PATHS
     python3 build.py docs             the documentation site, built strictly into site/ (a
                                       broken link, a page missing from the nav or any warning fails)
+    python3 build.py screenshots [--only console,chaos,bench]   remake the docs' pictures
+                                      in docs/images/ with the tools (tests/docs/screenshots.py)
 
 Why a stamp file: `pip install` of pyspark alone takes minutes on a fresh machine, so `setup`
 records a hash of pyproject.toml and constraints.txt and skips the install when nothing
@@ -97,6 +99,7 @@ BENCHES = {
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
     "scale": "tests/bench/bench_scale.py",
     "peers_open_loop": "tests/bench/peers_open_loop.py",
+    "e2e": "tests/bench/bench_e2e.py",
 }
 # The Debian packages the default suite needs: package -> (the commands whose presence proves
 # it is installed, why the suite needs it). `setup` and `test` install the missing ones.
@@ -451,6 +454,7 @@ MYPY_STRICT_PATHS = (
     "controller/console/sessions.py",
     "controller/handover.py", "ha/broker/handover_core.py",
     "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
+    "tests/bench/scale_shape.py", "tests/bench/open_loop.py",
 )
 
 
@@ -476,6 +480,12 @@ def docs(args: list[str]) -> int:
     print("+", " ".join(argv), flush=True)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # Material's banner about its successor
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+
+
+def screenshots(args: list[str]) -> int:
+    python = setup()
+    return subprocess.run([str(python), "-m", "tests.docs.screenshots", *args], cwd=ROOT,
+                          check=False).returncode
 
 
 def demo(args: list[str]) -> int:
@@ -515,6 +525,8 @@ def main(argv: list[str]) -> int:
         return lint(rest)
     if command == "docs":
         return docs(rest)
+    if command == "screenshots":
+        return screenshots(rest)
     print(f"build.py: unknown command {command!r}; see `python3 build.py --help`", file=sys.stderr)
     return 2
 

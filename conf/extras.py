@@ -34,7 +34,7 @@ __all__ = ["EXTRA_MODULES", "extra_refusal", "missing_modules", "require_extra"]
 
 # extra -> the top-level modules its distributions install (the names `import` sees)
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "rocketmq": ("grpc", "rocketmq"),
+    "rocketmq": ("cryptography", "grpc", "rocketmq"),
     "s3": ("s3fs",),
     "server": ("cryptography", "prometheus_client"),
     "spark": ("deltalake", "pyspark"),

@@ -18,12 +18,14 @@ import logging
 import socket
 import ssl
 import sys
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from conf.credentials import read_private_file
 
-__all__ = ["AUTHORIZATION_BYTES_MAX", "BEARER_TOKEN_CHARS_MIN", "HTTPServer", "SecureHandler",
+__all__ = ["AUTHORIZATION_BYTES_MAX", "BEARER_TOKEN_CHARS_MIN", "ContextSource", "HTTPServer",
+           "SecureHandler",
            "bearer_token_matches", "browser_ssl_context", "read_bearer_token"]
 
 logger = logging.getLogger(__name__)
@@ -61,31 +63,37 @@ def browser_ssl_context(context: ssl.SSLContext) -> ssl.SSLContext:
     return context
 
 
-class _TLSListener(socket.socket):
-    """The listening socket's accept() returns TLS sockets whose handshake has not run yet."""
+ContextSource = Callable[[], ssl.SSLContext]  # the context for the next connection
 
-    context: ssl.SSLContext
+
+class _TLSListener(socket.socket):
+    """The listening socket's accept() returns TLS sockets whose handshake has not run yet,
+    each with the context current at its accept (certificates reloaded: conf/tls_reload.py)."""
+
+    context_of: ContextSource
 
     def accept(self) -> tuple[socket.socket, Any]:
         conn, address = super().accept()
-        return self.context.wrap_socket(conn, server_side=True,
-                                        do_handshake_on_connect=False), address
+        return self.context_of().wrap_socket(conn, server_side=True,
+                                             do_handshake_on_connect=False), address
 
 
 class HTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server, speaking TLS when given an `ssl_context`. A broken client
-    (a failed handshake, garbage, a reset) ends its own connection, logged at debug level."""
+    """A threading HTTP server, speaking TLS when given an `ssl_context` (a context, or a
+    callable giving the current one at each connection). A broken client (a failed
+    handshake, garbage, a reset) ends its own connection, logged at debug level."""
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | ContextSource | None = None) -> None:
         super().__init__(address, handler)  # OSError: the port is in use
         self.ssl_context = ssl_context
         if ssl_context is not None:
             listener = _TLSListener(self.socket.family, self.socket.type,
                                     fileno=self.socket.detach())
-            listener.context = ssl_context
+            listener.context_of = ssl_context if callable(ssl_context) \
+                else (lambda: ssl_context)
             self.socket = listener
 
     @property

@@ -7,7 +7,8 @@ prometheus_client's global one: nothing registered at import time by some librar
 the scrape, and two servers in one process (tests) do not see each other's series.
 
 Who may scrape (`MetricsAccess`, from the process's conf by `metrics_access`): on a secured
-member (`tls.server.mode=enforcing`) the page is HTTPS with the member's certificate, and a
+member (`tls.server.mode=enforcing`) the page is HTTPS with the member's certificate (reloaded
+with the member's, conf/tls_reload.py), and a
 scrape needs a client certificate signed by the cluster CA or, when `metricsBearerTokenFile`
 names a token file, `Authorization: Bearer <token>`; anything else is 401. Plain HTTP there only
 with `metricsPlaintext=true` (the token is still checked when set). A member without TLS serves
@@ -28,10 +29,18 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from conf.https import HTTPServer, SecureHandler, bearer_token_matches, read_bearer_token
-from conf.tls import TLSSettings, server_ssl_context
+from conf.https import (
+    ContextSource,
+    HTTPServer,
+    SecureHandler,
+    bearer_token_matches,
+    read_bearer_token,
+)
+from conf.tls import TLSSettings
+from conf.tls_reload import ReloadingTLS, watch
 
-__all__ = ["MetricsAccess", "MetricsServer", "metrics_access", "serve_collector"]
+__all__ = ["MetricsAccess", "MetricsServer", "metrics_access", "reloading_server_context",
+           "serve_collector"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +50,17 @@ SCRAPE_IDLE_TIMEOUT_S = 10.0  # per socket operation of one scrape (the handshak
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MetricsAccess:
-    """How `/metrics` is served: TLS (`ssl_context`, asking for an optional client
-    certificate) or plain, and the bearer token a scrape may present ("" = none)."""
+    """How `/metrics` is served: TLS (`tls`: the context of the next connection, asking for
+    an optional client certificate) or plain, and the bearer token a scrape may present
+    ("" = none)."""
 
-    ssl_context: ssl.SSLContext | None = None
+    tls: ContextSource | None = None
     bearer_token: str = ""
 
     @property
     def open(self) -> bool:
         """Anyone who reaches the port may scrape (plain, no token)."""
-        return self.ssl_context is None and not self.bearer_token
+        return self.tls is None and not self.bearer_token
 
 
 OPEN = MetricsAccess()
@@ -63,9 +73,24 @@ def metrics_access(tls: TLSSettings, bearer_token_file: str, plaintext: bool) ->
         if bearer_token_file else ""
     if not tls.enabled or plaintext:
         return MetricsAccess(None, token)
-    context = server_ssl_context(tls)  # its certificate and the cluster CA
-    context.verify_mode = ssl.CERT_OPTIONAL  # a scraper may hold a certificate, or the token
-    return MetricsAccess(context, token)
+    # its certificate, the cluster CA and CRL, reloaded as the member's; a scraper may hold a
+    # certificate, or give the token
+    return MetricsAccess(reloading_server_context(tls, "/metrics", ssl.CERT_OPTIONAL), token)
+
+
+def reloading_server_context(tls: TLSSettings, what: str, verify_mode: ssl.VerifyMode
+                             ) -> ContextSource:
+    """The current server context of `tls`'s files (conf/tls_reload.py: reloaded when they
+    change or on SIGHUP, a revoked client certificate refused at the next handshake), asking
+    clients for a certificate as `verify_mode` says. Raises TLSConfigError naming the key."""
+    reloading = watch(ReloadingTLS(tls, what=what))
+
+    def current() -> ssl.SSLContext:
+        context = reloading.server()  # this ReloadingTLS's own: no member link shares it
+        context.verify_mode = verify_mode
+        return context
+
+    return current
 
 
 class MetricsServer:
@@ -131,7 +156,7 @@ def serve_collector(collector: Collector, host: str, port: int,
     registry.register(collector)
     handler = type("MetricsHandler", (_MetricsHandler,), {"registry": registry,
                                                           "access": access})
-    server = HTTPServer((host, port), handler, access.ssl_context)
+    server = HTTPServer((host, port), handler, access.tls)
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     return MetricsServer(server, thread)

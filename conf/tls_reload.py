@@ -39,8 +39,8 @@ from conf.tls import TLSConfigError, TLSSettings, client_ssl_context, server_ssl
 if TYPE_CHECKING:
     from cryptography import x509
 
-__all__ = ["FileStamp", "ReloadingTLS", "check_crl", "file_stamp", "install_sighup",
-           "load_pair", "request_reload", "watch"]
+__all__ = ["FileStamp", "ReloadingTLS", "check_crl", "check_files", "file_stamp",
+           "install_sighup", "load_pair", "request_reload", "watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class ReloadingTLS:
 
     def _build(self) -> tuple[ssl.SSLContext, ssl.SSLContext, int, frozenset[int]]:
         settings = self.settings
-        serial = _leaf(settings.server_cert_path).serial_number
+        _, _, serial = load_pair(settings.server_cert_path, settings.server_key_path)
         revoked = (check_crl(settings.crl_path, settings.server_trust_cert_path)
                    if settings.crl_path else frozenset())
         try:
@@ -214,6 +214,14 @@ class ReloadingTLS:
         logger.info("%s: TLS files reloaded: certificate serial %x (was %x), %d revoked "
                     "serial(s); new connections use them", self.what, serial, old, len(revoked))
         return True
+
+
+def check_files(settings: TLSSettings) -> TLSSettings:
+    """`settings` once its files load as a reload would take them (at start-up: a bad file is
+    a TLSConfigError naming its key, not a traceback when the first link is built)."""
+    if settings.enabled:
+        ReloadingTLS(settings, what="start-up")
+    return settings
 
 
 class _Watcher:

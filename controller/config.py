@@ -60,6 +60,7 @@ from typing import Any
 import conf
 from conf import parse_bool, unknown_key_message
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
+from conf.tls_reload import check_files
 from controller.auth.verify import AUTH_KEYS, AuthSettings, parse_auth_settings
 from controller.errors import ConfigError
 from controller.raft import CLUSTER_SIZES, SNAPSHOT_BYTES_MAX
@@ -263,7 +264,7 @@ class ControllerConfig:
                 except ValueError as err:
                     raise ConfigError(key, f"bad value {properties[key]!r}: {err}") from err
         try:
-            kwargs["tls"] = TLSSettings.from_properties(properties)
+            kwargs["tls"] = check_files(TLSSettings.from_properties(properties))
         except TLSConfigError as err:
             raise ConfigError(err.key, err.message) from err
         return cls(**kwargs)

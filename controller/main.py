@@ -10,6 +10,7 @@ endpoint (in-flight calls finish), then the Raft node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import ssl
@@ -17,12 +18,13 @@ import sys
 
 import pyarrow as pa
 
-from conf.metrics_http import MetricsAccess, metrics_access
+from conf.https import ContextSource
+from conf.metrics_http import MetricsAccess, metrics_access, reloading_server_context
 from conf.process import CONTROLLER_PROGRAM, refuse, start_server
 from conf.tls_reload import request_reload
 from controller.auth.verify import init_user
 from controller.config import ControllerConfig
-from controller.console.app import ConsoleServer, console_ssl_context
+from controller.console.app import ConsoleServer
 from controller.console.login import flight_login_check
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
@@ -49,7 +51,7 @@ def _start_metrics(config: ControllerConfig, node: ControllerNode,
         raise ListenError(f"metricsPort {host}:{config.metrics_port}: {err}") from err
 
 
-def _start_console(config: ControllerConfig, context: ssl.SSLContext | None
+def _start_console(config: ControllerConfig, context: ContextSource | None
                    ) -> ConsoleServer | None:
     """The read-only console (controller/console/app.py), gathering over the client endpoints.
     With authentication on, viewers log in with their own keys (never a Super user's) and the
@@ -67,20 +69,22 @@ def _start_console(config: ControllerConfig, context: ssl.SSLContext | None
         raise ListenError(f"consolePort {host}:{config.console_port}: {err}") from err
 
 
-def _console_context(config: ControllerConfig) -> ssl.SSLContext | None:
+def _console_context(config: ControllerConfig) -> ContextSource | None:
     """HTTPS for the console on a TLS member: consoleCertPath/consoleKeyPath, else the
-    member's certificate; plain HTTP with consolePlaintext=true."""
+    member's certificate (reloaded when the files change, as the member's links are); plain
+    HTTP with consolePlaintext=true."""
     if not config.console_port or not config.tls.enabled or config.console_plaintext:
         return None
     if bool(config.console_cert_path) != bool(config.console_key_path):
         raise ValueError("consoleCertPath and consoleKeyPath go together")
-    return console_ssl_context(config.console_cert_path or config.tls.server_cert_path,
-                               config.console_key_path or config.tls.server_key_path,
-                               config.tls.server_trust_cert_path)
+    settings = dataclasses.replace(
+        config.tls, server_cert_path=config.console_cert_path or config.tls.server_cert_path,
+        server_key_path=config.console_key_path or config.tls.server_key_path)
+    return reloading_server_context(settings, "console", ssl.CERT_NONE)  # browsers: no cert
 
 
 async def _serve(config: ControllerConfig, node: ControllerNode, access: MetricsAccess,
-                 console_context: ssl.SSLContext | None) -> None:
+                 console_context: ContextSource | None) -> None:
     loop = asyncio.get_running_loop()
     metrics = _start_metrics(config, node, loop, access)
     console = None

@@ -38,7 +38,7 @@ from tests.integration.broker_process import BrokerProcess
 from tests.support.wheel import ROOT, build_wheel, without_pythonpath
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-BASE_DISTRIBUTIONS = {"pyarrow", "numpy", "fsspec"}  # the client and the Spark connector
+BASE_DISTRIBUTIONS = {"pyarrow", "numpy", "fsspec", "tenacity"}  # the client and the connector
 SERVER_ONLY = {"prometheus-client", "cryptography", "s3fs", "botocore", "aiobotocore", "boto3",
                "grpcio", "rocketmq-python-client", "pyspark", "delta-spark", "deltalake"}
 # console script -> its extra (None: the base install runs it)

@@ -1,12 +1,12 @@
 """`python -m` entries of the server parts check their extra first, as the console scripts do.
 
-Goal: `python -m ha.broker` and `python -m connector.rmq_proxy` without their extra (server,
-rocketmq) print one line naming the command, the extra and the pip command, exit with status
-2 and show no traceback; with the extra they run (`--help` prints the usage and exits 0), so
-the check refuses only what is missing. Method: each entry run as a subprocess; the extra's
-modules hidden as tests/test_install_roles.py hides them for the console-script shims
-(`sys.modules[name] = None`, what importlib.util.find_spec reports for a module that is not
-there), the module run as `__main__` by runpy (what `python -m` does).
+Goal: `python -m ha.broker`, `controller`, `ha.cluster` and `connector.rmq_proxy` without
+their extra (server, rocketmq) print one line naming the command, the extra and the pip
+command, exit with status 2 and show no traceback; with the extra they run (`--help` prints
+the usage and exits 0), so the check refuses only what is missing. Method: each entry run as
+a subprocess; the extra's modules hidden as tests/test_install_roles.py hides them for the
+console-script shims (`sys.modules[name] = None`, what importlib.util.find_spec reports for a
+module that is not there), the module run as `__main__` by runpy (what `python -m` does).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from conf.extras import EXTRA_MODULES
 from tests.support.wheel import ROOT
 
 # `python -m` module -> the extra it needs
-MODULE_EXTRAS = {"ha.broker": "server", "connector.rmq_proxy": "rocketmq"}
+MODULE_EXTRAS = {"ha.broker": "server", "controller": "server", "ha.cluster": "server",
+                 "connector.rmq_proxy": "rocketmq"}
 
 
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -57,6 +57,9 @@ def test_settings_are_checked_with_the_key_named(certs: dict[str, str]) -> None:
         ("tls.server.need.client.auth", "maybe", "is not one of"),
         ("tls.server.keyPath", "", "required with tls.server.mode=enforcing"),
         ("tls.server.trustCertPath", "/nonexistent/ca.pem", "no such file"),
+        ("tls.crlPath", "/nonexistent/crl.pem", "no such file"),
+        ("tls.reloadIntervalMs", "soon", "not a whole number of milliseconds"),
+        ("tls.reloadIntervalMs", "-1", "negative"),
     ):
         with pytest.raises(tls.TLSConfigError) as caught:
             tls.TLSSettings.from_properties({**certs, key: value})
@@ -72,6 +75,20 @@ def test_broker_and_controller_confs_take_the_tls_keys(certs: dict[str, str]) ->
         BrokerConfig.from_properties({**certs, "tls.server.mode": "permissive"})
     with pytest.raises(ControllerConfigError, match=r"tls\.server\.need\.client\.auth"):
         ControllerConfig.from_properties({**certs, "tls.server.need.client.auth": "optional"})
+
+
+def test_a_file_that_does_not_load_is_a_config_error_at_start(
+        certs: dict[str, str], tmp_path: Path) -> None:
+    """The files are loaded as a reload would (conf/tls_reload.py), not at the first link."""
+    bad_crl = tmp_path / "crl.pem"
+    bad_crl.write_text("not a CRL\n")
+    with pytest.raises(BrokerConfigError, match=r"tls\.crlPath: .*not a PEM CRL"):
+        BrokerConfig.from_properties({**certs, "tls.crlPath": str(bad_crl)})
+    with pytest.raises(ControllerConfigError, match=r"tls\.server\.keyPath: .*is not the key"):
+        ControllerConfig.from_properties({**certs, "tls.server.keyPath": str(
+            ensure_ca(tmp_path / "other").issue("x", "rocketha://client/x", []).key_path)})
+    assert ControllerConfig.from_properties(
+        {**certs, "tls.reloadIntervalMs": "0"}).tls.reload_interval_ms == 0
 
 
 def test_contexts_load_and_require_a_peer_certificate(certs: dict[str, str]) -> None:

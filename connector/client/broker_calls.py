@@ -2,8 +2,10 @@
 policy Admin, Consumer and the Producer's put channels share (`_Base`).
 
 Retry policy: a call that fails with a retriable status or error (see
-connector.protocol.errors) is retried after `Backoff.delay_ms(attempt)` while attempts remain
-and the deadline has not passed (every retry loop is bounded by a count and a deadline); with
+connector.protocol.errors) is retried after a jittered backoff (`Backoff`: a random time in the
+upper half of min(backoff_max_ms, backoff_initial_ms x 2^attempt)) while attempts remain and
+the next attempt would still start before the deadline (tenacity's Retrying: a count and a
+deadline bound every retry); with
 several brokers, an unordered send moves to the next broker when one is unreachable or answers
 NOT_MASTER. With `ClientConfig(controller=...)` the brokers are the alive masters the
 controller names (its `cluster_list`), fetched again after NOT_MASTER or a broken connection,
@@ -18,6 +20,7 @@ import time
 from typing import Any
 
 import pyarrow as pa
+import tenacity
 from pyarrow import flight
 
 from connector.client.config import Backoff, ClientConfig
@@ -138,31 +141,41 @@ class _Base:
                               timeout_s or self.config.request_timeout_ms / 1000.0)
 
     def _retry(self, call: Any, what: str) -> Any:
-        """Run `call(endpoint)` with the retry policy; returns its value."""
-        deadline = time.monotonic() + self.config.send_deadline_ms / 1000.0
-        for attempt in range(self.config.retries_max + 1):
-            endpoint = ""
-            try:
-                endpoint = self.endpoint
-                return call(endpoint)
-            except flight.FlightError as err:
-                error = as_rocketha_error(err)
-                if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
-                    self._refresh_route(endpoint)
-            except RetriableError as err:
-                error = err
-            except pa.ArrowInvalid as err:
-                if "is closed" not in str(err):
-                    raise
-                # another thread closed the shared connection after a failure of its own
-                # (_refresh_route): a new one on the next attempt (found by a chaos run)
-                _drop_connection(endpoint, self.config.tls)
-                error = RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
-            if not error.retriable or attempt == self.config.retries_max:
-                raise error
-            delay_ms = self._backoff.delay_ms(attempt)
-            if Backoff.remaining_ms(deadline, time.monotonic()) <= delay_ms:
-                raise error
-            logger.info("%s: %s; retry %d in %d ms", what, error, attempt + 1, delay_ms)
-            time.sleep(delay_ms / 1000.0)
-        raise AssertionError("unreachable")
+        """Run `call(endpoint)` with the retry policy; returns its value. A retriable
+        RocketHAError is retried; anything else, and the last error, is raised as it is."""
+        def log_retry(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            logger.info("%s: %s; retry %d in %d ms", what, error, state.attempt_number,
+                        round((state.upcoming_sleep or 0.0) * 1000))
+
+        retrying = tenacity.Retrying(
+            stop=(tenacity.stop_after_attempt(self.config.retries_max + 1)
+                  | tenacity.stop_before_delay(self.config.send_deadline_ms / 1000.0)),
+            wait=self._backoff.wait(), retry=tenacity.retry_if_exception(_retriable),
+            before_sleep=log_retry, reraise=True)
+        return retrying(self._attempt, call)
+
+    def _attempt(self, call: Any) -> Any:
+        """One attempt of `call(endpoint)`: a failure becomes a RocketHAError, after what it
+        implies (a route to refresh, a closed shared connection to drop)."""
+        endpoint = ""
+        try:
+            endpoint = self.endpoint
+            return call(endpoint)
+        except flight.FlightError as err:
+            error = as_rocketha_error(err)
+            if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
+                self._refresh_route(endpoint)
+            raise error from err
+        except pa.ArrowInvalid as err:
+            if "is closed" not in str(err):
+                raise
+            # another thread closed the shared connection after a failure of its own
+            # (_refresh_route): a new one on the next attempt (found by a chaos run)
+            _drop_connection(endpoint, self.config.tls)
+            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
+                                 f"{endpoint}: {err}") from err
+
+
+def _retriable(error: BaseException) -> bool:
+    return isinstance(error, RocketHAError) and error.retriable

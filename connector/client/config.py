@@ -8,7 +8,8 @@ are the alive masters the controller names (connector/client/discovery.py). TLS:
 one). Authentication: `access_key`/`secret_key` (or `credentials_file`) sign every call
 (conf/signing.py). `ClientConfig.from_properties(path)` reads both from a client.properties
 (`rocketha-cluster up` writes `<dir>/client.properties`). `Backoff` is the delay between
-retries (connector/client/broker_calls.py).
+retries (connector/client/broker_calls.py, the producer's put retries), with jitter from
+tenacity's wait strategies.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import dataclasses
 import os
 from typing import Any
 
+import tenacity
+
 from conf.controller_addresses import controller_addresses
 from conf.credentials import read_credentials_file, read_private_file
 from conf.signing import Credentials
@@ -24,6 +27,10 @@ from conf.tls import ClientTLS, TLSConfigError, client_tls_from_properties, read
 from conf.values import parse_host_port
 
 __all__ = ["Backoff", "ClientConfig"]
+
+# The retry object a lone draw's RetryCallState names (tenacity's wait strategies read only
+# the state's attempt number; nothing here calls or retries through it).
+_DRAW_ONLY = tenacity.Retrying()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,13 +137,36 @@ class ClientConfig:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential backoff with a cap: 1x, 2x, 4x ... initial, never above the cap."""
+    """Exponential backoff with a cap, and jitter: retry `attempt` (0 = the first retry) waits
+    a random time in [c/2, c], where c = `delay_ms(attempt)` = min(max, initial x 2^attempt).
+
+    Why jitter: a failover fails every producer and reader of the old master at once (each
+    Spark executor runs several); with fixed delays they all retry at the same instants, and
+    the new master takes every retry wave at once. Spreading each wave over the upper half
+    of its window ("equal jitter") keeps the backoff's growth and never retries sooner than
+    half the planned delay (an election takes a few hundred ms, so a retry at 0 is wasted).
+    The waits are tenacity's (a maintained library, as the Retrying loop that uses them):
+    wait_exponential for the fixed half plus wait_random_exponential for the random half.
+    """
 
     initial_ms: int
     max_ms: int
 
     def delay_ms(self, attempt: int) -> int:
+        """The window's upper end c (no jitter): 1x, 2x, 4x ... initial, never above the cap."""
         return min(self.max_ms, self.initial_ms * (1 << min(attempt, 20)))
+
+    def wait(self) -> tenacity.wait.wait_base:
+        """The jittered wait as a tenacity strategy (its attempt_number 1 is `attempt` 0)."""
+        half_initial_s, half_max_s = self.initial_ms / 2000.0, self.max_ms / 2000.0
+        return (tenacity.wait_exponential(multiplier=half_initial_s, max=half_max_s)
+                + tenacity.wait_random_exponential(multiplier=half_initial_s, max=half_max_s))
+
+    def jittered_ms(self, attempt: int) -> int:
+        """One draw of the jittered delay before retry `attempt`, in [c/2, c] (whole ms)."""
+        state = tenacity.RetryCallState(_DRAW_ONLY, None, (), {})
+        state.attempt_number = min(attempt, 20) + 1
+        return round(self.wait()(state) * 1000.0)
 
     @staticmethod
     def remaining_ms(deadline_monotonic_s: float, now_s: float) -> int:

@@ -205,7 +205,7 @@ class Producer:
                     retries_max=self.config.retries_max,
                     send_deadline_ms=self.config.send_deadline_ms,
                     backoff_ms=Backoff(self.config.backoff_initial_ms,
-                                       self.config.backoff_max_ms).delay_ms)
+                                       self.config.backoff_max_ms).jittered_ms)
                 self._sender = AsyncSender(core, self._run_batch)
             return self._sender
 

@@ -32,7 +32,7 @@ def print_reply(command: str, reply: Any, mode: str) -> None:
 def _table(command: str, reply: Any) -> tuple[list[str], list[dict[str, Any]]]:
     if command == "status":
         return (["address", "status", "node_id", "role", "term", "leader_id", "commit_index",
-                 "applied_index", "error"], list(reply))
+                 "applied_index", "version", "error"], list(reply))
     if command == "user":
         if "users" not in reply:  # a change: its new version
             return ["status", "version", "message"], [reply]

@@ -39,7 +39,7 @@ from typing import Any
 
 from pyarrow import flight
 
-from conf.https import HTTPServer, browser_ssl_context
+from conf.https import ContextSource, HTTPServer, browser_ssl_context
 from conf.process import refuse
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, TLSSettings, connect_flight, server_ssl_context
@@ -47,7 +47,7 @@ from controller.admin.main import call_leader, client_config
 from controller.console.cli import PROGRAM, SESSION_S_DEFAULT, build_parser
 from controller.console.handler import REQUESTS_INFLIGHT_MAX, ConsoleHandler, ViewSource
 from controller.console.login import LoginCheck, flight_login_check
-from controller.console.sessions import SESSIONS_MAX, SessionTable
+from controller.console.sessions import SESSIONS_MAX, LoginThrottle, SessionTable
 
 __all__ = ["REFRESH_MS", "SESSION_S_DEFAULT", "ConsoleServer", "console_ssl_context", "gather",
            "main"]
@@ -260,13 +260,14 @@ class ConsoleServer:
 
     def __init__(self, addresses: list[str], host: str, port: int, *,
                  login: LoginCheck | None = None, tls: ClientTLS = NO_TLS,
-                 ssl_context: ssl.SSLContext | None = None,
+                 ssl_context: ssl.SSLContext | ContextSource | None = None,
                  session_s: float = SESSION_S_DEFAULT) -> None:
         handler = type("Handler", (ConsoleHandler,), {
             "views": _Cache(addresses, tls, SESSIONS_MAX),
             "slots": threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX),
             "login": staticmethod(login) if login else None,
-            "sessions": SessionTable(session_s), "sessions_lock": threading.Lock(),
+            "sessions": SessionTable(session_s), "throttle": LoginThrottle(),
+            "sessions_lock": threading.Lock(),
             "scheme": "http" if ssl_context is None else "https"})
         self._server = HTTPServer((host, port), handler, ssl_context)  # OSError: port in use
         self._thread = threading.Thread(target=self._server.serve_forever, name="console",

@@ -31,6 +31,7 @@ import conf
 from conf import BadValueError, parse_bool, parse_host_port, unknown_key_message
 from conf.controller_addresses import controller_addresses
 from conf.tls import TLS_KEYS, TLSConfigError, TLSSettings, plaintext_refusal
+from conf.tls_reload import check_files
 from ha.broker.addresses import check_advertised_host, check_bind_host
 from ha.broker.auth import AUTH_KEYS, AuthSettings, parse_auth_settings
 from ha.broker.metadata import TABLE_FORMATS
@@ -235,7 +236,7 @@ class BrokerConfig:
         kwargs["ha"] = HAConfig.from_properties(
             {k: v for k, v in properties.items() if k in HA_PROPERTY_KEYS})
         try:
-            kwargs["tls"] = TLSSettings.from_properties(properties)
+            kwargs["tls"] = check_files(TLSSettings.from_properties(properties))
         except TLSConfigError as err:
             raise ConfigError(err.key, err.message) from err
         auth, errors = parse_auth_settings(properties)

@@ -101,14 +101,14 @@ def hand_over(service: Any, call: Callable[[HandoverRequest], ReplicaInfoReply],
     master = replication.master
     if not config.runtime_roles or config.handover_timeout_ms == 0:
         return "no handover (not in controller mode, or handoverTimeoutMs=0)"
+    gate.leaving = True
+    wake_heartbeat()  # lame duck from now on (a slave too): no election picks this broker
     if master is None or broker_id is None:
         return "no handover: not the master"
     stats = master.stats()
     if choose_target(_acked(master), stats.sync_state_set, master_broker_id=broker_id) is None:
         return "no handover: no other member of the SyncStateSet has a link"
     deadline = time.monotonic() + config.handover_timeout_ms / 1000.0
-    gate.leaving = True
-    wake_heartbeat()  # lame duck from now on: no election picks this broker
     if not gate.step(HandoverCore.seal):
         return "no handover: one ran already"
     store = service.store
@@ -153,8 +153,13 @@ def _acked(master: Any) -> dict[int, int]:
 
 
 def hand_over_to_slave(service: Any, link: Any) -> str:
-    """`hand_over` through the broker's controller link (its client, id and wake)."""
-    return hand_over(
-        service,
-        lambda request: link.client.call("handover_master", request, ReplicaInfoReply),
-        link.broker_id, wake_heartbeat=link.wake)
+    """`hand_over` through the broker's controller link (its client, id and wake). Never
+    raises: whatever happens, the shutdown that follows must run."""
+    try:
+        return hand_over(
+            service,
+            lambda request: link.client.call("handover_master", request, ReplicaInfoReply),
+            link.broker_id, wake_heartbeat=link.wake)
+    except Exception:  # logged; the broker stops as it would have before
+        logger.exception("handover failed; stopping without it")
+        return "no handover: it failed (logged above)"

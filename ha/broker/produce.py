@@ -58,8 +58,10 @@ class ProducePath:
         if topic is None:
             check_topic_name(name)
             if not self.config.auto_create_topic_enable:
-                raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist "
-                                   "(autoCreateTopicEnable=false)")
+                raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist and this "
+                                   "broker creates none on a first produce "
+                                   "(autoCreateTopicEnable=false): create it first, e.g. "
+                                   f"`rocketha-admin topic create --topic {name}`")
             queues = self.config.default_topic_queue_nums
             self._auto_create(TopicConfig(name, queues, queues))
             topic = self.topics.get(name)

@@ -6,6 +6,8 @@
     rocketha-cluster certs revoke --dir DIR NAME...    a holder's certificate into the CRL,
                                   [--serial HEX...]    after a new one is issued to it
                                                        (--no-reissue: none)
+    rocketha-cluster certs revoke --ca DIR --serial HEX  the same in a CA directory alone
+                                                       (`plan`'s DIR/ca)
 
 Holders: every controller, broker and the proxy in cluster.json (their `tls_cert`: identity
 and host, as `up` made them) and the tools' `client-admin`. Files are replaced by rename (key
@@ -71,6 +73,20 @@ def _parse_serial(text: str) -> int:
                          "hexadecimal") from None
 
 
+def _revoke_in(ca_dir: Path, args: argparse.Namespace) -> int:
+    """`revoke --ca DIR --serial HEX...`: a CA without a local cluster (`plan`'s)."""
+    if args.names or not args.serial:
+        raise SystemExit("rocketha-cluster certs revoke --ca: serials only (--serial HEX); "
+                         "holder names belong to a cluster of `up` (--dir)")
+    if not (ca_dir / "ca.pem").is_file() or not (ca_dir / "ca-key.pem").is_file():
+        raise SystemExit(f"rocketha-cluster certs revoke: {ca_dir}: no ca.pem and ca-key.pem")
+    ca = ensure_ca(ca_dir)
+    serials = {_parse_serial(text) for text in args.serial}
+    print(f"revoked {', '.join(f'{serial:x}' for serial in sorted(serials))} in "
+          f"{ca.revoke(serials)}: copy it to every machine's tls/crl.pem")
+    return 0
+
+
 def _rotate(ca: CertificateAuthority, holders: dict[str, tuple[str, list[str]]],
             names: list[str]) -> list[str]:
     lines = []
@@ -85,6 +101,8 @@ def _rotate(ca: CertificateAuthority, holders: dict[str, tuple[str, list[str]]],
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "ca", None) is not None:
+        return _revoke_in(args.ca, args)
     directory = args.dir.resolve()
     holders = _holders(directory)
     ca = ensure_ca(directory / TLS_DIR)

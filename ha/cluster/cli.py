@@ -116,13 +116,17 @@ def add_certs_arguments(parser: argparse.ArgumentParser) -> None:
     """`certs`' subcommands (ha/cluster/cert_ops.py does the work)."""
     actions = parser.add_subparsers(dest="certs_command", required=True)
     listing = actions.add_parser("list", help="every certificate: serial, expiry, revoked")
-    listing.add_argument("--dir", required=True, type=Path)
+    listing.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
     rotate = actions.add_parser("rotate", help="issue new certificates (same identities)")
-    rotate.add_argument("--dir", required=True, type=Path)
+    rotate.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
     rotate.add_argument("names", nargs="*", metavar="NAME",
                         help="holders to rotate (default: all; see `certs list`)")
     revoke = actions.add_parser("revoke", help="put certificates in the CRL (tls.crlPath)")
-    revoke.add_argument("--dir", required=True, type=Path)
+    where = revoke.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dir", type=Path, help="a cluster of `up`")
+    where.add_argument("--ca", type=Path, metavar="DIR",
+                       help="a CA directory (`plan`'s DIR/ca), with --serial only: then copy "
+                       "its crl.pem to every machine")
     revoke.add_argument("names", nargs="*", metavar="NAME",
                         help="holders whose current certificate is revoked")
     revoke.add_argument("--serial", action="append", default=[], metavar="HEX",

@@ -67,7 +67,11 @@ from ha.cluster import plan as cluster_plan
 from ha.cluster.cli import REPLICA_SETS_MAX, REPLICAS_MAX, build_parser
 from ha.cluster.controllers import LocalControllers
 from ha.cluster.hosts import host_of, hosts_mode, launcher_of, place_on_hosts, remove_hosts
-from ha.cluster.overrides import broker_overrides_problem, unset_overrides
+from ha.cluster.overrides import (
+    broker_overrides_problem,
+    controller_overrides_problem,
+    unset_overrides,
+)
 from ha.cluster.processes import (
     POLL_INTERVAL_S,
     free_port,
@@ -149,6 +153,10 @@ class Cluster:
         for broker in manifest["brokers"]:
             settings = _broker_settings(broker, replicas, overrides, controller_addr,
                                         masters.get(broker.get("set", "")))
+            if manifest.get("tls"):  # secured: a --set of the same key wins
+                settings.update({key: value for key, value in
+                                 cluster_plan.SECURED_BROKER_DEFAULTS.items()
+                                 if key not in overrides})
             settings.update(member_tls_settings(self.directory, manifest, broker))
             settings.update(cluster_auth.broker_settings(
                 self.directory, broker["name"], controller_mode=bool(controller_addr),
@@ -372,6 +380,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         problem = problem or broker_overrides_problem({**kept, **broker_overrides},
                                                       manifest.get("overrides", {}),
                                                       args.replicas)
+        problem = problem or controller_overrides_problem(controller_overrides)
         if problem:
             parser.error(problem)
         manifest["overrides"] = kept

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from conf import unknown_key_message
+from controller.config import CONTROLLER_KEYS
 from ha.broker import BROKER_KEYS, BrokerConfig
 from storage_engine import ConfigError
 
-__all__ = ["broker_overrides_problem", "unset_overrides"]
+__all__ = ["broker_overrides_problem", "controller_overrides_problem", "unset_overrides"]
 
 # What every broker of a local cluster has anyway; the overrides are checked on top of it.
 _BASELINE = {"brokerName": "broker-a", "storePathRootDir": "/nonexistent/rocketha-check"}
@@ -63,3 +64,13 @@ def _with_unset(problem: str, key: str, kept: Mapping[str, str]) -> str:
     if key in kept:
         return f"{problem} (kept from an earlier up: `up --unset {key}` removes it)"
     return problem
+
+
+def controller_overrides_problem(overrides: Mapping[str, str]) -> str | None:
+    """`--controller-set` keys are kept too (cluster.json's controller_overrides): a key no
+    controller knows is refused with the nearest known one (values: the controller's own
+    start-up check)."""
+    for key in overrides:
+        if key not in CONTROLLER_KEYS:
+            return f"--controller-set {key}: {unknown_key_message(key, CONTROLLER_KEYS)}"
+    return None

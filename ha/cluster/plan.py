@@ -10,7 +10,7 @@ Writes, for each host, a tree to copy onto that machine's root (`rsync -a DIR/a/
     DIR/<host>/etc/rocketha/<name>.conf                 broker or controller config
     DIR/<host>/etc/systemd/system/rocketha-<name>.service   one unit per process
     DIR/<host>/etc/rocketha/PORTS                        TCP ports to open on this machine
-    DIR/<host>/etc/rocketha/tls/                         ca.pem, <name>.pem, <name>-key.pem
+    DIR/<host>/etc/rocketha/tls/                         ca.pem, crl.pem, <name>.pem, <name>-key.pem
     DIR/<host>/etc/rocketha/admin.secret                 (controller hosts) the admin's secret
     DIR/client/                                          client.properties, admin.credentials,
                                                          the tools' certificate (the operator's)
@@ -55,7 +55,7 @@ from ha.cluster.certs import ensure_ca
 from ha.cluster.cli import CONTROLLER_COUNTS, REPLICA_SETS_MAX
 from ha.cluster.processes import write_private_text
 
-__all__ = ["PlanError", "plan_cluster", "run", "unit_text", "write_plan"]
+__all__ = ["SECURED_BROKER_DEFAULTS", "PlanError", "plan_cluster", "run", "unit_text", "write_plan"]
 
 BROKER_PORT = 10911  # RocketMQ's listenPort; haListenPort is listenPort + 1
 BROKER_PORT_STEP = 10  # a further broker on the same host
@@ -101,6 +101,14 @@ QUORUM_KEYS = frozenset({"inSyncReplicas", "minInSyncReplicas", "enableAutoInSyn
                          "allAckInSyncStateSet"})
 
 
+# What a secured cluster's brokers get unless --set says otherwise: no topic is created by its
+# first produce (RocketMQ's production advice). With authentication on, creating a topic is an
+# act the ACLs decide (Create), and a typo in a producer's topic name should fail with a hint,
+# not make a new 8-queue topic. An --insecure development cluster keeps the broker default
+# (true), so a first produce just works there.
+SECURED_BROKER_DEFAULTS = {"autoCreateTopicEnable": "false"}
+
+
 def _security(name: str, kind: str, admin_access_key: str | None) -> dict[str, str]:
     """The tls.* and auth keys of one member (paths as installed under ETC_DIR); with no
     admin key (`--insecure`), allowInsecure=true instead."""
@@ -111,7 +119,10 @@ def _security(name: str, kind: str, admin_access_key: str | None) -> dict[str, s
                 "tls.server.certPath": f"{tls}/{name}.pem",
                 "tls.server.keyPath": f"{tls}/{name}-key.pem",
                 "tls.server.trustCertPath": f"{tls}/ca.pem",
+                "tls.crlPath": f"{tls}/crl.pem",  # revocation: docs/security.md
                 "authenticationEnabled": "true", "authorizationEnabled": "true"}
+    if kind == "broker":
+        settings.update(SECURED_BROKER_DEFAULTS)
     if kind == "controller":
         settings.update({"initAuthenticationUser": f"{ADMIN_NAME}:{admin_access_key}",
                          "initAuthenticationUserSecretFile": f"{ETC_DIR}/admin.secret"})
@@ -232,6 +243,7 @@ def _write_secrets(processes: list[dict[str, Any]], out: Path, admin_access_key:
         place(issued.key_path, etc / "tls" / f"{process['name']}-key.pem")
         issued.key_path.unlink()  # the member's key lives only in its host's tree
         place(ca.cert_path, etc / "tls" / "ca.pem")
+        place(ca.ensure_crl(), etc / "tls" / "crl.pem")
         if process["kind"] == "controller":
             write_private_text(etc / "admin.secret", secret + "\n")
             written.append(etc / "admin.secret")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import subprocess
 import sys
 import time
@@ -160,14 +161,20 @@ def _start_probe(directory: Path, manifest: dict[str, Any]) -> subprocess.Popen[
                controller_addr]
     if manifest.get("tls"):
         command += ["--client-config", str(directory / CLIENT_PROPERTIES)]
-    probe = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True, cwd=ROOT)
+    log = directory / "logs" / "write-probe.log"  # the client's own warnings go here
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as stderr:
+        probe = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=stderr, text=True, cwd=ROOT)
     assert probe.stdout is not None
-    deadline = time.monotonic() + PROBE_READY_TIMEOUT_S
-    line = probe.stdout.readline()  # "ready" once every set acked a put
-    if line.strip() != "ready" or time.monotonic() > deadline:
+    # "ready" once every set acked a put (nothing is buffered before it: select is exact)
+    readable, _, _ = select.select([probe.stdout], [], [], PROBE_READY_TIMEOUT_S)
+    line = (probe.stdout.readline() if readable
+            else f"nothing within {PROBE_READY_TIMEOUT_S:.0f}s")
+    if line.strip() != "ready":
         probe.kill()
-        raise SystemExit(f"rocketha-cluster: the write probe did not start ({line!r})")
+        raise SystemExit(f"rocketha-cluster: the write probe did not start ({line!r}; see "
+                         f"{log})")
     return probe
 
 

@@ -19,8 +19,9 @@ The default sizes fit a small machine in about ten minutes; `--full` reaches the
 recorded beside every point: on a shared machine a point taken under load is slower, and the
 curve's shape should be read with it. Shapes come from the log-log slope of each figure over
 its sizes (tests/bench/scale_shape.py). `--save` writes the JSON and a PNG of the curves to
-tests/bench/results/scale-<date>[-full].{json,png}; `--reshape FILE.json` computes a saved
-run's shapes, keys and PNG again from its points. With --json the last line is the keys:
+tests/bench/results/scale-<date>[-full][-<curves>].{json,png}; `--reshape FILE.json`
+computes a saved run's shapes, keys and PNG again from its points. With --json the last
+line is the keys:
 `put_p99_ratio_<top>_vs_8_queues`, `rss_bytes_per_queue`, `restart_s_<size>GiB`,
 `clean_restart_s_<size>GiB`, `catchup_mb_s`, `put_p99_ratio_<top>_producers`,
 `commits_per_s_ratio_<top>_groups`, `failover_p50_s_<top>_sets` (<top>: the largest size the
@@ -173,6 +174,8 @@ def main(argv: list[str]) -> int:
                         help=f"comma-separated subset of {','.join(CURVES)}")
     parser.add_argument("--save", action="store_true",
                         help="write JSON and PNG to tests/bench/results/")
+    parser.add_argument("--log-gib", help="log sizes in GiB instead of the preset's, e.g. 1,5"
+                        " (the catch-up then copies the smallest)")
     parser.add_argument("--reshape", type=Path,
                         help="recompute the shapes and keys of a saved run's JSON, and its PNG")
     args = parser.parse_args(argv)
@@ -187,18 +190,25 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="scale-", dir=root))
     started = datetime.datetime.now(datetime.UTC)
     load_before = load_average()
+    sizes = FULL if args.full else DEFAULT
+    if args.log_gib:
+        log_gib = sorted(float(size) for size in args.log_gib.split(","))
+        sizes = dataclasses.replace(sizes, log_gib=log_gib, catchup_gib=log_gib[0])
     try:
-        curves = run(work, FULL if args.full else DEFAULT, names)
+        curves = run(work, sizes, names)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_shapes(curves)
     figures = keys(curves)
     result = {"date": started.strftime("%Y-%m-%dT%H:%MZ"), "machine": machine(),
-              "command": "python3 build.py bench scale" + (" --full" if args.full else ""),
+              "command": "python3 build.py bench scale" + (" --full" if args.full else "")
+              + ("" if names == list(CURVES) else f" --curves {','.join(names)}")
+              + (f" --log-gib {args.log_gib}" if args.log_gib else ""),
               "load_1m_start": load_before, "load_1m_end": load_average(),
               "curves": curves, "keys": figures}
     if args.save:
-        stem = f"scale-{started:%Y-%m-%d}" + ("-full" if args.full else "")
+        stem = (f"scale-{started:%Y-%m-%d}" + ("-full" if args.full else "")
+                + ("" if names == list(CURVES) else "-" + "-".join(names)))
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
         chart(result, RESULTS / f"{stem}.png")

@@ -326,6 +326,18 @@ def sink_case(spark, broker: BrokerProcess, parquet_dir: Path, rows: int,  # typ
     return rows / elapsed
 
 
+def bench_environment() -> Path:
+    """Spark's Python workers run this interpreter with this tree importable (on loopback);
+    returns a fresh work directory under .bench-tmp/ (the caller removes it)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    root = Path.cwd() / ".bench-tmp"
+    root.mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=root))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", action="store_true")
@@ -344,13 +356,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"--cases: unknown {unknown}; known: {', '.join(READ_CASES)}")
     assert 0 < rows <= ROWS_MAX and args.repeat >= 1
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    root = Path.cwd() / ".bench-tmp"
-    root.mkdir(exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=root))
+    work = bench_environment()
     broker = BrokerProcess(work / "broker", mappedFileSizeCommitLog=str(1 << 30),
                            maxMessageSize=str(4 << 20), defaultTopicQueueNums=str(QUEUES)
                            ).start()

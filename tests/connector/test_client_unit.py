@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import random
 
 import pyarrow as pa
 import pytest
+import tenacity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyarrow import flight
@@ -35,7 +37,7 @@ def test_config_pickles_and_validates() -> None:
     config = ClientConfig(brokers="127.0.0.1:1, 127.0.0.1:2")  # type: ignore[arg-type]
     assert config.brokers == ("127.0.0.1:1", "127.0.0.1:2")
     assert pickle.loads(pickle.dumps(config)) == config
-    with pytest.raises(ValueError, match="host:port"):
+    with pytest.raises(ValueError, match="'nohost' has no port: expected HOST:PORT"):
         ClientConfig(brokers=("nohost",))
     with pytest.raises(ValueError, match="request_timeout_ms"):
         ClientConfig(brokers=("h:1",), request_timeout_ms=0)
@@ -44,7 +46,7 @@ def test_config_pickles_and_validates() -> None:
 def test_config_takes_a_controller_instead_of_brokers() -> None:
     config = ClientConfig(controller="127.0.0.1:1;127.0.0.1:2")
     assert config.brokers == () and pickle.loads(pickle.dumps(config)) == config
-    with pytest.raises(ValueError, match="host:port"):
+    with pytest.raises(ValueError, match=r"ClientConfig\.controller: 'nohost' has no port"):
         ClientConfig(controller="127.0.0.1:1,nohost")
     with pytest.raises(ValueError, match="controller"):
         ClientConfig()
@@ -55,6 +57,34 @@ def test_backoff_doubles_up_to_the_cap() -> None:
     assert [backoff.delay_ms(attempt) for attempt in range(6)] == [20, 40, 80, 160, 300, 300]
     assert backoff.delay_ms(10_000) == 300
     assert Backoff.remaining_ms(10.0, 9.5) == 500 and Backoff.remaining_ms(1.0, 2.0) == 0
+
+
+@pytest.mark.parametrize("end", ["low", "high"])
+def test_jitter_spans_exactly_the_upper_half_of_each_window(
+        end: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random draw pinned to each end of its range (tenacity draws with random.uniform):
+    retry n waits between half and all of min(cap, initial x 2^n), never outside."""
+    monkeypatch.setattr(tenacity.wait.random, "uniform",
+                        (lambda low, high: low) if end == "low" else (lambda low, high: high))
+    backoff = Backoff(initial_ms=20, max_ms=1000)
+    windows = [backoff.delay_ms(attempt) for attempt in range(8)]
+    assert windows == [20, 40, 80, 160, 320, 640, 1000, 1000]
+    drawn = [backoff.jittered_ms(attempt) for attempt in range(8)]
+    expected = [w // 2 for w in windows] if end == "low" else windows
+    assert drawn == expected
+    assert backoff.jittered_ms(10_000) == expected[-1]
+
+
+def test_jitter_spreads_retries_within_their_bounds() -> None:
+    """Seeded: a thousand producers' first and fifth retries, each inside its window and
+    spread over it (without jitter all would wait the same time)."""
+    random.seed(20261202)
+    backoff = Backoff(initial_ms=20, max_ms=1000)
+    for attempt, window in ((0, 20), (4, 320)):
+        drawn = [backoff.jittered_ms(attempt) for _ in range(1000)]
+        assert window // 2 <= min(drawn) and max(drawn) <= window
+        assert max(drawn) - min(drawn) >= window * 0.4  # spread over most of the half
+        assert len(set(drawn)) >= min(window // 2, 100) * 0.8
 
 
 def test_put_reply_maps_rows_back_to_queue_offsets() -> None:

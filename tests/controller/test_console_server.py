@@ -150,6 +150,18 @@ def test_a_super_users_keys_and_wrong_keys_get_one_line(console: ConsoleServer,
     assert browser.request("GET", "/api/cluster")[0] == 401
 
 
+def test_repeated_failed_logins_are_slowed_down(console: ConsoleServer,
+                                                pki: dict[str, str]) -> None:
+    from controller.console.sessions import LOGIN_FAILURES_MAX
+
+    browser = Browser(console.port, pki["ca"])
+    for _ in range(LOGIN_FAILURES_MAX):
+        assert browser.login("viewer", "guess")[0] == 401
+    status, _, page = browser.login("viewer", "viewer-secret")  # right, but too late
+    assert status == 429 and b"too many failed logins from 127.0.0.1" in page
+    assert "rocketha_console_session" not in browser.cookies
+
+
 def test_cross_site_and_tokenless_posts_are_refused(console: ConsoleServer,
                                                     pki: dict[str, str]) -> None:
     browser = Browser(console.port, pki["ca"])
@@ -208,7 +220,7 @@ def test_metrics_over_tls_need_a_token_or_a_client_certificate(pki: dict[str, st
                            server_key_path=pki["key"], server_trust_cert_path=pki["ca"],
                            need_client_auth="require")
     access = metrics_access(settings, str(token_file), plaintext=False)
-    assert access.ssl_context is not None and access.bearer_token
+    assert access.tls is not None and access.bearer_token
     server = serve_collector(_One(), "127.0.0.1", 0, access)
     try:
         assert server.url.startswith("https://")
@@ -267,7 +279,7 @@ def test_a_tls_member_serves_https_unless_plain_is_asked(pki: dict[str, str],
             "tls.server.keyPath": pki["key"], "tls.server.trustCertPath": pki["ca"]}
     config = ControllerConfig.from_properties(base)
     context = _console_context(config)
-    assert context is not None and context.verify_mode == ssl.CERT_NONE  # browsers: no cert
+    assert context is not None and context().verify_mode == ssl.CERT_NONE  # browsers: no cert
     assert config.console_session_seconds == 3600
     assert _console_context(ControllerConfig.from_properties(
         {**base, "consolePlaintext": "true"})) is None
@@ -283,7 +295,43 @@ def test_a_tls_member_serves_https_unless_plain_is_asked(pki: dict[str, str],
     token_file.write_text("a-token-long-enough-here")
     token_file.chmod(0o600)
     plain = metrics_access(config.tls, str(token_file), plaintext=True)
-    assert plain.ssl_context is None and plain.bearer_token == "a-token-long-enough-here"
+    assert plain.tls is None and plain.bearer_token == "a-token-long-enough-here"
     member = metrics_access(config.tls, "", plaintext=False)
-    assert member.ssl_context is not None and member.ssl_context.verify_mode == \
-        ssl.CERT_OPTIONAL and not member.open
+    assert member.tls is not None and member.tls().verify_mode == ssl.CERT_OPTIONAL
+    assert not member.open
+
+
+def test_metrics_serve_a_rotated_certificate_without_a_restart(tmp_path: Path) -> None:
+    """The member's certificate files rewritten (as `certs rotate` does): the next handshake
+    presents the new certificate; the server keeps serving throughout."""
+    from conf.metrics_http import metrics_access
+    from conf.tls_reload import request_reload
+
+    ca = ensure_ca(tmp_path / "tls")
+    member = ca.issue("broker-a-0", "rocketha://broker/broker-a/127.0.0.1:1", ["127.0.0.1"])
+    client = ca.issue("client-prom", "rocketha://client/prom", ["127.0.0.1"])
+    settings = TLSSettings(server_mode="enforcing", server_cert_path=str(member.cert_path),
+                           server_key_path=str(member.key_path),
+                           server_trust_cert_path=str(ca.cert_path))
+    server = serve_collector(_One(), "127.0.0.1", 0, metrics_access(settings, "", False))
+    context = ssl.create_default_context(cafile=str(ca.cert_path))
+    context.load_cert_chain(str(client.cert_path), str(client.key_path))
+
+    def served_certificate() -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            served = tls.getpeercert(binary_form=True)
+            assert served is not None
+            return served
+
+    try:
+        before = served_certificate()
+        ca.issue("broker-a-0", "rocketha://broker/broker-a/127.0.0.1:1", ["127.0.0.1"])
+
+        def rotated() -> bool:
+            request_reload()
+            return served_certificate() != before
+
+        wait_for(rotated, 30, "the new certificate at the next handshake")
+    finally:
+        server.close()

@@ -55,10 +55,15 @@ def examples(page: Path) -> list[Example]:
             marks[marker.group("kind")] = marker.group("reason").strip()
             if not marker.group("reason").strip():
                 raise ValueError(f"{page.name}: a '{marker.group('kind')}' marker needs a reason")
-        found.append(Example(str(page.relative_to(ROOT)), text.count("\n", 0, match.start()) + 1,
+        found.append(Example(_name(page), text.count("\n", 0, match.start()) + 1,
                              match.group("lang"), match.group("body"), marks["not run"],
                              marks["slow"]))
     return found
+
+
+def _name(page: Path) -> str:
+    """The page's path from the repository root (or as given, for a page elsewhere)."""
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
 def all_examples() -> list[Example]:

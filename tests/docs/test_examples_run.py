@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,8 +189,31 @@ def test_the_examples_of_a_page_run(page: str, tmp_path: Path, module_cluster: P
     (tmp_path / "data").mkdir()
     try:
         for example in RUNNABLE[page]:
+            started = time.monotonic()
             run.run(example)
+            print(f"{example.where}: {time.monotonic() - started:.1f} s")  # shown with -s
     finally:
         for query in spark.streams.active:
             query.stop()
         run.close()
+
+
+def test_a_failing_block_fails_its_page(tmp_path: Path) -> None:
+    run = PageRun(tmp_path, tmp_path / "no-cluster", None)
+    run.run(Example("x.md", 1, "bash", "true\n", None, None))
+    with pytest.raises(AssertionError, match=r"x\.md:3 exited 3"):
+        run.run(Example("x.md", 3, "bash", "echo fine\nexit 3\necho never\n", None, None))
+    with pytest.raises(ZeroDivisionError):
+        run.run(Example("x.md", 5, "python", "1 / 0\n", None, None))
+
+
+def test_a_marker_without_a_reason_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- not run: needs three machines -->\n```bash\nls\n```\n\n"
+                    "<!-- slow:   -->\n```python\npass\n```\n")
+    with pytest.raises(ValueError, match="'slow' marker needs a reason"):
+        examples(page)
+    page.write_text(page.read_text().replace("slow:   ", "slow: a failover"))
+    found = examples(page)
+    assert [(e.line, e.not_run, e.slow) for e in found] == [
+        (2, "needs three machines", None), (7, None, "a failover")]

@@ -5,8 +5,8 @@ subcommand or Spark option the code does not have. Method: pull the fenced ```py
 ```bash blocks out of both files; compile each Python block and check every `.option("x", ...)`
 against the connector's option sets; for each shell line, check `python3 build.py X` against
 the commands `build.py --help` lists, `rocketha-*` against pyproject's console scripts, and the
-tool's subcommand against an `add_parser("...")` in the code. Running the blocks needs a
-cluster and Spark, which the integration tests and the demo cover.
+tool's subcommand against an `add_parser("...")` in the code. This also covers the blocks
+marked `not run` there; tests/docs/test_examples_run.py runs the others.
 """
 
 from __future__ import annotations

@@ -45,6 +45,13 @@ def test_a_typo_in_set_suggests_the_key_and_saves_nothing(
     assert not (tmp_path / "c").exists(), "the refused up wrote files"
 
 
+def test_a_typo_in_controller_set_suggests_the_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    message = _up_refusal(capsys, tmp_path / "c", "--controller-set", "raftTickIntervalMss=50")
+    assert message.endswith("did you mean 'raftTickIntervalMs'?")
+    assert not (tmp_path / "c").exists()
+
+
 def test_a_bad_value_in_set_lists_the_allowed_values(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     message = _up_refusal(capsys, tmp_path / "c", "--set", "brokerRole=MASTER")

@@ -2,7 +2,8 @@
 
 Goal: without `--insecure`, `up` writes the admin user's keys to DIR/admin.credentials and
 DIR/client.properties (both 0600), starts controllers and brokers with authentication and
-authorization on (and mutual TLS: tests/integration/test_tls_cluster.py), and the tool's own
+authorization on (and mutual TLS: tests/integration/test_tls_cluster.py) and without topic
+creation by a first produce (it fails naming the command that creates one), and the tool's own
 readiness/status calls work; a client with the keys is served, one without is refused; the
 secret is in no configuration file and on no command line, and the brokers hold no keys (their
 certificates prove them). Static mode (no controllers) gets the same through aclFile.
@@ -80,7 +81,15 @@ def test_up_is_secured_by_default(tmp_path: Path, controllers: str, replicas: st
         for process in status["processes"]:
             assert secret.encode() not in Path(f"/proc/{process['pid']}/cmdline").read_bytes()
         endpoint = broker["endpoint"]
-        signed = ClientConfig.from_properties(properties, brokers=(endpoint,), controller=None)
+        signed = ClientConfig.from_properties(properties, brokers=(endpoint,), controller=None,
+                                              retries_max=0)
+        with pytest.raises(RocketHAError) as missing:  # secured: no topic made by a typo
+            Producer(signed).send("t", b"x")
+        assert missing.value.name == "TOPIC_NOT_EXIST"
+        assert "rocketha-admin topic create --topic t" in str(missing.value)
+        created = _run("rocketha_admin", "--broker", endpoint, "--client-config",
+                       str(properties), "topic", "create", "--topic", "t", "--queues", "2")
+        assert created.returncode == 0, created.stderr
         assert Producer(signed).send("t", b"x").status == "PUT_OK"
         with pytest.raises(RocketHAError) as caught:  # TLS with a client certificate, no keys
             Admin(ClientConfig.from_properties(properties, brokers=(endpoint,), controller=None,

@@ -88,7 +88,8 @@ def _get(url: str, context: ssl.SSLContext) -> int:
 def test_secured_console_and_metrics(tmp_path: Path, secure_browser) -> None:  # type: ignore[no-untyped-def]
     directory = tmp_path / "cluster"
     started = _run("ha.cluster", "up", "--dir", str(directory), "--controllers", "1",
-                   "--replicas", "1", "--set", "mappedFileSizeCommitLog=8388608")
+                   "--replicas", "1", "--set", "mappedFileSizeCommitLog=8388608",
+                   "--set", "autoCreateTopicEnable=true")  # the topics come from produces
     try:
         assert started.returncode == 0, started.stderr
         status = json.loads(_run("ha.cluster", "status", "--dir", str(directory),

@@ -58,3 +58,25 @@ def test_controller(tmp_path: Path, taken_port: int, key: str) -> None:
                     + "".join(f"{name}={port}\n" for name, port in ports.items()))
     line = _one_error_line(_run("controller", conf), "rocketha-controller:")
     assert key in line and str(taken_port) in line
+
+
+@pytest.mark.parametrize("module", ["ha.broker", "controller"])
+def test_a_readable_metrics_token_file_is_refused(tmp_path: Path, module: str) -> None:
+    """metricsBearerTokenFile that others may read: one line naming the key, before any
+    store is opened or port bound."""
+    token = tmp_path / "metrics.token"
+    token.write_text("a-token-long-enough-to-pass\n")
+    token.chmod(0o644)
+    conf = tmp_path / "node.conf"
+    if module == "ha.broker":
+        conf.write_text(f"storePathRootDir={tmp_path / 'store'}\nlistenPort={free_port()}\n"
+                        f"metricsPort={free_port()}\nmetricsBearerTokenFile={token}\n")
+    else:
+        conf.write_text(f"controllerDLegerPeers=n1-127.0.0.1:{free_port()}\n"
+                        f"controllerAddr=127.0.0.1:{free_port()}\n"
+                        f"controllerStorePath={tmp_path / 'ctrl'}\n"
+                        f"metricsPort={free_port()}\nmetricsBearerTokenFile={token}\n")
+    program = "rocketha-broker:" if module == "ha.broker" else "rocketha-controller:"
+    line = _one_error_line(_run(module, conf), program)
+    assert "metricsBearerTokenFile" in line and "chmod 600" in line
+    assert not (tmp_path / "store").exists()

@@ -2,7 +2,8 @@
 
 Method: one real broker with putStreamsMax=2, raw Flight DoPut streams: two open streams are
 served; a third is refused BUSY before any batch, with one line naming the key, and stores
-nothing; once one of the two ends, a new stream is served again; the limit is a runtime key.
+nothing; once one of the two ends, a new stream is served again; the limit is a runtime key; a
+Producer refused this way raises that line once its retries are spent.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ import pyarrow as pa
 import pytest
 from pyarrow import flight
 
-from connector.protocol import PutReply, decode_error_text, produce_descriptor_command
+from connector import ClientConfig, Producer
+from connector.protocol import (
+    PutReply,
+    RocketHAError,
+    decode_error_text,
+    produce_descriptor_command,
+)
 from tests.integration.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.integration
@@ -102,4 +109,21 @@ def test_the_limit_is_a_runtime_key(broker: BrokerProcess) -> None:
         first.close()
         second.close()
     finally:
+        client.close()
+
+
+def test_a_producer_past_the_limit_gets_one_line_naming_the_key(broker: BrokerProcess) -> None:
+    client = flight.FlightClient(f"grpc://{broker.endpoint}")
+    try:
+        _wait_streams(broker, 0)
+        broker.action("set_config", {"key": "putStreamsMax", "value": "1"})
+        held = Stream(client, "p")
+        config = ClientConfig(brokers=(broker.endpoint,), retries_max=2, send_deadline_ms=3000)
+        with Producer(config) as producer, pytest.raises(RocketHAError) as caught:
+            producer.send("p", b"refused")
+        assert "putStreamsMax" in str(caught.value) and "\n" not in str(caught.value)
+        assert _stored(broker, "p") == 1  # only the held stream's batch
+        held.close()
+    finally:
+        broker.action("set_config", {"key": "putStreamsMax", "value": "2"})
         client.close()

@@ -91,8 +91,10 @@ class Secure:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     directory = tmp_path_factory.mktemp("secure")
+    # autoCreateTopicEnable: a secured cluster's default is false; these tests are about TLS
     settings = [arg for key, value in {**FAST_TIMERS, "brokerHeartbeatInterval": "200",
-                                       "defaultTopicQueueNums": "2"}.items()
+                                       "defaultTopicQueueNums": "2",
+                                       "autoCreateTopicEnable": "true"}.items()
                 for arg in ("--set", f"{key}={value}")]
     printed = _cluster_cli("up", "--dir", str(directory), "--controllers", "3", "--replicas",
                            "3", *settings)
