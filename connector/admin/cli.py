@@ -9,6 +9,8 @@ controller/admin/main.py; rocketha_admin.py picks the tool.
 
     topic create|update --topic T [--queues N | --read-queues R --write-queues W] [--perm P]
                        [--table delta|none|default]
+    topic update --topic T --add-broker-name SET [--queues N]   extend T onto a replica set
+    topic update --topic T --remove-broker-name SET              drain T from one (write off)
     topic list | describe --topic T | delete --topic T
     produce --topic T [--body TEXT | --file F | (stdin lines)] [--key K] [--tags T]
             [--property k=v ...]          one message per line of the file or stdin
@@ -37,6 +39,7 @@ from connector.admin.data import consume, produce
 from connector.admin.output import Output, fail
 from connector.admin.parser import BATCH_MAX, COUNT_MAX, build_parser
 from connector.admin.planned import shutdown_broker
+from connector.admin.scale import drain_topic, extend_topic
 from connector.admin.target import Target
 from connector.client import ClientConfig
 from connector.errors import RoutesUnavailableError
@@ -126,6 +129,8 @@ def _topic(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
     if args.action != "list" and not args.topic:
         parser.error(f"topic {args.action} needs --topic")
     rows: list[dict[str, Any]] = []
+    if args.action in ("create", "update") and (args.add_broker_name or args.remove_broker_name):
+        return _move_topic(parser, args, target, out)
     if args.action in ("create", "update"):
         fields = {"read_queue_nums": args.read_queues or args.queues,
                   "write_queue_nums": args.write_queues or args.queues, "perm": args.perm,
@@ -162,6 +167,20 @@ def _topic(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
     out.rows(["replica_set", "topic", "queue_id", "min_queue_offset", "max_queue_offset",
               "messages"], rows)
     return 0
+
+
+def _move_topic(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Target,
+                out: Output) -> int:
+    """topic update --add-broker-name / --remove-broker-name (connector/admin/scale.py)."""
+    if args.action != "update":
+        parser.error("--add-broker-name and --remove-broker-name go with topic update")
+    if args.remove_broker_name:
+        return drain_topic(target, args.topic, args.remove_broker_name, out)
+    return extend_topic(target, args.topic, {
+        "read_queue_nums": args.read_queues or args.queues,
+        "write_queue_nums": args.write_queues or args.queues, "perm": args.perm,
+        "table": None if args.table is None else _TABLE_VALUES[args.table]},
+        args.add_broker_name, out)
 
 
 def _on_sets_having(target: Target, topic: str, call: Any) -> list[tuple[str, Any]]:

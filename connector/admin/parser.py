@@ -89,6 +89,13 @@ def _topic_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     topic.add_argument("--table", choices=["delta", "none", "default"], default=None,
                        help="materialize the topic as a Delta table under the tier (delta), "
                        "not (none), or as the broker's topicTableDefault says (default)")
+    moving = topic.add_mutually_exclusive_group()
+    moving.add_argument("--add-broker-name", default=None, metavar="SET",
+                        help="update: extend the topic onto this replica set (its config "
+                        "from a set that has it; --queues etc. on top)")
+    moving.add_argument("--remove-broker-name", default=None, metavar="SET",
+                        help="update: drain the topic from this replica set (write off, "
+                        "reads go on) and list each group's lag there")
 
 
 def _data_parsers(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -58,9 +58,12 @@ __all__ = [
     "queue_bounds",
     "route_provider",
     "topic_queue_counts",
+    "writable_topics",
 ]
 
 logger = logging.getLogger(__name__)
+
+PERM_WRITE = 2  # a topic config's write permission bit (RocketMQ's PERM_WRITE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -182,19 +185,33 @@ def route_provider(brokers: Sequence[str], controller: str | None,
     return StaticRoutes(brokers, request_timeout_ms, tls, credentials)
 
 
-def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int,
-                       tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
-                       ) -> dict[str, tuple[int, int]]:
-    """topic -> (read_queue_nums, write_queue_nums) on one replica set."""
+def _list_topics(replica_set: ReplicaSet, request_timeout_ms: int, tls: ClientTLS,
+                 credentials: Credentials | None) -> list[dict[str, Any]]:
     admin = Admin(client_config(replica_set.endpoints, request_timeout_ms, tls, credentials))
     try:
-        topics = admin.list_topics()
+        return admin.list_topics()
     except RocketHAError as err:
         raise RoutesUnavailableError(
             f"replica set {replica_set.broker_name} ({','.join(replica_set.endpoints)}): "
             f"list_topics failed ({err})") from err
+
+
+def topic_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int,
+                       tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                       ) -> dict[str, tuple[int, int]]:
+    """topic -> (read_queue_nums, write_queue_nums) on one replica set."""
     return {str(topic["name"]): (int(topic["read_queue_nums"]), int(topic["write_queue_nums"]))
-            for topic in topics}
+            for topic in _list_topics(replica_set, request_timeout_ms, tls, credentials)}
+
+
+def writable_topics(replica_set: ReplicaSet, request_timeout_ms: int,
+                    tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                    ) -> frozenset[str]:
+    """The topics that take writes on one replica set: a topic drained from it (write
+    permission off, `rocketha-admin topic update --remove-broker-name`) is not one."""
+    return frozenset(str(topic["name"]) for topic in _list_topics(
+        replica_set, request_timeout_ms, tls, credentials)
+        if int(topic.get("perm", PERM_WRITE)) & PERM_WRITE)
 
 
 def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int,

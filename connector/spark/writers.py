@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from connector.client.routes import ReplicaSet, route_provider, topic_queue_counts
+from connector.client.routes import ReplicaSet, route_provider, writable_topics
 from connector.spark.compat import DataSourceStreamArrowWriter
 from connector.spark.options import SinkOptions
 from connector.spark.partitions import SinkCommitMessage
@@ -52,10 +52,11 @@ def _target(options: SinkOptions, partition_id: int) -> ReplicaSet:
     routes = route_provider(options.brokers, options.controller, options.request_timeout_ms,
                             options.tls, options.credentials)
     replica_sets = sorted(routes.replica_sets())
-    if options.topic is not None and len(replica_sets) > 1:  # prefer those hosting the topic
+    if options.topic is not None and len(replica_sets) > 1:
+        # prefer those hosting the topic and taking its writes (not drained)
         hosting = [rs for rs in replica_sets
-                   if options.topic in topic_queue_counts(rs, options.request_timeout_ms,
-                                                          options.tls, options.credentials)]
+                   if options.topic in writable_topics(rs, options.request_timeout_ms,
+                                                       options.tls, options.credentials)]
         replica_sets = hosting or replica_sets
     return replica_sets[partition_id % len(replica_sets)]
 

@@ -8,7 +8,8 @@ client endpoints only (so a standalone console needs nothing but addresses):
                        master elections it applied (recent_elections)
     cluster_list       on the leader (NOT_LEADER redirects followed): replica sets, masters,
                        SyncStateSets, epochs, alive brokers
-    broker_info        on every alive broker: role, epoch, max/confirm positions, tier
+    broker_info        on every alive broker: role, epoch, max/confirm positions, tier; the
+                       master's topic tables: lag, last commit, last error (tables.py)
     list_topics, queue_offsets, consumer_groups   on each set's master: topics with their
                        queues and message counts, groups with committed offsets and lag
 
@@ -47,7 +48,8 @@ from controller.admin.main import call_leader, client_config
 from controller.console.cli import PROGRAM, SESSION_S_DEFAULT, build_parser
 from controller.console.handler import REQUESTS_INFLIGHT_MAX, ConsoleHandler, ViewSource
 from controller.console.login import LoginCheck, flight_login_check
-from controller.console.sessions import SESSIONS_MAX, SessionTable
+from controller.console.sessions import SESSIONS_MAX, LoginThrottle, SessionTable
+from controller.console.tables import table_rows
 
 __all__ = ["REFRESH_MS", "SESSION_S_DEFAULT", "ConsoleServer", "console_ssl_context", "gather",
            "main"]
@@ -95,7 +97,7 @@ def gather(addresses: list[str], tls: ClientTLS = NO_TLS,
         "generated_at_ms": int(time.time() * 1000), "controllers": controllers,
         "leader": None if leader is None else {"node_id": leader["node_id"],
                                                "address": leader["address"]},
-        "replica_sets": [], "topics": [], "groups": [], "elections": elections,
+        "replica_sets": [], "topics": [], "groups": [], "tables": [], "elections": elections,
         "errors": errors,
     }
     try:
@@ -105,13 +107,15 @@ def gather(addresses: list[str], tls: ClientTLS = NO_TLS,
         errors.append(f"cluster_list: {err}")
         return view
     for status in cluster.get("replica_sets", []):
-        replica_set, master_endpoint = _replica_set(status, errors, link)
+        replica_set, master_endpoint, master_info = _replica_set(status, errors, link)
         view["replica_sets"].append(replica_set)
+        view["tables"] += table_rows(replica_set["name"], master_info)
         if master_endpoint is not None:
             view["topics"] += _topics(replica_set["name"], master_endpoint, errors, link)
             view["groups"] += _groups(replica_set["name"], master_endpoint, errors, link)
     view["topics"] = view["topics"][:TOPICS_SHOWN_MAX]
     view["groups"] = view["groups"][:GROUPS_SHOWN_MAX]
+    view["tables"] = view["tables"][:TOPICS_SHOWN_MAX]
     return view
 
 
@@ -134,7 +138,7 @@ def _controllers(addresses: list[str], errors: list[str], link: _Link
 
 
 def _replica_set(status: dict[str, Any], errors: list[str], link: _Link
-                 ) -> tuple[dict[str, Any], str | None]:
+                 ) -> tuple[dict[str, Any], str | None, dict[str, Any] | None]:
     replica = status["replica"]
     alive = set(status.get("alive_broker_ids", []))
     brokers, master_info = [], None
@@ -171,7 +175,7 @@ def _replica_set(status: dict[str, Any], errors: list[str], link: _Link
         "tier": _tier_summary(tier),
     }
     master_endpoint = replica["master_address"] if master_info is not None else None
-    return replica_set, master_endpoint
+    return replica_set, master_endpoint, master_info
 
 
 def _tier_summary(tier: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +270,8 @@ class ConsoleServer:
             "views": _Cache(addresses, tls, SESSIONS_MAX),
             "slots": threading.BoundedSemaphore(REQUESTS_INFLIGHT_MAX),
             "login": staticmethod(login) if login else None,
-            "sessions": SessionTable(session_s), "sessions_lock": threading.Lock(),
+            "sessions": SessionTable(session_s), "throttle": LoginThrottle(),
+            "sessions_lock": threading.Lock(),
             "scheme": "http" if ssl_context is None else "https"})
         self._server = HTTPServer((host, port), handler, ssl_context)  # OSError: port in use
         self._thread = threading.Thread(target=self._server.serve_forever, name="console",

@@ -4,7 +4,8 @@ says how sessions and CSRF checks work; login.py how keys are checked).
     GET  /healthz          always (a load balancer's probe)
     GET  /login            the login form, with a fresh double-submit token in a cookie
     POST /login            keys + token: a session cookie and 303 to /, or the form again
-                           with one line saying why (401), or 403 from another site
+                           with one line saying why (401; 429 after LOGIN_FAILURES_MAX failures
+                           from one address within a minute), or 403 from another site
     POST /logout           the session's CSRF token: the session ends, 303 to /login
     GET  /api/session      {"user", "csrf", "lifetime_s"} for the page's "Log out"
     GET  /, assets, /api/cluster   with a live session (without: 303 to /login, 401 for /api)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from typing import Any
 
@@ -30,6 +32,7 @@ from controller.console.sessions import (
     LOGIN_COOKIE_SECONDS,
     SESSION_COOKIE,
     FormError,
+    LoginThrottle,
     Session,
     SessionTable,
     cookie_header,
@@ -72,6 +75,7 @@ class ConsoleHandler(SecureHandler):
     slots: threading.BoundedSemaphore
     login: LoginCheck | None
     sessions: SessionTable
+    throttle: LoginThrottle  # failed logins per address (under sessions_lock too)
     sessions_lock: threading.Lock
     scheme: str  # http | https: the origin POSTs must come from, and the cookies' Secure
     server_version = "rocketha-console"
@@ -173,14 +177,24 @@ class ConsoleHandler(SecureHandler):
             self._login_form("the login form expired or did not come from this console: "
                              "try again", 403)
             return
+        address = self.client_address[0]
+        with self.sessions_lock:
+            wait_s = self.throttle.wait_s(address)
+        if wait_s > 0:
+            self._login_form(f"too many failed logins from {address}: try again in "
+                             f"{math.ceil(wait_s)} s", 429)
+            return
         credentials = Credentials(form.access_key, form.secret_key)
         refusal = self.login(credentials)
         if refusal is not None:
             logger.info("console login refused for access key %s from %s: %s",
                         form.access_key, self.address_string(), refusal)
+            with self.sessions_lock:
+                self.throttle.failed(address)
             self._login_form(refusal, 401)
             return
         with self.sessions_lock:
+            self.throttle.succeeded(address)
             token, _ = self.sessions.create(credentials)
             lifetime_s = int(self.sessions.lifetime_s)
         logger.info("console login of access key %s from %s", form.access_key,

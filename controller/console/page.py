@@ -3,7 +3,8 @@
 No build step and no asset from the internet. The script polls `/api/cluster` every second and
 redraws with DOM calls and `textContent` only (names come from brokers and clients: never
 parsed as HTML). Stable hooks for tests and scripts: `#replica-sets [data-replica-set=NAME]
-.master-address`, `#controllers`, `#topics`, `#groups`, `#elections`, `#updated`.
+.master-address`, `#controllers`, `#topics`, `#tables` (rows `[data-table=TOPIC]`), `#groups`,
+`#elections`, `#updated`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ CONSOLE_HTML = """<!doctype html>
   <section><h2>Controllers</h2><table id="controllers"></table></section>
   <section><h2>Replica sets</h2><div id="replica-sets"></div></section>
   <section><h2>Topics</h2><table id="topics"></table></section>
+  <section><h2>Topic tables</h2><table id="tables"></table></section>
   <section><h2>Consumer groups</h2><table id="groups"></table></section>
   <section><h2>Recent master elections</h2><table id="elections"></table></section>
   <section id="errors-section"><h2>Unreachable</h2><ul id="errors"></ul></section>
@@ -170,6 +172,24 @@ function drawTopics(view) {
            q.max_queue_offset).join("  ")]));
 }
 
+function drawTables(view) {
+  const table = document.getElementById("tables");
+  fill(table, ["topic", "replica set", "lag (messages)", "lag (seconds)", "last commit",
+               "version", "commits", "rows", "last error", "table"],
+       view.tables.map((t) => [t.topic, t.replica_set, t.lag_messages, t.lag_seconds,
+         time(t.last_commit_ms), t.last_version, t.commits, t.rows,
+         t.last_error || t.maintenance_error ? el("span", [
+             t.last_error ? t.last_error + " (at " + time(t.last_error_ms) + (
+               t.failures_in_a_row ? ", " + t.failures_in_a_row + " failed pass(es) in a row)"
+                 : ", passes succeed since)") : "",
+             t.maintenance_error ? "upkeep: " + t.maintenance_error : ""].filter(Boolean)
+             .join("; "), t.failures_in_a_row || t.maintenance_error ? "bad" : "muted")
+           : "none",
+         t.uri]));
+  const rows = table.querySelectorAll("tr");
+  view.tables.forEach((t, i) => { rows[i + 1].dataset.table = t.topic; });
+}
+
 function drawGroups(view) {
   fill(document.getElementById("groups"),
        ["group", "topic", "replica set", "lag (messages)", "per queue (committed/end)"],
@@ -206,6 +226,7 @@ async function refresh() {
     drawControllers(view);
     drawReplicaSets(view);
     drawTopics(view);
+    drawTables(view);
     drawGroups(view);
     drawElections(view);
     drawErrors(view);

@@ -37,6 +37,7 @@ __all__ = [
     "SESSION_COOKIE",
     "FormError",
     "LoginForm",
+    "LoginThrottle",
     "Session",
     "SessionTable",
     "cookie_header",
@@ -57,6 +58,9 @@ FORM_BYTES_MAX = 4096  # a login form's body; longer is refused unread
 FORM_FIELDS_MAX = 8
 KEY_CHARS_MAX = 256  # an access key or secret key longer than this is not one
 SESSIONS_MAX = 1024  # live sessions; at the limit the one nearest its expiry is dropped
+LOGIN_FAILURES_MAX = 10  # failed logins per source address per LOGIN_FAILURES_WINDOW_S
+LOGIN_FAILURES_WINDOW_S = 60.0  # (then 429 until the window has room: guessing is slow)
+THROTTLED_ADDRESSES_MAX = 4096  # addresses remembered; beyond, the oldest is forgotten
 
 
 class FormError(ValueError):
@@ -204,3 +208,44 @@ class SessionTable:
         now = self._clock()
         for key in [k for k, s in self._sessions.items() if s.expires_at_s <= now]:
             del self._sessions[key]
+
+
+class LoginThrottle:
+    """Failed logins per source address in a sliding window: at LOGIN_FAILURES_MAX the
+    address waits (each guess of a secret also costs the controllers a signed call). Not
+    thread-safe: the console holds its sessions lock around it."""
+
+    def __init__(self, failures_max: int = LOGIN_FAILURES_MAX,
+                 window_s: float = LOGIN_FAILURES_WINDOW_S,
+                 addresses_max: int = THROTTLED_ADDRESSES_MAX,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._failures_max = failures_max
+        self._window_s = window_s
+        self._addresses_max = addresses_max
+        self._clock = clock
+        self._failures: dict[str, list[float]] = {}  # address -> failure times, oldest first
+
+    def _recent(self, address: str) -> list[float]:
+        since = self._clock() - self._window_s
+        times = [t for t in self._failures.get(address, []) if t > since]
+        if times:
+            self._failures[address] = times
+        else:
+            self._failures.pop(address, None)
+        return times
+
+    def wait_s(self, address: str) -> float:
+        """Seconds until `address` may try again (0: now)."""
+        times = self._recent(address)
+        if len(times) < self._failures_max:
+            return 0.0
+        return max(0.0, times[-self._failures_max] + self._window_s - self._clock())
+
+    def failed(self, address: str) -> None:
+        times = self._recent(address)
+        if not times and len(self._failures) >= self._addresses_max:
+            self._failures.pop(next(iter(self._failures)))
+        self._failures[address] = [*times[-(self._failures_max - 1):], self._clock()]
+
+    def succeeded(self, address: str) -> None:
+        self._failures.pop(address, None)

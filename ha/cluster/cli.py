@@ -14,7 +14,8 @@ from pathlib import Path
 
 from conf.cli_words import DeprecatedOption
 
-__all__ = ["CONTROLLER_COUNTS", "REPLICAS_MAX", "REPLICA_SETS_MAX", "add_certs_arguments",
+__all__ = ["CONTROLLER_COUNTS", "REPLICAS_MAX", "REPLICA_SETS_MAX", "add_add_set_arguments",
+           "add_certs_arguments",
            "add_plan_arguments", "add_restart_arguments", "build_parser"]
 
 CONTROLLER_COUNTS = (0, 1, 3, 5)  # a Raft group of 1, 3 or 5 (0: none, static roles)
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         "certs", help="list, rotate or revoke the cluster's certificates"))
     add_restart_arguments(commands.add_parser(
         "restart", help="restart every process, one at a time, under load (--rolling)"))
+    add_add_set_arguments(commands.add_parser(
+        "add-set", help="start one more replica set (broker-<next letter>) in a running "
+        "cluster"))
     return parser
 
 
@@ -142,3 +146,10 @@ def add_restart_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rolling", action="store_true", required=True,
                         help="one process at a time (the only kind of restart)")
     parser.add_argument("--json", action="store_true", help="only the JSON report line")
+
+
+def add_add_set_arguments(parser: argparse.ArgumentParser) -> None:
+    """`add-set`'s options (ha/cluster/add_set.py does the work)."""
+    parser.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="with controllers: do not wait until the new set has a master")

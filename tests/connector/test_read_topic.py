@@ -7,9 +7,8 @@ is read by Spark's Parquet reader with only the asked columns; `table_starting_o
 where the table ends, and a stream started there reads exactly the tail. Method: a real
 broker process (standalone master) with a file:// tier and topicTableIntervalMs=200; the
 table is turned off (`table=none`) once it caught up, so what is produced after stays in the
-tail, read on the driver and, forced, in Spark's tasks (the executed plan says which); the
-session SparkSession; the stream runs with Trigger.AvailableNow into a memory sink. The tail's
-plan itself (gaps, a recreated topic) is tests/connector/test_read_topic_plan.py.
+tail; the session SparkSession; the stream runs with Trigger.AvailableNow into a memory sink.
+The tail's plan itself (gaps, a recreated topic) is tests/connector/test_read_topic_plan.py.
 """
 
 from __future__ import annotations
@@ -26,12 +25,7 @@ from pyspark.sql import SparkSession
 from connector import Admin, ClientConfig, Producer
 from connector.protocol.table_ids import queue_app_id
 from connector.spark.offsets import QueueRef
-from connector.spark.read_topic import (
-    DRIVER_TAIL_ROWS_MAX,
-    read_topic,
-    table_part,
-    table_starting_offsets,
-)
+from connector.spark.read_topic import read_topic, table_part, table_starting_offsets
 from tests.ha.replica_set import wait_for
 from tests.integration.broker_process import BrokerProcess
 
@@ -81,21 +75,13 @@ def half_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broke
         broker.stop()
 
 
-@pytest.mark.parametrize("driver_tail_rows_max", [DRIVER_TAIL_ROWS_MAX, 0],
-                         ids=["tail-on-the-driver", "tail-in-spark-tasks"])
 def test_read_topic_is_the_table_and_the_tail_each_message_once(
-        spark: SparkSession, half_table: tuple[BrokerProcess, str],
-        driver_tail_rows_max: int) -> None:
+        spark: SparkSession, half_table: tuple[BrokerProcess, str]) -> None:
     broker, uri = half_table
     refs = [QueueRef(TOPIC, "broker-a", q) for q in range(QUEUES)]
     part = table_part(uri, refs)
     assert part.files and sum(part.ends.values()) == IN_TABLE  # type: ignore[arg-type]
-    frame = read_topic(spark, TOPIC, table=uri, brokers=broker.endpoint,
-                       driver_tail_rows_max=driver_tail_rows_max)
-    scans = frame._jdf.queryExecution().executedPlan().toString()
-    in_tasks = "BatchEvalPython" in scans or "PythonDataSource" in scans or \
-        "rocketha" in scans.lower()
-    assert in_tasks == (driver_tail_rows_max == 0), scans
+    frame = read_topic(spark, TOPIC, table=uri, brokers=broker.endpoint)
     rows = frame.collect()
     assert len(rows) == IN_TABLE + IN_TAIL
     places = [(row.brokerName, row.queueId, row.queueOffset) for row in rows]

@@ -150,6 +150,18 @@ def test_a_super_users_keys_and_wrong_keys_get_one_line(console: ConsoleServer,
     assert browser.request("GET", "/api/cluster")[0] == 401
 
 
+def test_repeated_failed_logins_are_slowed_down(console: ConsoleServer,
+                                                pki: dict[str, str]) -> None:
+    from controller.console.sessions import LOGIN_FAILURES_MAX
+
+    browser = Browser(console.port, pki["ca"])
+    for _ in range(LOGIN_FAILURES_MAX):
+        assert browser.login("viewer", "guess")[0] == 401
+    status, _, page = browser.login("viewer", "viewer-secret")  # right, but too late
+    assert status == 429 and b"too many failed logins from 127.0.0.1" in page
+    assert "rocketha_console_session" not in browser.cookies
+
+
 def test_cross_site_and_tokenless_posts_are_refused(console: ConsoleServer,
                                                     pki: dict[str, str]) -> None:
     browser = Browser(console.port, pki["ca"])

@@ -1,5 +1,5 @@
 """The console's login rules, sans-IO: cookies, the login form, sessions that expire, the
-same-origin check, and /metrics' bearer-token check and token file.
+same-origin check, the failed-login throttle, and /metrics' bearer-token check and token file.
 
 Method: the pure functions and SessionTable with an injected clock (no sleeps)."""
 
@@ -15,6 +15,7 @@ from conf.signing import Credentials
 from controller.console.sessions import (
     FORM_BYTES_MAX,
     FormError,
+    LoginThrottle,
     SessionTable,
     cookie_header,
     parse_cookies,
@@ -129,3 +130,23 @@ def test_the_token_file_must_be_private_and_the_token_long(tmp_path: Path) -> No
         path.write_text(bad)
         with pytest.raises(ValueError, match="at least 16 visible"):
             read_bearer_token(str(path), "metricsBearerTokenFile")
+
+
+def test_failed_logins_from_one_address_wait_for_the_window() -> None:
+    clock = Clock()
+    throttle = LoginThrottle(failures_max=3, window_s=60, addresses_max=2, clock=clock)
+    for _ in range(3):
+        assert throttle.wait_s("10.0.0.1") == 0
+        throttle.failed("10.0.0.1")
+        clock.now_s += 1
+    assert throttle.wait_s("10.0.0.1") == pytest.approx(57)  # the first failure + 60 s
+    assert throttle.wait_s("10.0.0.2") == 0  # another address is not held up
+    clock.now_s += 57
+    assert throttle.wait_s("10.0.0.1") == 0  # the oldest failure left the window
+    throttle.failed("10.0.0.1")
+    assert throttle.wait_s("10.0.0.1") == pytest.approx(1)
+    throttle.succeeded("10.0.0.1")
+    assert throttle.wait_s("10.0.0.1") == 0
+    for address in ("a", "b", "c"):  # at most addresses_max remembered
+        throttle.failed(address)
+    assert len(throttle._failures) <= 2

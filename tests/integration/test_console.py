@@ -2,7 +2,8 @@
 
 Goal: what a person sees on the console started by `rocketha-cluster up` is the cluster's
 truth, and stays so across a failover: the Raft leader, the replica set's master, slaves and
-SyncStateSet, a topic with its message count, a consumer group's lag, the election list; after
+SyncStateSet, a topic with its message count, its topic table (lag and last commit), a consumer
+group's lag, the election list; after
 the master is SIGKILLed the page (refreshing itself, no reload) names the new master and the
 new election. Method: one controller and three brokers started by the tool, traffic through
 the client library, Chromium through chromium-driver; a screenshot is saved next to the test's
@@ -11,6 +12,7 @@ temporary directory (its path is printed) to look at.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -54,7 +56,9 @@ def _text(driver, css: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_console_shows_the_new_master_after_a_failover(tmp_path: Path, browser) -> None:  # type: ignore[no-untyped-def]
-    cluster = OperatedCluster(tmp_path / "cluster", defaultTopicQueueNums="2")
+    cluster = OperatedCluster(tmp_path / "cluster", defaultTopicQueueNums="2",
+                              tieredStoreUrl=f"file://{tmp_path / 'tier'}",
+                              topicTableDefault="delta", topicTableIntervalMs="300")
     try:
         master = cluster.wait_master()
         config = ClientConfig(brokers=(master["endpoint"],), retries_max=3)
@@ -73,6 +77,14 @@ def test_console_shows_the_new_master_after_a_failover(tmp_path: Path, browser) 
         assert "SyncStateSet [" in replica_set and replica_set.count("SLAVE") == 2
         wait_for(lambda: "orders" in _text(browser, "#topics")
                  and " 30 " in f" {_text(browser, '#topics')} ", 10, "the topic and its count")
+        table_css = '#tables [data-table="orders"]'
+        wait_for(lambda: " 0 0 " in f" {_text(browser, table_css)} "  # lag: 0 msgs, 0 s
+                 and "none" in _text(browser, table_css), 60,
+                 "the topic table caught up, with its last commit and no error")
+        table_row = _text(browser, table_css)
+        assert "broker-a" in table_row and " 30 " in f" {table_row} "  # rows in the table
+        assert str(tmp_path / "tier" / "tables" / "orders") in table_row
+        assert re.search(r"\d+:\d\d:\d\d", table_row), table_row  # the last commit's time
         groups = _text(browser, "#groups")
         assert "billing" in groups and "orders" in groups
         assert "broker-a" in _text(browser, "#elections")

@@ -1,0 +1,144 @@
+"""A replica set added to a running cluster takes a topic's writes, and a streaming query that
+was running before the add reads its queues without a restart.
+
+Goal: `rocketha-cluster add-set` starts broker-b in a cluster with a controller and one set;
+`rocketha-admin topic update --add-broker-name broker-b --queues 4` extends the topic onto it;
+the Spark sink (option controller) then writes to both sets; a streaming query started before
+the add reads every acknowledged message exactly once, including those in broker-b's queues
+(they join at their earliest offset: none is skipped). Then `--remove-broker-name broker-b`
+drains it: writes there are refused, reads go on, the lag of a group that read it all is 0,
+and what the sets hold is what was acknowledged.
+
+Method: real processes (`rocketha-cluster up`, the admin tool as a subprocess), the shared
+SparkSession; every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connector import Admin, ClientConfig, Producer
+from connector.protocol import RocketHAError
+from tests.ha.replica_set import wait_for
+from tests.integration.failover_cluster import ROOT, FailoverCluster, _env, cluster_cli
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+TOPIC = "scale_out"
+QUEUES = 4
+BEFORE = 200  # messages acknowledged by broker-a before the add
+AFTER = 400  # written by the Spark sink after the extension (both sets)
+PINNED = 50  # sent by a producer that names broker-b only
+READ_DEADLINE_S = 120.0
+
+
+def admin(*args: str) -> subprocess.CompletedProcess[str]:
+    """The admin tool, one JSON object per line (`--json-lines` after the command's words)."""
+    return subprocess.run([sys.executable, "-m", "rocketha_admin", *args, "--json-lines"],
+                          capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=_env(), check=False)
+
+
+def json_rows(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def _read(spark: Any) -> Counter[tuple[str, str]]:
+    rows = spark.sql("SELECT brokerName, CAST(body AS STRING) AS body FROM scale_out_read"
+                     ).collect()
+    return Counter((row["brokerName"], row["body"]) for row in rows)
+
+
+def _has_read(spark: Any, query: Any, count: int) -> bool:
+    """The query read `count` rows or more (its error, if it failed, is the test's)."""
+    error = query.exception()
+    assert error is None, f"the streaming query failed: {error}"
+    return sum(_read(spark).values()) >= count
+
+
+def _held(endpoint: str) -> int:
+    queues = Admin(ClientConfig(brokers=(endpoint,))).queue_offsets(TOPIC)
+    return sum(q["max_queue_offset"] - q["min_queue_offset"] for q in queues)
+
+
+def test_a_set_added_while_a_query_runs_is_read_and_drained(spark: Any, tmp_path: Path
+                                                             ) -> None:
+    cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replica_sets=1, replicas=1)
+    query = None
+    controller = ["--controller", cluster.controller_addr]
+    try:
+        json_rows(admin(*controller, "topic", "create", "--topic", TOPIC, "--queues",
+                        str(QUEUES)))
+        with Producer(ClientConfig(controller=cluster.controller_addr), idempotent=True) as p:
+            for index in range(BEFORE):
+                assert p.send(TOPIC, f"m{index:05d}", key=f"k{index}").status == "PUT_OK"
+        query = (spark.readStream.format("rocketha")
+                 .option("controller", cluster.controller_addr).option("subscribe", TOPIC)
+                 .option("startingOffsets", "earliest").load()
+                 .writeStream.format("memory").queryName("scale_out_read")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="200 milliseconds").start())
+        wait_for(lambda: _has_read(spark, query, BEFORE),
+                 READ_DEADLINE_S, "the query to read what broker-a held")
+
+        out = cluster_cli("add-set", "--dir", str(cluster.directory))
+        assert "broker-b master" in out, out
+        manifest = json.loads((cluster.directory / "cluster.json").read_text())
+        added = [b for b in manifest["brokers"] if b["set"] == "broker-b"]
+        assert len(added) == 1
+        endpoint_b = f"127.0.0.1:{added[0]['port']}"
+        assert Admin(ClientConfig(brokers=(endpoint_b,))).broker_info()["broker_name"] == \
+            "broker-b"
+        extended = json_rows(admin(*controller, "topic", "update", "--topic", TOPIC,
+                                   "--add-broker-name", "broker-b", "--queues", str(QUEUES)))
+        assert [(r["replica_set"], r["write_queue_nums"], r["perm"]) for r in extended] == [
+            ("broker-b", QUEUES, 6)], extended
+
+        bodies = [(f"m{index:05d}", f"k{index}") for index in range(BEFORE, BEFORE + AFTER)]
+        (spark.createDataFrame(bodies, "value STRING, key STRING").repartition(4)
+         .write.format("rocketha").option("controller", cluster.controller_addr)
+         .option("topic", TOPIC).mode("append").save())
+        with Producer(ClientConfig(brokers=(endpoint_b,)), idempotent=True) as p:
+            for index in range(BEFORE + AFTER, BEFORE + AFTER + PINNED):
+                assert p.send(TOPIC, f"m{index:05d}").status == "PUT_OK"
+        total = BEFORE + AFTER + PINNED
+        held_b = _held(endpoint_b)
+        assert held_b >= PINNED + 1, "the sink wrote nothing to the new set"
+        assert _held(cluster.endpoint("broker-a")) + held_b == total
+
+        wait_for(lambda: _has_read(spark, query, total),
+                 READ_DEADLINE_S, "the query to read both sets")
+        read = _read(spark)
+        bodies_read = Counter(body for _, body in read.elements())
+        expected = {f"m{index:05d}" for index in range(total)}
+        assert set(bodies_read) == expected, sorted(expected ^ set(bodies_read))[:10]
+        assert max(bodies_read.values()) == 1, bodies_read.most_common(3)
+        assert sum(n for (name, _), n in read.items() if name == "broker-b") == held_b
+
+        # drain: write off on broker-b; reads go on; a group that read it all has no lag
+        for queue in Admin(ClientConfig(brokers=(endpoint_b,))).queue_offsets(TOPIC):
+            Admin(ClientConfig(brokers=(endpoint_b,))).commit_offset(
+                "drainer", TOPIC, queue["queue_id"], queue["max_queue_offset"])
+        lag = json_rows(admin(*controller, "topic", "update", "--topic", TOPIC,
+                              "--remove-broker-name", "broker-b"))
+        assert {(r["group"], r["lag"]) for r in lag} == {("drainer", 0)}, lag
+        with (pytest.raises(RocketHAError, match="not writable"),
+              Producer(ClientConfig(brokers=(endpoint_b,), retries_max=0)) as p):
+            p.send(TOPIC, "refused")
+        assert _held(endpoint_b) == held_b
+        refused = admin(*controller, "topic", "update", "--topic", TOPIC,
+                        "--remove-broker-name", "broker-a")
+        assert refused.returncode == 2 and "no other replica set takes writes" in \
+            refused.stderr, (refused.stdout, refused.stderr)
+    finally:
+        if query is not None:
+            query.stop()
+        cluster.down()
