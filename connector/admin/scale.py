@@ -11,7 +11,8 @@ Extending copies the topic's config from a set that has it (queue counts, permis
 table), with the command's own fields on top. Draining turns the set's write permission off
 (perm 4, read only): the broker refuses new puts there, the Spark sink and producers go to
 the other sets, and readers go on reading what it holds. The command then lists what is left
-to read there: each group's lag on that set. The set may be removed once nothing lags.
+to read there: each group's lag on that set, and the topic table's. The set may be removed
+(`rocketha-cluster remove-set`) once nothing lags.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from connector.admin.target import Target
 from connector.client.routes import PERM_WRITE
 from connector.protocol import RocketHAError
 
-__all__ = ["PERM_READ", "drain_topic", "extend_topic", "extended_fields",
-           "group_lag_rows"]
+__all__ = ["PERM_READ", "TABLE_ROW", "drain_topic", "extend_topic", "extended_fields",
+           "group_lag_rows", "table_lag_row"]
 
+TABLE_ROW = "(topic table)"  # the `group` of the drain report's row for the topic's table
 PERM_READ = 4  # RocketMQ's read permission bit, as the broker keeps it (ha/broker/metadata.py)
 _COPIED = ("read_queue_nums", "write_queue_nums", "perm", "table")
 
@@ -53,6 +55,17 @@ def group_lag_rows(groups: Mapping[str, Any], topic: str, broker_name: str
                          "max_queue_offset": entry["max_queue_offset"],
                          "lag": max(0, entry["max_queue_offset"] - entry["committed"])})
     return rows
+
+
+def table_lag_row(info: Mapping[str, Any], topic: str, broker_name: str
+                  ) -> dict[str, Any] | None:
+    """The row for `topic`'s table in a set master's broker_info (messages the table has not
+    taken in yet), None when the topic has no table there."""
+    table = ((info.get("topic_tables") or {}).get("topics") or {}).get(topic)
+    if not table or table.get("lag_messages") is None:
+        return None
+    return {"replica_set": broker_name, "group": TABLE_ROW, "queue_id": None,
+            "committed": None, "max_queue_offset": None, "lag": int(table["lag_messages"])}
 
 
 def _all_sets(target: Target) -> Target:
@@ -115,5 +128,7 @@ def drain_topic(target: Target, topic: str, broker_name: str, out: Output) -> in
     current = admin.get_topic(topic)
     admin.update_topic(topic, perm=int(current["perm"]) & ~PERM_WRITE | PERM_READ)
     rows = group_lag_rows(admin.action("consumer_groups")["groups"], topic, broker_name)
+    table = table_lag_row(admin.broker_info(), topic, broker_name)
+    rows += [table] if table is not None else []
     out.rows(["replica_set", "group", "queue_id", "committed", "max_queue_offset", "lag"], rows)
     return 0

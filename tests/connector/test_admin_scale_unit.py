@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from connector.admin.scale import extended_fields, group_lag_rows
+from connector.admin.scale import TABLE_ROW, extended_fields, group_lag_rows, table_lag_row
 from ha.cluster.add_set import next_set_name
+from ha.cluster.remove_set import leftovers
 
 
 def test_an_extended_topic_copies_its_config_and_the_command_wins() -> None:
@@ -50,3 +51,26 @@ def test_add_set_names_the_next_letter_and_refuses_what_it_cannot_name() -> None
     full = manifest(*(f"broker-{chr(ord('a') + i)}" for i in range(26)))
     with pytest.raises(SystemExit, match="already has 26 replica sets"):
         next_set_name(full)
+
+
+def test_remove_set_names_everything_still_left_on_the_set() -> None:
+    topics = [{"name": "drained", "perm": 4}, {"name": "open", "perm": 6}]
+    groups = {"g": {"drained": {"0": {"committed": 5, "max_queue_offset": 9},
+                                "1": {"committed": 2, "max_queue_offset": 3}}},
+              "done": {"drained": {"0": {"committed": 9, "max_queue_offset": 9}}}}
+    tables = {"drained": {"lag_messages": 7}, "caught_up": {"lag_messages": 0},
+              "follower_view": {"lag_messages": None}}
+    assert leftovers(topics, groups, tables) == [
+        "topic open takes writes", "group g lags 5 on drained", "the table of drained lags 7"]
+    assert leftovers([{"name": "drained", "perm": 4}],
+                     {"done": groups["done"]}, {"caught_up": {"lag_messages": 0}}) == []
+
+
+def test_the_drain_report_has_a_row_for_the_topic_table_when_there_is_one() -> None:
+    info = {"topic_tables": {"topics": {"t": {"lag_messages": 3}, "u": {"lag_messages": None}}}}
+    assert table_lag_row(info, "t", "broker-c") == {
+        "replica_set": "broker-c", "group": TABLE_ROW, "queue_id": None, "committed": None,
+        "max_queue_offset": None, "lag": 3}
+    assert table_lag_row(info, "u", "broker-c") is None  # a slave's view: no lag known
+    assert table_lag_row(info, "v", "broker-c") is None
+    assert table_lag_row({}, "t", "broker-c") is None
