@@ -17,6 +17,7 @@ import struct
 from pathlib import Path
 
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
+from storage_engine.queue_bounds import first_written_entry, write_end_entry
 from storage_engine.segment import SegmentQueue
 
 __all__ = ["CONSUME_QUEUE_ENTRY", "ConsumeQueue"]
@@ -24,7 +25,6 @@ __all__ = ["CONSUME_QUEUE_ENTRY", "ConsumeQueue"]
 CONSUME_QUEUE_ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = CONSUME_QUEUE_ENTRY.size
 assert ENTRY_SIZE == 20
-_EMPTY_ENTRY = bytes(ENTRY_SIZE)
 
 
 class ConsumeQueue:
@@ -38,11 +38,12 @@ class ConsumeQueue:
         self._recover_write_end()
 
     def _recover_write_end(self) -> None:
-        """Find where the queue starts and ends after a restart.
+        """Find where the queue starts and ends after a restart, touching O(log n) entries.
 
         The first segment may begin with empty entries (a queue that started at a later
         queue_offset, e.g. on a slave that began at the master's minimum), so the minimum is the
-        first non-empty entry; the end is the first empty entry after it in the last segment.
+        first non-empty entry; the end is the first empty entry after it in the last segment
+        (queue_bounds: a bisection, and what it means on a crash-torn tail).
         """
         segments = self._segments.segments
         self._min_queue_offset = 0
@@ -50,17 +51,15 @@ class ConsumeQueue:
             return
         for segment in segments[:-1]:
             segment.write_position = segment.flushed_position = segment.size_bytes
-        first_data = segments[0].read(0, segments[0].size_bytes)
-        leading_zero_bytes = len(first_data) - len(first_data.lstrip(b"\x00"))
-        # Leading empty entries count only when a written entry follows them; a segment of
-        # zeros (everything lost in a crash) holds no entries and starts at its base.
-        lead_entries = 0 if leading_zero_bytes == len(first_data) else \
-            leading_zero_bytes // ENTRY_SIZE
-        self._min_queue_offset = segments[0].base_position // ENTRY_SIZE + lead_entries
-        last = segments[-1]
-        data = first_data if last is segments[0] else last.read(0, last.size_bytes)
-        search_from = lead_entries * ENTRY_SIZE if last is segments[0] else 0
-        end = _first_empty_entry(data, search_from)
+        first, last = segments[0], segments[-1]
+        entry_count = first.size_bytes // ENTRY_SIZE
+        # Read through the file rather than the mapping: recovery's probes then leave no pages
+        # mapped into this process for each of thousands of queues.
+        # A segment of zeros (everything lost in a crash) holds no entries and starts at its base.
+        lead_entries = first_written_entry(first.file.read_at, entry_count) or 0
+        self._min_queue_offset = first.base_position // ENTRY_SIZE + lead_entries
+        search_from = lead_entries if last is first else 0
+        end = write_end_entry(last.file.read_at, search_from, entry_count) * ENTRY_SIZE
         last.write_position = last.flushed_position = end
 
     # -- positions --------------------------------------------------------------------------
@@ -172,18 +171,3 @@ class ConsumeQueue:
     def close(self) -> None:
         self._segments.close()
 
-
-def _first_empty_entry(data: bytes, start: int) -> int:
-    """Byte position of the first all-zero 20-byte entry (len(data) when there is none).
-
-    A run of 20 zero bytes cannot occur inside written entries at any alignment (size_bytes is
-    never 0 and splits every run), so `bytes.find` on a zero run is a safe fast search.
-    """
-    while True:
-        found = data.find(_EMPTY_ENTRY, start)
-        if found < 0:
-            return len(data) - len(data) % ENTRY_SIZE
-        candidate = -(-found // ENTRY_SIZE) * ENTRY_SIZE
-        if data[candidate:candidate + ENTRY_SIZE] == _EMPTY_ENTRY or candidate >= len(data):
-            return min(candidate, len(data))
-        start = found + 1

@@ -133,6 +133,12 @@ class StoreState:
             if group is None:
                 queue = self.consume_queue(ref.topic, ref.queue_id)
                 expected = queue.max_queue_offset
+                if ref.queue_offset < expected and expected == queue.min_queue_offset:
+                    # An empty queue has nothing indexed: its remembered start came from a
+                    # file whose first entries a crash lost (they read as a lead of empty
+                    # entries), and the log says where the queue really starts.
+                    queue.delete_all(next_queue_offset=ref.queue_offset)
+                    expected = ref.queue_offset
                 if ref.queue_offset < expected:
                     continue  # already indexed
                 if ref.queue_offset > expected and queue.max_queue_offset > queue.min_queue_offset:
