@@ -89,6 +89,9 @@ def _topic_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     topic.add_argument("--table", choices=["delta", "none", "default"], default=None,
                        help="materialize the topic as a Delta table under the tier (delta), "
                        "not (none), or as the broker's topicTableDefault says (default)")
+    topic.add_argument("--delete-table", action="store_true",
+                       help="delete: remove the topic's Delta table under the tier too "
+                       "(without it the table stays)")
 
 
 def _data_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
