@@ -152,6 +152,8 @@ def _topic(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Ta
                  sorted(({"table": "default", **row} for row in rows),
                         key=lambda row: (row["name"], row["replica_set"])))
         return 0
+    if args.action == "delete" and args.delete_table:
+        return _delete_with_table(args.topic, target, out)
     if args.action == "delete":
         deleted = _on_sets_having(target, args.topic, lambda admin: admin.delete_topic(
             args.topic))
@@ -181,6 +183,26 @@ def _move_topic(parser: argparse.ArgumentParser, args: argparse.Namespace, targe
         "write_queue_nums": args.write_queues or args.queues, "perm": args.perm,
         "table": None if args.table is None else _TABLE_VALUES[args.table]},
         args.add_broker_name, out)
+def _delete_with_table(topic: str, target: Target, out: Output) -> int:
+    """The topic on every replica set first, then its table on each (a set's master removes
+    the table under its tier once its own writer has stopped: sets sharing one tier share the
+    table, so the later ones find it gone). Run again after a failure: a topic already gone
+    is no error here."""
+    try:
+        deleted = {name for name, _ in _on_sets_having(
+            target, topic, lambda admin: admin.delete_topic(topic))}
+    except RocketHAError as err:
+        if err.name != "TOPIC_NOT_EXIST":
+            raise
+        deleted = set()
+    rows = []
+    for replica_set in target.sets():
+        reply = target.admin_of(replica_set.endpoints).delete_topic_table(topic)
+        rows.append({"replica_set": replica_set.broker_name, "topic": topic,
+                     "deleted": replica_set.broker_name in deleted or reply["deleted"],
+                     "table_deleted": reply["table_deleted"]})
+    out.rows(["replica_set", "topic", "deleted", "table_deleted"], rows)
+    return 0
 
 
 def _on_sets_having(target: Target, topic: str, call: Any) -> list[tuple[str, Any]]:

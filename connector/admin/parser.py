@@ -96,6 +96,9 @@ def _topic_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     moving.add_argument("--remove-broker-name", default=None, metavar="SET",
                         help="update: drain the topic from this replica set (write off, "
                         "reads go on) and list each group's lag there")
+    topic.add_argument("--delete-table", action="store_true",
+                       help="delete: remove the topic's Delta table under the tier too "
+                       "(without it the table stays)")
 
 
 def _data_parsers(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -49,6 +49,12 @@ class Admin(_Base):
     def delete_topic(self, topic: str) -> bool:
         return bool(self.action("delete_topic", {"topic": topic})["deleted"])
 
+    def delete_topic_table(self, topic: str) -> dict[str, bool]:
+        """Delete `topic` if this replica set still has it, and its table under the tier
+        (kept by a plain delete_topic): `{"deleted": ..., "table_deleted": ...}`."""
+        reply = self.action("delete_topic", {"topic": topic, "delete_table": True})
+        return {"deleted": bool(reply["deleted"]), "table_deleted": bool(reply["table_deleted"])}
+
     def list_topics(self) -> list[dict[str, Any]]:
         return self.action("list_topics")["topics"]
 

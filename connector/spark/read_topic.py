@@ -15,7 +15,9 @@ rest. `read_topic` returns both as one DataFrame:
       S's end > queue's end  -> the table holds offsets this topic never had: the topic was
                                 deleted and created again under the same name; refused
     table rows:  spark.read.parquet(S's files) (Spark's own Parquet reader: column pruning,
-                 partition and row-group skipping; no delta-spark JARs needed)
+                 partition and row-group skipping; no delta-spark JARs needed), or pyarrow
+                 on the executors where Spark cannot open them (s3:// without the S3A
+                 connector: connector/spark/table_files.py)
     tail rows:   format("rocketha") with startingOffsets / endingOffsets from the plan
     result:      the union; each (brokerName, queueId, queueOffset) once, contiguous
 
@@ -47,6 +49,7 @@ from connector.spark.options import (
 )
 from connector.spark.planning import Bounds
 from connector.spark.source import discover
+from connector.spark.table_files import AUTO, SPARK, arrow_files_frame, choose_reader, spark_uri
 
 __all__ = ["PARTITION_COLUMN", "TablePart", "TailPlan", "read_topic", "table_part",
            "table_starting_offsets", "tail_plan"]
@@ -161,13 +164,16 @@ def table_starting_offsets(topic: str, *, table: str,
 
 def read_topic(spark: SparkSession, topic: str, *, table: str,
                table_storage_options: Mapping[str, str] | None = None,
-               columns: Sequence[str] = ALL_COLUMN_NAMES, **options: str) -> DataFrame:
+               columns: Sequence[str] = ALL_COLUMN_NAMES, table_reader: str = AUTO,
+               **options: str) -> DataFrame:
     """The whole topic: the table's rows and the tail it does not hold yet (module doc).
 
-    `table`: the table's URI as Spark reads it (a path, or s3a:// with Spark's S3 settings);
-    `table_storage_options`: delta-rs's, to read its log (S3 endpoint and keys); `columns`:
-    any of the connector's 11 (storeDate, the partition column, comes along); `options`: the
-    connector's source options (brokers= or controller=, TLS, credentials ...).
+    `table`: the table's URI (a path, s3:// or s3a://); `table_storage_options`: delta-rs's,
+    to read its log (S3 endpoint and keys; the pyarrow reader uses them too); `columns`: any
+    of the connector's 11 (storeDate, the partition column, comes along); `table_reader`:
+    who reads the table's files, "auto", "spark" or "arrow" (connector/spark/table_files.py:
+    Spark's Parquet reader where Hadoop can open the URI, else pyarrow on the executors);
+    `options`: the connector's source options (brokers= or controller=, TLS, credentials ...).
 
     The tail is read by Spark's tasks through `format("rocketha")` on each action. Reading it
     once on the driver into a local relation was measured slower: Spark ships a local
@@ -180,13 +186,17 @@ def read_topic(spark: SparkSession, topic: str, *, table: str,
                                                 SUBSCRIBE)} for key in options):
         raise OptionError("read_topic sets subscribe, startingOffsets, endingOffsets and "
                           "columns itself: pass the topic and `columns=` instead")
+    reader = choose_reader(spark, table, table_reader)
     part, plan = _plan(topic, table, table_storage_options, options)
     wanted = [*columns, PARTITION_COLUMN]
     table_schema = f"{source_ddl()}, {PARTITION_COLUMN} DATE"
     frames: list[DataFrame] = []
-    if part.files:
-        frames.append(spark.read.schema(table_schema).option("basePath", part.uri)
-                      .parquet(*part.files).select(*wanted))
+    if part.files and reader == SPARK:
+        frames.append(spark.read.schema(table_schema).option("basePath", spark_uri(part.uri))
+                      .parquet(*map(spark_uri, part.files)).select(*wanted))
+    elif part.files:
+        frames.append(arrow_files_frame(spark, part.files, table_schema, columns,
+                                        table_storage_options))
     if plan.rows:
         tail_columns = tuple(dict.fromkeys([*columns, "storeTimestamp"]))
         tail_options = {**options, SUBSCRIBE: topic,

@@ -37,7 +37,9 @@ from ha.broker.request_errors import (
     request_string,
 )
 from ha.broker.system_log import SystemLog
+from ha.broker.table_removal import remove_table
 from storage_engine import ConfigError, PutStatus
+from storage_engine.tiered import TieredStorageError
 
 __all__ = ["AdminActions"]
 
@@ -53,6 +55,10 @@ class AdminActions:
     """The DoAction handlers of BrokerService (not usable on its own: they use its config,
     auth, replication, topics, offsets, store, idempotence table, counters, and its
     `_topic_for_read` of ha/broker/consume.py)."""
+
+    # removes a deleted topic's table, waiting for its writer (TopicTables.remove_table, set
+    # by ha/broker/main.py); None: no writer runs here, remove it directly
+    table_removal: Callable[[str], bool] | None = None
 
     def _action_handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         """The DoAction table, by action name (a handler's docstring is what ListActions says
@@ -140,17 +146,36 @@ class AdminActions:
         return {"topic": topic.to_json()}
 
     def _delete_topic(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Delete a topic's config and queues (records age out with retention)."""
+        """Delete a topic's config and queues (records age out with retention). Its topic
+        table stays unless `delete_table` is true: then it is removed from the tier too
+        (also when the topic is already gone, so a removal that failed can be asked again)."""
         name = request_string(request, "topic")
         check_topic_name(name)
         check_not_internal(name)
+        delete_table = request.get("delete_table", False)
+        if not isinstance(delete_table, bool):
+            raise RequestError("BAD_REQUEST", "field 'delete_table' must be true or false")
         with record_limits():
             result = self.topics.delete(name)
-        if result is None:
+        if result is None and not delete_table:
             raise RequestError("TOPIC_NOT_EXIST", f"topic {name!r} does not exist")
-        check_record_put(result, f"delete of topic {name}")
-        self.store.delete_topic(name)
-        return {"deleted": True}
+        if result is not None:
+            check_record_put(result, f"delete of topic {name}")
+            self.store.delete_topic(name)
+        reply: dict[str, Any] = {"deleted": result is not None}
+        if delete_table:
+            reply["table_deleted"] = self._remove_table(name)
+        return reply
+
+    def _remove_table(self, name: str) -> bool:
+        try:
+            removed = (self.table_removal(name) if self.table_removal is not None
+                       else remove_table(self.config.store, self.config.store_dir, name))
+        except (TieredStorageError, ValueError) as err:
+            raise RequestError("SERVICE_NOT_AVAILABLE",
+                               f"topic {name!r}: its table was not removed: {err}") from None
+        logger.info("topic %s: table %s", name, "removed" if removed else "was not there")
+        return removed
 
     def _list_topics(self, request: dict[str, Any]) -> dict[str, Any]:
         """All topic configs."""

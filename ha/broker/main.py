@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     tables = TopicTables(config, store, service.topics,
                          master_epoch=service.replication.writing_master_epoch).start()
     service.table_stats = tables.stats
+    service.table_removal = tables.remove_table
     all_calls_ended = True
     try:
         all_calls_ended = _serve(service, tier, stopping, link)

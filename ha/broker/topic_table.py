@@ -47,6 +47,7 @@ from ha.broker.table_plan import (
     queue_app_id,
     transactions,
 )
+from ha.broker.table_removal import TABLES_PREFIX
 from storage_engine import GetStatus, MessageStore, StoreConfig
 from storage_engine.tiered import resolve_tier_url
 
@@ -54,7 +55,6 @@ __all__ = ["PARTITION_COLUMN", "TABLE_SCHEMA", "CommitFailedError", "PassResult"
            "TopicTableWriter", "table_storage_options", "table_uri", "tier_table_uri",
            "to_table_rows"]
 
-TABLES_PREFIX = "tables"
 PARTITION_COLUMN = "storeDate"
 ZSTD_LEVEL = 3  # Parquet zstd level: ~ snappy's speed, clearly smaller files
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")  # what Spark and Delta call TIMESTAMP

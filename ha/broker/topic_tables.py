@@ -36,6 +36,7 @@ from typing import Any
 from ha.broker.config import BrokerConfig
 from ha.broker.metadata import TopicConfig
 from ha.broker.table_lag import table_lag
+from ha.broker.table_removal import remove_table
 from ha.broker.topic_log import TopicLog
 from storage_engine import MessageStore
 from storage_engine.tiered import backoff_ms
@@ -96,6 +97,7 @@ class TopicTables:
                                  else table_io.table_storage_options(config.store))
         self._states: dict[str, _TopicState] = {}
         self._lock = threading.Lock()  # _states and counters, against stats() readers
+        self._writing = threading.Lock()  # held through one topic's pass: remove_table waits
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._role = "standby"
@@ -139,9 +141,22 @@ class TopicTables:
         for topic in self.topics.all():
             if self._stop.is_set():
                 break
-            if self.enabled(topic):
-                more |= self._topic_pass(topic, epoch)
+            with self._writing:
+                current = self.topics.get(topic.name)  # deleted meanwhile: no pass
+                if current is not None and self.enabled(current):
+                    more |= self._topic_pass(current, epoch)
         return more
+
+    def remove_table(self, topic: str) -> bool:
+        """Remove a deleted topic's table from the tier (ha/broker/table_removal.py); whether
+        there was one. Waits for a pass in progress, and refuses while the topic exists here:
+        its next pass would start the table again."""
+        with self._writing:
+            if self.topics.get(topic) is not None:
+                raise ValueError(f"topic {topic!r} still exists: delete it before its table")
+            with self._lock:
+                self._states.pop(topic, None)
+            return remove_table(self.config.store, self.config.store_dir, topic)
 
     def _state(self, topic: TopicConfig) -> _TopicState:
         with self._lock:

@@ -309,6 +309,21 @@ class FileIO:
             except FileNotFoundError:
                 return
 
+    def delete_tree(self, prefix: str) -> bool:
+        """Remove every object under `prefix` (a directory, recursively); whether there was
+        any. An empty prefix (the whole root) is refused: callers name what they remove."""
+        if not prefix.strip("/"):
+            raise ValueError("delete_tree needs a non-empty prefix")
+        with self._guard("delete", prefix):
+            fs = self._filesystem()
+            path = self.path(prefix.strip("/"))
+            if self.scheme in ("s3", "s3a"):
+                fs.invalidate_cache(path)
+            if not fs.exists(path):
+                return False
+            fs.rm(path, recursive=True)
+            return True
+
     def ensure_root(self) -> None:
         """Create the local root directory (S3 buckets are the operator's job)."""
         if self.scheme == "file":

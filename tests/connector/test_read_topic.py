@@ -23,9 +23,11 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from connector import Admin, ClientConfig, Producer
+from connector.errors import OptionError
 from connector.protocol.table_ids import queue_app_id
 from connector.spark.offsets import QueueRef
 from connector.spark.read_topic import read_topic, table_part, table_starting_offsets
+from connector.spark.table_files import choose_reader
 from tests.ha.replica_set import wait_for
 from tests.integration.broker_process import BrokerProcess
 
@@ -107,6 +109,29 @@ def test_the_table_part_reads_only_the_asked_columns(
     assert "ReadSchema: struct<queueId:int,body:binary>" in plan, plan
     totals = frame.groupBy("queueId").count().collect()
     assert sum(row["count"] for row in totals) == IN_TABLE + IN_TAIL
+
+
+def test_the_pyarrow_reader_gives_the_same_rows_as_spark_s(
+        spark: SparkSession, half_table: tuple[BrokerProcess, str]) -> None:
+    """The fallback for a table Spark cannot open (s3:// without the S3A connector) is pyarrow
+    on the executors; on a local table both readers run, so their results are compared."""
+    broker, uri = half_table
+    assert choose_reader(spark, uri, "auto") == "spark"
+    assert choose_reader(spark, "s3://tier/tables/t", "auto") == "arrow"  # no hadoop-aws here
+    with pytest.raises(OptionError, match="table_reader='parquet' is not one of"):
+        read_topic(spark, TOPIC, table=uri, brokers=broker.endpoint, table_reader="parquet")
+    columns = ["queueId", "queueOffset", "body", "storeTimestamp", "properties"]
+    by_arrow = read_topic(spark, TOPIC, table=uri, columns=columns, brokers=broker.endpoint,
+                          table_reader="arrow")
+    by_spark = read_topic(spark, TOPIC, table=uri, columns=columns, brokers=broker.endpoint,
+                          table_reader="spark")
+    plan = by_arrow._jdf.queryExecution().executedPlan().toString()
+    assert "rocketha_table_files" in plan, plan
+    assert by_arrow.schema == by_spark.schema
+    arrow_rows = sorted(by_arrow.collect(), key=lambda row: (row.queueId, row.queueOffset))
+    spark_rows = sorted(by_spark.collect(), key=lambda row: (row.queueId, row.queueOffset))
+    assert len(arrow_rows) == IN_TABLE + IN_TAIL
+    assert arrow_rows == spark_rows
 
 
 def test_a_stream_started_where_the_table_ends_reads_exactly_the_tail(

@@ -213,6 +213,9 @@ class Topics:
     def all(self) -> list[TopicConfig]:
         return self.topics
 
+    def get(self, name: str) -> TopicConfig | None:
+        return next((topic for topic in self.topics if topic.name == name), None)
+
 
 def tables(store: MessageStore, tmp_path: Path, topics: list[TopicConfig], *,
            epoch: int | None = 1, **settings: str) -> TopicTables:

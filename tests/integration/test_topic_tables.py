@@ -5,7 +5,8 @@ Goal: the Delta table under `<tier>/tables/<topic>` holds every acknowledged mes
 once, with each queue's offsets contiguous from 0 and each row the message the replica set
 holds at that (queue, offset), also when the master is SIGKILLed while it is materializing
 (right after one of its commits, while the next is being read or written): the new master
-continues from the table's app transactions and fences the deposed epoch.
+continues from the table's app transactions and fences the deposed epoch. Deleting the topic
+leaves its table; `topic delete --delete-table` removes it.
 
 Method: tests/integration/failover_cluster.py's cluster and producer load (idempotent, keyed,
 resent until PUT_OK); the table is read with `deltalake` once its per-queue transactions reach
@@ -137,11 +138,39 @@ def test_the_table_holds_every_acked_message_once(tmp_path: Path) -> None:
         assert stats["role"] == "master" and stats["topics"][TOPIC]["rows"] == 600
         slave = next(name for name in cluster.members(SET_A) if name != master)
         assert cluster.info_now(slave)["topic_tables"]["topics"] == {}  # slaves write nothing
+        _delete_topic_then_its_table(cluster, master, uri, snapshot.version())
     finally:
         if load is not None:
             load.abort()
         if cluster is not None:
             cluster.down()
+
+
+def _admin_json(cluster: FailoverCluster, *args: str) -> list[dict[str, object]]:
+    done = subprocess.run([sys.executable, "-m", "rocketha_admin", "--controller",
+                           cluster.controller_addr, *args, "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _delete_topic_then_its_table(cluster: FailoverCluster, master: str, uri: str,
+                                 version: int) -> None:
+    """A plain delete leaves the table whole; --delete-table removes it, for good (later
+    passes do not start it again); asked again, it says there was nothing to remove."""
+    assert _admin_json(cluster, "topic", "delete", "--topic", TOPIC) == [
+        {"replica_set": SET_A, "topic": TOPIC, "deleted": True}]
+    assert DeltaTable(uri).version() == version  # the table stays, unchanged
+    assert DeltaTable(uri).to_pyarrow_table().num_rows == 600
+    assert _admin_json(cluster, "topic", "delete", "--topic", TOPIC, "--delete-table") == [
+        {"replica_set": SET_A, "topic": TOPIC, "deleted": False, "table_deleted": True}]
+    assert not Path(uri).exists()
+    passes = cluster.info_now(master)["topic_tables"]["passes"]
+    wait_for(lambda: cluster.info_now(master)["topic_tables"]["passes"] >= passes + 2,
+             CATCH_UP_S, "two more passes of the table thread")
+    assert not Path(uri).exists(), "a pass started the removed table again"
+    assert _admin_json(cluster, "topic", "delete", "--topic", TOPIC, "--delete-table") == [
+        {"replica_set": SET_A, "topic": TOPIC, "deleted": False, "table_deleted": False}]
 
 
 def _log_versions(uri: str) -> int:
