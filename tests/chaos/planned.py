@@ -44,6 +44,7 @@ HANDOVER_VARIANTS = ("sigterm", "shutdown")
 RESTART_VARIANTS = ("slave", "controller")
 GRACEFUL_STOP_S = 60.0  # a handover (handoverTimeoutMs) plus the ordinary shutdown, on busy cores
 SUCCESSOR_TIMEOUT_S = 30.0  # another member master after the old one exited
+HANDOVER_LOG_LINES = 400  # the broker's last log lines searched for its handover's outcome
 BACK_TIMEOUT_S = 120.0  # as rolling.py's STEP_TIMEOUT_S: a broker recovering its store
 
 Heal = Callable[[], None]
@@ -98,7 +99,8 @@ class PlannedOperations:
             timeout_s=SUCCESSOR_TIMEOUT_S)
         self.history.add("nemesis", "info", "fault_detail", name=fault, successor=successor,
                          epoch=after["master_epoch"],
-                         successor_s=round(time.monotonic() - stop_began, 3))
+                         successor_s=round(time.monotonic() - stop_began, 3),
+                         outcome=self._handover_outcome(master))
         return [master], lambda: self._back_broker(master)
 
     def restart(self, fault: str, victim: str,
@@ -107,6 +109,17 @@ class PlannedOperations:
         self.stop_gracefully(fault, victim)
         heal = self._back_controller if victim in self.cluster.controllers else self._back_broker
         return [victim], lambda: heal(victim)
+
+    def _handover_outcome(self, name: str) -> str:
+        """The broker's own word on its last stop (ha/broker/main.py logs what `hand_over`
+        returned): "handed over to broker N ..." or "no handover: why". A stop that fell back
+        to a failover is no violation (the checker judges the data), but a campaign whose
+        handovers all fell back would not test the handover: the history keeps which."""
+        lines = self.cluster.log_tail(name, HANDOVER_LOG_LINES).splitlines()
+        starts = [i for i, line in enumerate(lines) if " serving on " in line]
+        lines = lines[starts[-1]:] if starts else lines  # this run of the broker only
+        said = [line for line in lines if "handed over to broker" in line or "no handover" in line]
+        return said[-1].split(": ", 1)[-1][:300] if said else "not logged"
 
     def _back_broker(self, name: str) -> None:
         self.cluster.up()
