@@ -35,8 +35,8 @@ Checks (a violation in any of them makes the history invalid):
 Availability (reported, not judged): RTO per fault = from its start until every producer that
 sent after it had an acknowledged write invoked after it (the slowest producer); per replica
 set, from its start to that set's first acknowledged write invoked after it (`by_set_s`,
-`rto_p99_by_set_s`); send latency p50/p99 of acknowledged sends invoked outside and during
-faults.
+`rto_p99_by_set_s`); per fault kind (`rto_by_kind_s`: p50, p99, max); send latency p50/p99
+of acknowledged sends invoked outside and during faults.
 """
 
 from __future__ import annotations
@@ -133,6 +133,18 @@ class CheckResult:
                 by_set[name].append(seconds)
         return {name: _round(percentile(values, 0.99)) for name, values in sorted(by_set.items())}
 
+    def rto_by_kind_s(self) -> dict[str, dict[str, float | None]]:
+        """RTO p50 / p99 / max per fault kind: a planned handover's pause is not a crash's
+        failover, and one figure over both hides which is which."""
+        by_kind: dict[str, list[float]] = defaultdict(list)
+        for entry in self.rto:
+            if entry["rto_s"] is not None:
+                by_kind[entry["kind"]].append(entry["rto_s"])
+        return {kind: {"p50": _round(percentile(values, 0.5)),
+                       "p99": _round(percentile(values, 0.99)),
+                       "max": _round(percentile(values, 1.0))}
+                for kind, values in sorted(by_kind.items())}
+
     def to_json(self) -> dict[str, Any]:
         """Counts for every check, the first examples of each violation."""
         out: dict[str, Any] = {
@@ -160,6 +172,7 @@ class CheckResult:
             "rto_p99_s": _round(self.rto_percentile_s(0.99)),
             "rto_max_s": _round(self.rto_percentile_s(1.0)),
             "rto_p99_by_set_s": self.rto_p99_by_set_s(),
+            "rto_by_kind_s": self.rto_by_kind_s(),
             "latency_ms": self.latency_ms,
         }
         out["examples"] = {name: list(getattr(self, name))[:EXAMPLES_MAX]

@@ -31,6 +31,10 @@ Kinds and variants (targets: master / slave of a replica set, controller leader 
                 (Jepsen's majorities ring: each host reaches its nearest neighbours, a
                 majority counting itself, but no two hosts see the same majority). Healed by
                 flushing the rules.
+    handover    (opt-in) planned operations, tests/chaos/planned.py: a master stopped
+    restart     gracefully (`sigterm` or the broker's `shutdown` action) and started again
+                after its successor took over; a slave or a controller stopped by SIGTERM and
+                started again, waited for as `rocketha-cluster restart --rolling` waits
 Every fault is healed before the next one starts (`Nemesis.inject` returns the heal).
 """
 
@@ -43,13 +47,14 @@ from typing import Any
 
 from tests.chaos.disk_faults import StoreMounts, corrupt_tail
 from tests.chaos.history import History
+from tests.chaos.planned import HANDOVER_VARIANTS, RESTART_VARIANTS, PlannedOperations
 from tests.integration.failover_cluster import FailoverCluster
 from tests.support.partitions import SHAPES, shape_cuts
 
 __all__ = ["KINDS", "OPT_IN_KINDS", "FaultPlan", "Nemesis", "schedule"]
 
 KINDS = ("kill", "pause", "partition", "loss", "link", "power", "corrupt", "disk")
-OPT_IN_KINDS = ("shape",)  # accepted by --faults, not in the default (keeps old schedules)
+OPT_IN_KINDS = ("shape", "handover", "restart")  # by --faults only (keeps old schedules)
 PROCESS_TARGETS = ("master", "slave", "controller-leader", "controller-follower")
 PARTITIONS = ("halves", "isolate-master", "isolate-leader", "one-way")
 HOST_TARGETS = ("master", "controller-leader", "any")
@@ -83,7 +88,8 @@ def schedule(seed: int, kinds: tuple[str, ...]) -> Iterator[FaultPlan]:
         kind = rng.choice(kinds)
         variant = rng.choice({"kill": PROCESS_TARGETS, "pause": PROCESS_TARGETS,
                               "partition": PARTITIONS, "power": ("master", "slave"),
-                              "corrupt": ("slave",), "disk": ("limited",), "shape": SHAPES
+                              "corrupt": ("slave",), "disk": ("limited",), "shape": SHAPES,
+                              "handover": HANDOVER_VARIANTS, "restart": RESTART_VARIANTS,
                               }.get(kind, HOST_TARGETS))
         yield FaultPlan(index, kind, variant, rng.randrange(2), rng.random(),
                         rng.randint(*LOSS_PERCENT), round(rng.uniform(*HOLD_S), 2),
@@ -102,6 +108,7 @@ class Nemesis:
         self.network = cluster.network
         self.history = history
         self.replica_sets = replica_sets
+        self.planned = PlannedOperations(cluster, history)
 
     # -- targets --------------------------------------------------------------------------
     def _process(self, plan: FaultPlan) -> str | None:
@@ -249,3 +256,19 @@ class Nemesis:
             self.mounts.unfill(victim)  # type: ignore[union-attr]
             self.cluster.up()  # starts it again if it stopped (fsync failed: fail-stop)
         return [victim], heal
+
+    def _handover(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        replica_set = self.replica_sets[plan.replica_set % len(self.replica_sets)]
+        return self.planned.handover(plan.name, replica_set, plan.variant,
+                                     lambda targets: self._started(plan, targets))
+
+    def _restart(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        if plan.variant == "controller":
+            controllers = sorted(self.cluster.controllers)
+            victim: str | None = controllers[int(plan.draw * len(controllers))]
+        else:
+            victim = self._process(plan)
+        if victim is None:
+            return [], None
+        return self.planned.restart(plan.name, victim,
+                                    lambda targets: self._started(plan, targets))

@@ -27,7 +27,8 @@ __all__ = ["write_html", "write_timeline"]
 
 COLOURS = {"kill": "tab:red", "pause": "tab:orange", "partition": "tab:purple",
            "loss": "tab:brown", "link": "tab:gray", "power": "tab:blue",
-           "corrupt": "tab:pink", "disk": "tab:olive"}
+           "corrupt": "tab:pink", "disk": "tab:olive", "handover": "teal",
+           "restart": "gold"}
 
 
 def write_timeline(events: Sequence[Event], path: Path, title: str) -> Path:

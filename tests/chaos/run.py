@@ -1,7 +1,7 @@
 """`python3 build.py chaos`: a fault campaign on test hosts, judged by tests/chaos/checker.py.
 
     python3 build.py chaos [--minutes 3] [--seed 1]
-        [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape]]
+        [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape,handover,restart]]
         [--controllers 3|5] [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark]
         [--keep-data] [--out DIR]
     python3 build.py chaos --resume --out DIR     # the end of a run that stopped in a step

@@ -385,3 +385,19 @@ def test_mutation_two_masters_in_one_epoch(real: list[Event]) -> None:
     seen[-1]["records"] = [*seen[-1]["records"], record]
     result = check(events, tolerate=KNOWN)
     assert any("masters" in v for v in result.controller_violations) and not result.valid
+
+
+def test_rto_is_also_reported_per_fault_kind() -> None:
+    """A planned handover's pause and a kill's failover in one run: each kind has its own
+    figures, so a fast handover does not hide a slow failover (or the other way round)."""
+    b = good()
+    for name, kind, pause_ns in (("f1", "handover", 100_000_000), ("f2", "kill", 2_000_000_000)):
+        b.add("nemesis", "info", "fault", phase="start", kind=kind, name=name, targets=["x"])
+        b.t += pause_ns
+        b.send(f"v-{name}", 1, 1 if name == "f1" else 2)
+        b.add("nemesis", "info", "fault", phase="stop", kind=kind, name=name, targets=["x"])
+    b.poll("a", 1, 1, [(1, "v-f1"), (2, "v-f2")])
+    by_kind = check(b.events).to_json()["rto_by_kind_s"]
+    assert set(by_kind) == {"handover", "kill"}
+    assert 0.1 < by_kind["handover"]["p99"] < 0.11, by_kind
+    assert 2.0 < by_kind["kill"]["p50"] < 2.01 and by_kind["kill"]["max"] == by_kind["kill"]["p99"]

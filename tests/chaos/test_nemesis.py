@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from tests.chaos.nemesis import KINDS, OPT_IN_KINDS, schedule
+from tests.chaos.planned import HANDOVER_VARIANTS, RESTART_VARIANTS
 from tests.support.partitions import shape_cuts
 
 NINE = [f"h{i}" for i in range(9)]  # 3 controllers + 2 sets of 3 brokers, as in a campaign
@@ -28,6 +29,27 @@ def test_the_default_schedule_of_a_seed_is_unchanged() -> None:
     assert [p.name for p in itertools.islice(schedule(7, KINDS), 50)] == \
         [p.name for p in itertools.islice(schedule(7, KINDS), 50)]
     assert "shape" in OPT_IN_KINDS and "shape" not in KINDS
+    assert {"handover", "restart"} <= set(OPT_IN_KINDS) and not {"handover", "restart"} & set(KINDS)
+
+
+def test_planned_operations_mix_with_crash_faults() -> None:
+    """The campaign's menu `handover,restart,kill,pause,partition`: every kind comes up, the
+    planned kinds draw only their own variants (a restart never targets a master: a master's
+    stop is a handover), both replica sets are hit, and the seed replays the schedule."""
+    kinds = ("handover", "restart", "kill", "pause", "partition")
+    plans = list(itertools.islice(schedule(4001, kinds), 200))
+    assert {plan.kind for plan in plans} == set(kinds)
+    handovers = [plan for plan in plans if plan.kind == "handover"]
+    restarts = [plan for plan in plans if plan.kind == "restart"]
+    assert {plan.variant for plan in handovers} == set(HANDOVER_VARIANTS)
+    assert {plan.variant for plan in restarts} == set(RESTART_VARIANTS) == {"slave", "controller"}
+    assert {plan.replica_set for plan in handovers} == {0, 1}
+    assert all(0.0 <= plan.draw < 1.0 and plan.hold_s >= 3.0 for plan in [*handovers, *restarts])
+    assert [p.name for p in itertools.islice(schedule(4001, kinds), 200)] == \
+        [p.name for p in plans]
+    # the crash kinds in the mix draw the targets they always did
+    assert {p.variant for p in plans if p.kind == "kill"} <= {
+        "master", "slave", "controller-leader", "controller-follower"}
 
 
 @pytest.mark.parametrize("draw", [0.0, 0.31, 0.77])
