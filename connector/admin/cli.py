@@ -183,6 +183,8 @@ def _move_topic(parser: argparse.ArgumentParser, args: argparse.Namespace, targe
         "write_queue_nums": args.write_queues or args.queues, "perm": args.perm,
         "table": None if args.table is None else _TABLE_VALUES[args.table]},
         args.add_broker_name, out)
+
+
 def _delete_with_table(topic: str, target: Target, out: Output) -> int:
     """The topic on every replica set first, then its table on each (a set's master removes
     the table under its tier once its own writer has stopped: sets sharing one tier share the
