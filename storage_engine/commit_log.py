@@ -327,6 +327,8 @@ def _written_extent(segment: Segment) -> int:
         start = max(0, end - EXTENT_SCAN_CHUNK_BYTES)
         chunk = view[start:end]
         if chunk.any():
-            return start + int(np.flatnonzero(chunk)[-1]) + 1
+            # argmax of the reversed mask stops at the last non-zero byte; flatnonzero would
+            # build an index of every non-zero byte (128 MB for a written 16 MiB chunk).
+            return end - int(np.argmax(chunk[::-1] != 0))
         end = start
     return 0

@@ -206,3 +206,4 @@ def test_recovery_rebuilds_any_queue_tail_past_the_checkpoint(
     store._release(clean=False)
     with MessageStore(store_dir, CONFIG) as reopened:
         assert queue_contents(reopened) == expected
+
