@@ -12,7 +12,7 @@ table), with the command's own fields on top. Draining turns the set's write per
 (perm 4, read only): the broker refuses new puts there, the Spark sink and producers go to
 the other sets, and readers go on reading what it holds. The command then lists what is left
 to read there: each group's lag on that set, and the topic table's. The set may be removed
-(`rocketha-cluster remove-set`) once nothing lags.
+(`rocketha-cluster drop-set`) once nothing lags.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "add-set", help="start one more replica set (broker-<next letter>) in a running "
         "cluster"))
     remove = commands.add_parser(
-        "remove-set", help="stop and forget the last replica set once nothing is left on it "
+        "drop-set", help="stop and forget the last replica set once nothing is left on it "
         "(drained, read, tables caught up)")
     remove.add_argument("--dir", required=True, type=Path, help="the cluster's directory")
     return parser

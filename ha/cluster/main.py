@@ -6,6 +6,8 @@
                         [--grpc-port P] [--grpc-set key=value ...]
     rocketha-cluster status --dir DIR [--json]
     rocketha-cluster down --dir DIR
+    rocketha-cluster add-set --dir DIR      one more replica set (ha/cluster/add_set.py)
+    rocketha-cluster drop-set --dir DIR     the last set, once drained (ha/cluster/drop_set.py)
     rocketha-cluster plan --hosts a,b,c --replicas 3 --controllers 3 --out DIR   (several
                           machines: configs and systemd units to copy; ha/cluster/plan.py)
 
@@ -61,7 +63,7 @@ from typing import Any
 from conf import PropertiesError, format_property, parse_properties
 from conf.extras import extra_refusal
 from ha.broker.peer import broker_info
-from ha.cluster import add_set, cert_ops, remove_set, rolling
+from ha.cluster import add_set, cert_ops, drop_set, rolling
 from ha.cluster import auth as cluster_auth
 from ha.cluster import plan as cluster_plan
 from ha.cluster.cli import REPLICA_SETS_MAX, REPLICAS_MAX, build_parser
@@ -367,8 +369,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return rolling.run(args, cluster)
     if args.command == "add-set":
         return add_set.run(args, cluster)
-    if args.command == "remove-set":
-        return remove_set.run(args, cluster)
+    if args.command == "drop-set":
+        return drop_set.run(args, cluster)
     if (args.command == "up" and args.spare_hosts
             and not (args.hosts or hosts_mode(cluster.load()))):
         parser.error("--spare-hosts: only with --hosts")

@@ -7,7 +7,7 @@ import pytest
 
 from connector.admin.scale import TABLE_ROW, extended_fields, group_lag_rows, table_lag_row
 from ha.cluster.add_set import next_set_name
-from ha.cluster.remove_set import leftovers
+from ha.cluster.drop_set import leftovers
 
 
 def test_an_extended_topic_copies_its_config_and_the_command_wins() -> None:
@@ -53,7 +53,7 @@ def test_add_set_names_the_next_letter_and_refuses_what_it_cannot_name() -> None
         next_set_name(full)
 
 
-def test_remove_set_names_everything_still_left_on_the_set() -> None:
+def test_drop_set_names_everything_still_left_on_the_set() -> None:
     topics = [{"name": "drained", "perm": 4}, {"name": "open", "perm": 6}]
     groups = {"g": {"drained": {"0": {"committed": 5, "max_queue_offset": 9},
                                 "1": {"committed": 2, "max_queue_offset": 3}}},

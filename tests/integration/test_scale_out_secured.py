@@ -1,10 +1,10 @@
-"""`rocketha-cluster add-set` and `remove-set` on a secured cluster (the default: mutual TLS,
+"""`rocketha-cluster add-set` and `drop-set` on a secured cluster (the default: mutual TLS,
 authentication and authorization).
 
 Goal: the new set gets a member certificate from the cluster CA and the cluster's keys, so
 it registers with the controller, is given a master, and answers the admin tool through
 client.properties; a topic is extended onto it and drained from it with the admin user's
-keys; `remove-set` is refused while the topic still takes writes there, then removes it.
+keys; `drop-set` is refused while the topic still takes writes there, then removes it.
 Method: real processes (`rocketha-cluster up` without --insecure, the admin tool as a
 subprocess with --client-config).
 """
@@ -64,14 +64,14 @@ def test_add_and_remove_a_set_on_a_secured_cluster(tmp_path: Path) -> None:
         assert sorted((r["replica_set"], r["write_queue_nums"]) for r in listed
                       if r["name"] == TOPIC) == [("broker-a", 2), ("broker-b", 3)]
 
-        refused = run("-m", "ha.cluster", "remove-set", "--dir", str(directory))
+        refused = run("-m", "ha.cluster", "drop-set", "--dir", str(directory))
         assert refused.returncode == 1, (refused.stdout, refused.stderr)
         assert f"topic {TOPIC} takes writes" in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
         admin_rows(directory, "topic", "update", "--topic", TOPIC, "--remove-broker-name",
                    "broker-b")
-        out = cluster_cli("remove-set", "--dir", str(directory))
+        out = cluster_cli("drop-set", "--dir", str(directory))
         assert "broker-b removed" in out, out
         status = json.loads(cluster_cli("status", "--dir", str(directory), "--json"))
         assert {p["name"] for p in status["processes"] if p["kind"] == "broker"} == {

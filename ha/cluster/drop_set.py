@@ -1,4 +1,4 @@
-"""`rocketha-cluster remove-set --dir D`: stop and forget the cluster's last replica set,
+"""`rocketha-cluster drop-set --dir D`: stop and forget the cluster's last replica set,
 once nothing is left on it.
 
 Why a check first: the set may hold messages nobody has read yet, and those are only on it.
@@ -65,25 +65,25 @@ def run(args: argparse.Namespace, cluster: Any) -> int:
     manifest = cluster.load()
     sets = sorted({broker["set"] for broker in manifest["brokers"]})
     if len(sets) < 2:
-        raise SystemExit("rocketha-cluster: remove-set: the cluster has one replica set; "
+        raise SystemExit("rocketha-cluster: drop-set: the cluster has one replica set; "
                          "it keeps it (`down` stops everything)")
     last = sets[-1]
     members = [broker for broker in manifest["brokers"] if broker["set"] == last]
     master = _master_info(cluster.directory, manifest, members)
     if master is None:
-        raise SystemExit(f"rocketha-cluster: remove-set: no master of {last} answers, so "
+        raise SystemExit(f"rocketha-cluster: drop-set: no master of {last} answers, so "
                          "what is left on it is unknown; start it (`up`) and drain it first")
     endpoint, info = master
     replies = [_call(cluster.directory, manifest, endpoint, action)
                for action in ("list_topics", "consumer_groups")]
     if None in replies:
-        raise SystemExit(f"rocketha-cluster: remove-set: {last}'s master {endpoint} did not "
+        raise SystemExit(f"rocketha-cluster: drop-set: {last}'s master {endpoint} did not "
                          "answer list_topics and consumer_groups; nothing was changed")
     topics, groups = replies[0] or {}, replies[1] or {}
     left = leftovers(topics.get("topics", []), groups.get("groups", {}),
                      (info.get("topic_tables") or {}).get("topics", {}))
     if left:
-        raise SystemExit(f"rocketha-cluster: remove-set: {last} still has work: "
+        raise SystemExit(f"rocketha-cluster: drop-set: {last} still has work: "
                          f"{'; '.join(left)} (drain: rocketha-admin topic update --topic T "
                          f"--remove-broker-name {last}; then let readers finish)")
     for broker in members:
@@ -131,7 +131,7 @@ def _forget(directory: Path, controller_addr: str, set_name: str) -> None:
         if done.returncode == 0:
             return
         if time.monotonic() >= deadline:
-            raise SystemExit(f"rocketha-cluster: remove-set: the controllers did not forget "
+            raise SystemExit(f"rocketha-cluster: drop-set: the controllers did not forget "
                              f"{set_name} within {CLEAN_TIMEOUT_S:.0f}s (its brokers are "
                              f"stopped): {(done.stdout + done.stderr).strip()[-300:]}")
         time.sleep(CLEAN_RETRY_S)
