@@ -451,7 +451,7 @@ MYPY_STRICT_PATHS = (
     "controller/api", "controller/state.py", "controller/leader_core.py",
     "controller/election.py", "controller/liveness.py", "controller/auth_changes.py",
     "connector/client/producer_core.py", "connector/rmq_proxy/pop_core.py",
-    "controller/console/sessions.py",
+    "controller/console/sessions.py", "controller/console/tables.py",
     "controller/handover.py", "ha/broker/handover_core.py",
     "ha/broker/table_plan.py", "connector/protocol/table_ids.py",
     "tests/bench/scale_shape.py", "tests/bench/open_loop.py",

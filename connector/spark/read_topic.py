@@ -165,7 +165,7 @@ def table_starting_offsets(topic: str, *, table: str,
 def read_topic(spark: SparkSession, topic: str, *, table: str,
                table_storage_options: Mapping[str, str] | None = None,
                columns: Sequence[str] = ALL_COLUMN_NAMES, table_reader: str = AUTO,
-               **options: str) -> DataFrame:
+               cache_tail: bool = False, **options: str) -> DataFrame:
     """The whole topic: the table's rows and the tail it does not hold yet (module doc).
 
     `table`: the table's URI (a path, s3:// or s3a://); `table_storage_options`: delta-rs's,
@@ -173,7 +173,11 @@ def read_topic(spark: SparkSession, topic: str, *, table: str,
     of the connector's 11 (storeDate, the partition column, comes along); `table_reader`:
     who reads the table's files, "auto", "spark" or "arrow" (connector/spark/table_files.py:
     Spark's Parquet reader where Hadoop can open the URI, else pyarrow on the executors);
-    `options`: the connector's source options (brokers= or controller=, TLS, credentials ...).
+    `cache_tail`: keep the tail's rows in Spark's cache after the first action, so later
+    queries of this DataFrame skip the Python data source (the tail is a fixed offset range:
+    caching it changes no answer; it costs the tail's rows in executor memory until
+    `unpersist`); `options`: the connector's source options (brokers= or controller=, TLS,
+    credentials ...).
 
     The tail is read by Spark's tasks through `format("rocketha")` on each action. Reading it
     once on the driver into a local relation was measured slower: Spark ships a local
@@ -204,8 +208,8 @@ def read_topic(spark: SparkSession, topic: str, *, table: str,
                         ENDING_OFFSETS: json.dumps(canonical(unflatten(plan.ending))),
                         COLUMNS: ",".join(tail_columns)}
         tail = spark.read.format("rocketha").options(**tail_options).load()
-        frames.append(tail.withColumn(PARTITION_COLUMN, F.expr(_STORE_DATE_SQL))
-                      .select(*wanted))
+        tail = tail.withColumn(PARTITION_COLUMN, F.expr(_STORE_DATE_SQL)).select(*wanted)
+        frames.append(tail.cache() if cache_tail else tail)
     if not frames:
         return spark.createDataFrame([], table_schema).select(*wanted)
     result = frames[0]

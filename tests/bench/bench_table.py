@@ -22,6 +22,9 @@ each): `off` (topicTableDefault=none) and `on` (topicTableDefault=delta, topicTa
   read_topic_vs_parquet_ratio   materialization turned off for the topic, N/19 more rows
                             produced (5 % of the total in the tail), read_topic's rows against
                             the same rows as plain Parquet, the same two queries and turns
+  read_topic_cached_tail_vs_parquet_ratio   the same with read_topic(cache_tail=True): the
+                            tail read once through the connector, later queries from Spark's
+                            cache
 
 The machine is shared: run it when it is quiet, and read the ratios (both sides in the same
 turns) rather than the absolute rows/s.
@@ -232,6 +235,12 @@ def main(argv: list[str]) -> int:
         figures["read_topic_tail_rows"] = tail_rows
         print(f"read_topic vs Parquet ({total:,} rows, {tail_rows:,} in the tail): "
               f"{topic_s:.2f} s vs {parquet_s:.2f} s, ratio {ratio:.3f}", flush=True)
+        cached = read_topic(spark, TOPIC, table=uri, brokers=on.endpoint, cache_tail=True)
+        ratio, topic_s, parquet_s = ratio_in_turns(cached, spark.read.parquet(plain_whole),
+                                                   total, args.repeat)
+        figures["read_topic_cached_tail_vs_parquet_ratio"] = ratio
+        print(f"read_topic, tail cached, vs Parquet: {topic_s:.2f} s vs {parquet_s:.2f} s, "
+              f"ratio {ratio:.3f}", flush=True)
     finally:
         if spark is not None:
             spark.stop()

@@ -111,10 +111,11 @@ def test_the_table_part_reads_only_the_asked_columns(
     assert sum(row["count"] for row in totals) == IN_TABLE + IN_TAIL
 
 
-def test_the_pyarrow_reader_gives_the_same_rows_as_spark_s(
+def test_the_pyarrow_reader_and_a_cached_tail_give_the_same_rows_as_spark_s(
         spark: SparkSession, half_table: tuple[BrokerProcess, str]) -> None:
     """The fallback for a table Spark cannot open (s3:// without the S3A connector) is pyarrow
-    on the executors; on a local table both readers run, so their results are compared."""
+    on the executors; on a local table both readers run, so their results are compared. With
+    cache_tail, the same rows, and later queries read the tail from Spark's cache."""
     broker, uri = half_table
     assert choose_reader(spark, uri, "auto") == "spark"
     assert choose_reader(spark, "s3://tier/tables/t", "auto") == "arrow"  # no hadoop-aws here
@@ -132,6 +133,17 @@ def test_the_pyarrow_reader_gives_the_same_rows_as_spark_s(
     spark_rows = sorted(by_spark.collect(), key=lambda row: (row.queueId, row.queueOffset))
     assert len(arrow_rows) == IN_TABLE + IN_TAIL
     assert arrow_rows == spark_rows
+
+    cached = read_topic(spark, TOPIC, table=uri, columns=columns, brokers=broker.endpoint,
+                        cache_tail=True)
+    try:
+        first = sorted(cached.collect(), key=lambda row: (row.queueId, row.queueOffset))
+        assert first == spark_rows
+        plan = cached._jdf.queryExecution().executedPlan().toString()
+        assert "InMemoryTableScan" in plan, plan  # the second query reads the cached tail
+        assert cached.count() == IN_TABLE + IN_TAIL
+    finally:
+        cached.unpersist()
 
 
 def test_a_stream_started_where_the_table_ends_reads_exactly_the_tail(

@@ -3,7 +3,9 @@
 Goal: (1) a broker process with an s3:// tier materializes a topic into `s3://tier/tables/T`
 with every acknowledged message once and each queue's offsets contiguous, read back with
 deltalake through the same endpoint, and its `broker info` and `/metrics` show no lag once
-the table caught up; (2) on S3, a commit planned on a stale snapshot fails whole (the log
+the table caught up, and `read_topic` over the s3:// table plus a tail returns each message
+once (Spark here has no S3A connector, so the pyarrow reader reads the table's files);
+(2) on S3, a commit planned on a stale snapshot fails whole (the log
 entry is a put-if-absent, `If-None-Match`), and planning again adds no duplicate, so two
 writers racing cannot both land one version. Method: tests/tiered/moto_s3.py's server; a real
 broker process for (1), two in-process writers on one store for (2) (the race needs a snapshot
@@ -19,9 +21,12 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from pyspark.sql import SparkSession
 
 from connector import Admin, ClientConfig, Producer
 from connector.protocol.table_ids import queue_app_id
+from connector.spark.read_topic import read_topic
+from connector.spark.table_files import choose_reader
 from ha.broker.topic_table import TableLimits, TopicTableWriter, table_storage_options
 from storage_engine import MessageBatch, MessageStore, PutStatus, StoreConfig
 from storage_engine.config import TieredStoreConfig
@@ -35,6 +40,7 @@ pytestmark = pytest.mark.integration
 TOPIC = "orders"
 QUEUES = 4
 MESSAGES = 800
+TAIL = 40  # produced after the table is turned off: read_topic's tail
 CATCH_UP_S = 60.0
 
 
@@ -59,8 +65,34 @@ def _ends(uri: str, s3: MotoS3) -> list[int | None]:
     return [table.transaction_version(queue_app_id("broker-a", q)) for q in range(QUEUES)]
 
 
-def test_a_broker_materializes_every_acked_message_once_to_s3(s3: MotoS3,
-                                                              tmp_path: Path) -> None:
+def _read_topic_from_s3(spark: SparkSession, s3: MotoS3, broker: BrokerProcess, admin: Admin,
+                        uri: str) -> None:
+    """read_topic on the s3:// table: Spark here has no S3A connector (no hadoop-aws JARs),
+    so the table's files are read by pyarrow on the executors; the tail (messages produced
+    after the table is turned off) through the connector; each message once."""
+    admin.update_topic(TOPIC, table="none")
+    with Producer(ClientConfig(brokers=(broker.endpoint,))) as producer:
+        tail = [{"body": b"s3-%05d" % n} for n in range(MESSAGES, MESSAGES + TAIL)]
+        assert all(result.ok for result in producer.send_batch(TOPIC, tail))
+    assert choose_reader(spark, uri, "auto") == "arrow"
+    options = {k: v for k, v in _options(s3).items() if k != "conditional_put"}
+    frame = read_topic(spark, TOPIC, table=uri, table_storage_options=options,
+                       columns=["queueId", "queueOffset", "body"], brokers=broker.endpoint)
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "rocketha_table_files" in plan and s3.secret_access_key not in plan, plan
+    rows = frame.collect()
+    places = [(row.queueId, row.queueOffset) for row in rows]
+    assert len(places) == len(set(places)) == MESSAGES + TAIL
+    for queue_id in range(QUEUES):
+        offsets = sorted(o for q, o in places if q == queue_id)
+        assert offsets == list(range(len(offsets))), f"queue {queue_id}: not contiguous"
+    assert sorted(row.body for row in rows) == [b"s3-%05d" % n
+                                                for n in range(MESSAGES + TAIL)]
+
+
+@pytest.mark.spark
+def test_a_broker_materializes_every_acked_message_once_to_s3(s3: MotoS3, tmp_path: Path,
+                                                              spark: SparkSession) -> None:
     metrics_port = free_port()
     broker = BrokerProcess(tmp_path / "b", topicTableIntervalMs="300",
                            metricsPort=str(metrics_port),
@@ -99,6 +131,7 @@ def test_a_broker_materializes_every_acked_message_once_to_s3(s3: MotoS3,
         assert value(samples, "rocketha_topic_table_lag_messages", topic=TOPIC) == 0
         assert value(samples, "rocketha_topic_table_last_commit_timestamp_seconds",
                      topic=TOPIC) == info["last_commit_ms"] / 1000
+        _read_topic_from_s3(spark, s3, broker, admin, uri)
     finally:
         broker.stop()
 
