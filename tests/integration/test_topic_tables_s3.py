@@ -4,7 +4,8 @@ Goal: (1) a broker process with an s3:// tier materializes a topic into `s3://ti
 with every acknowledged message once and each queue's offsets contiguous, read back with
 deltalake through the same endpoint, and its `broker info` and `/metrics` show no lag once
 the table caught up, and `read_topic` over the s3:// table plus a tail returns each message
-once (Spark here has no S3A connector, so the pyarrow reader reads the table's files);
+once (Spark here has no S3A connector, so the pyarrow reader reads the table's files), and
+deleting the topic with its table removes every object under the table's prefix;
 (2) on S3, a commit planned on a stale snapshot fails whole (the log
 entry is a put-if-absent, `If-None-Match`), and planning again adds no duplicate, so two
 writers racing cannot both land one version. Method: tests/tiered/moto_s3.py's server; a real
@@ -132,6 +133,11 @@ def test_a_broker_materializes_every_acked_message_once_to_s3(s3: MotoS3, tmp_pa
         assert value(samples, "rocketha_topic_table_last_commit_timestamp_seconds",
                      topic=TOPIC) == info["last_commit_ms"] / 1000
         _read_topic_from_s3(spark, s3, broker, admin, uri)
+        assert admin.delete_topic_table(TOPIC) == {"deleted": True, "table_deleted": True}
+        with pytest.raises(TableNotFoundError):
+            DeltaTable(uri, storage_options=_options(s3))
+        assert not s3.client().list_objects_v2(  # type: ignore[attr-defined]
+            Bucket="tier", Prefix=f"tables/{TOPIC}/").get("Contents")
     finally:
         broker.stop()
 
