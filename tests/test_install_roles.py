@@ -45,6 +45,11 @@ SERVER_ONLY = {"prometheus-client", "cryptography", "s3fs", "botocore", "aioboto
 SCRIPT_EXTRAS = {"rocketha-admin": None, "rocketha-console": None, "rocketha-pipeline": None,
                  "rocketha-broker": "server", "rocketha-controller": "server",
                  "rocketha-cluster": "server", "rocketha-proxy": "rocketmq"}
+# a command line each gated script parses, so that the extra's check is what answers
+RUN_ARGS = {"rocketha-broker": ["--conf", "broker.conf"],
+            "rocketha-controller": ["--conf", "controller.conf"],
+            "rocketha-cluster": ["status", "--dir", "cluster"],
+            "rocketha-proxy": ["--conf", "proxy.conf"]}
 INSTALL_TIMEOUT_S = 900  # a first run downloads what pip's cache lacks (deltalake: ~1 min)
 RUN_TIMEOUT_S = 300
 
@@ -261,7 +266,11 @@ def test_base_install_is_a_client(wheel: Path, checkout_broker: BrokerProcess,
     for script, extra in SCRIPT_EXTRAS.items():
         if extra is None:
             continue
-        refused = _run([str(bin_dir / script), "--help"], tmp_path)
+        # `--help` answers without the extra (the command line is parsed first); a command
+        # that would run is what the extra's check refuses
+        helped = _run([str(bin_dir / script), "--help"], tmp_path)
+        assert helped.returncode == 0 and helped.stdout.startswith("usage: "), (script, helped)
+        refused = _run([str(bin_dir / script), *RUN_ARGS[script]], tmp_path)
         assert refused.returncode == 2, (script, refused.stderr)
         assert refused.stderr == (f"{script}: needs the {extra} extra (no module "
                                   f"{', '.join(EXTRA_MODULES[extra])}): "
