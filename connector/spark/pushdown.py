@@ -16,8 +16,10 @@ again, so what this module accepts must come out exact:
                                     does: a message stored out of time order before the seek
                                     point is not read)
 
-Everything else (other columns, OR, NOT, string matches, a tag that the tag expression cannot
-spell) is returned to Spark. Filters that contradict each other make the read empty.
+Kafka's names of the same values (`columns=kafka`: partition, offset, timestamp) push as
+queueId, queueOffset and storeTimestamp. Everything else (other columns, OR, NOT, string
+matches, a tag that the tag expression cannot spell) is returned to Spark. Filters that
+contradict each other make the read empty.
 
 Store timestamps are milliseconds on the broker and microseconds in Spark, so bounds are turned
 into half-open millisecond ranges [store_ms_min, store_ms_end) with the right rounding.
@@ -134,6 +136,7 @@ def _push_one(pushed: PushedFilters, item: Filter, known: frozenset[str]
     if len(attribute) != 1 or attribute[0] not in known or type(item) not in _OPS:
         return None
     column, value = attribute[0], item.value  # type: ignore[attr-defined]
+    column = _OURS.get(column, column)  # Kafka's name of the same values (columns=kafka)
     if column == "queueId":
         return _push_set(pushed, "queue_ids", item, value, _int)
     if column == "tags":
@@ -144,6 +147,11 @@ def _push_one(pushed: PushedFilters, item: Filter, known: frozenset[str]
     if column == "storeTimestamp" and isinstance(item, _RANGE):
         return _push_time(pushed, item, value)
     return None
+
+
+# the Kafka names whose filters push as ours: the same values (connector/spark/columns.py)
+_OURS = {"partition": "queueId", "offset": "queueOffset", "timestamp": "storeTimestamp"}
+_TIME_COLUMNS = ("storeTimestamp", "timestamp")
 
 
 def _push_set(pushed: PushedFilters, field: str, item: Filter, value: object,
@@ -201,8 +209,9 @@ def row_mask(batch: pa.RecordBatch, pushed: PushedFilters) -> pa.Array | None:
     masks = []
     if pushed.tags is not None and "tags" in batch.schema.names:
         masks.append(pc.is_in(batch.column("tags"), value_set=pa.array(sorted(pushed.tags))))
-    if pushed.by_time and "storeTimestamp" in batch.schema.names:
-        stamps = batch.column("storeTimestamp")
+    time_column = next((name for name in _TIME_COLUMNS if name in batch.schema.names), None)
+    if pushed.by_time and time_column is not None:
+        stamps = batch.column(time_column)
         if pushed.store_ms_min is not None:
             masks.append(pc.greater_equal(stamps, pa.scalar(
                 pushed.store_ms_min * 1000, stamps.type)))

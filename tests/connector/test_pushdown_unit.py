@@ -8,6 +8,7 @@ spots contradictions. Method: table-driven calls of push_filters and row_mask.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import pyarrow as pa
@@ -112,3 +113,20 @@ def test_row_mask_keeps_the_rows_the_filters_allow() -> None:
     pushed = PushedFilters(tags=frozenset({"A"}), store_ms_min=1, store_ms_end=4)
     assert row_mask(batch, pushed).to_pylist() == [True, False, False, False]
     assert row_mask(batch, PushedFilters(queue_ids=frozenset({1}))) is None
+
+
+def test_kafka_names_push_as_ours() -> None:
+    """columns=kafka: partition, offset and timestamp are queueId, queueOffset and
+    storeTimestamp under Kafka's names, so their filters cut the same ranges."""
+    ours = [In(("queueId",), (0, 2)), GreaterThanOrEqual(("queueOffset",), 5),
+            LessThan(("storeTimestamp",), _at(7_000_500))]
+    kafka = [In(("partition",), (0, 2)), GreaterThanOrEqual(("offset",), 5),
+             LessThan(("timestamp",), _at(7_000_500))]
+    pushed_ours, kept_ours = push_filters(ours, ALL_COLUMN_NAMES)
+    pushed_kafka, kept_kafka = push_filters(kafka, ("partition", "offset", "timestamp"))
+    assert kept_ours == [] and kept_kafka == []
+    assert dataclasses.replace(pushed_kafka, described=()) == \
+        dataclasses.replace(pushed_ours, described=())
+    stamps = pa.array([6_999_000, 7_000_000, 7_001_000], pa.timestamp("us", tz="UTC"))
+    mask = row_mask(pa.record_batch({"timestamp": stamps}), pushed_kafka)
+    assert mask is not None and mask.to_pylist() == [True, True, False]

@@ -118,6 +118,26 @@ def test_same_rows_with_and_without_pushdown(spark, broker, waves, where, count)
                        spark.createDataFrame(plain, frame.schema), ignore_row_order=True)
 
 
+def test_kafka_names_push_and_read_the_same_rows(spark, broker, waves) -> None:
+    """columns=kafka: filters on partition, offset and timestamp are pushed (they are queueId,
+    queueOffset and storeTimestamp) and select exactly the rows Spark would."""
+    where = (f"partition IN (0, 2) AND offset >= 5 AND offset < 9 "
+             f"AND timestamp < {_stamp(waves[2])}")
+    with pushdown(spark, False):
+        plain = query(spark, broker, where, columns="kafka").collect()
+    with pushdown(spark, True):
+        frame = query(spark, broker, where, columns="kafka")
+        pushed = frame.collect()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            frame.explain(mode="formatted")
+    assert len(plain) == 2 * 4, len(plain)  # queues 0 and 2, offsets 5..8, all in wave 0
+    assert_df_equality(spark.createDataFrame(pushed, frame.schema),
+                       spark.createDataFrame(plain, frame.schema), ignore_row_order=True)
+    listed = printed.getvalue().split("PushedFilters", 1)[1].split("\n", 1)[0]
+    assert "partition" in listed and "offset" in listed and "timestamp" in listed, listed
+
+
 def test_tag_filter_option_and_pushed_tags_are_anded(spark, broker, waves) -> None:
     with pushdown(spark, True):
         both = query(spark, broker, "tags IN ('A', 'B')", tagFilter="B || C").collect()
