@@ -140,8 +140,9 @@ def pack_groups(counts: list[int], min_rows: int, min_groups: int | None = None
     time starting tasks). So ranges smaller than `min_rows` share a task, as Spark packs small
     files into `spark.sql.files.maxPartitionBytes`. The number of groups is
     total // min_rows, at least `min_groups` (minPartitions) and 1, at most one per range;
-    ranges go largest first to the lightest group (ties: lower index), so the groups are as
-    even as the ranges allow and the same counts always give the same groups. Each group
+    ranges go largest first to the lightest group (ties: fewer ranges, then lower index), so
+    the groups are as even as the ranges allow and the same counts always give the same
+    groups. Each group
     lists its indices in ascending order; groups are ordered by their first index.
     `min_rows` 0 (or a single range) keeps one group per range."""
     total = sum(counts)
@@ -153,7 +154,9 @@ def pack_groups(counts: list[int], min_rows: int, min_groups: int | None = None
     loads = [0] * wanted
     groups: list[list[int]] = [[] for _ in range(wanted)]
     for index in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
-        lightest = min(range(wanted), key=lambda g: (loads[g], g))
+        # ties (empty ranges weigh nothing) go to the group with fewer ranges, so
+        # minPartitions holds even for a read whose ranges are all empty
+        lightest = min(range(wanted), key=lambda g: (loads[g], len(groups[g]), g))
         loads[lightest] += counts[index]
         groups[lightest].append(index)
     return sorted(sorted(group) for group in groups if group)

@@ -311,6 +311,7 @@ def test_pack_groups_packs_small_ranges_into_even_tasks() -> None:
     assert pack_groups([5, 5, 5], 0) == [[0], [1], [2]]  # 0: one task per range
     assert pack_groups([5, 5, 5], 1, 2) == [[0], [1], [2]]  # already enough rows per range
     assert pack_groups([5, 5, 5, 5], 100, 2) == [[0, 2], [1, 3]]  # minPartitions is a floor
+    assert pack_groups([0, 0, 0], 1, 2) == [[0, 2], [1]]  # empty ranges: still minPartitions
     assert pack_groups([], 100) == []
     assert pack_groups([7], 100) == [[0]]
 
