@@ -26,11 +26,16 @@ keeps EXTRA_MODULES equal to pyproject.toml's extras.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
+from collections.abc import Callable
+from typing import cast
 
-from conf.process import refuse
+from conf.process import Program, refuse, server_parser
 
-__all__ = ["EXTRA_MODULES", "extra_refusal", "missing_modules", "require_extra"]
+__all__ = ["EXTRA_MODULES", "extra_refusal", "missing_modules", "require_extra",
+           "server_entry"]
 
 # extra -> the top-level modules its distributions install (the names `import` sees)
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
@@ -69,3 +74,14 @@ def require_extra(program: str, extra: str) -> None:
     if message is not None:
         raise SystemExit(refuse(program, message))
 
+
+def server_entry(program: Program, extra: str, main_module: str,
+                 argv: list[str] | None) -> int:
+    """A server's console script: its command line parsed first (argparse only, so `--help`
+    and usage errors answer at once), then the extra's check, then `main_module`'s main,
+    imported only now (ha/broker_entry.py, controller/entry.py, connector/rmq_proxy_entry.py)."""
+    server_parser(program).parse_args(sys.argv[1:] if argv is None else argv)
+    require_extra(program.name, extra)
+    serve = cast(Callable[[list[str] | None], int],
+                 importlib.import_module(main_module).main)
+    return serve(argv)
