@@ -184,7 +184,7 @@ class _VersionFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
         self._gate = gate
 
     def start_call(self, info: Any, headers: dict[str, list[str]]) -> None:
-        values = headers.get(PROTOCOL_HEADER) or [None]
+        values: list[Any] = headers.get(PROTOCOL_HEADER) or [None]
         text = values[0].decode(errors="replace") if isinstance(values[0], bytes) else values[0]
         line = refusal(LOCAL, text, f"{info.method.name} call to this {self._gate.service}")
         if line is not None:

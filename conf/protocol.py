@@ -28,9 +28,20 @@ import re
 
 from conf.version import VERSION
 
-__all__ = ["DOCS_PAGE", "LEGACY", "LOCAL", "MINOR_SKEW_MAX", "PROTOCOL",
-           "PROTOCOL_HEADER", "RELEASE_BYTES_MAX",
-           "TEST_PROTOCOL_ENV", "PeerVersion", "parse_peer_version", "refusal"]
+__all__ = [
+    "DOCS_PAGE",
+    "LEGACY",
+    "LOCAL",
+    "MINOR_SKEW_MAX",
+    "PROTOCOL",
+    "PROTOCOL_HEADER",
+    "RELEASE_BYTES_MAX",
+    "TEST_PROTOCOL_ENV", "VERSION_HEADER",
+    "BadVersionText",
+    "PeerVersion",
+    "parse_peer_version",
+    "refusal",
+]
 
 PROTOCOL = (0, 2)  # bump the minor when a frame or message changes in a way a peer sees
 MINOR_SKEW_MAX = 1
@@ -101,3 +112,5 @@ def _local(environ: dict[str, str] | os._Environ[str]) -> PeerVersion:
 
 
 LOCAL = _local(os.environ)
+# the header every Flight call of ours carries (clients, brokers, controllers, tools)
+VERSION_HEADER = (PROTOCOL_HEADER.encode(), LOCAL.text().encode())

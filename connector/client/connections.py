@@ -13,15 +13,12 @@ import time
 
 from pyarrow import flight
 
-from conf.protocol import LOCAL, PROTOCOL_HEADER
+from conf.protocol import VERSION_HEADER
 from conf.signing import Credentials, sign_headers
 from conf.tls import ClientTLS, connect_flight
 from connector.protocol import RocketHAError, decode_error_text, error_for_code, status_for
 
 __all__ = ["as_rocketha_error", "signed_options"]
-
-
-VERSION_HEADER = (PROTOCOL_HEADER.encode(), LOCAL.text().encode())  # conf/protocol.py
 
 
 def signed_options(credentials: Credentials | None, method: str, target: bytes,

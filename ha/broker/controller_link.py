@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 from pyarrow import flight
 
 from conf.controller_addresses import ANSWERED, LeaderSearch, NotLeader, Unavailable
-from conf.protocol import DOCS_PAGE, LOCAL, refusal
+from conf.protocol import DOCS_PAGE, LOCAL, VERSION_HEADER, refusal
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 from controller.api import (
@@ -113,7 +113,8 @@ class ControllerClient:
             headers = [] if self._credentials is None else sign_headers(
                 self._credentials, "DO_ACTION", action_target(action, body),
                 int(time.time() * 1000))
-            options = flight.FlightCallOptions(timeout=self._timeout_s, headers=headers)
+            options = flight.FlightCallOptions(timeout=self._timeout_s,
+                                               headers=[VERSION_HEADER, *headers])
             results = list(client.do_action(flight.Action(action, body), options))
             if len(results) != 1:
                 raise ControllerUnavailableError(f"{address} {action}: {len(results)} results")

@@ -44,7 +44,7 @@ import dataclasses
 import enum
 import logging
 
-from conf.protocol import LOCAL, PeerVersion, refusal
+from conf.protocol import DOCS_PAGE, LOCAL, PeerVersion, refusal
 from ha.replication.frames import Ack, Frame, MasterHello, Metadata, Refuse, SlaveHello, Transfer
 from storage_engine import EpochEntry, find_consistent_point
 
@@ -227,6 +227,7 @@ class SlaveReplication:
         self.version = version
         self._plain_hello = False  # the next hello without the version block
         self._heard_since_hello = False
+        self._sent_plain = False
         self._broker_id = broker_id
         self._heartbeat_ms = heartbeat_interval_ms
         self._housekeeping_ms = housekeeping_interval_ms
@@ -252,6 +253,7 @@ class SlaveReplication:
         self._last_received_ms = self._last_ack_ms = now_ms
         self.state = SlaveState.HELLO_SENT
         self._heard_since_hello = False
+        self._sent_plain = self._plain_hello
         return [SendFrame(SlaveHello(
             self._broker_id, local.log_position_end, local.confirm_log_position,
             self._master_epoch, local.segment_size_bytes, local.epochs,
@@ -299,6 +301,11 @@ class SlaveReplication:
     def _on_hello(self, hello: MasterHello, now_ms: int) -> list[SlaveEffect]:
         assert self._local is not None
         refused = refusal(self.version, hello.version, "HA link to the master")
+        if refused is not None and self._sent_plain and not hello.version:
+            refused = (f"HA link to the master refused: it answered a 0.1 hello (sent after a "
+                       f"silent close) without a version: a 0.1 master, or a newer one "
+                       f"answering in kind; this process speaks {self.version.describe()}; see "
+                       f"{DOCS_PAGE}")
         if refused is not None:
             self._last_refusal = refused
             return [SendFrame(Refuse(refused)), *self._close(refused, refused=True)]
