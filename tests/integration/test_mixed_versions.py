@@ -135,6 +135,8 @@ def test_old_and_new_run_together_and_fail_over(tmp_path: Path, old_release: Pat
                 acked[(result.queue_id, result.queue_offset)] = body
 
         send("old-master", 40)
+        on_old_master = read_topic(brokers["old"].endpoint, TOPIC)  # a new client, an old broker
+        assert {k: on_old_master.get(k) for k in acked} == acked
         brokers["old"].kill()  # failover: the new broker takes over from the v0.1.0 master
         _wait(lambda: brokers["new"].action("broker_info")["role"] == "MASTER",
               "the new broker to be elected")
