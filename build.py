@@ -40,6 +40,9 @@
     python3 build.py test-install     build the wheel, install it per role into fresh venvs under
                                       /work/venvs (or $ROCKETHA_VENVS) and run the install tests
                                       (tests/test_install_roles.py, marked slow: ~2 minutes)
+    python3 build.py test-upgrade     the mixed-version test: v0.1.0 built from its git tag next to
+                                      this tree in one replica set and Raft group
+                                      (tests/integration/test_mixed_versions.py, slow: ~2 minutes)
     python3 build.py lint             ruff over the whole tree (prints the counts; exit 1 if any),
                                       then mypy --strict on MYPY_STRICT_PATHS
     python3 build.py docs             the documentation site, built strictly into site/ (a
@@ -343,6 +346,11 @@ def test(args: list[str]) -> int:
     return code or lane_code
 
 
+def test_upgrade(args: list[str]) -> int:
+    """The mixed-version tests (slow): the previous release's wheel beside this tree."""
+    return test(["-m", "slow", "tests/integration/test_mixed_versions.py", *args])
+
+
 def test_install(args: list[str]) -> int:
     """The install tests (slow): wheel, fresh venvs, the base and spark roles."""
     return test(["-m", "slow", "tests/test_install_roles.py", *args])
@@ -509,6 +517,8 @@ def main(argv: list[str]) -> int:
         return test(rest)
     if command == "test-install":
         return test_install(rest)
+    if command == "test-upgrade":
+        return test_upgrade(rest)
     if command == "bench":
         return bench(rest)
     if command == "sim":

@@ -3,8 +3,10 @@ credentials files. It imports nothing of ours; the example `*.conf` files beside
 
 The configuration toolkit: one properties reader (conf/properties.py), one parser per value
 type (conf/values.py), typed keys and the "did you mean" of unknown keys (conf/keys.py), and the
-credentials-file reader (conf/credentials.py). TLS (conf/tls.py, pulls in pyarrow.flight) and
-signing (conf/signing.py) are imported from their modules.
+credentials-file reader (conf/credentials.py). The release and protocol version every link
+states, and the one rule for which versions run together: conf/version.py, conf/protocol.py.
+TLS (conf/tls.py, pulls in pyarrow.flight) and signing (conf/signing.py) are imported from
+their modules.
 
 So is what only servers use: the ACL model and the Flight auth gate (conf/acl.py,
 conf/auth_gate.py), server start-up (conf/process.py) and `/metrics` serving

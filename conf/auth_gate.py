@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 from pyarrow import flight
 
 from conf.acl import ADMIN_OPERATIONS, AuthData, User, authorize, requirement_of
+from conf.protocol import LOCAL, PROTOCOL_HEADER, refusal
 from conf.signing import HEADER_SIGNATURE, ReplayGuard, SignatureError, target_digest, verify
 from conf.tls import parse_identity
 from conf.values import BadValueError, parse_bool
@@ -52,6 +53,7 @@ __all__ = ["ANONYMOUS", "GATE_KEYS", "MIDDLEWARE_KEY", "AuditLog", "FlightAuthGa
            "GateSettings", "Principal", "parse_gate_settings", "source_address"]
 
 MIDDLEWARE_KEY = "rocketha-auth"
+VERSION_MIDDLEWARE_KEY = "rocketha-protocol"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +176,22 @@ class _Factory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
         return self._gate.verify_headers(headers, info.method.name)
 
 
+class _VersionFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+    """Refuses a call whose PROTOCOL_HEADER (absent: 0.1) the rule of conf/protocol.py refuses,
+    as the service spells a refusal (status VERSION_REFUSED)."""
+
+    def __init__(self, gate: FlightAuthGate) -> None:
+        self._gate = gate
+
+    def start_call(self, info: Any, headers: dict[str, list[str]]) -> None:
+        values: list[Any] = headers.get(PROTOCOL_HEADER) or [None]
+        text = values[0].decode(errors="replace") if isinstance(values[0], bytes) else values[0]
+        line = refusal(LOCAL, text, f"{info.method.name} call to this {self._gate.service}")
+        if line is not None:
+            message, extra = self._gate.encode_refusal("VERSION_REFUSED", line)
+            raise flight.FlightServerError(message, extra_info=extra)
+
+
 def source_address(context: Any) -> str:
     """The caller's IP from a Flight peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000")."""
     peer = context.peer()
@@ -212,7 +230,7 @@ class FlightAuthGate:
         return self.settings.authentication_enabled
 
     def middleware(self) -> dict[str, flight.ServerMiddlewareFactory]:
-        return {MIDDLEWARE_KEY: _Factory(self)}
+        return {MIDDLEWARE_KEY: _Factory(self), VERSION_MIDDLEWARE_KEY: _VersionFactory(self)}
 
     def _user(self, access_key: str) -> User | None:
         return self.auth_data.user_by_access_key(access_key)

@@ -26,6 +26,7 @@ import random
 from typing import Any
 
 from conf.acl import User
+from conf.protocol import LOCAL, refusal
 from conf.version import VERSION
 from controller.api import (
     ACTIONS,
@@ -84,6 +85,7 @@ from controller.watchdog import LivenessWatchdog
 __all__ = ["HEARD_POLL_MS", "RequestHandlers"]
 
 logger = logging.getLogger(__name__)
+REFUSED_VERSIONS_MAX = 1024  # (broker, version) pairs whose refusal was logged, remembered
 
 HEARD_POLL_MS = 20  # how often an operator's election looks for the heartbeats it waits for
 
@@ -103,11 +105,17 @@ class RequestHandlers:
         # replica set -> (master epoch, master id) whose lease an operator's election lets
         # lapse (the watchdog holds the same for a scan's elections)
         self._lease_holds: dict[str, tuple[int, int | None]] = {}
+        # (broker address, protocol text) -> the line that refused it (logged once)
+        self._refused_versions: dict[tuple[str, str], str] = {}
 
     async def handle(self, action: str, request: JsonMessage | None) -> JsonMessage:
         """Answer one client request (already decoded); runs on the node's event loop."""
         if action == "controller_status":
             return self._status()
+        if isinstance(request, (RegisterBrokerRequest, BrokerHeartbeat)):
+            refused = self._version_refusal(request)
+            if refused is not None:
+                return refused
         if action == "broker_heartbeat":
             assert isinstance(request, BrokerHeartbeat)
             now_ms = monotonic_ms()
@@ -137,6 +145,23 @@ class RequestHandlers:
             return _reply_type(action)(status="INTERNAL_ERROR",
                                        leader_address=self._shell.leader_address())
 
+    def _version_refusal(self, request: RegisterBrokerRequest | BrokerHeartbeat
+                         ) -> JsonMessage | None:
+        """VERSION_REFUSED for a broker whose protocol version the rule refuses (logged once
+        per broker and version), before it counts as heard."""
+        line = refusal(LOCAL, request.protocol,
+                       f"broker {request.broker_name} at {request.broker_address}")
+        if line is None:
+            return None
+        if len(self._refused_versions) >= REFUSED_VERSIONS_MAX:
+            self._refused_versions.clear()  # a line may then be logged again: harmless
+        if self._refused_versions.setdefault((request.broker_address, request.protocol), line
+                                             ) is line:
+            logger.warning("%s: %s", self.prefix, line)
+        reply = (RegisterBrokerReply if isinstance(request, RegisterBrokerRequest)
+                 else HeartbeatReply)
+        return reply("VERSION_REFUSED", protocol=LOCAL.text())
+
     def _status(self) -> ControllerStatusReply:
         shell = self._shell
         raft, transport = shell.raft, shell.transport
@@ -154,7 +179,8 @@ class RequestHandlers:
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
         result = await self._shell.propose(ApplyBrokerId(
             request.cluster_name, request.broker_name, request.broker_address))
-        return RegisterBrokerReply(result.status, None, result.broker_id, result.replica)
+        return RegisterBrokerReply(result.status, None, result.broker_id, result.replica,
+                                   protocol=LOCAL.text())
 
     async def _broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
         replica = self._shell.state.replica_info(request.broker_name)
@@ -178,7 +204,8 @@ class RequestHandlers:
                               controller_ms=now_ms, controller_clock=self.clock_id,
                               # now_ms is not before handle's: this is not less than the
                               # credit recorded there was behind (a shorter lease: safe)
-                              credit_behind_ms=now_ms - self._credit_ms(request, now_ms))
+                              credit_behind_ms=now_ms - self._credit_ms(request, now_ms),
+                              protocol=LOCAL.text())
 
     def _credit_ms(self, request: BrokerHeartbeat, arrived_ms: int) -> int:
         return heartbeat_credit_ms(request, arrived_ms, clock=self.clock_id,

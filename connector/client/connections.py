@@ -13,6 +13,7 @@ import time
 
 from pyarrow import flight
 
+from conf.protocol import VERSION_HEADER
 from conf.signing import Credentials, sign_headers
 from conf.tls import ClientTLS, connect_flight
 from connector.protocol import RocketHAError, decode_error_text, error_for_code, status_for
@@ -22,11 +23,12 @@ __all__ = ["as_rocketha_error", "signed_options"]
 
 def signed_options(credentials: Credentials | None, method: str, target: bytes,
                    timeout_s: float) -> flight.FlightCallOptions:
-    """Call options with the timeout and, with credentials, the signature headers for this
-    one call (`method` as Flight names it: DO_ACTION, DO_GET, DO_PUT...)."""
-    if credentials is None:
-        return flight.FlightCallOptions(timeout=timeout_s)
-    headers = sign_headers(credentials, method, target, int(time.time() * 1000))
+    """Call options with the timeout, this client's protocol version and, with credentials,
+    the signature headers for this one call (`method` as Flight names it: DO_ACTION, DO_GET,
+    DO_PUT...)."""
+    headers = [VERSION_HEADER]
+    if credentials is not None:
+        headers += sign_headers(credentials, method, target, int(time.time() * 1000))
     return flight.FlightCallOptions(timeout=timeout_s, headers=headers)
 
 

@@ -76,6 +76,8 @@ _TABLE = (
     StatusCode(27, "INTERNAL_ERROR", retriable=True),
     StatusCode(28, "GROUP_NOT_FOUND"),
     StatusCode(29, "UNAUTHENTICATED"),  # no valid signature (NO_PERMISSION: an ACL refused)
+    # the client's protocol version and the server's may not run together (conf/protocol.py)
+    StatusCode(30, "VERSION_REFUSED"),
     # read statuses (RocketMQ GetMessageStatus)
     StatusCode(40, "FOUND"),
     StatusCode(41, "NO_MATCHED_MESSAGE"),

@@ -44,6 +44,7 @@ from conf.controller_addresses import (
     Unavailable,
     controller_addresses,
 )
+from conf.protocol import VERSION_HEADER
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import (
     NO_TLS,
@@ -86,7 +87,7 @@ def _call(endpoint: str, action: str, body: dict[str, Any], timeout_s: float,
         payload = json.dumps(body).encode()
         headers = [] if credentials is None else sign_headers(
             credentials, "DO_ACTION", action_target(action, payload), int(time.time() * 1000))
-        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=[VERSION_HEADER, *headers])
         results = list(client.do_action(flight.Action(action, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:

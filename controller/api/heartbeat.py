@@ -38,15 +38,17 @@ class RegisterBrokerRequest(JsonMessage):
     cluster_name: str
     broker_name: str
     broker_address: str
+    protocol: str = ""  # the broker's protocol version text (conf/protocol.py); "": 0.1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RegisterBrokerReply(JsonMessage):
     KIND: ClassVar[str] = "register_broker reply"
-    status: str
+    status: str  # VERSION_REFUSED: the rule of conf/protocol.py refused the pair
     leader_address: str | None = None
     broker_id: int = -1
     replica: ReplicaInfo | None = None
+    protocol: str = ""  # the controller's protocol version text; "": 0.1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class BrokerHeartbeat(JsonMessage):
     # Lame duck: the broker is about to stop (a handover, a planned restart): no election
     # picks it while another member can take the role (controller/election.py)
     leaving: bool = False
+    protocol: str = ""  # the broker's protocol version text (conf/protocol.py); "": 0.1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,3 +110,4 @@ class HeartbeatReply(JsonMessage):
     # than heartbeatTransitMaxMs allows): a master's lease from it starts this much earlier
     # than its send time (liveness.heartbeat_credit_ms; 0 from an older controller)
     credit_behind_ms: int = 0
+    protocol: str = ""  # the controller's protocol version text; "": 0.1

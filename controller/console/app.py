@@ -42,6 +42,7 @@ from pyarrow import flight
 
 from conf.https import ContextSource, HTTPServer, browser_ssl_context
 from conf.process import refuse
+from conf.protocol import VERSION_HEADER
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, TLSSettings, connect_flight, server_ssl_context
 from controller.admin.main import call_leader, client_config
@@ -78,7 +79,7 @@ def _action(endpoint: str, name: str, body: dict[str, Any] | None = None,
         headers = [] if link.credentials is None else sign_headers(
             link.credentials, "DO_ACTION", action_target(name, payload),
             int(time.time() * 1000))
-        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=[VERSION_HEADER, *headers])
         results = list(client.do_action(flight.Action(name, payload), options))
         return json.loads(results[0].body.to_pybytes())  # type: ignore[no-any-return]
     finally:

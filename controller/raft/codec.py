@@ -1,9 +1,12 @@
 """Wire codec of Raft messages: one UTF-8 JSON object per message (never pickle).
 
-Layout: `{"v": 1, "type": "<kind>", <field>: <value>, ...}` with the kinds and fields of
-`controller.raft.messages`. Byte strings (entry data, snapshot data) travel as base64 text;
-entries as `[entry_index, term, kind, data_b64]`; a snapshot as
-`{"entry_index", "term", "voter_ids", "data"}`. The framing (length prefix, CRC, maximum frame
+Layout: `{"v": 1, "p": "<protocol>", "type": "<kind>", <field>: <value>, ...}` with the
+kinds and fields of `controller.raft.messages`; "p" is the sender's protocol version text
+(conf/protocol.py, since 0.2; absent from v0.1.0, whose decoder ignores it: absent means 0.1),
+and a message whose version the rule refuses is a CodecError carrying the rule's line. Byte
+strings (entry data, snapshot data) travel as base64 text; entries as
+`[entry_index, term, kind, data_b64]`; a snapshot as `{"entry_index", "term", "voter_ids",
+"data"}`. The framing (length prefix, CRC, maximum frame
 size checked before allocation) belongs to the transport; this module checks shapes and types
 and raises `CodecError` for anything else, so a bad peer cannot crash a node.
 
@@ -28,6 +31,7 @@ import binascii
 import json
 from typing import Any
 
+from conf.protocol import LOCAL, refusal
 from controller.errors import CodecError
 from controller.raft.messages import (
     AppendRequest,
@@ -67,7 +71,7 @@ _FIELDS: dict[type[Any], tuple[str, ...]] = {
 def encode_message(message: Message) -> bytes:
     """The JSON bytes of `message`."""
     kind = type(message)
-    body: dict[str, Any] = {"v": CODEC_VERSION, "type": _NAMES[kind]}
+    body: dict[str, Any] = {"v": CODEC_VERSION, "p": LOCAL.text(), "type": _NAMES[kind]}
     for name in _FIELDS[kind]:
         value = getattr(message, name)
         if name == "entries":
@@ -88,6 +92,12 @@ def decode_message(data: bytes) -> Message:
         raise CodecError("raft message", "not a JSON object")
     if body.get("v") != CODEC_VERSION:
         raise CodecError("raft message", f"unsupported version {body.get('v')!r}")
+    protocol = body.get("p")
+    refused = refusal(LOCAL, protocol if protocol is None or isinstance(protocol, str)
+                      else repr(protocol)[:40],
+                      f"Raft message from node {str(body.get('from_id'))[:20]}")
+    if refused is not None:
+        raise CodecError("raft message", refused)
     name = body.get("type")
     kind = _KINDS.get(name) if isinstance(name, str) else None
     if kind is None:

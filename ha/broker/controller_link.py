@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 from pyarrow import flight
 
 from conf.controller_addresses import ANSWERED, LeaderSearch, NotLeader, Unavailable
+from conf.protocol import DOCS_PAGE, LOCAL, VERSION_HEADER, refusal
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 from controller.api import (
@@ -112,7 +113,8 @@ class ControllerClient:
             headers = [] if self._credentials is None else sign_headers(
                 self._credentials, "DO_ACTION", action_target(action, body),
                 int(time.time() * 1000))
-            options = flight.FlightCallOptions(timeout=self._timeout_s, headers=headers)
+            options = flight.FlightCallOptions(timeout=self._timeout_s,
+                                               headers=[VERSION_HEADER, *headers])
             results = list(client.do_action(flight.Action(action, body), options))
             if len(results) != 1:
                 raise ControllerUnavailableError(f"{address} {action}: {len(results)} results")
@@ -194,6 +196,7 @@ class ControllerLink:
         self.heartbeats_ok = 0
         self.heartbeats_failed = 0  # no answer from one controller (it is down or slow)
         self._master_silent = False  # the last reply said the master went quiet
+        self.version_refusal = ""  # the last line refusing a controller's version ("": none)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=len(client.addresses), thread_name_prefix="controller-heartbeat")
         self._in_flight: dict[str, concurrent.futures.Future[HeartbeatReply]] = {}
@@ -228,6 +231,7 @@ class ControllerLink:
         return {"broker_id": self.broker_id, "leader": self.client.leader,
                 "heartbeats_ok": self.heartbeats_ok,
                 "heartbeats_failed": self.heartbeats_failed,
+                "version_refusal": self.version_refusal,
                 "role": role.role if role else None,
                 "master_epoch": role.master_epoch if role else None,
                 "master_address": role.master_address if role else None,
@@ -268,11 +272,14 @@ class ControllerLink:
                     len(reply.auth.policies))
 
     def _register(self) -> None:
-        request = RegisterBrokerRequest(self._cluster_name, self._broker_name, self._address)
+        request = RegisterBrokerRequest(self._cluster_name, self._broker_name, self._address,
+                                        protocol=LOCAL.text())
         try:
             reply = self.client.call("register_broker", request, RegisterBrokerReply)
         except ControllerUnavailableError as err:
             logger.warning("%s: register_broker: %s", self._broker_name, err)
+            return
+        if self._version_refused(reply.status, reply.protocol, self.client.leader):
             return
         if reply.status != "OK":
             logger.warning("%s: register_broker refused: %s", self._broker_name, reply.status)
@@ -295,7 +302,7 @@ class ControllerLink:
                                   master_unreachable_epoch=state.master_unreachable_epoch,
                                   master_lease_lapsed=state.master_lease_lapsed,
                                   master_epoch_abandoned=state.master_epoch_abandoned,
-                                  leaving=state.leaving)
+                                  leaving=state.leaving, protocol=LOCAL.text())
         # In parallel and without waiting, so one stopped controller (a full request timeout)
         # does not delay the heartbeats the others need; at most one call per controller is
         # in flight (a slow one is skipped until its call ends).
@@ -340,7 +347,24 @@ class ControllerLink:
             if reply.controller_ms > 0:
                 self._echoes[address] = (reply.controller_ms, reply.controller_clock,
                                          received_ms)
-            self._on_reply(reply, sent_ms)
+            if not self._version_refused(reply.status, reply.protocol, address):
+                self._on_reply(reply, sent_ms)
+
+    def _version_refused(self, status: str, protocol: str, address: str | None) -> bool:
+        """True when the controller at `address` refused this broker's protocol version or
+        answered with one the rule refuses (conf/protocol.py): its reply is not acted on. The
+        line is logged once per change. Only OK replies carry a version (a NOT_LEADER or BUSY
+        says nothing about it)."""
+        if status not in ("OK", "VERSION_REFUSED"):
+            return False
+        line = refusal(LOCAL, protocol, f"controller {address}")
+        if line is None and status == "VERSION_REFUSED":
+            line = (f"controller {address} refused this broker's protocol version "
+                    f"{LOCAL.protocol}; see {DOCS_PAGE}")
+        if line is not None and line != self.version_refusal:
+            logger.error("%s: %s", self._broker_name, line)
+        self.version_refusal = line or ""
+        return line is not None
 
     def _on_reply(self, reply: HeartbeatReply, sent_ms: int) -> None:
         if reply.status == "BROKER_NOT_REGISTERED":

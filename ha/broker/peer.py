@@ -14,6 +14,7 @@ from typing import Any
 
 from pyarrow import flight
 
+from conf.protocol import VERSION_HEADER
 from conf.signing import Credentials, action_target, sign_headers
 from conf.tls import NO_TLS, ClientTLS, connect_flight
 
@@ -32,7 +33,7 @@ def signed_action(endpoint: str, action: str, timeout_s: float = 2.0, tls: Clien
     try:
         headers = [] if credentials is None else sign_headers(
             credentials, "DO_ACTION", action_target(action, b"{}"), int(time.time() * 1000))
-        options = flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=[VERSION_HEADER, *headers])
         results = list(client.do_action(flight.Action(action, b"{}"), options))
         reply = json.loads(results[0].body.to_pybytes())
         return reply if isinstance(reply, dict) else None

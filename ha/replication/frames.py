@@ -24,6 +24,13 @@ Bodies (q = 8-byte signed, i = 4-byte unsigned, N epoch entries of (epoch q, sta
     5     Refuse         either           UTF-8 reason (the sender closes the link next)
     6     Metadata       master -> slave  version q, then UTF-8 JSON {"topics", "offsets"}
 
+Version block (since 0.2): SlaveHello and MasterHello may end with `size B + ASCII text`, the
+sender's protocol version "<major>.<minor> <release>" (conf/protocol.py). A hello without it
+comes from v0.1.0 (protocol 0.1), whose decoder wants the exact body above: so a master
+answers a hello in kind (a versioned MasterHello only to a versioned SlaveHello), and a slave
+whose versioned hello was met by a close without a word sends one plain hello next
+(ha/replication/slave_core.py, "Talking to a 0.1 master").
+
 Why CRC the data again when every record has its own checksum: a frame can be cut or garbled in
 ways that still leave valid-looking records (a shifted start, a stale buffer), and the check is
 cheap (zlib.crc32 runs at several GB/s here). Why a version byte: the two ends of a link may run
@@ -63,6 +70,7 @@ MAGIC = 0x5248
 VERSION = 1
 FRAME_HEADER = struct.Struct(">HBBII")
 REASON_BYTES_MAX = 4096
+VERSION_TEXT_BYTES_MAX = 80  # the hellos' version block
 ENDPOINT_BYTES_MAX = 256
 
 KIND_SLAVE_HELLO = 1
@@ -88,6 +96,7 @@ class SlaveHello:
     master_epoch_seen: int
     segment_size_bytes: int
     epochs: tuple[EpochEntry, ...]
+    version: str = ""  # the sender's protocol version text; "": none (a 0.1 slave)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,6 +109,7 @@ class MasterHello:
     segment_size_bytes: int
     endpoint: str  # the master's client (Arrow Flight) endpoint, for NOT_MASTER replies
     epochs: tuple[EpochEntry, ...]
+    version: str = ""  # the sender's protocol version text; "": none (a 0.1 master)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,14 +159,16 @@ def _body_of(frame: Frame) -> tuple[int, bytes]:
         return KIND_SLAVE_HELLO, _SLAVE_HELLO.pack(
             frame.broker_id, frame.max_log_position, frame.confirm_log_position,
             frame.master_epoch_seen, frame.segment_size_bytes, len(frame.epochs),
-        ) + b"".join(_EPOCH.pack(e.epoch, e.start_log_position) for e in frame.epochs)
+        ) + b"".join(_EPOCH.pack(e.epoch, e.start_log_position) for e in frame.epochs
+                     ) + _version_block(frame.version)
     if isinstance(frame, MasterHello):
         endpoint = frame.endpoint.encode()
         assert len(endpoint) <= ENDPOINT_BYTES_MAX, frame.endpoint
         return KIND_MASTER_HELLO, _MASTER_HELLO.pack(
             frame.broker_id, frame.master_epoch, frame.min_log_position, frame.max_log_position,
             frame.confirm_log_position, frame.segment_size_bytes,
-        ) + _COUNT.pack(len(endpoint)) + endpoint + _pack_epochs(frame.epochs)
+        ) + _COUNT.pack(len(endpoint)) + endpoint + _pack_epochs(frame.epochs) + _version_block(
+            frame.version)
     if isinstance(frame, Transfer):
         return KIND_TRANSFER, encode_transfer_fields(frame) + bytes(frame.data)
     if isinstance(frame, Ack):
@@ -166,6 +178,14 @@ def _body_of(frame: Frame) -> tuple[int, bytes]:
     if isinstance(frame, Metadata):
         return KIND_METADATA, _Q.pack(frame.version) + frame.payload
     raise AssertionError(f"not a frame: {frame!r}")
+
+
+def _version_block(version: str) -> bytes:
+    if not version:
+        return b""
+    text = version.encode("ascii")
+    assert len(text) <= VERSION_TEXT_BYTES_MAX, version
+    return bytes([len(text)]) + text
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -240,10 +260,9 @@ def _decode_kind(kind: int, body: memoryview) -> Frame:
         _exact(body, _Q.size)
         return Ack(_Q.unpack_from(body, 0)[0])
     if kind == KIND_SLAVE_HELLO:
-        *fields, count = _SLAVE_HELLO.unpack_from(body, 0)
-        _exact(body, _SLAVE_HELLO.size + count * _EPOCH.size)
-        epochs, _ = _decode_epochs(body, _SLAVE_HELLO.size - _COUNT.size)
-        return SlaveHello(*fields, epochs=epochs)
+        *fields, _ = _SLAVE_HELLO.unpack_from(body, 0)
+        epochs, end = _decode_epochs(body, _SLAVE_HELLO.size - _COUNT.size)
+        return SlaveHello(*fields, epochs=epochs, version=_decode_version(body, end))
     if kind == KIND_MASTER_HELLO:
         fields = _MASTER_HELLO.unpack_from(body, 0)
         at = _MASTER_HELLO.size
@@ -252,8 +271,8 @@ def _decode_kind(kind: int, body: memoryview) -> Frame:
             raise FrameError(f"endpoint of {endpoint_size} bytes")
         endpoint = bytes(body[at + 4:at + 4 + endpoint_size]).decode()
         epochs, end = _decode_epochs(body, at + 4 + endpoint_size)
-        _exact(body, end)
-        return MasterHello(*fields, endpoint=endpoint, epochs=epochs)
+        return MasterHello(*fields, endpoint=endpoint, epochs=epochs,
+                           version=_decode_version(body, end))
     if kind == KIND_REFUSE:
         if len(body) > REASON_BYTES_MAX:
             raise FrameError(f"refusal reason of {len(body)} bytes")
@@ -261,6 +280,17 @@ def _decode_kind(kind: int, body: memoryview) -> Frame:
     if kind == KIND_METADATA:
         return Metadata(_Q.unpack_from(body, 0)[0], bytes(body[_Q.size:]))
     raise AssertionError(kind)  # decode_header rejected other kinds
+
+
+def _decode_version(body: memoryview, at: int) -> str:
+    """The version block from `at` to the end of a hello ("" when the hello ends at `at`)."""
+    if len(body) == at:
+        return ""
+    size = body[at]
+    if size == 0 or size > VERSION_TEXT_BYTES_MAX:
+        raise FrameError(f"version block of {size} bytes")
+    _exact(body, at + 1 + size)
+    return bytes(body[at + 1:at + 1 + size]).decode("ascii")
 
 
 def _exact(body: memoryview, size: int) -> None:

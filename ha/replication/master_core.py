@@ -43,6 +43,7 @@ import dataclasses
 import enum
 import logging
 
+from conf.protocol import LOCAL, PeerVersion, refusal
 from ha.replication.frames import Ack, Frame, MasterHello, Refuse, SlaveHello, Transfer
 from ha.replication.master_effects import (
     CloseLink,
@@ -120,8 +121,9 @@ class MasterReplication(MasterQuorum):
                  endpoint: str, master_log_position: int, confirm_log_position: int,
                  now_ms: int, accepted_sync_state_set: tuple[int, ...] | None = None,
                  accepted_sync_state_set_epoch: int = 0,
-                 lease_until_ms: int | None = None) -> None:
+                 lease_until_ms: int | None = None, version: PeerVersion = LOCAL) -> None:
         self.settings = settings
+        self.version = version  # this process's protocol version (conf/protocol.py)
         self.broker_id = broker_id
         self.master_epoch = master_epoch
         self.endpoint = endpoint
@@ -185,6 +187,9 @@ class MasterReplication(MasterQuorum):
         return self._on_ack(link, frame.log_position, log, now_ms)
 
     def _on_hello(self, link: _Link, hello: SlaveHello, log: MasterLog) -> list[MasterEffect]:
+        refused = refusal(self.version, hello.version, f"HA link from slave {hello.broker_id}")
+        if refused is not None:
+            return [SendFrame(link.link_id, Refuse(refused)), *self._close(link.link_id, refused)]
         if hello.master_epoch_seen > self.master_epoch:
             reason = (f"slave {hello.broker_id} already followed master epoch "
                       f"{hello.master_epoch_seen} > this master's {self.master_epoch}")
@@ -198,7 +203,9 @@ class MasterReplication(MasterQuorum):
         link.state = LinkState.WAIT_START
         effects.append(SendFrame(link.link_id, MasterHello(
             self.broker_id, self.master_epoch, log.min_log_position, log.log_position_end,
-            self._confirm, self.settings.segment_size_bytes, self.endpoint, log.epochs)))
+            self._confirm, self.settings.segment_size_bytes, self.endpoint, log.epochs,
+            # in kind: a 0.1 slave's decoder wants the hello without the version block
+            self.version.text() if hello.version else "")))
         return effects
 
     def _on_start(self, link: _Link, position: int, log: MasterLog, now_ms: int

@@ -300,7 +300,11 @@ class MasterService:
                 link = self._links.get(effect.link_id)
                 if link is not None:
                     link.closed.set()
-                    link.sock.shutdown()
+                    if any(isinstance(e, SendFrame) and e.link_id == effect.link_id
+                           for e in later):
+                        later.append(effect)  # a Refuse goes out first (_send_frames)
+                    else:
+                        link.sock.shutdown()
             elif isinstance(effect, SyncStateSetChanged):
                 logger.info("SyncStateSet is now %s", list(effect.members))
                 if self._on_sync_state_set is not None:
@@ -329,8 +333,12 @@ class MasterService:
 
     def _send_frames(self, effects: list[MasterEffect]) -> None:
         for effect in effects:
-            assert isinstance(effect, SendFrame), effect
+            assert isinstance(effect, (SendFrame, CloseLink)), effect
             link = self._links.get(effect.link_id)
+            if isinstance(effect, CloseLink):  # after the frames before it (a refusal's line)
+                if link is not None:
+                    link.sock.shutdown()
+                continue
             if link is not None:
                 try:
                     link.sock.send_frame(effect.frame)

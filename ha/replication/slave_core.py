@@ -27,6 +27,15 @@ its store is SYNC_FLUSH, so an ack means durable), then dispatches ConsumeQueue 
 first: the index can always be rebuilt from the log). It acks at least every
 haSendHeartbeatInterval and closes the link when nothing arrived for haHousekeepingInterval.
 The confirm position it takes is min(master's confirm, its own end), never lower than before.
+
+Versions (conf/protocol.py): the hello carries this process's protocol version and the master's
+hello its own; a pair the rule refuses is refused with its line (both ends check). Talking to a
+0.1 master: v0.1.0 knows no version block and closes the link on a versioned hello without a
+word (its decoder wants the exact body). So when a versioned hello meets such a close, the next
+hello is a plain one (the master answers a plain hello with a plain hello, and a plain hello
+means 0.1 to the rule); after any other end of a link the hello is versioned again. An
+unreachable or overloaded master costs at most one plain attempt in two, which is harmless:
+a 0.2 master answers a plain hello too.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import dataclasses
 import enum
 import logging
 
+from conf.protocol import DOCS_PAGE, LOCAL, PeerVersion, refusal
 from ha.replication.frames import Ack, Frame, MasterHello, Metadata, Refuse, SlaveHello, Transfer
 from storage_engine import EpochEntry, find_consistent_point
 
@@ -210,9 +220,14 @@ class SlaveReplication:
 
     def __init__(self, *, broker_id: int, heartbeat_interval_ms: int,
                  housekeeping_interval_ms: int, fsync_before_ack: bool,
-                 master_epoch_min: int = 0) -> None:
+                 master_epoch_min: int = 0, version: PeerVersion = LOCAL) -> None:
         """`master_epoch_min`: in controller mode, the epoch the controller named the master
-        in; a master of an older epoch (a deposed one still running) is refused."""
+        in; a master of an older epoch (a deposed one still running) is refused. `version`:
+        this process's protocol version (conf/protocol.py)."""
+        self.version = version
+        self._plain_hello = False  # the next hello without the version block
+        self._heard_since_hello = False
+        self._sent_plain = False
         self._broker_id = broker_id
         self._heartbeat_ms = heartbeat_interval_ms
         self._housekeeping_ms = housekeeping_interval_ms
@@ -237,17 +252,28 @@ class SlaveReplication:
         self._epochs = list(local.epochs)
         self._last_received_ms = self._last_ack_ms = now_ms
         self.state = SlaveState.HELLO_SENT
+        self._heard_since_hello = False
+        self._sent_plain = self._plain_hello
         return [SendFrame(SlaveHello(
             self._broker_id, local.log_position_end, local.confirm_log_position,
-            self._master_epoch, local.segment_size_bytes, local.epochs))]
+            self._master_epoch, local.segment_size_bytes, local.epochs,
+            "" if self._plain_hello else self.version.text()))]
 
     def link_down(self) -> None:
+        # Talking to a 0.1 master (module docstring): one plain hello after a versioned one
+        # met a close without a word; back to versioned after any other end of a link
+        silent = self.state is SlaveState.HELLO_SENT and not self._heard_since_hello
+        self._plain_hello = silent and not self._plain_hello
+        if self._plain_hello:
+            logger.warning("the master closed the HA link on a versioned hello without a word "
+                           "(a 0.1 master does); the next hello is a 0.1 hello")
         self.state = SlaveState.IDLE
 
     def on_frame(self, frame: Frame, *, now_ms: int) -> list[SlaveEffect]:
         if self.state not in (SlaveState.HELLO_SENT, SlaveState.TRANSFER):
             return []
         self._last_received_ms = now_ms
+        self._heard_since_hello = True
         if isinstance(frame, Refuse):
             return self._close(f"master refused: {frame.reason}", refused=True)
         if self.state is SlaveState.HELLO_SENT:
@@ -274,6 +300,15 @@ class SlaveReplication:
     # -- handlers ---------------------------------------------------------------------------
     def _on_hello(self, hello: MasterHello, now_ms: int) -> list[SlaveEffect]:
         assert self._local is not None
+        refused = refusal(self.version, hello.version, "HA link to the master")
+        if refused is not None and self._sent_plain and not hello.version:
+            refused = (f"HA link to the master refused: it answered a 0.1 hello (sent after a "
+                       f"silent close) without a version: a 0.1 master, or a newer one "
+                       f"answering in kind; this process speaks {self.version.describe()}; see "
+                       f"{DOCS_PAGE}")
+        if refused is not None:
+            self._last_refusal = refused
+            return [SendFrame(Refuse(refused)), *self._close(refused, refused=True)]
         decision = decide_start(self._local, hello, self._master_epoch)
         if decision.action == "refuse":
             self._last_refusal = decision.reason

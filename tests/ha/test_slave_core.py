@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from conf.protocol import LOCAL
 from ha.replication.frames import Ack, MasterHello, Metadata, Refuse, SlaveHello, Transfer
 from ha.replication.slave_core import (
     AppendEpoch,
@@ -90,7 +91,7 @@ def new_slave(fsync: bool = False) -> SlaveReplication:
 def test_handshake_truncates_then_acks_the_fork_point() -> None:
     slave = new_slave()
     [sent] = slave.link_up(local(300, 2500, SEEDS_SLAVE), now_ms=0)
-    assert sent == SendFrame(SlaveHello(2, 2500, 0, 0, SEG, SEEDS_SLAVE))
+    assert sent == SendFrame(SlaveHello(2, 2500, 0, 0, SEG, SEEDS_SLAVE, LOCAL.text()))
     effects = slave.on_frame(hello(300, 2500, SEEDS_MASTER), now_ms=1)
     assert effects == [MasterKnown(8, "127.0.0.1:1", 0), Truncate(2250), SendFrame(Ack(2250))]
     assert slave.state is SlaveState.TRANSFER
