@@ -20,6 +20,7 @@ from conf.properties import (
     format_property,
     parse_properties,
     read_properties_file,
+    set_property,
 )
 from conf.values import (
     BadValueError,
@@ -43,5 +44,6 @@ __all__ = [
     "read_credentials_file",
     "read_private_file",
     "read_properties_file",
+    "set_property",
     "unknown_key_message",
 ]
