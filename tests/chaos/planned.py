@@ -111,6 +111,12 @@ class PlannedOperations:
                 return None
         return wait_for(attempt, BACK_TIMEOUT_S, what)[0]
 
+    def _perm(self, fault: str, replica_set: str) -> int:
+        """The topic's permission on `replica_set` (its master's word)."""
+        admin = self._admin(replica_set)
+        return int(self._until_done(f"{fault} perm {replica_set}",
+                                    lambda: admin.get_topic(TOPIC))["perm"])
+
     def add_set(self, fault: str, started: Callable[[list[str]], None]
                 ) -> tuple[list[str], Heal | None]:
         if len(self.added) >= ADD_SETS_MAX:
@@ -137,16 +143,15 @@ class PlannedOperations:
 
     def drain(self, fault: str, draw: int, started: Callable[[list[str]], None]
               ) -> tuple[list[str], Heal | None]:
-        writable = {name: bool(int(self._until_done(
-            f"{fault} perm {name}", lambda name=name: self._admin(name).get_topic(TOPIC)
-        )["perm"]) & PERM_WRITE) for name in self.replica_sets}
+        writable = {name: bool(self._perm(fault, name) & PERM_WRITE)
+                    for name in self.replica_sets}
         step = drain_step(self.replica_sets, writable, self.drained, draw)
         if step is None:
             return [], None
         action, name = step
         started([name])
         admin = self._admin(name)
-        perm = int(self._until_done(f"{fault} perm", lambda: admin.get_topic(TOPIC))["perm"])
+        perm = self._perm(fault, name)
         new_perm = (perm | PERM_WRITE | PERM_READ if action == "undrain"
                     else perm & ~PERM_WRITE | PERM_READ)
         self._until_done(f"{fault} {action}", lambda: admin.update_topic(TOPIC, perm=new_perm))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conf.acl import ADMIN_OPERATIONS, AuthData, Policy, User, authorize, requirement_of
 from ha.broker.config import (
     BROKER_KEYS,
     LIVE_KEYS,
@@ -185,3 +186,18 @@ def test_without_a_conf_file_live_keys_change_in_memory_only() -> None:
     assert change.persisted is False and holder[-1].put_streams_max == 3
     with pytest.raises(ConfigError, match="no conf file"):
         live.change(lambda: holder[-1], holder.append, "listenPort", "1")
+
+
+def test_on_a_secured_cluster_a_set_needs_update_on_cluster_and_is_audited() -> None:
+    alice = User("alice", "AK_alice", "alice-secret-1", "Normal")
+    reader = AuthData(users=(alice,), policies=(
+        Policy("User:alice", "Cluster", ("Get",)), Policy("User:alice", "Topic:*", ("Pub",))))
+    admin = AuthData(users=(alice,), policies=(Policy("User:alice", "Cluster", ("Update",)),))
+    set_config, get_config = (requirement_of("broker", "set_config"),
+                              requirement_of("broker", "get_config"))
+    assert set_config is not None and get_config is not None
+    body = {"key": "putRowsMax", "value": "1"}
+    assert not authorize(reader, alice, set_config, body, None)[0].allowed
+    assert authorize(reader, alice, get_config, {}, None)[0].allowed
+    assert authorize(admin, alice, set_config, body, None)[0].allowed
+    assert ("broker", "set_config") in ADMIN_OPERATIONS
