@@ -356,7 +356,7 @@ def _broker(parser: argparse.ArgumentParser, args: argparse.Namespace, target: T
         if out.mode == "json" and target.broker is not None:
             out.document(infos[0])  # one broker: its info object, as before
             return 0
-        for info in infos:  # keys set in the conf file that wait for a restart
+        for info in infos if out.mode == "table" else ():  # keys waiting for a restart
             info["pending_restart"] = ",".join(info.get("pending_restart") or {})
         out.rows(["broker_name", "broker_id", "endpoint", "role", "master_epoch",
                   "max_log_position", "confirm_log_position", "sync_state_set", "store_dir",
