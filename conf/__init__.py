@@ -22,6 +22,7 @@ from conf.properties import (
     format_property,
     parse_properties,
     read_properties_file,
+    set_property,
 )
 from conf.values import (
     BadValueError,
@@ -45,5 +46,6 @@ __all__ = [
     "read_credentials_file",
     "read_private_file",
     "read_properties_file",
+    "set_property",
     "unknown_key_message",
 ]

@@ -31,9 +31,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["PropertiesError", "format_property", "parse_properties", "read_properties_file"]
+__all__ = ["PropertiesError", "format_property", "parse_properties", "read_properties_file",
+           "set_property"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_END_KEPT = re.compile(r"(\r\n|\r|\n)")
 _BLANKS = " \t\f"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -93,6 +95,48 @@ def format_property(key: str, value: str) -> str:
         else _escape_control(char)
         for index, char in enumerate(value))
     return f"{escaped_key}={escaped_value}"
+
+
+def set_property(text: str, key: str, value: str, source: str = "<properties>") -> str:
+    """`text` with `key` set to `value`, everything else (comments, blank lines, other
+    settings, their order and line ends) as it was.
+
+    The setting's line (all its physical lines, if it continues) becomes one
+    `format_property` line in its place; a key the text does not set is appended at the end.
+    Raises PropertiesError if `text` itself cannot be read (nothing is rewritten then).
+    """
+    parse_properties(text, source)  # a text we could not read back is not ours to edit
+    pieces = _LINE_END_KEPT.split(text)  # line, end, line, end, ..., last line
+    lines, ends = pieces[0::2], [*pieces[1::2], ""]
+    line = format_property(key, value)
+    span = _span_of(lines, key, source)
+    if span is not None:
+        first, last = span
+        kept = [body + end for body, end in zip(lines, ends, strict=True)]
+        return "".join([*kept[:first], line + ends[last], *kept[last + 1:]])
+    newline = "\r\n" if "\r\n" in text else "\n"
+    if text and not text.endswith(("\n", "\r")):
+        text += newline
+    return f"{text}{line}{newline}"
+
+
+def _span_of(lines: list[str], key: str, source: str) -> tuple[int, int] | None:
+    """(first, last) physical line index of the setting of `key`, or None."""
+    start: int | None = None
+    for index, physical in enumerate(lines):
+        stripped = physical.lstrip(_BLANKS)
+        if start is None:
+            if not stripped or stripped[0] in "#!":
+                continue
+            start = index
+        trailing = len(stripped) - len(stripped.rstrip("\\"))
+        if trailing % 2 == 1 and index + 1 < len(lines):
+            continue
+        logical = _logical_lines("\n".join(lines[start:index + 1]))[0][1]
+        if _split_setting(logical, source, start + 1)[0] == key:
+            return start, index
+        start = None
+    return None
 
 
 def _escape_control(char: str) -> str:

@@ -356,29 +356,55 @@ def _broker(parser: argparse.ArgumentParser, args: argparse.Namespace, target: T
         if out.mode == "json" and target.broker is not None:
             out.document(infos[0])  # one broker: its info object, as before
             return 0
+        for info in infos if out.mode == "table" else ():  # keys waiting for a restart
+            info["pending_restart"] = ",".join(info.get("pending_restart") or {})
         out.rows(["broker_name", "broker_id", "endpoint", "role", "master_epoch",
-                  "max_log_position", "confirm_log_position", "sync_state_set", "store_dir"],
-                 infos)
+                  "max_log_position", "confirm_log_position", "sync_state_set", "store_dir",
+                  "pending_restart"], infos)
         return 0
     if args.config_action is None:
-        parser.error("broker config needs get or set KEY=VALUE")
-    rows = []
+        parser.error("broker config needs get or set")
+    return _broker_config(parser, args, target, out)
+
+
+def _broker_config(parser: argparse.ArgumentParser, args: argparse.Namespace, target: Target,
+                   out: Output) -> int:
+    """`broker config get|set`: on each replica set's master, --broker-id's member, or
+    --all-members (live_config.py on the broker)."""
+    if args.broker_id is not None and args.all_members:
+        parser.error("broker config: --broker-id or --all-members, not both")
+    members = target.members(args.broker_id, all_members=args.all_members)
+    rows: list[dict[str, Any]] = []
     if args.config_action == "get":
-        for name, endpoint in brokers:
-            reply = target.admin_of((endpoint,)).action("get_config")
+        request = {} if args.key is None else {"key": args.key}
+        for name, endpoint in members:
+            reply = target.admin_of((endpoint,)).action("get_config", request)
+            live = set(reply.get("live_keys", reply.get("runtime_keys", [])))
+            pending = reply.get("pending_restart", {})
             rows += [{"replica_set": name, "endpoint": endpoint, "key": key, "value": value,
-                      "runtime": key in reply["runtime_keys"]}
+                      "live": key in live, "pending_restart": pending.get(key, "")}
                      for key, value in sorted(reply["values"].items())]
-        out.rows(["replica_set", "endpoint", "key", "value", "runtime"], rows)
+        if args.key is not None and not rows:
+            parser.error(f"broker config get: {args.key!r} is not a key this broker has a "
+                         "value for (see `broker config get`)")
+        out.rows(["replica_set", "endpoint", "key", "value", "live", "pending_restart"], rows)
         return 0
-    key, sep, value = (args.setting or "").partition("=")
-    if not sep or not key:
-        parser.error("broker config set needs KEY=VALUE")
-    for name, endpoint in brokers:
+    key, value = args.key, args.value
+    if args.setting is not None:
+        if key is not None or value is not None:
+            parser.error("broker config set: KEY=VALUE or --key/--value, not both")
+        key, sep, value = args.setting.partition("=")
+        if not sep:
+            parser.error("broker config set needs KEY=VALUE (or --key K --value V)")
+    if not key or value is None:
+        parser.error("broker config set needs --key K --value V")
+    for name, endpoint in members:
         reply = target.admin_of((endpoint,)).action("set_config", {"key": key, "value": value})
         rows.append({"replica_set": name, "endpoint": endpoint, **reply})
-    out.rows(["replica_set", "endpoint", "key", "value"], rows)
-    out.note("runtime only: the conf file is unchanged (edit it to keep the value on restart)")
+    out.rows(["replica_set", "endpoint", "key", "value", "live", "restart_needed"], rows)
+    if any(row.get("restart_needed") for row in rows):
+        out.note(f"{key}: written to the conf file; restart needed (`broker info` lists it "
+                 "under pending_restart until then)")
     return 0
 
 

@@ -66,10 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("action", choices=["info", "stats", "config", "shutdown"],
                         help="what to show, or shutdown")
     broker.add_argument("config_action", nargs="?", choices=["get", "set"], default=None,
-                        help="with config: get every setting, or set one")
+                        help="with config: show the settings, or set one (a live key applies "
+                        "at once, any other at the next start; both are written to the conf "
+                        "file)")
     broker.add_argument("setting", nargs="?", default=None, metavar="KEY=VALUE",
-                        help="with config set: a runtime key and its value")
-    broker.add_argument("--broker-id", type=int, default=None, help="shutdown: which member")
+                        help="with config set: the key and its value (or --key and --value)")
+    broker.add_argument("--key", default=None,
+                        help="config get: only this key; config set: the key to set")
+    broker.add_argument("--value", default=None, help="config set: the new value")
+    broker.add_argument("--broker-id", type=int, default=None,
+                        help="shutdown, config: which member (config: default the master)")
+    broker.add_argument("--all-members", action="store_true",
+                        help="config: every alive member of the replica set(s), not the master")
     broker.add_argument("--wait-s", type=float, default=30.0,
                         help="shutdown: how long to wait for the broker to stop")
     return parser

@@ -41,6 +41,13 @@ class Target:
 
     def brokers(self) -> list[tuple[str, str]]:
         """(replica set, endpoint) of every alive broker (the one with --broker)."""
+        return self.members(all_members=True)
+
+    def members(self, broker_id: int | None = None, *,
+                all_members: bool = False) -> list[tuple[str, str]]:
+        """(replica set, endpoint) of the brokers a per-broker command goes to: the one with
+        --broker; else, in each replica set (--broker-name's), its master, the member
+        `broker_id`, or every alive member. A set without that member is an error."""
         if self.broker is not None:
             return [(self.sets()[0].broker_name, self.broker)]
         assert self.controller is not None
@@ -49,11 +56,19 @@ class Target:
         found = []
         for status in reply.get("replica_sets", []):
             replica = status["replica"]
-            if self.broker_name is not None and replica["broker_name"] != self.broker_name:
+            name = replica["broker_name"]
+            if self.broker_name is not None and name != self.broker_name:
                 continue
             alive = set(status.get("alive_broker_ids", []))
-            found += [(replica["broker_name"], member["broker_address"])
-                      for member in replica["brokers"] if member["broker_id"] in alive]
+            wanted = (alive if all_members else {broker_id} if broker_id is not None
+                      else {replica.get("master_broker_id")})
+            chosen = [(name, member["broker_address"]) for member in replica["brokers"]
+                      if member["broker_id"] in wanted & alive]
+            if not chosen and not all_members:
+                raise RoutesUnavailableError(
+                    f"{name} has no alive " + (f"broker {broker_id}" if broker_id is not None
+                                               else "master") + f" (alive: {sorted(alive)})")
+            found += chosen
         return found
 
     def admin_of(self, endpoints: tuple[str, ...]) -> Admin:

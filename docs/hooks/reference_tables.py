@@ -90,7 +90,10 @@ def _key_entry(code_entry: Any, described: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _process_keys(process: str, table: Any, group: str | None) -> str:
+def _process_keys(process: str, table: Any, group: str | None,
+                  live: frozenset[str] | None = None) -> str:
+    """The key tables of a process, by group; with `live` (the broker's LIVE_KEYS), a column
+    saying which keys `broker config set` applies at once."""
     code = _code_keys(table)
     data = _data(process)
     _check_same(code, data, f"{process} keys", process)
@@ -107,17 +110,20 @@ def _process_keys(process: str, table: Any, group: str | None) -> str:
             meaning = entry.get("doc", "")
             if entry.get("allowed"):
                 meaning += f" Allowed: {entry['allowed']}."
-            rows.append((f"`{name}`", _cell(entry.get("default")), entry.get("unit", ""),
-                         meaning))
-        table_text = _table(("key", "default", "unit", "meaning"), rows)
+            row = (f"`{name}`", _cell(entry.get("default")), entry.get("unit", ""), meaning)
+            rows.append(row if live is None else (*row[:3], "yes" if name in live else "",
+                                                  row[3]))
+        header = ("key", "default", "unit", "meaning")
+        table_text = _table(header if live is None else (*header[:3], "live", header[3]),
+                            rows)
         parts.append(table_text if group else f"### {process.capitalize()}: "
                      f"{name_of_group}\n\n{table_text}")
     return "\n\n".join(parts)
 
 
 def broker_keys(group: str | None = None) -> str:
-    from ha.broker import BROKER_KEYS
-    return _process_keys("broker", BROKER_KEYS, group)
+    from ha.broker import BROKER_KEYS, LIVE_KEYS
+    return _process_keys("broker", BROKER_KEYS, group, LIVE_KEYS)
 
 
 def controller_keys(group: str | None = None) -> str:

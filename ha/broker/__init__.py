@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ha.broker.config import BROKER_KEYS, BrokerConfig, parse_properties
+from ha.broker.config import BROKER_KEYS, LIVE_KEYS, BrokerConfig, parse_properties
 from ha.broker.service import BrokerService
 
-__all__ = ["BROKER_KEYS", "BrokerConfig", "BrokerService", "parse_properties"]
+__all__ = ["BROKER_KEYS", "LIVE_KEYS", "BrokerConfig", "BrokerService", "parse_properties"]

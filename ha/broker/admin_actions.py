@@ -24,7 +24,8 @@ from pyarrow import flight
 from conf.signing import action_target
 from conf.version import VERSION
 from connector.protocol import decode_json_object
-from ha.broker.config import RUNTIME_KEYS, runtime_update, top_level_properties
+from ha.broker.config import LIVE_KEYS, BrokerConfig, effective_properties
+from ha.broker.live_config import LiveConfig
 from ha.broker.metadata import TABLE_FORMATS, TopicConfig
 from ha.broker.request_errors import (
     RequestError,
@@ -59,6 +60,11 @@ class AdminActions:
     # removes a deleted topic's table, waiting for its writer (TopicTables.remove_table, set
     # by ha/broker/main.py); None: no writer runs here, remove it directly
     table_removal: Callable[[str], bool] | None = None
+    # the conf file and the changes waiting for a restart (ha/broker/live_config.py; main
+    # sets the file's); without a file, live keys change in memory only
+    live_config: LiveConfig
+    # told each live config change (main: the topic tables' thread)
+    config_listeners: list[Callable[[BrokerConfig], None]]
 
     def _action_handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         """The DoAction table, by action name (a handler's docstring is what ListActions says
@@ -240,20 +246,40 @@ class AdminActions:
         return {"deleted": True}
 
     def _get_config(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The broker's own keys and values, and which of them `set_config` may change."""
-        return {"values": top_level_properties(self.config), "runtime_keys": list(RUNTIME_KEYS)}
+        """Every key this broker runs with (secrets masked; `key` for one), which of them apply
+        at once when set (live_keys), and the changes waiting for a restart."""
+        values = effective_properties(self.config, self.live_config.start_properties)
+        key = request.get("key")
+        if key is not None:
+            if not isinstance(key, str):
+                raise RequestError("BAD_REQUEST", 'field "key" must be a string')
+            values = {key: values[key]} if key in values else {}
+        return {"values": values, "live_keys": sorted(LIVE_KEYS),
+                "pending_restart": self.live_config.pending_restart(),
+                "conf_file": str(self.live_config.path or "")}
 
     def _set_config(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Change one runtime key (in memory; the conf file is not rewritten)."""
+        """Set one key: checked as at start-up, written to the conf file (atomically, comments
+        kept), applied at once if live, else at the next start (restart_needed)."""
         key, value = request_string(request, "key"), request.get("value")
         if not isinstance(value, str):
             raise RequestError("BAD_REQUEST", 'field "value" must be a string')
         try:
-            self.config = runtime_update(self.config, key, value)
+            change = self.live_config.change(lambda: self.config, self._apply_config, key,
+                                             value)
         except ConfigError as err:
             raise RequestError("BAD_REQUEST", str(err)) from err
-        logger.warning("runtime configuration: %s=%s (not written to the conf file)", key, value)
-        return {"key": key, "value": top_level_properties(self.config)[key]}
+        except OSError as err:
+            raise RequestError("BAD_REQUEST", f"conf file {self.live_config.path}: {err} "
+                               "(nothing changed)") from err
+        return change.to_json()
+
+    def _apply_config(self, config: BrokerConfig) -> None:
+        """A live change: the handlers read self.config at each call, the listeners (the
+        topic tables' thread) get the same object."""
+        self.config = config
+        for listener in self.config_listeners:
+            listener(config)
 
     def _query_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
         """A consumer group's committed offsets for a topic."""
@@ -280,6 +306,8 @@ class AdminActions:
             "version": VERSION,
             "handover": self.replication.handover.info(),
             "controller": self.controller_info() if self.controller_info else None,
+            # keys set in the conf file that apply at the next start (live_config.py)
+            "pending_restart": self.live_config.pending_restart(),
         }
 
     def _shutdown(self, request: dict[str, Any]) -> dict[str, Any]:

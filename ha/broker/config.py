@@ -38,8 +38,8 @@ from ha.broker.metadata import TABLE_FORMATS
 from ha.replication.config import HA_PROPERTY_KEYS, HAConfig
 from storage_engine import STORE_PROPERTY_KEYS, ConfigError, StoreConfig
 
-__all__ = ["BROKER_KEYS", "RUNTIME_KEYS", "BrokerConfig", "parse_properties", "runtime_update",
-           "top_level_properties"]
+__all__ = ["BROKER_KEYS", "LIVE_KEYS", "MASKED", "SECRET_KEYS", "BrokerConfig",
+           "effective_properties", "live_update", "parse_properties", "top_level_properties"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -315,26 +315,47 @@ BROKER_KEYS = (frozenset(_KEYS) | STORE_PROPERTY_KEYS | HA_PROPERTY_KEYS | froze
                | frozenset(AUTH_KEYS))
 
 
-# Keys `rocketha-admin broker config set` may change while the broker runs: each is read by the
-# request handlers through `BrokerService.config` at every call, and by nothing built at
-# start-up. The change lives in memory only (the conf file is not rewritten).
-RUNTIME_KEYS = ("autoCreateTopicEnable", "defaultTopicQueueNums", "longPollingWaitMaxMs",
-                "putBatchBytesMax", "putRowsMax", "putStreamsMax")
+# The live keys: `rocketha-admin broker config set` applies them at once (ha/broker/live_config.py).
+# Each is read at every use from the broker's current config, never copied into something built at
+# start-up: the request handlers read BrokerService.config, the topic tables' thread its own
+# TopicTables.config (replaced together, one object: a reader sees the old config or the new, not
+# a mix of the two). Every other key is written to the conf file and applies at the next start.
+LIVE_KEYS = frozenset({
+    "autoCreateTopicEnable",  # produce of an unknown topic (ha/broker/produce.py)
+    "defaultTopicQueueNums",  # auto-created topics, `topic create` without counts
+    "longPollingWaitMaxMs",  # each long poll (ha/broker/long_poll.py)
+    "putBatchBytesMax",  # each produce batch
+    "putRowsMax",  # each produce batch
+    "putStreamsMax",  # each new produce stream
+    "shutdownGraceMs",  # at SIGTERM (ha/broker/main.py)
+    "topicTableIntervalMs",  # each table pass (ha/broker/topic_tables.py)
+    "topicTableMaintenanceIntervalMs",  # each table upkeep schedule
+    "topicTableTargetFileBytes",  # each upkeep (compaction)
+    "topicTableVacuumHours",  # each upkeep (vacuum)
+    "topicTableRetentionHours",  # each upkeep (the table's retention)
+})
+# keys whose values `broker config get` never shows (BROKER_KEYS holds them)
+SECRET_KEYS = frozenset({"tieredS3SecretAccessKey"})
+MASKED = "******"
 
 
-def runtime_update(config: BrokerConfig, key: str, text: str) -> BrokerConfig:
-    """`config` with runtime key `key` set from `text` (validated like the file's value).
+def live_update(config: BrokerConfig, described: BrokerConfig, key: str) -> BrokerConfig:
+    """`config` (the running one) with live key `key` taken from `described` (what the conf
+    file now says, parsed as at start-up). Raises ConfigError if it does not fit the rest."""
+    assert key in LIVE_KEYS, key
+    field = _KEYS[key][0]
+    return dataclasses.replace(config, **{field: getattr(described, field)})
 
-    Raises ConfigError naming the key (not a runtime key, a bad or out-of-range value)."""
-    if key not in RUNTIME_KEYS:
-        raise ConfigError(key, f"not changeable at runtime (runtime keys: {list(RUNTIME_KEYS)});"
-                          " edit the conf file and restart")
-    field, parse = _KEYS[key]
-    try:
-        value = parse(text.strip())
-    except ValueError as err:
-        raise ConfigError(key, f"bad value {text!r}: {err}") from err
-    return dataclasses.replace(config, **{field: value})
+
+def effective_properties(config: BrokerConfig,
+                         start_properties: Mapping[str, str]) -> dict[str, str]:
+    """Every key this broker runs with that has a value: the broker's own keys from its
+    running config (defaults included), the store's, replication's, TLS and authentication
+    keys as its conf file set them at start (they never change while it runs); secrets
+    masked. Sorted by key."""
+    values = {**start_properties, **top_level_properties(config)}
+    return {key: MASKED if key in SECRET_KEYS and values[key] else values[key]
+            for key in sorted(values) if key in BROKER_KEYS}
 
 
 def top_level_properties(config: BrokerConfig) -> dict[str, str]:

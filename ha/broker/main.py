@@ -29,6 +29,7 @@ from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
 from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
 from ha.broker.handover import hand_over_to_slave
+from ha.broker.live_config import LiveConfig
 from ha.broker.metrics import serve_metrics
 from ha.broker.roles import RoleManager
 from ha.broker.service import BrokerService
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     service: BrokerService | None = None
     try:
         service = BrokerService(config, store, tier_stats=tier.stats if tier else None)
+        service.live_config = LiveConfig.from_file(started.conf_path)  # `broker config set`
         metrics = (serve_metrics(service, config.broker_ip, config.metrics_port, access)
                    if config.metrics_port else None)
     except BaseException as err:
@@ -117,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     service.request_stop = lambda: on_signal(signal.SIGTERM, None)  # `shutdown` action
     link, roles = _start_controller_link(config, service, tier)
     # topic tables (docs/topic-tables.md): the thread runs on every broker, works on the master
-    tables = TopicTables(config, store, service.topics,
+    tables = TopicTables(service.config, store, service.topics,
                          master_epoch=service.replication.writing_master_epoch).start()
     service.table_stats = tables.stats
+    service.config_listeners.append(tables.set_config)
     service.table_removal = tables.remove_table
     all_calls_ended = True
     try:

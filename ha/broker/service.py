@@ -41,6 +41,7 @@ from ha.broker.batch_places import locate_in_log
 from ha.broker.config import BrokerConfig
 from ha.broker.consume import ConsumePath
 from ha.broker.idempotence import IdempotenceConfig, IdempotentPuts, rebuild_table
+from ha.broker.live_config import LiveConfig
 from ha.broker.long_poll import Arrivals
 from ha.broker.offset_log import OffsetLog
 from ha.broker.produce import ProducePath
@@ -93,6 +94,8 @@ class BrokerService(ProducePath, ConsumePath, AdminActions, flight.FlightServerB
                                                         config.listen_port), config.tls.enabled),
                          middleware=self.auth.middleware(), **flight_server_options(config.tls))
         self.config = config
+        self.live_config = LiveConfig(None, {})  # main: the conf file's (live_config.py)
+        self.config_listeners = []
         self.store = store
         self._tier_stats = tier_stats or (lambda: {"enabled": False})
         self.controller_info: Callable[[], dict[str, Any]] | None = None  # controller mode

@@ -99,6 +99,7 @@ class TopicTables:
         self._lock = threading.Lock()  # _states and counters, against stats() readers
         self._writing = threading.Lock()  # held through one topic's pass: remove_table waits
         self._stop = threading.Event()
+        self._wake = threading.Event()  # stop() or a live config change: end the wait now
         self._thread: threading.Thread | None = None
         self._role = "standby"
         self._passes = 0
@@ -111,19 +112,29 @@ class TopicTables:
     def stop(self) -> None:
         """Stop after the commit in progress (a commit is bounded by the commit limits)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
 
+    def set_config(self, config: BrokerConfig) -> None:
+        """A live change (`broker config set`): the next pass, and the next wait, read it; the
+        wait in progress ends now, so a shorter topicTableIntervalMs needs no old interval."""
+        self.config = config
+        self._wake.set()
+
     def _loop(self) -> None:
-        interval_s = self.config.topic_table_interval_ms / 1000.0
-        wait_s = interval_s
-        while not self._stop.wait(wait_s):
+        wait_s = self.config.topic_table_interval_ms / 1000.0
+        while True:
+            self._wake.wait(wait_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 more = self.run_pass()
             except Exception:  # the thread must survive anything
                 logger.exception("topic tables: pass failed")
                 more = False
-            wait_s = 0.0 if more else interval_s
+            wait_s = 0.0 if more else self.config.topic_table_interval_ms / 1000.0
 
     def enabled(self, topic: TopicConfig) -> bool:
         return topic.table_format(self.config.topic_table_default) == "delta"

@@ -35,7 +35,11 @@ Kinds and variants (targets: master / slave of a replica set, controller leader 
     restart     gracefully (`sigterm` or the broker's `shutdown` action) and started again
                 after its successor took over; a slave or a controller stopped by SIGTERM and
                 started again, waited for as `rocketha-cluster restart --rolling` waits
-Every fault is healed before the next one starts (`Nemesis.inject` returns the heal).
+    add-set     (opt-in) one more replica set, the topic extended onto it (planned.py)
+    drain       (opt-in) a set taken out of the topic's writes, or one taken out earlier
+                put back (planned.py): it stays drained through the faults that follow
+Every fault is healed before the next one starts (`Nemesis.inject` returns the heal); an added
+set and a drain are lasting changes of the cluster, with nothing to heal.
 """
 
 from __future__ import annotations
@@ -45,16 +49,23 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ha.cluster.netns import HostNetwork
 from tests.chaos.disk_faults import StoreMounts, corrupt_tail
 from tests.chaos.history import History
-from tests.chaos.planned import HANDOVER_VARIANTS, RESTART_VARIANTS, PlannedOperations
+from tests.chaos.planned import (
+    DRAIN_VARIANTS,
+    HANDOVER_VARIANTS,
+    RESTART_VARIANTS,
+    PlannedOperations,
+)
 from tests.integration.failover_cluster import FailoverCluster
 from tests.support.partitions import SHAPES, shape_cuts
 
 __all__ = ["KINDS", "OPT_IN_KINDS", "FaultPlan", "Nemesis", "schedule"]
 
 KINDS = ("kill", "pause", "partition", "loss", "link", "power", "corrupt", "disk")
-OPT_IN_KINDS = ("shape", "handover", "restart")  # by --faults only (keeps old schedules)
+# by --faults only (keeps old schedules)
+OPT_IN_KINDS = ("shape", "handover", "restart", "add-set", "drain")
 PROCESS_TARGETS = ("master", "slave", "controller-leader", "controller-follower")
 PARTITIONS = ("halves", "isolate-master", "isolate-leader", "one-way")
 HOST_TARGETS = ("master", "controller-leader", "any")
@@ -90,6 +101,7 @@ def schedule(seed: int, kinds: tuple[str, ...]) -> Iterator[FaultPlan]:
                               "partition": PARTITIONS, "power": ("master", "slave"),
                               "corrupt": ("slave",), "disk": ("limited",), "shape": SHAPES,
                               "handover": HANDOVER_VARIANTS, "restart": RESTART_VARIANTS,
+                              "add-set": ("new",), "drain": DRAIN_VARIANTS,
                               }.get(kind, HOST_TARGETS))
         yield FaultPlan(index, kind, variant, rng.randrange(2), rng.random(),
                         rng.randint(*LOSS_PERCENT), round(rng.uniform(*HOLD_S), 2),
@@ -101,14 +113,21 @@ class Nemesis:
     no master to hit right now); records start and stop in the history."""
 
     def __init__(self, cluster: FailoverCluster, history: History, replica_sets: list[str],
-                 mounts: StoreMounts | None = None) -> None:
+                 mounts: StoreMounts | None = None,
+                 on_new_set: Callable[[str], None] | None = None) -> None:
+        """`replica_sets`: the run's list, which `add-set` appends to (`on_new_set` is told)."""
         assert cluster.network is not None, "faults need test hosts"
         self.mounts = mounts
         self.cluster = cluster
-        self.network = cluster.network
         self.history = history
         self.replica_sets = replica_sets
-        self.planned = PlannedOperations(cluster, history)
+        self.planned = PlannedOperations(cluster, history, replica_sets, on_new_set)
+
+    @property
+    def network(self) -> HostNetwork:
+        """The cluster's test hosts (more of them after an `add-set`)."""
+        assert self.cluster.network is not None
+        return self.cluster.network
 
     # -- targets --------------------------------------------------------------------------
     def _process(self, plan: FaultPlan) -> str | None:
@@ -138,7 +157,7 @@ class Nemesis:
 
     # -- faults ---------------------------------------------------------------------------
     def inject(self, plan: FaultPlan) -> Heal | None:
-        start = getattr(self, "_" + plan.kind)
+        start = getattr(self, "_" + plan.kind.replace("-", "_"))
         targets, heal = start(plan)
         if heal is None:
             return None
@@ -261,6 +280,13 @@ class Nemesis:
         replica_set = self.replica_sets[plan.replica_set % len(self.replica_sets)]
         return self.planned.handover(plan.name, replica_set, plan.variant,
                                      lambda targets: self._started(plan, targets))
+
+    def _add_set(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        return self.planned.add_set(plan.name, lambda targets: self._started(plan, targets))
+
+    def _drain(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
+        return self.planned.drain(plan.name, int(plan.draw * 1000),
+                                  lambda targets: self._started(plan, targets))
 
     def _restart(self, plan: FaultPlan) -> tuple[list[str], Heal | None]:
         if plan.variant == "controller":

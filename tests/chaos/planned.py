@@ -17,6 +17,17 @@ Kinds (opt-in in tests/chaos/nemesis.py, so the default schedules stay as they w
                `rocketha-cluster restart --rolling` does (ha/cluster/rolling.py's conditions:
                a broker back in its SyncStateSet, a controller following a leader and caught
                up with its commit index).
+    add-set    one more replica set (`rocketha-cluster add-set`, on new test hosts), waited
+               for until it has a master and a full SyncStateSet, then the topic is extended
+               onto it as `rocketha-admin topic update --add-broker-name` does (its config
+               copied from a set that has it, writable) and a consumer started for it. The
+               set stays (nothing to heal); at most ADD_SETS_MAX per run, later ones skipped.
+    drain      toggles: when a set was drained by an earlier drain, it takes the topic's
+               writes again (re-added); else one set is drained from the topic's writes as
+               `--remove-broker-name` does (write permission off; reads go on), never the
+               last set that takes them. A drained set stays drained while the faults after
+               it run, so kills and pauses meet a topic on fewer sets; the producers follow
+               the topic's writable sets (tests/chaos/workload.py TopicRoutes).
 The time between the stop and the heal is the plan's hold time (how long the member is away).
 """
 
@@ -30,15 +41,19 @@ from collections.abc import Callable
 from typing import Any
 
 from connector import Admin, ClientConfig
+from connector.admin.scale import PERM_READ, extended_fields
+from connector.client.routes import PERM_WRITE
 from connector.protocol import RocketHAError
 from ha.cluster import auth as cluster_auth
 from ha.cluster.rolling import _back_in_sync_state_set, _controller_caught_up
 from ha.cluster.security import client_tls
 from tests.chaos.history import History
+from tests.chaos.workload import TOPIC, SetAdmin
 from tests.ha.replica_set import wait_for
 from tests.integration.failover_cluster import FailoverCluster
 
-__all__ = ["HANDOVER_VARIANTS", "RESTART_VARIANTS", "PlannedOperations"]
+__all__ = ["ADD_SETS_MAX", "DRAIN_VARIANTS", "HANDOVER_VARIANTS", "RESTART_VARIANTS",
+           "PlannedOperations", "drain_step"]
 
 HANDOVER_VARIANTS = ("sigterm", "shutdown")
 RESTART_VARIANTS = ("slave", "controller")
@@ -46,16 +61,107 @@ GRACEFUL_STOP_S = 60.0  # a handover (handoverTimeoutMs) plus the ordinary shutd
 SUCCESSOR_TIMEOUT_S = 30.0  # another member master after the old one exited
 HANDOVER_LOG_LINES = 400  # the broker's last log lines searched for its handover's outcome
 BACK_TIMEOUT_S = 120.0  # as rolling.py's STEP_TIMEOUT_S: a broker recovering its store
+ADD_SETS_MAX = 1  # sets one run adds (each is 3 more brokers on 3 more hosts)
+DRAIN_VARIANTS = ("toggle",)
+ADMIN_TIMEOUT_MS = 5000  # one topic call to a set's master (retried until BACK_TIMEOUT_S)
 
 Heal = Callable[[], None]
+
+
+def drain_step(sets: list[str], writable: dict[str, bool], drained: list[str],
+               draw: int) -> tuple[str, str] | None:
+    """What a `drain` fault does: ("undrain", set) for the set an earlier drain took out
+    (the oldest), else ("drain", one of the sets that take writes, by `draw`), None when
+    fewer than two sets take writes (the topic must keep one)."""
+    if drained:
+        return "undrain", drained[0]
+    takes = [name for name in sets if writable.get(name)]
+    if len(takes) < 2:
+        return None
+    return "drain", takes[draw % len(takes)]
 
 
 class PlannedOperations:
     """Starts a handover or a restart on `cluster`; the caller holds, then heals."""
 
-    def __init__(self, cluster: FailoverCluster, history: History) -> None:
+    def __init__(self, cluster: FailoverCluster, history: History,
+                 replica_sets: list[str] | None = None,
+                 on_new_set: Callable[[str], None] | None = None) -> None:
         self.cluster = cluster
         self.history = history
+        self.replica_sets = replica_sets if replica_sets is not None else []  # shared, grows
+        self.on_new_set = on_new_set  # the run starts a consumer for a set add-set made
+        self.added: list[str] = []
+        self.drained: list[str] = []  # sets a drain took out of the topic's writes
+
+    def _admin(self, replica_set: str) -> SetAdmin:
+        config = ClientConfig(controller=self.cluster.controller_addr,
+                              request_timeout_ms=ADMIN_TIMEOUT_MS, retries_max=2,
+                              send_deadline_ms=3 * ADMIN_TIMEOUT_MS)
+        return SetAdmin(config, replica_set)
+
+    def _until_done(self, what: str, call: Callable[[], Any]) -> Any:
+        """`call` again until it answers (a master elected meanwhile, a put's quorum back)."""
+        def attempt() -> tuple[Any] | None:
+            try:
+                return (call(),)
+            except RocketHAError as err:
+                self.history.add("nemesis", "info", "fault_detail", name=what,
+                                 retry=repr(err)[:200])
+                return None
+        return wait_for(attempt, BACK_TIMEOUT_S, what)[0]
+
+    def _perm(self, fault: str, replica_set: str) -> int:
+        """The topic's permission on `replica_set` (its master's word)."""
+        admin = self._admin(replica_set)
+        return int(self._until_done(f"{fault} perm {replica_set}",
+                                    lambda: admin.get_topic(TOPIC))["perm"])
+
+    def add_set(self, fault: str, started: Callable[[list[str]], None]
+                ) -> tuple[list[str], Heal | None]:
+        if len(self.added) >= ADD_SETS_MAX:
+            return [], None
+        started([])
+        began = time.monotonic()
+        name = self.cluster.add_set()
+        members = self.cluster.members(name)
+        master, _ = self.cluster.wait_master(name, timeout_s=BACK_TIMEOUT_S)
+        self.cluster.wait_full_sync_state_set(master, len(members), timeout_s=BACK_TIMEOUT_S)
+        template = self._until_done(f"{fault} template", lambda: self._admin(
+            self.replica_sets[0]).get_topic(TOPIC))
+        fields = extended_fields(template, {"perm": PERM_READ | PERM_WRITE})
+        self._until_done(f"{fault} extend", lambda: self._admin(name).action(
+            "create_topic", {"topic": TOPIC, **fields}))
+        self.added.append(name)
+        self.replica_sets.append(name)
+        if self.on_new_set is not None:
+            self.on_new_set(name)
+        self.history.add("nemesis", "info", "fault_detail", name=fault, added=name,
+                         members=members, master=master, topic=fields,
+                         add_s=round(time.monotonic() - began, 3))
+        return members, lambda: None
+
+    def drain(self, fault: str, draw: int, started: Callable[[list[str]], None]
+              ) -> tuple[list[str], Heal | None]:
+        writable = {name: bool(self._perm(fault, name) & PERM_WRITE)
+                    for name in self.replica_sets}
+        step = drain_step(self.replica_sets, writable, self.drained, draw)
+        if step is None:
+            return [], None
+        action, name = step
+        started([name])
+        admin = self._admin(name)
+        perm = self._perm(fault, name)
+        new_perm = (perm | PERM_WRITE | PERM_READ if action == "undrain"
+                    else perm & ~PERM_WRITE | PERM_READ)
+        self._until_done(f"{fault} {action}", lambda: admin.update_topic(TOPIC, perm=new_perm))
+        if action == "undrain":
+            self.drained.remove(name)
+        else:
+            self.drained.append(name)
+        self.history.add("nemesis", "info", "fault_detail", name=fault, action=action,
+                         set=name, perm=new_perm, writable_before=writable)
+        return [name], lambda: None
 
     def _manifest(self) -> dict[str, Any]:
         return dict(json.loads((self.cluster.directory / "cluster.json").read_text()))

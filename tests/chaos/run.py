@@ -1,7 +1,8 @@
 """`python3 build.py chaos`: a fault campaign on test hosts, judged by tests/chaos/checker.py.
 
     python3 build.py chaos [--minutes 3] [--seed 1]
-        [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape,handover,restart]]
+        [--faults kill,pause,partition,loss,link,power,corrupt,disk[,shape,handover,restart,
+                  add-set,drain]]
         [--controllers 3|5] [--producers 3] [--rate 40] [--tolerate KIND,...] [--spark]
         [--keep-data] [--out DIR]
     python3 build.py chaos --resume --out DIR     # the end of a run that stopped in a step
@@ -17,11 +18,12 @@ every broker's store is on LazyFS (FUSE, unsynced writes lost on a power loss); 
 the `<set>-2` brokers' stores are on a 256 MiB tmpfs that a fault fills
 (tests/chaos/disk_faults.py).
 
-At the end: every fault healed, both sets with a master and a full SyncStateSet, the producers
-stopped, the consumers given time to catch up; then the final drain (every queue of every set
-read from its start on its master once its confirm position reached its log end) and the
-replica digests (each member's CommitLog bytes up to the master's confirm position). The
-checker judges the history; the last line printed is the JSON report:
+At the end: every fault healed, every set (one `add-set` made too) with a master and a full
+SyncStateSet, the producers stopped, the consumers given time to catch up; then the final
+drain (every queue of every set read from its start on its master once its confirm position
+reached its log end) and the replica digests (each member's CommitLog bytes up to the
+master's confirm position). The checker judges the history; the last line printed is the
+JSON report:
     valid, seed, faults_by_kind, acknowledged, lost, duplicated, inconsistent_offsets,
     rto_p99_s, timeline (the PNG), html, history, and the checker's counts.
 Exit 1 on any violation (the message names the first one and the seed), 2 when the run itself
@@ -48,6 +50,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,7 @@ from tests.chaos.workload import (
     ConsumerWorker,
     Observer,
     ProducerWorker,
+    TopicRoutes,
     client_config,
 )
 from tests.integration.failover_cluster import (
@@ -116,30 +120,37 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             spark = SparkIngest(out, cluster.network.root_address,
                                 cluster.controller_addr).start()
         run_id = "r" + uuid.uuid4().hex[:6]
+        sets = list(REPLICA_SETS)  # add-set appends (tests/chaos/planned.py)
         observer = Observer(history, cluster.controller_addr,
-                            [cluster.endpoint(n) for n in cluster.controllers],
-                            list(REPLICA_SETS))
-        producers = [ProducerWorker(history, config, run_id, i, args.rate)
+                            [cluster.endpoint(n) for n in cluster.controllers], sets)
+        routes = TopicRoutes(history, cluster.controller_addr)
+        producers = [ProducerWorker(history, config, run_id, i, args.rate, routes)
                      for i in range(args.producers)]
         consumers = [ConsumerWorker(history, config, name, i, QUEUES)
-                     for i, name in enumerate(REPLICA_SETS)]
-        workers = [observer, *producers, *consumers]
+                     for i, name in enumerate(sets)]
+        workers = [observer, routes, *producers, *consumers]
         for worker in workers:
             worker.start()
-        faults = _fault_loop(args, cluster, history, mounts)
-        _settle(cluster)
+
+        def on_new_set(name: str) -> None:
+            consumer = ConsumerWorker(history, config, name, len(consumers), QUEUES)
+            consumer.start()
+            consumers.append(consumer)
+            workers.append(consumer)
+        faults = _fault_loop(args, cluster, history, mounts, sets, on_new_set)
+        _settle(cluster, sets)
         for producer in producers:
             producer.stop()
         time.sleep(CATCH_UP_S)
-        for worker in [*consumers, observer]:
+        for worker in [*consumers, observer, routes]:
             worker.stop()
         broken = [w for w in workers if w.error is not None or w.alive]
         assert not broken, [(w._thread.name, repr(w.error)) for w in broken]
         observer.observe()
-        _drain(cluster, history)
+        _drain(cluster, history, sets)
         if spark is not None:
             print(f"spark ingest: {spark.finish(history)}", flush=True)
-        _digests(cluster, history)
+        _digests(cluster, history, sets)
     finally:
         for worker in workers:
             worker.stop_event.set()
@@ -165,15 +176,16 @@ def resume(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     history = History(out / "history.jsonl", events=read_history(out / "history.jsonl"),
                       append=True)
     cluster = None
+    sets = sorted({broker["set"] for broker in manifest["brokers"]})  # with any add-set's
     try:
         cluster = FailoverCluster(directory, controllers=len(manifest["controllers"]),
-                                  replica_sets=2, replicas=3, hosts=True,
+                                  replica_sets=len(sets), replicas=3, hosts=True,
                                   controller_settings=CONTROLLER_FAST, **QUORUM)
-        _settle(cluster)
+        _settle(cluster, sets)
         Observer(history, cluster.controller_addr,
-                 [cluster.endpoint(n) for n in cluster.controllers], list(REPLICA_SETS)).observe()
-        _drain(cluster, history)
-        _digests(cluster, history)
+                 [cluster.endpoint(n) for n in cluster.controllers], sets).observe()
+        _drain(cluster, history, sets)
+        _digests(cluster, history, sets)
     finally:
         if cluster is not None:
             cluster.down()
@@ -198,10 +210,11 @@ def _judge(args: argparse.Namespace, out: Path, history: History,
 
 
 def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster, history: History,
-                mounts: StoreMounts | None) -> int:
+                mounts: StoreMounts | None, sets: list[str],
+                on_new_set: Callable[[str], None]) -> int:
     """Plays the seed's schedule until --minutes are over; returns the faults skipped (their
     target did not exist at that moment, e.g. no master)."""
-    nemesis = Nemesis(cluster, history, list(REPLICA_SETS), mounts)
+    nemesis = Nemesis(cluster, history, sets, mounts, on_new_set)
     plans = schedule(args.seed, tuple(args.faults))
     end_s = time.monotonic() + args.minutes * 60
     skipped = 0
@@ -218,20 +231,20 @@ def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster, history: His
             time.sleep(plan.hold_s)
         finally:
             heal()
-        _settle(cluster)
+        _settle(cluster, sets)
         time.sleep(plan.quiet_s)
     return skipped
 
 
-def _settle(cluster: FailoverCluster) -> None:
-    """Healed for good: both replica sets have a master (bounded)."""
-    for name in REPLICA_SETS:
+def _settle(cluster: FailoverCluster, sets: list[str]) -> None:
+    """Healed for good: every replica set has a master (bounded)."""
+    for name in sets:
         cluster.wait_master(name, timeout_s=SETTLE_S)
 
 
-def _drain(cluster: FailoverCluster, history: History) -> None:
+def _drain(cluster: FailoverCluster, history: History, sets: list[str]) -> None:
     """Every queue of every set from its start, on its master at rest (process "drain")."""
-    for name in REPLICA_SETS:
+    for name in sets:
         master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
         cluster.wait_full_sync_state_set(master, 3, timeout_s=SETTLE_S)
         cluster.wait_confirm_at_end(master)
@@ -258,11 +271,11 @@ def _drain(cluster: FailoverCluster, history: History) -> None:
             assert queue_offset >= queue["max_queue_offset"], (name, queue, queue_offset)
 
 
-def _digests(cluster: FailoverCluster, history: History) -> None:
+def _digests(cluster: FailoverCluster, history: History, sets: list[str]) -> None:
     """Each member's CommitLog [start, the master's confirm position) as SHA-256, where start is
     the highest first segment among the members (retention deletes old segments on each member
     by its own clock, so a long run's members start at different segments)."""
-    for name in REPLICA_SETS:
+    for name in sets:
         master, _ = cluster.wait_master(name, timeout_s=SETTLE_S)
         end = cluster.wait_confirm_at_end(master)
         members = cluster.members(name)

@@ -11,9 +11,14 @@
                 RocketMQ's producer rotating over brokers per message: the client alone stays
                 on one master until it fails, so after a few failovers every producer sat on
                 one set and the other got no writes for minutes (seed 404, faults 55-160).
-    Consumers   one per replica set, all in one consumer group: pull every queue of the set in
-                turn (long polls), record each poll, and commit the group's offsets to the
-                set's master every COMMIT_EVERY_S.
+                Only the replica sets that take the topic's writes are in that rotation
+                (TopicRoutes: the topic's permission on each set, as the Spark sink asks):
+                a set drained from the topic (`drain`) gets no new sends, one added and
+                extended onto it (`add-set`) gets its share.
+    Consumers   one per replica set (one more when a set is added), all in one consumer
+                group: pull every queue of the set in turn (long polls), record each
+                poll, and commit the group's offsets to the set's master every
+                COMMIT_EVERY_S.
     Observer    once a second: each controller's recent elections (controller_status), the
                 replica sets' master, epoch and SyncStateSet (cluster_list), and the group's
                 committed offsets read back from each set.
@@ -30,12 +35,14 @@ from typing import Any
 from connector import Admin, ClientConfig, Consumer, Producer
 from connector.client import controller_cluster_list
 from connector.client.discovery import _alive_masters
+from connector.client.routes import ReplicaSet, writable_topics
+from connector.errors import RoutesUnavailableError
 from connector.protocol import RetriableError, RocketHAError, status_for
 from ha.cluster.controllers import controller_status
 from tests.chaos.history import History
 
 __all__ = ["GROUP", "TOPIC", "ConsumerWorker", "Observer", "ProducerWorker", "SetAdmin",
-           "client_config"]
+           "TopicRoutes", "client_config", "route_index"]
 
 TOPIC = "chaos"
 GROUP = "chaos-group"
@@ -44,6 +51,20 @@ COMMIT_EVERY_S = 0.5
 OBSERVE_EVERY_S = 1.0
 POLL_WAIT_MS = 100
 OBSERVE_TIMEOUT_MS = 1500
+ROUTES_EVERY_S = 0.5  # TopicRoutes: how often the topic's writable sets are asked again
+
+
+def route_index(endpoints: tuple[str, ...], set_of_member: dict[str, str],
+                writable: tuple[str, ...], turn: int) -> int:
+    """The client's broker_index for send number `turn`: the master (in `endpoints`, the
+    controller's alive masters) of writable set `turn % len(writable)`; `turn` itself (a
+    rotation over every master) while the writable sets or that set's master are unknown."""
+    if writable:
+        wanted = writable[turn % len(writable)]
+        for index, endpoint in enumerate(endpoints):
+            if set_of_member.get(endpoint) == wanted:
+                return index
+    return turn
 
 
 def client_config(controller_addr: str, *, request_timeout_ms: int = 3000) -> ClientConfig:
@@ -97,11 +118,47 @@ class _Worker:
         raise NotImplementedError
 
 
+class TopicRoutes(_Worker):
+    """The replica sets that take writes of TOPIC now (`writable`, sorted), asked every
+    ROUTES_EVERY_S: the controller's alive masters, and the topic's permission on each
+    (connector.client.routes.writable_topics). A set that does not answer keeps what it last
+    said (a set whose master is down for a moment is not taken out of the rotation). Each
+    change is recorded (`topic_routes`)."""
+
+    def __init__(self, history: History, controller_addr: str) -> None:
+        super().__init__("routes")
+        self.history, self.controller_addr = history, controller_addr
+        self.writable: tuple[str, ...] = ()
+        self._known: dict[str, bool] = {}
+
+    def _run(self) -> None:
+        self.refresh()
+        while not self.stop_event.wait(ROUTES_EVERY_S):
+            self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            cluster = controller_cluster_list(self.controller_addr, OBSERVE_TIMEOUT_MS)
+        except RocketHAError:
+            return
+        for name, master in _alive_masters(cluster):
+            try:
+                self._known[name] = TOPIC in writable_topics(ReplicaSet(name, (master,)),
+                                                             OBSERVE_TIMEOUT_MS)
+            except (RocketHAError, RoutesUnavailableError):
+                continue
+        writable = tuple(sorted(name for name, takes in self._known.items() if takes))
+        if writable != self.writable:
+            self.history.add("routes", "ok", "topic_routes", writable=list(writable))
+            self.writable = writable
+
+
 class ProducerWorker(_Worker):
     def __init__(self, history: History, config: ClientConfig, run: str, index: int,
-                 rate_per_s: float) -> None:
+                 rate_per_s: float, topic_routes: TopicRoutes) -> None:
         super().__init__(f"p{index}")
         self.history, self.config, self.run, self.index = history, config, run, index
+        self.topic_routes = topic_routes
         self.interval_s = 1.0 / rate_per_s
         self.process = f"p{index}"
         self._endpoint = ""  # the broker the last put attempt went to
@@ -134,7 +191,9 @@ class ProducerWorker(_Worker):
         try:
             # send_batch of one row: the synchronous channel, whose attempts `watched` sees
             # (Producer.send goes through the asynchronous lanes, one channel per lane)
-            producer._routes.broker_index = self.index + seq  # rotate over masters (docstring)
+            routes = producer._routes  # rotate over the writable sets' masters (docstring)
+            routes.broker_index = route_index(routes.endpoints, routes.set_of_member,
+                                              self.topic_routes.writable, self.index + seq)
             [result] = producer.send_batch(TOPIC, [{"body": value.encode(), "key": key,
                                                     "tags": tags}])
         except RocketHAError as err:

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conf import PropertiesError, format_property, parse_properties, read_properties_file
+from conf import (
+    PropertiesError,
+    format_property,
+    parse_properties,
+    read_properties_file,
+    set_property,
+)
 
 
 @pytest.mark.parametrize(("line", "key", "value"), [
@@ -119,3 +125,32 @@ def test_format_property_round_trips(key: str, value: str) -> None:
     line = format_property(key, value)
     assert "\n" not in line and "\r" not in line
     assert parse_properties(line) == {key: value}
+
+
+CONF = ("# identity\r\nbrokerName=broker-a\r\n\r\n! old style comment\r\nputRowsMax = 10 \\\r\n"
+        "    24\r\n#putRowsMax=9\r\nunknownToUs=kept\r\n")
+
+
+def test_set_property_replaces_the_setting_and_keeps_everything_else() -> None:
+    text = set_property(CONF, "putRowsMax", "2048")
+    assert text == CONF.replace("putRowsMax = 10 \\\r\n    24\r\n", "putRowsMax=2048\r\n")
+    assert parse_properties(text) == {"brokerName": "broker-a", "putRowsMax": "2048",
+                                      "unknownToUs": "kept"}
+
+
+def test_set_property_appends_a_new_key_with_the_text_s_line_end() -> None:
+    assert set_property(CONF, "listenPort", "1") == CONF + "listenPort=1\r\n"
+    assert set_property("a=1", "b", " x\\") == "a=1\nb=\\ x\\\\\n"
+    assert parse_properties(set_property("a=1", "b", " x\\"))["b"] == " x\\"
+    assert set_property("", "a", "1") == "a=1\n"
+
+
+def test_set_property_finds_keys_in_their_escaped_and_spaced_forms() -> None:
+    text = "a\\=b : 1\nkey\tv\n"
+    assert set_property(text, "a=b", "2") == "a\\=b=2\nkey\tv\n"
+    assert set_property(text, "key", "w") == "a\\=b : 1\nkey=w\n"
+
+
+def test_set_property_refuses_a_text_it_cannot_read() -> None:
+    with pytest.raises(PropertiesError, match="duplicate key 'a'"):
+        set_property("a=1\na=2\n", "b", "3")

@@ -150,6 +150,20 @@ class FailoverCluster:
         """Start what is down (a second `up` keeps data, ports and --set overrides)."""
         cluster_cli("up", "--dir", str(self.directory))
 
+    def add_set(self) -> str:
+        """`rocketha-cluster add-set`: one more replica set with the cluster's shape and
+        settings (on new test hosts with `hosts`), waited for until it has a master; returns
+        its name. The processes already running are not touched."""
+        before = {b["set"] for b in self.brokers.values()}
+        cluster_cli("add-set", "--dir", str(self.directory))
+        manifest = json.loads((self.directory / "cluster.json").read_text())
+        self.brokers = {b["name"]: b for b in manifest["brokers"]}
+        if self.network is not None:  # the hosts the new set runs on (made by add-set)
+            self.network = HostNetwork.attach(manifest["hosts"]["network"],
+                                              manifest["hosts"]["count"])
+        [added] = sorted({b["set"] for b in self.brokers.values()} - before)
+        return str(added)
+
     def down(self) -> None:
         if self.network is not None:
             self.network.heal()  # processes stop cleanly; `down` removes the hosts

@@ -1,5 +1,5 @@
 """A broker's log rotates by size with a cap on the files kept (logFile, logFileBytesMax,
-logFilesKept), and a runtime config change is both applied and logged. Method: a real broker
+logFilesKept), and a live config change is applied, persisted and logged. Method: a real broker
 with a 4 KiB log cap and 2 kept files; each `set_config` call logs one WARNING line, so 80
 calls overflow the cap several times."""
 
@@ -22,7 +22,8 @@ def test_log_rotates_by_size_and_keeps_the_cap(tmp_path: Path) -> None:
     try:
         for value in range(1000, 1080):
             reply = broker.action("set_config", {"key": "putRowsMax", "value": str(value)})
-            assert reply == {"key": "putRowsMax", "value": str(value)}
+            assert reply == {"key": "putRowsMax", "value": str(value), "live": True,
+                             "persisted": True, "restart_needed": False}
         assert broker.action("get_config")["values"]["putRowsMax"] == "1079"
     finally:
         assert broker.stop() == 0
