@@ -99,7 +99,9 @@ def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_a
     assert untouched._lazy_condition is None  # settled without a Condition ...
     assert untouched.done() and untouched.result() == SendResult("PUT_OK", 2, 40)  # made now
     assert untouched.body is None  # sent: the future no longer holds the body
-    assert seen == [error, SendResult("PUT_OK", 2, 41)] and not waiter.is_alive()
+    assert len(seen) == 2 and error in seen and SendResult("PUT_OK", 2, 41) in seen
+    assert not waiter.is_alive()
+    assert called_back._lazy_condition is None  # a callback alone needs no Condition
     assert called_back.exception() is error
     with pytest.raises(RetriableError):
         called_back.result()
@@ -107,3 +109,88 @@ def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_a
     untouched.add_done_callback(late.append)  # after the fact: called at once
     assert late == [untouched]
     assert list(concurrent.futures.as_completed([untouched, waited], timeout=1))
+
+
+def test_a_callback_runs_exactly_once_however_it_races_the_settling(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """add_done_callback without a Condition: from other threads while the batch settles,
+    before and after; one that raises is logged (as Future does) and the others still run."""
+    from connector.client.async_sender import _settle_all
+
+    futures = [_msg() for _ in range(2000)]
+    calls: list[SendFuture] = []
+    lock = threading.Lock()
+
+    def record(future: SendFuture) -> None:
+        with lock:
+            calls.append(future)
+
+    def fail(_: SendFuture) -> None:
+        raise ValueError("a callback's bug")
+
+    futures[0].add_done_callback(fail)
+    started = threading.Barrier(3)
+
+    def add_all() -> None:
+        started.wait()
+        for future in futures:
+            future.add_done_callback(record)
+
+    adders = [threading.Thread(target=add_all) for _ in range(2)]
+    for adder in adders:
+        adder.start()
+    started.wait()
+    reply = PutReply("PUT_OK", 0, [[1, 0, len(futures)]], None, 1)
+    _settle_all([(futures, reply)])  # type: ignore[list-item]
+    for adder in adders:
+        adder.join(10)
+    assert sorted(map(id, calls)) == sorted(map(id, futures * 2))  # each once per adder
+    assert all(future.result() == SendResult("PUT_OK", 1, row)
+               for row, future in enumerate(futures))
+    assert "a callback's bug" in caplog.text
+
+
+def test_send_async_writes_on_the_sending_thread_and_reads_the_reply_on_a_sender_thread() -> None:
+    """An idle lane's batch is begun (written) by the thread that sends and finished (its
+    reply read) by a sender thread; batches chained behind it, and batches whose channel
+    cannot split them (begin returns None), run whole on the sender thread; a begin that
+    raises gives its messages the error."""
+    caller = threading.current_thread()
+    threads: dict[str, list[threading.Thread]] = {"begin": [], "finish": [], "run": []}
+    release = threading.Event()
+    split = [True]
+
+    def run(batch: Batch) -> PutReply:
+        threads["run"].append(threading.current_thread())
+        return _ok(batch)
+
+    def begin(batch: Batch):  # type: ignore[no-untyped-def]
+        threads["begin"].append(threading.current_thread())
+        if batch.messages[0].body == b"bug":
+            raise RuntimeError("a bug in the write")
+        if not split[0]:
+            return None
+
+        def finish() -> PutReply:
+            threads["finish"].append(threading.current_thread())
+            release.wait(5)
+            return _ok(batch)
+        return finish
+
+    core = ProducerCore(ProducerConfig(linger_ms=0, max_in_flight=2), producer_id="p",
+                        retries_max=5, send_deadline_ms=5_000, backoff_ms=lambda attempt: 20)
+    sender = AsyncSender(core, run, begin_batch=begin)
+    first = sender.send(("t", 0), _msg())
+    behind = [sender.send(("t", 0), _msg()) for _ in range(3)]  # while the first is in flight
+    release.set()
+    assert first.result(timeout=5).ok and all(f.result(timeout=5).ok for f in behind)
+    assert threads["begin"] == [caller]  # only the idle lane's batch is begun here
+    assert threads["finish"] and threads["finish"][0] is not caller
+    assert threads["run"] and caller not in threads["run"]  # the chained batch: whole
+    split[0] = False
+    assert sender.send(("t", 1), _msg()).result(timeout=5).ok
+    assert len(threads["begin"]) == 2 and len(threads["finish"]) == 1
+    with pytest.raises(RuntimeError, match="a bug in the write"):
+        sender.send(("t", 2), _msg(b"bug")).result(timeout=5)
+    assert sender.send(("t", 2), _msg()).result(timeout=5).ok  # the lane goes on
+    sender.close()
