@@ -220,20 +220,15 @@ def _settle_all(resolutions: list[Resolution]) -> None:
 
 
 RunBatch = Callable[[Batch], "PutReply | RocketHAError"]
-# The first half of a round trip on the sending thread (the write), returning the second
-# (the reply's read) for a sender thread; None: run the whole round trip on a sender thread
-BeginBatch = Callable[[Batch], "Callable[[], PutReply | RocketHAError] | None"]
 
 
 class AsyncSender:
     """Thread-safe: any thread may send, flush or close."""
 
     def __init__(self, core: ProducerCore, run_batch: RunBatch, *,
-                 begin_batch: BeginBatch | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._core = core
         self._run_batch = run_batch
-        self._begin_batch = begin_batch
         self._clock = clock
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -261,28 +256,14 @@ class AsyncSender:
             if action != NOTHING and not batches:
                 self._cond.notify_all()
         if batches:
-            mine = next((batch for batch in batches if batch.lane == lane), None)
+            mine = next((batch for batch in batches if batch.lane == lane), None) \
+                if inline else None
             for batch in batches:
                 if batch is not mine:
                     self._pool.submit(self._run_chain, batch)
             if mine is not None:
-                if inline:
-                    self._run_chain(mine, chain=False)
-                else:  # the write here, the reply on a sender thread (its wake-up overlaps)
-                    self._pool.submit(self._run_chain, mine, self._begin(mine))
+                self._run_chain(mine, chain=False)
         return future
-
-    def _begin(self, batch: Batch) -> Callable[[], PutReply | RocketHAError] | None:
-        if self._begin_batch is None:
-            return None
-        try:
-            return self._begin_batch(batch)
-        except BaseException as err:  # noqa: BLE001 - a bug below: its futures get it
-            failure = err
-
-            def fail() -> PutReply:
-                raise failure
-            return fail
 
     def _append_blocking(self, lane: LaneKey, message: Message, inline: bool) -> int:
         """Wait (holding the condition) up to max_block_ms for buffer room."""
@@ -310,15 +291,11 @@ class AsyncSender:
             except BufferFull:
                 continue
 
-    def _run_chain(self, batch: Batch | None,
-                   finish: Callable[[], PutReply | RocketHAError] | None = None, *,
-                   chain: bool = True) -> None:
-        """Round trips: `batch` (its second half `finish` when begun by the sending thread),
-        then (with `chain`) the next batch the core hands out."""
+    def _run_chain(self, batch: Batch | None, *, chain: bool = True) -> None:
+        """Round trips: `batch`, then (with `chain`) the next batch the core hands out."""
         while batch is not None:
-            begun, finish = finish, None
             try:
-                outcome = self._run_batch(batch) if begun is None else begun()
+                outcome = self._run_batch(batch)
             except BaseException as err:  # noqa: BLE001 - a bug below: its futures get it
                 outcome = err  # type: ignore[assignment]
             with self._cond:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Self
 
@@ -206,19 +206,18 @@ class Producer:
                     send_deadline_ms=self.config.send_deadline_ms,
                     backoff_ms=Backoff(self.config.backoff_initial_ms,
                                        self.config.backoff_max_ms).jittered_ms)
-                self._sender = AsyncSender(core, self._run_batch, begin_batch=self._begin_batch)
+                self._sender = AsyncSender(core, self._run_batch)
             return self._sender
 
     def _run_batch(self, batch: Batch) -> PutReply | RocketHAError:
         """One attempt of a lane's batch, on that lane's channel (one thread at a time: the
         core keeps one batch per lane in flight)."""
-        return self._lane_channel(batch.lane).attempt(batch.lane[0], _wire(batch))
-
-    def _begin_batch(self, batch: Batch) -> Callable[[], PutReply | RocketHAError] | None:
-        """`_run_batch` in two halves when its channel can split it (_PutChannel.begin_attempt):
-        the write now, on the thread that sent, and the returned reply read on a sender
-        thread."""
-        return self._lane_channel(batch.lane).begin_attempt(batch.lane[0], _wire(batch))
+        topic, queue_id = batch.lane
+        if batch.wire is None:
+            marker = (None if batch.producer_id is None
+                      else PutIdempotence(batch.producer_id, batch.sequence))
+            batch.wire = _messages_to_batch(batch.messages, queue_id, marker)
+        return self._lane_channel(batch.lane).attempt(topic, batch.wire)
 
     def _lane_channel(self, lane: LaneKey) -> _PutChannel:
         """The channel of a lane (its streams and master watch; the routes are shared)."""
@@ -275,12 +274,3 @@ class Producer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _wire(batch: Batch) -> pa.RecordBatch:
-    """The produce batch of `batch`'s messages, encoded at its first attempt and kept."""
-    if batch.wire is None:
-        marker = (None if batch.producer_id is None
-                  else PutIdempotence(batch.producer_id, batch.sequence))
-        batch.wire = _messages_to_batch(batch.messages, batch.lane[1], marker)
-    return batch.wire

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
 
 import pyarrow as pa
 from pyarrow import flight
@@ -128,82 +127,24 @@ class _PutChannel(_Base):
 
     def attempt(self, topic: str, batch: pa.RecordBatch) -> PutReply | RocketHAError:
         """One round trip, no retry (ProducerCore decides): the reply, or the error."""
-        endpoint: list[str] = []
-
-        def round_trip() -> PutReply:
-            endpoint.append(self._pinned(self.endpoint, self._lane_home))
-            return self._round_trip(topic, batch, endpoint[0])
-
-        return self._outcome(round_trip, endpoint)
-
-    def begin_attempt(self, topic: str, batch: pa.RecordBatch
-                      ) -> Callable[[], PutReply | RocketHAError] | None:
-        """The first half of `attempt` on the calling thread: write `batch` on the stream
-        already open for it, and return the second half (read the reply, on another thread).
-        None when the attempt cannot be split (no open stream to reuse, routes to fetch, the
-        master watch, which runs whole round trips): run `attempt` instead. So `send_async`
-        puts a message on the wire before the hand-off to a sender thread, and that thread's
-        wake-up overlaps the round trip instead of preceding it."""
-        routes = self._routes
-        if self._round_trips is not None or routes.stale or not routes.endpoints or (
-                self.config.controller is not None
-                and time.monotonic() >= routes.refresh_at_s):  # (`attempt` starts that fetch)
-            return None
-        endpoint = routes.endpoints[routes.broker_index % len(routes.endpoints)]
-        key = (topic, batch.schema)
-        stream = self._reusable_stream(key, endpoint)
-        if stream is None:
-            return None
+        endpoint = ""
         try:
-            stream.writer.write_batch(batch)
-        except (flight.FlightError, OSError, pa.ArrowException) as err:
-            failure = err
-
-            def fail() -> PutReply:
-                self._forget_stream(key)
-                _close_quietly(stream)
-                raise failure
-            return lambda: self._outcome(fail, [endpoint])
-        return lambda: self._outcome(lambda: self._read_reply(key, stream), [endpoint])
-
-    def _read_reply(self, key: tuple[str, pa.Schema], stream: _Stream) -> PutReply:
-        """The reply to the batch `begin_attempt` wrote on `stream`."""
-        try:
-            metadata = _read_reply(stream)
-        except pa.ArrowException as err:
-            self._forget_stream(key)
-            _close_quietly(stream)
-            if "is closed" not in str(err):
-                raise
-            raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
-                                 f"{stream.endpoint}: {err}") from err
-        except (flight.FlightError, RocketHAError, OSError):
-            self._forget_stream(key)
-            _close_quietly(stream)
-            raise
-        return self._decoded(metadata)
-
-    def _outcome(self, call: Callable[[], PutReply], endpoint: list[str]
-                 ) -> PutReply | RocketHAError:
-        """Run one attempt's `call` (it names its endpoint in `endpoint` first): its reply,
-        or its failure as an error, after what either implies for the routes."""
-        try:
-            reply = call()
+            endpoint = self._pinned(self.endpoint, self._lane_home)
+            reply = self._round_trip(topic, batch, endpoint)
         except flight.FlightError as err:
             error = as_rocketha_error(err)
             if isinstance(err, flight.FlightUnavailableError) or error.refresh_route:
-                self._refresh_route(endpoint[0] if endpoint else "")
+                self._refresh_route(endpoint)
             return error
         except RocketHAError as err:
             return err
         except pa.ArrowException as err:
             return FatalError(status_for("BAD_SCHEMA"), str(err))
         except OSError as err:
-            return RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
-                                  f"{endpoint[0] if endpoint else ''}: {err}")
+            return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
         status = status_for(reply.status)
         if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
-            self._routes.move_past(endpoint[0])
+            self._routes.move_past(endpoint)
             self._routes.stale = self.config.controller is not None
         return reply
 
@@ -259,9 +200,6 @@ class _PutChannel(_Base):
         if opened:
             self._streams[key] = opened[0]
             self._last_stream = (topic, batch.schema, opened[0])
-        return self._decoded(metadata)
-
-    def _decoded(self, metadata: pa.Buffer) -> PutReply:
         reply = PutReply.decode(metadata.to_pybytes())
         if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
             self._routes.stale = True  # maybe a deposed or cut-off master: ask again
@@ -336,11 +274,6 @@ class _PutChannel(_Base):
 def _round_trip(stream: _Stream, batch: pa.RecordBatch) -> pa.Buffer:
     """Write one batch on a produce stream and read the broker's reply to it."""
     stream.writer.write_batch(batch)
-    return _read_reply(stream)
-
-
-def _read_reply(stream: _Stream) -> pa.Buffer:
-    """The broker's reply to the batch written last on a produce stream."""
     metadata = stream.reader.read()
     if metadata is None:
         stream.writer.close()  # raises the server's error
