@@ -18,6 +18,7 @@ future gets exactly one result, the one the core derived from its batch's reply.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,8 @@ from connector.errors import ProducerBufferFullError, ProducerClosedError
 from connector.protocol import PutReply, RocketHAError
 
 __all__ = ["AsyncSender", "SendFuture"]
+
+_LOGGER = logging.getLogger("concurrent.futures")  # where Future logs a failing callback
 
 
 # A batch of 1000 messages makes 1000 futures. concurrent.futures.Future.__init__ builds a
@@ -134,6 +137,23 @@ class SendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
     def _result(self, value: Any) -> None:
         self._value = value
 
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """As Future's, without a Condition: a callback added while nobody waits on the
+        future is kept under _LAZY_CONDITIONS and called by `_settle_all` (on the thread that
+        settles the batch, as Future calls it), or now when the future is settled."""
+        with _LAZY_CONDITIONS:
+            if self._lazy_condition is None:
+                if self._state != _FINISHED:
+                    self._done_callbacks.append(fn)
+                    return
+                settled = True
+            else:
+                settled = False
+        if not settled:  # a thread waits on it: Future's own path, under its Condition
+            super().add_done_callback(fn)
+            return
+        _call_back(fn, self)
+
     def cancel(self) -> bool:
         return False
 
@@ -156,10 +176,19 @@ class SendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         return super().exception(timeout)
 
 
+def _call_back(fn: Callable[[Any], object], future: SendFuture) -> None:
+    try:
+        fn(future)
+    except Exception:
+        _LOGGER.exception("exception calling callback for %r", future)
+
+
 def _settle_all(resolutions: list[Resolution]) -> None:
     """Give each future its result or error (see SendFuture); a stored batch's futures get
-    their row of its reply, made into a SendResult when asked for."""
+    their row of its reply, made into a SendResult when asked for. Callbacks added without
+    a Condition are called once every future of `resolutions` is settled, in order."""
     looked_at = []
+    called: list[Any] = []  # SendFutures (the core's Resolution says Message)
     with _LAZY_CONDITIONS:
         for futures, outcome in resolutions:
             rows = _ReplyRows(outcome, len(futures)) if isinstance(outcome, PutReply) else None
@@ -167,7 +196,10 @@ def _settle_all(resolutions: list[Resolution]) -> None:
                 future.body = future.properties = None  # sent: the caller may hold futures
                 if future._lazy_condition is not None:
                     looked_at.append((future, outcome if rows is None else rows.get(row)))
-                elif rows is not None:
+                    continue
+                if getattr(future, "_lazy_callbacks", None):
+                    called.append(future)
+                if rows is not None:
                     future._rows = rows
                     future._row = row
                     future._state = _FINISHED
@@ -182,6 +214,9 @@ def _settle_all(resolutions: list[Resolution]) -> None:
             future.set_exception(result)
         else:
             future.set_result(result)
+    for future in called:  # (no other thread adds to them now: the future is FINISHED)
+        for fn in future._done_callbacks:
+            _call_back(fn, future)
 
 
 RunBatch = Callable[[Batch], "PutReply | RocketHAError"]

@@ -99,7 +99,9 @@ def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_a
     assert untouched._lazy_condition is None  # settled without a Condition ...
     assert untouched.done() and untouched.result() == SendResult("PUT_OK", 2, 40)  # made now
     assert untouched.body is None  # sent: the future no longer holds the body
-    assert seen == [error, SendResult("PUT_OK", 2, 41)] and not waiter.is_alive()
+    assert len(seen) == 2 and error in seen and SendResult("PUT_OK", 2, 41) in seen
+    assert not waiter.is_alive()
+    assert called_back._lazy_condition is None  # a callback alone needs no Condition
     assert called_back.exception() is error
     with pytest.raises(RetriableError):
         called_back.result()
@@ -107,3 +109,43 @@ def test_send_futures_work_with_the_stdlib_helpers_whether_looked_at_before_or_a
     untouched.add_done_callback(late.append)  # after the fact: called at once
     assert late == [untouched]
     assert list(concurrent.futures.as_completed([untouched, waited], timeout=1))
+
+
+def test_a_callback_runs_exactly_once_however_it_races_the_settling(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """add_done_callback without a Condition: from other threads while the batch settles,
+    before and after; one that raises is logged (as Future does) and the others still run."""
+    from connector.client.async_sender import _settle_all
+
+    futures = [_msg() for _ in range(2000)]
+    calls: list[SendFuture] = []
+    lock = threading.Lock()
+
+    def record(future: SendFuture) -> None:
+        with lock:
+            calls.append(future)
+
+    def fail(_: SendFuture) -> None:
+        raise ValueError("a callback's bug")
+
+    futures[0].add_done_callback(fail)
+    started = threading.Barrier(3)
+
+    def add_all() -> None:
+        started.wait()
+        for future in futures:
+            future.add_done_callback(record)
+
+    adders = [threading.Thread(target=add_all) for _ in range(2)]
+    for adder in adders:
+        adder.start()
+    started.wait()
+    reply = PutReply("PUT_OK", 0, [[1, 0, len(futures)]], None, 1)
+    _settle_all([(futures, reply)])  # type: ignore[list-item]
+    for adder in adders:
+        adder.join(10)
+    assert sorted(map(id, calls)) == sorted(map(id, futures * 2))  # each once per adder
+    assert all(future.result() == SendResult("PUT_OK", 1, row)
+               for row, future in enumerate(futures))
+    assert "a callback's bug" in caplog.text
+
