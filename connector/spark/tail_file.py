@@ -79,8 +79,9 @@ def tail_dir(spark: SparkSession, given: str | None) -> str | None:
 
 
 def write_tail(frame: DataFrame, path: str) -> None:
-    """The tail's rows (`frame`, the format("rocketha") read) as Parquet under `path`."""
-    frame.write.mode("error").option("compression", "zstd").parquet(path)
+    """The tail's rows (`frame`, the format("rocketha") read) as one Parquet file under `path`
+    (one file: each query of the copy then adds one task, not one per connector partition)."""
+    frame.coalesce(1).write.mode("error").option("compression", "zstd").parquet(path)
 
 
 def summarize(frame: DataFrame) -> dict[tuple[str, int], QueueSummary]:

@@ -21,6 +21,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -180,6 +181,21 @@ def _log_versions(uri: str) -> int:
     return len(list(log.glob("*.json"))) if log.is_dir() else 0
 
 
+def _fail_over_and_check(cluster: FailoverCluster, uri: str, load: Load, old: str,
+                         old_epoch: int, killed_at: float
+                         ) -> tuple[str, dict[str, Any], pa.Table]:
+    """After `old` died: a new master, 300 more acks, then the table caught up is the topic."""
+    new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1, exclude=[old],
+                                        timeout_s=ELECTION_DEADLINE_S)
+    load.wait_acks(len(load.acked) + 300, timeout_s=ELECTION_DEADLINE_S)
+    load.stop()
+    assert load.acks_after(killed_at), "no PUT_OK after the failover"
+    cluster.wait_confirm_at_end(new)
+    _wait_table_at(uri, cluster, new)
+    table = _assert_table_is_the_topic(uri, read_topic(cluster.endpoint(new), TOPIC), load)
+    return new, new_info, table
+
+
 def test_sigkill_of_the_master_while_materializing(tmp_path: Path) -> None:
     cluster = load = None
     try:
@@ -201,14 +217,8 @@ def test_sigkill_of_the_master_while_materializing(tmp_path: Path) -> None:
         rows_before = DeltaTable(uri).to_pyarrow_table().num_rows
         assert rows_before > 0
 
-        new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1, exclude=[old],
-                                            timeout_s=ELECTION_DEADLINE_S)
-        load.wait_acks(len(load.acked) + 300, timeout_s=ELECTION_DEADLINE_S)
-        load.stop()
-        assert load.acks_after(killed_at), "no PUT_OK after the failover"
-        cluster.wait_confirm_at_end(new)
-        _wait_table_at(uri, cluster, new)
-        table = _assert_table_is_the_topic(uri, read_topic(cluster.endpoint(new), TOPIC), load)
+        _, new_info, table = _fail_over_and_check(cluster, uri, load, old, old_epoch,
+                                                  killed_at)
         assert table.num_rows > rows_before
         fence = split_fence(DeltaTable(uri).transaction_version(fence_app_id(SET_A)))
         assert fence[0] == new_info["master_epoch"] > old_epoch
@@ -261,14 +271,8 @@ def test_sigkill_between_a_commits_data_files_and_its_log_entry(
                                     orphan_rows["queueOffset"].to_pylist(), strict=True):
             assert offset >= (ends[queue_id] or 0), "an orphan row is one the table holds"
 
-        new, _ = cluster.wait_master(SET_A, min_epoch=old_info["master_epoch"] + 1,
-                                     exclude=[old], timeout_s=ELECTION_DEADLINE_S)
-        load.wait_acks(len(load.acked) + 300, timeout_s=ELECTION_DEADLINE_S)
-        load.stop()
-        assert load.acks_after(killed_at), "no PUT_OK after the failover"
-        cluster.wait_confirm_at_end(new)
-        _wait_table_at(uri, cluster, new)
-        table = _assert_table_is_the_topic(uri, read_topic(cluster.endpoint(new), TOPIC), load)
+        new, _, table = _fail_over_and_check(cluster, uri, load, old,
+                                             old_info["master_epoch"], killed_at)
         held = set(zip(table["queueId"].to_pylist(), table["queueOffset"].to_pylist(),
                        strict=True))
         assert set(zip(orphan_rows["queueId"].to_pylist(),
