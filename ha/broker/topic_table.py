@@ -118,7 +118,7 @@ def to_table_rows(batch: pa.RecordBatch, broker_name: str) -> pa.Table:
     store_ms = batch.column("store_timestamp")
     columns = {
         "topic": batch.column("topic"),
-        "brokerName": pa.array(np.full(batch.num_rows, broker_name, dtype=object), pa.string()),
+        "brokerName": pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows),
         "queueId": batch.column("queue_id"),
         "queueOffset": batch.column("queue_offset"),
         "msgId": batch.column("msg_id"),
