@@ -115,15 +115,18 @@ class TopicTables:
             self._thread.join()
 
     def _loop(self) -> None:
+        """A pass every interval, start to start (a pass's own time is not added to the wait,
+        so a row waits at most about one interval plus one pass: the lag bound)."""
         interval_s = self.config.topic_table_interval_ms / 1000.0
         wait_s = interval_s
         while not self._stop.wait(wait_s):
+            started_s = time.monotonic()
             try:
                 more = self.run_pass()
             except Exception:  # the thread must survive anything
                 logger.exception("topic tables: pass failed")
                 more = False
-            wait_s = 0.0 if more else interval_s
+            wait_s = 0.0 if more else max(0.0, interval_s - (time.monotonic() - started_s))
 
     def enabled(self, topic: TopicConfig) -> bool:
         return topic.table_format(self.config.topic_table_default) == "delta"
