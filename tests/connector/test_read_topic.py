@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from connector import Admin, ClientConfig, Producer
 from connector.errors import OptionError
@@ -146,6 +146,10 @@ def test_the_pyarrow_reader_and_a_cached_tail_give_the_same_rows_as_spark_s(
         cached.unpersist()
 
 
+def _place(row: Row) -> tuple[int, int]:
+    return row.queueId, row.queueOffset
+
+
 def test_the_tail_copied_to_parquet_is_the_tail_the_connector_reads(
         spark: SparkSession, half_table: tuple[BrokerProcess, str], tmp_path: Path) -> None:
     """A short tail is copied once to Parquet (here under tail_dir) and each query reads the
@@ -163,9 +167,8 @@ def test_the_tail_copied_to_parquet_is_the_tail_the_connector_reads(
         copied_plan
     assert "BatchScan rocketha" in direct_plan and "(Python)" in direct_plan, direct_plan
     assert copied.columns == direct.columns == [*columns, "storeDate"]
-    key = (lambda row: (row.queueId, row.queueOffset))
-    copied_rows = sorted(copied.collect(), key=key)
-    assert copied_rows == sorted(direct.collect(), key=key)
+    copied_rows = sorted(copied.collect(), key=_place)
+    assert copied_rows == sorted(direct.collect(), key=_place)
     assert len(copied_rows) == IN_TABLE + IN_TAIL
     assert len(list((tmp_path / "tails").glob("rocketha-tail-*/*.parquet"))) >= 1
 
