@@ -18,7 +18,12 @@ rest. `read_topic` returns both as one DataFrame:
                  partition and row-group skipping; no delta-spark JARs needed), or pyarrow
                  on the executors where Spark cannot open them (s3:// without the S3A
                  connector: connector/spark/table_files.py)
-    tail rows:   format("rocketha") with startingOffsets / endingOffsets from the plan
+    tail rows:   format("rocketha") with startingOffsets / endingOffsets from the plan;
+                 a tail up to tail_file_rows_max rows is copied once into Parquet (Spark's
+                 tasks read and write it; connector/spark/tail_file.py), checked against the
+                 plan, and read by Spark's Parquet reader on each action; a longer one, or
+                 one with nowhere to go (a cluster without tail_dir), is read through the
+                 Python data source on each action
     result:      the union; each (brokerName, queueId, queueOffset) once, contiguous
 
 The snapshot and the plan (`table_part`, `tail_plan`, `table_starting_offsets` for a stream
@@ -50,6 +55,14 @@ from connector.spark.options import (
 from connector.spark.planning import Bounds
 from connector.spark.source import discover
 from connector.spark.table_files import AUTO, SPARK, arrow_files_frame, choose_reader, spark_uri
+from connector.spark.tail_file import (
+    TAIL_FILE_ROWS_MAX,
+    check_tail,
+    copy_columns,
+    summarize,
+    write_tail,
+)
+from connector.spark.tail_file import tail_dir as tail_copy_dir
 
 __all__ = ["PARTITION_COLUMN", "TablePart", "TailPlan", "read_topic", "table_part",
            "table_starting_offsets", "tail_plan"]
@@ -162,10 +175,33 @@ def table_starting_offsets(topic: str, *, table: str,
     return json.dumps(canonical(unflatten(plan.starting)))
 
 
+def _tail(spark: SparkSession, topic: str, plan: TailPlan, columns: Sequence[str],
+          options: Mapping[str, str], copy_to: str | None) -> DataFrame:
+    """The tail's rows: format("rocketha") over the plan's ranges, copied to Parquet at
+    `copy_to` (and checked against the plan) when given."""
+    tail_columns = (tuple(dict.fromkeys([*columns, "storeTimestamp"])) if copy_to is None
+                    else copy_columns(columns))
+    tail_options = {**options, SUBSCRIBE: topic,
+                    STARTING_OFFSETS: json.dumps(canonical(unflatten(plan.starting))),
+                    ENDING_OFFSETS: json.dumps(canonical(unflatten(plan.ending))),
+                    COLUMNS: ",".join(tail_columns)}
+    tail = spark.read.format("rocketha").options(**tail_options).load()
+    if copy_to is None:
+        return tail
+    write_tail(tail, copy_to)
+    copied = spark.read.schema(source_ddl(tail_columns)).parquet(copy_to)
+    filtered = parse_source_options(tail_options).tag_filter is not None
+    problems = check_tail(topic, plan.starting, plan.ending, summarize(copied),
+                          filtered=filtered)
+    assert not problems, f"read_topic: the tail's copy at {copy_to}: {'; '.join(problems)}"
+    return copied
+
+
 def read_topic(spark: SparkSession, topic: str, *, table: str,
                table_storage_options: Mapping[str, str] | None = None,
                columns: Sequence[str] = ALL_COLUMN_NAMES, table_reader: str = AUTO,
-               cache_tail: bool = False, **options: str) -> DataFrame:
+               cache_tail: bool = False, tail_file_rows_max: int = TAIL_FILE_ROWS_MAX,
+               tail_dir: str | None = None, **options: str) -> DataFrame:
     """The whole topic: the table's rows and the tail it does not hold yet (module doc).
 
     `table`: the table's URI (a path, s3:// or s3a://); `table_storage_options`: delta-rs's,
@@ -173,15 +209,19 @@ def read_topic(spark: SparkSession, topic: str, *, table: str,
     of the connector's 11 (storeDate, the partition column, comes along); `table_reader`:
     who reads the table's files, "auto", "spark" or "arrow" (connector/spark/table_files.py:
     Spark's Parquet reader where Hadoop can open the URI, else pyarrow on the executors);
+    `tail_file_rows_max`: a tail of at most this many rows is copied once into Parquet
+    under `tail_dir` (a directory every executor reads at the same URI; by default a
+    temporary directory when Spark runs in this process, removed at exit; without one on a
+    cluster, no copy), so each query reads it with Spark's Parquet reader (0 = never copy);
     `cache_tail`: keep the tail's rows in Spark's cache after the first action, so later
     queries of this DataFrame skip the Python data source (the tail is a fixed offset range:
     caching it changes no answer; it costs the tail's rows in executor memory until
     `unpersist`); `options`: the connector's source options (brokers= or controller=, TLS,
     credentials ...).
 
-    The tail is read by Spark's tasks through `format("rocketha")` on each action. Reading it
-    once on the driver into a local relation was measured slower: Spark ships a local
-    relation's rows to the tasks on every query (52,000 rows: 4.4 s against 3.0 s)."""
+    Otherwise the tail is read by Spark's tasks through `format("rocketha")` on each action.
+    Reading it once on the driver into a local relation was measured slower: Spark ships a
+    local relation's rows to the tasks on every query (52,000 rows: 4.4 s against 3.0 s)."""
     unknown = [name for name in columns if name not in ALL_COLUMN_NAMES]
     if unknown or not columns:
         raise OptionError(f"read_topic: columns {unknown or '(none)'} are not among "
@@ -202,12 +242,8 @@ def read_topic(spark: SparkSession, topic: str, *, table: str,
         frames.append(arrow_files_frame(spark, part.files, table_schema, columns,
                                         table_storage_options))
     if plan.rows:
-        tail_columns = tuple(dict.fromkeys([*columns, "storeTimestamp"]))
-        tail_options = {**options, SUBSCRIBE: topic,
-                        STARTING_OFFSETS: json.dumps(canonical(unflatten(plan.starting))),
-                        ENDING_OFFSETS: json.dumps(canonical(unflatten(plan.ending))),
-                        COLUMNS: ",".join(tail_columns)}
-        tail = spark.read.format("rocketha").options(**tail_options).load()
+        copy_to = tail_copy_dir(spark, tail_dir) if plan.rows <= tail_file_rows_max else None
+        tail = _tail(spark, topic, plan, columns, options, copy_to)
         tail = tail.withColumn(PARTITION_COLUMN, F.expr(_STORE_DATE_SQL)).select(*wanted)
         frames.append(tail.cache() if cache_tail else tail)
     if not frames:

@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -64,16 +65,18 @@ class Continuity:
         of each queue is its table end's mark."""
         if rows.num_rows == 0:
             return
-        queue_ids = rows.column("queueId").to_pylist()
-        last: dict[int, int] = {}
-        for index, queue_id in enumerate(queue_ids):
-            last[queue_id] = index
+        queue_ids = rows.column("queueId").to_numpy()
+        # the last row of each queue: its first in the reversed column (no Python loop over
+        # the rows: a commit holds up to topicTableCommitRowsMax of them)
+        found, first_reversed = np.unique(queue_ids[::-1], return_index=True)
         offsets = rows.column("queueOffset")
-        stored = rows.column("storeTimestamp").cast(pa.int64())
+        stored = rows.column("storeTimestamp")
         bodies = rows.column("body")
-        for queue_id, index in last.items():
+        for queue_id, reversed_index in zip(found.tolist(), first_reversed.tolist(),
+                                            strict=True):
+            index = len(queue_ids) - 1 - reversed_index
             self._marks[queue_id] = (offsets[index].as_py(), RowMark.of(
-                stored[index].as_py() // 1000, bodies[index].as_py()))
+                stored[index].cast(pa.int64()).as_py() // 1000, bodies[index].as_py()))
 
     def foreign(self, table: DeltaTable | None, appends: Mapping[int, int]
                 ) -> tuple[int, ...]:

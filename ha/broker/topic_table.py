@@ -37,6 +37,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ha.broker.arrow_codec import block_to_batch
 from ha.broker.table_continuity import Continuity
+from ha.broker.table_crash import crash_after_data_files_if_asked
 from ha.broker.table_plan import (
     Ahead,
     CommitPlan,
@@ -117,7 +118,7 @@ def to_table_rows(batch: pa.RecordBatch, broker_name: str) -> pa.Table:
     store_ms = batch.column("store_timestamp")
     columns = {
         "topic": batch.column("topic"),
-        "brokerName": pa.array(np.full(batch.num_rows, broker_name, dtype=object), pa.string()),
+        "brokerName": pa.repeat(pa.scalar(broker_name, pa.string()), batch.num_rows),
         "queueId": batch.column("queue_id"),
         "queueOffset": batch.column("queue_offset"),
         "msgId": batch.column("msg_id"),
@@ -270,6 +271,7 @@ class TopicTableWriter:
                             writer_properties=writer, commit_properties=properties)
             return 0
         version_read = table.version()
+        crash_after_data_files_if_asked(self.uri, rows, PARTITION_COLUMN, ZSTD_LEVEL)  # tests
         write_deltalake(table, rows, mode="append", partition_by=[PARTITION_COLUMN],
                         writer_properties=writer, commit_properties=properties)
         assert table.version() == version_read + 1, (version_read, table.version())

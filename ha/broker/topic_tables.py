@@ -123,18 +123,23 @@ class TopicTables:
         self._wake.set()
 
     def _loop(self) -> None:
+        """A pass every interval, start to start (a pass's own time is not added to the wait,
+        so a row waits at most about one interval plus one pass: the lag bound). A live change
+        of the interval (set_config) ends the wait in progress."""
         wait_s = self.config.topic_table_interval_ms / 1000.0
         while True:
             self._wake.wait(wait_s)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            started_s = time.monotonic()
             try:
                 more = self.run_pass()
             except Exception:  # the thread must survive anything
                 logger.exception("topic tables: pass failed")
                 more = False
-            wait_s = 0.0 if more else self.config.topic_table_interval_ms / 1000.0
+            interval_s = self.config.topic_table_interval_ms / 1000.0
+            wait_s = 0.0 if more else max(0.0, interval_s - (time.monotonic() - started_s))
 
     def enabled(self, topic: TopicConfig) -> bool:
         return topic.table_format(self.config.topic_table_default) == "delta"

@@ -9,6 +9,10 @@ each): `off` (topicTableDefault=none) and `on` (topicTableDefault=delta, topicTa
 
   produce_ratio_table_on    acked produce rows/s into `on` / into `off`: R rounds of N/4 rows
                             each, the two brokers taking turns; best round each
+  produce_cpu_ratio_table_on   the same rounds by CPU, which the machine's load does not
+                            skew: the `off` broker's CPU seconds per row / the `on` broker's
+                            (after its table caught up with those rows); table_cpu_us_per_row
+                            is the `topic-tables` thread's share (/proc/<pid>/task/*/stat)
   table_lag_p99_s           `on`, a paced produce (--rate rows/s for --lag-seconds s), its
                             `broker info` lag_seconds sampled every 100 ms: the 99th percentile
   table_read_vs_parquet_ratio   the N rows of `on`'s topic once the table caught up and was
@@ -86,6 +90,20 @@ def produce(broker: BrokerProcess, topic: str, rows: int, *, first: int = 0,
                 if ahead_s > 0:
                     time.sleep(ahead_s)  # pacing the load, not waiting for a condition
     return rows / (time.perf_counter() - start)
+
+
+def cpu_s(pid: int, thread: str | None = None) -> float:
+    """CPU seconds (user + system) of process `pid`, or of its threads named `thread` (the
+    broker names its threads in the kernel: ha/broker/thread_names.py)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = ([Path(f"/proc/{pid}/stat")] if thread is None else
+             [task / "stat" for task in Path(f"/proc/{pid}/task").iterdir()
+              if (task / "comm").read_text().strip() == thread])
+    total = 0
+    for stat in stats:
+        fields = stat.read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / tick
 
 
 def table_stats(broker: BrokerProcess, topic: str) -> dict:  # type: ignore[type-arg]
@@ -182,10 +200,24 @@ def main(argv: list[str]) -> int:
         round_rows = max(PRODUCE_BATCH_ROWS, args.rows // 4)
         rates: dict[str, list[float]] = {"off": [], "on": []}
         sent = {"off": 0, "on": 0}
+        pids = {"off": off.process.pid, "on": on.process.pid}  # type: ignore[union-attr]
+        cpu_before = {name: cpu_s(pid) for name, pid in pids.items()}
+        table_cpu_before = cpu_s(pids["on"], "topic-tables")
         for _ in range(args.repeat):
             for name, broker in (("off", off), ("on", on)):
                 rates[name].append(produce(broker, TOPIC, round_rows, first=sent[name]))
                 sent[name] += round_rows
+        wait_caught_up(on, TOPIC)  # the materializer's work for these rows is done
+        cpu = {name: cpu_s(pid) - cpu_before[name] for name, pid in pids.items()}
+        table_cpu = cpu_s(pids["on"], "topic-tables") - table_cpu_before
+        figures["produce_cpu_us_per_row_off"] = cpu["off"] / sent["off"] * 1e6
+        figures["produce_cpu_us_per_row_on"] = cpu["on"] / sent["on"] * 1e6
+        figures["table_cpu_us_per_row"] = table_cpu / sent["on"] * 1e6
+        figures["produce_cpu_ratio_table_on"] = \
+            (cpu["off"] / sent["off"]) / (cpu["on"] / sent["on"])
+        print(f"broker CPU per row: {figures['produce_cpu_us_per_row_off']:.2f} us off, "
+              f"{figures['produce_cpu_us_per_row_on']:.2f} us on, of which the topic-tables "
+              f"thread {figures['table_cpu_us_per_row']:.2f} us", flush=True)
         figures["produce_rows_per_s_off"] = max(rates["off"])
         figures["produce_rows_per_s_on"] = max(rates["on"])
         figures["produce_ratio_table_on"] = max(rates["on"]) / max(rates["off"])

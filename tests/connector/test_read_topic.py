@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from connector import Admin, ClientConfig, Producer
 from connector.errors import OptionError
@@ -144,6 +144,33 @@ def test_the_pyarrow_reader_and_a_cached_tail_give_the_same_rows_as_spark_s(
         assert cached.count() == IN_TABLE + IN_TAIL
     finally:
         cached.unpersist()
+
+
+def _place(row: Row) -> tuple[int, int]:
+    return row.queueId, row.queueOffset
+
+
+def test_the_tail_copied_to_parquet_is_the_tail_the_connector_reads(
+        spark: SparkSession, half_table: tuple[BrokerProcess, str], tmp_path: Path) -> None:
+    """A short tail is copied once to Parquet (here under tail_dir) and each query reads the
+    copy with Spark's Parquet reader; with tail_file_rows_max=0 it is read through the Python
+    data source on each action: the same rows either way."""
+    broker, uri = half_table
+    columns = ["queueId", "queueOffset", "body", "storeTimestamp"]
+    copied = read_topic(spark, TOPIC, table=uri, columns=columns, brokers=broker.endpoint,
+                        tail_dir=str(tmp_path / "tails"))
+    direct = read_topic(spark, TOPIC, table=uri, columns=columns, brokers=broker.endpoint,
+                        tail_file_rows_max=0)
+    copied_plan = copied._jdf.queryExecution().executedPlan().toString()
+    direct_plan = direct._jdf.queryExecution().executedPlan().toString()
+    assert "(Python)" not in copied_plan and copied_plan.count("FileScan parquet") == 2, \
+        copied_plan
+    assert "BatchScan rocketha" in direct_plan and "(Python)" in direct_plan, direct_plan
+    assert copied.columns == direct.columns == [*columns, "storeDate"]
+    copied_rows = sorted(copied.collect(), key=_place)
+    assert copied_rows == sorted(direct.collect(), key=_place)
+    assert len(copied_rows) == IN_TABLE + IN_TAIL
+    assert len(list((tmp_path / "tails").glob("rocketha-tail-*/*.parquet"))) >= 1
 
 
 def test_a_stream_started_where_the_table_ends_reads_exactly_the_tail(

@@ -1,11 +1,13 @@
 """read_topic's tail plan (pure): per queue, from the table's end to the queue's end; a table
-behind the log's first offset is a gap; a table past the queue's end is a recreated topic."""
+behind the log's first offset is a gap; a table past the queue's end is a recreated topic.
+The tail's Parquet copy is checked against that plan: each planned offset once, nothing else."""
 
 from __future__ import annotations
 
 from connector.spark.offsets import QueueRef
 from connector.spark.planning import Bounds
 from connector.spark.read_topic import tail_plan
+from connector.spark.tail_file import QueueSummary, check_tail
 
 A0, A1, B0 = QueueRef("t", "a", 0), QueueRef("t", "a", 1), QueueRef("t", "b", 0)
 
@@ -29,3 +31,41 @@ def test_a_table_past_the_queues_end_is_ahead_and_adds_no_tail() -> None:
     assert plan.ahead == (A0,)
     assert plan.starting == {A0: 12, A1: 3}
     assert plan.rows == 0
+
+
+# check_tail: the tail's Parquet copy against the plan, from its per-queue summary
+PLANNED_FROM, PLANNED_TO = {A0: 40, A1: 0}, {A0: 50, A1: 7}
+
+
+def test_a_copy_with_each_planned_offset_once_passes() -> None:
+    summary = {("a", 0): QueueSummary(10, 10, 40, 49), ("a", 1): QueueSummary(7, 7, 0, 6)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, summary, filtered=False) == []
+
+
+def test_a_copy_with_an_offset_twice_a_gap_or_a_stray_row_fails() -> None:
+    twice = {("a", 0): QueueSummary(11, 10, 40, 49), ("a", 1): QueueSummary(7, 7, 0, 6)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, twice, filtered=False) == [
+        "t a:0 [40, 50): 1 offset(s) twice"]
+    gap = {("a", 0): QueueSummary(9, 9, 40, 49), ("a", 1): QueueSummary(7, 7, 0, 6)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, gap, filtered=False) == [
+        "t a:0 [40, 50): 9 offsets, 10 planned"]
+    past = {("a", 0): QueueSummary(10, 10, 41, 50), ("a", 1): QueueSummary(7, 7, 0, 6)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, past, filtered=False) == [
+        "t a:0 [40, 50): offsets 41..50 outside"]
+    stray = {**summary_of_plan(), ("b", 0): QueueSummary(1, 1, 0, 0)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, stray, filtered=False) == [
+        "t b:0: rows from a queue with no tail"]
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, {("a", 0): summary_of_plan()[("a", 0)]},
+                      filtered=False) == ["t a:1 [0, 7): no row"]
+
+
+def test_a_tag_filtered_copy_may_hold_fewer_rows_but_never_one_twice() -> None:
+    fewer = {("a", 0): QueueSummary(3, 3, 41, 47)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, fewer, filtered=True) == []
+    twice = {("a", 0): QueueSummary(4, 3, 41, 47)}
+    assert check_tail("t", PLANNED_FROM, PLANNED_TO, twice, filtered=True) == [
+        "t a:0 [40, 50): 1 offset(s) twice"]
+
+
+def summary_of_plan() -> dict[tuple[str, int], QueueSummary]:
+    return {("a", 0): QueueSummary(10, 10, 40, 49), ("a", 1): QueueSummary(7, 7, 0, 6)}

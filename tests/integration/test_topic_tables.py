@@ -21,13 +21,16 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from connector import Admin, ClientConfig
+from ha.broker.table_crash import CRASH_TRIGGER_ENV
 from ha.broker.table_plan import fence_app_id, queue_app_id, split_fence
 from tests.ha.replica_set import wait_for
 from tests.integration.failover_cluster import (
@@ -48,11 +51,11 @@ CATCH_UP_S = 30.0  # the table reaching the master's end (2 shared cores, Parque
 ELECTION_DEADLINE_S = 15.0
 
 
-def _cluster(tmp_path: Path) -> tuple[FailoverCluster, str]:
+def _cluster(tmp_path: Path, **extra: str) -> tuple[FailoverCluster, str]:
     tier = tmp_path / "tier"
     cluster = FailoverCluster(tmp_path / "cluster", controllers=1, replicas=3, **QUORUM,
                               tieredStoreUrl=f"file://{tier}",
-                              topicTableIntervalMs=str(INTERVAL_MS))
+                              topicTableIntervalMs=str(INTERVAL_MS), **extra)
     return cluster, str(tier / "tables" / TOPIC)
 
 
@@ -178,6 +181,21 @@ def _log_versions(uri: str) -> int:
     return len(list(log.glob("*.json"))) if log.is_dir() else 0
 
 
+def _fail_over_and_check(cluster: FailoverCluster, uri: str, load: Load, old: str,
+                         old_epoch: int, killed_at: float
+                         ) -> tuple[str, dict[str, Any], pa.Table]:
+    """After `old` died: a new master, 300 more acks, then the table caught up is the topic."""
+    new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1, exclude=[old],
+                                        timeout_s=ELECTION_DEADLINE_S)
+    load.wait_acks(len(load.acked) + 300, timeout_s=ELECTION_DEADLINE_S)
+    load.stop()
+    assert load.acks_after(killed_at), "no PUT_OK after the failover"
+    cluster.wait_confirm_at_end(new)
+    _wait_table_at(uri, cluster, new)
+    table = _assert_table_is_the_topic(uri, read_topic(cluster.endpoint(new), TOPIC), load)
+    return new, new_info, table
+
+
 def test_sigkill_of_the_master_while_materializing(tmp_path: Path) -> None:
     cluster = load = None
     try:
@@ -199,19 +217,70 @@ def test_sigkill_of_the_master_while_materializing(tmp_path: Path) -> None:
         rows_before = DeltaTable(uri).to_pyarrow_table().num_rows
         assert rows_before > 0
 
-        new, new_info = cluster.wait_master(SET_A, min_epoch=old_epoch + 1, exclude=[old],
-                                            timeout_s=ELECTION_DEADLINE_S)
-        load.wait_acks(len(load.acked) + 300, timeout_s=ELECTION_DEADLINE_S)
-        load.stop()
-        assert load.acks_after(killed_at), "no PUT_OK after the failover"
-        cluster.wait_confirm_at_end(new)
-        _wait_table_at(uri, cluster, new)
-        table = _assert_table_is_the_topic(uri, read_topic(cluster.endpoint(new), TOPIC), load)
+        _, new_info, table = _fail_over_and_check(cluster, uri, load, old, old_epoch,
+                                                  killed_at)
         assert table.num_rows > rows_before
         fence = split_fence(DeltaTable(uri).transaction_version(fence_app_id(SET_A)))
         assert fence[0] == new_info["master_epoch"] > old_epoch
         print(f"\n{table.num_rows} rows, {rows_before} before the kill; "
               f"{DeltaTable(uri).version() + 1} commits; fence {fence}")
+    finally:
+        if load is not None:
+            load.abort()
+        if cluster is not None:
+            cluster.down()
+
+
+def _data_files(uri: str) -> set[str]:
+    return {str(path) for path in Path(uri).glob("storeDate=*/*.parquet")}
+
+
+def test_sigkill_between_a_commits_data_files_and_its_log_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master dies (SIGKILL, ha/broker/table_crash.py) after writing a commit's Parquet
+    files and before its log entry. Those files hold the next rows of the table, so a reader
+    that took them would see those messages twice: after the failover, the table holds every
+    acked message exactly once, and the new master's upkeep (vacuum at 0 hours here) deletes
+    the orphan files."""
+    trigger = tmp_path / "crash-trigger"
+    monkeypatch.setenv(CRASH_TRIGGER_ENV, str(trigger))  # the brokers inherit it
+    cluster = load = None
+    try:
+        cluster, uri = _cluster(tmp_path, topicTableVacuumHours="0",
+                                topicTableMaintenanceIntervalMs="1000")
+        old, old_info = cluster.wait_master(SET_A)
+        cluster.wait_full_sync_state_set(old, 3)
+        _create_table_topic(cluster, old)
+        load = Load(_producer_config(cluster), TOPIC, "r" + uuid.uuid4().hex[:8],
+                    messages_max=100_000, duration_max_s=90).start()
+        load.wait_acks(300)
+        wait_for(lambda: _log_versions(uri) >= 2 or None, CATCH_UP_S, "two commits")
+        trigger.touch()  # the old master's next commit with rows crashes
+        wait_for(lambda: cluster.pid(old) is None, CATCH_UP_S,
+                 f"{old} to kill itself at a commit (trigger {trigger.exists()})")
+        killed_at = time.monotonic()
+        assert not trigger.exists()
+        snapshot = DeltaTable(uri)
+        listed = {uri_.removeprefix("file://") for uri_ in snapshot.file_uris()}
+        orphans = _data_files(uri) - listed
+        assert orphans, "the crash left no data file"
+        ends = {q: snapshot.transaction_version(queue_app_id(SET_A, q)) for q in range(QUEUES)}
+        orphan_rows = pa.concat_tables([pq.read_table(path, columns=["queueId", "queueOffset"])
+                                        for path in sorted(orphans)])
+        for queue_id, offset in zip(orphan_rows["queueId"].to_pylist(),
+                                    orphan_rows["queueOffset"].to_pylist(), strict=True):
+            assert offset >= (ends[queue_id] or 0), "an orphan row is one the table holds"
+
+        new, _, table = _fail_over_and_check(cluster, uri, load, old,
+                                             old_info["master_epoch"], killed_at)
+        held = set(zip(table["queueId"].to_pylist(), table["queueOffset"].to_pylist(),
+                       strict=True))
+        assert set(zip(orphan_rows["queueId"].to_pylist(),
+                       orphan_rows["queueOffset"].to_pylist(), strict=True)) <= held
+        wait_for(lambda: not (orphans & _data_files(uri)), CATCH_UP_S,
+                 f"the new master's vacuum to delete {len(orphans)} orphan file(s) "
+                 f"({(cluster.info(new) or {}).get('topic_tables')})")
+        assert DeltaTable(uri).to_pyarrow_table().num_rows == table.num_rows
     finally:
         if load is not None:
             load.abort()
