@@ -36,6 +36,7 @@ from storage_engine import (
     java_string_hash,
     scan_record,
 )
+from storage_engine.checkpoint import Checkpoint, write_checkpoint
 from storage_engine.record_format import encode_host, encode_properties, encode_record
 
 SMALL = StoreConfig(commit_log_segment_size_bytes=256 * 1024, message_size_max_bytes=16 * 1024,
@@ -181,7 +182,9 @@ def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> N
         else:
             handle.seek(end - base)
             handle.write(os.urandom(3000))
-    (tmp_path / "abort").touch()  # as after a crash
+    (tmp_path / "abort").touch()  # as after a crash whose last checkpoint came before the
+    checkpoint = by_position[-10][1]  # damage: past it, nothing was known durable
+    write_checkpoint(tmp_path / "checkpoint", Checkpoint(checkpoint, checkpoint, checkpoint))
     with MessageStore(tmp_path, SMALL) as store:
         survivors = read_all(store)
         if damage == "garbage":
