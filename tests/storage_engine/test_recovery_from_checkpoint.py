@@ -25,7 +25,13 @@ from storage_engine.commit_log import _chain_reaches, _scan_segment
 from storage_engine.segment import Segment
 from tests.sim.sim_fs import SimDiskFaults, SimFileSystem
 from tests.sim.store_sim import CONFIG, STORE
-from tests.storage_engine.test_engine_basics import SMALL, fill, last_segment, read_all
+from tests.storage_engine.test_engine_basics import (
+    SMALL,
+    fill,
+    flip_byte,
+    last_segment,
+    read_all,
+)
 
 
 def record_positions(store: MessageStore, written: list[tuple]) -> dict[tuple, int]:
@@ -62,10 +68,7 @@ def in_last_segment(store_dir: Path, positions: dict[tuple, int]) -> list[int]:
 def damage(path: Path, relative: int, how: str, end_relative: int) -> None:
     with open(path, "r+b") as handle:
         if how == "flip":
-            handle.seek(relative + 30)
-            byte = handle.read(1)
-            handle.seek(relative + 30)
-            handle.write(bytes([byte[0] ^ 0x10]))
+            flip_byte(handle, relative + 30)
         elif how == "torn":  # the record's second half never reached the disk
             handle.seek(relative + 60)
             handle.write(bytes(end_relative - relative - 60))
