@@ -101,13 +101,15 @@ class CommitLog:
         only past the position, and there every record is checked in full (lengths, topic,
         both checksums) as before, so a torn or corrupt tail is cut at the same record.
         Segments before the checkpoint's were never checked at all; the bytes of its own
-        segment below the position are vouched for in the same way. They get one structural
-        check, as cheap as reading the sizes: the chain of TOTALSIZE and magic codes from the
-        segment's start must land exactly on the checkpoint position (`_chain_reaches`). If it
-        does not (a checkpoint that is not a record boundary, or bytes below it that are no
-        longer records), the whole segment is checked from its start, as before this check
-        existed. RocketMQ's normal recovery also trusts what its checkpoint covers; its abort
-        file is not needed here, since the checkpoint alone says what was fsynced."""
+        segment below the position are vouched for in the same way (on a replica, what its
+        dispatch checked of the master's records is all they get, as in earlier segments).
+        They get one structural check, as cheap as reading the sizes: the chain of TOTALSIZE
+        and magic codes from the segment's start must land exactly on the checkpoint position
+        (`_chain_reaches`). If it does not (a checkpoint that is not a record boundary, or
+        bytes below it that are no longer records), the whole segment is checked from its
+        start, as before this check existed. RocketMQ's normal recovery also trusts what its
+        checkpoint covers; its abort file is not needed here, since the checkpoint alone says
+        what was fsynced."""
         segments = self._segments.segments
         if not segments:
             return RecoveryScan(0, 0, 0, "empty log")
