@@ -1,8 +1,9 @@
 """Opening a store after a clean shutdown or a crash, and the checkpoint that says how much of
 it the next open may trust.
 
-Recovery (`recover`, on open): redo an interrupted truncation, scan the CommitLog from the last
-checkpoint's segment and cut at the first invalid record, trim ConsumeQueue entries past that
+Recovery (`recover`, on open): redo an interrupted truncation, check the CommitLog from the last
+checkpoint's position (what it vouches for was fsynced: CommitLog.recover says why that is
+enough) and cut at the first invalid record, trim ConsumeQueue entries past that
 end, rebuild the entries the checkpoint does not vouch for by parsing the CommitLog, and
 recompute next offsets. Whether the last run ended cleanly comes from the abort marker
 (checkpoint.DirectoryLock, taken by MessageStore) and from the checkpoint being readable.
@@ -58,13 +59,17 @@ def recover(state: StoreState) -> Recovered:
                        checkpoint.truncate_intent_log_position)
         commit_log.discard_from(checkpoint.truncate_intent_log_position)
     scan_from = min(checkpoint.consume_queue_log_position, checkpoint.flushed_log_position)
+    if checkpoint.truncate_intent_log_position >= 0:  # the log now ends there
+        scan_from = min(scan_from, checkpoint.truncate_intent_log_position)
     scan = commit_log.recover(scan_from)
     end = scan.valid_log_position_end
     if scan.cut_bytes:
         logger.warning("recovery cut %d bytes after log_position %d (%s)",
                        scan.cut_bytes, end, scan.reason)
-    redispatch_from = max(min(checkpoint.consume_queue_log_position, end),
-                          commit_log.min_log_position)
+    # the scan starts below the checkpoint only when the checkpoint is not a record boundary
+    # (CommitLog.recover): its ConsumeQueue position is then not trusted either
+    redispatch_from = max(min(checkpoint.consume_queue_log_position, end,
+                              scan.scanned_from_log_position), commit_log.min_log_position)
     _load_consume_queues(state, redispatch_from, end)
     state.dispatch_refs(commit_log.iter_records(redispatch_from, end))
     state.dispatched = end

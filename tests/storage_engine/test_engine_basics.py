@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from hypothesis import given, settings
@@ -36,6 +37,7 @@ from storage_engine import (
     java_string_hash,
     scan_record,
 )
+from storage_engine.checkpoint import Checkpoint, write_checkpoint
 from storage_engine.record_format import encode_host, encode_properties, encode_record
 
 SMALL = StoreConfig(commit_log_segment_size_bytes=256 * 1024, message_size_max_bytes=16 * 1024,
@@ -153,6 +155,13 @@ def last_segment(store_dir: Path) -> Path:
     return max((store_dir / "commitlog").iterdir())
 
 
+def flip_byte(handle: BinaryIO, at: int) -> None:
+    handle.seek(at)
+    byte = handle.read(1)
+    handle.seek(at)
+    handle.write(bytes([byte[0] ^ 0x10]))
+
+
 @pytest.mark.parametrize("damage", ["flip", "zero_tail", "short_file", "garbage"])
 def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> None:
     with MessageStore(tmp_path, SMALL) as store:
@@ -169,10 +178,7 @@ def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> N
     relative = victim_position - base
     with open(segment, "r+b") as handle:
         if damage == "flip":
-            handle.seek(relative + 30)
-            byte = handle.read(1)
-            handle.seek(relative + 30)
-            handle.write(bytes([byte[0] ^ 0x10]))
+            flip_byte(handle, relative + 30)
         elif damage == "zero_tail":
             handle.seek(relative + 10)
             handle.write(bytes(end - victim_position - 10))
@@ -181,7 +187,9 @@ def test_recovery_cuts_at_the_first_bad_record(tmp_path: Path, damage: str) -> N
         else:
             handle.seek(end - base)
             handle.write(os.urandom(3000))
-    (tmp_path / "abort").touch()  # as after a crash
+    (tmp_path / "abort").touch()  # as after a crash whose last checkpoint came before the
+    checkpoint = by_position[-10][1]  # damage: past it, nothing was known durable
+    write_checkpoint(tmp_path / "checkpoint", Checkpoint(checkpoint, checkpoint, checkpoint))
     with MessageStore(tmp_path, SMALL) as store:
         survivors = read_all(store)
         if damage == "garbage":
