@@ -86,6 +86,7 @@ __all__ = [
     "QueueChooser",
     "Resolution",
     "SendResult",
+    "TopicRoute",
     "expand",
     "message_size_bytes",
     "put_results",
@@ -138,6 +139,7 @@ class SendResult:
     queue_id: int = -1
     queue_offset: int = -1
     error: str = ""
+    broker_name: str = ""  # the replica set of queue_id ("": the one set of `brokers`)
 
     @property
     def ok(self) -> bool:
@@ -149,7 +151,9 @@ class SendResult:
         return self.status == "PUT_OK" or self.status == POSITION_UNKNOWN
 
 
-LaneKey = tuple[str, int | None]  # (topic, queue_id); None: the broker picks per row
+# (topic, replica set, queue_id): the set None is the one the producer's routes name (a
+# producer without a controller); queue_id None: the broker picks per row
+LaneKey = tuple[str, str | None, int | None]
 
 
 @dataclasses.dataclass(slots=True)
@@ -461,36 +465,59 @@ def put_results(reply: PutReply, rows: int) -> list[SendResult]:
                                "stored earlier; its position is no longer known")] * rows
         return [SendResult(reply.status, error=reply.error)] * rows  # not acknowledged yet
     error = "duplicate" if reply.duplicate and not reply.error else reply.error
-    return [SendResult(reply.status, queue_id, queue_offset, error)
+    broker_name = reply.broker_name
+    return [SendResult(reply.status, queue_id, queue_offset, error, broker_name)
             for queue_id, queue_offset in offsets]
 
 
+# A topic's writable queues as the producer learnt them: (replica set, writeQueueNums) per
+# set taking its writes, in order; the set None: the producer's one set (no controller).
+TopicRoute = tuple[tuple[str | None, int], ...]
+
+
 class QueueChooser:
-    """The queue of a message sent without queue_id: crc32(key) % writeQueueNums (the
-    broker's rule), or for a keyless message a sticky queue that moves on every
-    `sticky_messages` keyless messages. None while the topic's queue count is unknown."""
+    """The (replica set, queue) of a message sent without queue_id, among every writable queue
+    of every set taking the topic's writes, numbered in the route's order (set by set):
+    crc32(key) % the total (the broker's rule when there is one set), or for a keyless message
+    a sticky queue that moves on every `sticky_messages` keyless messages (across sets, as a
+    RocketMQ producer chooses among the topic's message queues on every broker). None while
+    the topic's route is unknown."""
 
     def __init__(self, sticky_messages: int) -> None:
         self.sticky_messages = sticky_messages
-        self._topics: dict[str, list[int]] = {}  # topic -> [queue count, sticky queue, left]
+        # topic -> (route, [(set, queue) of every writable queue], [sticky index, left])
+        self._topics: dict[str, tuple[TopicRoute, list[tuple[str | None, int]], list[int]]] = {}
 
     def queue_count(self, topic: str) -> int | None:
         state = self._topics.get(topic)
+        return None if state is None else len(state[1])
+
+    def route(self, topic: str) -> TopicRoute | None:
+        state = self._topics.get(topic)
         return None if state is None else state[0]
 
-    def learn(self, topic: str, queue_count: int) -> None:
-        assert queue_count >= 1
-        self._topics[topic] = [queue_count, random.randrange(queue_count),
-                               self.sticky_messages]
+    def learn(self, topic: str, route: int | TopicRoute) -> None:
+        """The topic's writeQueueNums (one set), or its route; a new route replaces the old
+        one (its sticky queue starts again at a random queue)."""
+        if isinstance(route, int):
+            route = ((None, route),)
+        queues = [(name, queue_id) for name, count in route for queue_id in range(count)]
+        assert queues, "a route with no writable queue"
+        self._topics[topic] = (route, queues, [random.randrange(len(queues)),
+                                               self.sticky_messages])
 
-    def choose(self, topic: str, key: str | None) -> int | None:
+    def forget(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+
+    def choose(self, topic: str, key: str | None) -> tuple[str | None, int] | None:
         state = self._topics.get(topic)
         if state is None:
             return None
+        _, queues, sticky = state
         if key is not None:
-            return zlib.crc32(key.encode()) % state[0]
-        if state[2] <= 0:
-            state[1] = (state[1] + 1) % state[0]
-            state[2] = self.sticky_messages
-        state[2] -= 1
-        return state[1]
+            return queues[zlib.crc32(key.encode()) % len(queues)]
+        if sticky[1] <= 0:
+            sticky[0] = (sticky[0] + 1) % len(queues)
+            sticky[1] = self.sticky_messages
+        sticky[1] -= 1
+        return queues[sticky[0]]
