@@ -251,6 +251,12 @@ class Producer:
                 route.append((replica_set.broker_name, count))
         return tuple(route)
 
+    def topic_route(self, topic: str) -> TopicRoute | None:
+        """The (replica set, writeQueueNums) pairs the producer writes `topic` to now (the set
+        None: the one its routes name, without a controller); None until it knows them."""
+        with self._lookup_lock:
+            return self._chooser.route(topic)
+
     def flush(self, timeout_ms: int | None = None) -> bool:
         """Send what `send_async` queued now (no linger) and wait until every message queued
         before this call has its result; False if `timeout_ms` passed first."""
@@ -278,8 +284,11 @@ class Producer:
             marker = (None if batch.producer_id is None
                       else PutIdempotence(batch.producer_id, batch.sequence))
             batch.wire = _messages_to_batch(batch.messages, queue_id, marker)
-        reply = self._lane_channel(batch.lane).attempt(topic, batch.wire)
-        if broker_name is not None and isinstance(reply, PutReply):
+        channel = self._lane_channel(batch.lane)
+        reply = channel.attempt(topic, batch.wire)
+        if self._spread and isinstance(reply, PutReply):  # the result names its set
+            if broker_name is None:  # (the broker-picks lane: the set that answered)
+                broker_name = self._routes.set_of_member.get(channel.answered_by, "")
             reply = dataclasses.replace(reply, broker_name=broker_name)
         return reply
 

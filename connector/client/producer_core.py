@@ -7,18 +7,22 @@ no clock: the shell (connector/client/async_sender.py) passes `now_s`, runs the 
 hands out (`poll`) and reports each outcome (`complete`); the property tests drive it with a
 fake cluster (tests/connector/test_producer_core.py).
 
-Lanes and queues. A lane is (topic, queue_id). The producer picks the queue of a message
-without a queue_id itself (`QueueChooser`), by the broker's own rule (ha/broker/service.py
+Lanes and queues. A lane is (topic, replica set, queue_id). The producer picks the queue of a
+message without a queue_id itself (`QueueChooser`), by the broker's own rule (ha/broker/service.py
 `_choose_queues`): crc32(key) % writeQueueNums for a keyed message, so one key always maps to one
 queue and one lane, and its order holds; a keyless message goes to a "sticky" queue that moves
 on (round robin) every `batch_messages` keyless messages (Kafka's sticky partitioner), so
-keyless load spreads over the queues in whole batches, several lanes in flight at once. Until
-the topic's writeQueueNums is known (the shell asks it in the background; a topic the first
-put creates is not known yet), messages go to the lane (topic, None) and the broker picks per row by
-the same rule; the producer moves a topic to per-queue lanes only while that lane holds no keyed
-message waiting for its answer, so no key's messages are ever split between two lanes at once. A
-topic whose writeQueueNums changes after the producer learnt it keeps the old count in this producer
-(a limit: ask again on restart).
+keyless load spreads over the queues in whole batches, several lanes in flight at once. A
+producer with a controller chooses the same way among every writable queue of every replica set
+that takes the topic's writes (the topic's route: set by set, their queues numbered in order),
+and its lanes name their set; without one the set is None (the one set its routes name). Until
+the topic's queues are known (the shell asks in the background; a topic the first put creates
+is not known yet), messages go to the lane (topic, None, None) and the broker picks per row by
+the same rule; the producer moves a topic to per-queue lanes, or to a new route (a set added or
+drained, looked up again every QUEUE_LOOKUP_INTERVAL_S with a controller), only while none of
+its lanes holds a keyed message waiting for its answer, so no key's messages are ever split
+between two lanes at once. Without a controller, a topic whose writeQueueNums changes after the
+producer learnt it keeps the old count in this producer (a limit: ask again on restart).
 
     send_async ──► lane.open (≤ batch_messages, ≤ batch_bytes) ──closed──► lane.queued
                      closed when full, linger_ms after its first message, or on flush

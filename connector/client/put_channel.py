@@ -75,6 +75,7 @@ class _PutChannel(_Base):
         # (`broker_name`, a producer with a controller writing to every set of a topic) is
         # in that set from its first send on.
         self._lane_home: list[str] = [] if broker_name is None else [broker_name]
+        self.answered_by = ""  # the endpoint of the last reply (`attempt`)
 
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """One batch with the retry policy (see Producer.put)."""
@@ -144,6 +145,7 @@ class _PutChannel(_Base):
             return FatalError(status_for("BAD_SCHEMA"), str(err))
         except OSError as err:
             return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
+        self.answered_by = endpoint
         status = status_for(reply.status)
         if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
             self._routes.move_past(endpoint)
