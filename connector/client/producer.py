@@ -34,6 +34,7 @@ from connector.client.producer_core import (
     ProducerCore,
     QueueChooser,
     SendResult,
+    SetPutReply,
     TopicRoute,
     message_size_bytes,
     put_results,
@@ -289,7 +290,7 @@ class Producer:
         if self._spread and isinstance(reply, PutReply):  # the result names its set
             if broker_name is None:  # (the broker-picks lane: the set that answered)
                 broker_name = self._routes.set_of_member.get(channel.answered_by, "")
-            reply = dataclasses.replace(reply, broker_name=broker_name)
+            reply = SetPutReply.of(reply, broker_name)
         return reply
 
     def _lane_channel(self, lane: LaneKey) -> _PutChannel:

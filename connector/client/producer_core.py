@@ -90,6 +90,7 @@ __all__ = [
     "QueueChooser",
     "Resolution",
     "SendResult",
+    "SetPutReply",
     "TopicRoute",
     "expand",
     "message_size_bytes",
@@ -158,6 +159,19 @@ class SendResult:
 # (topic, replica set, queue_id): the set None is the one the producer's routes name (a
 # producer without a controller); queue_id None: the broker picks per row
 LaneKey = tuple[str, str | None, int | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetPutReply(PutReply):
+    """A broker's reply and the replica set that gave it (a producer writing to several sets;
+    the set is the client's knowledge, not on the wire)."""
+
+    broker_name: str = ""
+
+    @classmethod
+    def of(cls, reply: PutReply, broker_name: str) -> SetPutReply:
+        return cls(reply.status, reply.code, reply.queues, reply.row_queue_ids,
+                   reply.log_position_end, reply.error, reply.duplicate, broker_name)
 
 
 @dataclasses.dataclass(slots=True)
@@ -469,7 +483,7 @@ def put_results(reply: PutReply, rows: int) -> list[SendResult]:
                                "stored earlier; its position is no longer known")] * rows
         return [SendResult(reply.status, error=reply.error)] * rows  # not acknowledged yet
     error = "duplicate" if reply.duplicate and not reply.error else reply.error
-    broker_name = reply.broker_name
+    broker_name = reply.broker_name if isinstance(reply, SetPutReply) else ""
     return [SendResult(reply.status, queue_id, queue_offset, error, broker_name)
             for queue_id, queue_offset in offsets]
 

@@ -287,9 +287,6 @@ class PutReply:
     log_position_end: int
     error: str = ""
     duplicate: bool = False  # an idempotent batch the broker had already stored
-    # The replica set that answered, set by a client that sends to several (never on the
-    # wire: neither encoded nor decoded)
-    broker_name: str = dataclasses.field(default="", compare=False)
 
     def encode(self) -> bytes:
         # The reply of a stored single-queue batch (every acknowledged send) by formatting:
