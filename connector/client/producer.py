@@ -34,10 +34,14 @@ from connector.client.producer_core import (
     ProducerCore,
     QueueChooser,
     SendResult,
+    SetPutReply,
+    TopicRoute,
     message_size_bytes,
     put_results,
 )
 from connector.client.put_channel import _PutChannel
+from connector.client.routes import route_provider, writable_queue_counts
+from connector.errors import RoutesUnavailableError
 from connector.protocol import PutIdempotence, PutReply, RocketHAError
 
 __all__ = ["QUEUE_LOOKUP_INTERVAL_S", "Producer"]
@@ -45,15 +49,16 @@ __all__ = ["QUEUE_LOOKUP_INTERVAL_S", "Producer"]
 logger = logging.getLogger(__name__)
 
 
-QUEUE_LOOKUP_INTERVAL_S = 1.0  # a producer asks a topic's writeQueueNums at most this often
+# a producer asks a topic's writeQueueNums (with a controller: its route) at most this often
+QUEUE_LOOKUP_INTERVAL_S = 1.0
 
 
 class Producer:
     """Sends messages: `send_async` (batched in the background, a future per message),
     `send` (the same, waited for), `send_batch` / `put` (a batch the caller built).
 
-    `send_async` appends the message to its lane's batch, (topic, queue: the given queue_id,
-    else crc32(key) % writeQueueNums or a sticky queue for keyless messages, see
+    `send_async` appends the message to its lane's batch, (topic, replica set, queue: the given
+    queue_id, else crc32(key) % writeQueueNums or a sticky queue for keyless messages, see
     connector/client/producer_core.py), and returns at once; batches leave when full
     (`ProducerConfig.batch_messages` / `batch_bytes`), `linger_ms` after their first message, or on
     `flush()`, at most `max_in_flight` at a time and one per lane, so order holds per queue and per
@@ -75,6 +80,14 @@ class Producer:
     the send deadline: the retry is answered PUT_OK only once the batch is as durable as an
     acknowledged one (on the new master if there is one), and never stored twice. When the
     deadline passes the last such reply is returned, as without idempotence.
+
+    With `controller`, `send_async` and `send` write to every replica set that takes the
+    topic's writes: the producer looks up the topic's route (each set's writeQueueNums, write
+    permission on) every QUEUE_LOOKUP_INTERVAL_S and chooses among all their queues (a set
+    added with `topic update --add-broker-name` gets writes, a drained one gets no new ones);
+    each result names its set (`SendResult.broker_name`). A new route is applied while no
+    keyed message of the topic waits for its answer, so a key's messages are never in two
+    lanes at once. `send_batch` and `put` go to one master, as before.
 
     `send_async`, `send`, `flush` and `close` are thread-safe; `send_batch` and `put` are
     not (one thread at a time; they do not wait for, nor order with, asynchronous sends).
@@ -103,7 +116,11 @@ class Producer:
         self._lookup_config = dataclasses.replace(config, retries_max=0)
         self._lookup_lock = threading.Lock()
         self._lookup_after: dict[str, float] = {}
-        self._found_counts: dict[str, int] = {}  # looked up, not applied yet
+        self._found: dict[str, TopicRoute] = {}  # looked up, not applied yet
+        self._looking_up: set[str] = set()
+        # with a controller: write to every replica set of a topic, its route looked up again
+        # every QUEUE_LOOKUP_INTERVAL_S
+        self._spread = config.controller is not None
 
     @property
     def endpoint(self) -> str:
@@ -141,54 +158,105 @@ class Producer:
             future = SendFuture(body, key, tags,
                                 tuple(properties.items()) if properties else None,
                                 message_size_bytes(body, key, tags, properties))
-        if queue_id is None:
-            if inline and key is None:
-                # a keyless send() leaves the queue to the broker: its lane then carries no
-                # queue_id column, the broker's cheapest path; keyless messages have no order
-                # to keep with the sticky lanes, and keyed ones never enter that lane once
-                # the producer picks their queues
-                return sender.send((topic, None), future, inline)
-            queue_id = self._chooser.choose(topic, key)
         if queue_id is not None:
-            return sender.send((topic, queue_id), future, inline)
-        # The topic's queue count is not known yet: the broker picks. Every append to the
+            return sender.send((topic, None, queue_id), future, inline)
+        if self._spread:
+            if time.monotonic() >= self._lookup_after.get(topic, 0.0) or topic in self._found:
+                self._update_route(topic, sender)
+        elif inline and key is None:
+            # a keyless send() leaves the queue to the broker: its lane then carries no
+            # queue_id column, the broker's cheapest path; keyless messages have no order
+            # to keep with the sticky lanes, and keyed ones never enter that lane once
+            # the producer picks their queues
+            return sender.send((topic, None, None), future, inline)
+        choice = self._chooser.choose(topic, key)
+        if choice is not None:
+            return sender.send((topic, *choice), future, inline)
+        # The topic's queues are not known yet: the broker picks. Every append to the
         # broker-picks lane and the switch away from it happen under _lookup_lock, and the
         # switch only while that lane holds no keyed message waiting for its answer, so a key
         # never has messages in two lanes.
         with self._lookup_lock:
-            found = self._found_counts.pop(topic, 0)
-            if found and self._chooser.queue_count(topic) is None:
-                if not sender.lane_has_keys((topic, None)):
-                    self._chooser.learn(topic, found)
-                else:
-                    self._found_counts[topic] = found  # try again on a later send
-            queue_id = self._chooser.choose(topic, key)
-            if queue_id is None:
+            self._apply_found(topic, sender)
+            choice = self._chooser.choose(topic, key)
+            if choice is None:
                 self._look_up_queues(topic)
-                return sender.send((topic, None), future, inline)
-        return sender.send((topic, queue_id), future, inline)
+                return sender.send((topic, None, None), future, inline)
+        return sender.send((topic, *choice), future, inline)
+
+    def _update_route(self, topic: str, sender: AsyncSender) -> None:
+        """With a controller: apply a route looked up since the last send, or look it up."""
+        with self._lookup_lock:
+            self._apply_found(topic, sender)
+            self._look_up_queues(topic)
+
+    def _apply_found(self, topic: str, sender: AsyncSender) -> None:
+        """Apply the route looked up for `topic`, unless a keyed message of one of its lanes
+        waits for its answer (then at a later send). Caller holds _lookup_lock, so no send
+        appends to the topic's lanes between the check and the switch."""
+        found = self._found.pop(topic, None)
+        if found is None:
+            return
+        current = self._chooser.route(topic)
+        if found == current:
+            return
+        lanes = [(topic, None, None)] + [(topic, name, queue_id) for name, count in current or ()
+                                         for queue_id in range(count)]
+        if any(sender.lane_has_keys(lane) for lane in lanes):
+            self._found[topic] = found  # try again on a later send
+            return
+        if current is not None:
+            logger.info("topic %s: writes go to %s (was %s)", topic, _route_text(found),
+                        _route_text(current))
+        self._chooser.learn(topic, found)
 
     def _look_up_queues(self, topic: str) -> None:
-        """Ask for the topic's writeQueueNums on a thread of its own (never on the caller's:
-        a controller that does not answer would hold the send), at most every
-        QUEUE_LOOKUP_INTERVAL_S per topic. Caller holds _lookup_lock."""
+        """Ask for the topic's writeQueueNums (with a controller: its route) on a thread of its
+        own (never on the caller's: a controller that does not answer would hold the send),
+        at most every QUEUE_LOOKUP_INTERVAL_S per topic. Caller holds _lookup_lock."""
         now_s = time.monotonic()
-        if now_s < self._lookup_after.get(topic, 0.0):
+        if now_s < self._lookup_after.get(topic, 0.0) or topic in self._looking_up:
             return
         self._lookup_after[topic] = now_s + QUEUE_LOOKUP_INTERVAL_S
+        self._looking_up.add(topic)
 
         def look_up() -> None:
+            route: TopicRoute = ()
             try:
-                count = int(Admin(self._lookup_config).get_topic(topic)["write_queue_nums"])
-            except (RocketHAError, KeyError, TypeError, ValueError, OSError,
-                    flight.FlightError) as err:
-                logger.debug("queue count of %s unknown (%s): the broker picks", topic, err)
-                return
-            if count >= 1:
-                with self._lookup_lock:
-                    self._found_counts[topic] = count
+                if self._spread:
+                    route = self._topic_route(topic)
+                else:
+                    count = int(Admin(self._lookup_config).get_topic(topic)["write_queue_nums"])
+                    route = ((None, count),) if count >= 1 else ()
+            except (RocketHAError, RoutesUnavailableError, KeyError, TypeError, ValueError,
+                    OSError, flight.FlightError) as err:
+                logger.debug("queues of %s unknown (%s): unchanged", topic, err)
+            with self._lookup_lock:
+                self._looking_up.discard(topic)
+                if route:
+                    self._found[topic] = route
 
         threading.Thread(target=look_up, name="rocketha-queues", daemon=True).start()
+
+    def _topic_route(self, topic: str) -> TopicRoute:
+        """(replica set, writeQueueNums) of every set the controller names that takes the
+        topic's writes, in the sets' order; () when none does (the broker then picks)."""
+        config = self.config
+        routes = route_provider(config.brokers, config.controller, config.request_timeout_ms,
+                                config.tls, config.credentials)
+        route = []
+        for replica_set in routes.replica_sets():
+            count = writable_queue_counts(replica_set, config.request_timeout_ms, config.tls,
+                                          config.credentials).get(topic, 0)
+            if count >= 1:
+                route.append((replica_set.broker_name, count))
+        return tuple(route)
+
+    def topic_route(self, topic: str) -> TopicRoute | None:
+        """The (replica set, writeQueueNums) pairs the producer writes `topic` to now (the set
+        None: the one its routes name, without a controller); None until it knows them."""
+        with self._lookup_lock:
+            return self._chooser.route(topic)
 
     def flush(self, timeout_ms: int | None = None) -> bool:
         """Send what `send_async` queued now (no linger) and wait until every message queued
@@ -212,22 +280,30 @@ class Producer:
     def _run_batch(self, batch: Batch) -> PutReply | RocketHAError:
         """One attempt of a lane's batch, on that lane's channel (one thread at a time: the
         core keeps one batch per lane in flight)."""
-        topic, queue_id = batch.lane
+        topic, broker_name, queue_id = batch.lane
         if batch.wire is None:
             marker = (None if batch.producer_id is None
                       else PutIdempotence(batch.producer_id, batch.sequence))
             batch.wire = _messages_to_batch(batch.messages, queue_id, marker)
-        return self._lane_channel(batch.lane).attempt(topic, batch.wire)
+        channel = self._lane_channel(batch.lane)
+        reply = channel.attempt(topic, batch.wire)
+        if self._spread and isinstance(reply, PutReply):  # the result names its set
+            if broker_name is None:  # (the broker-picks lane: the set that answered)
+                broker_name = self._routes.set_of_member.get(channel.answered_by, "")
+            reply = SetPutReply.of(reply, broker_name)
+        return reply
 
     def _lane_channel(self, lane: LaneKey) -> _PutChannel:
-        """The channel of a lane (its streams and master watch; the routes are shared)."""
+        """The channel of a lane (its streams and master watch; the routes are shared), in
+        the lane's replica set when it names one."""
         channel = self._lane_channels.get(lane)
         if channel is None:
             with self._lock:
                 channel = self._lane_channels.get(lane)
                 if channel is None:
                     channel = self._lane_channels[lane] = _PutChannel(
-                        self.config, idempotent=self.idempotent, routes=self._routes)
+                        self.config, idempotent=self.idempotent, routes=self._routes,
+                        broker_name=lane[1])
         return channel
 
     # -- synchronous batches ----------------------------------------------------------------
@@ -274,3 +350,7 @@ class Producer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _route_text(route: TopicRoute) -> str:
+    return ", ".join(f"{name}: {count} queues" for name, count in route)

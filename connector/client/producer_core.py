@@ -7,18 +7,22 @@ no clock: the shell (connector/client/async_sender.py) passes `now_s`, runs the 
 hands out (`poll`) and reports each outcome (`complete`); the property tests drive it with a
 fake cluster (tests/connector/test_producer_core.py).
 
-Lanes and queues. A lane is (topic, queue_id). The producer picks the queue of a message
-without a queue_id itself (`QueueChooser`), by the broker's own rule (ha/broker/service.py
+Lanes and queues. A lane is (topic, replica set, queue_id). The producer picks the queue of a
+message without a queue_id itself (`QueueChooser`), by the broker's own rule (ha/broker/service.py
 `_choose_queues`): crc32(key) % writeQueueNums for a keyed message, so one key always maps to one
 queue and one lane, and its order holds; a keyless message goes to a "sticky" queue that moves
 on (round robin) every `batch_messages` keyless messages (Kafka's sticky partitioner), so
-keyless load spreads over the queues in whole batches, several lanes in flight at once. Until
-the topic's writeQueueNums is known (the shell asks it in the background; a topic the first
-put creates is not known yet), messages go to the lane (topic, None) and the broker picks per row by
-the same rule; the producer moves a topic to per-queue lanes only while that lane holds no keyed
-message waiting for its answer, so no key's messages are ever split between two lanes at once. A
-topic whose writeQueueNums changes after the producer learnt it keeps the old count in this producer
-(a limit: ask again on restart).
+keyless load spreads over the queues in whole batches, several lanes in flight at once. A
+producer with a controller chooses the same way among every writable queue of every replica set
+that takes the topic's writes (the topic's route: set by set, their queues numbered in order),
+and its lanes name their set; without one the set is None (the one set its routes name). Until
+the topic's queues are known (the shell asks in the background; a topic the first put creates
+is not known yet), messages go to the lane (topic, None, None) and the broker picks per row by
+the same rule; the producer moves a topic to per-queue lanes, or to a new route (a set added or
+drained, looked up again every QUEUE_LOOKUP_INTERVAL_S with a controller), only while none of
+its lanes holds a keyed message waiting for its answer, so no key's messages are ever split
+between two lanes at once. Without a controller, a topic whose writeQueueNums changes after the
+producer learnt it keeps the old count in this producer (a limit: ask again on restart).
 
     send_async ──► lane.open (≤ batch_messages, ≤ batch_bytes) ──closed──► lane.queued
                      closed when full, linger_ms after its first message, or on flush
@@ -86,6 +90,8 @@ __all__ = [
     "QueueChooser",
     "Resolution",
     "SendResult",
+    "SetPutReply",
+    "TopicRoute",
     "expand",
     "message_size_bytes",
     "put_results",
@@ -138,6 +144,7 @@ class SendResult:
     queue_id: int = -1
     queue_offset: int = -1
     error: str = ""
+    broker_name: str = ""  # the replica set of queue_id ("": the one set of `brokers`)
 
     @property
     def ok(self) -> bool:
@@ -149,7 +156,22 @@ class SendResult:
         return self.status == "PUT_OK" or self.status == POSITION_UNKNOWN
 
 
-LaneKey = tuple[str, int | None]  # (topic, queue_id); None: the broker picks per row
+# (topic, replica set, queue_id): the set None is the one the producer's routes name (a
+# producer without a controller); queue_id None: the broker picks per row
+LaneKey = tuple[str, str | None, int | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetPutReply(PutReply):
+    """A broker's reply and the replica set that gave it (a producer writing to several sets;
+    the set is the client's knowledge, not on the wire)."""
+
+    broker_name: str = ""
+
+    @classmethod
+    def of(cls, reply: PutReply, broker_name: str) -> SetPutReply:
+        return cls(reply.status, reply.code, reply.queues, reply.row_queue_ids,
+                   reply.log_position_end, reply.error, reply.duplicate, broker_name)
 
 
 @dataclasses.dataclass(slots=True)
@@ -461,36 +483,59 @@ def put_results(reply: PutReply, rows: int) -> list[SendResult]:
                                "stored earlier; its position is no longer known")] * rows
         return [SendResult(reply.status, error=reply.error)] * rows  # not acknowledged yet
     error = "duplicate" if reply.duplicate and not reply.error else reply.error
-    return [SendResult(reply.status, queue_id, queue_offset, error)
+    broker_name = reply.broker_name if isinstance(reply, SetPutReply) else ""
+    return [SendResult(reply.status, queue_id, queue_offset, error, broker_name)
             for queue_id, queue_offset in offsets]
 
 
+# A topic's writable queues as the producer learnt them: (replica set, writeQueueNums) per
+# set taking its writes, in order; the set None: the producer's one set (no controller).
+TopicRoute = tuple[tuple[str | None, int], ...]
+
+
 class QueueChooser:
-    """The queue of a message sent without queue_id: crc32(key) % writeQueueNums (the
-    broker's rule), or for a keyless message a sticky queue that moves on every
-    `sticky_messages` keyless messages. None while the topic's queue count is unknown."""
+    """The (replica set, queue) of a message sent without queue_id, among every writable queue
+    of every set taking the topic's writes, numbered in the route's order (set by set):
+    crc32(key) % the total (the broker's rule when there is one set), or for a keyless message
+    a sticky queue that moves on every `sticky_messages` keyless messages (across sets, as a
+    RocketMQ producer chooses among the topic's message queues on every broker). None while
+    the topic's route is unknown."""
 
     def __init__(self, sticky_messages: int) -> None:
         self.sticky_messages = sticky_messages
-        self._topics: dict[str, list[int]] = {}  # topic -> [queue count, sticky queue, left]
+        # topic -> (route, [(set, queue) of every writable queue], [sticky index, left])
+        self._topics: dict[str, tuple[TopicRoute, list[tuple[str | None, int]], list[int]]] = {}
 
     def queue_count(self, topic: str) -> int | None:
         state = self._topics.get(topic)
+        return None if state is None else len(state[1])
+
+    def route(self, topic: str) -> TopicRoute | None:
+        state = self._topics.get(topic)
         return None if state is None else state[0]
 
-    def learn(self, topic: str, queue_count: int) -> None:
-        assert queue_count >= 1
-        self._topics[topic] = [queue_count, random.randrange(queue_count),
-                               self.sticky_messages]
+    def learn(self, topic: str, route: int | TopicRoute) -> None:
+        """The topic's writeQueueNums (one set), or its route; a new route replaces the old
+        one (its sticky queue starts again at a random queue)."""
+        if isinstance(route, int):
+            route = ((None, route),)
+        queues = [(name, queue_id) for name, count in route for queue_id in range(count)]
+        assert queues, "a route with no writable queue"
+        self._topics[topic] = (route, queues, [random.randrange(len(queues)),
+                                               self.sticky_messages])
 
-    def choose(self, topic: str, key: str | None) -> int | None:
+    def forget(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+
+    def choose(self, topic: str, key: str | None) -> tuple[str | None, int] | None:
         state = self._topics.get(topic)
         if state is None:
             return None
+        _, queues, sticky = state
         if key is not None:
-            return zlib.crc32(key.encode()) % state[0]
-        if state[2] <= 0:
-            state[1] = (state[1] + 1) % state[0]
-            state[2] = self.sticky_messages
-        state[2] -= 1
-        return state[1]
+            return queues[zlib.crc32(key.encode()) % len(queues)]
+        if sticky[1] <= 0:
+            sticky[0] = (sticky[0] + 1) % len(queues)
+            sticky[1] = self.sticky_messages
+        sticky[1] -= 1
+        return queues[sticky[0]]

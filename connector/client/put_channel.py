@@ -59,7 +59,7 @@ class _PutChannel(_Base):
     lane of its asynchronous sends."""
 
     def __init__(self, config: ClientConfig, *, idempotent: bool,
-                 routes: _Routes | None = None) -> None:
+                 routes: _Routes | None = None, broker_name: str | None = None) -> None:
         super().__init__(config, routes)
         self.idempotent = idempotent
         self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
@@ -71,8 +71,11 @@ class _PutChannel(_Base):
                              if idempotent and config.controller else None)
         # An idempotent batch is retried only in the replica set it was first sent to (its
         # idempotence table is per set); a lane of asynchronous sends (one queue, one
-        # producer id) stays in the set of its first send.
-        self._lane_home: list[str] = []
+        # producer id) stays in the set of its first send. A lane of one replica set
+        # (`broker_name`, a producer with a controller writing to every set of a topic) is
+        # in that set from its first send on.
+        self._lane_home: list[str] = [] if broker_name is None else [broker_name]
+        self.answered_by = ""  # the endpoint of the last reply (`attempt`)
 
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """One batch with the retry policy (see Producer.put)."""
@@ -111,7 +114,7 @@ class _PutChannel(_Base):
         set becomes `home`); on a retry, the current master of `home`, never another set's
         (the idempotence table that recognises a retry is per replica set: a retry stored by
         another set would be stored twice)."""
-        if not self.idempotent or self.config.controller is None:
+        if self.config.controller is None or not (self.idempotent or home):
             return endpoint
         if not home:
             name = self._routes.set_of_member.get(endpoint)
@@ -142,6 +145,7 @@ class _PutChannel(_Base):
             return FatalError(status_for("BAD_SCHEMA"), str(err))
         except OSError as err:
             return RetriableError(status_for("SERVICE_NOT_AVAILABLE"), f"{endpoint}: {err}")
+        self.answered_by = endpoint
         status = status_for(reply.status)
         if not status.stored and status.refresh_route:  # NOT_MASTER...: ask for routes again
             self._routes.move_past(endpoint)

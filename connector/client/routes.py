@@ -58,6 +58,7 @@ __all__ = [
     "queue_bounds",
     "route_provider",
     "topic_queue_counts",
+    "writable_queue_counts",
     "writable_topics",
 ]
 
@@ -209,9 +210,17 @@ def writable_topics(replica_set: ReplicaSet, request_timeout_ms: int,
                     ) -> frozenset[str]:
     """The topics that take writes on one replica set: a topic drained from it (write
     permission off, `rocketha-admin topic update --remove-broker-name`) is not one."""
-    return frozenset(str(topic["name"]) for topic in _list_topics(
+    return frozenset(writable_queue_counts(replica_set, request_timeout_ms, tls, credentials))
+
+
+def writable_queue_counts(replica_set: ReplicaSet, request_timeout_ms: int,
+                          tls: ClientTLS = NO_TLS, credentials: Credentials | None = None
+                          ) -> dict[str, int]:
+    """topic -> write_queue_nums of every topic that takes writes on one replica set (see
+    `writable_topics`)."""
+    return {str(topic["name"]): int(topic["write_queue_nums"]) for topic in _list_topics(
         replica_set, request_timeout_ms, tls, credentials)
-        if int(topic.get("perm", PERM_WRITE)) & PERM_WRITE)
+        if int(topic.get("perm", PERM_WRITE)) & PERM_WRITE}
 
 
 def queue_bounds(replica_set: ReplicaSet, topic: str, request_timeout_ms: int,

@@ -16,6 +16,7 @@ the stored messages keep their send order; nothing stays buffered or in flight a
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import hypothesis.strategies as st
 from hypothesis import settings
@@ -26,18 +27,21 @@ from connector.client.producer_core import (
     Message,
     ProducerConfig,
     ProducerCore,
+    QueueChooser,
     SendResult,
+    SetPutReply,
     expand,
+    put_results,
 )
 from connector.protocol import PutIdempotence, PutReply, RetriableError, code_for, status_for
 from ha.broker.idempotence import IdempotenceTable
 
-LANES = (("t", None), ("t", 1), ("u", None))
+LANES = (("t", None, None), ("t", None, 1), ("u", None, None))
 
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    lane: tuple[str, int | None]
+    lane: tuple[str, str | None, int | None]
     producer_id: str | None
     sequence: int
     message_ids: tuple[int, ...]
@@ -104,7 +108,7 @@ class ProducerMachine(RuleBasedStateMachine):
             producer_id="p", retries_max=6, send_deadline_ms=400,
             backoff_ms=lambda attempt: min(50, 5 << attempt))
         self.wire: list[Batch] = []
-        self.sent: dict[int, tuple[str, int | None]] = {}  # message id -> lane
+        self.sent: dict[int, tuple[str, str | None, int | None]] = {}  # message id -> lane
         self.results: dict[int, SendResult | BaseException] = {}
         self.next_id = 0
 
@@ -120,7 +124,7 @@ class ProducerMachine(RuleBasedStateMachine):
         self.wire += self.core.poll(self.now_s)
 
     @rule(lane=st.sampled_from(LANES), count=st.integers(1, 6), urgent=st.booleans())
-    def send(self, lane: tuple[str, int | None], count: int, urgent: bool) -> None:
+    def send(self, lane: tuple[str, str | None, int | None], count: int, urgent: bool) -> None:
         for _ in range(count):
             message = self._message()
             self.core.append(lane, message, self.now_s, urgent=urgent)
@@ -219,20 +223,20 @@ def _msg(handle: int, size: int = 100) -> Message:
 def test_a_batch_leaves_when_full_or_after_linger_not_before() -> None:
     core = _core()
     for handle in range(4):
-        core.append(("t", None), _msg(handle), 0.0)
+        core.append(("t", None, None), _msg(handle), 0.0)
     (full,) = core.poll(0.0)  # the first 3 filled a batch; the 4th lingers
     assert [m.handle for m in full.messages] == [0, 1, 2] and full.sequence == 0
     core.complete(full, PutReply("PUT_OK", 0, [[0, 0, 3]], None, 9), 0.001)
-    core.append(("t", 2), _msg(9), 0.001)
-    assert [b.lane for b in core.poll(0.001)] == [("t", None)]  # waited a round trip: goes
+    core.append(("t", None, 2), _msg(9), 0.001)
+    assert [b.lane for b in core.poll(0.001)] == [("t", None, None)]  # waited a round trip: goes
     assert core.poll(0.004) == []  # queue 2's message lingers until 0.006
-    assert [b.lane for b in core.poll(0.0061)] == [("t", 2)]
+    assert [b.lane for b in core.poll(0.0061)] == [("t", None, 2)]
 
 
 def test_one_batch_in_flight_per_lane_and_a_retry_goes_first() -> None:
     core = _core()
     for handle in range(6):
-        core.append(("t", None), _msg(handle), 0.0)
+        core.append(("t", None, None), _msg(handle), 0.0)
     (first,) = core.poll(0.0)
     assert core.poll(1.0) == []  # the second batch waits for the first
     retry = RetriableError(status_for("SERVICE_NOT_AVAILABLE"), "down")
@@ -249,21 +253,21 @@ def test_one_batch_in_flight_per_lane_and_a_retry_goes_first() -> None:
 def test_the_window_bounds_batches_in_flight_across_lanes() -> None:
     core = _core(max_in_flight=2)
     for queue_id in range(3):
-        core.append(("t", queue_id), _msg(queue_id), 0.0, urgent=True)
+        core.append(("t", None, queue_id), _msg(queue_id), 0.0, urgent=True)
     assert len(core.poll(0.0)) == 2 and core.in_flight == 2
 
 
 def test_the_buffer_is_bounded_and_oversized_messages_are_refused() -> None:
     core = _core(buffer_bytes=1000, batch_bytes=1000)
     for handle in range(10):
-        core.append(("t", None), _msg(handle), 0.0)
+        core.append(("t", None, None), _msg(handle), 0.0)
     try:
-        core.append(("t", None), _msg(10), 0.0)
+        core.append(("t", None, None), _msg(10), 0.0)
         raise AssertionError("buffer_bytes exceeded")
     except Exception as err:  # noqa: BLE001 - checked below
         assert type(err).__name__ == "BufferFull"
     try:
-        core.append(("t", None), _msg(11, size=1001), 0.0)
+        core.append(("t", None, None), _msg(11, size=1001), 0.0)
         raise AssertionError("a message larger than buffer_bytes was taken")
     except ValueError:
         pass
@@ -271,9 +275,9 @@ def test_the_buffer_is_bounded_and_oversized_messages_are_refused() -> None:
 
 def test_a_message_larger_than_batch_bytes_goes_alone() -> None:
     core = _core(batch_bytes=500, buffer_bytes=5000)
-    core.append(("t", None), _msg(0), 0.0)
-    core.append(("t", None), _msg(1, size=2000), 0.0)
-    core.append(("t", None), _msg(2), 0.0, urgent=True)
+    core.append(("t", None, None), _msg(0), 0.0)
+    core.append(("t", None, None), _msg(1, size=2000), 0.0)
+    core.append(("t", None, None), _msg(2), 0.0, urgent=True)
     (first,) = core.poll(0.0)
     assert [m.handle for m in first.messages] == [0]
     core.complete(first, PutReply("PUT_OK", 0, [[0, 0, 1]], None, 9), 0.0)
@@ -283,7 +287,7 @@ def test_a_message_larger_than_batch_bytes_goes_alone() -> None:
 
 def test_stored_not_acknowledged_is_retried_then_returned_at_the_deadline() -> None:
     core = _core()
-    core.append(("t", None), _msg(0), 0.0, urgent=True)
+    core.append(("t", None, None), _msg(0), 0.0, urgent=True)
     (batch,) = core.poll(0.0)
     not_acked = PutReply("FLUSH_SLAVE_TIMEOUT", code_for("FLUSH_SLAVE_TIMEOUT"), [[0, 4, 1]],
                          None, 9)
@@ -295,26 +299,91 @@ def test_stored_not_acknowledged_is_retried_then_returned_at_the_deadline() -> N
 
 
 def test_the_queue_chooser_hashes_keys_like_the_broker_and_keyless_sticks_per_batch() -> None:
-    import zlib
-
-    from connector.client.producer_core import QueueChooser
     chooser = QueueChooser(sticky_messages=3)
     assert chooser.choose("t", "k") is None  # unknown topic: the broker picks
     chooser.learn("t", 5)
-    assert all(chooser.choose("t", f"k{n}") == zlib.crc32(f"k{n}".encode()) % 5
+    assert all(chooser.choose("t", f"k{n}") == (None, zlib.crc32(f"k{n}".encode()) % 5)
                for n in range(50))
     keyless = [chooser.choose("t", None) for _ in range(9)]
-    assert keyless[0:3] == [keyless[0]] * 3 and keyless[3:6] == [(keyless[0] + 1) % 5] * 3
-    assert keyless[6:9] == [(keyless[0] + 2) % 5] * 3
+    first = keyless[0]
+    assert first is not None and first[0] is None
+    assert keyless[0:3] == [first] * 3 and keyless[3:6] == [(None, (first[1] + 1) % 5)] * 3
+    assert keyless[6:9] == [(None, (first[1] + 2) % 5)] * 3
+
+
+def _choose(chooser: QueueChooser, topic: str, key: str | None) -> tuple[str | None, int]:
+    choice = chooser.choose(topic, key)
+    assert choice is not None, f"{topic}: route unknown"
+    return choice
+
+
+def test_the_queue_chooser_spreads_over_every_writable_queue_of_every_set() -> None:
+    """Route ((a, 3), (b, 2)): queues numbered a/0..2 then b/0..1; a key goes to
+    crc32(key) % 5 of them (one lane for ever while the route holds), keyless messages stick
+    to one queue per batch and walk through all five, across both sets."""
+    chooser = QueueChooser(sticky_messages=2)
+    route = (("broker-a", 3), ("broker-b", 2))
+    chooser.learn("t", route)
+    assert chooser.route("t") == route and chooser.queue_count("t") == 5
+    flat: list[tuple[str | None, int]] = [("broker-a", 0), ("broker-a", 1), ("broker-a", 2),
+                                          ("broker-b", 0), ("broker-b", 1)]
+    keys = [f"k{n}" for n in range(200)]
+    chosen = [_choose(chooser, "t", key) for key in keys]
+    assert chosen == [flat[zlib.crc32(key.encode()) % 5] for key in keys]
+    assert {name for name, _ in chosen} == {"broker-a", "broker-b"}  # (a failing hash: one set)
+    assert chosen == [chooser.choose("t", key) for key in keys]  # stable
+    keyless = [_choose(chooser, "t", None) for _ in range(10)]
+    start = flat.index(keyless[0])
+    assert keyless == [flat[(start + n // 2) % 5] for n in range(10)]
+    assert set(keyless) == set(flat)  # every queue of both sets, whole batches each
+
+
+def test_a_new_route_adds_and_drains_sets() -> None:
+    """A set added to the route gets keys and keyless batches; a set drained from it (its
+    write permission off) gets none after the route changes."""
+    chooser = QueueChooser(sticky_messages=1)
+    chooser.learn("t", (("broker-a", 4),))
+    keys = [f"k{n}" for n in range(200)]
+    assert {chooser.choose("t", key) for key in keys} <= {("broker-a", q) for q in range(4)}
+    chooser.learn("t", (("broker-a", 4), ("broker-b", 4)))
+    no_keys: list[str | None] = [None] * 8
+    spread = [_choose(chooser, "t", key) for key in [*keys, *no_keys]]
+    assert {name for name, _ in spread[:200]} == {"broker-a", "broker-b"}
+    assert set(spread[200:]) == {
+        (name, q) for name in ("broker-a", "broker-b") for q in range(4)}
+    chooser.learn("t", (("broker-a", 4),))  # broker-b drained
+    after = [_choose(chooser, "t", key) for key in [*keys, *no_keys]]
+    assert {name for name, _ in after} == {"broker-a"}
+    assert chooser.choose("u", "k") is None  # another topic: still unknown
+
+
+def test_lanes_of_two_sets_have_their_own_producer_ids_and_sequences() -> None:
+    """The broker's idempotence table is per replica set and per producer id: a lane of
+    broker-a and a lane of broker-b (same topic and queue id) never share a sequence space."""
+    core = _core()
+    for lane in (("t", "broker-a", 0), ("t", "broker-b", 0), ("t", "broker-a", 0)):
+        core.append(lane, _msg(0), 0.0, urgent=True)
+    batches = core.poll(0.0)
+    assert [b.lane for b in batches] == [("t", "broker-a", 0), ("t", "broker-b", 0)]
+    assert batches[0].producer_id != batches[1].producer_id
+    assert [b.sequence for b in batches] == [0, 0]
+
+
+def test_a_result_names_the_replica_set_of_its_reply() -> None:
+    reply = SetPutReply.of(PutReply("PUT_OK", 0, [[1, 40, 2]], None, 9), "broker-b")
+    assert put_results(reply, 2) == [SendResult("PUT_OK", 1, 40, "", "broker-b"),
+                                      SendResult("PUT_OK", 1, 41, "", "broker-b")]
+    one_set = put_results(PutReply("PUT_OK", 0, [[1, 40, 1]], None, 9), 1)
+    assert one_set == [SendResult("PUT_OK", 1, 40)] and one_set[0].broker_name == ""
 
 
 def test_a_lane_counts_its_keyed_messages_until_answered() -> None:
     core = _core()
     keyed = Message(b"x", "k", None, None, 100, 0)
-    core.append(("t", None), _msg(1), 0.0)
-    assert not core.lane_has_keys(("t", None))  # keyless messages do not hold the switch
-    core.append(("t", None), keyed, 0.0, urgent=True)
-    assert core.lane_has_keys(("t", None))
+    core.append(("t", None, None), _msg(1), 0.0)
+    assert not core.lane_has_keys(("t", None, None))  # keyless messages do not hold the switch
+    core.append(("t", None, None), keyed, 0.0, urgent=True)
+    assert core.lane_has_keys(("t", None, None))
     (batch,) = core.poll(0.0)
     core.complete(batch, PutReply("PUT_OK", 0, [[0, 0, 2]], None, 9), 0.0)
-    assert not core.lane_has_keys(("t", None))
+    assert not core.lane_has_keys(("t", None, None))

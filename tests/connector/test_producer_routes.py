@@ -56,7 +56,8 @@ def test_a_lane_uses_the_route_another_lane_learnt(monkeypatch) -> None:  # type
     answers = [_cluster_list("a:1", ("a:1", "a:2"))]
     asked = _answer_from(monkeypatch, answers)
     producer = Producer(ClientConfig(controller="c:1"), idempotent=True)
-    lane_0, lane_1 = producer._lane_channel(("t", 0)), producer._lane_channel(("t", 1))
+    lane_0 = producer._lane_channel(("t", None, 0))
+    lane_1 = producer._lane_channel(("t", None, 1))
     assert lane_0.endpoint == "a:1" and lane_1.endpoint == "a:1"
     assert len(asked) == 1  # one controller call for every lane
     answers[0] = _cluster_list("a:2", ("a:1", "a:2"))  # set a failed over
@@ -103,7 +104,8 @@ def test_lanes_that_fail_on_one_broker_together_move_once() -> None:
     """Two brokers, two lanes failing on the first at once: both go to the second (moving
     once each would have sent both back to the failed one)."""
     producer = Producer(ClientConfig(brokers=("a:1", "b:1")))
-    lane_0, lane_1 = producer._lane_channel(("t", 0)), producer._lane_channel(("t", 1))
+    lane_0 = producer._lane_channel(("t", None, 0))
+    lane_1 = producer._lane_channel(("t", None, 1))
     assert lane_0.endpoint == lane_1.endpoint == "a:1"
     lane_0._refresh_route("a:1")
     lane_1._refresh_route("a:1")  # its failure was on the broker already left
