@@ -62,16 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--group", default=None, help="the group (describe, delete)")
     broker = commands.add_parser("broker", parents=[common],
                                  help="a broker's info, statistics or runtime settings; stop "
-                                 "a broker (a master hands over first)")
-    broker.add_argument("action", choices=["info", "stats", "config", "shutdown"],
-                        help="what to show, or shutdown")
+                                 "a broker (a master hands over first); move a set's master "
+                                 "to another member (elect)")
+    broker.add_argument("action", choices=["info", "stats", "config", "shutdown", "elect"],
+                        help="what to show, shutdown, or elect (the master hands its role "
+                        "to --broker-id and stays as its slave)")
     broker.add_argument("config_action", nargs="?", choices=["get", "set"], default=None,
                         help="with config: get every setting, or set one")
     broker.add_argument("setting", nargs="?", default=None, metavar="KEY=VALUE",
                         help="with config set: a runtime key and its value")
-    broker.add_argument("--broker-id", type=int, default=None, help="shutdown: which member")
+    broker.add_argument("--broker-id", type=int, default=None,
+                        help="shutdown: which member; elect: the member to make master")
     broker.add_argument("--wait-s", type=float, default=30.0,
-                        help="shutdown: how long to wait for the broker to stop")
+                        help="shutdown: how long to wait for the broker to stop; elect: "
+                        "for the controller to name the new master")
     return parser
 
 
