@@ -103,16 +103,16 @@ def _attribute_pauses(steps: list[dict[str, Any]], report: dict[str, Any]) -> No
     that overlaps its span (the probe runs in another process; both read CLOCK_MONOTONIC);
     and the step of the longest pause (None: between steps)."""
     gaps = [gap for figures in report["sets"].values() for gap in figures.pop("gaps", [])]
-    longest: tuple[float, str | None] = (0.0, None)
     for step in steps:
         started, ended = step.pop("_window")
         inside = [(b - a, a - started) for a, b in gaps if a < ended and b > started]
         pause_s, from_s = max(inside, default=(0.0, 0.0))
         step["write_pause_s"] = round(pause_s, 3)
         step["write_pause_from_s"] = round(from_s, 2)  # when it began, from the step's start
-        longest = max(longest, (step["write_pause_s"], step["process"]))
+    worst = max(steps, key=lambda step: step["write_pause_s"], default=None)
     report["longest_write_pause_step"] = (
-        longest[1] if longest[0] >= report["longest_write_pause_s"] - ROUNDING_S else None)
+        worst["process"] if worst is not None and worst["write_pause_s"]
+        >= report["longest_write_pause_s"] - ROUNDING_S else None)
 
 
 def _wait(done: Callable[[], bool], what: str) -> None:

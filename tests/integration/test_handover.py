@@ -53,6 +53,15 @@ def _admin_shutdown(cluster: FailoverCluster, broker_id: int) -> dict[str, objec
     return dict(json.loads(done.stdout))
 
 
+def _check_every_ack_on(cluster: FailoverCluster, new: str, load: Load) -> None:
+    """Every acknowledged message is on the new master once, at the position its ack named."""
+    cluster.wait_confirm_at_end(new)
+    verdict = check_history(load, read_topic(cluster.endpoint(new), "orders"))
+    assert verdict.acked > 600
+    assert not (verdict.lost or verdict.unexpected or verdict.duplicated
+                or verdict.order_violations or verdict.wrong_offsets), verdict.summary()
+
+
 @pytest.mark.parametrize("how", ["sigterm", "admin"])
 def test_a_stopping_master_hands_over_without_a_failed_put(tmp_path: Path, how: str) -> None:
     cluster = load = None
@@ -100,11 +109,7 @@ def test_a_stopping_master_hands_over_without_a_failed_put(tmp_path: Path, how: 
         assert sends_s[-1] < SEND_MAX_S, sends_s[-5:]
         assert "handed over to broker" in cluster.log_tail(old, 200), cluster.log_tail(old)
 
-        cluster.wait_confirm_at_end(new)
-        verdict = check_history(load, read_topic(cluster.endpoint(new), "orders"))
-        assert verdict.acked > 600
-        assert not (verdict.lost or verdict.unexpected or verdict.duplicated
-                    or verdict.order_violations or verdict.wrong_offsets), verdict.summary()
+        _check_every_ack_on(cluster, new, load)
     finally:
         if load is not None:
             load.abort()
@@ -176,11 +181,7 @@ def test_an_elect_hands_over_to_the_member_named_and_the_old_master_follows_it(
         assert not failed, failed[:5]
         assert sends_s[-1] < SEND_MAX_S, sends_s[-5:]
 
-        cluster.wait_confirm_at_end(new)
-        verdict = check_history(load, read_topic(cluster.endpoint(new), "orders"))
-        assert verdict.acked > 600
-        assert not (verdict.lost or verdict.unexpected or verdict.duplicated
-                    or verdict.order_violations or verdict.wrong_offsets), verdict.summary()
+        _check_every_ack_on(cluster, new, load)
     finally:
         if load is not None:
             load.abort()
