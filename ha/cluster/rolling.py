@@ -18,7 +18,8 @@ tool may not import the client) keeps one idempotent producer per replica set bu
 at the end what the masters hold. The last line (with --json, the only line) is a JSON object:
 `steps` (one per process: name, kind, role before, seconds, `write_pause_s`: the longest time
 a set's producer went without an acknowledgement while that step ran, and
-`write_pause_from_s`: when that began, in seconds from the step's start), `longest_write_pause_s`
+`write_pause_from_s`: when that began, in seconds from the step's start, and
+`write_pause_set`: in which set), `longest_write_pause_s`
 and `longest_write_pause_step` (the step it fell in), `lost_acked`, `duplicated`,
 `failed_puts`, `acked`, and the probe's figures per set.
 Needs controller mode (a cluster without controllers has no handover to wait for).
@@ -99,16 +100,21 @@ def _step(name: str, kind: str, role: str, started: float) -> dict[str, Any]:
 
 
 def _attribute_pauses(steps: list[dict[str, Any]], report: dict[str, Any]) -> None:
-    """Each step's `write_pause_s`: the longest probe gap (no acknowledgement in any one set)
-    that overlaps its span (the probe runs in another process; both read CLOCK_MONOTONIC);
-    and the step of the longest pause (None: between steps)."""
-    gaps = [gap for figures in report["sets"].values() for gap in figures.pop("gaps", [])]
+    """Each step's `write_pause_s`: the longest probe gap (no acknowledgement in one set)
+    whose middle falls in its span (the probe runs in another process; both read
+    CLOCK_MONOTONIC). The middle, not the start: a gap begins with the last ack before the
+    cause, so the pause of a master's SIGTERM starts a few ms before its step does. And the
+    step of the longest pause (None: between steps)."""
+    gaps = [(a, b, name) for name, figures in report["sets"].items()
+            for a, b in figures.pop("gaps", [])]
     for step in steps:
         started, ended = step.pop("_window")
-        inside = [(b - a, a - started) for a, b in gaps if a < ended and b > started]
-        pause_s, from_s = max(inside, default=(0.0, 0.0))
+        inside = [(b - a, a - started, name) for a, b, name in gaps
+                  if started <= (a + b) / 2 < ended]
+        pause_s, from_s, name = max(inside, default=(0.0, 0.0, None))
         step["write_pause_s"] = round(pause_s, 3)
         step["write_pause_from_s"] = round(from_s, 2)  # when it began, from the step's start
+        step["write_pause_set"] = name
     worst = max(steps, key=lambda step: step["write_pause_s"], default=None)
     report["longest_write_pause_step"] = (
         worst["process"] if worst is not None and worst["write_pause_s"]
