@@ -2,7 +2,8 @@
 
     rocketha-admin --controller 'H:P;H:P' <topic|produce|consume|offsets|group|broker> ...
     rocketha-admin --broker HOST:PORT     <topic|produce|consume|offsets|group|broker> ...
-    rocketha-admin --controller 'H:P;H:P' <status|cluster|replica|elect|clean|routes> ...
+    rocketha-admin --controller 'H:P;H:P' <status|cluster|replica|elect|clean|routes|
+                                           transfer-leader> ...
     rocketha-admin --client-config DIR/client.properties <any of the above> ...
 
 `--client-config FILE` (like Kafka's --command-config): a client.properties, as
@@ -34,14 +35,14 @@ from conf.values import parse_host_port
 __all__ = ["main"]
 
 CONTROLLER_COMMANDS = frozenset({"status", "cluster", "replica", "elect", "clean", "routes",
-                                 "user", "acl"})
+                                 "transfer-leader", "user", "acl"})
 DATA_COMMANDS = frozenset({"topic", "produce", "consume", "offsets", "group", "broker"})
 USAGE = ("usage: rocketha-admin [--client-config FILE] --controller 'H:P[;H:P...]' "
          "{topic,produce,consume,offsets,group,broker} ...\n"
          "       rocketha-admin --broker HOST:PORT "
          "{topic,produce,consume,offsets,group,broker} ...\n"
          "       rocketha-admin --controller 'H:P[;H:P...]' "
-         "{status,cluster,replica,elect,clean,routes,user,acl} ...\n"
+         "{status,cluster,replica,elect,clean,routes,transfer-leader,user,acl} ...\n"
          "(with authentication on: --credentials-file FILE, accessKey=/secretKey= lines, "
          "mode 0600)\n"
          "(add -h after a command for its options)")

@@ -383,6 +383,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     ("broker", "get_config"): _needs(_CLUSTER_GET),
     ("broker", "set_config"): _needs(_CLUSTER_UPDATE),
     ("broker", "shutdown"): _needs(_CLUSTER_UPDATE),
+    ("broker", "handover"): _needs(_CLUSTER_UPDATE),
     ("broker", "create_topic"): _needs(Check("Topic", "topic", ("Create",))),
     ("broker", "delete_topic"): _needs(Check("Topic", "topic", ("Delete",))),
     ("broker", "get_topic"): _needs(Check("Topic", "topic", ("Get",))),
@@ -405,6 +406,7 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
     # clients find masters and the leader with these: any authenticated caller
     ("controller", "cluster_list"): Requirement(member=True),
     ("controller", "controller_status"): Requirement(member=True),
+    ("controller", "transfer_leader"): _needs(_CLUSTER_UPDATE),
     # users and ACLs: Super users only (a broker fetches the table with its member identity
     # or its inner credentials, a Super user)
     ("controller", "get_auth_data"): _SUPER_OR_MEMBER,
@@ -423,8 +425,9 @@ OPERATIONS: dict[tuple[str, str], Requirement] = {
 ADMIN_OPERATIONS = frozenset({
     ("broker", "create_topic"), ("broker", "update_topic"), ("broker", "delete_topic"),
     ("broker", "delete_group"), ("broker", "set_config"), ("broker", "shutdown"),
-    ("controller", "elect_master"), ("controller", "handover_master"),
-    ("controller", "clean_broker_data"), ("controller", "user_create"),
+    ("broker", "handover"), ("controller", "elect_master"), ("controller", "handover_master"),
+    ("controller", "clean_broker_data"), ("controller", "transfer_leader"),
+    ("controller", "user_create"),
     ("controller", "user_update"), ("controller", "user_delete"),
     ("controller", "acl_create"), ("controller", "acl_update"), ("controller", "acl_delete"),
 })

@@ -54,6 +54,8 @@ from controller.api import (
     ReplicaInfo,
     ReplicaInfoReply,
     ReplicaSetStatus,
+    TransferLeaderReply,
+    TransferLeaderRequest,
     UserNameRequest,
     UserRequest,
     UsersReply,
@@ -175,6 +177,20 @@ class RequestHandlers:
             tuple(shell.telemetry.recent_elections), shell.telemetry.leader_changes,
             VERSION,
         )
+
+    async def _transfer_leader(self, request: TransferLeaderRequest) -> TransferLeaderReply:
+        """An operator's `transfer-leader` (the controller's SIGTERM does the same: main.py)."""
+        shell = self._shell
+        try:
+            new_leader = await shell.transfer_leadership(request.to_node_id)
+        except ValueError as err:
+            logger.info("%s: transfer_leader refused: %s", self.prefix, err)
+            return TransferLeaderReply("INVALID_REQUEST", shell.leader_address(),
+                                       self.config.node_id)
+        raft = shell.raft
+        status = "OK" if new_leader is not None else "LEADER_TRANSFER_FAILED"
+        return TransferLeaderReply(status, shell.leader_address(), self.config.node_id,
+                                   raft.leader_id, raft.term)
 
     async def _register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
         result = await self._shell.propose(ApplyBrokerId(

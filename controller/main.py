@@ -3,7 +3,9 @@
 Start-up (conf/process.py, shared with the brokers): refuse `python -O` (asserts guard
 invariants), read the properties file (an unknown key or a bad value exits 2 naming the key),
 then lock and load the Raft store (a second controller on the same directory exits 2), start
-Raft between the controllers, and serve the client endpoint. Shutdown: stop the client
+Raft between the controllers, and serve the client endpoint. Shutdown: a leader first hands
+its role to the best follower (TimeoutNow, controller/raft/core.py), so the group has a
+leader again within a round trip instead of an election timeout; then stop the client
 endpoint (in-flight calls finish), then the Raft node.
 """
 
@@ -29,6 +31,7 @@ from controller.console.login import flight_login_check
 from controller.errors import ConfigError, RaftStorageError, StoreLockedError
 from controller.metrics import MetricsServer, serve_metrics
 from controller.node import ControllerNode
+from controller.raft import Role
 from controller.service import ControllerService
 
 __all__ = ["main"]
@@ -126,6 +129,12 @@ async def _serve_node(config: ControllerConfig, node: ControllerNode,
         stopper = tasks.create_task(stop_requested.wait(), name="wait-signal")
         await asyncio.wait([running, stopper], return_when=asyncio.FIRST_COMPLETED)
         logger.info("%s shutting down", node.prefix)
+        if not running.done() and node.raft.role is Role.LEADER:
+            # a leader hands its role over first: the group has a leader again within a round
+            # trip, not after an election timeout (thesis §3.10)
+            new_leader = await node.shell.transfer_leadership()
+            logger.info("%s handed the Raft leadership to %s before stopping", node.prefix,
+                        f"node {new_leader}" if new_leader is not None else "nobody (gave up)")
         await asyncio.to_thread(service.shutdown)
         node.stop()
         stopper.cancel()

@@ -58,6 +58,7 @@ from controller.transport import RaftTransport
 __all__ = ["Duty", "RaftShell", "monotonic_ms"]
 
 logger = logging.getLogger(__name__)
+TRANSFER_WAIT_TIMEOUTS = 3  # a transfer's wait for a new leader, in election timeouts
 
 # A long-running task the shell runs beside its tick timer, cancelled when it stops
 Duty = Callable[[], Coroutine[Any, Any, None]]
@@ -276,11 +277,34 @@ class RaftShell:
         if result.status is ProposeStatus.NOT_LEADER:
             raise NotLeaderError(self.leader_address())
         if result.status is ProposeStatus.DROPPED:
-            raise BusyError("the Raft log has too many uncommitted entries")
+            raise BusyError("leadership is being transferred" if self.raft.transfer_to
+                            else "the Raft log has too many uncommitted entries")
         future: asyncio.Future[ApplyResult] = asyncio.get_running_loop().create_future()
         self._proposals[result.entry_index] = (result.term, future)
         self._drain()
         return await self._wait(future, f"entry {result.entry_index}")
+
+    async def transfer_leadership(self, to_id: int | None = None) -> int | None:
+        """Hand the leader role to follower `to_id` (None: the best one; RaftNode.
+        transfer_leadership) and wait until it has one: the new leader's id, or None when
+        this node leads again (the target did not win within an election timeout) or was not
+        the leader or the target is not a peer (ValueError)."""
+        if self.raft.transfer_leadership(to_id) is None:
+            if self.raft.role is Role.LEADER and to_id is not None:
+                raise ValueError(f"node {to_id} is not a follower of this group "
+                                 f"({list(self.config.voter_ids)})")
+            return None
+        self._drain()
+        interval_s = self.config.tick_interval_ms / 1000
+        # the core gives up after an election timeout; then the new leader has to be heard of
+        for _ in range(TRANSFER_WAIT_TIMEOUTS * self.config.election_timeout_ticks):
+            raft = self.raft
+            if raft.role is not Role.LEADER and raft.leader_id is not None:
+                return raft.leader_id
+            if raft.role is Role.LEADER and raft.transfer_to is None:
+                return None  # gave up: this node serves again
+            await asyncio.sleep(interval_s)
+        return None
 
     async def read_barrier(self) -> None:
         """Return once this node's state is at least as new as any committed write (ReadIndex)."""

@@ -38,7 +38,7 @@ from conf.tls import NO_TLS
 from connector.admin.data import consume, produce
 from connector.admin.output import Output, fail
 from connector.admin.parser import BATCH_MAX, COUNT_MAX, build_parser
-from connector.admin.planned import shutdown_broker
+from connector.admin.planned import elect_broker, shutdown_broker
 from connector.admin.scale import drain_topic, extend_topic
 from connector.admin.target import Target
 from connector.client import ClientConfig
@@ -342,6 +342,8 @@ def _broker(parser: argparse.ArgumentParser, args: argparse.Namespace, target: T
             out: Output) -> int:
     if args.action == "shutdown":  # (connector/admin/planned.py)
         return shutdown_broker(target, args.broker_id, args.wait_s, out)
+    if args.action == "elect":
+        return elect_broker(target, args.broker_id, args.wait_s, out)
     brokers = target.brokers()
     if args.action == "stats":
         documents = {endpoint: target.admin_of((endpoint,)).broker_stats()

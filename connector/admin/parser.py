@@ -62,9 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--group", default=None, help="the group (describe, delete)")
     broker = commands.add_parser("broker", parents=[common],
                                  help="a broker's info, statistics or runtime settings; stop "
-                                 "a broker (a master hands over first)")
-    broker.add_argument("action", choices=["info", "stats", "config", "shutdown"],
-                        help="what to show, or shutdown")
+                                 "a broker (a master hands over first); move a set's master "
+                                 "to another member (elect)")
+    broker.add_argument("action", choices=["info", "stats", "config", "shutdown", "elect"],
+                        help="what to show, shutdown, or elect (the master hands its role "
+                        "to --broker-id and stays as its slave)")
     broker.add_argument("config_action", nargs="?", choices=["get", "set"], default=None,
                         help="with config: show the settings, or set one (a live key applies "
                         "at once, any other at the next start; both are written to the conf "
@@ -75,11 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="config get: only this key; config set: the key to set")
     broker.add_argument("--value", default=None, help="config set: the new value")
     broker.add_argument("--broker-id", type=int, default=None,
-                        help="shutdown, config: which member (config: default the master)")
+                        help="shutdown: which member; elect: the member to make master; "
+                        "config: which member (default the master)")
     broker.add_argument("--all-members", action="store_true",
                         help="config: every alive member of the replica set(s), not the master")
     broker.add_argument("--wait-s", type=float, default=30.0,
-                        help="shutdown: how long to wait for the broker to stop")
+                        help="shutdown: how long to wait for the broker to stop; elect: "
+                        "for the controller to name the new master")
     return parser
 
 

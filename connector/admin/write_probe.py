@@ -37,6 +37,7 @@ KEYS = 4
 SEND_PAUSE_S = 0.002  # between sends: steady, without taking a whole shared core
 REQUEST_TIMEOUT_MS = 3000
 READ_BATCH = 1024
+GAPS_REPORTED = 20  # per set: the longest times without an acknowledgement, with when
 
 
 class _SetProbe:
@@ -74,6 +75,7 @@ class _SetProbe:
 
     def verdict(self, found: dict[tuple[int, int], bytes]) -> dict[str, Any]:
         times = sorted(acked for _, _, _, acked in self.acked.values())
+        gaps = sorted(itertools.pairwise(times), key=lambda gap: gap[0] - gap[1])
         sends = sorted(acked - sent for _, _, sent, acked in self.acked.values())
         places: dict[bytes, int] = {}
         for body in found.values():
@@ -82,8 +84,10 @@ class _SetProbe:
         return {
             "acked": len(self.acked), "failed": len(self.failed),
             "failures": self.failed[:5],
-            "longest_write_pause_s": round(max((b - a for a, b in itertools.pairwise(times)),
-                                               default=0.0), 3),
+            "longest_write_pause_s": round(max((b - a for a, b in gaps), default=0.0), 3),
+            # the longest gaps, (from, to) in monotonic seconds: the caller names the step
+            # of each (ha/cluster/rolling.py)
+            "gaps": [(round(a, 3), round(b, 3)) for a, b in gaps[:GAPS_REPORTED]],
             "send_p99_ms": round(sends[int(len(sends) * 0.99)] * 1000, 1) if sends else None,
             "lost_acked": sum(1 for seq, (q, o, _, _) in self.acked.items()
                               if found.get((q, o)) != self.body(seq)),

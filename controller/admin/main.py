@@ -6,6 +6,7 @@
     python -m controller.admin --controller H:P elect --broker-name broker-a [--broker-id 2]
     python -m controller.admin --controller H:P clean --broker-name broker-a [--broker-id 3 ...]
     python -m controller.admin --controller H:P routes --topic TOPIC
+    python -m controller.admin --controller 'H:P;H:P;H:P' transfer-leader [--to 2]
     python -m controller.admin --controller H:P user|acl ...   (controller/admin/users.py)
 
 With authentication on, `--credentials-file FILE` (accessKey= and secretKey= lines, mode 0600)
@@ -139,6 +140,8 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     if args.command == "clean":
         return "clean_broker_data", {"broker_name": args.broker_name,
                                      "broker_ids": args.broker_id or []}
+    if args.command == "transfer-leader":
+        return "transfer_leader", {"to_node_id": args.to}
     return "get_routes", {"topic": args.topic}
 
 

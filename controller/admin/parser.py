@@ -16,7 +16,8 @@ __all__ = ["SET_COMMANDS", "build_parser"]
 DESCRIPTION = "Operate the controllers: Raft status, replica sets, elections, routes, users, ACLs."
 # The commands about one replica set (`--broker-name`), with their help lines.
 SET_COMMANDS = {"replica": "one replica set's master, epoch and SyncStateSet",
-                "elect": "elect a master for a replica set (optionally a given broker)",
+                "elect": "force an election in a replica set (optionally of a given broker); "
+                         "to move a live master, `broker elect` hands over instead",
                 "clean": "forget brokers of a replica set (all, or the given --broker-id)"}
 
 
@@ -54,6 +55,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         if name == "clean":
             sub.add_argument("--broker-id", type=int, action="append",
                              help="a broker of the set to forget (repeatable; default: all)")
+    transfer = commands.add_parser("transfer-leader", parents=[output],
+                                   help="the Raft leader hands its role to a follower at once "
+                                   "(before stopping it, say)")
+    transfer.add_argument("--to", type=int, default=None, metavar="NODE_ID",
+                          help="the follower to lead (default: the one with the longest log)")
     routes = commands.add_parser("routes", parents=[output],
                                  help="a topic's queues on each replica set")
     routes.add_argument("--topic", default=None, help="the topic")

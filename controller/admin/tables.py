@@ -42,6 +42,8 @@ def _table(command: str, reply: Any) -> tuple[list[str], list[dict[str, Any]]]:
             return ["status", "version", "message"], [reply]
         return (["subject", "resource", "actions", "decision", "source_ips"],
                 list(reply["policies"]))
+    if command == "transfer-leader":
+        return ["status", "from_node_id", "leader_id", "term", "leader_address"], [reply]
     if command == "routes":
         sets = {route["broker_name"]: route for route in reply.get("replica_sets", [])}
         return (["broker_name", "read_queue_nums", "write_queue_nums", "perm",

@@ -15,6 +15,8 @@ outcome, not an exception:
     get_routes             GetRoutesRequest           RoutesReply
     cluster_list           {}                         ClusterListReply
     controller_status      {}                         ControllerStatusReply (any node answers)
+    transfer_leader        TransferLeaderRequest      TransferLeaderReply (the Raft leader hands
+                                                      its role to a follower: thesis §3.10)
     get_auth_data          {}                         AuthDataReply (users with secrets, ACLs:
                                                       members and Super users only)
     user_create|update     UserRequest                AuthChangeReply (through Raft)
@@ -41,7 +43,8 @@ cluster, too many members); `BROKER_ALIVE` (refused to clean a broker that
 still heartbeats); `TOPIC_NOT_FOUND`; `BUSY` (the Raft log is full or slow: retry);
 `INTERNAL_ERROR` (the request hit a case the controller did not foresee: it is logged there,
 the request failed alone, the controller keeps serving); `FENCED_AUTH_VERSION` (a user/ACL
-change raced another one three times: retry).
+change raced another one three times: retry); `LEADER_TRANSFER_FAILED` (the follower named
+did not win within an election timeout: the old leader leads again).
 
 How a broker in controller mode uses this (RocketMQ's ReplicasManager, simplified):
 1. `register_broker` with its client address at the leader (follow `NOT_LEADER` /
@@ -99,6 +102,8 @@ from controller.api.cluster import (
     ControllerStatusReply,
     ElectionRecord,
     ReplicaSetStatus,
+    TransferLeaderReply,
+    TransferLeaderRequest,
 )
 from controller.api.codec import (
     NAME_BYTES_MAX,
@@ -195,6 +200,8 @@ __all__ = [
     "RoleChange",
     "RoutesReply",
     "TopicInfo",
+    "TransferLeaderReply",
+    "TransferLeaderRequest",
     "User",
     "UserNameRequest",
     "UserRequest",

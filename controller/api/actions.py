@@ -7,7 +7,12 @@ decodes the reply with `ACTIONS[action][1]`; the table in the package docstring
 
 from __future__ import annotations
 
-from controller.api.cluster import ClusterListReply, ControllerStatusReply
+from controller.api.cluster import (
+    ClusterListReply,
+    ControllerStatusReply,
+    TransferLeaderReply,
+    TransferLeaderRequest,
+)
 from controller.api.codec import JsonMessage
 from controller.api.heartbeat import (
     BrokerHeartbeat,
@@ -44,7 +49,7 @@ STATUSES = (
     "FENCED_MASTER_EPOCH", "FENCED_SYNC_STATE_SET_EPOCH", "INVALID_MASTER", "INVALID_REPLICAS",
     "BROKER_NOT_REGISTERED", "REPLICA_SET_NOT_FOUND", "BROKER_ALIVE", "TOPIC_NOT_FOUND", "BUSY",
     "INVALID_REQUEST", "INTERNAL_ERROR", "FENCED_AUTH_VERSION", "NO_PERMISSION",
-    "UNAUTHENTICATED", "VERSION_REFUSED",
+    "UNAUTHENTICATED", "VERSION_REFUSED", "LEADER_TRANSFER_FAILED",
 )
 
 
@@ -59,6 +64,7 @@ ACTIONS: dict[str, tuple[type[JsonMessage] | None, type[JsonMessage]]] = {
     "get_routes": (GetRoutesRequest, RoutesReply),
     "cluster_list": (None, ClusterListReply),
     "controller_status": (None, ControllerStatusReply),
+    "transfer_leader": (TransferLeaderRequest, TransferLeaderReply),
     "get_auth_data": (None, AuthDataReply),
     "user_create": (UserRequest, AuthChangeReply),
     "user_update": (UserRequest, AuthChangeReply),

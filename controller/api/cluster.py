@@ -1,4 +1,6 @@
-"""What operators read about the controllers: `cluster_list` and `controller_status`.
+"""What operators read about the controllers: `cluster_list` and `controller_status`; and
+`transfer_leader`, the one thing they steer in the Raft group (thesis §3.10: the leader hands
+its role to a follower, which wins at once instead of after an election timeout).
 
 `controller_status` is answered by any node with its own view (no redirect), so it also serves
 to find the leader; `cluster_list` is the leader's view of controllers and replica sets.
@@ -13,7 +15,7 @@ from controller.api.codec import JsonMessage
 from controller.api.replicas import ReplicaInfo
 
 __all__ = ["ClusterListReply", "ControllerMember", "ControllerStatusReply", "ElectionRecord",
-           "ReplicaSetStatus"]
+           "ReplicaSetStatus", "TransferLeaderReply", "TransferLeaderRequest"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,6 +40,26 @@ class ClusterListReply(JsonMessage):
     leader_address: str | None = None
     controllers: tuple[ControllerMember, ...] = ()
     replica_sets: tuple[ReplicaSetStatus, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransferLeaderRequest(JsonMessage):
+    KIND: ClassVar[str] = "transfer_leader request"
+    to_node_id: int | None = None  # None: the follower with the longest log
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransferLeaderReply(JsonMessage):
+    """OK: `leader_id` leads at `term` now; LEADER_TRANSFER_FAILED: the old leader (`from_node_id`)
+    leads again (the target did not win within an election timeout); INVALID_REQUEST: the
+    target is not a follower of this group."""
+
+    KIND: ClassVar[str] = "transfer_leader reply"
+    status: str
+    leader_address: str | None = None
+    from_node_id: int = 0
+    leader_id: int | None = None
+    term: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from controller.raft.messages import (
     Snapshot,
     SnapshotRequest,
     SoftState,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "Snapshot",
     "SnapshotRequest",
     "SoftState",
+    "TimeoutNow",
     "VoteRequest",
     "VoteResponse",
     "decode_message",

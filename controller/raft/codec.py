@@ -43,6 +43,7 @@ from controller.raft.messages import (
     Message,
     Snapshot,
     SnapshotRequest,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -61,7 +62,9 @@ _KINDS: dict[str, type[Any]] = {
     "heartbeat": HeartbeatRequest,
     "heartbeat_resp": HeartbeatResponse,
     "snapshot": SnapshotRequest,
+    "timeout_now": TimeoutNow,
 }
+_OPTIONAL = frozenset({"transfer"})  # fields added later, with a default (messages.py)
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 _FIELDS: dict[type[Any], tuple[str, ...]] = {
     cls: tuple(cls.__dataclass_fields__) for cls in _KINDS.values()
@@ -104,6 +107,8 @@ def decode_message(data: bytes) -> Message:
         raise CodecError("raft message", f"unknown type {str(name)[:40]!r}")
     values: dict[str, Any] = {}
     for name in _FIELDS[kind]:
+        if name in _OPTIONAL and name not in body:
+            continue  # a field newer than the sender: its default
         if name not in body:
             raise CodecError("raft message", f"{body['type']} lacks field {name!r}")
         values[name] = _field(name, body[name])
@@ -149,7 +154,7 @@ def _field(name: str, value: Any) -> Any:
         return tuple(_entry_from_json(item) for item in value)
     if name == "snapshot":
         return _snapshot_from_json(value)
-    if name in ("pre_vote", "granted", "success"):
+    if name in ("pre_vote", "granted", "success", "transfer"):
         if not isinstance(value, bool):
             raise CodecError("raft message", f"{name} is not a boolean")
         return value

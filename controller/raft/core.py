@@ -39,6 +39,14 @@ Roles (role-as-handler: each `_become_*` swaps `_on_message` and `_on_tick`):
 - ReadIndex (thesis §6.4): a read is answered with the commit index, once the leader has
   committed an entry of its term and a heartbeat round started after the request was confirmed
   by a majority.
+- Leadership transfer (thesis §3.10, `transfer_leadership`): the leader refuses new proposals
+  (DROPPED), brings the chosen follower's log up to its own last index, then sends it
+  TimeoutNow; the follower campaigns at once, without a pre-vote, and its vote requests say
+  `transfer`, so voters that still hear the leader grant them (the leader asked for it) and
+  the old leader steps down on the higher term. A stop then costs one round trip instead of
+  an election timeout. It gives up after an election timeout (the target may be gone): the
+  leader takes proposals again. Safety is the ordinary election's: the vote still needs an
+  up-to-date log and a majority.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from controller.raft.messages import (
     Snapshot,
     SnapshotRequest,
     SoftState,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -115,6 +124,9 @@ class RaftNode:
         self._persisted_hard_state = HardState(self.term, self.voted_for, commit_index)
         self._reported_soft_state: SoftState | None = None
         self.rejected_messages = 0  # impossible for this node's log: dropped (see step)
+        self.transfer_to: int | None = None  # leader: the follower it hands its role to
+        self._transfer_elapsed_ticks = 0
+        self._timeout_now_sent = False
         self._become_follower(self.term, None)
 
     # -- public API ------------------------------------------------------------------------
@@ -191,7 +203,9 @@ class RaftNode:
         assert self._outstanding is None, "advance() the last Ready before proposing"
         if self.role is not Role.LEADER:
             return ProposeResult(ProposeStatus.NOT_LEADER, leader_id=self.leader_id)
-        if self.log.last_index - self.log.committed_index >= self.config.uncommitted_entries_max:
+        if (self.transfer_to is not None  # the target's log must stop growing to catch up
+                or self.log.last_index - self.log.committed_index
+                >= self.config.uncommitted_entries_max):
             return ProposeResult(ProposeStatus.DROPPED, leader_id=self.node_id)
         entry = Entry(self.log.last_index + 1, self.term, EntryKind.NORMAL, data)
         self.log.append([entry])
@@ -216,6 +230,32 @@ class RaftNode:
         assert self._outstanding is None
         if self.role is not Role.LEADER:
             self._campaign(pre_vote=self.config.pre_vote)
+
+    def transfer_leadership(self, to_id: int | None = None) -> int | None:
+        """Hand leadership to follower `to_id` (None: the one that answered lately with the
+        longest log; ties: the lowest id). Returns the target, or None when there is none
+        (not the leader, a single node, an id that is not a peer). Proposals are DROPPED
+        until the transfer ends: the target wins (this node steps down), or an election
+        timeout passes."""
+        assert self._outstanding is None, "advance() the last Ready before transferring"
+        if self.role is not Role.LEADER:
+            return None
+        peers = self.config.peer_ids
+        if to_id is None and peers:
+            to_id = min(peers, key=lambda peer: (not self.progress[peer].recent_active,
+                                                 -self.progress[peer].match_index, peer))
+        if to_id not in peers:
+            return None
+        if self.transfer_to != to_id:
+            self.transfer_to, self._timeout_now_sent = to_id, False
+            self._transfer_elapsed_ticks = 0
+            logger.info("node %d (leader t%d) transfers leadership to %d", self.node_id,
+                        self.term, to_id)
+        if self.progress[to_id].match_index == self.log.last_index:
+            self._send_timeout_now()
+        else:
+            self._send_append(to_id, send_empty=True)
+        return to_id
 
     def compact(self, entry_index: int, data: bytes) -> Snapshot:
         """Drop the log up to `entry_index`, replaced by `data` (the applied state there).
@@ -293,6 +333,7 @@ class RaftNode:
         self._votes = {}
         self.progress = {}
         self._reads.clear()  # callers time out and retry at the new leader
+        self.transfer_to, self._timeout_now_sent = None, False
 
     def _become_follower(self, term: int, leader_id: int | None) -> None:
         self._reset(term)
@@ -331,7 +372,7 @@ class RaftNode:
         self._on_message = on_message
         self._on_tick = on_tick
 
-    def _campaign(self, pre_vote: bool) -> None:
+    def _campaign(self, pre_vote: bool, *, transfer: bool = False) -> None:
         if pre_vote:
             self._become_pre_candidate()
             vote_term = self.term + 1
@@ -343,6 +384,7 @@ class RaftNode:
         for peer in self.config.peer_ids:
             self._send(VoteRequest(
                 self.node_id, peer, vote_term, pre_vote, self.log.last_index, self.log.last_term,
+                transfer,
             ))
 
     def _record_vote(self, voter: int, *, granted: bool) -> bool:
@@ -373,6 +415,12 @@ class RaftNode:
         config = self.config
         self.election_elapsed_ticks += 1
         self._heartbeat_elapsed_ticks += 1
+        if self.transfer_to is not None:
+            self._transfer_elapsed_ticks += 1
+            if self._transfer_elapsed_ticks >= config.election_timeout_ticks:
+                logger.info("node %d (leader t%d) gives up the transfer to %d", self.node_id,
+                            self.term, self.transfer_to)
+                self.transfer_to, self._timeout_now_sent = None, False
         if self.election_elapsed_ticks >= config.election_timeout_ticks:
             self.election_elapsed_ticks = 0
             if config.check_quorum:
@@ -402,7 +450,8 @@ class RaftNode:
         """Apply the higher-term rule. Returns whether to go on handling the message."""
         if isinstance(message, VoteRequest):
             in_lease = (
-                self.config.check_quorum
+                not message.transfer  # the leader asked for this election (TimeoutNow)
+                and self.config.check_quorum
                 and self.leader_id is not None
                 and self.election_elapsed_ticks < self.config.election_timeout_ticks
             )
@@ -458,6 +507,10 @@ class RaftNode:
                                              message.read_seq))
             else:
                 self._handle_snapshot(message)
+        elif isinstance(message, TimeoutNow):
+            logger.info("node %d campaigns at once: leader %d hands over (t%d)", self.node_id,
+                        message.from_id, self.term)
+            self._campaign(pre_vote=False, transfer=True)
 
     def _step_candidate(self, message: Message) -> None:
         if isinstance(message, _FROM_LEADER):
@@ -543,6 +596,8 @@ class RaftNode:
             return
         if not progress.maybe_update(message.match_index):
             return
+        if peer == self.transfer_to and progress.match_index == self.log.last_index:
+            self._send_timeout_now()
         if progress.state is ProgressState.PROBE:
             progress.become_replicate()
         elif progress.state is ProgressState.SNAPSHOT and (
@@ -599,6 +654,12 @@ class RaftNode:
         elif progress.state is ProgressState.PROBE:
             progress.probe_sent = True
         return True
+
+    def _send_timeout_now(self) -> None:
+        """Once per transfer: a second one would start a second election (a new term)."""
+        if self.transfer_to is not None and not self._timeout_now_sent:
+            self._timeout_now_sent = True
+            self._send(TimeoutNow(self.node_id, self.transfer_to, self.term))
 
     def _release_reads(self) -> None:
         """Answer pending reads whose heartbeat round a majority confirmed, in order."""

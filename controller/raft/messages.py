@@ -13,6 +13,10 @@ Messages (every one carries `from_id`, `to_id` and the sender's `term`):
     HeartbeatRequest   leader -> follower   commit_index, read_seq
     HeartbeatResponse  follower -> leader   read_seq (echoed: confirms leadership for ReadIndex)
     SnapshotRequest    leader -> follower   snapshot (answered with an AppendResponse)
+    TimeoutNow         leader -> follower   (leadership transfer, thesis §3.10: campaign now)
+
+A vote request with `transfer` set comes from a TimeoutNow: voters grant it even while they
+hear from a leader (that leader asked for it), so leader stickiness does not refuse it.
 
 A pre-vote request carries the term the candidate *would* use (its term + 1) without anyone
 changing term; a granted pre-vote answer carries that same term, a refusal the voter's own term.
@@ -40,6 +44,7 @@ __all__ = [
     "Snapshot",
     "SnapshotRequest",
     "SoftState",
+    "TimeoutNow",
     "VoteRequest",
     "VoteResponse",
 ]
@@ -104,7 +109,7 @@ class ReadState:
 class ProposeStatus(enum.Enum):
     ACCEPTED = "accepted"
     NOT_LEADER = "not_leader"  # redirect to `leader_id` (None when unknown)
-    DROPPED = "dropped"  # too many uncommitted entries: retry later
+    DROPPED = "dropped"  # too many uncommitted entries, or a leadership transfer: retry later
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,6 +128,7 @@ class VoteRequest:
     pre_vote: bool
     last_index: int
     last_term: int
+    transfer: bool = False  # sent on a TimeoutNow (absent from an older peer: False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -189,6 +195,16 @@ class SnapshotRequest:
     snapshot: Snapshot
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """The leader hands its role to `to_id`, whose log matches its own: start an election at
+    once, without a pre-vote (thesis §3.10)."""
+
+    from_id: int
+    to_id: int
+    term: int
+
+
 Message = (
     VoteRequest
     | VoteResponse
@@ -197,6 +213,7 @@ Message = (
     | HeartbeatRequest
     | HeartbeatResponse
     | SnapshotRequest
+    | TimeoutNow
 )
 
 

@@ -65,6 +65,9 @@ class AdminActions:
     live_config: LiveConfig
     # told each live config change (main: the topic tables' thread)
     config_listeners: list[Callable[[BrokerConfig], None]]
+    # the `handover` action: hand the master role to that member (set by ha/broker/main.py in
+    # controller mode); returns whether it did and the one-line result
+    request_handover: Callable[[int], tuple[bool, str]] | None = None
 
     def _action_handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         """The DoAction table, by action name (a handler's docstring is what ListActions says
@@ -86,6 +89,7 @@ class AdminActions:
             "queue_offsets": self._queue_offsets,
             "update_topic": self._update_topic,
             "shutdown": self._shutdown,
+            "handover": self._handover,
         }
 
     @guarded
@@ -317,6 +321,18 @@ class AdminActions:
         self.request_stop()
         return {"stopping": True, "broker_name": self.config.broker_name,
                 "endpoint": self.endpoint}
+
+    def _handover(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A master hands its role to the SyncStateSet member `broker_id` and keeps running as
+        its slave (an operator's `elect`; ha/broker/handover.py). Answers once it is known
+        (at most handoverTimeoutMs): `handed_over` and the broker's one-line `result`."""
+        broker_id = request_int(request, "broker_id", None, 0, 2**31 - 1)
+        if self.request_handover is None:
+            raise RequestError("BAD_REQUEST", "this broker is not in controller mode")
+        handed_over, result = self.request_handover(broker_id)
+        logger.info("handover to broker %d asked by an operator: %s", broker_id, result)
+        return {"handed_over": handed_over, "result": result,
+                "broker_name": self.config.broker_name, "endpoint": self.endpoint}
 
     def _broker_stats(self, request: dict[str, Any]) -> dict[str, Any]:
         """Request counters and store statistics."""

@@ -90,33 +90,45 @@ class HandoverGate:
 
 
 def hand_over(service: Any, call: Callable[[HandoverRequest], ReplicaInfoReply],
-              broker_id: int | None, *, wake_heartbeat: Callable[[], None]) -> str:
-    """Hand the master role over before stopping; returns what happened (for the log).
+              broker_id: int | None, *, wake_heartbeat: Callable[[], None],
+              named: int | None = None) -> tuple[bool, str]:
+    """Hand the master role over; returns whether it did, and what happened (for the log).
 
     `service`: the BrokerService (its replication, store, config, endpoint); `call`: the
     controller call; `broker_id`: the id the controller gave this broker (None: not
-    registered: nothing to hand over)."""
+    registered: nothing to hand over). `named`: an operator's `elect` of that member; the
+    broker then keeps running (it does not turn lame duck, and follows the new master once
+    the controller says so: HandoverCore.rearm); None: it is stopping, to the best slave."""
     config, replication = service.config, service.replication
     gate: HandoverGate = replication.handover
     master = replication.master
     if not config.runtime_roles or config.handover_timeout_ms == 0:
-        return "no handover (not in controller mode, or handoverTimeoutMs=0)"
-    gate.leaving = True
-    wake_heartbeat()  # lame duck from now on (a slave too): no election picks this broker
+        return False, "no handover (not in controller mode, or handoverTimeoutMs=0)"
+    if named is None:
+        gate.leaving = True
+        wake_heartbeat()  # lame duck from now on (a slave too): no election picks this broker
     if master is None or broker_id is None:
-        return "no handover: not the master"
+        return False, "no handover: not the master"
     stats = master.stats()
-    if choose_target(_acked(master), stats.sync_state_set, master_broker_id=broker_id) is None:
-        return "no handover: no other member of the SyncStateSet has a link"
+    if named is not None and named not in stats.sync_state_set:
+        return False, (f"no handover: broker {named} is not in the SyncStateSet "
+                       f"{sorted(stats.sync_state_set)}")
+    pick = functools.partial(choose_target, sync_state_set=stats.sync_state_set,
+                             master_broker_id=broker_id, named=named,
+                             link_ids={link.broker_id: link.link_id for link in stats.links})
+    if pick(_acked(master)) is None:
+        return False, ("no handover: " + (f"broker {named} is the master or has no link"
+                                          if named is not None else
+                                          "no other member of the SyncStateSet has a link"))
     deadline = time.monotonic() + config.handover_timeout_ms / 1000.0
     if not gate.step(HandoverCore.seal):
-        return "no handover: one ran already"
+        return False, "no handover: one is running or ran already"
     store = service.store
     sealed = gate.wait_for(lambda core: core.sealed_at(store.stats().log_position_end),
                            deadline - time.monotonic())
     target = None
     while sealed:
-        target = choose_target(_acked(master), stats.sync_state_set, master_broker_id=broker_id)
+        target = pick(_acked(master))
         acked = _acked(master).get(target, -1) if target is not None else -1
         if gate.step(functools.partial(HandoverCore.ready_to_ask,
                                        target_acked_log_position=acked)):
@@ -128,7 +140,8 @@ def hand_over(service: Any, call: Callable[[HandoverRequest], ReplicaInfoReply],
     position = gate.core.sealed_log_position
     if not sealed or target is None or position is None:
         gate.step(HandoverCore.abort)
-        return "no handover: the puts in flight or the slave's catch-up outlasted handoverTimeoutMs"
+        return False, ("no handover: the puts in flight or the slave's catch-up outlasted "
+                       "handoverTimeoutMs")
     request = HandoverRequest(config.broker_name, broker_id, service.endpoint,
                               master.master_epoch, position, target, _acked(master)[target])
     try:
@@ -142,8 +155,10 @@ def hand_over(service: Any, call: Callable[[HandoverRequest], ReplicaInfoReply],
     if gate.core.phase is Phase.HANDED_OVER:
         # fenced, and the master service stops: its slaves' links drop and they heartbeat now
         replication.become_none(f"handed over to broker {target} ({new_master})")
-        return f"handed over to broker {target} ({new_master}) at log position {position}"
-    return f"no handover: the controller answered {status}" + (
+        wake_heartbeat()  # learn the new role at once (`elect`: follow the new master)
+        return True, (f"handed over to broker {target} ({new_master}) at log position "
+                      f"{position}")
+    return False, f"no handover: the controller answered {status}" + (
         " (puts stay refused: the election may still commit)"
         if gate.core.phase is Phase.UNKNOWN else "")
 
@@ -152,14 +167,14 @@ def _acked(master: Any) -> dict[int, int]:
     return {link.broker_id: link.acked_log_position for link in master.stats().links}
 
 
-def hand_over_to_slave(service: Any, link: Any) -> str:
+def hand_over_to_slave(service: Any, link: Any, named: int | None = None) -> tuple[bool, str]:
     """`hand_over` through the broker's controller link (its client, id and wake). Never
     raises: whatever happens, the shutdown that follows must run."""
     try:
         return hand_over(
             service,
             lambda request: link.client.call("handover_master", request, ReplicaInfoReply),
-            link.broker_id, wake_heartbeat=link.wake)
+            link.broker_id, wake_heartbeat=link.wake, named=named)
     except Exception:  # logged; the broker stops as it would have before
         logger.exception("handover failed; stopping without it")
-        return "no handover: it failed (logged above)"
+        return False, "no handover: it failed (logged above)"

@@ -15,6 +15,10 @@ Phases (one way, except REOPENED after a refusal):
                                    └─no answer──► UNKNOWN (held puts time out; the broker
                                                   cannot tell whether it was replaced)
     SEALING/CATCHING_UP ──abort (deadline)──► REOPENED  (nothing was asked yet)
+    HANDED_OVER/UNKNOWN ──a role from the controller (slave, or master of a newer epoch)──►
+        SERVING   (`rearm`: a broker that handed over on `elect` keeps running; its gate
+                   must not refuse the puts of a later term)
+    REOPENED ──seal──► SEALING  (a later handover may try again)
 
 `admit` answers each put: ADMIT (counted in flight until `put_done`), HOLD (ask again when the
 phase changes, up to the hold deadline) or REFUSE. The shell (ha/broker/handover.py) keeps it
@@ -58,14 +62,27 @@ _HELD = (Phase.SEALING, Phase.CATCHING_UP, Phase.ASKING, Phase.UNKNOWN)
 
 
 def choose_target(acked: Mapping[int, int], sync_state_set: Iterable[int], *,
-                  master_broker_id: int, leaving: Iterable[int] = ()) -> int | None:
+                  master_broker_id: int, leaving: Iterable[int] = (),
+                  named: int | None = None,
+                  link_ids: Mapping[int, int] | None = None) -> int | None:
     """The slave to hand over to: a member of the SyncStateSet (it holds every acknowledged
-    put), not the master, not leaving, the furthest acked (ties: the lowest id)."""
+    put), not the master, not leaving; `named` (an operator's `elect`): that member or none.
+
+    Among several: with `link_ids` (broker id -> its link's number, in the order the links
+    opened), the one linked longest, else the furthest acked (ties: the lowest id). Why the
+    oldest link: a slave that (re)joined lately has not brought its idempotence table up to
+    date yet (it follows the log once a second, ha/broker/roles.py), so its take-over has to
+    rebuild it: 457 ms in a rolling restart under load 20 (docs/planned-operations.md),
+    against 7-28 ms for a slave linked for a while. Any member catches up to the sealed end
+    within milliseconds: it is in the SyncStateSet."""
     out = set(leaving) | {master_broker_id}
     members = [broker_id for broker_id in sync_state_set
-               if broker_id not in out and broker_id in acked]
+               if broker_id not in out and broker_id in acked
+               and named in (None, broker_id)]
     if not members:
         return None
+    if link_ids is not None:
+        return min(members, key=lambda broker_id: (link_ids.get(broker_id, 0), broker_id))
     return min(members, key=lambda broker_id: (-acked[broker_id], broker_id))
 
 
@@ -91,8 +108,9 @@ class HandoverCore:
         self.in_flight -= 1
 
     def seal(self) -> bool:
-        """Start a handover; False when one already ran (a second request does nothing)."""
-        if self.phase is not Phase.SERVING:
+        """Start a handover; False while one runs or after it handed over (a second request
+        does nothing). A gate reopened by a refusal or a deadline may seal again."""
+        if self.phase not in _OPEN:
             return False
         self.phase = Phase.SEALING
         return True
@@ -125,6 +143,16 @@ class HandoverCore:
             self.phase = Phase.REOPENED
         else:
             self.phase = Phase.UNKNOWN
+
+    def rearm(self) -> bool:
+        """The controller gave this broker a role after a handover (it follows the new master,
+        or it is master of a newer epoch): the gate opens for that role, whose own fence
+        answers the puts. True if it was closed. Not before an answer came: while ASKING the
+        election may still commit."""
+        if self.phase not in (Phase.HANDED_OVER, Phase.UNKNOWN):
+            return False
+        self.phase, self.sealed_log_position, self.new_master = Phase.SERVING, None, None
+        return True
 
     def abort(self) -> bool:
         """Give up before asking (the deadline passed while sealing or catching up): the

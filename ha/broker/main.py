@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     install_sighup()  # SIGHUP: check the TLS files now (conf/tls_reload.py)
     service.request_stop = lambda: on_signal(signal.SIGTERM, None)  # `shutdown` action
     link, roles = _start_controller_link(config, service, tier)
+    if link is not None:  # the `handover` action (`rocketha-admin broker elect`)
+        service.request_handover = lambda named: hand_over_to_slave(service, link, named)
     # topic tables (docs/topic-tables.md): the thread runs on every broker, works on the master
     tables = TopicTables(service.config, store, service.topics,
                          master_epoch=service.replication.writing_master_epoch).start()
@@ -218,7 +220,7 @@ def _serve(service: BrokerService, tier: TierService | None, stopping: threading
         while not stopping.wait(SIGNAL_POLL_S):
             pass  # (the signal handlers run on this thread, between waits)
         if link is not None:  # a master hands its role over first (ha/broker/handover.py)
-            logger.info("%s", hand_over_to_slave(service, link))
+            logger.info("%s", hand_over_to_slave(service, link)[1])
         return service.shutdown(service.config.shutdown_grace_ms / 1000.0)
     finally:
         if tier is not None:

@@ -47,6 +47,7 @@ from typing import Any
 
 from ha.broker.config import BrokerConfig
 from ha.broker.handover import HandoverGate
+from ha.broker.handover_core import HandoverCore
 from ha.broker.offset_log import OffsetLog
 from ha.broker.topic_log import TopicLog
 from ha.replication.config import BrokerRole
@@ -148,6 +149,7 @@ class Replication:
         master lease the controller's naming gave (ha/replication/master_core.py)."""
         assert self._config.runtime_roles
         self.fence(f"taking over as master (epoch {master_epoch})")
+        self.handover.step(HandoverCore.rearm)  # a term after a handover (the fence holds)
         self._stop_slave()
         self._stop_master()  # a newer epoch for a master: a new term
         store = self._store
@@ -194,6 +196,7 @@ class Replication:
         """Follow the master the controller named in `master_epoch` (fenced from now on)."""
         assert self._config.runtime_roles
         self.fence(f"the controller names {master_endpoint} master (epoch {master_epoch})")
+        self.handover.step(HandoverCore.rearm)  # handed over on `elect`: follow (fenced)
         self._stop_master()
         if self.slave is not None and self._slave_epoch == master_epoch:
             return

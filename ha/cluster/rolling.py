@@ -4,11 +4,11 @@ Why: a config change or a new release means restarting every process; done one a
 the right order, producers see pauses of a fraction of a second, never an outage or a lost
 message. The order:
 
-    1. the controllers, followers first, the leader last. The Raft core has no leadership
-       transfer (TimeoutNow), so the leader's stop costs one election (its followers notice
-       within an election timeout); brokers keep serving meanwhile (docs/design.md §5.6).
-       Each waits until the restarted node follows a leader and has applied what the leader
-       had committed when it came back.
+    1. the controllers, followers first, the leader last. A leader's SIGTERM hands its role
+       to the best follower first (TimeoutNow, controller/raft/core.py), so the group has a
+       leader again within a round trip, not an election timeout; brokers keep serving
+       meanwhile (docs/design.md §5.6). Each waits until the restarted node follows a leader
+       and has applied what the leader had committed when it came back.
     2. per replica set, its slaves, then its master. A master's SIGTERM hands its role to
        an in-sync slave first (ha/broker/handover.py). Each waits until the restarted broker
        is back in its set's SyncStateSet (so the next stop still has an in-sync successor).
@@ -16,8 +16,12 @@ message. The order:
 Around the restarts a write probe (connector/admin/write_probe.py, a separate process: this
 tool may not import the client) keeps one idempotent producer per replica set busy and checks
 at the end what the masters hold. The last line (with --json, the only line) is a JSON object:
-`steps` (one per process: name, kind, role before, seconds), `longest_write_pause_s`,
-`lost_acked`, `duplicated`, `failed_puts`, `acked`, and the probe's figures per set.
+`steps` (one per process: name, kind, role before, seconds, `write_pause_s`: the longest time
+a set's producer went without an acknowledgement while that step ran, and
+`write_pause_from_s`: when that began, in seconds from the step's start, and
+`write_pause_set`: in which set), `longest_write_pause_s`
+and `longest_write_pause_step` (the step it fell in), `lost_acked`, `duplicated`,
+`failed_puts`, `acked`, and the probe's figures per set.
 Needs controller mode (a cluster without controllers has no handover to wait for).
 """
 
@@ -43,6 +47,7 @@ __all__ = ["run"]
 
 STEP_TIMEOUT_S = 120.0  # one process back (a broker recovering its store takes longest)
 POLL_S = 0.1
+ROUNDING_S = 0.002  # the probe rounds times to ms: a gap's span and its length may differ
 PROBE_READY_TIMEOUT_S = 60.0
 PROBE_REPORT_TIMEOUT_S = 300.0  # the read-back of every probe message
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +84,7 @@ def run(args: argparse.Namespace, cluster: Any) -> int:
             steps.append(_step(broker["name"], "broker", broker["_role"], started))
             say(f"{steps[-1]['process']}\t{steps[-1]['role']}\t{steps[-1]['seconds']}s")
         report = _probe_report(probe)
+        _attribute_pauses(steps, report)
     finally:
         if probe.poll() is None:
             probe.kill()
@@ -87,8 +93,32 @@ def run(args: argparse.Namespace, cluster: Any) -> int:
 
 
 def _step(name: str, kind: str, role: str, started: float) -> dict[str, Any]:
-    return {"process": name, "kind": kind, "role": role,
-            "seconds": round(time.monotonic() - started, 2)}
+    """One step's line; `_window` (its monotonic span) is taken out by `_attribute_pauses`."""
+    ended = time.monotonic()
+    return {"process": name, "kind": kind, "role": role, "seconds": round(ended - started, 2),
+            "_window": (started, ended)}
+
+
+def _attribute_pauses(steps: list[dict[str, Any]], report: dict[str, Any]) -> None:
+    """Each step's `write_pause_s`: the longest probe gap (no acknowledgement in one set)
+    whose middle falls in its span (the probe runs in another process; both read
+    CLOCK_MONOTONIC). The middle, not the start: a gap begins with the last ack before the
+    cause, so the pause of a master's SIGTERM starts a few ms before its step does. And the
+    step of the longest pause (None: between steps)."""
+    gaps = [(a, b, name) for name, figures in report["sets"].items()
+            for a, b in figures.pop("gaps", [])]
+    for step in steps:
+        started, ended = step.pop("_window")
+        inside = [(b - a, a - started, name) for a, b, name in gaps
+                  if started <= (a + b) / 2 < ended]
+        pause_s, from_s, name = max(inside, default=(0.0, 0.0, None))
+        step["write_pause_s"] = round(pause_s, 3)
+        step["write_pause_from_s"] = round(from_s, 2)  # when it began, from the step's start
+        step["write_pause_set"] = name
+    worst = max(steps, key=lambda step: step["write_pause_s"], default=None)
+    report["longest_write_pause_step"] = (
+        worst["process"] if worst is not None and worst["write_pause_s"]
+        >= report["longest_write_pause_s"] - ROUNDING_S else None)
 
 
 def _wait(done: Callable[[], bool], what: str) -> None:

@@ -472,3 +472,30 @@ def test_the_admin_tool_lists_elects_and_refuses(group3: ControllerGroup) -> Non
         assert code == 0 and routes["queues"][0]["broker_name"] == "a"
         code, missing = _admin(group3, "replica", "nope")
         assert (code, missing["status"]) == (1, "REPLICA_SET_NOT_FOUND")
+
+
+def test_a_sigtermed_leader_hands_over_and_transfer_leader_moves_the_role(
+        group3: ControllerGroup) -> None:
+    """Leadership transfer (thesis §3.10) on real processes: `transfer-leader --to N` makes N
+    the leader at the next term (one election, the TimeoutNow's); a refused target is one
+    status; a SIGTERMed leader hands its role over before it stops (its log says to whom),
+    and the state it led is intact at the new leader."""
+    leader = group3.wait_leader()
+    _register(group3, 1)
+    term = group3.statuses()[leader]["term"]
+    target = next(n for n in group3.ids if n != leader)
+    code, moved = _admin(group3, "transfer-leader", "--to", str(target))
+    assert code == 0, moved
+    assert (moved["status"], moved["from_node_id"], moved["leader_id"]) == ("OK", leader, target)
+    assert group3.wait_leader() == target
+    assert group3.statuses()[target]["term"] == term + 1
+    code, refused = _admin(group3, "transfer-leader", "--to", "9")
+    assert (code, refused["status"]) == (1, "INVALID_REQUEST")
+
+    process = group3.processes.pop(target)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0
+    new_leader = group3.wait_leader(timeout_s=10.0)
+    assert new_leader != target
+    assert "handed the Raft leadership to node" in group3.log(target).read_text()
+    assert [m["broker_id"] for m in _replica(group3)["brokers"]] == [1]

@@ -111,3 +111,35 @@ def test_choose_target() -> None:
     assert choose_target(acked, (1, 2), master_broker_id=1, leaving=(2,)) is None
     assert choose_target({2: 10, 3: 10}, (1, 2, 3), master_broker_id=1) == 2  # ties: lower id
     assert choose_target({}, (1, 2), master_broker_id=1) is None  # no link: not a target
+    assert choose_target(acked, (1, 2, 3), master_broker_id=1, named=2) == 2  # not the furthest
+    assert choose_target(acked, (1, 2, 3), master_broker_id=1, named=4) is None  # not in the set
+    assert choose_target(acked, (1, 2, 3), master_broker_id=1, named=1) is None  # the master
+    assert choose_target({3: 9}, (1, 2, 3), master_broker_id=1, named=2) is None  # no link
+    # the slave linked longest, not the furthest: a fresh one's take-over rebuilds a table
+    assert choose_target(acked, (1, 2, 3), master_broker_id=1, link_ids={2: 4, 3: 7}) == 2
+    assert choose_target(acked, (1, 2, 3), master_broker_id=1, link_ids={2: 4, 3: 7},
+                         leaving=(2,)) == 3
+    assert choose_target(acked, (1, 2, 3), master_broker_id=1, link_ids={2: 4, 3: 7},
+                         named=3) == 3
+
+
+def test_a_reopened_gate_may_seal_again_and_a_handed_over_one_rearms_on_a_new_role() -> None:
+    """`elect` keeps the old master running: after a refusal it may try again, and after
+    handing over its gate must admit the puts of a later term (its role's fence answers
+    them meanwhile). While ASKING nothing rearms: the election may still commit."""
+    core = _asking()
+    assert not core.rearm()
+    core.answered("INVALID_REPLICAS")
+    assert core.seal() and core.phase is Phase.SEALING
+    assert core.sealed_at(20) and core.ready_to_ask(20)
+    core.answered("OK", "b")
+    assert not core.seal()  # handed over: nothing to seal until a new role
+    assert core.admit() is Admit.REFUSE
+    assert core.rearm()
+    assert (core.phase, core.sealed_log_position, core.new_master) == (Phase.SERVING, None, None)
+    assert core.admit() is Admit.ADMIT
+    core.put_done()
+    unknown = _asking()
+    unknown.answered(None)
+    assert unknown.rearm() and unknown.admit() is Admit.ADMIT
+    assert not HandoverCore().rearm()

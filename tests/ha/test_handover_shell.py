@@ -32,15 +32,19 @@ LOG_END = 500
 class _Link:
     broker_id: int
     acked_log_position: int
+    link_id: int = 0
 
 
 class _FakeMaster:
     master_epoch = 3
 
     def __init__(self, acked: dict[int, int]) -> None:
-        self.links = [_Link(b, p) for b, p in acked.items()]
+        # broker 3's link is the oldest: the handover's choice (handover_core.choose_target)
+        self.links = [_Link(b, p, 10 - b) for b, p in acked.items()]
+        self.looks = 0  # stats() calls: the handover's polls of its slaves' acks
 
     def stats(self) -> Any:
+        self.looks += 1
         return SimpleNamespace(links=list(self.links), sync_state_set=(1, 2, 3))
 
 
@@ -74,8 +78,8 @@ def _held_put(gate: HandoverGate, outcomes: list[str]) -> threading.Thread:
     return thread
 
 
-def _run(gate: HandoverGate, master: _FakeMaster, answer: Callable[[HandoverRequest], Any]
-         ) -> tuple[str, list[HandoverRequest], list[str], Any]:
+def _run(gate: HandoverGate, master: _FakeMaster, answer: Callable[[HandoverRequest], Any],
+         named: int | None = None) -> tuple[str, list[HandoverRequest], list[str], Any]:
     """hand_over on a thread while one put is in flight and one arrives after the seal."""
     service = _service(gate, master)
     requests: list[HandoverRequest] = []
@@ -85,9 +89,9 @@ def _run(gate: HandoverGate, master: _FakeMaster, answer: Callable[[HandoverRequ
         return answer(request)
 
     gate.enter()  # a put in flight: the seal waits for it
-    result: list[str] = []
+    result: list[tuple[bool, str]] = []
     runner = threading.Thread(target=lambda: result.append(hand_over(
-        service, call, 1, wake_heartbeat=lambda: None)), daemon=True)
+        service, call, 1, wake_heartbeat=lambda: None, named=named)), daemon=True)
     runner.start()
     wait_for(lambda: gate.core.phase.value == "sealing", 10, "the seal")
     outcomes: list[str] = []
@@ -98,10 +102,17 @@ def _run(gate: HandoverGate, master: _FakeMaster, answer: Callable[[HandoverRequ
     wait_for(lambda: gate.core.sealed_log_position == LOG_END, 10, "the sealed end")
     assert not requests  # the slaves have not acked it yet
     master.links[1].acked_log_position = LOG_END  # broker 3 catches up first
+    if named == 2:  # 3 has it all, but is not the one named: the handover polls on
+        looks = master.looks
+        wait_for(lambda: master.looks > looks + 20, 10, "more polls of the acks")
+        assert not requests
+        master.links[0].acked_log_position = LOG_END
     runner.join(15)
     held.join(15)
     assert result and outcomes, (result, outcomes)
-    return result[0], requests, outcomes, service
+    handed_over, line = result[0]
+    assert handed_over == line.startswith("handed over"), result
+    return line, requests, outcomes, service
 
 
 def test_a_put_held_during_the_handover_is_refused_once_the_successor_is_elected() -> None:
@@ -143,10 +154,34 @@ def test_a_slave_only_turns_lame_duck_and_a_failure_never_escapes() -> None:
     woken: list[bool] = []
     result = hand_over(_service(gate, None), lambda r: _reply("OK"), 2,
                        wake_heartbeat=lambda: woken.append(True))
-    assert result == "no handover: not the master"
+    assert result == (False, "no handover: not the master")
     assert gate.leaving and woken
     gate.enter()  # puts still go through on a slave's gate (the role refuses them)
     gate.exit()
     broken = SimpleNamespace(service=None)
     link = SimpleNamespace(client=None, broker_id=1, wake=lambda: None)
-    assert "failed" in hand_over_to_slave(broken, link)
+    assert "failed" in hand_over_to_slave(broken, link)[1]
+
+
+def test_an_elect_hands_over_to_the_member_named_and_stays_a_member() -> None:
+    """`elect --broker-id 2`: the master waits for broker 2's ack even though broker 3 is
+    further, names 2, and does not turn lame duck (it keeps running as a slave)."""
+    gate = HandoverGate(3000, NotMasterError)
+    result, requests, outcomes, service = _run(gate, _FakeMaster({2: 400, 3: 450}),
+                                               lambda request: _reply("OK"), named=2)
+    assert requests == [HandoverRequest("broker-a", 1, "127.0.0.1:1", 3, LOG_END, 2, LOG_END)]
+    assert result.startswith("handed over to broker 2"), result
+    assert outcomes == ["NOT_MASTER handed over to 127.0.0.1:2"]
+    assert service.replication.fenced and not gate.leaving
+
+
+@pytest.mark.parametrize(("named", "why"), [(4, "not in the SyncStateSet [1, 2, 3]"),
+                                            (1, "is the master or has no link")])
+def test_an_elect_of_a_member_that_cannot_take_over_is_refused_untouched(
+        named: int, why: str) -> None:
+    gate = HandoverGate(3000, NotMasterError)
+    handed_over, line = hand_over(_service(gate, _FakeMaster({2: 500, 3: 500})),
+                                  lambda r: _reply("OK"), 1, wake_heartbeat=lambda: None,
+                                  named=named)
+    assert not handed_over and why in line, line
+    assert gate.core.phase.value == "serving" and not gate.leaving

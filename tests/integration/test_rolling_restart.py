@@ -38,10 +38,12 @@ def test_a_rolling_restart_loses_nothing_and_fails_no_put(tmp_path: Path) -> Non
         report = json.loads(out.strip().splitlines()[-1])
         per_set = {name: (figures["longest_write_pause_s"], figures["send_p99_ms"])
                    for name, figures in report["sets"].items()}
+        steps = [(s["process"], s["seconds"], s["write_pause_s"], s["write_pause_from_s"],
+                  s["write_pause_set"]) for s in report["steps"]]
         print(f"\nrolling restart: longest write pause {report['longest_write_pause_s']} s, "
               f"acked {report['acked']}, failed {report['failed_puts']}, steps "
-              f"{[(s['process'], s['seconds']) for s in report['steps']]}; per set (pause s, "
-              f"send p99 ms) {per_set}")
+              f"{steps} (process, s, longest pause s, from s, set); the longest in "
+              f"{report['longest_write_pause_step']}; per set (pause s, send p99 ms) {per_set}")
 
         order = [step["process"] for step in report["steps"]]
         assert sorted(order) == sorted(pids), order

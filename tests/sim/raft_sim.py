@@ -18,7 +18,10 @@ Model:
   superblock makes them);
 - compaction: nodes snapshot their state machine and drop log prefixes, so lagging or restarted
   nodes get snapshots;
-- clients propose commands and ask for ReadIndex reads at whichever node believes it leads.
+- clients propose commands and ask for ReadIndex reads at whichever node believes it leads;
+- leadership transfers (TimeoutNow): now and then a leader is asked to hand over, to a chosen
+  follower or to the best one, while every other fault goes on (drawn from a second random
+  stream, so a seed's other events are the ones it had before transfers existed).
 
 Checked after every step (see `Checker`): election safety (one leader per term), log matching
 (an (index, term) pair names one entry and one predecessor), leader completeness (a new leader
@@ -121,6 +124,7 @@ class SimStats:
     committed: int
     reads: int
     snapshots_sent: int
+    transfers: int = 0  # transfer_leadership calls that named a target
 
 
 def _chain(state_hash: bytes, entry: Entry) -> bytes:
@@ -359,6 +363,9 @@ class Simulation:
             node_id: SimNode(self, node_id, TICK_MS + self.rng.randint(-2, 2))
             for node_id in self.ids
         }
+        self.transfer_rng = random.Random(options.seed ^ 0x7AB5)  # see the module docstring
+        self.transfer_probability = self.transfer_rng.choice((0.0, 0.2, 0.5))  # per fault event
+        self.transfers = 0
         self.schedule(options.propose_period_ms, "client", None)
         self.schedule(100, "fault", None)
 
@@ -416,7 +423,7 @@ class Simulation:
             seed=self.options.seed, size=self.options.size, events=self.events,
             crashes=self.crashes, elections=len(self.checker.leaders),
             committed=self.checker.commit_high, reads=self.reads_done,
-            snapshots_sent=self.snapshots_sent,
+            snapshots_sent=self.snapshots_sent, transfers=self.transfers,
         )
 
     def step(self) -> None:
@@ -464,7 +471,25 @@ class Simulation:
             if self.nodes[victim].core is not None:
                 self.trace(f"node {victim} crashes")
                 self.crash(victim)
+        self._maybe_transfer()
         self.schedule(rng.randint(50, 400), "fault", None)
+
+    def _maybe_transfer(self) -> None:
+        rng = self.transfer_rng
+        if rng.random() >= self.transfer_probability:
+            return
+        leaders = [n for n in self.nodes.values()
+                   if n.core is not None and n.core.role is Role.LEADER]
+        if not leaders:
+            return
+        node = rng.choice(leaders)
+        assert node.core is not None
+        to_id = rng.choice([None, *self.ids])  # the best follower, a peer, or itself (refused)
+        target = node.core.transfer_leadership(to_id)
+        self.trace(f"node {node.node_id} transfers leadership to {to_id}: {target}")
+        if target is not None:
+            self.transfers += 1
+        node.process()
 
     def _partition(self) -> None:
         rng, ids = self.rng, list(self.ids)
@@ -576,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
         args.first_seed, args.first_seed + args.seeds)
     started = time.monotonic()
     failures = 0
-    totals = {"events": 0, "crashes": 0, "elections": 0, "reads": 0, "snapshots_sent": 0}
+    totals = {"events": 0, "crashes": 0, "elections": 0, "reads": 0, "snapshots_sent": 0,
+              "transfers": 0}
     for seed in seeds:
         try:
             stats = run_seed(seed, args.ticks, trace=args.trace)
