@@ -13,7 +13,7 @@ directory sync and loses whatever was not made durable at a crash.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,12 +24,12 @@ from storage_engine import (
     MessageStore,
     PutStatus,
     decode_record,
-    set_fsync_failure_handler,
 )
 from storage_engine.consume_queue import ConsumeQueue
 from storage_engine.files import PendingDirectorySyncs
 from tests.sim.sim_fs import SimFileSystem
 from tests.sim.store_sim import CONFIG, STORE
+from tests.sim.test_engine_on_sim_disk import recorded_fsync_failures  # noqa: F401 (autouse)
 
 QUEUE_ROOT = STORE / "consumequeue"
 
@@ -53,14 +53,6 @@ class CountingDisk(SimFileSystem):
     def take(self) -> list[Path]:
         synced, self.synced = self.synced, []
         return synced
-
-
-@pytest.fixture(autouse=True)
-def failed_fsyncs() -> Iterator[list[str]]:
-    seen: list[str] = []
-    previous = set_fsync_failure_handler(lambda err, path: seen.append(path))
-    yield seen
-    set_fsync_failure_handler(previous)
 
 
 def _open(disk: CountingDisk) -> MessageStore:
@@ -169,14 +161,15 @@ def test_a_directory_added_while_another_sync_runs_is_fsynced_by_it_or_later() -
     assert syncs.sync_all() == 1 and len(syncs) == 0
 
 
-def test_a_deleted_topics_pending_directories_are_skipped(failed_fsyncs: list[str]) -> None:
+def test_a_deleted_topics_pending_directories_are_skipped(
+        recorded_fsync_failures: list[str]) -> None:  # noqa: F811 (the fixture)
     disk = CountingDisk()
     store = _open(disk)
     _put(store, "gone", 0, b"x")
     _put(store, "kept", 0, b"y")
     assert store.delete_topic("gone") == 1
     assert store.flush_step() and store.checkpoint_step()
-    assert failed_fsyncs == []
+    assert recorded_fsync_failures == []
     assert not any(path.is_relative_to(QUEUE_ROOT / "gone") for path in disk.take())
     disk.crash()
     reopened = _open(disk)
