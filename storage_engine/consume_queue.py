@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from storage_engine.files import PendingDirectorySyncs
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.queue_bounds import first_written_entry, write_end_entry
 from storage_engine.segment import SegmentQueue
@@ -28,13 +29,22 @@ assert ENTRY_SIZE == 20
 
 
 class ConsumeQueue:
-    """One queue's index. Not thread-safe for writers; the store serializes them."""
+    """One queue's index. Not thread-safe for writers; the store serializes them.
+
+    `directory_syncs`: where the fsyncs of the queue's new directories and segment files wait
+    for the next checkpoint (None: done at once). `unflushed`: the store's set of queues
+    written since their last flush; `append` adds this queue, so a checkpoint flushes the
+    queues written since the last one rather than every queue of the store."""
 
     def __init__(self, directory: Path, topic: str, queue_id: int, segment_entries: int,
-                 fs: FileSystem = OS_FILE_SYSTEM) -> None:
+                 fs: FileSystem = OS_FILE_SYSTEM, *,
+                 directory_syncs: PendingDirectorySyncs | None = None,
+                 unflushed: set[ConsumeQueue] | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self._segments = SegmentQueue(directory, segment_entries * ENTRY_SIZE, fs)
+        self._unflushed = unflushed
+        self._segments = SegmentQueue(directory, segment_entries * ENTRY_SIZE, fs,
+                                      directory_syncs)
         self._recover_write_end()
 
     def _recover_write_end(self) -> None:
@@ -79,6 +89,8 @@ class ConsumeQueue:
         """Write packed entries starting at `first_queue_offset` (the current end, or the start
         of an empty queue)."""
         assert len(entries) % ENTRY_SIZE == 0
+        if self._unflushed is not None:
+            self._unflushed.add(self)
         position = first_queue_offset * ENTRY_SIZE
         if not self._segments.segments:
             assert first_queue_offset >= self._min_queue_offset, (self.topic, first_queue_offset)
@@ -97,6 +109,11 @@ class ConsumeQueue:
 
     def flush(self) -> None:
         self._segments.flush()
+
+    @property
+    def flushed(self) -> bool:
+        """Every written entry is fsynced."""
+        return self._segments.flushed_position >= self._segments.end_position
 
     def first_queue_offset_at_or_after(self, log_position: int) -> int:
         """The first queue offset whose record starts at or after `log_position`

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,9 +28,11 @@ from storage_engine.fs import OS_FILE_SYSTEM, FileHandle, FileSystem
 __all__ = [
     "FSYNC_FAILED_EXIT_CODE",
     "FsyncFailureHandler",
+    "PendingDirectorySyncs",
     "atomic_write_bytes",
     "exit_on_fsync_failure",
     "fsync_directory",
+    "make_dirs",
     "make_dirs_durable",
     "set_fsync_failure_handler",
     "sync_file",
@@ -86,6 +89,21 @@ def fsync_directory(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
         raise FsyncFailedError(str(path), err) from err
 
 
+def make_dirs(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> list[Path]:
+    """mkdir -p; returns the parent of each directory it created, outermost first: the
+    directories to fsync before the new ones are durable (none when `path` existed)."""
+    missing: list[Path] = []
+    cursor = Path(path)
+    while not fs.exists(cursor):
+        missing.append(cursor)
+        if cursor.parent == cursor:
+            break
+        cursor = cursor.parent
+    if missing:
+        fs.make_dirs(path)
+    return [created.parent for created in reversed(missing)]
+
+
 def make_dirs_durable(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
     """mkdir -p, and make every directory it created durable (fsync of each new one's parent).
 
@@ -94,18 +112,65 @@ def make_dirs_durable(path: Path, fs: FileSystem = OS_FILE_SYSTEM) -> None:
     directory made by a plain mkdir could vanish in a power cut after the checkpoint vouched
     for its entries (found by the simulated disk, tests/sim/test_engine_on_sim_disk.py).
     """
-    missing: list[Path] = []
-    cursor = Path(path)
-    while not fs.exists(cursor):
-        missing.append(cursor)
-        if cursor.parent == cursor:
-            break
-        cursor = cursor.parent
-    if not missing:
-        return
-    fs.make_dirs(path)
-    for created in reversed(missing):  # outermost first
-        fsync_directory(created.parent, fs)
+    for parent in make_dirs(path, fs):
+        fsync_directory(parent, fs)
+
+
+class PendingDirectorySyncs:
+    """Directories holding new entries (a created file or subdirectory) not yet durable, to
+    fsync later in one pass (`sync_all`).
+
+    Why: a ConsumeQueue's first write fsynced up to three directories on the put path, under
+    the store's lock (its topic's and its own new directory, its first segment file): 3 to 8
+    ms for each queue's first message, most of a put's cost at thousands of queues
+    (docs/benchmarks/scale.md). Nothing needs those entries durable before a checkpoint
+    vouches for the index entries in them (recovery rebuilds the index past the checkpoint
+    from the CommitLog), so write_checkpoint calls `sync_all` before it writes.
+
+    A directory removed meanwhile (a deleted topic, a dropped log) is skipped: whoever removes
+    a tree holds `removing`, and so does `sync_all` around each check and fsync, so a
+    directory is either there for its fsync or gone with every entry it held.
+    """
+
+    def __init__(self, fs: FileSystem = OS_FILE_SYSTEM) -> None:
+        self.fs = fs
+        self.removing = threading.RLock()  # (re-entrant: a test nests two passes in one thread)
+        self._mutex = threading.Lock()
+        # directory -> the number of its latest `add`; insertion-ordered, outermost first
+        self._pending: dict[Path, int] = {}
+        self._adds = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, directory: Path) -> None:
+        with self._mutex:
+            self._adds += 1
+            self._pending.pop(directory, None)
+            self._pending[directory] = self._adds
+
+    def make_dirs(self, path: Path) -> None:
+        """mkdir -p, the new directories' entries to be made durable by `sync_all`."""
+        for parent in make_dirs(path, self.fs):
+            self.add(parent)
+
+    def sync_all(self) -> int:
+        """fsync every directory added before this call (a failure goes to the fsync failure
+        handler, files.fsync_directory); returns how many were fsynced. A directory leaves
+        the pending set only once fsynced, and only if nothing was added to it since: two
+        checkpoints at once both wait for every fsync either needs."""
+        with self._mutex:
+            pending = list(self._pending.items())
+        synced = 0
+        for directory, add in pending:
+            with self.removing:
+                if self.fs.is_dir(directory):
+                    fsync_directory(directory, self.fs)
+                    synced += 1
+            with self._mutex:
+                if self._pending.get(directory) == add:
+                    del self._pending[directory]
+        return synced
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644,

@@ -314,7 +314,8 @@ class MessageStore:
             for key in keys:
                 self._queues.pop(key).delete_all()
             state.next_queue_offsets.pop(topic, None)
-            self.fs.remove_tree(directory)
+            with state.directory_syncs.removing:  # no checkpoint fsyncs a directory going
+                self.fs.remove_tree(directory)
             if self.fs.exists(directory.parent):
                 fsync_directory(directory.parent, self.fs)
         return len(keys)

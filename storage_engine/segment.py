@@ -5,7 +5,8 @@ Both the CommitLog and every ConsumeQueue are a `SegmentQueue`: a directory of f
 
 Why pwrite + mmap: writes go through `os.pwrite` into a file preallocated with ftruncate (the
 measured fast path on this machine, reference/machine-and-peers.md); reads slice a read-only mmap
-of the whole segment (no syscall per message, and the page cache is shared with the writes).
+of the whole segment (no syscall per message, and the page cache is shared with the writes),
+made on the first read, so that thousands of written but unread ConsumeQueues hold no mapping.
 All of it goes through the store's FileSystem (fs.py), so a simulator can put a simulated disk
 underneath; OsFileSystem is exactly the pwrite + mmap above.
 Nothing here understands records: the positions a caller passes are trusted, and invariants are
@@ -19,17 +20,25 @@ scanner treats as "no data".
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from storage_engine.errors import StorageError
-from storage_engine.files import fsync_directory, make_dirs_durable, sync_file
-from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
+from storage_engine.files import (
+    PendingDirectorySyncs,
+    fsync_directory,
+    make_dirs_durable,
+    sync_file,
+)
+from storage_engine.fs import OS_FILE_SYSTEM, Buffer, FileSystem
 
 __all__ = ["Segment", "SegmentQueue", "discard_tail", "segment_file_name"]
 
 logger = logging.getLogger(__name__)
 
 ZERO_CHUNK_BYTES = 1 << 20
+# Guards each segment's first mapping against its close (Segment.map): held only then.
+_MAPPING = threading.Lock()
 _ZEROS = bytes(ZERO_CHUNK_BYTES)
 
 
@@ -41,10 +50,11 @@ class Segment:
     """One preallocated file. Positions passed in and out are relative to the segment start."""
 
     __slots__ = (
+        "_closed",
+        "_map",
         "base_position",
         "file",
         "flushed_position",
-        "map",
         "path",
         "size_bytes",
         "write_position",
@@ -59,11 +69,30 @@ class Segment:
             self.file = fs.open(path, create=True)
             if self.file.size_bytes() != size_bytes:
                 self.file.truncate(size_bytes)
-            self.map = self.file.map_readonly(size_bytes)
         except OSError as err:
             raise StorageError(f"cannot open segment {path}: {err}") from err
+        self._map: Buffer | None = None  # mapped on the first read (`map`)
+        self._closed = False
         self.write_position = 0
         self.flushed_position = 0
+
+    @property
+    def map(self) -> Buffer:
+        """A read-only mapping of the whole segment, made on the first read: a segment only
+        written (a ConsumeQueue nobody reads yet, of thousands) costs no mmap call and no
+        mapping. ValueError once closed, as a closed mapping's slice raises."""
+        view = self._map
+        if view is None:
+            with _MAPPING:  # never maps a closed file (its descriptor may name another one)
+                if self._closed:
+                    raise ValueError(f"segment {self.path} is closed")
+                view = self._map
+                if view is None:
+                    try:
+                        view = self._map = self.file.map_readonly(self.size_bytes)
+                    except OSError as err:
+                        raise StorageError(f"cannot map segment {self.path}: {err}") from err
+        return view
 
     @property
     def end_position(self) -> int:
@@ -110,20 +139,34 @@ class Segment:
         self.flushed_position = min(self.flushed_position, position)
 
     def close(self) -> None:
-        self.file.unmap(self.map)  # a reader may still hold a view: the GC unmaps it later
+        with _MAPPING:
+            self._closed = True
+            view, self._map = self._map, None
+        if view is not None:
+            self.file.unmap(view)  # a reader may still hold a view: the GC unmaps it later
         self.file.close()
 
 
 class SegmentQueue:
-    """Contiguous segments in one directory; absolute positions in and out."""
+    """Contiguous segments in one directory; absolute positions in and out.
+
+    `directory_syncs`: None fsyncs the directory whenever it or a segment file is created (the
+    CommitLog's segments); else those fsyncs are left to `directory_syncs.sync_all` (the
+    ConsumeQueues': the checkpoint makes them durable before it vouches for their entries).
+    A deletion's directory fsync is never deferred."""
 
     def __init__(self, directory: Path, segment_size_bytes: int,
-                 fs: FileSystem = OS_FILE_SYSTEM) -> None:
+                 fs: FileSystem = OS_FILE_SYSTEM,
+                 directory_syncs: PendingDirectorySyncs | None = None) -> None:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self.segments: list[Segment] = []
         self.fs = fs
-        make_dirs_durable(directory, fs)
+        self._directory_syncs = directory_syncs
+        if directory_syncs is None:
+            make_dirs_durable(directory, fs)
+        else:
+            directory_syncs.make_dirs(directory)
         self._load()
 
     def _load(self) -> None:
@@ -166,7 +209,10 @@ class SegmentQueue:
         segment = Segment(self.directory / segment_file_name(base), base, self.segment_size_bytes,
                           self.fs)
         self.segments.append(segment)
-        fsync_directory(self.directory, self.fs)
+        if self._directory_syncs is None:
+            fsync_directory(self.directory, self.fs)
+        else:
+            self._directory_syncs.add(self.directory)
         return segment
 
     def writable_segment(self) -> Segment:

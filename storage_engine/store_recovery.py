@@ -90,10 +90,15 @@ def write_checkpoint(state: StoreState, *, clean: bool = False, intent: int = -1
     with state.fail_stop():
         with state.lock:
             dispatched = state.dispatched
-            queues = list(state.queues.values())
+            queues = list(state.unflushed_queues)  # O(written since the last checkpoint)
             confirm = state.confirm
         for queue in queues:
             queue.flush()
+        with state.lock:  # a queue leaves the set once flushed and not written since, so a
+            for queue in queues:  # checkpoint at the same time flushes it as well
+                if queue.flushed:
+                    state.unflushed_queues.discard(queue)
+        state.directory_syncs.sync_all()  # their new directories and files (files.py)
         flushed = state.commit_log.flush()
         write_checkpoint_file(state.store_dir / "checkpoint", fs=state.fs, checkpoint=Checkpoint(
             flushed_log_position=flushed,

@@ -33,6 +33,7 @@ from storage_engine.config import FlushDiskType, StoreConfig
 from storage_engine.consume_queue import CONSUME_QUEUE_ENTRY, ConsumeQueue
 from storage_engine.epoch import EpochFile
 from storage_engine.errors import FsyncFailedError, QueueOffsetsError, StorageError
+from storage_engine.files import PendingDirectorySyncs
 from storage_engine.fs import FileSystem
 from storage_engine.names import queue_dir
 
@@ -44,9 +45,9 @@ class StoreState:
 
     __slots__ = (
         "auto_confirm", "clock_ms", "closed", "commit_log", "config", "confirm",
-        "confirm_listeners", "dispatched", "epochs", "fs", "fsync_failed", "lock",
-        "next_queue_offsets", "put_end", "queues", "store_dir", "store_host", "sync_flush",
-        "tier", "topic_meta",
+        "confirm_listeners", "directory_syncs", "dispatched", "epochs", "fs", "fsync_failed",
+        "lock", "next_queue_offsets", "put_end", "queues", "store_dir", "store_host",
+        "sync_flush", "tier", "topic_meta", "unflushed_queues",
     )
 
     def __init__(self, store_dir: Path, config: StoreConfig, fs: FileSystem, *,
@@ -63,6 +64,10 @@ class StoreState:
                                     fs)
         self.epochs = EpochFile(store_dir / "epochFileCheckpoint", fs)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # What a checkpoint must make durable before it vouches for the index (write_checkpoint):
+        # the queues written since the last one, and the queues' new directories and files.
+        self.unflushed_queues: set[ConsumeQueue] = set()
+        self.directory_syncs = PendingDirectorySyncs(fs)
         self.next_queue_offsets: dict[str, dict[int, int]] = {}
         self.topic_meta: dict[str, bytes] = {}
         self.confirm_listeners: list[Callable[[int], None]] = []
@@ -80,7 +85,9 @@ class StoreState:
         if queue is None:  # the one place a queue's path is built: checked (names.py)
             directory = queue_dir(self.store_dir / "consumequeue", topic, queue_id)
             queue = ConsumeQueue(directory, topic, queue_id,
-                                 self.config.consume_queue_segment_entries, self.fs)
+                                 self.config.consume_queue_segment_entries, self.fs,
+                                 directory_syncs=self.directory_syncs,
+                                 unflushed=self.unflushed_queues)
             self.queues[key] = queue
         return queue
 

@@ -2,7 +2,7 @@
 and log size; each curve's shape (constant / log / linear / worse) beside its figures.
 
     python3 build.py bench scale [--json] [--full] [--curves queues,clients,sets,log]
-                                 [--save]
+                                 [--queues 8,2000,10000] [--log-gib 1,5] [--save]
 
 Curves (each method is in its module's docstring):
   (a) queues per broker, tests/bench/scale_queues.py: put p50/p99, broker RSS, start-up and
@@ -174,6 +174,8 @@ def main(argv: list[str]) -> int:
                         help=f"comma-separated subset of {','.join(CURVES)}")
     parser.add_argument("--save", action="store_true",
                         help="write JSON and PNG to tests/bench/results/")
+    parser.add_argument("--queues", help="queue counts instead of the preset's, e.g. 8,2000,10000"
+                        " (the first is the reference of put_p99_ratio_<top>_vs_<first>_queues)")
     parser.add_argument("--log-gib", help="log sizes in GiB instead of the preset's, e.g. 1,5"
                         " (the catch-up then copies the smallest)")
     parser.add_argument("--reshape", type=Path,
@@ -191,6 +193,8 @@ def main(argv: list[str]) -> int:
     started = datetime.datetime.now(datetime.UTC)
     load_before = load_average()
     sizes = FULL if args.full else DEFAULT
+    if args.queues:
+        sizes = dataclasses.replace(sizes, queues=sorted(int(q) for q in args.queues.split(",")))
     if args.log_gib:
         log_gib = sorted(float(size) for size in args.log_gib.split(","))
         sizes = dataclasses.replace(sizes, log_gib=log_gib, catchup_gib=log_gib[0])
@@ -203,6 +207,7 @@ def main(argv: list[str]) -> int:
     result = {"date": started.strftime("%Y-%m-%dT%H:%MZ"), "machine": machine(),
               "command": "python3 build.py bench scale" + (" --full" if args.full else "")
               + ("" if names == list(CURVES) else f" --curves {','.join(names)}")
+              + (f" --queues {args.queues}" if args.queues else "")
               + (f" --log-gib {args.log_gib}" if args.log_gib else ""),
               "load_1m_start": load_before, "load_1m_end": load_average(),
               "curves": curves, "keys": figures}
