@@ -97,7 +97,10 @@ def _wait_caught_up(query: Any, topic: str, targets: dict[str, int]) -> None:
         time.sleep(0.1)
 
 
-def _batches(progress: list[dict[str, Any]], topic: str) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+Batches = dict[str, list[tuple[int, dict[str, Any]]]]  # queue key -> [(end offset, facts)]
+
+
+def _batches(progress: list[dict[str, Any]], topic: str) -> Batches:
     """queue key -> [(end offset, batch facts)] in batch order, batches with rows only."""
     by_queue: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for report in progress:
@@ -188,7 +191,7 @@ def _rows(spark: SparkSession, topic: str, table: Path | None) -> pa.Table:
     return DeltaTable(str(table)).to_pyarrow_table(columns=list(COLUMNS))
 
 
-def latencies(rows: pa.Table, batches: dict[str, list[tuple[int, dict[str, Any]]]]
+def latencies(rows: pa.Table, batches: Batches
               ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Per row with a due time: latency and wait for its batch (seconds), and each phase's
     seconds summed over those rows."""
