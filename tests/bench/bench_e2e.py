@@ -386,6 +386,9 @@ def main(argv: list[str]) -> int:
              .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
              # a Python worker's start-up under load 20 can pass the 15 s default
              .config("spark.python.authenticate.socketTimeout", "120s")
+             # the memory sink keeps every row in the driver: 100k msgs/s for 20 s is 2 M
+             # rows, past the 1 GB default heap
+             .config("spark.driver.memory", "4g")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, float] = {}
