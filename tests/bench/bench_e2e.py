@@ -1,33 +1,52 @@
-"""End-to-end benchmark: from `send` to the row being visible in a streaming query's memory
-sink, and where the time goes.
+"""End-to-end benchmark: from `send` to the row being visible in a streaming query's sink, and
+where the time goes; and a soak that watches every process's memory.
 
-    python3 build.py bench e2e [--json] [--seconds S] [--rates 1000,10000]
+    python3 build.py bench e2e [--json] [--seconds S] [--rates 1000,10000,100000]
+                               [--sink memory|delta] [--soak-minutes N [--soak-rate R]]
 
 Method: one real broker (ASYNC_FLUSH) with a topic of QUEUES queues on 127.0.0.1, and a
 local[2] SparkSession in this process running
-`readStream.format("rocketha").option("startingOffsets", "latest")` into the memory sink with
-Spark's default trigger (the next micro-batch starts as soon as the last one ended: the same
-trigger as `processingTime="0 seconds"`). For each rate R, a separate process
-(tests/bench/e2e_producer.py) sends R msgs/s for S seconds on an open-loop schedule, each
-body the wall-clock time the message was due. A row is visible once its micro-batch has added
-it to the sink: the batch's start (`timestamp` of its progress report) plus its
-`triggerExecution` less its `commitOffsets` time; a row belongs to the first batch whose end
-offset for its queue is past its queue offset. Latency = visible - due, p50/p99/max over
-every row. Where the time goes, averaged over rows: waiting for the micro-batch that takes the
-row to start (from due to the batch's start: the previous batch's run and the poll for new
-offsets), then that batch's `latestOffset`, `walCommit`, `getBatch`, `queryPlanning` and
-`addBatch` (task start, pulls from the broker, the sink's write). With --json the last line
-has `e2e_p50_s_<rate>` and `e2e_p99_s_<rate>` (rate as 1k, 10k...); the whole result is
-written to .bench-tmp/e2e.json. The issue's 30-minute soak
-(`soak_rss_growth_ratio`) and the Delta sink are not measured yet.
+`readStream.format("rocketha").option("startingOffsets", "latest")` with Spark's default
+trigger (the next micro-batch starts as soon as the last one ended: the same trigger as
+`processingTime="0 seconds"`). The sink is Spark's memory sink (`--sink memory`), or a Delta
+table written the way `spark_app.ingest_to_table` writes it on a machine without delta-spark's
+JARs (`--sink delta`: the job's own plan/transform/start_query, `--delta-engine deltalake`, so
+each micro-batch is committed by `table_sink.DeltaBatchCommitter` through foreachBatch). For
+each rate R, a separate process (tests/bench/e2e_producer.py) sends R msgs/s for S seconds on
+an open-loop schedule, each body the wall-clock time the message was due. A row is visible
+once its micro-batch has added it to the sink (for Delta: committed the table version): the
+batch's start (`timestamp` of its progress report) plus its `triggerExecution` less its
+`commitOffsets` time; a row belongs to the first batch whose end offset for its queue is past
+its queue offset. Latency = visible - due, p50/p99/max over every row. Where the time goes,
+averaged over rows: waiting for the micro-batch that takes the row to start (from due to the
+batch's start: the previous batch's run and the poll for new offsets), then that batch's
+`latestOffset`, `walCommit`, `getBatch`, `queryPlanning` and `addBatch` (task start, pulls
+from the broker, the sink's write). The producer is one Python process: the rate it reached is
+reported beside the one asked for.
+
+Soak (`--soak-minutes N`, instead of the rate cases): R msgs/s (`--soak-rate`, default 1000)
+for N minutes into Spark's `noop` sink (the memory sink keeps every row, so its growth would be
+by design); the rows of every batch, from the progress reports, must add up to the messages in
+the topic (each read once). Resident memory (VmRSS, and its
+anonymous part) of the broker, the Spark driver's JVM, the driver's Python process and the
+Python processes the JVM started (the streaming source's runner and the read workers, summed)
+is sampled every SOAK_SAMPLE_S; the first sample is taken SOAK_SETTLE_S after the load starts
+(JIT, heap sizing and the first mapped segments are start-up, not growth).
+`soak_rss_growth_ratio` is the largest last/first ratio of VmRSS over those four, and
+`soak_anon_growth_ratio` the same of the anonymous part (VmRSS also counts the pages of the
+broker's mapped CommitLog files, which grow with the data written, not with a leak).
+
+With --json the last line has `e2e_p50_s_<rate>` and `e2e_p99_s_<rate>` (rate as 1k, 10k...;
+with `--sink delta` as `e2e_delta_p50_s_<rate>`...), or the soak's two ratios; the whole
+result is written to .bench-tmp/e2e[-delta|-soak].json.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import datetime
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -36,19 +55,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from connector import Admin, ClientConfig, Producer
 from tests.bench.bench_peers import machine
 from tests.bench.bench_spark import bench_environment
-from tests.bench.scale_probe import load_average, percentile
+from tests.bench.scale_probe import load_average, percentile, rss_bytes, rss_split_bytes
 from tests.integration.broker_process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUES = 4
-CATCH_UP_TIMEOUT_S = 300.0
+CATCH_UP_TIMEOUT_S = 600.0
 PHASES = ("latestOffset", "walCommit", "getBatch", "queryPlanning", "addBatch")
+SOAK_SETTLE_S = 60.0
+SOAK_SAMPLE_S = 60.0
+COLUMNS = ("brokerName", "queueId", "queueOffset", "body")
 
 
 def _progress(query: Any) -> list[dict[str, Any]]:
@@ -58,7 +82,7 @@ def _progress(query: Any) -> list[dict[str, Any]]:
 def _end_offsets(progress: dict[str, Any], topic: str) -> dict[str, int]:
     end = progress["sources"][0]["endOffset"]
     end = json.loads(end) if isinstance(end, str) else end
-    return (end or {}).get(topic, {})
+    return dict((end or {}).get(topic, {}))
 
 
 def _wait_caught_up(query: Any, topic: str, targets: dict[str, int]) -> None:
@@ -75,7 +99,10 @@ def _wait_caught_up(query: Any, topic: str, targets: dict[str, int]) -> None:
         time.sleep(0.1)
 
 
-def _batches(progress: list[dict[str, Any]], topic: str) -> dict[str, list[tuple[int, dict]]]:
+Batches = dict[str, list[tuple[int, dict[str, Any]]]]  # queue key -> [(end offset, facts)]
+
+
+def _batches(progress: list[dict[str, Any]], topic: str) -> Batches:
     """queue key -> [(end offset, batch facts)] in batch order, batches with rows only."""
     by_queue: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for report in progress:
@@ -93,69 +120,246 @@ def _batches(progress: list[dict[str, Any]], topic: str) -> dict[str, list[tuple
     return by_queue
 
 
-def rate_case(spark: SparkSession, broker: BrokerProcess, rate: int, seconds: float,
-              work: Path) -> dict[str, Any]:
-    topic = f"e2e_{rate}"
-    config = ClientConfig(brokers=(broker.endpoint,))
+def _create_topic(config: ClientConfig, topic: str) -> None:
     Admin(config).create_topic(topic, queues=QUEUES)
     with Producer(config) as producer:  # every queue exists in the source's first listing
         for queue_id in range(QUEUES):
             producer.send(topic, struct.pack(">d", 0.0), queue_id=queue_id)
-    query = (spark.readStream.format("rocketha").option("brokers", broker.endpoint)
+
+
+def _warm_up(config: ClientConfig, topic: str, query: Any) -> None:
+    """A batch with rows has run (Python workers started, offsets known); its rows carry due
+    time 0 and are left out."""
+    with Producer(config) as producer:
+        while not any(p.get("numInputRows") for p in _progress(query)):
+            assert query.exception() is None, query.exception()
+            producer.send(topic, struct.pack(">d", 0.0))
+            time.sleep(0.2)
+
+
+def _start_producer(endpoint: str, topic: str, rate: int, seconds: float, work: Path
+                    ) -> subprocess.Popen[str]:
+    """The load's process; its stderr goes to a file (a pipe nobody reads during a long
+    soak could fill and stall it)."""
+    with (work / f"producer-{topic}.err").open("w") as err:
+        return subprocess.Popen([sys.executable, str(ROOT / "tests/bench/e2e_producer.py"),
+                                 endpoint, topic, str(rate), str(seconds)],
+                                stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
+
+
+def _producer_done(producer: subprocess.Popen[str], work: Path, topic: str
+                   ) -> tuple[int, float]:
+    """(messages acknowledged, seconds the sends took)."""
+    out, _ = producer.communicate()
+    err = (work / f"producer-{topic}.err").read_text()
+    assert producer.returncode == 0, err[-2000:]
+    acked, elapsed_s = out.split()[-2:]
+    return int(acked), float(elapsed_s)
+
+
+def _targets(config: ClientConfig, broker: BrokerProcess, topic: str) -> dict[str, int]:
+    broker_name = broker.action("broker_info").get("broker_name", "broker-a")
+    return {f"{broker_name}:{q['queue_id']}": q["max_queue_offset"]
+            for q in Admin(config).queue_offsets(topic)}
+
+
+def _start_query(spark: SparkSession, endpoint: str, topic: str, sink: str, work: Path
+                 ) -> tuple[Any, Path | None]:
+    """The streaming query of one case, and the Delta table's path (None for other sinks)."""
+    checkpoint = work / f"checkpoint-{topic}"
+    if sink == "delta":
+        from spark_app.ingest_to_table import plan, resolve_engine, start_query, transform
+        table = work / f"table-{topic}"
+        ingest = plan(["--brokers", endpoint, "--topics", topic, "--table", str(table),
+                       "--checkpoint", str(checkpoint), "--format", "delta",
+                       "--delta-engine", "deltalake", "--trigger", "processing:0s",
+                       "--starting-offsets", "latest", "--query-name", topic])
+        frame = transform(spark.readStream.format("rocketha")
+                          .options(**ingest.source_options).load(), ingest)
+        return start_query(frame, ingest, resolve_engine(spark, ingest)), table
+    frame = (spark.readStream.format("rocketha").option("brokers", endpoint)
              .option("subscribe", topic).option("startingOffsets", "latest").load()
-             .select("brokerName", "queueId", "queueOffset", "body")
-             .writeStream.format("memory").queryName(topic)
-             .option("checkpointLocation", str(work / f"checkpoint-{rate}")).start())
+             .select(*COLUMNS))
+    writer = frame.writeStream.option("checkpointLocation", str(checkpoint))
+    if sink == "noop":
+        return writer.format("noop").start(), None
+    return writer.format("memory").queryName(topic).start(), None
+
+
+def _rows(spark: SparkSession, topic: str, table: Path | None) -> pa.Table:
+    if table is None:
+        return spark.table(topic).select(*COLUMNS).toArrow()
+    from deltalake import DeltaTable
+    return DeltaTable(str(table)).to_pyarrow_table(columns=list(COLUMNS))
+
+
+def latencies(rows: pa.Table, batches: Batches
+              ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Per row with a due time: latency and wait for its batch (seconds), and each phase's
+    seconds summed over those rows."""
+    bodies = rows.column("body").combine_chunks()
+    raw = np.frombuffer(bodies.buffers()[2], dtype=np.uint8)
+    offsets = np.frombuffer(bodies.buffers()[1], dtype=np.int32)[
+        bodies.offset:bodies.offset + len(bodies) + 1]
+    due = np.frombuffer(np.stack([raw[start:start + 8] for start in offsets[:-1]]).tobytes()
+                        if len(rows) else b"", dtype=">f8")
+    keys = (rows.column("brokerName").to_numpy(zero_copy_only=False).astype(object) + ":"
+            + rows.column("queueId").to_numpy().astype(str).astype(object))
+    queue_offsets = rows.column("queueOffset").to_numpy()
+    late, waits = [], []
+    phases = dict.fromkeys(PHASES, 0.0)
+    for key, ends in batches.items():
+        pick = (keys == key) & (due != 0.0)  # due 0: the queues' first messages and warm-up
+        if not pick.any():
+            continue
+        index = np.searchsorted(np.array([end for end, _ in ends]), queue_offsets[pick],
+                                side="right")
+        visible = np.array([facts["visible_s"] for _, facts in ends])[index]
+        start = np.array([facts["start_s"] for _, facts in ends])[index]
+        late.append(visible - due[pick])
+        waits.append(start - due[pick])
+        for phase in PHASES:
+            phases[phase] += float(np.array([facts[phase] for _, facts in ends])[index].sum())
+    return (np.concatenate(late) if late else np.array([]),
+            np.concatenate(waits) if waits else np.array([]), phases)
+
+
+def rate_case(spark: SparkSession, broker: BrokerProcess, rate: int, seconds: float,
+              work: Path, sink: str) -> dict[str, Any]:
+    topic = f"e2e_{sink}_{rate}"
+    config = ClientConfig(brokers=(broker.endpoint,))
+    _create_topic(config, topic)
+    query, table = _start_query(spark, broker.endpoint, topic, sink, work)
     try:
-        # warm-up: a batch with rows has run (Python workers started, offsets known); its
-        # rows carry due time 0 and are left out
-        with Producer(config) as producer:
-            while not any(p.get("numInputRows") for p in _progress(query)):
-                assert query.exception() is None, query.exception()
-                producer.send(topic, struct.pack(">d", 0.0))
-                time.sleep(0.2)
+        _warm_up(config, topic, query)
         load = load_average()
-        done = subprocess.run([sys.executable, str(ROOT / "tests/bench/e2e_producer.py"),
-                               broker.endpoint, topic, str(rate), str(seconds)],
-                              capture_output=True, text=True, cwd=ROOT, check=False)
-        assert done.returncode == 0, done.stderr[-2000:]
-        sent = int(done.stdout.split()[-1])
-        targets = {f"{q['queue_id']}": q["max_queue_offset"]
-                   for q in Admin(config).queue_offsets(topic)}
-        broker_name = broker.action("broker_info").get("broker_name", "broker-a")
-        targets = {f"{broker_name}:{key}": value for key, value in targets.items()}
-        _wait_caught_up(query, topic, targets)
+        sent, send_s = _producer_done(
+            _start_producer(broker.endpoint, topic, rate, seconds, work), work, topic)
+        _wait_caught_up(query, topic, _targets(config, broker, topic))
         progress = _progress(query)
     finally:
         query.stop()
-    rows = spark.table(topic).collect()
-    batches = _batches(progress, topic)
-    latencies, waits = [], []
-    phases = dict.fromkeys(PHASES, 0.0)
-    for row in rows:
-        due_s = struct.unpack(">d", bytes(row.body))[0]
-        if due_s == 0.0:
-            continue  # sent before the load: the queues' first messages and the warm-up
-        ends = batches[f"{row.brokerName}:{row.queueId}"]
-        index = bisect.bisect_right([end for end, _ in ends], row.queueOffset)
-        facts = ends[index][1]
-        latencies.append(facts["visible_s"] - due_s)
-        waits.append(facts["start_s"] - due_s)
-        for phase in PHASES:
-            phases[phase] += facts[phase]
-    assert len(latencies) == sent, (len(latencies), sent)
-    count = len(latencies)
-    result = {"rate_per_s": rate, "rows": count, "load_1m": load,
+    late, waits, phases = latencies(_rows(spark, topic, table), _batches(progress, topic))
+    assert len(late) == sent, (len(late), sent)
+    count = len(late)
+    result = {"rate_per_s": rate, "sink": sink, "rows": count, "load_1m": load,
+              "sent_per_s": round(sent / send_s), "load_end_1m": load_average(),
               "batches": sum(1 for p in progress if p.get("numInputRows")),
-              "p50_s": round(percentile(latencies, 0.5), 3),
-              "p99_s": round(percentile(latencies, 0.99), 3),
-              "max_s": round(max(latencies), 3),
-              "where_s": {"wait_for_batch": round(sum(waits) / count, 3),
+              "p50_s": round(percentile(list(late), 0.5), 3),
+              "p99_s": round(percentile(list(late), 0.99), 3),
+              "max_s": round(float(late.max()), 3),
+              "where_s": {"wait_for_batch": round(float(waits.sum()) / count, 3),
                           **{phase: round(total / count, 3)
                              for phase, total in phases.items()}}}
-    print(f"{rate:,} msgs/s: p50 {result['p50_s']:.3f} s, p99 {result['p99_s']:.3f} s, max "
-          f"{result['max_s']:.3f} s over {count:,} rows in {result['batches']} batches; "
-          f"mean per row: {result['where_s']} (load {load})", flush=True)
+    print(f"{rate:,} msgs/s ({result['sent_per_s']:,} sent/s) into {sink}: p50 "
+          f"{result['p50_s']:.3f} s, p99 {result['p99_s']:.3f} s, max {result['max_s']:.3f} s "
+          f"over {count:,} rows in {result['batches']} batches; mean per row: "
+          f"{result['where_s']} (load {load} to {result['load_end_1m']})", flush=True)
+    return result
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _memory(broker_pid: int, jvm_pid: int) -> dict[str, tuple[int, int]]:
+    """Process group -> (VmRSS, anonymous resident) bytes."""
+    def measure(pids: list[int]) -> tuple[int, int]:
+        total = anon = 0
+        for pid in pids:
+            try:
+                total += rss_bytes(pid)
+                anon += rss_split_bytes(pid)[0]
+            except (OSError, KeyError):  # a worker that just exited
+                continue
+        return total, anon
+
+    def is_python(pid: int) -> bool:
+        try:
+            return "python" in Path(f"/proc/{pid}/comm").read_text(errors="replace")
+        except OSError:  # exited meanwhile
+            return False
+
+    workers = [pid for pid in _descendants(jvm_pid) if is_python(pid)]
+    return {"broker": measure([broker_pid]), "driver_jvm": measure([jvm_pid]),
+            "driver_python": measure([os.getpid()]), "python_workers": measure(workers)}
+
+
+def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, work: Path
+         ) -> dict[str, Any]:
+    topic = f"e2e_soak_{rate}"
+    config = ClientConfig(brokers=(broker.endpoint,))
+    _create_topic(config, topic)
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100")  # Spark's default
+    query, _ = _start_query(spark, broker.endpoint, topic, "noop", work)
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore
+    assert broker.process is not None
+    rows_by_batch: dict[int, int] = {}
+    first_start: dict[str, int] = {}  # where the query started (its first batch's start)
+    samples: list[dict[str, Any]] = []
+
+    def count_rows() -> None:
+        for report in _progress(query):
+            rows_by_batch[report["batchId"]] = report.get("numInputRows", 0)
+            if report["batchId"] == 0:  # its start is null (the initial offset): its end
+                first_start.update(_end_offsets(report, topic))
+                rows_by_batch[0] = 0  # only its rows past the initial offset count (none)
+
+    try:
+        _warm_up(config, topic, query)
+        count_rows()
+        warm_batches = set(rows_by_batch)
+        load_start = load_average()
+        started = time.monotonic()
+        producer = _start_producer(broker.endpoint, topic, rate, minutes * 60, work)
+        next_sample = started + SOAK_SETTLE_S
+        while producer.poll() is None:
+            assert query.exception() is None, query.exception()
+            count_rows()
+            if time.monotonic() >= next_sample:
+                samples.append({"at_s": round(time.monotonic() - started),
+                                "load_1m": load_average(),
+                                "memory": _memory(broker.process.pid, jvm_pid)})
+                print(f"soak {samples[-1]['at_s']} s: {samples[-1]}", flush=True)
+                next_sample += SOAK_SAMPLE_S
+            time.sleep(1.0)
+        sent, send_s = _producer_done(producer, work, topic)
+        targets = _targets(config, broker, topic)
+        _wait_caught_up(query, topic, targets)
+        count_rows()
+        samples.append({"at_s": round(time.monotonic() - started), "load_1m": load_average(),
+                        "memory": _memory(broker.process.pid, jvm_pid)})
+    finally:
+        query.stop()
+    assert len(samples) >= 2, "the soak is shorter than its settling time"
+    first, last = samples[0]["memory"], samples[-1]["memory"]
+    growth = {name: round(last[name][0] / first[name][0], 3) for name in first}
+    anon_growth = {name: round(last[name][1] / first[name][1], 3) for name in first}
+    read = sum(n for b, n in rows_by_batch.items() if b not in warm_batches)
+    # every message from where the query started, once
+    expected = sum(targets.values()) - sum(first_start.get(key, 0) for key in targets)
+    assert sum(rows_by_batch.values()) == expected, (sum(rows_by_batch.values()), expected)
+    result = {"rate_per_s": rate, "minutes": minutes, "sent": sent,
+              "sent_per_s": round(sent / send_s), "read": read, "load_start_1m": load_start,
+              "load_end_1m": load_average(), "rss_growth": growth,
+              "anon_growth": anon_growth, "samples": samples,
+              "soak_rss_growth_ratio": max(growth.values())}
+    print(f"soak {minutes} min at {rate:,} msgs/s: {sent:,} sent, {read:,} read; VmRSS last/"
+          f"first {growth}, anonymous {anon_growth} (load {load_start} to "
+          f"{result['load_end_1m']})", flush=True)
     return result
 
 
@@ -168,6 +372,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seconds", type=float, default=20.0, help="of load per rate")
     parser.add_argument("--rates", default="1000,10000")
+    parser.add_argument("--sink", choices=("memory", "delta"), default="memory")
+    parser.add_argument("--soak-minutes", type=float, default=0.0,
+                        help="run the soak for this long instead of the rate cases")
+    parser.add_argument("--soak-rate", type=int, default=1000, help="msgs/s during the soak")
     args = parser.parse_args(argv)
     rates = [int(rate) for rate in args.rates.split(",") if rate]
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -178,23 +386,37 @@ def main(argv: list[str]) -> int:
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+             # a Python worker's start-up under load 20 can pass the 15 s default
+             .config("spark.python.authenticate.socketTimeout", "120s")
+             # the memory sink keeps every row in the driver: 100k msgs/s for 20 s is 2 M
+             # rows, past the 1 GB default heap
+             .config("spark.driver.memory", "4g")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, float] = {}
-    cases = []
+    result: dict[str, Any] = {"date": started, "machine": machine()}
     try:
-        for rate in rates:
-            case = rate_case(spark, broker, rate, args.seconds, work)
-            cases.append(case)
-            figures[f"e2e_p50_s_{_label(rate)}"] = case["p50_s"]
-            figures[f"e2e_p99_s_{_label(rate)}"] = case["p99_s"]
+        if args.soak_minutes:
+            case = soak(spark, broker, args.soak_rate, args.soak_minutes, work)
+            result["soak"] = case
+            figures["soak_rss_growth_ratio"] = case["soak_rss_growth_ratio"]
+            figures["soak_anon_growth_ratio"] = max(case["anon_growth"].values())
+        else:
+            cases = result["cases"] = []
+            prefix = "e2e_" if args.sink == "memory" else f"e2e_{args.sink}_"
+            for rate in rates:
+                case = rate_case(spark, broker, rate, args.seconds, work, args.sink)
+                cases.append(case)
+                figures[f"{prefix}p50_s_{_label(rate)}"] = case["p50_s"]
+                figures[f"{prefix}p99_s_{_label(rate)}"] = case["p99_s"]
     finally:
         spark.stop()
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    result = {"date": started, "machine": machine(), "seconds_per_rate": args.seconds,
-              "cases": cases, "keys": figures}
-    (work.parent / "e2e.json").write_text(json.dumps(result, indent=1) + "\n")
+    result.update(seconds_per_rate=args.seconds, keys=figures)
+    name = ("e2e-soak" if args.soak_minutes
+            else "e2e" if args.sink == "memory" else f"e2e-{args.sink}")
+    (work.parent / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 0
