@@ -191,9 +191,12 @@ class ReplicaLog:
         Raises TruncateBelowConfirmError below the confirm position (docs/design.md §5.5)."""
         state = self._state
         with self._lock, state.fail_stop():
+            pending = state.truncate_intent >= 0  # a cut that failed half way: finish it too
+            if pending:
+                log_position = min(log_position, state.truncate_intent)
             if log_position < state.confirm:
                 raise TruncateBelowConfirmError(log_position, state.confirm)
-            if log_position >= self._commit_log.log_position_end:
+            if log_position >= self._commit_log.log_position_end and not pending:
                 return
             # Indexed records go: derived state is stale. Noted before and again after the cut:
             # a reader of the queues that started its pass in between (it saw the first note)
@@ -201,7 +204,10 @@ class ReplicaLog:
             cuts_indexed = log_position < state.dispatched
             if cuts_indexed:
                 self._note_index_cut(log_position)
-            write_checkpoint(state, intent=log_position)
+            # Carried in the state, not passed: a flush-thread checkpoint written before the
+            # cut is done keeps it too (store_state), and so do later ones if the cut fails.
+            state.truncate_intent = log_position
+            write_checkpoint(state)
             self._commit_log.truncate_to(log_position)
             for queue in state.queues.values():
                 queue.truncate_from_log_position(log_position)
@@ -210,6 +216,7 @@ class ReplicaLog:
             if state.put_end is not None and state.put_end > log_position:
                 state.put_end = None
             state.epochs.truncate_from(log_position)
+            state.truncate_intent = -1
             write_checkpoint(state)
             if cuts_indexed:
                 self._note_index_cut(log_position)

@@ -83,15 +83,22 @@ def recover(state: StoreState) -> Recovered:
     return Recovered(scan, corrupt)
 
 
-def write_checkpoint(state: StoreState, *, clean: bool = False, intent: int = -1) -> None:
-    """Flush the ConsumeQueues and the CommitLog, then record what they hold durably.
-    `intent`: a truncation about to run (redone by `recover` if it is cut short)."""
+def write_checkpoint(state: StoreState, *, clean: bool = False) -> None:
+    """Flush the ConsumeQueues and the CommitLog, then record what they hold durably, with the
+    truncation not done yet (`state.truncate_intent`, redone by `recover` if cut short).
+
+    Safe from several threads (StoreState says how): the positions are a snapshot under
+    `state.lock`; the file is written under `state.checkpoint_lock`, and not at all when a
+    later snapshot was written meanwhile (this one's positions may predate a truncation)."""
     state.raise_if_fsync_failed()  # a checkpoint would vouch for pages the kernel may have lost
     with state.fail_stop():
         with state.lock:
             dispatched = state.dispatched
             queues = list(state.unflushed_queues)  # O(written since the last checkpoint)
             confirm = state.confirm
+            intent = state.truncate_intent
+            state.checkpoints_taken += 1
+            taken = state.checkpoints_taken
         for queue in queues:
             queue.flush()
         with state.lock:  # a queue leaves the set once flushed and not written since, so a
@@ -100,13 +107,18 @@ def write_checkpoint(state: StoreState, *, clean: bool = False, intent: int = -1
                     state.unflushed_queues.discard(queue)
         state.directory_syncs.sync_all()  # their new directories and files (files.py)
         flushed = state.commit_log.flush()
-        write_checkpoint_file(state.store_dir / "checkpoint", fs=state.fs, checkpoint=Checkpoint(
-            flushed_log_position=flushed,
-            consume_queue_log_position=min(dispatched, flushed),
-            confirm_log_position=confirm,
-            truncate_intent_log_position=intent,
-            clean_shutdown=clean,
-        ))
+        with state.checkpoint_lock:
+            if taken < state.checkpoints_written:
+                return  # a later snapshot is on disk: this older one must not replace it
+            write_checkpoint_file(state.store_dir / "checkpoint", fs=state.fs,
+                                  checkpoint=Checkpoint(
+                flushed_log_position=flushed,
+                consume_queue_log_position=min(dispatched, flushed),
+                confirm_log_position=confirm,
+                truncate_intent_log_position=intent,
+                clean_shutdown=clean,
+            ))
+            state.checkpoints_written = taken
 
 
 def _load_consume_queues(state: StoreState, trusted_below: int, log_end: int) -> None:

@@ -18,6 +18,23 @@ The positions, in the order they may be apart (each at most the one before):
 `dispatched`: ConsumeQueues index every complete record below it (the index is never ahead of
 the log). `confirm`: reads never return a record past it. `put_end`: where the last whole put
 among the indexed records ends (None: not known, found by a walk when needed; replica_log).
+
+Checkpoints (store_recovery.write_checkpoint) are written by the flush thread and, under `lock`,
+by a truncation or a reset (replica_log) and at open and close. Each takes a snapshot of the
+positions under `lock` (numbered: `checkpoints_taken`), flushes outside it, then writes the file
+under `checkpoint_lock`, and only if no later snapshot is on disk already (`checkpoints_written`):
+a flush-thread snapshot from before a truncation never lands after the truncation's own. The
+truncation target is carried here (`truncate_intent`) from before its intent checkpoint until
+its cut is done, so every checkpoint written meanwhile keeps it (even after a cut that failed
+without a crash: the store then refuses writes until a truncation finishes it).
+
+Why not one lock held from the intent checkpoint through the final one: the flush thread would
+take it before `lock` and a truncation after (it runs under `lock`, from dispatch_replicated
+too), a deadlock; taking it first on every replication path would stall replication behind the
+checkpoint's fsyncs.
+
+Lock order: `lock` (if held) before `checkpoint_lock`, which is a leaf (nothing is taken
+while it is held: it covers the checkpoint file's write alone).
 """
 
 from __future__ import annotations
@@ -44,10 +61,11 @@ class StoreState:
     """Mutable state of one open store; every field is guarded by `lock` unless noted."""
 
     __slots__ = (
-        "auto_confirm", "clock_ms", "closed", "commit_log", "config", "confirm",
-        "confirm_listeners", "directory_syncs", "dispatched", "epochs", "fs", "fsync_failed",
-        "lock", "next_queue_offsets", "put_end", "queues", "store_dir", "store_host",
-        "sync_flush", "tier", "topic_meta", "unflushed_queues",
+        "auto_confirm", "checkpoint_lock", "checkpoints_taken", "checkpoints_written",
+        "clock_ms", "closed", "commit_log", "config", "confirm", "confirm_listeners",
+        "directory_syncs", "dispatched", "epochs", "fs", "fsync_failed", "lock",
+        "next_queue_offsets", "put_end", "queues", "store_dir", "store_host", "sync_flush",
+        "tier", "topic_meta", "truncate_intent", "unflushed_queues",
     )
 
     def __init__(self, store_dir: Path, config: StoreConfig, fs: FileSystem, *,
@@ -60,6 +78,10 @@ class StoreState:
         self.clock_ms = clock_ms
         self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self.lock = threading.RLock()
+        self.checkpoint_lock = threading.Lock()  # a leaf: `lock` is never taken inside it
+        self.checkpoints_taken = 0  # snapshots numbered under `lock` (write_checkpoint)
+        self.checkpoints_written = 0  # the newest on disk; guarded by `checkpoint_lock`
+        self.truncate_intent = -1  # a cut not done yet (replica_log.truncate_to), or -1
         self.commit_log = CommitLog(store_dir / "commitlog", config.commit_log_segment_size_bytes,
                                     fs)
         self.epochs = EpochFile(store_dir / "epochFileCheckpoint", fs)
@@ -105,6 +127,9 @@ class StoreState:
             raise StorageError("store is closed")
         if self.fsync_failed is not None:
             raise StorageError(f"stopped after a failed fsync: {self.fsync_failed}")
+        if self.truncate_intent >= 0:
+            raise StorageError(f"a truncation to log_position {self.truncate_intent} failed "
+                               "half way; it must be redone first")
 
     @contextlib.contextmanager
     def fail_stop(self) -> Iterator[None]:

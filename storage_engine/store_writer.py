@@ -67,6 +67,10 @@ class StoreWriter:
             if state.fsync_failed is not None:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                  error=f"stopped after a failed fsync: {state.fsync_failed}")
+            if state.truncate_intent >= 0:  # a cut failed half way (replica_log.truncate_to)
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                 error=f"a truncation to log_position {state.truncate_intent} "
+                                       "failed half way")
             queue_offsets = self._assign_queue_offsets(batch.topic, batch.queue_ids)
             positions, sizes = self._commit_log.append_batch(
                 topic_meta=state.meta_for(batch.topic), bodies=batch.bodies,
