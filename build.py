@@ -87,6 +87,7 @@ BENCHES = {
     "ha": "tests/bench/bench_ha.py",
     "spark": "tests/bench/bench_spark.py",
     "table": "tests/bench/bench_table.py",
+    "table_nice": "tests/bench/bench_table_nice.py",
     "controller": "tests/bench/bench_controller.py",
     "failover": "tests/bench/bench_failover.py",
     "peers": "tests/bench/bench_peers.py",

@@ -84,6 +84,9 @@ class BrokerConfig:
     topic_table_interval_ms: int = 5000  # topicTableIntervalMs: one commit per topic this often
     topic_table_commit_rows_max: int = 1_000_000  # topicTableCommitRowsMax (rows in one commit)
     topic_table_commit_bytes_max: int = 64 << 20  # topicTableCommitBytesMax (record bytes)
+    # topicTableNice: the table threads' nice above the broker's (0: none), read at start: under
+    # CPU saturation puts win and the tables lag (docs/topic-tables.md, "CPU")
+    topic_table_nice: int = 10
     # table upkeep (ha/broker/table_maintenance.py): compaction, vacuum, the table's retention
     topic_table_maintenance_interval_ms: int = 3_600_000  # topicTableMaintenanceIntervalMs
     topic_table_target_file_bytes: int = 128 << 20  # topicTableTargetFileBytes
@@ -160,6 +163,7 @@ class BrokerConfig:
         _range("topicTableIntervalMs", self.topic_table_interval_ms, 10, 3_600_000)
         _range("topicTableCommitRowsMax", self.topic_table_commit_rows_max, 1, 100_000_000)
         _range("topicTableCommitBytesMax", self.topic_table_commit_bytes_max, 1 << 16, 1 << 32)
+        _range("topicTableNice", self.topic_table_nice, 0, 19)
         _range("topicTableMaintenanceIntervalMs", self.topic_table_maintenance_interval_ms,
                1000, 7 * 86_400_000)
         _range("topicTableTargetFileBytes", self.topic_table_target_file_bytes, 1 << 20,
@@ -306,6 +310,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "topicTableIntervalMs": ("topic_table_interval_ms", int),
     "topicTableCommitRowsMax": ("topic_table_commit_rows_max", int),
     "topicTableCommitBytesMax": ("topic_table_commit_bytes_max", int),
+    "topicTableNice": ("topic_table_nice", int),
     "topicTableMaintenanceIntervalMs": ("topic_table_maintenance_interval_ms", int),
     "topicTableTargetFileBytes": ("topic_table_target_file_bytes", int),
     "topicTableVacuumHours": ("topic_table_vacuum_hours", int),

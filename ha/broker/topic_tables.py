@@ -18,6 +18,12 @@
                                               compaction, vacuum; an error is kept as
                                               maintenance_error and tried next interval)
 
+The thread runs nicer than the broker's other threads by topicTableNice (set as it starts), and
+so do delta-rs's threads: delta-rs starts its tokio runtime at its first call in the process and
+Linux gives a new thread the nice of the thread creating it; every deltalake call of the broker
+is made here (tests/integration/test_table_nice.py checks the threads' nice). Under CPU
+saturation the puts get the cores and the tables lag, catching up when the load ends.
+
 Nothing here is on a put's path: the thread only reads the store (confirmed messages, through
 the normal read path) and writes the object store, so an object store that is down delays the
 tables, never a put. It runs on every broker and does work only on the master; a deposed
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -57,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS_MAX = 3  # commits of one topic lost to other writers before the next pass
 RETRY_BACKOFF_MAX_MS = 60_000  # longest wait after failures in a row (object store down)
+NICE_MAX = 19  # the kernel's least priority
 
 
 @dataclasses.dataclass
@@ -126,6 +134,7 @@ class TopicTables:
         """A pass every interval, start to start (a pass's own time is not added to the wait,
         so a row waits at most about one interval plus one pass: the lag bound). A live change
         of the interval (set_config) ends the wait in progress."""
+        self._yield_cpu()
         wait_s = self.config.topic_table_interval_ms / 1000.0
         while True:
             self._wake.wait(wait_s)
@@ -140,6 +149,19 @@ class TopicTables:
                 more = False
             interval_s = self.config.topic_table_interval_ms / 1000.0
             wait_s = 0.0 if more else max(0.0, interval_s - (time.monotonic() - started_s))
+
+    def _yield_cpu(self) -> None:
+        """This thread (and the threads it creates: delta-rs's) topicTableNice nicer, at most
+        the kernel's 19; raising one's own nice needs no privilege."""
+        if self.config.topic_table_nice <= 0:
+            return
+        thread_id = threading.get_native_id()
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, thread_id) + self.config.topic_table_nice
+            os.setpriority(os.PRIO_PROCESS, thread_id, min(NICE_MAX, nice))
+        except OSError as err:  # not Linux-like: the tables share the CPU with the puts
+            logger.warning("topic tables: cannot lower the thread's priority "
+                           "(topicTableNice %d): %s", self.config.topic_table_nice, err)
 
     def enabled(self, topic: TopicConfig) -> bool:
         return topic.table_format(self.config.topic_table_default) == "delta"

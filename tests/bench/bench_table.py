@@ -13,6 +13,9 @@ each): `off` (topicTableDefault=none) and `on` (topicTableDefault=delta, topicTa
                             skew: the `off` broker's CPU seconds per row / the `on` broker's
                             (after its table caught up with those rows); table_cpu_us_per_row
                             is the `topic-tables` thread's share (/proc/<pid>/task/*/stat)
+  table_lag_after_produce_s   `on`'s lag_seconds right after those rounds (the table lags
+                            while produce fills the cores: topicTableNice yields them to puts)
+  table_catch_up_s          and the seconds from then until the table holds every row
   table_lag_p99_s           `on`, a paced produce (--rate rows/s for --lag-seconds s), its
                             `broker info` lag_seconds sampled every 100 ms: the 99th percentile
   table_read_vs_parquet_ratio   the N rows of `on`'s topic once the table caught up and was
@@ -111,11 +114,12 @@ def table_stats(broker: BrokerProcess, topic: str) -> dict:  # type: ignore[type
     return info["topic_tables"]["topics"].get(topic, {})
 
 
-def wait_caught_up(broker: BrokerProcess, topic: str) -> None:
-    deadline = time.monotonic() + CATCH_UP_S
-    while time.monotonic() < deadline:
+def wait_caught_up(broker: BrokerProcess, topic: str) -> float:
+    """Seconds until the table holds every confirmed message of `topic`."""
+    start = time.monotonic()
+    while time.monotonic() < start + CATCH_UP_S:
         if table_stats(broker, topic).get("lag_messages") == 0:
-            return
+            return time.monotonic() - start
         time.sleep(0.2)
     raise AssertionError(f"the table did not catch up: {table_stats(broker, topic)}")
 
@@ -207,7 +211,12 @@ def main(argv: list[str]) -> int:
             for name, broker in (("off", off), ("on", on)):
                 rates[name].append(produce(broker, TOPIC, round_rows, first=sent[name]))
                 sent[name] += round_rows
-        wait_caught_up(on, TOPIC)  # the materializer's work for these rows is done
+        figures["table_lag_after_produce_s"] = float(
+            table_stats(on, TOPIC).get("lag_seconds") or 0.0)
+        # the materializer's work for these rows is done
+        figures["table_catch_up_s"] = wait_caught_up(on, TOPIC)
+        print(f"table lag after the rounds: {figures['table_lag_after_produce_s']:.2f} s, "
+              f"caught up {figures['table_catch_up_s']:.2f} s later", flush=True)
         cpu = {name: cpu_s(pid) - cpu_before[name] for name, pid in pids.items()}
         table_cpu = cpu_s(pids["on"], "topic-tables") - table_cpu_before
         figures["produce_cpu_us_per_row_off"] = cpu["off"] / sent["off"] * 1e6
