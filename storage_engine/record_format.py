@@ -110,6 +110,7 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "java_string_hash",
+    "magic_reason",
     "make_msg_id",
     "other_format_at",
     "scan_record",
@@ -181,6 +182,15 @@ def other_format_at(buf: bytes | memoryview, pos: int, end: int, log_position: i
     if _LOG_POSITION.unpack_from(buf, pos + LOG_POSITION_AT)[0] != log_position:
         return None
     return known[0], magic
+
+
+def magic_reason(magic: int) -> str:
+    """How an error names a magic code that is not V1's: with its format's name when it is a
+    known other format (a replica's master or a read met a record this release cannot read)."""
+    known = OTHER_FORMAT_MAGIC_CODES.get(magic)
+    if known is None:
+        return f"magic code {magic:#010x}"
+    return f"magic code {magic:#010x} (record format {known[0]}; this release reads V1)"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -487,7 +497,7 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *,
         raise CorruptRecordError(f"{end - pos} bytes cannot hold a record", log_position=pos)
     total, magic = _PREFIX.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE:
-        raise CorruptRecordError(f"magic code {magic:#010x}", log_position=pos)
+        raise CorruptRecordError(magic_reason(magic), log_position=pos)
     if total < RECORD_SIZE_MIN_BYTES or total > end - pos:
         raise CorruptRecordError(f"TOTALSIZE {total} with {end - pos} bytes left", log_position=pos)
     reason = _check_record(buf, pos, total)

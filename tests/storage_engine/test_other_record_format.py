@@ -5,9 +5,11 @@ holding a record with RocketMQ's MESSAGE_MAGIC_CODE_V2 (a store written by a rel
 record format, opened by this one) stops the open with StoreFormatError naming the format, the
 magic code and the log position, and leaves every byte of the store as it was, whether the record
 is past the checkpoint (the scan meets it) or below it (the chain check fails, and the scan from
-the segment's start meets it). Rubbish that merely contains the V2 code without a plausible
-record around it (TOTALSIZE, PHYSICALOFFSET) is still a torn tail and is cut as before. The
-broker process refuses such a store in one line with the refusal exit status.
+the segment's start meets it). A read or a replica's walk that meets such a record (in a
+segment the open does not check) names its format in the error. Rubbish that merely contains
+the V2 code without a plausible record around it (TOTALSIZE, PHYSICALOFFSET) is still a torn
+tail and is cut as before. The broker process refuses such a store in one line with the
+refusal exit status.
 Method: real stores in tmp_path, the magic code written into the segment file, the checkpoint
 set to a mid-segment record boundary as after a crash (test_recovery_from_checkpoint's helpers).
 """
@@ -15,6 +17,7 @@ set to a mid-segment record boundary as after a crash (test_recovery_from_checkp
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -22,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import MessageStore, StoreFormatError
+from storage_engine import CorruptRecordError, MessageStore, StoreFormatError, decode_record
 from storage_engine.record_format import LOG_POSITION_AT, MESSAGE_MAGIC_CODE_V2
-from tests.storage_engine.test_engine_basics import SMALL, last_segment
+from storage_engine.record_runs import walk_few, walk_records
+from tests.storage_engine.test_engine_basics import SMALL, last_segment, record
 from tests.storage_engine.test_recovery_from_checkpoint import (
     crashed_store,
     in_last_segment,
@@ -97,6 +101,18 @@ def test_rubbish_holding_the_v2_code_is_still_a_torn_tail_and_cut(
         assert recovery is not None
         assert store.log_position_end == victim
         assert recovery.cut_bytes > 0
+
+
+def test_a_read_and_a_replicas_walk_name_the_other_format() -> None:
+    data = bytearray(record() * 2)
+    data[4:8] = _U32.pack(MESSAGE_MAGIC_CODE_V2)
+    reason = "magic code 0xdaa320ab (record format V2; this release reads V1)"
+    with pytest.raises(CorruptRecordError, match=re.escape(reason)):
+        decode_record(bytes(data))
+    for walk in (lambda: walk_few(data, 0, len(data), 8), lambda: walk_records(data, 0, len(data))):
+        with pytest.raises(CorruptRecordError) as refused:
+            walk()
+        assert reason in str(refused.value) and refused.value.log_position == 0
 
 
 def test_the_broker_refuses_a_v2_store_in_one_line(tmp_path: Path) -> None:
