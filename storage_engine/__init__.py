@@ -17,6 +17,7 @@ from storage_engine.errors import (
     QueueOffsetsError,
     ReplicatedDataError,
     StorageError,
+    StoreFormatError,
     StoreLockedError,
     TruncateBelowConfirmError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "RetentionService",
     "StorageError",
     "StoreConfig",
+    "StoreFormatError",
     "StoreLockedError",
     "StoreStats",
     "StoredMessage",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storage_engine.errors import CorruptRecordError
+from storage_engine.errors import CorruptRecordError, StoreFormatError
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.names import topic_name_error
 from storage_engine.record_format import (
@@ -29,6 +29,7 @@ from storage_engine.record_format import (
     RECORD_SIZE_MIN_BYTES,
     encode_batch,
     encode_blank,
+    other_format_at,
     scan_record,
     tags_code_of,
 )
@@ -109,7 +110,13 @@ class CommitLog:
         bytes below it that are no longer records), the whole segment is checked from its
         start, as before this check existed. RocketMQ's normal recovery also trusts what its
         checkpoint covers; its abort file is not needed here, since the checkpoint alone says
-        what was fsynced."""
+        what was fsynced.
+
+        A record of a known other record format (record_format.other_format_at: a store
+        written by a release with another format) met by the scan raises StoreFormatError
+        before anything is cut; one below the checkpoint breaks the chain, so the scan from
+        the segment's start meets it. Every other invalid record is a torn tail and is cut
+        (record_format's docstring says why the two differ)."""
         segments = self._segments.segments
         if not segments:
             return RecoveryScan(0, 0, 0, "empty log")
@@ -322,7 +329,8 @@ def _record_ref(data: object, relative: int, position: int, total: int) -> Recor
 
 def _scan_segment(segment: Segment, start: int = 0) -> tuple[int, str]:
     """(relative end of the valid records from `start`, a record boundary, and why the scan
-    stopped). Every record is checked in full (scan_record). A BLANK ends the segment."""
+    stopped). Every record is checked in full (scan_record). A BLANK ends the segment.
+    StoreFormatError on a record of a known other format (nothing cut yet)."""
     data = segment.map
     size = segment.size_bytes
     position = start
@@ -333,6 +341,10 @@ def _scan_segment(segment: Segment, start: int = 0) -> tuple[int, str]:
         if total < 0:
             if data[position:position + 8] == bytes(8):
                 return position, "zero-filled tail"
+            log_position = segment.base_position + position
+            other = other_format_at(data, position, size, log_position)
+            if other is not None:
+                raise StoreFormatError(*other, log_position)
             return position, f"invalid record at segment offset {position}"
         position += total
     return position, "segment full"

@@ -12,6 +12,7 @@ exceptions below are for environmental failures and bad input at the API edge:
     ├── InvalidNameError              a topic name / queue id no path may be built from
     ├── QueueOffsetsError             records whose queue offsets do not continue their queue
     ├── CorruptFileError              a metadata file (checkpoint, epoch file) fails its checksum
+    ├── StoreFormatError              a record of another record format (open refused, nothing cut)
     ├── FsyncFailedError              fsync failed: fail-stop (storage_engine/files.py), never retry
     └── TruncateBelowConfirmError     a truncation would cut data below the confirm position
 
@@ -32,6 +33,7 @@ __all__ = [
     "QueueOffsetsError",
     "ReplicatedDataError",
     "StorageError",
+    "StoreFormatError",
     "StoreLockedError",
     "TruncateBelowConfirmError",
 ]
@@ -90,6 +92,22 @@ class CorruptFileError(StorageError):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"corrupt file {path}: {reason}")
         self.path = path
+
+
+class StoreFormatError(StorageError):
+    """The CommitLog holds a record of a record format this release does not read (its magic
+    code is one of record_format.OTHER_FORMAT_MAGIC_CODES). The open is refused and nothing is
+    cut: the records are whole, only not readable here (a downgrade, or the wrong binary)."""
+
+    def __init__(self, format_name: str, magic: int, log_position: int) -> None:
+        super().__init__(
+            f"record format {format_name} (magic 0x{magic:08X}) at log_position {log_position}: "
+            "this store was written by a release that uses another record format; this "
+            "release reads V1; nothing was cut"
+        )
+        self.format_name = format_name
+        self.magic = magic
+        self.log_position = log_position
 
 
 class FsyncFailedError(StorageError):

@@ -46,6 +46,19 @@ A segment ends with a BLANK record when the next record does not fit:
 Records never span segments. Zeroed bytes (a preallocated, never-written tail) read as magic 0,
 which ends a recovery scan.
 
+The magic code is the record format's version. RocketMQ 4.9+ also writes MESSAGE_MAGIC_CODE_V2
+(0xDAA320AB: TOPICLENGTH of two bytes), which this release does not read. Recovery treats a
+record of a known other format (OTHER_FORMAT_MAGIC_CODES) unlike a torn one: it refuses the open
+(StoreFormatError) and cuts nothing, where any other bad magic code is a torn or corrupt tail and
+is cut. Why they differ: a crash tears a record this release wrote (a V1 prefix, then zeros or
+stale bytes), so it never leaves another format's magic code; such a record was written whole
+by another release (a downgrade, the wrong binary), and cutting it would silently drop
+acknowledged messages. `other_format_at` takes the code for a record only when the record is
+plausible too: TOTALSIZE at least that format's smallest record and within the segment, and
+PHYSICALOFFSET (at the same place in V2) equal to the record's log_position. Residual risk:
+rubbish that holds the V2 code and an exact copy of its own position (about 2**-96 for random
+bytes) stops the open instead of being cut; the operator then sees the position and decides.
+
 SYSFLAG bit 24 (SYSFLAG_PUT_CONTINUES, ours: RocketMQ's flags use bits 0-10) is set on every
 record of a put but its last. Why: a replica's log can end inside a put (the master died between
 two transfers), and a new master that keeps such a prefix stores the producer's retry of the whole
@@ -78,6 +91,8 @@ __all__ = [
     "HEADER_SIZE_BYTES",
     "LOG_POSITION_AT",
     "MESSAGE_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE_V2",
+    "OTHER_FORMAT_MAGIC_CODES",
     "PROPERTIES_LENGTH_SIZE_BYTES",
     "RECORD_SIZE_MIN_BYTES",
     "STORE_HOST_AT",
@@ -95,12 +110,15 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "java_string_hash",
+    "magic_reason",
     "make_msg_id",
+    "other_format_at",
     "scan_record",
     "tags_code_of",
 ]
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB  # RocketMQ 4.9+: TOPICLENGTH of 2 bytes; not read here
 BLANK_MAGIC_CODE = 0xCBD43194
 BLANK_RECORD_SIZE_BYTES = 8
 HEADER = struct.Struct(">iIiiiqqiq8sq8siqi")
@@ -139,6 +157,40 @@ _BODY_CRC_AND_LEN = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _HOST = struct.Struct(">4sI")
 _BLANK = struct.Struct(">iI")
+
+
+# Record formats this release knows of but does not read: magic code -> (name, smallest record).
+# V2's smallest: the 88 header bytes, TOPICLENGTH (2), PROPERTIESLENGTH (2), all else empty.
+OTHER_FORMAT_MAGIC_CODES: Mapping[int, tuple[str, int]] = {
+    MESSAGE_MAGIC_CODE_V2: ("V2", HEADER_SIZE_BYTES + 2 + 2),
+}
+_LOG_POSITION = struct.Struct(">q")
+
+
+def other_format_at(buf: bytes | memoryview, pos: int, end: int, log_position: int
+                    ) -> tuple[str, int] | None:
+    """(format name, magic code) when the bytes at `pos` (readable up to `end`) are a record of
+    a known other format (OTHER_FORMAT_MAGIC_CODES) written at `log_position`, else None.
+    Plausible means: TOTALSIZE from that format's smallest record to `end`, and PHYSICALOFFSET
+    equal to `log_position` (module docstring: why, and the residual risk). Never raises."""
+    if end - pos < HEADER_SIZE_BYTES:
+        return None
+    total, magic = _PREFIX.unpack_from(buf, pos)
+    known = OTHER_FORMAT_MAGIC_CODES.get(magic)
+    if known is None or not known[1] <= total <= end - pos:
+        return None
+    if _LOG_POSITION.unpack_from(buf, pos + LOG_POSITION_AT)[0] != log_position:
+        return None
+    return known[0], magic
+
+
+def magic_reason(magic: int) -> str:
+    """How an error names a magic code that is not V1's: with its format's name when it is a
+    known other format (a replica's master or a read met a record this release cannot read)."""
+    known = OTHER_FORMAT_MAGIC_CODES.get(magic)
+    if known is None:
+        return f"magic code {magic:#010x}"
+    return f"magic code {magic:#010x} (record format {known[0]}; this release reads V1)"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -445,7 +497,7 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *,
         raise CorruptRecordError(f"{end - pos} bytes cannot hold a record", log_position=pos)
     total, magic = _PREFIX.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE:
-        raise CorruptRecordError(f"magic code {magic:#010x}", log_position=pos)
+        raise CorruptRecordError(magic_reason(magic), log_position=pos)
     if total < RECORD_SIZE_MIN_BYTES or total > end - pos:
         raise CorruptRecordError(f"TOTALSIZE {total} with {end - pos} bytes left", log_position=pos)
     reason = _check_record(buf, pos, total)

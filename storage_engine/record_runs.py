@@ -45,6 +45,7 @@ from storage_engine.record_format import (
     RECORD_SIZE_MIN_BYTES,
     SYSFLAG_AT,
     SYSFLAG_PUT_CONTINUES,
+    magic_reason,
     tags_code_of,
 )
 
@@ -104,7 +105,7 @@ def walk_records(data: object, start: int, end: int
             blank = True
             break
         if magic != MESSAGE_MAGIC_CODE or total < RECORD_SIZE_MIN_BYTES:
-            raise CorruptRecordError(f"magic code {magic:#010x}, TOTALSIZE {total}",
+            raise CorruptRecordError(f"{magic_reason(magic)}, TOTALSIZE {total}",
                                      log_position=position)
         if position + total > end:
             break
@@ -145,7 +146,7 @@ def walk_few(data: object, start: int, end: int, count_max: int) -> tuple[int, i
         if magic == BLANK_MAGIC_CODE:
             return count, position, True
         if magic != MESSAGE_MAGIC_CODE or total < RECORD_SIZE_MIN_BYTES:
-            raise CorruptRecordError(f"magic code {magic:#010x}, TOTALSIZE {total}",
+            raise CorruptRecordError(f"{magic_reason(magic)}, TOTALSIZE {total}",
                                      log_position=position)
         if position + total > end:
             break

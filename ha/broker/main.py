@@ -36,7 +36,13 @@ from ha.broker.service import BrokerService
 from ha.broker.thread_names import name_native_threads
 from ha.broker.topic_tables import TopicTables
 from ha.replication import BrokerRole
-from storage_engine import ConfigError, MessageStore, RetentionService, StoreLockedError
+from storage_engine import (
+    ConfigError,
+    MessageStore,
+    RetentionService,
+    StoreFormatError,
+    StoreLockedError,
+)
 from storage_engine.tiered import TierService
 
 __all__ = ["main"]
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         store = MessageStore(config.store_dir, config.store,
                              store_host=(config.broker_ip, config.listen_port),
                              auto_confirm=not config.ha.replicated)
-    except StoreLockedError as err:
+    except (StoreLockedError, StoreFormatError) as err:  # one line; the store stays as it was
         return refuse(PROGRAM.name, str(err))
     tier = _start_tier(config, store)
     retention = None if tier is not None else RetentionService(store).start()  # tier: its own
