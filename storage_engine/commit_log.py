@@ -94,29 +94,25 @@ class CommitLog:
         """Find the last valid record at or after `scan_from_log_position` (the checkpoint's),
         and cut everything after it (crash recovery, docs/design.md §4).
 
-        Why records below the checkpoint are not checked again: the checkpoint is written only
-        after the CommitLog's fsync returned for every byte below its position
-        (store_recovery.write_checkpoint: flush, then the checkpoint file, itself replaced
-        atomically), and never after a failed fsync (fail-stop). Those bytes were whole records
-        when written, and a crash cannot tear what was fsynced; what a crash can damage is
-        only past the position, and there every record is checked in full (lengths, topic,
-        both checksums) as before, so a torn or corrupt tail is cut at the same record.
-        Segments before the checkpoint's were never checked at all; the bytes of its own
-        segment below the position are vouched for in the same way (on a replica, what its
-        dispatch checked of the master's records is all they get, as in earlier segments).
-        They get one structural check, as cheap as reading the sizes: the chain of TOTALSIZE
-        and magic codes from the segment's start must land exactly on the checkpoint position
-        (`_chain_reaches`). If it does not (a checkpoint that is not a record boundary, or
-        bytes below it that are no longer records), the whole segment is checked from its
-        start, as before this check existed. RocketMQ's normal recovery also trusts what its
-        checkpoint covers; its abort file is not needed here, since the checkpoint alone says
-        what was fsynced.
+        Every record of the checkpoint's segment is checked in full (lengths, topic, both
+        checksums), from the segment's start, not only what lies past the checkpoint. The
+        bytes below the checkpoint were fsynced, so a crash cannot tear them, but a disk can
+        still return them damaged (a flipped bit, a misdirected write: the chaos campaign's
+        `corrupt` fault does this to a stopped slave's tail). Trusting them was tried on
+        2026-12-02 and the campaign caught it the same day: the damaged record stayed, and the
+        broker failed at start-up decoding it. Checked, a damaged record is cut like a torn
+        one, and a slave copies the rest again from its master. Segments before the
+        checkpoint's are not checked at open (they were checked while they were the last).
+        The chain of TOTALSIZE and magic codes from the segment's start must also land exactly
+        on the checkpoint position (`_chain_reaches`): `scanned_from_log_position` is then the
+        checkpoint's position (the index below it is trusted), else the segment's start (a
+        checkpoint that is not a record boundary, or bytes below it that are no longer
+        records: the index is rebuilt from there as well).
 
         A record of a known other record format (record_format.other_format_at: a store
         written by a release with another format) met by the scan raises StoreFormatError
-        before anything is cut; one below the checkpoint breaks the chain, so the scan from
-        the segment's start meets it. Every other invalid record is a torn tail and is cut
-        (record_format's docstring says why the two differ)."""
+        before anything is cut, wherever it lies in the segment. Every other invalid record
+        is cut as a torn tail (record_format's docstring says why the two differ)."""
         segments = self._segments.segments
         if not segments:
             return RecoveryScan(0, 0, 0, "empty log")
@@ -130,9 +126,10 @@ class CommitLog:
         relative = start - segments[index].base_position
         if relative and not _chain_reaches(segments[index].map, relative):
             logger.warning("checkpoint log_position %d is not the end of a chain of records "
-                           "from its segment's start; checking that segment in full", start)
+                           "from its segment's start; rebuilding its index from there", start)
             relative = 0
         scan_from = segments[index].base_position + relative
+        relative = 0  # every record of the segment is checked (docstring)
         end, reason = scan_from, "end of data"
         while index < len(segments):
             segment = segments[index]

@@ -1,13 +1,15 @@
-"""CommitLog recovery starts at the checkpoint's position, not at its segment's start.
+"""CommitLog recovery and the checkpoint: what the checkpoint's segment holds is checked in full.
 
-Goal: what the checkpoint vouches for (fsynced records) is not checked again, and everything past
-it is checked exactly as before: a torn or corrupt tail past the checkpoint is cut at the same
-record as a scan from the segment's start cuts it; a torn record right at the checkpoint is cut
-there; a checkpoint that is not a record boundary falls back to the scan from the segment's
-start; and the checkpoint can never vouch for bytes that were not fsynced (the CommitLog's sync
-comes before the checkpoint's rename, and a power cut right after a checkpoint loses nothing
-below it). Method: real stores in tmp_path, the damage written into the segment file, the
-checkpoint rewritten to a mid-segment record boundary as after a crash; the ordering on the
+Goal: a record below the checkpoint that the disk returns damaged (a flipped bit: the chaos
+campaign's `corrupt` fault, found on 2026-12-02 when recovery briefly trusted those bytes) is cut
+like a torn one, and the index below a checkpoint that is a record boundary is trusted; everything
+past the checkpoint is checked exactly as before: a torn or corrupt tail past the checkpoint is cut
+at the same record as a scan from the segment's start cuts it; a torn record right at the
+checkpoint is cut there; a checkpoint that is not a record boundary falls back to the scan from the
+segment's start; and the checkpoint can never vouch for bytes that were not fsynced (the
+CommitLog's sync comes before the checkpoint's rename, and a power cut right after a checkpoint
+loses nothing below it). Method: real stores in tmp_path, the damage written into the segment file,
+the checkpoint rewritten to a mid-segment record boundary as after a crash; the ordering on the
 simulated disk (tests/sim/sim_fs.py), which records syncs and renames.
 """
 
@@ -87,6 +89,24 @@ def scan_from_segment_start(path: Path, size: int) -> int:
         return segment.base_position + _scan_segment(segment)[0]
     finally:
         segment.close()
+
+
+def test_a_flipped_bit_below_the_checkpoint_is_cut_and_the_store_opens(tmp_path: Path) -> None:
+    """The campaign's finding, replayed: seed 11's `corrupt` fault flipped bits in the last
+    records of a stopped slave, all below its checkpoint; a recovery that trusted them kept the
+    damaged record, and the broker died decoding it at start-up (idempotence rebuild)."""
+    written, positions, end = crashed_store(tmp_path)
+    tail = in_last_segment(tmp_path, positions)
+    victim, checkpoint = tail[-10], tail[-2]
+    set_checkpoint(tmp_path, checkpoint)
+    segment = last_segment(tmp_path)
+    damage(segment, victim - int(segment.name), "flip", end - int(segment.name))
+    with MessageStore(tmp_path, SMALL) as store:
+        recovery = store.stats().last_recovery
+        assert recovery is not None and recovery.cut_bytes > 0
+        assert store.log_position_end == victim
+        assert read_all(store) == sorted(w for w in written
+                                         if positions[(w[0], w[1])] < victim)
 
 
 @pytest.mark.parametrize("how", ["flip", "torn", "zero_tail", "rubbish"])
