@@ -199,6 +199,11 @@ class Cluster:
         deadline = time.monotonic() + BROKER_STARTUP_TIMEOUT_S
         endpoint = f"{host_of(broker)}:{broker['port']}"
         while time.monotonic() < deadline:
+            if self.pid_of(broker) is None and broker["name"] not in self._started:
+                # alive when `up` looked, but stopping (a SIGTERMed master hands over first,
+                # then stops): it is gone now, so start it as `up` would have
+                self.start(broker)
+                continue
             if self.pid_of(broker) is None:
                 tail = Path(broker["log_file"]).read_text(errors="replace")[-1500:]
                 raise SystemExit(f"rocketha-cluster: {broker['name']} exited"

@@ -112,8 +112,9 @@ def _reloaded(cluster: Secure, name: str) -> Callable[[], bool]:
 def _restart(cluster: Secure, process: dict[str, Any]) -> None:
     """SIGTERM one broker, then `up` starts it again (as an operator's rolling restart)."""
     os.kill(process["pid"], signal.SIGTERM)
-    wait_for(lambda: not any(p["alive"] for p in cluster.processes()
-                             if p["name"] == process["name"]) or None, 30.0,
+    # its process gone, not only its port closed: a master hands over, then stops
+    wait_for(lambda: not any(p["pid"] is not None for p in cluster.processes()
+                             if p["name"] == process["name"]) or None, 60.0,
              f"{process['name']} to stop")
     _cluster_cli("up", "--dir", str(cluster.directory))
     wait_for(lambda: all(p["alive"] for p in cluster.processes()) or None, 30.0,
