@@ -33,6 +33,7 @@ from storage_engine.record_format import (
     scan_record,
     tags_code_of,
 )
+from storage_engine.record_scan import valid_run_end
 from storage_engine.segment import Segment, SegmentQueue, discard_tail
 
 __all__ = ["CommitLog", "RecordRef", "RecoveryScan"]
@@ -326,12 +327,17 @@ def _record_ref(data: object, relative: int, position: int, total: int) -> Recor
 
 def _scan_segment(segment: Segment, start: int = 0) -> tuple[int, str]:
     """(relative end of the valid records from `start`, a record boundary, and why the scan
-    stopped). Every record is checked in full (scan_record). A BLANK ends the segment.
-    StoreFormatError on a record of a known other format (nothing cut yet)."""
+    stopped). Every record is checked in full: runs of valid records in bulk (record_scan's
+    valid_run_end), and the record each run stops at by scan_record, which decides what it
+    is. A BLANK ends the segment. StoreFormatError on a record of a known other format
+    (nothing cut yet)."""
     data = segment.map
     size = segment.size_bytes
     position = start
     while position < size:
+        position = valid_run_end(data, position, size)
+        if position >= size:
+            break
         total = scan_record(data, position, size)
         if total == 0:
             return size, "segment sealed"
