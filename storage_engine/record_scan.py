@@ -26,7 +26,6 @@ import struct
 import zlib
 
 import numpy as np
-import numpy.typing as npt
 
 from storage_engine.fs import Buffer
 from storage_engine.names import TOPIC_PATTERN
@@ -60,7 +59,7 @@ _DECIMAL_PLACES = 10 ** np.arange(10, dtype=np.int64)  # least-significant digit
 assert TOPIC_PATTERN.pattern == r"^[%|a-zA-Z0-9_-]+$", "rebuild _TOPIC_BYTE_OK for the new rule"
 _TOPIC_BYTE_OK = np.array([TOPIC_PATTERN.fullmatch(chr(byte)) is not None for byte in range(256)])
 
-Positions = npt.NDArray[np.int64]
+Positions = np.ndarray  # int64 byte positions
 
 
 def valid_run_end(buf: Buffer, pos: int, end: int) -> int:
@@ -81,7 +80,7 @@ def valid_run_end(buf: Buffer, pos: int, end: int) -> int:
         pos = starts[-1] + totals[-1]
 
 
-def _chain(buf: Buffer, raw: npt.NDArray[np.uint8], pos: int, end: int
+def _chain(buf: Buffer, raw: np.ndarray, pos: int, end: int
            ) -> tuple[list[int], list[int]]:
     """Positions and sizes of up to SCAN_CHUNK_RECORDS records chained from `pos`, as far as
     each has V1's magic code and a TOTALSIZE from a record's smallest to the bytes left. A run
@@ -102,7 +101,7 @@ def _chain(buf: Buffer, raw: npt.NDArray[np.uint8], pos: int, end: int
     return starts, totals
 
 
-def _equal_run(buf: Buffer, raw: npt.NDArray[np.uint8], pos: int, total: int,
+def _equal_run(buf: Buffer, raw: np.ndarray, pos: int, total: int,
                room: int) -> int:
     """How many records (1 to `room`) from `pos`, where a V1 record of `total` bytes is, start
     with the same TOTALSIZE and magic code, each right after the one before. Probes
@@ -124,7 +123,7 @@ def _equal_run(buf: Buffer, raw: npt.NDArray[np.uint8], pos: int, total: int,
     return matched
 
 
-def _valid_count(buf: Buffer, raw: npt.NDArray[np.uint8], view: memoryview,
+def _valid_count(buf: Buffer, raw: np.ndarray, view: memoryview,
                  starts: Positions, totals: Positions) -> int:
     """How many of the records at `starts` (V1, of `totals` bytes, each inside `raw`) pass
     every check of record_format._check_record, counted from the first until one fails.
@@ -167,7 +166,7 @@ def _valid_count(buf: Buffer, raw: npt.NDArray[np.uint8], view: memoryview,
     return _passing(count, body_crcs == heads["body_crc"][:count])
 
 
-def _tail_crcs(raw: npt.NDArray[np.uint8], view: memoryview, starts: Positions,
+def _tail_crcs(raw: np.ndarray, view: memoryview, starts: Positions,
                stops: Positions) -> list[int]:
     """zlib.crc32 of each tail raw[start:stop] (TOPICLENGTH to the checksum digits). Tails
     equal to the first (one topic, the same properties: most records of a put) reuse its
@@ -188,6 +187,6 @@ def _tail_crcs(raw: npt.NDArray[np.uint8], view: memoryview, starts: Positions,
     return crcs.tolist()
 
 
-def _passing(count: int, ok: npt.NDArray[np.bool_]) -> int:
+def _passing(count: int, ok: np.ndarray) -> int:
     """The number of leading True values among the first `count` of `ok`."""
     return count if bool(ok[:count].all()) else int(np.argmin(ok[:count]))
