@@ -105,6 +105,7 @@ BENCHES = {
     "system_log": "tests/bench/bench_system_log.py",
     "tcp_loss": "tests/bench/bench_tcp_loss.py",
     "scale": "tests/bench/bench_scale.py",
+    "recovery_scan": "tests/bench/bench_recovery_scan.py",
     "peers_open_loop": "tests/bench/peers_open_loop.py",
     "e2e": "tests/bench/bench_e2e.py",
 }
