@@ -41,7 +41,7 @@ from storage_engine.record_format import (
 )
 
 __all__ = ["CHAIN_PROBE_RECORDS", "SCAN_CHUNK_RECORDS", "TAIL_COMPARE_SIZE_MAX_BYTES",
-           "valid_run_end"]
+           "equal_size_run", "valid_run_end"]
 
 SCAN_CHUNK_RECORDS = 1 << 14  # records checked per numpy pass (16 MiB of 1 KiB records)
 CHAIN_PROBE_RECORDS = 8  # the first probe of a run of records of one size
@@ -84,7 +84,7 @@ def _chain(buf: Buffer, raw: np.ndarray, pos: int, end: int
            ) -> tuple[list[int], list[int]]:
     """Positions and sizes of up to SCAN_CHUNK_RECORDS records chained from `pos`, as far as
     each has V1's magic code and a TOTALSIZE from a record's smallest to the bytes left. A run
-    of records of one size (a put of equal bodies) is read in bulk (`_equal_run`)."""
+    of records of one size (a put of equal bodies) is read in bulk (`equal_size_run`)."""
     unpack = _PREFIX.unpack_from
     starts: list[int] = []
     totals: list[int] = []
@@ -93,7 +93,7 @@ def _chain(buf: Buffer, raw: np.ndarray, pos: int, end: int
         total, magic = unpack(buf, pos)
         if magic != MESSAGE_MAGIC_CODE or not RECORD_SIZE_MIN_BYTES <= total <= end - pos:
             break
-        run = _equal_run(buf, raw, pos, total,
+        run = equal_size_run(buf, raw, pos, total,
                          min((end - pos) // total, SCAN_CHUNK_RECORDS - len(starts)))
         starts.extend(range(pos, pos + run * total, total))
         totals.extend(itertools.repeat(total, run))
@@ -101,10 +101,10 @@ def _chain(buf: Buffer, raw: np.ndarray, pos: int, end: int
     return starts, totals
 
 
-def _equal_run(buf: Buffer, raw: np.ndarray, pos: int, total: int,
-               room: int) -> int:
-    """How many records (1 to `room`) from `pos`, where a V1 record of `total` bytes is, start
-    with the same TOTALSIZE and magic code, each right after the one before. Probes
+def equal_size_run(buf: Buffer, raw: np.ndarray, pos: int, total: int, room: int) -> int:
+    """How many records from `pos`, where a V1 record of `total` bytes is, start with the same
+    TOTALSIZE and magic code, each right after the one before: 1 when `room` (the records of
+    that size that fit) is below 2, else at most `room`. Probes
     CHAIN_PROBE_RECORDS records past the first, then four times as many each round."""
     prefix = _PREFIX.pack(total, MESSAGE_MAGIC_CODE)
     if room < 2 or buf[pos + total:pos + total + _PREFIX.size] != prefix:
