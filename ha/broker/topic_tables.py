@@ -66,8 +66,8 @@ def _table_io() -> Any:
     with _LOADING:
         if table_io is _NOT_LOADED:
             try:
-                from ha.broker import table_maintenance as maintenance
-                from ha.broker import topic_table as io
+                import ha.broker.table_maintenance as maintenance
+                import ha.broker.topic_table as io
             except ModuleNotFoundError as err:
                 table_io = table_maintenance = None
                 _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
