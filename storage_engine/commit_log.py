@@ -33,6 +33,7 @@ from storage_engine.record_format import (
     scan_record,
     tags_code_of,
 )
+from storage_engine.record_scan import equal_size_run, valid_run_end
 from storage_engine.segment import Segment, SegmentQueue, discard_tail
 
 __all__ = ["CommitLog", "RecordRef", "RecoveryScan"]
@@ -326,12 +327,17 @@ def _record_ref(data: object, relative: int, position: int, total: int) -> Recor
 
 def _scan_segment(segment: Segment, start: int = 0) -> tuple[int, str]:
     """(relative end of the valid records from `start`, a record boundary, and why the scan
-    stopped). Every record is checked in full (scan_record). A BLANK ends the segment.
-    StoreFormatError on a record of a known other format (nothing cut yet)."""
+    stopped). Every record is checked in full: runs of valid records in bulk (record_scan's
+    valid_run_end), and the record each run stops at by scan_record, which decides what it
+    is. A BLANK ends the segment. StoreFormatError on a record of a known other format
+    (nothing cut yet)."""
     data = segment.map
     size = segment.size_bytes
     position = start
     while position < size:
+        position = valid_run_end(data, position, size)
+        if position >= size:
+            break
         total = scan_record(data, position, size)
         if total == 0:
             return size, "segment sealed"
@@ -347,9 +353,6 @@ def _scan_segment(segment: Segment, start: int = 0) -> tuple[int, str]:
     return position, "segment full"
 
 
-CHAIN_PROBE_RECORDS = 8
-
-
 def _chain_reaches(data: object, target: int) -> bool:
     """Whether the records from data[0] chain exactly to `target`: each TOTALSIZE at least a
     record's smallest, each magic code a message's, the last one ending at `target` (or a
@@ -357,8 +360,8 @@ def _chain_reaches(data: object, target: int) -> bool:
 
     Only sizes and magic codes are read (no checksum): this checks that a checkpoint position
     is a record boundary of a well-formed run, not the records' contents. A run of records of
-    one size (a batch of equal bodies) is checked with numpy, CHAIN_PROBE_RECORDS records
-    first, then four times as many each round; other records cost one unpack each."""
+    one size (a batch of equal bodies) is checked with numpy (record_scan.equal_size_run);
+    other records cost one unpack each."""
     raw = np.frombuffer(data, dtype=np.uint8)  # type: ignore[call-overload]
     unpack = _PREFIX.unpack_from
     position = 0
@@ -370,24 +373,8 @@ def _chain_reaches(data: object, target: int) -> bool:
             return bool(position + total == target)
         if magic != MESSAGE_MAGIC_CODE or total < RECORD_SIZE_MIN_BYTES:
             return False
-        room = (target - position) // total - 1  # further records of this size that fit
-        if room <= 0 or unpack(data, position + total) != (total, magic):  # type: ignore[arg-type]
-            position += total
-            continue
-        matched = 1  # records of size `total` from `position` known to chain
-        probe = CHAIN_PROBE_RECORDS
-        while room > 0:
-            count = min(probe, room)
-            at = position + total * np.arange(matched, matched + count, dtype=np.int64)
-            heads = raw[at[:, None] + np.arange(8)].copy().view(">u4").reshape(-1, 2)
-            ok = (heads[:, 0] == total) & (heads[:, 1] == MESSAGE_MAGIC_CODE)
-            accepted = count if ok.all() else int(np.argmin(ok))
-            matched += accepted
-            room -= accepted
-            if accepted < count:
-                break
-            probe *= 4
-        position += matched * total
+        position += total * equal_size_run(data, raw, position, total,
+                                           (target - position) // total)
     return position == target
 
 

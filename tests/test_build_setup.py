@@ -9,6 +9,8 @@ refuse with the command); its IO shell with `which`, the uid and the commands fa
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,50 @@ def test_ci_runs_the_readme_command_and_nothing_else() -> None:
     assert not extra, f".ci/run does set-up that build.py lacks (move it there): {extra}"
     assert steps[-1] == README_COMMAND
     assert README_COMMAND in (ROOT / "README.md").read_text()
+
+
+def test_setup_byte_compiles_even_where_python_writes_no_bytecode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 42: with PYTHONDONTWRITEBYTECODE=1 every broker start compiled the project's
+    # modules from source (2.8 s of a restart after a large write evicted the page cache)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    (package / "broken.py").write_text("def (:\n")  # does not compile: skipped, not fatal
+    build.byte_compile(Path(sys.executable), [package])
+    compiled = {path.name.split(".")[0] for path in (package / "__pycache__").iterdir()}
+    assert compiled == {"__init__"}
+
+
+def test_setup_compiles_every_source_pyproject_installs() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    packages = re.search(r'\[tool\.setuptools\.packages\.find\]\s*include = \[([^\]]*)\]', text)
+    modules = re.search(r'py-modules = \[([^\]]*)\]', text)
+    assert packages and modules
+    expected = {name.strip(' "*') for name in packages.group(1).split(",")}
+    expected |= {name.strip(' "') + ".py" for name in modules.group(1).split(",")}
+    assert set(build.PROJECT_SOURCES) == expected
+    assert all((ROOT / name).exists() for name in build.PROJECT_SOURCES)
+
+
+def test_setup_byte_compiles_the_project_when_nothing_is_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[list[Path]] = []
+    monkeypatch.setattr(build, "byte_compile", lambda python, paths: compiled.append(paths))
+    monkeypatch.setattr(build, "_install_fingerprint", lambda: "same")
+    monkeypatch.setattr(build, "STAMP_FILE", _Stamp("same"))
+    monkeypatch.setattr(build, "VENV_PYTHON", Path(sys.executable))
+    assert build.setup() == Path(sys.executable)
+    assert compiled == [[ROOT / name for name in build.PROJECT_SOURCES]]
+
+
+class _Stamp:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def exists(self) -> bool:
+        return True
+
+    def read_text(self) -> str:
+        return self.text

@@ -49,14 +49,32 @@ from storage_engine import MessageStore
 from storage_engine.tiered import backoff_ms
 
 _TABLE_IO_MISSING = ""  # why topic tables cannot run here (set when deltalake is missing)
-try:  # deltalake is an optional dependency (`rocketha[tables]`): a broker runs without it
-    from ha.broker import table_maintenance
-    from ha.broker import topic_table as table_io
-except ModuleNotFoundError as err:
-    table_io = None  # type: ignore[assignment]
-    table_maintenance = None  # type: ignore[assignment]
-    _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
-                         f"'rocketha[tables]'): {err}")
+_NOT_LOADED: Any = object()
+# ha.broker.topic_table and table_maintenance, imported at the first table topic (`_table_io`):
+# with deltalake, pyarrow.parquet and pyarrow.compute under them they cost a broker's start
+# 0.2 to 0.6 s (measured at load 14, issue 42), and most brokers have no table topic.
+table_io: Any = _NOT_LOADED
+table_maintenance: Any = _NOT_LOADED
+_LOADING = threading.Lock()
+
+
+def _table_io() -> Any:
+    """ha.broker.topic_table, imported now if not yet; None when deltalake is not installed
+    (an optional dependency, `rocketha[tables]`: a broker runs without it; _TABLE_IO_MISSING
+    says why)."""
+    global table_io, table_maintenance, _TABLE_IO_MISSING
+    with _LOADING:
+        if table_io is _NOT_LOADED:
+            try:
+                import ha.broker.table_maintenance as maintenance
+                import ha.broker.topic_table as io
+            except ModuleNotFoundError as err:
+                table_io = table_maintenance = None
+                _TABLE_IO_MISSING = (f"topic tables need the deltalake package (pip install "
+                                     f"'rocketha[tables]'): {err}")
+            else:
+                table_io, table_maintenance = io, maintenance
+        return table_io
 
 __all__ = ["TopicTables"]
 
@@ -101,8 +119,7 @@ class TopicTables:
         self.topics = topics
         self.master_epoch = master_epoch
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
-        self._storage_options = (None if table_io is None
-                                 else table_io.table_storage_options(config.store))
+        self._storage_options: dict[str, str] | None = None  # set with the first writer
         self._states: dict[str, _TopicState] = {}
         self._lock = threading.Lock()  # _states and counters, against stats() readers
         self._writing = threading.Lock()  # held through one topic's pass: remove_table waits
@@ -200,13 +217,16 @@ class TopicTables:
         with self._lock:
             state = self._states.get(topic.name)
             if state is None:
-                writer = None if table_io is None else table_io.TopicTableWriter(
+                io = _table_io()
+                if io is not None and self._storage_options is None:
+                    self._storage_options = io.table_storage_options(self.config.store)
+                writer = None if io is None else io.TopicTableWriter(
                     self.store, topic=topic.name, broker_name=self.config.broker_name,
-                    uri=table_io.tier_table_uri(self.config.store, self.config.store_dir,
-                                                topic.name),
+                    uri=io.tier_table_uri(self.config.store, self.config.store_dir,
+                                          topic.name),
                     storage_options=self._storage_options,
-                    limits=table_io.TableLimits(self.config.topic_table_commit_rows_max,
-                                                self.config.topic_table_commit_bytes_max))
+                    limits=io.TableLimits(self.config.topic_table_commit_rows_max,
+                                          self.config.topic_table_commit_bytes_max))
                 state = self._states[topic.name] = _TopicState(writer)
             return state
 
@@ -238,7 +258,7 @@ class TopicTables:
             self._done(state, topic.name, result, epoch)
             if result.outcome != "fenced":
                 self._maintain(state, topic.name)
-            return result.more
+            return bool(result.more)
         return True  # lost every attempt: try again at once
 
     def _done(self, state: _TopicState, topic: str, result: table_io.PassResult,

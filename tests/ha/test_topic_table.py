@@ -5,6 +5,8 @@ passes). The real-process and failover tests are tests/integration/test_topic_ta
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from ha.broker.table_plan import fence_app_id, fence_version, queue_app_id, spli
 from ha.broker.topic_table import TABLE_SCHEMA, TableLimits, TopicTableWriter, table_uri
 from ha.broker.topic_tables import TopicTables
 from storage_engine import MessageBatch, MessageStore, PutStatus, StoreConfig
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "orders"
 QUEUES = 3
@@ -270,3 +274,17 @@ def test_without_deltalake_a_table_topic_reports_it_and_the_broker_goes_on(
     state = service.stats()["topics"][TOPIC]
     assert state["last_error"]["message"] == "topic tables need deltalake"
     assert state["uri"] is None
+
+
+def test_a_broker_imports_the_table_io_only_at_its_first_table_topic() -> None:
+    # issue 42: deltalake (a 128 MB native library) and pyarrow.parquet cost every broker start
+    # 0.2 to 0.6 s at load, and after a large write evicted the page cache they are read from
+    # disk again; a broker without a table topic never needs them
+    code = ("import sys, ha.broker.main, ha.broker.topic_tables as t\n"
+            "print(sorted(m for m in ('deltalake', 'pyarrow.parquet', 'ha.broker.topic_table')"
+            " if m in sys.modules))\n"
+            "t._table_io()\n"
+            "print('deltalake' in sys.modules and t.table_io is not None)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True, cwd=ROOT)
+    assert done.stdout.split("\n")[:2] == ["[]", "True"], done.stdout
