@@ -212,20 +212,23 @@ def _judge(args: argparse.Namespace, out: Path, history: History,
 def _fault_loop(args: argparse.Namespace, cluster: FailoverCluster, history: History,
                 mounts: StoreMounts | None, sets: list[str],
                 on_new_set: Callable[[str], None]) -> int:
-    """Plays the seed's schedule until --minutes are over; returns the faults skipped (their
-    target did not exist at that moment, e.g. no master)."""
+    """Plays the seed's schedule until --minutes are over and --min-faults were injected (on a
+    busy machine each fault's settling takes longer, so a short campaign would otherwise inject
+    fewer; the run's alarm still bounds it); returns the faults skipped (their target did not
+    exist at that moment, e.g. no master)."""
     nemesis = Nemesis(cluster, history, sets, mounts, on_new_set)
     plans = schedule(args.seed, tuple(args.faults))
     end_s = time.monotonic() + args.minutes * 60
-    skipped = 0
+    skipped = injected = 0
     time.sleep(3.0)  # a fault-free start: the latency outside faults
-    while time.monotonic() < end_s:
+    while time.monotonic() < end_s or injected < args.min_faults:
         plan = next(plans)
         heal = nemesis.inject(plan)
         if heal is None:
             skipped += 1
             time.sleep(1.0)
             continue
+        injected += 1
         print(f"{time.strftime('%H:%M:%S')} {plan.name} held {plan.hold_s}s", flush=True)
         try:
             time.sleep(plan.hold_s)
@@ -293,6 +296,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--min-faults", type=int, default=0,
+                        help="keep injecting past --minutes until this many faults were injected")
     parser.add_argument("--faults", type=lambda text: text.split(","), default=list(KINDS))
     parser.add_argument("--controllers", type=int, choices=(3, 5), default=3,
                         help="controller quorum size: 5 makes a bridge or ring over the "
