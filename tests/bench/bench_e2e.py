@@ -298,6 +298,27 @@ def _memory(broker_pid: int, jvm_pid: int) -> dict[str, tuple[int, int]]:
             "driver_python": measure([os.getpid()]), "python_workers": measure(workers)}
 
 
+def _jvm_heap(spark: SparkSession) -> dict[str, int]:
+    """The driver JVM's heap, from its own management beans (py4j; no forced GC, which would
+    shrink the heap and change the RSS being watched): `after_gc` is the heap used just after
+    the latest collection (live data plus what that collection left), `committed` what the
+    heap holds from the OS (it counts in VmRSS once touched), `max` its -Xmx."""
+    factory = spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore
+    heap_pools = {str(pool.getName()) for pool in factory.getMemoryPoolMXBeans()
+                  if str(pool.getType().name()) == "HEAP"}
+    latest = None
+    for bean in factory.getGarbageCollectorMXBeans():
+        info = bean.getLastGcInfo()  # com.sun.management's extension: None before any GC
+        if info is not None and (latest is None or info.getEndTime() > latest.getEndTime()):
+            latest = info
+    usage = factory.getMemoryMXBean().getHeapMemoryUsage()
+    after_gc = 0 if latest is None else sum(
+        int(pool_usage.getUsed()) for name, pool_usage in latest.getMemoryUsageAfterGc().items()
+        if str(name) in heap_pools)
+    return {"after_gc": after_gc, "used": int(usage.getUsed()),
+            "committed": int(usage.getCommitted()), "max": int(usage.getMax())}
+
+
 def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, work: Path
          ) -> dict[str, Any]:
     topic = f"e2e_soak_{rate}"
@@ -332,7 +353,8 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
             if time.monotonic() >= next_sample:
                 samples.append({"at_s": round(time.monotonic() - started),
                                 "load_1m": load_average(),
-                                "memory": _memory(broker.process.pid, jvm_pid)})
+                                "memory": _memory(broker.process.pid, jvm_pid),
+                                "jvm_heap": _jvm_heap(spark)})
                 print(f"soak {samples[-1]['at_s']} s: {samples[-1]}", flush=True)
                 next_sample += SOAK_SAMPLE_S
             time.sleep(1.0)
@@ -341,13 +363,17 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
         _wait_caught_up(query, topic, targets)
         count_rows()
         samples.append({"at_s": round(time.monotonic() - started), "load_1m": load_average(),
-                        "memory": _memory(broker.process.pid, jvm_pid)})
+                        "memory": _memory(broker.process.pid, jvm_pid),
+                        "jvm_heap": _jvm_heap(spark)})
     finally:
         query.stop()
     assert len(samples) >= 2, "the soak is shorter than its settling time"
     first, last = samples[0]["memory"], samples[-1]["memory"]
     growth = {name: round(last[name][0] / first[name][0], 3) for name in first}
     anon_growth = {name: round(last[name][1] / first[name][1], 3) for name in first}
+    heap_first, heap_last = samples[0]["jvm_heap"], samples[-1]["jvm_heap"]
+    heap_growth = {name: round(heap_last[name] / heap_first[name], 3)
+                   for name in ("after_gc", "committed") if heap_first[name]}
     read = sum(n for b, n in rows_by_batch.items() if b not in warm_batches)
     # every message from where the query started, once
     expected = sum(targets.values()) - sum(first_start.get(key, 0) for key in targets)
@@ -355,11 +381,11 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
     result = {"rate_per_s": rate, "minutes": minutes, "sent": sent,
               "sent_per_s": round(sent / send_s), "read": read, "load_start_1m": load_start,
               "load_end_1m": load_average(), "rss_growth": growth,
-              "anon_growth": anon_growth, "samples": samples,
+              "anon_growth": anon_growth, "jvm_heap_growth": heap_growth, "samples": samples,
               "soak_rss_growth_ratio": max(growth.values())}
     print(f"soak {minutes} min at {rate:,} msgs/s: {sent:,} sent, {read:,} read; VmRSS last/"
-          f"first {growth}, anonymous {anon_growth} (load {load_start} to "
-          f"{result['load_end_1m']})", flush=True)
+          f"first {growth}, anonymous {anon_growth}, driver heap {heap_growth} (load "
+          f"{load_start} to {result['load_end_1m']})", flush=True)
     return result
 
 
@@ -401,6 +427,11 @@ def main(argv: list[str]) -> int:
             result["soak"] = case
             figures["soak_rss_growth_ratio"] = case["soak_rss_growth_ratio"]
             figures["soak_anon_growth_ratio"] = max(case["anon_growth"].values())
+            heap_growth = case["jvm_heap_growth"]
+            if "after_gc" in heap_growth:
+                figures["soak_jvm_heap_after_gc_growth_ratio"] = heap_growth["after_gc"]
+            if "committed" in heap_growth:
+                figures["soak_jvm_heap_committed_growth_ratio"] = heap_growth["committed"]
         else:
             cases = result["cases"] = []
             prefix = "e2e_" if args.sink == "memory" else f"e2e_{args.sink}_"
