@@ -34,10 +34,15 @@ is sampled every SOAK_SAMPLE_S; the first sample is taken SOAK_SETTLE_S after th
 (JIT, heap sizing and the first mapped segments are start-up, not growth).
 `soak_rss_growth_ratio` is the largest last/first ratio of VmRSS over those four, and
 `soak_anon_growth_ratio` the same of the anonymous part (VmRSS also counts the pages of the
-broker's mapped CommitLog files, which grow with the data written, not with a leak).
+broker's mapped segments it keeps resident: commitLogResidentWindowBytes bounds them).
+Beside each sample, the driver JVM's heap from its management beans (no forced GC): used
+after the latest collection and committed; `soak_jvm_heap_after_gc_growth_ratio` and
+`soak_jvm_heap_committed_growth_ratio` are their last/first ratios. Its live heap (used after
+a System.gc() full collection) is taken once before the load and once after the last sample:
+`soak_jvm_live_heap_growth_ratio` (a leak grows it; a heap sizing itself does not).
 
 With --json the last line has `e2e_p50_s_<rate>` and `e2e_p99_s_<rate>` (rate as 1k, 10k...;
-with `--sink delta` as `e2e_delta_p50_s_<rate>`...), or the soak's two ratios; the whole
+with `--sink delta` as `e2e_delta_p50_s_<rate>`...), or the soak's ratios; the whole
 result is written to .bench-tmp/e2e[-delta|-soak].json.
 """
 
@@ -319,6 +324,17 @@ def _jvm_heap(spark: SparkSession) -> dict[str, int]:
             "committed": int(usage.getCommitted()), "max": int(usage.getMax())}
 
 
+def _live_heap_bytes(spark: SparkSession) -> int:
+    """The driver's heap used after a full collection (System.gc(): G1 runs a full GC), i.e.
+    its live data. Taken only before the load and after the last sample: a full GC can shrink
+    the heap, which would change the RSS being sampled."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.java.lang.System.gc()
+    usage = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
+    return int(usage.getUsed())
+
+
 def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, work: Path
          ) -> dict[str, Any]:
     topic = f"e2e_soak_{rate}"
@@ -343,6 +359,7 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
         _warm_up(config, topic, query)
         count_rows()
         warm_batches = set(rows_by_batch)
+        live_heap_start = _live_heap_bytes(spark)
         load_start = load_average()
         started = time.monotonic()
         producer = _start_producer(broker.endpoint, topic, rate, minutes * 60, work)
@@ -365,6 +382,7 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
         samples.append({"at_s": round(time.monotonic() - started), "load_1m": load_average(),
                         "memory": _memory(broker.process.pid, jvm_pid),
                         "jvm_heap": _jvm_heap(spark)})
+        live_heap_end = _live_heap_bytes(spark)
     finally:
         query.stop()
     assert len(samples) >= 2, "the soak is shorter than its settling time"
@@ -374,6 +392,7 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
     heap_first, heap_last = samples[0]["jvm_heap"], samples[-1]["jvm_heap"]
     heap_growth = {name: round(heap_last[name] / heap_first[name], 3)
                    for name in ("after_gc", "committed") if heap_first[name]}
+    heap_growth["live"] = round(live_heap_end / live_heap_start, 3)
     read = sum(n for b, n in rows_by_batch.items() if b not in warm_batches)
     # every message from where the query started, once
     expected = sum(targets.values()) - sum(first_start.get(key, 0) for key in targets)
@@ -382,6 +401,7 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
               "sent_per_s": round(sent / send_s), "read": read, "load_start_1m": load_start,
               "load_end_1m": load_average(), "rss_growth": growth,
               "anon_growth": anon_growth, "jvm_heap_growth": heap_growth, "samples": samples,
+              "jvm_live_heap_bytes": [live_heap_start, live_heap_end],
               "soak_rss_growth_ratio": max(growth.values())}
     print(f"soak {minutes} min at {rate:,} msgs/s: {sent:,} sent, {read:,} read; VmRSS last/"
           f"first {growth}, anonymous {anon_growth}, driver heap {heap_growth} (load "
@@ -432,6 +452,7 @@ def main(argv: list[str]) -> int:
                 figures["soak_jvm_heap_after_gc_growth_ratio"] = heap_growth["after_gc"]
             if "committed" in heap_growth:
                 figures["soak_jvm_heap_committed_growth_ratio"] = heap_growth["committed"]
+            figures["soak_jvm_live_heap_growth_ratio"] = heap_growth["live"]
         else:
             cases = result["cases"] = []
             prefix = "e2e_" if args.sink == "memory" else f"e2e_{args.sink}_"

@@ -12,23 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from storage_engine import GetStatus, MessageBatch, MessageStore, PutStatus, StoreConfig
 from storage_engine.segment import PAGE_SIZE_BYTES, Segment, SegmentQueue, cold_line
+from tests.bench.scale_probe import mapped_rss_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
 
 MiB = 1 << 20
-
-
-def mapped_rss_bytes(pid: int | str, under: Path) -> int:
-    """Resident bytes of `pid`'s mappings of files below `under` (smaps Rss lines)."""
-    total, inside = 0, False
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        head = line.split(maxsplit=5)
-        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
-            inside = len(head) == 6 and head[5].startswith(str(under))
-        elif inside and line.startswith("Rss:"):
-            total += int(line.split()[1]) * 1024
-    return total
 
 
 @pytest.mark.parametrize(("flushed", "end", "window", "line"), [
@@ -102,3 +92,42 @@ def test_release_skips_unmapped_and_closed_segments_and_rounds_to_pages(tmp_path
     assert segment.read(PAGE_SIZE_BYTES * 3, 100) == b"x" * 100
     segment.close()
     assert segment.release_pages(MiB) == 0
+
+
+def test_a_store_checkpoint_releases_what_readers_mapped_and_every_message_reads_back(
+        tmp_path: Path) -> None:
+    """The flush thread's checkpoint is where the release happens: a store written well past
+    its windows, every message read (which maps it), keeps only the windows resident after a
+    checkpoint; before one, everything read is resident (so the check below can fail)."""
+    config = StoreConfig(commit_log_segment_size_bytes=4 * MiB,
+                         message_size_max_bytes=64 * 1024,
+                         consume_queue_segment_entries=64 * 1024,
+                         commit_log_resident_window_bytes=MiB,
+                         consume_queue_resident_window_bytes=64 * 1024)
+    bodies = [b"%06d" % n + bytes(1000) for n in range(12_000)]  # ~12.5 MiB of CommitLog
+    with MessageStore(tmp_path / "store", config, flush_driven=True) as store:
+        for start in range(0, len(bodies), 500):
+            batch = bodies[start:start + 500]
+            result = store.put_messages(MessageBatch(topic="T", bodies=batch,
+                                                     queue_ids=[start // 500 % 2] * len(batch)))
+            assert result.status is PutStatus.PUT_OK
+
+        def read_all() -> list[bytes]:
+            found = []
+            for queue_id in (0, 1):
+                queue_offset = 0
+                while True:
+                    got = store.get_messages("T", queue_id, queue_offset, max_count=1000,
+                                             max_bytes=4 * MiB)
+                    if got.status is not GetStatus.FOUND:
+                        break
+                    found += [message.body for message in got.messages()]
+                    queue_offset = got.next_queue_offset
+            return found
+
+        assert sorted(read_all()) == bodies
+        assert mapped_rss_bytes("self", tmp_path) >= 12 * MiB
+        assert store.flush_step() and store.checkpoint_step()
+        # the CommitLog's window and each queue's window (plus a partial page each)
+        assert mapped_rss_bytes("self", tmp_path) <= MiB + 2 * 64 * 1024 + 6 * PAGE_SIZE_BYTES
+        assert sorted(read_all()) == bodies
