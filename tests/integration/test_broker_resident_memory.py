@@ -5,7 +5,9 @@ VmRSS and grew with every byte written and read).
 Method: a real broker process with small windows; about 40 MiB produced and read back through
 Flight (reading maps every page); then, waiting on the condition (the flush thread releases
 once a checkpoint), the broker's resident pages of its store files (/proc/<pid>/smaps) fall to
-the windows, and its VmRSS has not grown by the log; a second read returns every body again."""
+the windows, and the file-backed part of its VmRSS has not grown by the log (the
+anonymous part is the allocator's, noisy under load, and not what the release bounds); a
+second read returns every body again."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from connector.protocol import GetTicket
-from tests.bench.scale_probe import mapped_rss_bytes, rss_bytes
+from tests.bench.scale_probe import mapped_rss_bytes, rss_split_bytes
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_broker import bodies_table, consume, produce
 
@@ -56,22 +58,30 @@ def test_mapped_pages_stay_within_the_window_and_every_message_reads_back(
         first = BATCH_MESSAGES * 2  # a warm-up: the broker's own start-up memory settles
         produce(broker, "rss", bodies_table(sent[:first], queue_id=[0] * first))
         assert _read_queue(broker, "rss") == sent[:first]
-        baseline = rss_bytes(pid)
+        anon_before, file_before = rss_split_bytes(pid)
         for start in range(first, len(sent), BATCH_MESSAGES):
             chunk = sent[start:start + BATCH_MESSAGES]
             (reply,) = produce(broker, "rss", bodies_table(chunk, queue_id=[0] * len(chunk)))
             assert reply.status == "PUT_OK"
         assert _read_queue(broker, "rss") == sent  # ~40 MiB read through the mappings
 
-        bound = WINDOW_BYTES + QUEUE_WINDOW_BYTES + 64 * 1024  # + partial pages
+        # the CommitLog's window, and the queue's index as far as the last read faulted it in:
+        # a queue is released when it is written (store_recovery.release_cold_pages), and
+        # this one is read after its last write; plus partial pages
+        index_bytes = len(sent) * 20
+        bound = WINDOW_BYTES + index_bytes + 64 * 1024
         deadline = time.monotonic() + WAIT_S
         resident = mapped_rss_bytes(pid, broker.store_dir)
         while resident > bound and time.monotonic() < deadline:
             time.sleep(0.2)
             resident = mapped_rss_bytes(pid, broker.store_dir)
         assert resident <= bound, (resident, bound)
-        grown = rss_bytes(pid) - baseline
-        assert grown < 16 * MiB, f"VmRSS grew {grown / MiB:.1f} MiB over a ~40 MiB log"
+        anon_after, file_after = rss_split_bytes(pid)
+        # VmRSS = RssAnon + RssFile (+ RssShmem): its file-backed part is what the log's pages
+        # made grow (~40 MiB without the release); the anonymous part is the allocator's
+        assert file_after - file_before < 8 * MiB, (
+            f"VmRSS's file-backed part grew {(file_after - file_before) / MiB:.1f} MiB over a "
+            f"~40 MiB log (anonymous: {(anon_after - anon_before) / MiB:+.1f} MiB)")
         assert _read_queue(broker, "rss") == sent  # faulted back from the page cache
     finally:
         assert broker.stop() == 0
