@@ -261,6 +261,11 @@ class CommitLog:
     def truncate_to(self, log_position: int) -> None:
         self._segments.truncate_to(log_position)
 
+    def release_cold_pages(self, resident_window_bytes: int) -> int:
+        """Release the mapped pages that are flushed and more than `resident_window_bytes`
+        behind the write end (segment.py: resident pages); returns the bytes released."""
+        return self._segments.release_cold_pages(resident_window_bytes)
+
     def delete_all(self) -> None:
         """Delete every segment, newest first (a crash leaves a prefix of the log)."""
         self._segments.delete_all()

@@ -53,6 +53,10 @@ class StoreConfig:
     read_messages_max: int = 4096  # one get_messages call, whatever the caller asks
     read_bytes_max: int = 64 * MiB
     consume_queue_tail_scan_entries_max: int = 1 << 20  # a sanity bound for visibility scans
+    # Mapped pages kept resident behind each write end; older flushed ones are released
+    # (segment.py: resident pages) and fault back from the page cache when read again.
+    commit_log_resident_window_bytes: int = 8 * MiB  # commitLogResidentWindowBytes
+    consume_queue_resident_window_bytes: int = 256 * 1024  # consumeQueueResidentWindowBytes (each)
     tiered: TieredStoreConfig = dataclasses.field(default_factory=lambda: TieredStoreConfig())
 
     def __post_init__(self) -> None:
@@ -80,6 +84,10 @@ class StoreConfig:
         _check_range("read_bytes_max", self.read_bytes_max, 1024, 1 << 31)
         _check_range("consume_queue_tail_scan_entries_max",
                      self.consume_queue_tail_scan_entries_max, 1, 1 << 30)
+        _check_range("commit_log_resident_window_bytes", self.commit_log_resident_window_bytes,
+                     0, 1 << 40)
+        _check_range("consume_queue_resident_window_bytes",
+                     self.consume_queue_resident_window_bytes, 0, 1 << 40)
         if not 0 <= self.file_reserved_time_hours <= 24 * 365 * 100:
             raise ConfigError("file_reserved_time_hours",
                               f"out of range: {self.file_reserved_time_hours}")
@@ -145,6 +153,8 @@ _PROPERTY_MAP: dict[str, tuple[str, Any]] = {
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", _parse_percent),
     "deleteFileBatchMax": ("delete_segments_per_pass_max", _parse_int),
     "cleanResourceInterval": ("clean_resource_interval_ms", _parse_int),
+    "commitLogResidentWindowBytes": ("commit_log_resident_window_bytes", _parse_int),
+    "consumeQueueResidentWindowBytes": ("consume_queue_resident_window_bytes", _parse_int),
 }
 _FIELD_TO_KEY = {field: key for key, (field, _) in _PROPERTY_MAP.items()}
 

@@ -115,6 +115,10 @@ class ConsumeQueue:
         """Every written entry is fsynced."""
         return self._segments.flushed_position >= self._segments.end_position
 
+    def release_cold_pages(self, resident_window_bytes: int) -> int:
+        """As CommitLog.release_cold_pages, for this queue's index segments."""
+        return self._segments.release_cold_pages(resident_window_bytes)
+
     def first_queue_offset_at_or_after(self, log_position: int) -> int:
         """The first queue offset whose record starts at or after `log_position`
         (max_queue_offset when none does): a binary search, entries being in log order."""

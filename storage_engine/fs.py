@@ -12,8 +12,8 @@ the engine uses, nothing more:
       exists  is_dir  make_dirs  list_dir          read_at(position, size)
       remove(path)  remove_tree(path)              sync(data_only=)   raw: raises OSError
       rename(source, target)  (atomic replace)     map_readonly(size) -> buffer (slices, numpy)
-      sync_directory(path)  raw: raises OSError    unmap(buffer)  data_end(size)  close()
-      lock(path) -> FileLock  (OSError if held)
+      sync_directory(path)  raw: raises OSError    release_pages(buffer, size)  unmap(buffer)
+      lock(path) -> FileLock  (OSError if held)    data_end(size)  close()
       mtime_s(path)  disk_used_ratio(path)
 
 `sync` and `sync_directory` raise the raw OSError; callers go through `files.sync_file` /
@@ -64,6 +64,10 @@ class FileHandle(Protocol):
 
     def map_readonly(self, size_bytes: int) -> Buffer:
         """A read-only view of the first `size_bytes` that follows later writes (mmap)."""
+
+    def release_pages(self, view: Buffer, size_bytes: int) -> None:
+        """Drop this process's resident pages of view[0:size_bytes] (a whole number of pages);
+        the view stays valid and a later read faults the bytes back from the file."""
 
     def unmap(self, view: Buffer) -> None:
         """Release a view from map_readonly (a reader may still hold it: never raises)."""
@@ -144,6 +148,10 @@ class OsFile:
 
     def map_readonly(self, size_bytes: int) -> Buffer:
         return mmap.mmap(self.fd, size_bytes, prot=mmap.PROT_READ)
+
+    def release_pages(self, view: Buffer, size_bytes: int) -> None:
+        # MAP_SHARED + PROT_READ: the page cache keeps the pages (segment.py's docstring)
+        view.madvise(mmap.MADV_DONTNEED, 0, size_bytes)
 
     def unmap(self, view: Buffer) -> None:
         # a reader may still hold a memoryview (BufferError): the GC unmaps it later

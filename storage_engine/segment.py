@@ -12,6 +12,20 @@ underneath; OsFileSystem is exactly the pwrite + mmap above.
 Nothing here understands records: the positions a caller passes are trusted, and invariants are
 asserted.
 
+Resident pages (`SegmentQueue.release_below`): the pages of a mapping that a read touched count
+in the process's VmRSS until the mapping goes, so a broker whose readers follow the log would
+grow by every byte written. The flush thread therefore drops, once per checkpoint, the page-table
+entries of every mapped range below a cold line (`cold_line`: flushed, and more than the
+resident window behind the write end) with madvise(MADV_DONTNEED). Why this and not unmapping
+cold segments: the mapping stays valid, so a reader holding a slice of it (or racing the
+release) never sees a closed map; a later read of a released page faults it back from the page
+cache (a minor fault, no disk read while the kernel keeps the page). Why it cannot lose a byte:
+on a MAP_SHARED file mapping MADV_DONTNEED drops only this process's view of the page cache, not
+the pages (man 2 madvise: later accesses see "the up-to-date contents of the underlying mapped
+file"), and our mappings are PROT_READ, so no page is dirty through them: every byte reached the
+file by pwrite. Only flushed ranges are released all the same, so the rule needs no kernel
+subtlety to hold.
+
 Truncation never shrinks a mapped file (touching a mapping past EOF is SIGBUS); it overwrites
 the cut range with zeros and deletes later segments, so a reader racing it sees zeros, which every
 scanner treats as "no data".
@@ -20,6 +34,7 @@ scanner treats as "no data".
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 from pathlib import Path
 
@@ -32,11 +47,12 @@ from storage_engine.files import (
 )
 from storage_engine.fs import OS_FILE_SYSTEM, Buffer, FileSystem
 
-__all__ = ["Segment", "SegmentQueue", "discard_tail", "segment_file_name"]
+__all__ = ["Segment", "SegmentQueue", "cold_line", "discard_tail", "segment_file_name"]
 
 logger = logging.getLogger(__name__)
 
 ZERO_CHUNK_BYTES = 1 << 20
+PAGE_SIZE_BYTES = mmap.PAGESIZE
 # Guards each segment's first mapping against its close (Segment.map): held only then.
 _MAPPING = threading.Lock()
 _ZEROS = bytes(ZERO_CHUNK_BYTES)
@@ -44,6 +60,14 @@ _ZEROS = bytes(ZERO_CHUNK_BYTES)
 
 def segment_file_name(base_position: int) -> str:
     return f"{base_position:020d}"
+
+
+def cold_line(*, flushed_position: int, end_position: int, resident_window_bytes: int) -> int:
+    """Where a queue's cold range ends: below it a byte is flushed and more than
+    `resident_window_bytes` behind the write end, so its mapped pages may be released."""
+    # flushed may pass the end for a moment (a truncation racing the flush thread): min() holds
+    assert resident_window_bytes >= 0, resident_window_bytes
+    return max(0, min(flushed_position, end_position - resident_window_bytes))
 
 
 class Segment:
@@ -137,6 +161,22 @@ class Segment:
             cursor += chunk
         sync_file(self.file, self.path, data_only=True)
         self.flushed_position = min(self.flushed_position, position)
+
+    def release_pages(self, end: int) -> int:
+        """Release the mapped pages of [0, `end`) (relative, rounded down to whole pages) that
+        this process holds; the data stays in the file and the page cache. Only flushed bytes
+        (the module docstring says why that is not even needed). Returns the bytes released
+        (0 when the segment is not mapped)."""
+        end = min(end, self.flushed_position)
+        end -= end % PAGE_SIZE_BYTES
+        if end <= 0:
+            return 0
+        with _MAPPING:  # never a closed mapping (madvise on it raises)
+            view = self._map
+            if view is None or self._closed:
+                return 0
+            self.file.release_pages(view, end)
+        return end
 
     def close(self) -> None:
         with _MAPPING:
@@ -256,6 +296,24 @@ class SegmentQueue:
             if segment.write_position > segment.flushed_position:
                 segment.flush()
         return self.flushed_position
+
+    def release_cold_pages(self, resident_window_bytes: int) -> int:
+        """Release the mapped pages that are flushed and more than `resident_window_bytes`
+        behind the write end (module docstring); returns the bytes released."""
+        return self.release_below(cold_line(
+            flushed_position=self.flushed_position, end_position=self.end_position,
+            resident_window_bytes=resident_window_bytes))
+
+    def release_below(self, position: int) -> int:
+        """Release the mapped pages of every segment below absolute `position` (flushed bytes
+        only: Segment.release_pages); returns the bytes released. Every pass walks the whole
+        cold range, so pages a catching-up reader faulted back in go again."""
+        released = 0
+        for segment in list(self.segments):  # a copy: retention may drop one meanwhile
+            if segment.base_position >= position:
+                break
+            released += segment.release_pages(position - segment.base_position)
+        return released
 
     def truncate_to(self, position: int) -> None:
         """Cut everything at and after `position` (crash-safety is the caller's intent record)."""

@@ -83,6 +83,19 @@ def recover(state: StoreState) -> Recovered:
     return Recovered(scan, corrupt)
 
 
+def release_cold_pages(state: StoreState, queues: list[ConsumeQueue]) -> int:
+    """Release the mapped pages of the CommitLog and of `queues` (the ones this checkpoint
+    flushed: the queues being written) that are flushed and behind their resident window
+    (segment.py: resident pages). A queue nobody writes keeps what a reader faulted in until
+    it is written again; the CommitLog's whole cold range goes every time. Returns the bytes
+    released."""
+    config = state.config
+    released = state.commit_log.release_cold_pages(config.commit_log_resident_window_bytes)
+    for queue in queues:
+        released += queue.release_cold_pages(config.consume_queue_resident_window_bytes)
+    return released
+
+
 def write_checkpoint(state: StoreState, *, clean: bool = False) -> None:
     """Flush the ConsumeQueues and the CommitLog, then record what they hold durably, with the
     truncation not done yet (`state.truncate_intent`, redone by `recover` if cut short).
@@ -107,6 +120,7 @@ def write_checkpoint(state: StoreState, *, clean: bool = False) -> None:
                     state.unflushed_queues.discard(queue)
         state.directory_syncs.sync_all()  # their new directories and files (files.py)
         flushed = state.commit_log.flush()
+        release_cold_pages(state, queues)
         with state.checkpoint_lock:
             if taken < state.checkpoints_written:
                 return  # a later snapshot is on disk: this older one must not replace it

@@ -2,7 +2,8 @@
 where the time goes; and a soak that watches every process's memory.
 
     python3 build.py bench e2e [--json] [--seconds S] [--rates 1000,10000,100000]
-                               [--sink memory|delta] [--soak-minutes N [--soak-rate R]]
+                               [--sink memory|delta]
+                               [--soak-minutes N [--soak-rate R] [--soak-live-heap]]
 
 Method: one real broker (ASYNC_FLUSH) with a topic of QUEUES queues on 127.0.0.1, and a
 local[2] SparkSession in this process running
@@ -34,10 +35,17 @@ is sampled every SOAK_SAMPLE_S; the first sample is taken SOAK_SETTLE_S after th
 (JIT, heap sizing and the first mapped segments are start-up, not growth).
 `soak_rss_growth_ratio` is the largest last/first ratio of VmRSS over those four, and
 `soak_anon_growth_ratio` the same of the anonymous part (VmRSS also counts the pages of the
-broker's mapped CommitLog files, which grow with the data written, not with a leak).
+broker's mapped segments it keeps resident: commitLogResidentWindowBytes bounds them).
+Beside each sample, the driver JVM's heap from its management beans (no forced GC): used
+after the latest collection and committed; `soak_jvm_heap_after_gc_growth_ratio` and
+`soak_jvm_heap_committed_growth_ratio` are their last/first ratios. With `--soak-live-heap`
+its live heap (used after a System.gc() full collection) is also taken before the load and
+after the last sample: `soak_jvm_live_heap_growth_ratio` (a leak grows it; a heap sizing
+itself does not). Off by default: that first full GC shrinks the heap, so the driver's RSS
+ratio then measures the heap growing back.
 
 With --json the last line has `e2e_p50_s_<rate>` and `e2e_p99_s_<rate>` (rate as 1k, 10k...;
-with `--sink delta` as `e2e_delta_p50_s_<rate>`...), or the soak's two ratios; the whole
+with `--sink delta` as `e2e_delta_p50_s_<rate>`...), or the soak's ratios; the whole
 result is written to .bench-tmp/e2e[-delta|-soak].json.
 """
 
@@ -298,8 +306,40 @@ def _memory(broker_pid: int, jvm_pid: int) -> dict[str, tuple[int, int]]:
             "driver_python": measure([os.getpid()]), "python_workers": measure(workers)}
 
 
-def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, work: Path
-         ) -> dict[str, Any]:
+def _jvm_heap(spark: SparkSession) -> dict[str, int]:
+    """The driver JVM's heap, from its own management beans (py4j; no forced GC, which would
+    shrink the heap and change the RSS being watched): `after_gc` is the heap used just after
+    the latest collection (live data plus what that collection left), `committed` what the
+    heap holds from the OS (it counts in VmRSS once touched), `max` its -Xmx."""
+    factory = spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore
+    heap_pools = {str(pool.getName()) for pool in factory.getMemoryPoolMXBeans()
+                  if str(pool.getType().name()) == "HEAP"}
+    latest = None
+    for bean in factory.getGarbageCollectorMXBeans():
+        info = bean.getLastGcInfo()  # com.sun.management's extension: None before any GC
+        if info is not None and (latest is None or info.getEndTime() > latest.getEndTime()):
+            latest = info
+    usage = factory.getMemoryMXBean().getHeapMemoryUsage()
+    after_gc = 0 if latest is None else sum(
+        int(pool_usage.getUsed()) for name, pool_usage in latest.getMemoryUsageAfterGc().items()
+        if str(name) in heap_pools)
+    return {"after_gc": after_gc, "used": int(usage.getUsed()),
+            "committed": int(usage.getCommitted()), "max": int(usage.getMax())}
+
+
+def _live_heap_bytes(spark: SparkSession) -> int:
+    """The driver's heap used after a full collection (System.gc(): G1 runs a full GC), i.e.
+    its live data. Taken only before the load and after the last sample: a full GC can shrink
+    the heap, which would change the RSS being sampled."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.java.lang.System.gc()
+    usage = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
+    return int(usage.getUsed())
+
+
+def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, work: Path,
+         *, live_heap: bool = False) -> dict[str, Any]:
     topic = f"e2e_soak_{rate}"
     config = ClientConfig(brokers=(broker.endpoint,))
     _create_topic(config, topic)
@@ -322,6 +362,7 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
         _warm_up(config, topic, query)
         count_rows()
         warm_batches = set(rows_by_batch)
+        live_heap_start = _live_heap_bytes(spark) if live_heap else 0
         load_start = load_average()
         started = time.monotonic()
         producer = _start_producer(broker.endpoint, topic, rate, minutes * 60, work)
@@ -332,7 +373,8 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
             if time.monotonic() >= next_sample:
                 samples.append({"at_s": round(time.monotonic() - started),
                                 "load_1m": load_average(),
-                                "memory": _memory(broker.process.pid, jvm_pid)})
+                                "memory": _memory(broker.process.pid, jvm_pid),
+                                "jvm_heap": _jvm_heap(spark)})
                 print(f"soak {samples[-1]['at_s']} s: {samples[-1]}", flush=True)
                 next_sample += SOAK_SAMPLE_S
             time.sleep(1.0)
@@ -341,13 +383,20 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
         _wait_caught_up(query, topic, targets)
         count_rows()
         samples.append({"at_s": round(time.monotonic() - started), "load_1m": load_average(),
-                        "memory": _memory(broker.process.pid, jvm_pid)})
+                        "memory": _memory(broker.process.pid, jvm_pid),
+                        "jvm_heap": _jvm_heap(spark)})
+        live_heap_end = _live_heap_bytes(spark) if live_heap else 0
     finally:
         query.stop()
     assert len(samples) >= 2, "the soak is shorter than its settling time"
     first, last = samples[0]["memory"], samples[-1]["memory"]
     growth = {name: round(last[name][0] / first[name][0], 3) for name in first}
     anon_growth = {name: round(last[name][1] / first[name][1], 3) for name in first}
+    heap_first, heap_last = samples[0]["jvm_heap"], samples[-1]["jvm_heap"]
+    heap_growth = {name: round(heap_last[name] / heap_first[name], 3)
+                   for name in ("after_gc", "committed") if heap_first[name]}
+    if live_heap:
+        heap_growth["live"] = round(live_heap_end / live_heap_start, 3)
     read = sum(n for b, n in rows_by_batch.items() if b not in warm_batches)
     # every message from where the query started, once
     expected = sum(targets.values()) - sum(first_start.get(key, 0) for key in targets)
@@ -355,11 +404,12 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
     result = {"rate_per_s": rate, "minutes": minutes, "sent": sent,
               "sent_per_s": round(sent / send_s), "read": read, "load_start_1m": load_start,
               "load_end_1m": load_average(), "rss_growth": growth,
-              "anon_growth": anon_growth, "samples": samples,
+              "anon_growth": anon_growth, "jvm_heap_growth": heap_growth, "samples": samples,
+              "jvm_live_heap_bytes": [live_heap_start, live_heap_end] if live_heap else None,
               "soak_rss_growth_ratio": max(growth.values())}
     print(f"soak {minutes} min at {rate:,} msgs/s: {sent:,} sent, {read:,} read; VmRSS last/"
-          f"first {growth}, anonymous {anon_growth} (load {load_start} to "
-          f"{result['load_end_1m']})", flush=True)
+          f"first {growth}, anonymous {anon_growth}, driver heap {heap_growth} (load "
+          f"{load_start} to {result['load_end_1m']})", flush=True)
     return result
 
 
@@ -376,6 +426,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--soak-minutes", type=float, default=0.0,
                         help="run the soak for this long instead of the rate cases")
     parser.add_argument("--soak-rate", type=int, default=1000, help="msgs/s during the soak")
+    parser.add_argument("--soak-live-heap", action="store_true",
+                        help="also take the driver's live heap (a full GC) before the load and "
+                             "after it; the GC shrinks the heap, so the RSS ratios then count "
+                             "its regrowth")
     args = parser.parse_args(argv)
     rates = [int(rate) for rate in args.rates.split(",") if rate]
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -397,10 +451,18 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {"date": started, "machine": machine()}
     try:
         if args.soak_minutes:
-            case = soak(spark, broker, args.soak_rate, args.soak_minutes, work)
+            case = soak(spark, broker, args.soak_rate, args.soak_minutes, work,
+                        live_heap=args.soak_live_heap)
             result["soak"] = case
             figures["soak_rss_growth_ratio"] = case["soak_rss_growth_ratio"]
             figures["soak_anon_growth_ratio"] = max(case["anon_growth"].values())
+            heap_growth = case["jvm_heap_growth"]
+            if "after_gc" in heap_growth:
+                figures["soak_jvm_heap_after_gc_growth_ratio"] = heap_growth["after_gc"]
+            if "committed" in heap_growth:
+                figures["soak_jvm_heap_committed_growth_ratio"] = heap_growth["committed"]
+            if "live" in heap_growth:
+                figures["soak_jvm_live_heap_growth_ratio"] = heap_growth["live"]
         else:
             cases = result["cases"] = []
             prefix = "e2e_" if args.sink == "memory" else f"e2e_{args.sink}_"

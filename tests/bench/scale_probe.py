@@ -45,6 +45,19 @@ def rss_split_bytes(pid: int) -> tuple[int, int]:
     return _status_field(pid, "RssAnon") * 1024, _status_field(pid, "RssFile") * 1024
 
 
+def mapped_rss_bytes(pid: int | str, under: Path) -> int:
+    """Resident bytes of `pid`'s mappings of files below `under` (the Rss lines of
+    /proc/<pid>/smaps): a store's mapped segments, apart from the libraries and the heap."""
+    total, inside = 0, False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):  # a mapping's line
+            inside = len(head) == 6 and head[5].startswith(str(under))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
 def threads(pid: int) -> int:
     return _status_field(pid, "Threads")
 

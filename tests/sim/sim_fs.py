@@ -163,6 +163,9 @@ class SimFile:
         assert len(inode.content) >= size_bytes, (self.path, len(inode.content), size_bytes)
         return memoryview(inode.content)[:size_bytes].toreadonly()
 
+    def release_pages(self, view: memoryview, size_bytes: int) -> None:
+        pass  # nothing is resident apart from the inode's bytes, which must stay
+
     def unmap(self, view: memoryview) -> None:
         # BufferError: a slice of it is still held: the GC releases it later
         with contextlib.suppress(BufferError):
