@@ -20,8 +20,9 @@ rest. `read_topic` returns both as one DataFrame:
                  connector: connector/spark/table_files.py)
     tail rows:   format("rocketha") with startingOffsets / endingOffsets from the plan;
                  a tail up to tail_file_rows_max rows is copied once into Parquet (Spark's
-                 tasks read and write it; connector/spark/tail_file.py), checked against the
-                 plan, and read by Spark's Parquet reader on each action; a longer one, or
+                 tasks read and write it, in storeDate directories as the table's files are;
+                 connector/spark/tail_file.py), checked against the plan, and read by
+                 Spark's Parquet reader on each action; a longer one, or
                  one with nowhere to go (a cluster without tail_dir), is read through the
                  Python data source on each action
     result:      the union; each (brokerName, queueId, queueOffset) once, contiguous
@@ -56,10 +57,14 @@ from connector.spark.planning import Bounds
 from connector.spark.source import discover
 from connector.spark.table_files import AUTO, SPARK, arrow_files_frame, choose_reader, spark_uri
 from connector.spark.tail_file import (
+    PARTITION_COLUMN,
+    STORE_DATE_SQL,
     TAIL_FILE_ROWS_MAX,
     check_tail,
     copy_columns,
+    local_path,
     summarize,
+    summarize_local,
     write_tail,
 )
 from connector.spark.tail_file import tail_dir as tail_copy_dir
@@ -69,11 +74,6 @@ __all__ = ["PARTITION_COLUMN", "TablePart", "TailPlan", "read_topic", "table_par
 
 logger = logging.getLogger(__name__)
 
-PARTITION_COLUMN = "storeDate"  # the table's partition column: the UTC day of storeTimestamp
-MICROS_PER_DAY = 86_400_000_000
-# the tail's storeDate, as the broker computes it (UTC, whatever the session's time zone)
-_STORE_DATE_SQL = f"date_from_unix_date(CAST(floor(unix_micros(storeTimestamp) / " \
-    f"{MICROS_PER_DAY}) AS INT))"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -177,8 +177,8 @@ def table_starting_offsets(topic: str, *, table: str,
 
 def _tail(spark: SparkSession, topic: str, plan: TailPlan, columns: Sequence[str],
           options: Mapping[str, str], copy_to: str | None) -> DataFrame:
-    """The tail's rows: format("rocketha") over the plan's ranges, copied to Parquet at
-    `copy_to` (and checked against the plan) when given."""
+    """The tail's rows and storeDate: format("rocketha") over the plan's ranges, copied to
+    Parquet at `copy_to` (and checked against the plan) when given."""
     tail_columns = (tuple(dict.fromkeys([*columns, "storeTimestamp"])) if copy_to is None
                     else copy_columns(columns))
     tail_options = {**options, SUBSCRIBE: topic,
@@ -187,12 +187,14 @@ def _tail(spark: SparkSession, topic: str, plan: TailPlan, columns: Sequence[str
                     COLUMNS: ",".join(tail_columns)}
     tail = spark.read.format("rocketha").options(**tail_options).load()
     if copy_to is None:
-        return tail
+        return tail.withColumn(PARTITION_COLUMN, F.expr(STORE_DATE_SQL))
     write_tail(tail, copy_to)
-    copied = spark.read.schema(source_ddl(tail_columns)).parquet(copy_to)
+    copied = (spark.read.schema(f"{source_ddl(tail_columns)}, {PARTITION_COLUMN} DATE")
+              .parquet(copy_to))
+    on_driver = local_path(copy_to)
+    summary = summarize(copied) if on_driver is None else summarize_local(on_driver)
     filtered = parse_source_options(tail_options).tag_filter is not None
-    problems = check_tail(topic, plan.starting, plan.ending, summarize(copied),
-                          filtered=filtered)
+    problems = check_tail(topic, plan.starting, plan.ending, summary, filtered=filtered)
     assert not problems, f"read_topic: the tail's copy at {copy_to}: {'; '.join(problems)}"
     return copied
 
@@ -244,7 +246,7 @@ def read_topic(spark: SparkSession, topic: str, *, table: str,
     if plan.rows:
         copy_to = tail_copy_dir(spark, tail_dir) if plan.rows <= tail_file_rows_max else None
         tail = _tail(spark, topic, plan, columns, options, copy_to)
-        tail = tail.withColumn(PARTITION_COLUMN, F.expr(_STORE_DATE_SQL)).select(*wanted)
+        tail = tail.select(*wanted)
         frames.append(tail.cache() if cache_tail else tail)
     if not frames:
         return spark.createDataFrame([], table_schema).select(*wanted)

@@ -13,10 +13,16 @@ then reads it as it reads the table:
                                 (a cluster with no shared directory: the tail stays a Python
                                 data source read)
     write_tail(frame, path)     the format("rocketha") tail, written by Spark's tasks (the
-                                same read as before, with the same options: TLS, tier ...)
+                                same read as before, with the same options: TLS, tier ...),
+                                partitioned by storeDate as the table is: a query reads the
+                                day from the directory (and skips days by it) instead of
+                                computing it from storeTimestamp on every row
+    summarize(path)             per queue of the copy: count / distinct count / min / max; by
+                                pyarrow on the driver when the copy is on its filesystem (the
+                                default temporary directory: a few milliseconds), else by a
+                                Spark job (seconds: a shuffle for the distinct count)
     check_tail(plan, summary)   the copy holds each planned (brokerName, queueId, queueOffset)
-                                exactly once, and nothing else: pure, from a per-queue count /
-                                distinct count / min / max of the copy
+                                exactly once, and nothing else: pure, from that summary
 
 A copy in a temporary directory is removed when the Python process exits; one under a `given`
 directory is the caller's (it may be a Hadoop URI this process cannot delete).
@@ -36,8 +42,9 @@ from pyspark.sql import functions as F
 
 from connector.spark.offsets import QueueRef
 
-__all__ = ["KEY_COLUMNS", "TAIL_FILE_ROWS_MAX", "QueueSummary", "check_tail", "copy_columns",
-           "summarize", "tail_dir", "write_tail"]
+__all__ = ["KEY_COLUMNS", "PARTITION_COLUMN", "STORE_DATE_SQL", "TAIL_FILE_ROWS_MAX",
+           "QueueSummary", "check_tail", "copy_columns", "local_path", "summarize",
+           "summarize_local", "tail_dir", "write_tail"]
 
 # a tail up to this many rows is copied to Parquet once (about 150 B a row after zstd for the
 # bench's 100 B bodies: ~150 MB of temporary disk at most); a longer one (a topic opted in
@@ -45,6 +52,11 @@ __all__ = ["KEY_COLUMNS", "TAIL_FILE_ROWS_MAX", "QueueSummary", "check_tail", "c
 # read of it before the first answer
 TAIL_FILE_ROWS_MAX = 1_000_000
 KEY_COLUMNS = ("brokerName", "queueId", "queueOffset")  # always in the copy: check_tail's input
+PARTITION_COLUMN = "storeDate"  # the table's partition column: the UTC day of storeTimestamp
+MICROS_PER_DAY = 86_400_000_000
+# storeDate as the broker computes it (UTC, whatever the session's time zone)
+STORE_DATE_SQL = (f"date_from_unix_date(CAST(floor(unix_micros(storeTimestamp) / "
+                  f"{MICROS_PER_DAY}) AS INT))")
 
 _temporary: list[str] = []  # directories this process made, removed at exit
 
@@ -79,9 +91,33 @@ def tail_dir(spark: SparkSession, given: str | None) -> str | None:
 
 
 def write_tail(frame: DataFrame, path: str) -> None:
-    """The tail's rows (`frame`, the format("rocketha") read) as one Parquet file under `path`
-    (one file: each query of the copy then adds one task, not one per connector partition)."""
-    frame.coalesce(1).write.mode("error").option("compression", "zstd").parquet(path)
+    """The tail's rows (`frame`, the format("rocketha") read, with storeTimestamp) under `path`
+    as the table lays out its own: `storeDate=<day>/` directories, one Parquet file per day
+    (one task writes them: each query of the copy then adds one task, not one per connector
+    partition)."""
+    (frame.withColumn(PARTITION_COLUMN, F.expr(STORE_DATE_SQL)).coalesce(1).write
+     .mode("error").option("compression", "zstd").partitionBy(PARTITION_COLUMN).parquet(path))
+
+
+def local_path(path: str) -> str | None:
+    """`path` on the driver's filesystem (no scheme, or file://), or None (a Hadoop URI)."""
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    return None if "://" in path else path
+
+
+def summarize_local(path: str) -> dict[tuple[str, int], QueueSummary]:
+    """summarize() of a copy on the driver's filesystem, by pyarrow (its key columns only)."""
+    import pyarrow.dataset as ds
+
+    keys = ds.dataset(path, format="parquet", partitioning="hive").to_table(
+        columns=list(KEY_COLUMNS))
+    rows = keys.group_by(["brokerName", "queueId"]).aggregate(
+        [("queueOffset", "count"), ("queueOffset", "count_distinct"),
+         ("queueOffset", "min"), ("queueOffset", "max")]).to_pylist()
+    return {(row["brokerName"], row["queueId"]): QueueSummary(
+        row["queueOffset_count"], row["queueOffset_count_distinct"], row["queueOffset_min"],
+        row["queueOffset_max"]) for row in rows}
 
 
 def summarize(frame: DataFrame) -> dict[tuple[str, int], QueueSummary]:
@@ -120,6 +156,6 @@ def check_tail(topic: str, starting: Mapping[QueueRef, int], ending: Mapping[Que
 
 
 def copy_columns(columns: Sequence[str]) -> tuple[str, ...]:
-    """The copy's columns: the asked ones, storeTimestamp (storeDate is computed from it) and
-    the keys check_tail needs."""
+    """The copy's columns: the asked ones, storeTimestamp (write_tail computes storeDate from
+    it) and the keys check_tail needs."""
     return tuple(dict.fromkeys([*columns, "storeTimestamp", *KEY_COLUMNS]))

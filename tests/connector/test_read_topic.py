@@ -152,9 +152,10 @@ def _place(row: Row) -> tuple[int, int]:
 
 def test_the_tail_copied_to_parquet_is_the_tail_the_connector_reads(
         spark: SparkSession, half_table: tuple[BrokerProcess, str], tmp_path: Path) -> None:
-    """A short tail is copied once to Parquet (here under tail_dir) and each query reads the
-    copy with Spark's Parquet reader; with tail_file_rows_max=0 it is read through the Python
-    data source on each action: the same rows either way."""
+    """A short tail is copied once to Parquet (here under tail_dir), in storeDate directories
+    as the table's files are, and each query reads the copy with Spark's Parquet reader; with
+    tail_file_rows_max=0 it is read through the Python data source on each action: the same
+    rows either way."""
     broker, uri = half_table
     columns = ["queueId", "queueOffset", "body", "storeTimestamp"]
     copied = read_topic(spark, TOPIC, table=uri, columns=columns, brokers=broker.endpoint,
@@ -170,7 +171,14 @@ def test_the_tail_copied_to_parquet_is_the_tail_the_connector_reads(
     copied_rows = sorted(copied.collect(), key=_place)
     assert copied_rows == sorted(direct.collect(), key=_place)
     assert len(copied_rows) == IN_TABLE + IN_TAIL
-    assert len(list((tmp_path / "tails").glob("rocketha-tail-*/*.parquet"))) >= 1
+    assert len(list((tmp_path / "tails").glob("rocketha-tail-*/storeDate=*/*.parquet"))) >= 1
+    # the copy is laid out as the table is: both scans take storeDate from their directories,
+    # so a filter on the day prunes files on both sides
+    day = copied_rows[-1].storeDate
+    pruned = copied.where(copied.storeDate == day)._jdf.queryExecution().executedPlan().toString()
+    assert pruned.count("PartitionFilters: [isnotnull(storeDate") == 2, pruned
+    assert sorted(copied.where(copied.storeDate == day).collect(), key=_place) == \
+        [row for row in copied_rows if row.storeDate == day]
 
 
 def test_a_stream_started_where_the_table_ends_reads_exactly_the_tail(

@@ -1,13 +1,19 @@
 """read_topic's tail plan (pure): per queue, from the table's end to the queue's end; a table
 behind the log's first offset is a gap; a table past the queue's end is a recreated topic.
-The tail's Parquet copy is checked against that plan: each planned offset once, nothing else."""
+The tail's Parquet copy is checked against that plan: each planned offset once, nothing else,
+from a per-queue summary of the copy (pyarrow on the driver for a local copy)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connector.spark.offsets import QueueRef
 from connector.spark.planning import Bounds
 from connector.spark.read_topic import tail_plan
-from connector.spark.tail_file import QueueSummary, check_tail
+from connector.spark.tail_file import QueueSummary, check_tail, local_path, summarize_local
 
 A0, A1, B0 = QueueRef("t", "a", 0), QueueRef("t", "a", 1), QueueRef("t", "b", 0)
 
@@ -69,3 +75,24 @@ def test_a_tag_filtered_copy_may_hold_fewer_rows_but_never_one_twice() -> None:
 
 def summary_of_plan() -> dict[tuple[str, int], QueueSummary]:
     return {("a", 0): QueueSummary(10, 10, 40, 49), ("a", 1): QueueSummary(7, 7, 0, 6)}
+
+
+def test_the_copys_summary_on_the_driver_counts_each_queue_from_its_files(tmp_path: Path) -> None:
+    """summarize_local reads a copy laid out as write_tail writes it (storeDate directories,
+    Spark's _SUCCESS and .crc files beside) with pyarrow: an offset written twice shows as
+    rows above distinct offsets, so check_tail refuses the copy."""
+    for day, offsets in (("2026-12-01", [40, 41, 42]), ("2026-12-02", [42, 43])):
+        directory = tmp_path / f"storeDate={day}"
+        directory.mkdir()
+        pq.write_table(pa.table({"brokerName": ["a"] * len(offsets),
+                                 "queueId": pa.array([0] * len(offsets), pa.int32()),
+                                 "queueOffset": pa.array(offsets, pa.int64())}),
+                       directory / "part-00000.zstd.parquet")
+        (directory / ".part-00000.zstd.parquet.crc").write_bytes(b"\x00")
+    (tmp_path / "_SUCCESS").write_bytes(b"")
+    assert local_path(f"file://{tmp_path}") == local_path(str(tmp_path)) == str(tmp_path)
+    assert local_path("hdfs://nn/tails") is None
+    summary = summarize_local(str(tmp_path))
+    assert summary == {("a", 0): QueueSummary(5, 4, 40, 43)}
+    assert check_tail("t", {A0: 40}, {A0: 44}, summary, filtered=False) == [
+        "t a:0 [40, 44): 1 offset(s) twice"]
