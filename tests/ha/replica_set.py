@@ -9,6 +9,8 @@ same bytes up to the master's confirm position (read from the store directories 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -25,6 +27,7 @@ from pyarrow import flight
 from connector.client import Admin, ClientConfig, Consumer
 from connector.protocol import PRODUCE_SCHEMA, PutReply, produce_descriptor_command
 from ha.cluster.main import Cluster
+from ha.cluster.main import main as cluster_main
 from storage_engine import MessageStore, StoreConfig
 
 SEGMENT_BYTES = 8 << 20
@@ -93,7 +96,7 @@ class ReplicaSet:
         for client in self._producers.values():
             client.close()
         self._producers.clear()
-        _cluster_cli(["down", "--dir", str(self.directory)])
+        cluster_command("down", "--dir", str(self.directory))
 
     # -- client side ------------------------------------------------------------------------
     def info(self, index: int) -> dict[str, Any]:
@@ -173,6 +176,24 @@ def _cluster_cli(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "ha.cluster", *args], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+
+
+def cluster_command(*args: str) -> str:
+    """`rocketha-cluster down` or `status` in this process, its printed output returned.
+    Only for commands that start nothing: a test's many `down`s then cost no interpreter start
+    and imports (~1 s of CPU each, the suite's longest part under load); `up`, `add-set` and
+    `restart` stay subprocesses (`_cluster_cli`), so the brokers they start are not children
+    of the test process."""
+    assert args and args[0] in ("down", "status"), args
+    printed, errors = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+            code = cluster_main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+        errors.write(f"{exit_.code}\n" if not isinstance(exit_.code, int) else "")
+    assert code == 0, (args, errors.getvalue()[-3000:], printed.getvalue()[-2000:])
+    return printed.getvalue()
 
 
 def _log_bytes(store: MessageStore, start: int, end: int) -> bytes:

@@ -48,7 +48,7 @@ from connector.protocol import IDEMPOTENCE_PROPERTY, PutIdempotence, RocketHAErr
 from ha.cluster.controllers import controller_status
 from ha.cluster.netns import HostNetwork, TestHost
 from ha.cluster.processes import pid_from_file
-from tests.ha.replica_set import FAST_TIMERS, _all_threads_stopped, wait_for
+from tests.ha.replica_set import FAST_TIMERS, _all_threads_stopped, cluster_command, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT_S = 200.0  # `up` waits up to 120 s for a recovering broker (ha/cluster/main.py)
@@ -82,13 +82,18 @@ class FailoverCluster:
                  controller_settings: dict[str, str] | None = None,
                  cli_args: tuple[str, ...] = (), **settings: str) -> None:
         """`hosts`: every process on its own test host (`up --hosts`; `self.network` then
-        offers the network faults of ha/cluster/netns.py). `cli_args`: more `up` arguments."""
+        offers the network faults of ha/cluster/netns.py). `cli_args`: more `up` arguments;
+        without a `--grpc-*` one the cluster runs no RocketMQ gRPC endpoint (`--grpc-port 0`:
+        one process fewer to start and stop per test; tests/integration/rmq_proxy_support.py
+        asks for it)."""
         self.directory = directory
         merged = {**BROKER_SETTINGS, **settings}
+        self._up_args: tuple[str, ...] = () if any(
+            arg.startswith("--grpc") for arg in cli_args) else ("--grpc-port", "0")
         args = ["up", "--dir", str(directory), "--insecure", "--controllers", str(controllers),
                 "--replica-sets", str(replica_sets), "--replicas", str(replicas)]
         args += ["--hosts"] if hosts else []
-        args += list(cli_args)
+        args += [*cli_args, *self._up_args]
         for key, value in (controller_settings or {}).items():
             args += ["--controller-set", f"{key}={value}"]
         for key, value in merged.items():
@@ -148,7 +153,7 @@ class FailoverCluster:
 
     def up(self) -> None:
         """Start what is down (a second `up` keeps data, ports and --set overrides)."""
-        cluster_cli("up", "--dir", str(self.directory))
+        cluster_cli("up", "--dir", str(self.directory), *self._up_args)
 
     def add_set(self) -> str:
         """`rocketha-cluster add-set`: one more replica set with the cluster's shape and
@@ -171,11 +176,11 @@ class FailoverCluster:
             pid = self.pid(name)
             if pid is not None:
                 os.kill(pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-        cluster_cli("down", "--dir", str(self.directory))
+        cluster_command("down", "--dir", str(self.directory))
 
     def status(self) -> dict[str, dict[str, Any]]:
         """`rocketha-cluster status --json`, by process name."""
-        out = json.loads(cluster_cli("status", "--dir", str(self.directory), "--json"))
+        out = json.loads(cluster_command("status", "--dir", str(self.directory), "--json"))
         return {process["name"]: process for process in out["processes"]}
 
     def log_tail(self, name: str, lines: int = 30) -> str:

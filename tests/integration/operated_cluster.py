@@ -2,7 +2,9 @@
 
 Shared by the tests of the operator surfaces (metrics, console, admin tool): start it with
 the tool, read `status --json`, find the master, SIGKILL it, scrape a `/metrics` endpoint and
-parse it with prometheus_client's own parser.
+parse it with prometheus_client's own parser. `status` (polled by the waits) and `down` run the
+tool's code in this process (tests/ha/replica_set.py cluster_command): no interpreter start
+per poll.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.ha.replica_set import FAST_TIMERS, wait_for
+from tests.ha.replica_set import FAST_TIMERS, cluster_command, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +65,7 @@ class OperatedCluster:
         tool("ha.cluster", *args)
 
     def status(self) -> list[dict[str, Any]]:
-        out = tool("ha.cluster", "status", "--dir", str(self.directory), "--json").stdout
+        out = cluster_command("status", "--dir", str(self.directory), "--json")
         return json.loads(out)["processes"]  # type: ignore[no-any-return]
 
     def brokers(self) -> list[dict[str, Any]]:
@@ -88,4 +90,4 @@ class OperatedCluster:
                                  for b in self.brokers()), 10, f"{process['name']} to die")
 
     def down(self) -> None:
-        tool("ha.cluster", "down", "--dir", str(self.directory))
+        cluster_command("down", "--dir", str(self.directory))

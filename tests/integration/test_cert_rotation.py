@@ -31,7 +31,7 @@ from conf.tls import ClientTLS, broker_identity, client_ssl_context
 from connector import Admin, ClientConfig, Consumer, Producer
 from connector.protocol import RocketHAError
 from ha.cluster.certs import serial_of
-from tests.ha.replica_set import FAST_TIMERS, wait_for
+from tests.ha.replica_set import FAST_TIMERS, cluster_command, wait_for
 from tests.integration.test_tls_cluster import Secure, _cluster_cli
 from tests.support.sockets import closed_within
 
@@ -51,7 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     try:
         yield Secure(directory)
     finally:
-        _cluster_cli("down", "--dir", str(directory))
+        cluster_command("down", "--dir", str(directory))
 
 
 def _served_serial(address: tuple[str, int], tls: ClientTLS, *, h2: bool = False) -> int:

@@ -16,11 +16,11 @@ idempotent, controller-configured producer leaves a master the controller has re
 Method: `rocketha-cluster up` with controllers (tests/integration/failover_cluster.py), a
 producer thread sending numbered, keyed messages with idempotence markers through the
 controller's routes (resent until PUT_OK), and cycles of: SIGSTOP the master, wait until the
-controller has elected another one (past controllerHeartbeatTimeoutMs), let the producer reach
-the new master, SIGCONT the old one, wait until it follows as a SLAVE. The history is then
-checked against the final master (Jepsen's total-queue checks and the acked offsets). The
-`slow` variant runs many cycles with three controllers (`python3 build.py test -m slow -k
-paused`).
+controller has elected another one (past controllerHeartbeatTimeoutMs, shortened to 1.5 s as
+in test_partitions.py), let the producer reach the new master, SIGCONT the old one, wait until
+it follows as a SLAVE. The history is then checked against the final master (Jepsen's
+total-queue checks and the acked offsets). The `slow` variant runs many cycles with three
+controllers (`python3 build.py test -m slow -k paused`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from tests.integration.test_controller_failover import (
     _run_id,
     _tear_down,
 )
+from tests.integration.test_partitions import CONTROLLER_FAST
 
 pytestmark = pytest.mark.integration
 
@@ -56,8 +57,9 @@ def _pause_cycles(tmp_path: Path, quorum: dict[str, str], *, controllers: int,
                   cycles: int) -> None:
     cluster = load = None
     try:
+        # the election is waited for, not timed: a dead master noticed after 1.5 s, not 3
         cluster = FailoverCluster(tmp_path / "cluster", controllers=controllers, replicas=3,
-                                  **quorum)
+                                  controller_settings=CONTROLLER_FAST, **quorum)
         master, info = cluster.wait_master(SET_A)
         load = Load(_producer_config(cluster), "orders", _run_id(), messages_max=1_000_000,
                     duration_max_s=cycles * 60.0).start()

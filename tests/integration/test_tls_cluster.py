@@ -45,7 +45,7 @@ from connector.protocol import RocketHAError
 from controller.console.app import gather
 from controller.transport import encode_frame
 from ha.cluster.certs import ensure_ca
-from tests.ha.replica_set import FAST_TIMERS, wait_for
+from tests.ha.replica_set import FAST_TIMERS, cluster_command, wait_for
 from tests.support.sockets import closed_within
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ class Secure:
         self.ca = ensure_ca(directory / "tls")
 
     def processes(self) -> list[dict[str, Any]]:
-        out = _cluster_cli("status", "--dir", str(self.directory), "--json")
+        out = cluster_command("status", "--dir", str(self.directory), "--json")
         return json.loads(out)["processes"]  # type: ignore[no-any-return]
 
     def master(self) -> dict[str, Any]:
@@ -102,7 +102,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     try:
         yield Secure(directory)
     finally:
-        _cluster_cli("down", "--dir", str(directory))
+        cluster_command("down", "--dir", str(directory))
 
 
 def test_secrets_are_private_and_every_member_enforces_tls(cluster: Secure) -> None:
@@ -344,7 +344,7 @@ def test_the_rocketmq_endpoint_serves_tls_and_calls_the_cluster_over_mutual_tls(
     import grpc
     from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-    endpoint = json.loads(_cluster_cli("status", "--dir", str(cluster.directory),
+    endpoint = json.loads(cluster_command("status", "--dir", str(cluster.directory),
                                        "--json"))["grpc_endpoint"]
     topic = "rmq-over-tls"
     Admin(cluster.config).create_topic(topic, queues=1)
