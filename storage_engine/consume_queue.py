@@ -15,17 +15,26 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 from storage_engine.files import PendingDirectorySyncs
 from storage_engine.fs import OS_FILE_SYSTEM, FileSystem
 from storage_engine.queue_bounds import first_written_entry, write_end_entry
-from storage_engine.segment import SegmentQueue
+from storage_engine.segment import Segment, SegmentQueue
 
-__all__ = ["CONSUME_QUEUE_ENTRY", "ConsumeQueue"]
+__all__ = ["CONSUME_QUEUE_ENTRY", "ConsumeQueue", "PreparedSegment"]
 
 CONSUME_QUEUE_ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = CONSUME_QUEUE_ENTRY.size
 assert ENTRY_SIZE == 20
+
+
+class PreparedSegment(NamedTuple):
+    """A new queue's first segment file, made outside the store's lock, not yet adopted."""
+
+    head: tuple[int, bytearray]  # the queue's head it was made for (identity is checked)
+    segment: Segment
+    copied: int  # bytes of the head already written to it
 
 
 class ConsumeQueue:
@@ -34,15 +43,35 @@ class ConsumeQueue:
     `directory_syncs`: where the fsyncs of the queue's new directories and segment files wait
     for the next checkpoint (None: done at once). `unflushed`: the store's set of queues
     written since their last flush; `append` adds this queue, so a checkpoint flushes the
-    queues written since the last one rather than every queue of the store."""
+    queues written since the last one rather than every queue of the store.
+
+    `defer_first_segment`: a new queue's first entries wait in memory (`_head`) until a
+    checkpoint creates the queue's directory and first segment file outside the store's lock
+    (StoreState.create_first_segments) and hands it over (`adopt_first_segment`). Why: at
+    thousands of queues most puts are a queue's first, and its mkdir and file create are
+    ext4 metadata operations that wait behind other processes' journal commits: 20 to 350 ms
+    at a load of 10, on the put path and under the store's lock, which every other put then
+    waits for (docs/benchmarks/scale.md). Not preallocating would not help (ftruncate is the
+    cheap part, it makes a sparse file), nor would creating the files when a topic is
+    created (an auto-created topic's first put, and a slave's, would still pay). Reads serve
+    the entries from memory meanwhile (read-your-ack), and nothing is lost in a crash
+    before the checkpoint: the checkpoint vouches only for queues it has flushed, and
+    recovery rebuilds the rest from the CommitLog, as for any entry past the checkpoint. The
+    head never outgrows the first segment: an append that would overflow it creates the
+    segment at once, under the lock (today's cost, paid once per queue at most)."""
 
     def __init__(self, directory: Path, topic: str, queue_id: int, segment_entries: int,
                  fs: FileSystem = OS_FILE_SYSTEM, *,
                  directory_syncs: PendingDirectorySyncs | None = None,
-                 unflushed: set[ConsumeQueue] | None = None) -> None:
+                 unflushed: set[ConsumeQueue] | None = None,
+                 defer_first_segment: bool = False) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self._unflushed = unflushed
+        self._defer = defer_first_segment
+        # (first queue offset, packed entries) of a queue without segment files yet; replaced,
+        # never mutated except by appending, so a reader without the lock sees a consistent one
+        self._head: tuple[int, bytearray] | None = None
         self._segments = SegmentQueue(directory, segment_entries * ENTRY_SIZE, fs,
                                       directory_syncs)
         self._recover_write_end()
@@ -80,8 +109,9 @@ class ConsumeQueue:
     @property
     def max_queue_offset(self) -> int:
         """The next queue_offset to be written (RocketMQ's maxOffset)."""
+        head = self._head  # (read before the segments: adopt_first_segment's order)
         if not self._segments.segments:
-            return self._min_queue_offset
+            return self._min_queue_offset if head is None else head[0] + len(head[1]) // ENTRY_SIZE
         return self._segments.end_position // ENTRY_SIZE
 
     # -- writing ----------------------------------------------------------------------------
@@ -92,6 +122,8 @@ class ConsumeQueue:
         if self._unflushed is not None:
             self._unflushed.add(self)
         position = first_queue_offset * ENTRY_SIZE
+        if not self._segments.segments and self._append_to_head(first_queue_offset, entries):
+            return
         if not self._segments.segments:
             assert first_queue_offset >= self._min_queue_offset, (self.topic, first_queue_offset)
             self._segments.start_at(position)
@@ -107,13 +139,75 @@ class ConsumeQueue:
             segment.write(view[:chunk])
             view = view[chunk:]
 
+    def _append_to_head(self, first_queue_offset: int, entries: bytes) -> bool:
+        """Keep the entries of a queue without a segment in memory (`defer_first_segment`);
+        False when the queue does not defer or they would overflow its first segment (the
+        head, if any, is then written to a segment created now, and the caller goes on)."""
+        head = self._head
+        if head is None:
+            if not self._defer:
+                return False
+            assert first_queue_offset >= self._min_queue_offset, (self.topic, first_queue_offset)
+            start, held = first_queue_offset, 0
+        else:
+            start, held = head[0], len(head[1])
+            assert first_queue_offset * ENTRY_SIZE == start * ENTRY_SIZE + held, (
+                self.topic, self.queue_id, first_queue_offset, self.max_queue_offset)
+        size = self._segments.segment_size_bytes
+        if start * ENTRY_SIZE % size + held + len(entries) <= size:
+            if head is None:
+                self._min_queue_offset = start
+                self._head = (start, bytearray(entries))
+            else:
+                head[1].extend(entries)
+            return True
+        if head is not None:  # the first segment fills up before a checkpoint made it
+            prepared = self.prepare_first_segment()
+            assert prepared is not None and self.adopt_first_segment(prepared)
+        return False
+
+    def prepare_first_segment(self) -> PreparedSegment | None:
+        """Without the store's lock: create the first segment's file (and directories) of a
+        queue whose entries are only in memory, and copy the entries there so far (None when
+        there is nothing to create). `adopt_first_segment` then makes it the queue's."""
+        head = self._head
+        if head is None or self._segments.segments:
+            return None
+        start, entries = head
+        position = start * ENTRY_SIZE
+        segment = self._segments.prepare(position - position % self._segments.segment_size_bytes)
+        copied = bytes(entries)  # appends may go on meanwhile: the rest is copied under the lock
+        segment.write_position = segment.flushed_position = position - segment.base_position
+        segment.write(copied)
+        return PreparedSegment(head, segment, len(copied))
+
+    def adopt_first_segment(self, prepared: PreparedSegment) -> bool:
+        """Under the store's lock: write the entries appended since `prepare_first_segment`
+        and make its segment the queue's first. False, changing nothing, when the queue no
+        longer has the head it was made for (created meanwhile, cut, reset or deleted: every
+        one of those replaces the head): the caller then disposes of the file."""
+        head = self._head
+        if head is not prepared.head or self._segments.segments:
+            return False
+        segment = prepared.segment
+        segment.write(bytes(head[1][prepared.copied:]))
+        # Readers take no lock: the segment holds every entry before it joins the queue, and
+        # the head goes only after (they look at the head first, then at the segments).
+        self._segments.segments.append(segment)
+        self._head = None
+        return True
+
+    def holds_segment_file(self, path: Path) -> bool:
+        return any(segment.path == path for segment in self._segments.segments)
+
     def flush(self) -> None:
         self._segments.flush()
 
     @property
     def flushed(self) -> bool:
-        """Every written entry is fsynced."""
-        return self._segments.flushed_position >= self._segments.end_position
+        """Every written entry is fsynced (none waits in memory for its segment)."""
+        return self._head is None and (
+            self._segments.flushed_position >= self._segments.end_position)
 
     def release_cold_pages(self, resident_window_bytes: int) -> int:
         """As CommitLog.release_cold_pages, for this queue's index segments."""
@@ -142,6 +236,11 @@ class ConsumeQueue:
         if queue_offset <= self.min_queue_offset:
             self.delete_all(next_queue_offset=queue_offset)
             return
+        head = self._head
+        if head is not None and not self._segments.segments:
+            start, entries = head
+            self._head = (start, entries[:(queue_offset - start) * ENTRY_SIZE])
+            return
         self._segments.truncate_to(queue_offset * ENTRY_SIZE)
 
     # -- reading ----------------------------------------------------------------------------
@@ -149,7 +248,7 @@ class ConsumeQueue:
         """(log_position, size_bytes, tags_code), or None outside [min, max)."""
         if not self.min_queue_offset <= queue_offset < self.max_queue_offset:
             return None
-        raw = self._segments.read(queue_offset * ENTRY_SIZE, ENTRY_SIZE)
+        raw = self._read(queue_offset * ENTRY_SIZE, ENTRY_SIZE)
         if raw is None:
             return None
         return CONSUME_QUEUE_ENTRY.unpack(raw)
@@ -159,6 +258,10 @@ class ConsumeQueue:
         end = min(queue_offset + count, self.max_queue_offset)
         if queue_offset < self.min_queue_offset or end <= queue_offset:
             return b""
+        head = self._head
+        if head is not None and not self._segments.segments:
+            return self._read_head(head, queue_offset * ENTRY_SIZE,
+                                   (end - queue_offset) * ENTRY_SIZE) or b""
         segment = self._segments.find(queue_offset * ENTRY_SIZE)
         if segment is None:
             return b""
@@ -166,6 +269,19 @@ class ConsumeQueue:
         end = min(end, segment_end)
         raw = self._segments.read(queue_offset * ENTRY_SIZE, (end - queue_offset) * ENTRY_SIZE)
         return raw or b""
+
+    def _read(self, position: int, size: int) -> bytes | None:
+        head = self._head
+        if head is not None and not self._segments.segments:
+            return self._read_head(head, position, size)
+        return self._segments.read(position, size)
+
+    @staticmethod
+    def _read_head(head: tuple[int, bytearray], position: int, size: int) -> bytes | None:
+        offset = position - head[0] * ENTRY_SIZE
+        if offset < 0 or offset + size > len(head[1]):
+            return None
+        return bytes(head[1][offset:offset + size])
 
     # -- retention --------------------------------------------------------------------------
     def delete_segments_before_log_position(self, log_position: int) -> int:
@@ -187,8 +303,10 @@ class ConsumeQueue:
             segment.close()
             self._segments.fs.remove(segment.path)
         self._segments.segments = []
+        self._head = None
         self._min_queue_offset = next_queue_offset
 
     def close(self) -> None:
+        self._head = None
         self._segments.close()
 

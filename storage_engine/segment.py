@@ -205,9 +205,11 @@ class SegmentQueue:
         self._directory_syncs = directory_syncs
         if directory_syncs is None:
             make_dirs_durable(directory, fs)
-        else:
-            directory_syncs.make_dirs(directory)
-        self._load()
+            self._load()
+        elif fs.is_dir(directory):
+            self._load()
+        # else a new queue: its directory is made with its first segment (`prepare`), so that
+        # opening a queue in memory touches no file system metadata
 
     def _load(self) -> None:
         names = sorted(name for name in self.fs.list_dir(self.directory) if name.isdigit())
@@ -246,13 +248,24 @@ class SegmentQueue:
         segment.write_position = segment.flushed_position = position - base
 
     def _create(self, base: int) -> Segment:
+        segment = self.prepare(base)
+        self.segments.append(segment)
+        return segment
+
+    def prepare(self, base: int) -> Segment:
+        """Create the segment file at `base` (and the directory, if missing) without making it
+        part of the queue: `_create` appends it at once; a ConsumeQueue's first segment is
+        made by a checkpoint outside the store's lock and adopted under it
+        (ConsumeQueue.adopt_first_segment)."""
+        syncs = self._directory_syncs
+        if syncs is not None:
+            syncs.make_dirs(self.directory)
         segment = Segment(self.directory / segment_file_name(base), base, self.segment_size_bytes,
                           self.fs)
-        self.segments.append(segment)
-        if self._directory_syncs is None:
+        if syncs is None:
             fsync_directory(self.directory, self.fs)
         else:
-            self._directory_syncs.add(self.directory)
+            syncs.add(self.directory)
         return segment
 
     def writable_segment(self) -> Segment:

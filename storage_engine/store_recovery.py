@@ -112,6 +112,7 @@ def write_checkpoint(state: StoreState, *, clean: bool = False) -> None:
             intent = state.truncate_intent
             state.checkpoints_taken += 1
             taken = state.checkpoints_taken
+        state.create_first_segments(queues)  # new queues' files, off the put path
         for queue in queues:
             queue.flush()
         with state.lock:  # a queue leaves the set once flushed and not written since, so a

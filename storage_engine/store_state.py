@@ -109,9 +109,35 @@ class StoreState:
             queue = ConsumeQueue(directory, topic, queue_id,
                                  self.config.consume_queue_segment_entries, self.fs,
                                  directory_syncs=self.directory_syncs,
-                                 unflushed=self.unflushed_queues)
+                                 unflushed=self.unflushed_queues, defer_first_segment=True)
             self.queues[key] = queue
         return queue
+
+    def create_first_segments(self, queues: Iterable[ConsumeQueue]) -> None:
+        """Create the first segment file of each of `queues` whose entries wait in memory
+        (ConsumeQueue `defer_first_segment`) and copy them there, without `lock`; under
+        `lock` only the entries appended meanwhile are copied and the segment joins its
+        queue. A checkpoint calls this before it flushes the queues it vouches for.
+
+        Races: the file is made holding `directory_syncs.removing`, so a topic deleted
+        meanwhile has its tree removed after the file is there, never before. A queue cut,
+        reset or deleted meanwhile no longer waits for that file: it is closed, and unlinked
+        unless the queue now in the table uses it (a stale empty segment must not stay: it
+        would read as entries of zeros)."""
+        for queue in queues:
+            with self.directory_syncs.removing:
+                prepared = queue.prepare_first_segment()
+            if prepared is None:
+                continue
+            with self.lock:
+                if queue.adopt_first_segment(prepared):
+                    continue
+                segment = prepared.segment
+                segment.close()
+                live = self.queues.get((queue.topic, queue.queue_id))
+                if (live is None or not live.holds_segment_file(segment.path)) and (
+                        self.fs.exists(segment.path)):  # (gone with its deleted topic's tree)
+                    self.fs.remove(segment.path)
 
     def meta_for(self, topic: str) -> bytes:
         """TOPICLENGTH + TOPIC as a record stores them (cached per topic)."""

@@ -25,7 +25,7 @@ from storage_engine import (
     PutStatus,
     decode_record,
 )
-from storage_engine.consume_queue import ConsumeQueue
+from storage_engine.consume_queue import ConsumeQueue, PreparedSegment
 from storage_engine.files import PendingDirectorySyncs
 from tests.sim.sim_fs import SimFileSystem
 from tests.sim.store_sim import CONFIG, STORE
@@ -89,8 +89,9 @@ def test_a_queues_first_put_fsyncs_nothing_and_the_checkpoint_makes_it_durable()
 
 
 def test_a_power_cut_before_the_checkpoint_loses_no_new_queue() -> None:
-    # The new queues' directories were never fsynced: the crash undoes them, and recovery
-    # rebuilds the index from the fsynced CommitLog (everything past the checkpoint).
+    # A crash between the CommitLog append and the creation of the new queues' files: the
+    # entries were only in memory, and recovery rebuilds the index from the fsynced CommitLog
+    # (everything past the checkpoint).
     disk = CountingDisk()
     store = _open(disk)
     assert store.checkpoint_step()
@@ -98,8 +99,8 @@ def test_a_power_cut_before_the_checkpoint_loses_no_new_queue() -> None:
         _put(store, "audit", queue_id, b"a%d" % queue_id)
     assert store.flush_step()  # SYNC_FLUSH: these are the acknowledged puts
     assert not any(path.is_relative_to(QUEUE_ROOT) for path in disk.take())
-    stats = disk.crash()
-    assert stats.entries_lost > 0  # the simulated disk did undo the new directories
+    assert not disk.exists(QUEUE_ROOT / "audit")  # no file yet: the put path made none
+    disk.crash()
     reopened = _open(disk)
     assert [_bodies(reopened, "audit", queue_id) for queue_id in range(4)] == [
         [b"a0"], [b"a1"], [b"a2"], [b"a3"]]
@@ -181,10 +182,10 @@ def test_a_segment_is_mapped_on_its_first_read_and_never_once_closed() -> None:
     store = _open(disk)
     for queue_id in range(5):
         _put(store, "lazy", queue_id, b"z")
+    assert store.flush_step() and store.checkpoint_step()  # creates the queues' files
     queues: list[ConsumeQueue] = [store._state.queues[("lazy", q)] for q in range(5)]
     segments = [queue._segments.segments[0] for queue in queues]
     assert all(segment._map is None for segment in segments)  # written, never read
-    assert store.flush_step()
     assert _bodies(store, "lazy", 3) == [b"z"]
     assert [segment._map is not None for segment in segments] == [
         False, False, False, True, False]
@@ -192,3 +193,126 @@ def test_a_segment_is_mapped_on_its_first_read_and_never_once_closed() -> None:
     with pytest.raises(ValueError):
         segments[0].map  # noqa: B018 - the property maps: a closed one must refuse
     assert segments[0]._map is None
+
+
+class CreatingDisk(CountingDisk):
+    """Also records the files and directories created below the ConsumeQueue root."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[Path] = []
+
+    def open(self, path: Path, *, create: bool, mode: int = 0o644):  # type: ignore[no-untyped-def]
+        if create and not self.exists(path) and Path(path).is_relative_to(QUEUE_ROOT):
+            self.created.append(Path(path))
+        return super().open(path, create=create, mode=mode)
+
+    def make_dirs(self, path: Path) -> None:
+        if not self.exists(path) and Path(path).is_relative_to(QUEUE_ROOT):
+            self.created.append(Path(path))
+        super().make_dirs(path)
+
+
+def test_a_queues_first_put_creates_no_file_and_is_read_from_memory() -> None:
+    disk = CreatingDisk()
+    store = _open(disk)
+    disk.created.clear()
+    for queue_id in range(3):
+        _put(store, "fresh", queue_id, b"f%d" % queue_id)
+    _put(store, "fresh", 1, b"again")
+    assert store.flush_step()  # SYNC_FLUSH: the puts are acknowledged now
+    assert disk.created == []  # no mkdir, no file create on the put path
+    # read-your-ack: what was acknowledged is served before any file exists
+    assert [_bodies(store, "fresh", queue_id) for queue_id in range(3)] == [
+        [b"f0"], [b"f1", b"again"], [b"f2"]]
+    assert store.max_queue_offset("fresh", 1) == 2
+    assert store.flush_step() and store.checkpoint_step()  # the checkpoint creates them
+    assert {QUEUE_ROOT / "fresh" / str(q) / f"{0:020d}" for q in range(3)} <= set(disk.created)
+    _put(store, "fresh", 1, b"third")  # now appended to the file
+    assert store.flush_step()
+    assert _bodies(store, "fresh", 1) == [b"f1", b"again", b"third"]
+    assert store.flush_step() and store.checkpoint_step()
+    disk.crash()
+    reopened = _open(disk)
+    assert [_bodies(reopened, "fresh", queue_id) for queue_id in range(3)] == [
+        [b"f0"], [b"f1", b"again", b"third"], [b"f2"]]
+
+
+def test_a_crash_after_the_file_is_made_but_before_the_checkpoint_loses_nothing() -> None:
+    # the checkpoint's first step ran (files made, entries written to them, nothing fsynced)
+    # and the power went before it flushed and wrote the checkpoint
+    disk = CountingDisk()
+    store = _open(disk)
+    assert store.checkpoint_step()
+    for queue_id in range(3):
+        _put(store, "half", queue_id, b"h%d" % queue_id)
+    assert store.flush_step()  # the acknowledged puts (SYNC_FLUSH)
+    state = store._state
+    state.create_first_segments(list(state.unflushed_queues))
+    assert all(state.queues[("half", q)]._head is None for q in range(3))
+    disk.crash()
+    reopened = _open(disk)
+    assert [_bodies(reopened, "half", queue_id) for queue_id in range(3)] == [
+        [b"h0"], [b"h1"], [b"h2"]]
+
+
+def test_a_queue_fuller_than_its_first_segment_gets_it_on_the_put_path() -> None:
+    disk = CreatingDisk()
+    store = _open(disk)
+    entries = CONFIG.consume_queue_segment_entries
+    bodies = [b"b%d" % index for index in range(entries + 3)]
+    for body in bodies:
+        _put(store, "burst", 0, body)
+    assert store.flush_step()
+    assert QUEUE_ROOT / "burst" / "0" / f"{0:020d}" in disk.created  # made once, when full
+    got = [decode_record(record).body for record in store.get_messages(
+        "burst", 0, 0, max_count=entries, max_bytes=1 << 20).records]
+    got += [decode_record(record).body for record in store.get_messages(
+        "burst", 0, entries, max_count=entries, max_bytes=1 << 20).records]
+    assert got == bodies
+    assert store.flush_step() and store.checkpoint_step()
+    disk.crash()
+    reopened = _open(disk)
+    assert reopened.max_queue_offset("burst", 0) == len(bodies)
+
+
+def test_a_topic_deleted_while_its_first_file_is_made_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = CountingDisk()
+    store = _open(disk)
+    _put(store, "gone", 0, b"x")
+    _put(store, "kept", 0, b"y")
+    queue = store._state.queues[("gone", 0)]
+    made = queue.prepare_first_segment
+
+    def then_delete() -> PreparedSegment | None:
+        prepared = made()
+        assert store.delete_topic("gone") == 1  # waits for `removing` when in another thread
+        return prepared
+    monkeypatch.setattr(queue, "prepare_first_segment", then_delete)
+    assert store.flush_step() and store.checkpoint_step()
+    assert not disk.exists(QUEUE_ROOT / "gone")
+    disk.crash()
+    assert _open(disk).queues() == [("kept", 0)]
+
+
+def test_a_queue_cut_while_its_first_file_is_made_keeps_no_stale_file(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A truncation restarts the queue elsewhere meanwhile: the file made for its old start must
+    # go (an empty segment left behind would read as entries of zeros below the new start).
+    disk = CountingDisk()
+    store = _open(disk)
+    _put(store, "cut", 0, b"x")
+    queue = store._state.queues[("cut", 0)]
+    made = queue.prepare_first_segment
+    restart_at = 3 * CONFIG.consume_queue_segment_entries
+
+    def then_cut() -> PreparedSegment | None:
+        prepared = made()
+        with store._state.lock:
+            queue.delete_all(next_queue_offset=restart_at)
+        return prepared
+    monkeypatch.setattr(queue, "prepare_first_segment", then_cut)
+    store._state.create_first_segments([queue])
+    assert not disk.exists(QUEUE_ROOT / "cut" / "0" / f"{0:020d}")
+    assert queue.min_queue_offset == queue.max_queue_offset == restart_at

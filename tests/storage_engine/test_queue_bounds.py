@@ -186,6 +186,7 @@ def test_recovery_rebuilds_any_queue_tail_past_the_checkpoint(
     store._state.closed = True
     store._flush.stop()
     store._commit_log.flush()  # the log keeps every message; only the index tail is damaged
+    store._state.create_first_segments(list(store._queues.values()))  # new queues' files too
     trusted_below = read_checkpoint(store_dir / "checkpoint", store.fs).consume_queue_log_position
     for queue in store._queues.values():
         for offset in range(queue.min_queue_offset, queue.max_queue_offset):
@@ -226,6 +227,7 @@ def test_a_new_queue_whose_first_index_entry_a_crash_lost_keeps_every_message(
     store._flush.stop()
     store._commit_log.flush()
     queue = store._queues[("N", 0)]
+    store._state.create_first_segments([queue])  # its file made, not fsynced
     segment = queue._segments.find(0)
     assert segment is not None
     segment.file.write_at(EMPTY_ENTRY, 0)  # the first entry's page never reached the disk

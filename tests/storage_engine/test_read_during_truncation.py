@@ -34,6 +34,8 @@ def _store_with_a_tail(directory: Path) -> tuple[MessageStore, int]:
     store.set_confirm_log_position(fork)
     for n in range(3):
         store.append(MessageBatch(topic=TOPIC, bodies=[b"cut %d" % n], queue_ids=[0]))
+    state = store._state  # the queue's entries in its file (a new queue's wait in memory)
+    state.create_first_segments(list(state.unflushed_queues))
     return store, fork
 
 

@@ -119,6 +119,11 @@ class StoreModel(RuleBasedStateMachine):
             survivors = self.read_queue(topic, queue_id)
             assert survivors == [body for body, _ in queue][:len(survivors)]
             del queue[len(survivors):]
+        # a queue none of whose entries reached a file (they wait in memory for the next
+        # checkpoint to make it, ConsumeQueue defer_first_segment) is gone with them
+        opened = set(self.store.queues())
+        for key in [key for key, queue in self.model.items() if not queue and key not in opened]:
+            del self.model[key]
 
     @precondition(lambda self: self.flush is FlushDiskType.SYNC_FLUSH)
     @rule(seed=st.integers(0, 1000), flip_bits=st.booleans())
