@@ -4,7 +4,7 @@ Start-up (conf/process.py, shared with the brokers): refuse `python -O` (asserts
 invariants), read the properties file (an unknown key or a bad value exits 2 naming the key),
 then lock and load the Raft store (a second controller on the same directory exits 2), start
 Raft between the controllers, and serve the client endpoint. Shutdown: a leader first hands
-its role to the best follower (TimeoutNow, controller/raft/core.py), so the group has a
+its role to the best follower (TimeoutNow, controller/raft/transfer.py), so the group has a
 leader again within a round trip instead of an election timeout; then stop the client
 endpoint (in-flight calls finish), then the Raft node.
 """

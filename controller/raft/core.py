@@ -40,13 +40,16 @@ Roles (role-as-handler: each `_become_*` swaps `_on_message` and `_on_tick`):
   committed an entry of its term and a heartbeat round started after the request was confirmed
   by a majority.
 - Leadership transfer (thesis §3.10, `transfer_leadership`): the leader refuses new proposals
-  (DROPPED), brings the chosen follower's log up to its own last index, then sends it
-  TimeoutNow; the follower campaigns at once, without a pre-vote, and its vote requests say
-  `transfer`, so voters that still hear the leader grant them (the leader asked for it) and
-  the old leader steps down on the higher term. A stop then costs one round trip instead of
-  an election timeout. It gives up after an election timeout (the target may be gone): the
-  leader takes proposals again. Safety is the ordinary election's: the vote still needs an
-  up-to-date log and a majority.
+  (DROPPED) until its chosen follower has caught up and been sent TimeoutNow; that follower
+  campaigns at once, without a pre-vote, and voters grant its `transfer` vote requests even
+  while they hear the leader. The leader's bookkeeping and its diagram: transfer.py.
+
+`RaftNode` is split along election and replication. This module holds the contract with the
+shell, the roles and their ticks, and elections (pre-vote, votes, the term rules, leader
+stickiness, check-quorum, a follower's TimeoutNow): *who* leads. Its base class `Replication`
+(replication.py) holds log replication, both ends: appends, snapshots, heartbeats, commit by
+quorum, the release of reads: *what the logs hold* under that leader. The two meet only in the
+node's state (term, role, log, progress), which `__init__` below creates.
 """
 
 from __future__ import annotations
@@ -78,17 +81,17 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from controller.raft.progress import Progress, ProgressState, quorum_index
+from controller.raft.progress import Progress, ProgressState
 from controller.raft.read_index import PendingReads
+from controller.raft.replication import FROM_LEADER, Replication
+from controller.raft.transfer import LeadershipTransfer, best_target
 
 __all__ = ["RaftNode"]
 
 logger = logging.getLogger(__name__)
 
-_FROM_LEADER = (AppendRequest, HeartbeatRequest, SnapshotRequest)
 
-
-class RaftNode:
+class RaftNode(Replication):
     """One Raft peer. See the module docstring for the contract with the shell."""
 
     def __init__(
@@ -124,16 +127,15 @@ class RaftNode:
         self._persisted_hard_state = HardState(self.term, self.voted_for, commit_index)
         self._reported_soft_state: SoftState | None = None
         self.rejected_messages = 0  # impossible for this node's log: dropped (see step)
-        self.transfer_to: int | None = None  # leader: the follower it hands its role to
-        self._transfer_elapsed_ticks = 0
-        self._timeout_now_sent = False
+        self._transfer = LeadershipTransfer()  # leader: the follower it hands its role to
         self._become_follower(self.term, None)
 
     # -- public API ------------------------------------------------------------------------
 
     @property
-    def node_id(self) -> int:
-        return self.config.node_id
+    def transfer_to(self) -> int | None:
+        """Leader: the follower it hands its role to, while a transfer is on."""
+        return self._transfer.to_id
 
     def hard_state(self) -> HardState:
         return HardState(self.term, self.voted_for, self.log.committed_index)
@@ -240,15 +242,11 @@ class RaftNode:
         assert self._outstanding is None, "advance() the last Ready before transferring"
         if self.role is not Role.LEADER:
             return None
-        peers = self.config.peer_ids
-        if to_id is None and peers:
-            to_id = min(peers, key=lambda peer: (not self.progress[peer].recent_active,
-                                                 -self.progress[peer].match_index, peer))
-        if to_id not in peers:
+        if to_id is None:
+            to_id = best_target(self.progress, self.config.peer_ids)
+        if to_id not in self.config.peer_ids:
             return None
-        if self.transfer_to != to_id:
-            self.transfer_to, self._timeout_now_sent = to_id, False
-            self._transfer_elapsed_ticks = 0
+        if self._transfer.start(to_id):
             logger.info("node %d (leader t%d) transfers leadership to %d", self.node_id,
                         self.term, to_id)
         if self.progress[to_id].match_index == self.log.last_index:
@@ -333,7 +331,7 @@ class RaftNode:
         self._votes = {}
         self.progress = {}
         self._reads.clear()  # callers time out and retry at the new leader
-        self.transfer_to, self._timeout_now_sent = None, False
+        self._transfer.clear()
 
     def _become_follower(self, term: int, leader_id: int | None) -> None:
         self._reset(term)
@@ -415,12 +413,10 @@ class RaftNode:
         config = self.config
         self.election_elapsed_ticks += 1
         self._heartbeat_elapsed_ticks += 1
-        if self.transfer_to is not None:
-            self._transfer_elapsed_ticks += 1
-            if self._transfer_elapsed_ticks >= config.election_timeout_ticks:
-                logger.info("node %d (leader t%d) gives up the transfer to %d", self.node_id,
-                            self.term, self.transfer_to)
-                self.transfer_to, self._timeout_now_sent = None, False
+        given_up = self._transfer.tick(config.election_timeout_ticks)
+        if given_up is not None:
+            logger.info("node %d (leader t%d) gives up the transfer to %d", self.node_id,
+                        self.term, given_up)
         if self.election_elapsed_ticks >= config.election_timeout_ticks:
             self.election_elapsed_ticks = 0
             if config.check_quorum:
@@ -461,7 +457,7 @@ class RaftNode:
                 return True  # a pre-vote never changes anyone's term
         elif isinstance(message, VoteResponse) and message.pre_vote and message.granted:
             return True  # carries the term we would campaign in, not a newer term
-        leader = message.from_id if isinstance(message, _FROM_LEADER) else None
+        leader = message.from_id if isinstance(message, FROM_LEADER) else None
         self._become_follower(message.term, leader)
         return True
 
@@ -496,7 +492,7 @@ class RaftNode:
     # -- follower and candidates -----------------------------------------------------------
 
     def _step_follower(self, message: Message) -> None:
-        if isinstance(message, _FROM_LEADER):
+        if isinstance(message, FROM_LEADER):
             self.election_elapsed_ticks = 0
             self.leader_id = message.from_id
             if isinstance(message, AppendRequest):
@@ -513,7 +509,7 @@ class RaftNode:
             self._campaign(pre_vote=False, transfer=True)
 
     def _step_candidate(self, message: Message) -> None:
-        if isinstance(message, _FROM_LEADER):
+        if isinstance(message, FROM_LEADER):
             self._become_follower(self.term, message.from_id)  # someone won this term
             self._step_follower(message)
             return
@@ -525,152 +521,3 @@ class RaftNode:
         if pre_candidate and message.granted and message.term != self.term + 1:
             return  # a grant from an older pre-vote round
         self._record_vote(message.from_id, granted=message.granted)
-
-    def _handle_append(self, message: AppendRequest) -> None:
-        log = self.log
-        if message.prev_index < log.committed_index:
-            self._send_append_response(message.from_id, log.committed_index)
-            return
-        last_new = log.maybe_append(
-            message.prev_index, message.prev_term, message.commit_index, message.entries
-        )
-        if last_new is not None:
-            self._send_append_response(message.from_id, last_new)
-            return
-        hint_index = log.find_conflict_by_term(message.prev_index, message.prev_term)
-        hint_term = log.term_at(hint_index)
-        assert hint_term is not None
-        self._send(AppendResponse(
-            self.node_id, message.from_id, self.term, False, 0, message.prev_index, hint_index,
-            hint_term,
-        ))
-
-    def _handle_snapshot(self, message: SnapshotRequest) -> None:
-        snapshot, log = message.snapshot, self.log
-        if snapshot.entry_index <= log.committed_index:
-            self._send_append_response(message.from_id, log.committed_index)
-        elif log.match_term(snapshot.entry_index, snapshot.term):
-            log.commit_to(snapshot.entry_index)  # we hold it already: just fast-forward
-            self._send_append_response(message.from_id, log.committed_index)
-        else:
-            logger.info("node %d installs snapshot at %d (term %d)", self.node_id,
-                        snapshot.entry_index, snapshot.term)
-            log.restore(snapshot)
-            self._send_append_response(message.from_id, log.last_index)
-
-    def _send_append_response(self, to_id: int, match_index: int) -> None:
-        self._send(AppendResponse(self.node_id, to_id, self.term, True, match_index, 0, 0, 0))
-
-    # -- leader ----------------------------------------------------------------------------
-
-    def _step_leader(self, message: Message) -> None:
-        if isinstance(message, AppendResponse):
-            self._handle_append_response(message)
-        elif isinstance(message, HeartbeatResponse):
-            progress = self.progress[message.from_id]
-            progress.recent_active = True
-            progress.probe_sent = False
-            progress.read_seq_acked = max(progress.read_seq_acked, message.read_seq)
-            if progress.state is ProgressState.REPLICATE and (
-                progress.match_index < self.log.last_index
-            ):
-                progress.become_probe()  # something was lost on the way: resend from match
-            if progress.match_index < self.log.last_index:
-                self._send_append(message.from_id, send_empty=True)
-            self._release_reads()
-        elif isinstance(message, _FROM_LEADER):
-            logger.warning("node %d (leader t%d) got %r", self.node_id, self.term, message)
-
-    def _handle_append_response(self, message: AppendResponse) -> None:
-        peer = message.from_id
-        progress = self.progress[peer]
-        progress.recent_active = True
-        if not message.success:
-            probe_index = message.hint_index
-            if message.hint_term > 0:
-                probe_index = self.log.find_conflict_by_term(message.hint_index, message.hint_term)
-            if progress.maybe_decrease(message.reject_index, probe_index):
-                if progress.state is ProgressState.REPLICATE:
-                    progress.become_probe()
-                self._send_append(peer, send_empty=True)
-            return
-        if not progress.maybe_update(message.match_index):
-            return
-        if peer == self.transfer_to and progress.match_index == self.log.last_index:
-            self._send_timeout_now()
-        if progress.state is ProgressState.PROBE:
-            progress.become_replicate()
-        elif progress.state is ProgressState.SNAPSHOT and (
-            progress.match_index >= progress.pending_snapshot_index
-        ):
-            progress.become_probe()
-        if not self._maybe_commit_and_broadcast():
-            for _ in range(self.config.inflight_entries_max):
-                if not self._send_append(peer, send_empty=False):
-                    break
-
-    def _maybe_commit_and_broadcast(self) -> bool:
-        """Commit what a majority holds, if it is of this term (§5.4.2), and tell everyone."""
-        matches = (self.progress[voter].match_index for voter in self.config.voter_ids)
-        index = quorum_index(matches, self.config.quorum_size)
-        if index <= self.log.committed_index or self.log.term_at(index) != self.term:
-            return False
-        self.log.commit_to(index)
-        self._release_reads()
-        self._broadcast_append()
-        return True
-
-    def _broadcast_append(self) -> None:
-        for peer in self.config.peer_ids:
-            self._send_append(peer, send_empty=True)
-
-    def _broadcast_heartbeat(self) -> None:
-        for peer in self.config.peer_ids:
-            progress = self.progress[peer]
-            commit_index = min(progress.match_index, self.log.committed_index)
-            self._send(HeartbeatRequest(self.node_id, peer, self.term, commit_index,
-                                        self._reads.read_seq))
-
-    def _send_append(self, peer: int, *, send_empty: bool) -> bool:
-        """Send the entries `peer` lacks (or the snapshot). Returns whether anything was sent."""
-        progress, log = self.progress[peer], self.log
-        if progress.is_paused(self.config.inflight_entries_max):
-            return False
-        prev_index = progress.next_index - 1
-        prev_term = log.term_at(prev_index)
-        if prev_term is None:  # the entries it needs are compacted into the snapshot
-            self._send(SnapshotRequest(self.node_id, peer, self.term, log.snapshot))
-            progress.become_snapshot(log.snapshot.entry_index)
-            return True
-        entries = log.entries_from(progress.next_index, self.config.append_entries_max)
-        if not entries and not send_empty:
-            return False
-        self._send(AppendRequest(
-            self.node_id, peer, self.term, prev_index, prev_term, tuple(entries),
-            log.committed_index,
-        ))
-        if progress.state is ProgressState.REPLICATE and entries:
-            progress.next_index = entries[-1].entry_index + 1
-        elif progress.state is ProgressState.PROBE:
-            progress.probe_sent = True
-        return True
-
-    def _send_timeout_now(self) -> None:
-        """Once per transfer: a second one would start a second election (a new term)."""
-        if self.transfer_to is not None and not self._timeout_now_sent:
-            self._timeout_now_sent = True
-            self._send(TimeoutNow(self.node_id, self.transfer_to, self.term))
-
-    def _release_reads(self) -> None:
-        """Answer pending reads whose heartbeat round a majority confirmed, in order."""
-        if self.role is not Role.LEADER or not self._reads:
-            return
-        self._read_states += self._reads.release(
-            committed_index=self.log.committed_index,
-            term_committed=self.log.term_at(self.log.committed_index) == self.term,
-            peer_read_seqs_acked=[self.progress[peer].read_seq_acked
-                                  for peer in self.config.peer_ids],
-            quorum_size=self.config.quorum_size)
-
-    def _send(self, message: Message) -> None:
-        self._messages.append(message)

@@ -5,7 +5,7 @@ the right order, producers see pauses of a fraction of a second, never an outage
 message. The order:
 
     1. the controllers, followers first, the leader last. A leader's SIGTERM hands its role
-       to the best follower first (TimeoutNow, controller/raft/core.py), so the group has a
+       to the best follower first (TimeoutNow, controller/raft/transfer.py), so the group has a
        leader again within a round trip, not an election timeout; brokers keep serving
        meanwhile (docs/design.md §5.6). Each waits until the restarted node follows a leader
        and has applied what the leader had committed when it came back.
