@@ -112,7 +112,7 @@ def walk_records(data: object, start: int, end: int
         count = (end - position) // total
         if len(singles) >= step_until and count >= STRIDE_RECORDS_MIN:
             at = position + total * np.arange(count, dtype=np.int64)
-            heads = raw[at[:, None] + np.arange(8)].copy().view(">u4").reshape(-1, 2)
+            heads = _rows(raw, at, 8).copy().view(">u4").reshape(-1, 2)
             ok = (heads[:, 0] == total) & (heads[:, 1] == MESSAGE_MAGIC_CODE)
             accepted = count if ok.all() else int(np.argmin(ok))
             if accepted >= STRIDE_RECORDS_MIN:
@@ -194,9 +194,25 @@ def _flush(singles: list[int], sizes: list[int], chunks: list[np.ndarray],
         sizes.clear()
 
 
+def _rows(raw: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """raw[at[i]:at[i] + width] for every i, as rows (a read-only view: copy before
+    reinterpreting). Records of one size sit at equal distances: then the rows are a strided
+    view of `raw` instead of a gather through an index array of len(at) x width positions
+    (the bulk walk, scan and grouping of 4 MiB of 1 KiB records: 0.50-0.92 instead of
+    0.98-1.16 ms of CPU, docs/benchmarks/ha.md, 2026-12-02). Rows that would leave `raw`
+    take the gather, which raises IndexError as before."""
+    count = len(at)
+    if count > 1:
+        first, step = int(at[0]), int(at[1] - at[0])
+        if (step > 0 and first >= 0 and first + step * (count - 1) + width <= len(raw)
+                and bool((np.diff(at) == step).all())):
+            return np.lib.stride_tricks.as_strided(raw[first:], shape=(count, width),
+                                                   strides=(step, 1), writeable=False)
+    return raw[at[:, None] + np.arange(width)]
+
+
 def _gather(raw: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    index = at[:, None] + np.arange(width)
-    return raw[index].copy().view(dtype).reshape(-1).astype(np.int64)
+    return _rows(raw, at, width).copy().view(dtype).reshape(-1).astype(np.int64)
 
 
 def scan_run(data: object, positions: np.ndarray, sizes: np.ndarray, base_position: int
@@ -224,7 +240,7 @@ def scan_run(data: object, positions: np.ndarray, sizes: np.ndarray, base_positi
     same = topic_sizes == topic_size
     if topic_size:
         candidates = np.nonzero(same)[0]
-        names = raw[topic_at[candidates][:, None] + 1 + np.arange(topic_size)]
+        names = _rows(raw, topic_at[candidates] + 1, topic_size)
         same[candidates] = (names == np.frombuffer(topic_bytes, np.uint8)).all(axis=1)
     count = len(positions) if same.all() else int(np.argmin(same))
     at = positions[:count]

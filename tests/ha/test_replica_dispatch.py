@@ -17,12 +17,14 @@ import struct
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage_engine import CorruptRecordError, MessageBatch, MessageStore, StoreConfig
 from storage_engine.record_format import encode_host, encode_properties, encode_record
-from storage_engine.record_runs import walk_few, walk_records
+from storage_engine.record_runs import _rows, walk_few, walk_records
 
 STORE = StoreConfig(commit_log_segment_size_bytes=256 << 10, message_size_max_bytes=4096)
 
@@ -146,3 +148,34 @@ def test_walk_few_agrees_with_walk_records(sizes: list[int], blank: bool, at: in
     assert bulk is not None
     positions, _sizes, stop, found_blank = bulk
     assert few == (len(positions), stop, found_blank)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.integers(-40, 300), st.integers(-8, 60), st.integers(0, 40),
+       st.integers(1, 12), st.booleans(), st.integers(0, 300))
+def test_strided_rows_equal_the_gather(size: int, first: int, step: int, count: int,
+                                       width: int, bend: bool, bent: int) -> None:
+    """Rows at equal distances come from a strided view (record_runs._rows); they must be
+    exactly the gather's rows, and rows the gather cannot take (outside the buffer) must fail
+    as the gather fails, never read past the buffer."""
+    raw = np.frombuffer(bytes(range(256)) * (size // 256 + 1), np.uint8)[:size]
+    at = first + step * np.arange(count, dtype=np.int64)
+    if bend and count > 2:
+        at[count // 2] = bent  # no longer one distance apart: the gather
+    try:
+        expected = raw[at[:, None] + np.arange(width)]
+    except IndexError:
+        with pytest.raises(IndexError):
+            _rows(raw, at, width)
+        return
+    assert np.array_equal(_rows(raw, at, width), expected)
+
+
+def test_strided_rows_stop_at_the_buffers_end() -> None:
+    raw = np.frombuffer(bytes(range(100)), np.uint8)[:90]  # more bytes lie behind the view
+    at = np.arange(0, 90, 10, dtype=np.int64)
+    assert np.array_equal(_rows(raw, at, 10), raw.reshape(9, 10))
+    with pytest.raises(IndexError):
+        _rows(raw, at, 11)  # the last row would take a byte past the view
+    with pytest.raises(IndexError):
+        _rows(raw, at + 1, 10)
