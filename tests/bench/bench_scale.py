@@ -22,7 +22,8 @@ its sizes (tests/bench/scale_shape.py). `--save` writes the JSON and a PNG of th
 tests/bench/results/scale-<date>[-full][-<curves>].{json,png}; `--reshape FILE.json`
 computes a saved run's shapes, keys and PNG again from its points. With --json the last
 line is the keys:
-`put_p99_ratio_<top>_vs_8_queues`, `rss_bytes_per_queue`, `restart_s_<size>GiB`,
+`put_p99_ratio_<top>_vs_8_queues` (and `..._open_streams`: the producer's streams to every
+topic open first), `rss_bytes_per_queue`, `restart_s_<size>GiB`,
 `clean_restart_s_<size>GiB`, `catchup_mb_s`, `put_p99_ratio_<top>_producers`,
 `commits_per_s_ratio_<top>_groups`, `failover_p50_s_<top>_sets` (<top>: the largest size the
 run reached, so a default run's keys never claim the --full sizes).
@@ -99,6 +100,10 @@ def keys(curves: dict[str, Any]) -> dict[str, float]:
         first, top = rows[0], rows[-1]
         result[f"put_p99_ratio_{_size_label(top['queues'])}_vs_{first['queues']}_queues"] = \
             round(top["put_p99_ms"] / first["put_p99_ms"], 3)
+        if "put_p99_ms_open_streams" in top and "put_p99_ms_open_streams" in first:
+            result[f"put_p99_ratio_{_size_label(top['queues'])}_vs_{first['queues']}"
+                   "_queues_open_streams"] = round(
+                top["put_p99_ms_open_streams"] / first["put_p99_ms_open_streams"], 3)
         result["rss_bytes_per_queue"] = round(
             (top["broker_rss_bytes"] - first["broker_rss_bytes"])
             / (top["queues"] - first["queues"]))

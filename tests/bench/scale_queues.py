@@ -5,7 +5,13 @@ Method: one controller (tests/controller/controller_process.py) and one broker i
 mode (a replica set of 1, SYNC_MASTER, ASYNC_FLUSH). Queues grow as topics of QUEUES_PER_TOPIC
 queues each (`Admin.create_topic`); at each size:
   - put p50/p99: PUT_SAMPLES single 100 B `Producer.send` calls, one in flight, each to a queue
-    drawn at random among all of them (a cold queue is part of the cost at many queues);
+    drawn at random among all of them (a cold queue is part of the cost at many queues), from
+    a new Producer: most samples at many queues are also its first send to their topic, which
+    opens the client's produce stream for that topic;
+  - the same with the streams open (`put_p99_ms_open_streams`): a second Producer first sends
+    one untimed message to queue 0 of every topic, as a long-lived producer of these topics
+    would have, then times PUT_SAMPLES sends drawn the same way (the broker's first put to
+    most of those queues is still in it);
   - broker RSS and threads (/proc), after the puts;
   - controller CPU: its utime + stime over CPU_WINDOW_S of idle broker (only heartbeats), as a
     share of one core; heartbeat bytes: the JSON body of the BrokerHeartbeat the broker sends,
@@ -65,12 +71,18 @@ def _heartbeat_bytes(admin: Admin, endpoint: str) -> int:
     return len(json.dumps(beat.to_json()).encode())
 
 
-def _puts(endpoint: str, queues: int, samples: int) -> list[float]:
-    chooser = random.Random(queues)
+def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = False
+          ) -> list[float]:
+    """Latencies of `samples` sends to random queues; with `open_streams`, after one untimed
+    send to every topic (module docstring)."""
+    chooser = random.Random(queues + open_streams)
     latencies = []
     with Producer(ClientConfig(brokers=(endpoint,))) as producer:
         for _ in range(PUT_WARMUP):
             producer.send("q0", BODY, queue_id=0)
+        if open_streams:
+            for topic_index in range(queues // QUEUES_PER_TOPIC):
+                assert producer.send(f"q{topic_index}", BODY, queue_id=0).ok
         for _ in range(samples):
             queue = chooser.randrange(queues)
             topic, queue_id = f"q{queue // QUEUES_PER_TOPIC}", queue % QUEUES_PER_TOPIC
@@ -103,11 +115,14 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
                 admin.create_topic(f"q{topics}", queues=QUEUES_PER_TOPIC)
                 topics += 1
             latencies = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples)
+            warm = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples, open_streams=True)
             assert broker.process is not None
             row: dict[str, Any] = {
                 "queues": topics * QUEUES_PER_TOPIC, "load_1m": load_average(),
                 "put_p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
                 "put_p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
+                "put_p50_ms_open_streams": round(percentile(warm, 0.5) * 1000, 3),
+                "put_p99_ms_open_streams": round(percentile(warm, 0.99) * 1000, 3),
                 "broker_rss_bytes": rss_bytes(broker.process.pid),
                 "broker_threads": threads(broker.process.pid),
                 "broker_rss_anon_bytes": rss_split_bytes(broker.process.pid)[0],
@@ -121,7 +136,10 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
             row["startup_s"], row["startup_to_put_s"] = _restart_s(broker, kill=False)
             row["recovery_s"], row["recovery_to_put_s"] = _restart_s(broker, kill=True)
             print(f"queues {row['queues']:6d}: put p50 {row['put_p50_ms']:.2f} ms p99 "
-                  f"{row['put_p99_ms']:.2f} ms, RSS {row['broker_rss_bytes'] / 2**20:.0f} MiB "
+                  f"{row['put_p99_ms']:.2f} ms (streams open: p50 "
+                  f"{row['put_p50_ms_open_streams']:.2f} ms p99 "
+                  f"{row['put_p99_ms_open_streams']:.2f} ms), "
+                  f"RSS {row['broker_rss_bytes'] / 2**20:.0f} MiB "
                   f"(anon {row['broker_rss_anon_bytes'] / 2**20:.0f}), "
                   f"heartbeat {row['heartbeat_bytes']:,} B, controller CPU "
                   f"{row['controller_cpu_share']:.1%}, start {row['startup_to_put_s']:.2f} s, "
