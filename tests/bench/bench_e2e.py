@@ -41,8 +41,19 @@ after the latest collection and committed; `soak_jvm_heap_after_gc_growth_ratio`
 `soak_jvm_heap_committed_growth_ratio` are their last/first ratios. With `--soak-live-heap`
 its live heap (used after a System.gc() full collection) is also taken before the load and
 after the last sample: `soak_jvm_live_heap_growth_ratio` (a leak grows it; a heap sizing
-itself does not). Off by default: that first full GC shrinks the heap, so the driver's RSS
-ratio then measures the heap growing back.
+itself does not). Off by default with `--soak-heap grow`: that first full GC shrinks the
+heap, so the driver's RSS ratio then measures the heap growing back.
+
+`--soak-heap fixed` (the default) runs the driver as a long-lived streaming driver should
+run (docs/spark.md, "Long-running streaming drivers"): a fixed, pre-touched heap
+(`-Xms` = `-Xmx` = SOAK_HEAP, `-XX:+AlwaysPreTouch`), so G1 sizing its heap is not mistaken
+for growth and a full GC cannot shrink it. The driver's VmRSS then grows only with what lives
+outside the heap (metaspace, code, threads, direct and native buffers), and the heap's own
+growth is its live data: with a fixed heap the live heap (after System.gc()) is taken at every
+sample, and `soak_jvm_live_heap_growth_ratio` is last/first of it (a leak keeps climbing;
+Spark's bounded histories, e.g. `spark.sql.ui.retainedExecutions` = 1,000 executions, climb
+until full and then stay). `--soak-heap grow` keeps Spark's default sizing (`-Xmx` only), as
+the runs before 2026-12-03 did.
 
 With --json the last line has `e2e_p50_s_<rate>` and `e2e_p99_s_<rate>` (rate as 1k, 10k...;
 with `--sink delta` as `e2e_delta_p50_s_<rate>`...), or the soak's ratios; the whole
@@ -80,6 +91,7 @@ CATCH_UP_TIMEOUT_S = 600.0
 PHASES = ("latestOffset", "walCommit", "getBatch", "queryPlanning", "addBatch")
 SOAK_SETTLE_S = 60.0
 SOAK_SAMPLE_S = 60.0
+SOAK_HEAP = "2g"  # the soak's fixed driver heap (noop sink: the live heap is ~60-70 MiB)
 COLUMNS = ("brokerName", "queueId", "queueOffset", "body")
 
 
@@ -339,7 +351,9 @@ def _live_heap_bytes(spark: SparkSession) -> int:
 
 
 def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, work: Path,
-         *, live_heap: bool = False) -> dict[str, Any]:
+         *, live_heap: bool = False, live_heap_every_sample: bool = False) -> dict[str, Any]:
+    """With `live_heap_every_sample` (a fixed heap: a full GC cannot shrink it) each sample
+    also takes the driver's live heap; with `live_heap` only before the load and at the end."""
     topic = f"e2e_soak_{rate}"
     config = ClientConfig(brokers=(broker.endpoint,))
     _create_topic(config, topic)
@@ -375,6 +389,8 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
                                 "load_1m": load_average(),
                                 "memory": _memory(broker.process.pid, jvm_pid),
                                 "jvm_heap": _jvm_heap(spark)})
+                if live_heap_every_sample:
+                    samples[-1]["jvm_live_heap"] = _live_heap_bytes(spark)
                 print(f"soak {samples[-1]['at_s']} s: {samples[-1]}", flush=True)
                 next_sample += SOAK_SAMPLE_S
             time.sleep(1.0)
@@ -385,6 +401,8 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
         samples.append({"at_s": round(time.monotonic() - started), "load_1m": load_average(),
                         "memory": _memory(broker.process.pid, jvm_pid),
                         "jvm_heap": _jvm_heap(spark)})
+        if live_heap_every_sample:
+            samples[-1]["jvm_live_heap"] = _live_heap_bytes(spark)
         live_heap_end = _live_heap_bytes(spark) if live_heap else 0
     finally:
         query.stop()
@@ -395,7 +413,9 @@ def soak(spark: SparkSession, broker: BrokerProcess, rate: int, minutes: float, 
     heap_first, heap_last = samples[0]["jvm_heap"], samples[-1]["jvm_heap"]
     heap_growth = {name: round(heap_last[name] / heap_first[name], 3)
                    for name in ("after_gc", "committed") if heap_first[name]}
-    if live_heap:
+    if live_heap_every_sample:
+        heap_growth["live"] = round(samples[-1]["jvm_live_heap"] / samples[0]["jvm_live_heap"], 3)
+    elif live_heap:
         heap_growth["live"] = round(live_heap_end / live_heap_start, 3)
     read = sum(n for b, n in rows_by_batch.items() if b not in warm_batches)
     # every message from where the query started, once
@@ -429,14 +449,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--soak-live-heap", action="store_true",
                         help="also take the driver's live heap (a full GC) before the load and "
                              "after it; the GC shrinks the heap, so the RSS ratios then count "
-                             "its regrowth")
+                             "its regrowth (with --soak-heap grow; a fixed heap takes it at "
+                             "every sample)")
+    parser.add_argument("--soak-heap", choices=("fixed", "grow"), default="fixed",
+                        help=f"fixed: the driver's heap is -Xms=-Xmx={SOAK_HEAP}, pre-touched "
+                             "(a long-lived driver's settings); grow: Spark's default sizing")
     args = parser.parse_args(argv)
     rates = [int(rate) for rate in args.rates.split(",") if rate]
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     work = bench_environment()
     broker = BrokerProcess(work / "broker", flushDiskType="ASYNC_FLUSH",
                            mappedFileSizeCommitLog=str(256 << 20)).start()
-    spark = (SparkSession.builder.master("local[2]").appName("bench-e2e")
+    builder = SparkSession.builder
+    fixed_heap = bool(args.soak_minutes) and args.soak_heap == "fixed"
+    if fixed_heap:  # -Xmx comes from spark.driver.memory; Spark refuses -Xmx in the options
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Xms{SOAK_HEAP} -XX:+AlwaysPreTouch")
+    spark = (builder.master("local[2]").appName("bench-e2e")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
@@ -444,7 +473,7 @@ def main(argv: list[str]) -> int:
              .config("spark.python.authenticate.socketTimeout", "120s")
              # the memory sink keeps every row in the driver: 100k msgs/s for 20 s is 2 M
              # rows, past the 1 GB default heap
-             .config("spark.driver.memory", "4g")
+             .config("spark.driver.memory", SOAK_HEAP if fixed_heap else "4g")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     figures: dict[str, float] = {}
@@ -452,7 +481,9 @@ def main(argv: list[str]) -> int:
     try:
         if args.soak_minutes:
             case = soak(spark, broker, args.soak_rate, args.soak_minutes, work,
-                        live_heap=args.soak_live_heap)
+                        live_heap=args.soak_live_heap and not fixed_heap,
+                        live_heap_every_sample=fixed_heap)
+            case["driver_heap"] = f"fixed {SOAK_HEAP}, pre-touched" if fixed_heap else "grow"
             result["soak"] = case
             figures["soak_rss_growth_ratio"] = case["soak_rss_growth_ratio"]
             figures["soak_anon_growth_ratio"] = max(case["anon_growth"].values())
