@@ -7,14 +7,19 @@ degradation, ASYNC_FLUSH: an ack means the master and one slave hold the bytes) 
 3-node NATS JetStream cluster (R3 stream, file storage, default sync: an ack means a majority
 stored it), both from tests/bench/bench_peers.py. The two take turns, R rounds of N sends
 each, one message in flight: `Producer.send` (one 100 B message, one round trip) against
-nats-py's `js.publish`. Each round gives a p50 and a p99 per system; the figures are the
-medians over the rounds, so a burst of load from the other jobs on this shared machine moves
-one round, not the result. The load average is printed with each round.
+nats-py's `js.publish`, from a client connected to the stream's leader (`jetstream_*`: like
+for like, as our producer talks to the master) and from one connected to a follower
+(`jetstream_follower_*`: one forwarding hop more, what two of three JetStream clients get;
+bench_peers.nats_placement says why both). Before 2026-12-03 the JetStream client connected to
+a server picked at random each round. Each round gives a p50 and a p99 per system; the
+figures are the medians over the rounds, so a burst of load from the other jobs on this
+shared machine moves one round, not the result. The load average is printed with each round.
 
 Why this and not `bench peers`: the same latency row, in about a minute instead of ten, for
 measuring a change to the put path before and after (README, "Where the time of one
 acknowledged put goes"). With --json the last line holds `latency_p50_ratio` and
-`latency_p99_ratio` (ours / theirs; lower is better, the goal is p50 <= 1).
+`latency_p99_ratio` (ours / the leader-connected JetStream client's; lower is better, the goal
+is p50 <= 1.5) and `latency_p50_ratio_via_follower`, `latency_p99_ratio_via_follower`.
 """
 
 from __future__ import annotations
@@ -74,9 +79,13 @@ def send_loops(work: Path, with_peer: bool) -> Iterator[dict[str, SendLoop]]:
                 servers = theirs.servers
                 asyncio.run(peers.nats_ready(servers))
                 asyncio.run(peers.nats_stream(servers, "LATENCY", 3))
-                asyncio.run(peers.nats_latency(servers, "LATENCY", WARM_UP_SENDS))
+                leader, follower = asyncio.run(peers.nats_placement(theirs, "LATENCY"))
+                for url in (leader, follower):
+                    asyncio.run(peers.nats_latency([url], "LATENCY", WARM_UP_SENDS))
                 loops["jetstream"] = lambda count: asyncio.run(
-                    peers.nats_latency(servers, "LATENCY", count))
+                    peers.nats_latency([leader], "LATENCY", count))
+                loops["jetstream_follower"] = lambda count: asyncio.run(
+                    peers.nats_latency([follower], "LATENCY", count))
             yield loops
         finally:
             if theirs is not None:
@@ -104,6 +113,9 @@ def run(rounds: int, sends: int, with_peer: bool) -> dict[str, Any]:
         for name in ("p50", "p99"):
             result[f"latency_{name}_ratio"] = round(
                 result[f"rocketha_latency_{name}_ms"] / result[f"jetstream_latency_{name}_ms"], 3)
+            result[f"latency_{name}_ratio_via_follower"] = round(
+                result[f"rocketha_latency_{name}_ms"]
+                / result[f"jetstream_follower_latency_{name}_ms"], 3)
     return result
 
 
@@ -122,8 +134,12 @@ def main(argv: list[str]) -> int:
                f"{result['rocketha_latency_p99_ms']:.3f} ms")
     if not args.no_peer:
         summary += (f"; JetStream R3 p50 {result['jetstream_latency_p50_ms']:.3f} / p99 "
-                    f"{result['jetstream_latency_p99_ms']:.3f} ms; ratio p50 "
-                    f"{result['latency_p50_ratio']:.2f}, p99 {result['latency_p99_ratio']:.2f}")
+                    f"{result['jetstream_latency_p99_ms']:.3f} ms at the leader, "
+                    f"{result['jetstream_follower_latency_p50_ms']:.3f} / "
+                    f"{result['jetstream_follower_latency_p99_ms']:.3f} ms via a follower; "
+                    f"ratio p50 {result['latency_p50_ratio']:.2f} "
+                    f"({result['latency_p50_ratio_via_follower']:.2f} via a follower), p99 "
+                    f"{result['latency_p99_ratio']:.2f}")
     print(summary, flush=True)
     if args.json:
         print(json.dumps(result, sort_keys=True))

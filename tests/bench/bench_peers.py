@@ -121,7 +121,11 @@ class NatsCluster:
 
     @property
     def servers(self) -> list[str]:
-        return [f"nats://127.0.0.1:{port}" for port in self.client_ports.values()]
+        return [self.url(name) for name in self.NAMES]
+
+    def url(self, name: str) -> str:
+        """The client URL of one server (a client given only it stays on it)."""
+        return f"nats://127.0.0.1:{self.client_ports[name]}"
 
     def _conf(self, name: str) -> Path:
         routes = ", ".join(f"nats-route://127.0.0.1:{self.route_ports[other]}"
@@ -335,6 +339,24 @@ async def _stream_leader(js, stream: str) -> str:  # type: ignore[no-untyped-def
     return info.cluster.leader
 
 
+async def nats_placement(cluster: NatsCluster, stream: str) -> tuple[str, str]:
+    """(the stream leader's URL, a follower's URL), once all 3 replicas are current.
+
+    A JetStream client publishes to the server it is connected to, which forwards to the
+    stream's leader: connected to a follower, each publish takes one more hop. nats-py picks a
+    server at random per connection, so a latency measured through `cluster.servers` was the
+    leader's in some rounds and a follower's in others (0.30-0.32 against 0.40 ms p50 in one
+    run of 2026-12-02). Our producer always talks to the master, so the like-for-like peer
+    figure is the leader's; the follower's is what two of three JetStream clients get."""
+    nc = await _nats_connect(cluster.servers)
+    try:
+        leader = await _stream_whole(nc.jetstream(), stream, READY_TIMEOUT_S)
+    finally:
+        await nc.close()
+    follower = next(name for name in cluster.NAMES if name != leader)
+    return cluster.url(leader), cluster.url(follower)
+
+
 async def _stream_whole(js, stream: str, timeout_s: float) -> str:  # type: ignore
     """The stream's leader, once all 3 replicas are current."""
     deadline = time.monotonic() + timeout_s
@@ -533,7 +555,8 @@ def publish_cases(binary: str, work: Path, durability: str, seconds: float,
                       f"msgs/s, JetStream (pipelined) {theirs:10,.0f} msgs/s, ratio "
                       f"{ours / theirs:.2f}", flush=True)
         if latency:
-            theirs_s = asyncio.run(nats_latency(nats.servers, "R3", LATENCY_SENDS))
+            leader_url, _ = asyncio.run(nats_placement(nats, "R3"))  # like for like
+            theirs_s = asyncio.run(nats_latency([leader_url], "R3", LATENCY_SENDS))
             ours_s = rh_latency(sets[3].config(), "pub3", LATENCY_SENDS)
             for system, samples in (("jetstream", theirs_s), ("rocketha", ours_s)):
                 figures[f"{system}_latency_p50_ms"] = percentile_ms(samples, 0.5)
