@@ -11,7 +11,9 @@ a broker answers BAD_REQUEST).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 from storage_engine.errors import InvalidNameError
@@ -45,7 +47,14 @@ def check_topic_name(topic: object) -> str:
 
 
 def queue_dir(root: Path, topic: str, queue_id: int | None = None) -> Path:
-    """`root/<topic>[/<queue_id>]`, checked: a valid name and id, and inside `root`."""
+    """`root/<topic>[/<queue_id>]`, checked: a valid name and id, and inside `root`.
+
+    Cost: this runs on a queue's first put, under the store's lock. The name rule leaves no
+    empty, `.`, `..` or `/` component, so the path is inside `root` unless one of its new
+    components (the topic's or the queue's directory) is a symlink: one lstat each finds out,
+    and only a symlink pays for resolving both paths (Path.resolve lstats every component
+    from `/`: 13 syscalls and ~0.3 ms of a first put at 10,000 queues, scale.md).
+    """
     check_topic_name(topic)
     path = root / topic
     if queue_id is not None:
@@ -53,7 +62,24 @@ def queue_dir(root: Path, topic: str, queue_id: int | None = None) -> Path:
                 not 0 <= queue_id <= QUEUE_ID_MAX:
             raise InvalidNameError(f"queue id {queue_id!r:.40} outside 0..{QUEUE_ID_MAX}")
         path = path / str(queue_id)
+    if _no_symlink_below(root, path):
+        return path
     resolved_root = root.resolve()
     if not path.resolve().is_relative_to(resolved_root) or path.resolve() == resolved_root:
         raise InvalidNameError(f"{path} is not inside {root}")
     return path
+
+
+def _no_symlink_below(root: Path, path: Path) -> bool:
+    """True when no component of `path` below `root` exists as a symlink (a missing one ends
+    the walk: nothing below it exists either)."""
+    cursor = root
+    for part in path.parts[len(root.parts):]:
+        cursor = cursor / part
+        try:
+            mode = os.lstat(cursor).st_mode
+        except FileNotFoundError:
+            return True
+        if stat.S_ISLNK(mode):
+            return False
+    return True

@@ -64,6 +64,7 @@ from controller.api import (
     RoleChange,
     TopicInfo,
 )
+from ha.broker.metadata import TopicConfig
 from ha.replication.role_core import newer
 
 __all__ = ["ControllerClient", "ControllerLink", "ControllerUnavailableError", "HeartbeatState"]
@@ -168,6 +169,27 @@ class HeartbeatState:
         self.master_lease_lapsed = False  # a master whose lease had lapsed before the read
         self.master_epoch_abandoned = 0  # a restarted master refusing its old epoch (0: none)
         self.leaving = False  # lame duck: about to stop (ha/broker/handover.py)
+
+
+class HeartbeatTopics:
+    """The topics a heartbeat reports, built again only when they changed.
+
+    Why: each heartbeat (1 s) rebuilt a TopicInfo per topic, ~1.4 ms of CPU at 1,250 topics
+    holding the GIL the broker's puts need (docs/benchmarks/scale.md, issue 42). The topic
+    list holds the same config objects while none changed, so the compare is one identity
+    check per topic. Called by the link thread only."""
+
+    def __init__(self) -> None:
+        self._topics: list[TopicConfig] = []
+        self._infos: tuple[TopicInfo, ...] = ()
+
+    def __call__(self, topics: list[TopicConfig]) -> tuple[TopicInfo, ...]:
+        if topics != self._topics:
+            self._infos = tuple(TopicInfo(topic.name, topic.read_queue_nums,
+                                          topic.write_queue_nums, topic.perm)
+                                for topic in topics)
+            self._topics = topics
+        return self._infos
 
 
 class ControllerLink:

@@ -25,9 +25,13 @@ from conf.extras import extra_refusal
 from conf.metrics_http import metrics_access
 from conf.process import BROKER_PROGRAM, refuse, start_server
 from conf.tls_reload import install_sighup
-from controller.api import TopicInfo
 from ha.broker.config import BrokerConfig
-from ha.broker.controller_link import ControllerClient, ControllerLink, HeartbeatState
+from ha.broker.controller_link import (
+    ControllerClient,
+    ControllerLink,
+    HeartbeatState,
+    HeartbeatTopics,
+)
 from ha.broker.handover import hand_over_to_slave
 from ha.broker.live_config import LiveConfig
 from ha.broker.metrics import serve_metrics
@@ -179,6 +183,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
     if not config.enable_controller_mode:
         return None, None
     store = service.store
+    topic_infos = HeartbeatTopics()
 
     def report() -> HeartbeatState:
         state = HeartbeatState()
@@ -189,8 +194,7 @@ def _start_controller_link(config: BrokerConfig, service: BrokerService,
         state.master_epoch = getattr(store.epochs.last, "epoch", 0)
         state.max_log_position = stats.log_position_end
         state.confirm_log_position = stats.confirm_log_position
-        state.topics = tuple(TopicInfo(topic.name, topic.read_queue_nums, topic.write_queue_nums,
-                                       topic.perm) for topic in service.topics.all())
+        state.topics = topic_infos(service.topics.all())
         state.master_unreachable_epoch = service.replication.master_unreachable_epoch()
         state.master_epoch_abandoned = roles.abandoned_epoch()
         state.leaving = service.replication.handover.leaving

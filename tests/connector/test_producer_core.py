@@ -387,3 +387,24 @@ def test_a_lane_counts_its_keyed_messages_until_answered() -> None:
     (batch,) = core.poll(0.0)
     core.complete(batch, PutReply("PUT_OK", 0, [[0, 0, 2]], None, 9), 0.0)
     assert not core.lane_has_keys(("t", None, None))
+
+
+def test_idle_lanes_leave_the_walk_and_come_back_with_their_sequence() -> None:
+    """poll/next_wakeup_s walk only lanes that may hold messages (issue 42: a producer of
+    10,000 queues walked every lane it ever used, twice per send). A lane found idle leaves
+    that walk; its next message brings it back with its producer id and next sequence."""
+    core = _core()
+    ok = PutReply("PUT_OK", 0, [[0, 0, 1]], None, 9)
+    for queue_id in range(50):  # one message to each of 50 lanes, answered
+        core.append(("t", None, queue_id), _msg(queue_id), 0.0, urgent=True)
+        (batch,) = core.poll(0.0)
+        core.complete(batch, ok, 0.0)
+    assert core.next_wakeup_s() is None and core.poll(1.0) == []
+    assert len(core._busy) == 0 and len(list(core.lanes())) == 50
+    core.append(("t", None, 7), _msg(100), 1.0)  # lingers: a wake-up, then it leaves
+    assert core.next_wakeup_s() == 1.005 and core.poll(1.001) == []
+    (again,) = core.poll(1.006)
+    assert again.producer_id == "p.7" and again.sequence == 1 and len(core._busy) == 1
+    core.append(("t", None, 50), _msg(101), 1.006, urgent=True)  # a new lane: a new id
+    (new,) = core.poll(1.006)
+    assert new.producer_id == "p.50" and new.sequence == 0

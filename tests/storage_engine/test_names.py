@@ -52,3 +52,27 @@ def test_store_refuses_to_delete_outside_itself(tmp_path: Path) -> None:
     (tmp_path / "store" / "consumequeue" / "..weird").mkdir()  # left by hand: ignored on open
     MessageStore(tmp_path / "store", StoreConfig(commit_log_segment_size_bytes=1 << 20,
                                                  message_size_max_bytes=4096)).close()
+
+
+@pytest.mark.parametrize("link_at", ["topic", "queue"])
+def test_a_symlink_out_of_the_store_is_refused(link_at: str, tmp_path: Path) -> None:
+    """queue_dir checks only the new components with lstat (first-put cost, issue 42): a
+    symlink there still sends it to the full resolve, which refuses a way out."""
+    root, outside = tmp_path / "consumequeue", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    if link_at == "topic":
+        (root / "orders").symlink_to(outside)
+    else:
+        (root / "orders").mkdir()
+        (root / "orders" / "3").symlink_to(outside)
+    with pytest.raises(InvalidNameError):
+        queue_dir(root, "orders", 3)
+    if link_at == "queue":  # its sibling is a plain (missing) directory
+        assert queue_dir(root, "orders", 4) == root / "orders" / "4"
+
+
+def test_a_symlink_inside_the_store_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "orders").symlink_to(tmp_path / "elsewhere")
+    assert queue_dir(tmp_path, "orders", 3) == tmp_path / "orders" / "3"
