@@ -23,7 +23,8 @@ tests/bench/results/scale-<date>[-full][-<curves>].{json,png}; `--reshape FILE.j
 computes a saved run's shapes, keys and PNG again from its points. With --json the last
 line is the keys:
 `put_p99_ratio_<top>_vs_8_queues` (and `..._open_streams`: the producer's streams to every
-topic open first), `rss_bytes_per_queue`, `restart_s_<size>GiB`,
+topic open first; `..._written`: every queue written once first, the steady state),
+`rss_bytes_per_queue`, `restart_s_<size>GiB`,
 `clean_restart_s_<size>GiB`, `catchup_mb_s`, `put_p99_ratio_<top>_producers` (<top> as a
 number: `put_p99_ratio_1000_producers`),
 `commits_per_s_ratio_<top>_groups`, `failover_p50_s_<top>_sets` (<top>: the largest size the
@@ -105,6 +106,10 @@ def keys(curves: dict[str, Any]) -> dict[str, float]:
             result[f"put_p99_ratio_{_size_label(top['queues'])}_vs_{first['queues']}"
                    "_queues_open_streams"] = round(
                 top["put_p99_ms_open_streams"] / first["put_p99_ms_open_streams"], 3)
+        if "put_p99_ms_written" in top and "put_p99_ms_written" in first:
+            result[f"put_p99_ratio_{_size_label(top['queues'])}_vs_{first['queues']}"
+                   "_queues_written"] = round(
+                top["put_p99_ms_written"] / first["put_p99_ms_written"], 3)
         result["rss_bytes_per_queue"] = round(
             (top["broker_rss_bytes"] - first["broker_rss_bytes"])
             / (top["queues"] - first["queues"]))

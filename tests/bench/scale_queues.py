@@ -12,7 +12,11 @@ queues each (`Admin.create_topic`); at each size:
     one untimed message to queue 0 of every topic, as a long-lived producer of these topics
     would have, then times PUT_SAMPLES sends drawn the same way (the broker's first put to
     most of those queues is still in it);
-  - broker RSS and threads (/proc), after the puts;
+  - the same with every queue written (`put_p99_ms_written`): a third Producer first sends one
+    untimed message to every queue, so the timed sends meet queues in use, as a broker that
+    has served its N queues for a while holds them (the steady state at N queues; the two
+    above also time each queue's one-off first put);
+  - broker RSS and threads (/proc), after the puts of the two above (before the third);
   - controller CPU: its utime + stime over CPU_WINDOW_S of idle broker (only heartbeats), as a
     share of one core; heartbeat bytes: the JSON body of the BrokerHeartbeat the broker sends,
     built by the controller API's own codec from the broker's topic list (every topic rides in
@@ -71,11 +75,12 @@ def _heartbeat_bytes(admin: Admin, endpoint: str) -> int:
     return len(json.dumps(beat.to_json()).encode())
 
 
-def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = False
-          ) -> list[float]:
+def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = False,
+          written: bool = False) -> list[float]:
     """Latencies of `samples` sends to random queues; with `open_streams`, after one untimed
-    send to every topic (module docstring)."""
-    chooser = random.Random(queues + open_streams)
+    send to every topic; with `written`, after one untimed send to every queue (module
+    docstring)."""
+    chooser = random.Random(queues + open_streams + 2 * written)
     latencies = []
     with Producer(ClientConfig(brokers=(endpoint,))) as producer:
         for _ in range(PUT_WARMUP):
@@ -83,6 +88,10 @@ def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = Fals
         if open_streams:
             for topic_index in range(queues // QUEUES_PER_TOPIC):
                 assert producer.send(f"q{topic_index}", BODY, queue_id=0).ok
+        if written:
+            for queue in range(queues):
+                assert producer.send(f"q{queue // QUEUES_PER_TOPIC}", BODY,
+                                     queue_id=queue % QUEUES_PER_TOPIC).ok
         for _ in range(samples):
             queue = chooser.randrange(queues)
             topic, queue_id = f"q{queue // QUEUES_PER_TOPIC}", queue % QUEUES_PER_TOPIC
@@ -117,15 +126,20 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
             latencies = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples)
             warm = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples, open_streams=True)
             assert broker.process is not None
+            rss = rss_bytes(broker.process.pid), rss_split_bytes(broker.process.pid)[0]
+            broker_threads = threads(broker.process.pid)
+            # after the memory figures, which count what the two curves above left
+            written = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples, written=True)
             row: dict[str, Any] = {
                 "queues": topics * QUEUES_PER_TOPIC, "load_1m": load_average(),
                 "put_p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
                 "put_p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
                 "put_p50_ms_open_streams": round(percentile(warm, 0.5) * 1000, 3),
                 "put_p99_ms_open_streams": round(percentile(warm, 0.99) * 1000, 3),
-                "broker_rss_bytes": rss_bytes(broker.process.pid),
-                "broker_threads": threads(broker.process.pid),
-                "broker_rss_anon_bytes": rss_split_bytes(broker.process.pid)[0],
+                "put_p50_ms_written": round(percentile(written, 0.5) * 1000, 3),
+                "put_p99_ms_written": round(percentile(written, 0.99) * 1000, 3),
+                "broker_rss_bytes": rss[0], "broker_threads": broker_threads,
+                "broker_rss_anon_bytes": rss[1],
                 "heartbeat_bytes": _heartbeat_bytes(admin, broker.endpoint)}
             controller_pid = controllers.processes[1].pid
             before = cpu_s(controller_pid)
@@ -138,7 +152,8 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
             print(f"queues {row['queues']:6d}: put p50 {row['put_p50_ms']:.2f} ms p99 "
                   f"{row['put_p99_ms']:.2f} ms (streams open: p50 "
                   f"{row['put_p50_ms_open_streams']:.2f} ms p99 "
-                  f"{row['put_p99_ms_open_streams']:.2f} ms), "
+                  f"{row['put_p99_ms_open_streams']:.2f} ms; every queue written: p50 "
+                  f"{row['put_p50_ms_written']:.2f} ms p99 {row['put_p99_ms_written']:.2f} ms), "
                   f"RSS {row['broker_rss_bytes'] / 2**20:.0f} MiB "
                   f"(anon {row['broker_rss_anon_bytes'] / 2**20:.0f}), "
                   f"heartbeat {row['heartbeat_bytes']:,} B, controller CPU "
