@@ -32,6 +32,7 @@ from ha.broker.controller_link import (
     HeartbeatState,
     HeartbeatTopics,
 )
+from ha.broker.descriptors import make_room
 from ha.broker.handover import hand_over_to_slave
 from ha.broker.live_config import LiveConfig
 from ha.broker.metrics import serve_metrics
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
+    make_room(config.store_dir)  # descriptors for every queue's segment and mapping
     try:
         store = MessageStore(config.store_dir, config.store,
                              store_host=(config.broker_ip, config.listen_port),

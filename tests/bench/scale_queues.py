@@ -12,10 +12,13 @@ queues each (`Admin.create_topic`); at each size:
     one untimed message to queue 0 of every topic, as a long-lived producer of these topics
     would have, then times PUT_SAMPLES sends drawn the same way (the broker's first put to
     most of those queues is still in it);
-  - the same with every queue written (`put_p99_ms_written`): a third Producer first sends one
-    untimed message to every queue, so the timed sends meet queues in use, as a broker that
-    has served its N queues for a while holds them (the steady state at N queues; the two
-    above also time each queue's one-off first put);
+  - the same with every queue written (`put_p99_ms_written`): another Producer first writes
+    one untimed message to every queue (a batch of QUEUES_PER_TOPIC rows per topic), so the
+    timed sends of a third meet queues in use, as a broker that has served its N queues for
+    a while holds them: the broker's one-off first put to a queue is out, the client's
+    stream per (topic, queue) lane it sends to is still opened on its first send (a Producer
+    keeps a DoPut stream per lane, so one sending to every one of 10,000 queues would hold
+    10,000 streams, past putStreamsMax);
   - broker RSS and threads (/proc), after the puts of the two above (before the third);
   - controller CPU: its utime + stime over CPU_WINDOW_S of idle broker (only heartbeats), as a
     share of one core; heartbeat bytes: the JSON body of the BrokerHeartbeat the broker sends,
@@ -88,10 +91,14 @@ def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = Fals
         if open_streams:
             for topic_index in range(queues // QUEUES_PER_TOPIC):
                 assert producer.send(f"q{topic_index}", BODY, queue_id=0).ok
-        if written:
-            for queue in range(queues):
-                assert producer.send(f"q{queue // QUEUES_PER_TOPIC}", BODY,
-                                     queue_id=queue % QUEUES_PER_TOPIC).ok
+        if written:  # another producer, one batch per topic: one stream per topic (a
+            # send per queue would open a stream per queue, past putStreamsMax at 10,000)
+            with Producer(ClientConfig(brokers=(endpoint,))) as writer:
+                for topic_index in range(queues // QUEUES_PER_TOPIC):
+                    results = writer.send_batch(
+                        f"q{topic_index}", [{"body": BODY, "queue_id": queue_id}
+                                            for queue_id in range(QUEUES_PER_TOPIC)])
+                    assert all(result.ok for result in results)
         for _ in range(samples):
             queue = chooser.randrange(queues)
             topic, queue_id = f"q{queue // QUEUES_PER_TOPIC}", queue % QUEUES_PER_TOPIC
