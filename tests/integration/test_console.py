@@ -20,6 +20,7 @@ import pytest
 
 from connector import Admin, ClientConfig, Producer
 from tests.integration.operated_cluster import OperatedCluster, wait_for
+from tests.support.page import page_text
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +49,7 @@ def browser():  # type: ignore[no-untyped-def]
         driver.quit()
 
 
-def _text(driver, css: str) -> str:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.common.by import By
-
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return " | ".join(element.text for element in found)
+_text = page_text  # one script call: no stale element after a redraw
 
 
 # A row of #tables as {header: cell text}, read in one script call: the page redraws its

@@ -28,6 +28,7 @@ import pytest
 from connector.client import ClientConfig, Producer
 from tests.integration.operated_cluster import wait_for
 from tests.integration.test_console import CHROMEDRIVER, CHROMIUM
+from tests.support.page import page_text
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,10 +58,7 @@ def secure_browser():  # type: ignore[no-untyped-def]
         driver.quit()
 
 
-def _text(driver, css: str) -> str:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.common.by import By
-
-    return " | ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, css))
+_text = page_text  # one script call: no stale element after a redraw
 
 
 def _log_in(driver, url: str, access_key: str, secret_key: str) -> None:  # type: ignore[no-untyped-def]
