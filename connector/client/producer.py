@@ -41,6 +41,7 @@ from connector.client.producer_core import (
 )
 from connector.client.put_channel import _PutChannel
 from connector.client.routes import route_provider, writable_queue_counts
+from connector.client.stream_pool import StreamPool
 from connector.errors import RoutesUnavailableError
 from connector.protocol import PutIdempotence, PutReply, RocketHAError
 
@@ -66,7 +67,8 @@ class Producer:
     Messages waiting for an answer hold at most `buffer_bytes`; past that `send_async` blocks up to
     `max_block_ms`, then raises ProducerBufferFullError. `send` marks its lane urgent (no linger)
     and runs the round trip on the calling thread when the lane is idle, so its latency is a round
-    trip's.
+    trip's. The producer's DoPut streams are shared by its lanes: a stream per (broker, topic)
+    per round trip in flight there, not per queue (connector/client/stream_pool.py).
 
     With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
     retry of a batch the broker already stored (the reply was lost, e.g. its master died
@@ -101,12 +103,15 @@ class Producer:
         self._producer_id = uuid.uuid4().hex if idempotent else None
         self._sequence = 0
         self._routes = _Routes(config.brokers)  # shared by every channel below
-        self._channel = _PutChannel(config, idempotent=idempotent, routes=self._routes)
+        # idle DoPut streams, shared by every channel below: as many per (broker, topic) as
+        # round trips ran there at once, not one per lane (connector/client/stream_pool.py)
+        self._streams = StreamPool()
+        self._channel = _PutChannel(config, idempotent=idempotent, routes=self._routes,
+                                    streams=self._streams)
         self._lane_channels: dict[LaneKey, _PutChannel] = {}
         self._lock = threading.Lock()
-        # `send_batch` and `put` are thread-safe: their round trips share self._channel's DoPut
-        # stream, and two threads writing one stream abort the process (gRPC
-        # GRPC_CALL_ERROR_TOO_MANY_OPERATIONS); an idempotent sequence must also be taken and
+        # `send_batch` and `put` are thread-safe: their round trips share self._channel (its
+        # retries and master watch are one thread's); an idempotent sequence must also be taken and
         # sent by one thread at a time (two batches with one sequence: the second would be
         # answered as a duplicate without being stored). `send` goes through the lanes, one
         # batch in flight per lane (connector/client/async_sender.py).
@@ -294,7 +299,7 @@ class Producer:
         return reply
 
     def _lane_channel(self, lane: LaneKey) -> _PutChannel:
-        """The channel of a lane (its streams and master watch; the routes are shared), in
+        """The channel of a lane (its master watch; the routes and streams are shared), in
         the lane's replica set when it names one."""
         channel = self._lane_channels.get(lane)
         if channel is None:
@@ -303,7 +308,7 @@ class Producer:
                 if channel is None:
                     channel = self._lane_channels[lane] = _PutChannel(
                         self.config, idempotent=self.idempotent, routes=self._routes,
-                        broker_name=lane[1])
+                        broker_name=lane[1], streams=self._streams)
         return channel
 
     # -- synchronous batches ----------------------------------------------------------------
@@ -330,7 +335,7 @@ class Producer:
     def put(self, topic: str, batch: pa.RecordBatch) -> PutReply:
         """Send one Arrow batch (PRODUCE_SCHEMA columns) and return the broker's reply, with
         the retry policy; non-stored statuses that are not retriable come back as replies."""
-        with self._send_lock:  # one round trip at a time on the shared stream (see __init__)
+        with self._send_lock:  # one round trip at a time on the shared channel (see __init__)
             return self._channel.put(topic, batch)
 
     def close(self, timeout_ms: int | None = None) -> None:
@@ -344,6 +349,7 @@ class Producer:
             self._lane_channels.clear()
         for channel in channels:
             channel.close()
+        self._streams.close()
 
     def __enter__(self) -> Self:
         return self

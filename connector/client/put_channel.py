@@ -1,6 +1,7 @@
-"""One sequence of put round trips for the Producer: its DoPut streams (one per (topic,
-schema), rotated before gRPC's deadline cuts them), its retries, and (idempotent, with a
-controller) the master watch that gives up on a put whose master was replaced.
+"""One sequence of put round trips for the Producer: its retries, and (idempotent, with a
+controller) the master watch that gives up on a put whose master was replaced. Its DoPut
+streams come from the Producer's StreamPool (connector/client/stream_pool.py), shared by all
+its channels, rotated before gRPC's deadline cuts them.
 
 An idempotent batch is retried only in the replica set it was first sent to: the idempotence
 table that recognises a retry is per set (`_PutChannel._pinned`).
@@ -8,8 +9,6 @@ table that recognises a retry is per set (`_PutChannel._pinned`).
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 import time
 
 import pyarrow as pa
@@ -22,6 +21,7 @@ from connector.client.connections import _connection, as_rocketha_error
 from connector.client.discovery import _alive_masters, _masters_of, controller_cluster_list
 from connector.client.master_watch import RoundTrips, replacement_of
 from connector.client.producer_core import STORED_NOT_ACKED
+from connector.client.stream_pool import StreamPool, _Stream, close_quietly
 from connector.protocol import (
     FatalError,
     PutReply,
@@ -43,29 +43,21 @@ class _StoredNotAcked(RetriableError):
         self.reply = reply
 
 
-@dataclasses.dataclass
-class _Stream:
-    endpoint: str
-    schema: pa.Schema
-    writer: flight.FlightStreamWriter
-    reader: flight.FlightMetadataReader
-    rotate_at_s: float  # monotonic time after which no new batch goes on this stream
-
-
 class _PutChannel(_Base):
-    """One sequence of put round trips: its DoPut streams (one per (topic, schema)) and
-    (idempotent with a controller) its master watch; its routes are the Producer's, shared
-    with its other channels. One thread at a time: the Producer's synchronous `put`, or one
-    lane of its asynchronous sends."""
+    """One sequence of put round trips and (idempotent with a controller) its master watch;
+    its routes and its streams are the Producer's, shared with its other channels. One thread
+    at a time: the Producer's synchronous `put`, or one lane of its asynchronous sends."""
 
     def __init__(self, config: ClientConfig, *, idempotent: bool,
-                 routes: _Routes | None = None, broker_name: str | None = None) -> None:
+                 routes: _Routes | None = None, broker_name: str | None = None,
+                 streams: StreamPool | None = None) -> None:
         super().__init__(config, routes)
         self.idempotent = idempotent
-        self._streams: dict[tuple[str, pa.Schema], _Stream] = {}
-        # The last stream used, checked first (schema equality, ~0.7 us): hashing a pa.Schema
-        # for the dict costs ~6 us, on every single send
-        self._last_stream: tuple[str, pa.Schema, _Stream] | None = None
+        self._own_streams = streams is None  # (a channel alone closes its pool with itself)
+        self._streams = StreamPool() if streams is None else streams
+        # The shelf of the last key used, checked first (schema equality, ~0.7 us): hashing a
+        # pa.Schema to look the key up costs ~6 us, on every single send
+        self._last_shelf: tuple[str, str, pa.Schema, list[_Stream]] | None = None
         self._round_trips = (RoundTrips(config.master_check_after_ms / 1000.0,
                                         config.master_check_interval_ms / 1000.0)
                              if idempotent and config.controller else None)
@@ -168,8 +160,8 @@ class _PutChannel(_Base):
         to a paused master blocks in do_put until its deadline (gRPC queues the call while
         the channel connects), which a lane whose old stream had rotated, or that had not sent
         to this topic yet, used to wait out (the paused-master tests)."""
-        key = (topic, batch.schema)
-        reused = self._reusable_stream(key, endpoint)
+        shelf = self._shelf(endpoint, topic, batch.schema)
+        reused = self._streams.take(shelf)
         opened: list[_Stream] = []
 
         def job() -> pa.Buffer:
@@ -182,7 +174,7 @@ class _PutChannel(_Base):
         def close_streams(_: object) -> None:
             for stream in (reused, *opened):
                 if stream is not None:
-                    _close_quietly(stream)
+                    close_quietly(stream)
 
         try:
             if self._round_trips is None:
@@ -191,19 +183,14 @@ class _PutChannel(_Base):
                 metadata = self._round_trips.run(job, lambda: self._replaced(endpoint),
                                                  close_streams)
         except RoundTrips.Abandoned as abandoned:
-            self._forget_stream(key)  # close_streams closes it once the job ends
+            # (close_streams closes the stream once the job ends; it is never given back)
             self._routes.stale = True
             raise RetriableError(status_for("NOT_MASTER"), str(abandoned)) from None
         except (flight.FlightError, RocketHAError, OSError, pa.ArrowException):
-            self._forget_stream(key)
             close_streams(None)
             raise
-        except BaseException:  # interrupted: the streams may still be in a worker's hands
-            self._forget_stream(key)
-            raise
-        if opened:
-            self._streams[key] = opened[0]
-            self._last_stream = (topic, batch.schema, opened[0])
+        # (interrupted otherwise: the stream may still be in a worker's hands, never given back)
+        self._streams.give(shelf, reused if reused is not None else opened[0])
         reply = PutReply.decode(metadata.to_pybytes())
         if reply.status in STORED_NOT_ACKED and self.config.controller is not None:
             self._routes.stale = True  # maybe a deposed or cut-off master: ask again
@@ -225,31 +212,21 @@ class _PutChannel(_Base):
         return (f"the controller replaced master {endpoint} by {replacement} while a put "
                 f"waited on it")
 
-    def _reusable_stream(self, key: tuple[str, pa.Schema], endpoint: str) -> _Stream | None:
-        """The open DoPut stream for `key` on `endpoint`, or None when a new one is needed.
-
-        gRPC's deadline covers a whole stream, so a stream lives 2 x request_timeout_ms and
-        takes no new batch after the first request_timeout_ms: every put gets its full
-        timeout, and a busy stream is never cut mid-batch (that made the client re-send a
-        batch the broker had stored). A stream replaced (rotated, or on another endpoint) is
-        closed on a thread of its own: closing waits for the broker's final status, which a
-        paused master never sends before the stream's deadline."""
-        last = self._last_stream
-        if last is not None and last[0] == key[0] and last[1] == key[1]:
-            stream: _Stream | None = last[2]
-        else:
-            stream = self._streams.get(key)
-        if stream is None:
-            return None
-        if stream.endpoint == endpoint and time.monotonic() < stream.rotate_at_s:
-            self._last_stream = (key[0], key[1], stream)
-            return stream
-        self._forget_stream(key)
-        threading.Thread(target=_close_quietly, args=(stream,), name="rocketha-close",
-                         daemon=True).start()
-        return None
+    def _shelf(self, endpoint: str, topic: str, schema: pa.Schema) -> list[_Stream]:
+        """The pool's idle streams for (endpoint, topic, schema)."""
+        last = self._last_shelf
+        if (last is not None and last[0] == endpoint and last[1] == topic
+                and (last[2] is schema or last[2] == schema)):
+            return last[3]
+        shelf = self._streams.shelf(endpoint, topic, schema)
+        self._last_shelf = (endpoint, topic, schema, shelf)
+        return shelf
 
     def _open_stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
+        """gRPC's deadline covers a whole stream, so a stream lives 2 x request_timeout_ms and
+        takes no new batch after the first request_timeout_ms: every put gets its full
+        timeout, and a busy stream is never cut mid-batch (that made the client re-send a
+        batch the broker had stored)."""
         timeout_s = self.config.request_timeout_ms / 1000.0
         command = produce_descriptor_command(topic)
         descriptor = flight.FlightDescriptor.for_command(command)
@@ -258,19 +235,9 @@ class _PutChannel(_Base):
                                               2 * timeout_s))
         return _Stream(endpoint, schema, writer, reader, time.monotonic() + timeout_s)
 
-    def _forget_stream(self, key: tuple[str, pa.Schema]) -> None:
-        self._last_stream = None
-        self._streams.pop(key, None)
-
-    def _close_stream(self, topic: str, schema: pa.Schema) -> None:
-        self._last_stream = None
-        stream = self._streams.pop((topic, schema), None)
-        if stream is not None:
-            _close_quietly(stream)
-
     def close(self) -> None:
-        for topic, schema in list(self._streams):
-            self._close_stream(topic, schema)
+        if self._own_streams:
+            self._streams.close()
         if self._round_trips is not None:
             self._round_trips.close()
 
@@ -284,11 +251,3 @@ def _round_trip(stream: _Stream, batch: pa.RecordBatch) -> pa.Buffer:
         raise RetriableError(status_for("SERVICE_NOT_AVAILABLE"),
                              "produce stream closed without a reply")
     return metadata
-
-
-def _close_quietly(stream: _Stream) -> None:
-    try:
-        stream.writer.done_writing()
-        stream.writer.close()
-    except (flight.FlightError, OSError, pa.ArrowException):
-        pass  # the stream is already broken; the error was (or will be) reported

@@ -7,18 +7,16 @@ queues each (`Admin.create_topic`); at each size:
   - put p50/p99: PUT_SAMPLES single 100 B `Producer.send` calls, one in flight, each to a queue
     drawn at random among all of them (a cold queue is part of the cost at many queues), from
     a new Producer: most samples at many queues are also its first send to their topic, which
-    opens the client's produce stream for that topic;
+    opens the client's produce stream for that topic (a Producer's lanes share its streams:
+    one per topic here, connector/client/stream_pool.py);
   - the same with the streams open (`put_p99_ms_open_streams`): a second Producer first sends
     one untimed message to queue 0 of every topic, as a long-lived producer of these topics
     would have, then times PUT_SAMPLES sends drawn the same way (the broker's first put to
     most of those queues is still in it);
-  - the same with every queue written (`put_p99_ms_written`): another Producer first writes
-    one untimed message to every queue (a batch of QUEUES_PER_TOPIC rows per topic), so the
-    timed sends of a third meet queues in use, as a broker that has served its N queues for
-    a while holds them: the broker's one-off first put to a queue is out, the client's
-    stream per (topic, queue) lane it sends to is still opened on its first send (a Producer
-    keeps a DoPut stream per lane, so one sending to every one of 10,000 queues would hold
-    10,000 streams, past putStreamsMax);
+  - the same with every queue written (`put_p99_ms_written`), the steady state: another
+    Producer first writes one untimed message to every queue (a batch of QUEUES_PER_TOPIC
+    rows per topic), and the timed one opens its streams as above, so its sends meet queues
+    in use and streams open, as on a broker that has served its N queues for a while;
   - broker RSS and threads (/proc), after the puts of the two above (the third comes last);
   - controller CPU: its utime + stime over CPU_WINDOW_S of idle broker (only heartbeats), as a
     share of one core; heartbeat bytes: the JSON body of the BrokerHeartbeat the broker sends,
@@ -81,24 +79,23 @@ def _heartbeat_bytes(admin: Admin, endpoint: str) -> int:
 def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = False,
           written: bool = False) -> list[float]:
     """Latencies of `samples` sends to random queues; with `open_streams`, after one untimed
-    send to every topic; with `written`, after one untimed send to every queue (module
+    send to every topic; with `written`, that and one untimed write to every queue (module
     docstring)."""
     chooser = random.Random(queues + open_streams + 2 * written)
     latencies = []
     with Producer(ClientConfig(brokers=(endpoint,))) as producer:
         for _ in range(PUT_WARMUP):
             producer.send("q0", BODY, queue_id=0)
-        if open_streams:
-            for topic_index in range(queues // QUEUES_PER_TOPIC):
-                assert producer.send(f"q{topic_index}", BODY, queue_id=0).ok
-        if written:  # another producer, one batch per topic: one stream per topic (a
-            # send per queue would open a stream per queue, past putStreamsMax at 10,000)
+        if written:  # another producer, one batch per topic
             with Producer(ClientConfig(brokers=(endpoint,))) as writer:
                 for topic_index in range(queues // QUEUES_PER_TOPIC):
                     results = writer.send_batch(
                         f"q{topic_index}", [{"body": BODY, "queue_id": queue_id}
                                             for queue_id in range(QUEUES_PER_TOPIC)])
                     assert all(result.ok for result in results)
+        if open_streams or written:
+            for topic_index in range(queues // QUEUES_PER_TOPIC):
+                assert producer.send(f"q{topic_index}", BODY, queue_id=0).ok
         for _ in range(samples):
             queue = chooser.randrange(queues)
             topic, queue_id = f"q{queue // QUEUES_PER_TOPIC}", queue % QUEUES_PER_TOPIC

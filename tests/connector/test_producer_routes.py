@@ -96,7 +96,7 @@ def test_a_new_stream_to_a_paused_master_is_abandoned_once_it_is_replaced(
     assert raised.value.name == "NOT_MASTER"
     assert time.monotonic() - started < ABANDON_WITHIN_S
     assert channel._routes.stale  # the next attempt asks the controller first
-    assert not channel._streams
+    assert channel._streams.idle_count() == 0  # abandoned: closed, never given back
     channel.close()
 
 

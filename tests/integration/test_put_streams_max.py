@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from pyarrow import flight
 
-from connector import ClientConfig, Producer
+from connector import Admin, ClientConfig, Producer
 from connector.protocol import (
     PutReply,
     RocketHAError,
@@ -127,3 +127,19 @@ def test_a_producer_past_the_limit_gets_one_line_naming_the_key(broker: BrokerPr
     finally:
         broker.action("set_config", {"key": "putStreamsMax", "value": "2"})
         client.close()
+
+
+def test_a_producer_writing_many_queues_shares_its_streams(broker: BrokerProcess) -> None:
+    """A Producer's lanes (one per queue) share its DoPut streams: one sending to 40 queues
+    of a topic, one send at a time, holds one stream, well under putStreamsMax (2). With a
+    stream per lane its third queue was refused BUSY."""
+    _wait_streams(broker, 0)
+    queues = 40
+    Admin(ClientConfig(brokers=(broker.endpoint,))).create_topic("many", queues=queues)
+    with Producer(ClientConfig(brokers=(broker.endpoint,), retries_max=0)) as producer:
+        results = [producer.send("many", b"m", queue_id=queue_id) for queue_id in range(queues)]
+        assert all(result.ok for result in results), [r for r in results if not r.ok][:1]
+        assert sorted(result.queue_id for result in results) == list(range(queues))
+        assert broker.action("broker_stats")["open_streams"] == 1
+    _wait_streams(broker, 0)  # closed with the producer
+    assert _stored(broker, "many") == queues

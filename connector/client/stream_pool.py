@@ -1,0 +1,132 @@
+"""A Producer's idle DoPut streams, shared by all its channels (its lanes and `put`).
+
+A produce stream is bound to a broker and a topic (its descriptor) and to the batches' schema;
+the queue is a column of each batch, so one stream carries any lane's batches of that topic. A
+channel takes an idle stream for one round trip and gives it back once the broker answered: a
+Producer holds as many streams per (endpoint, topic, schema) as it ran round trips there at
+once (at most its senders plus its callers' threads), not one per (topic, queue) lane. One per
+lane made a producer writing 10,000 queues open a stream (a round trip, a broker thread) on the
+first send to each and hold 10,000, past the broker's putStreamsMax.
+
+Rules:
+  - a stream is used by one thread at a time: taken from the pool (gone from it) until given
+    back; two threads writing one stream abort the process (gRPC
+    GRPC_CALL_ERROR_TOO_MANY_OPERATIONS);
+  - only a stream whose round trip ended with the broker's reply is given back; a stream that
+    failed, or that a master watch abandoned, is closed and never given back (its state is
+    unknown);
+  - gRPC's deadline covers a whole stream, so a stream takes no new batch after its
+    `rotate_at_s` (see put_channel `_open_stream`); one found past it is closed on a thread of
+    its own (closing waits for the broker's final status, which a paused master never sends
+    before the stream's deadline);
+  - last in, first out: the streams in use stay few and warm, the spare ones age out: when a
+    channel finds no idle stream (it opens one), streams of every key past their rotation time
+    are closed too, at most once per SWEEP_INTERVAL_S (those of a master that was replaced are
+    never taken again, and each holds a thread of that broker until its deadline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pyarrow as pa
+from pyarrow import flight
+
+__all__: list[str] = []
+
+PoolKey = tuple[str, str, pa.Schema]  # (endpoint, topic, schema)
+SWEEP_INTERVAL_S = 1.0
+
+
+@dataclasses.dataclass
+class _Stream:
+    endpoint: str
+    schema: pa.Schema
+    writer: flight.FlightStreamWriter
+    reader: flight.FlightMetadataReader
+    rotate_at_s: float  # monotonic time after which no new batch goes on this stream
+
+
+class StreamPool:
+    """Idle streams by (endpoint, topic, schema); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[PoolKey, list[_Stream]] = {}
+        self._closed = False
+        self._swept_at_s = time.monotonic()
+
+    def shelf(self, endpoint: str, topic: str, schema: pa.Schema) -> list[_Stream]:
+        """The idle list of one key, for a channel to keep and hand back to `take`/`give`
+        (hashing a pa.Schema costs ~6 us: a channel looks a key up once, not per send)."""
+        with self._lock:
+            return self._idle.setdefault((endpoint, topic, schema), [])
+
+    def take(self, shelf: list[_Stream]) -> _Stream | None:
+        """An idle stream of `shelf` still before its rotation time, or None (open one)."""
+        now_s = time.monotonic()
+        while True:
+            with self._lock:
+                if not shelf:
+                    aged = self._sweep(now_s)
+                    break
+                stream = shelf.pop()
+            if now_s < stream.rotate_at_s:
+                return stream
+            close_in_background([stream])
+        if aged:
+            close_in_background(aged)
+        return None
+
+    def _sweep(self, now_s: float) -> list[_Stream]:
+        """Take out every idle stream past its rotation time (under the lock)."""
+        if now_s - self._swept_at_s < SWEEP_INTERVAL_S:
+            return []
+        self._swept_at_s = now_s
+        aged = []
+        for shelf in self._idle.values():
+            if any(stream.rotate_at_s <= now_s for stream in shelf):
+                aged += [stream for stream in shelf if stream.rotate_at_s <= now_s]
+                shelf[:] = [stream for stream in shelf if stream.rotate_at_s > now_s]
+        return aged
+
+    def give(self, shelf: list[_Stream], stream: _Stream) -> None:
+        """Give back a stream whose round trip ended with the broker's reply."""
+        with self._lock:
+            if not self._closed:
+                shelf.append(stream)
+                return
+        close_quietly(stream)  # the producer closed meanwhile
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return sum(len(shelf) for shelf in self._idle.values())
+
+    def close(self) -> None:
+        """Close every idle stream; a stream given back later is closed then."""
+        with self._lock:
+            self._closed = True
+            streams = [stream for shelf in self._idle.values() for stream in shelf]
+            for shelf in self._idle.values():
+                shelf.clear()
+        for stream in streams:
+            close_quietly(stream)
+
+
+def close_quietly(stream: _Stream) -> None:
+    try:
+        stream.writer.done_writing()
+        stream.writer.close()
+    except (flight.FlightError, OSError, pa.ArrowException):
+        pass  # the stream is already broken; the error was (or will be) reported
+
+
+def close_in_background(streams: list[_Stream]) -> None:
+    """Close on a thread of its own: closing waits for the broker's final status."""
+    def close_all() -> None:
+        for stream in streams:
+            close_quietly(stream)
+
+    threading.Thread(target=close_all, name="rocketha-close", daemon=True).start()
