@@ -75,6 +75,9 @@ class StoreStats:
     flush_count: int
     recovered_after_crash: bool
     last_recovery: RecoveryScan | None
+    # queues written since the checkpoint that last flushed them (a new queue's first file
+    # is made by the next checkpoint): 0 once the flush thread has caught up
+    unflushed_queue_count: int = 0
 
 
 class MessageStore:
@@ -369,6 +372,7 @@ class MessageStore:
             flush_count=self._flush.flush_count,
             recovered_after_crash=self._crashed,
             last_recovery=self.last_recovery,
+            unflushed_queue_count=len(self._state.unflushed_queues),
         )
 
     def close(self) -> None:

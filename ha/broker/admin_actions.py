@@ -355,6 +355,7 @@ class AdminActions:
                 "confirm_log_position": stats.confirm_log_position,
                 "commit_log_segments": stats.commit_log_segments,
                 "queue_count": stats.queue_count,
+                "unflushed_queues": stats.unflushed_queue_count,
                 "flush_count": stats.flush_count,
                 "recovered_after_crash": stats.recovered_after_crash,
             },

@@ -16,7 +16,9 @@ queues each (`Admin.create_topic`); at each size:
   - the same with every queue written (`put_p99_ms_written`), the steady state: another
     Producer first writes one untimed message to every queue (a batch of QUEUES_PER_TOPIC
     rows per topic), and the timed one opens its streams as above, so its sends meet queues
-    in use and streams open, as on a broker that has served its N queues for a while;
+    in use and streams open, as on a broker that has served its N queues for a while; the
+    timing starts once the broker's flush thread has caught up (`unflushed_queues` 0 in
+    broker_stats: the checkpoints after the writer make up to N new queue files);
   - broker RSS and threads (/proc), after the puts of the two above (the third comes last);
   - controller CPU: its utime + stime over CPU_WINDOW_S of idle broker (only heartbeats), as a
     share of one core; heartbeat bytes: the JSON body of the BrokerHeartbeat the broker sends,
@@ -52,6 +54,7 @@ QUEUES_PER_TOPIC = 8
 PUT_WARMUP = 50
 CPU_WINDOW_S = 5.0
 READY_TIMEOUT_S = 60.0
+SETTLE_TIMEOUT_S = 300.0
 BODY = b"x" * 100
 
 
@@ -76,13 +79,23 @@ def _heartbeat_bytes(admin: Admin, endpoint: str) -> int:
     return len(json.dumps(beat.to_json()).encode())
 
 
-def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = False,
+def _settled(broker: BrokerProcess) -> None:
+    """Wait until the broker's flush thread has caught up: no queue waits for a checkpoint
+    (a new queue's first file is made by the checkpoint after its first put)."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while broker.action("broker_stats")["store"]["unflushed_queues"] > 0:
+        assert time.monotonic() < deadline, "the checkpoint did not catch up"
+        time.sleep(0.1)
+
+
+def _puts(broker: BrokerProcess, queues: int, samples: int, *, open_streams: bool = False,
           written: bool = False) -> list[float]:
     """Latencies of `samples` sends to random queues; with `open_streams`, after one untimed
     send to every topic; with `written`, that and one untimed write to every queue (module
     docstring)."""
     chooser = random.Random(queues + open_streams + 2 * written)
     latencies = []
+    endpoint = broker.endpoint
     with Producer(ClientConfig(brokers=(endpoint,))) as producer:
         for _ in range(PUT_WARMUP):
             producer.send("q0", BODY, queue_id=0)
@@ -96,6 +109,8 @@ def _puts(endpoint: str, queues: int, samples: int, *, open_streams: bool = Fals
         if open_streams or written:
             for topic_index in range(queues // QUEUES_PER_TOPIC):
                 assert producer.send(f"q{topic_index}", BODY, queue_id=0).ok
+        if written:
+            _settled(broker)
         for _ in range(samples):
             queue = chooser.randrange(queues)
             topic, queue_id = f"q{queue // QUEUES_PER_TOPIC}", queue % QUEUES_PER_TOPIC
@@ -127,8 +142,8 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
             while topics * QUEUES_PER_TOPIC < size:
                 admin.create_topic(f"q{topics}", queues=QUEUES_PER_TOPIC)
                 topics += 1
-            latencies = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples)
-            warm = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples, open_streams=True)
+            latencies = _puts(broker, topics * QUEUES_PER_TOPIC, samples)
+            warm = _puts(broker, topics * QUEUES_PER_TOPIC, samples, open_streams=True)
             assert broker.process is not None
             rss = rss_bytes(broker.process.pid), rss_split_bytes(broker.process.pid)[0]
             broker_threads = threads(broker.process.pid)
@@ -152,7 +167,7 @@ def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, A
             # last: after it the store holds a file per queue, and a restart of 10,000 written
             # queues needs ~21,000 descriptors (docs/operations.md, "Open files"), past this
             # machine's hard nofile of 20,000
-            written = _puts(broker.endpoint, topics * QUEUES_PER_TOPIC, samples, written=True)
+            written = _puts(broker, topics * QUEUES_PER_TOPIC, samples, written=True)
             row["put_p50_ms_written"] = round(percentile(written, 0.5) * 1000, 3)
             row["put_p99_ms_written"] = round(percentile(written, 0.99) * 1000, 3)
             print(f"queues {row['queues']:6d}: put p50 {row['put_p50_ms']:.2f} ms p99 "

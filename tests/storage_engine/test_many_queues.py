@@ -114,9 +114,11 @@ def test_a_checkpoint_fsyncs_only_the_queues_written_since_the_last_one() -> Non
     assert store.flush_step() and store.checkpoint_step()
     first = [path for path in disk.take() if path.is_relative_to(QUEUE_ROOT / "wide")]
     assert len([path for path in first if path.name.isdigit() and len(path.name) == 20]) == 40
+    assert store.stats().unflushed_queue_count == 0  # (broker_stats: unflushed_queues)
     _put(store, "wide", 7, b"y")
     state = store._state
     assert state.unflushed_queues == {state.queues[("wide", 7)]}  # what the checkpoint visits
+    assert store.stats().unflushed_queue_count == 1
     assert store.flush_step() and store.checkpoint_step()
     second = [path for path in disk.take() if path.is_relative_to(QUEUE_ROOT)]
     assert second == [QUEUE_ROOT / "wide" / "7" / f"{0:020d}"]  # one queue, no directory
