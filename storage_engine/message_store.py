@@ -77,7 +77,7 @@ class StoreStats:
     last_recovery: RecoveryScan | None
     # queues written since the checkpoint that last flushed them (a new queue's first file
     # is made by the next checkpoint): 0 once the flush thread has caught up
-    unflushed_queue_count: int = 0
+    unflushed_queue_count: int
 
 
 class MessageStore:

@@ -233,7 +233,7 @@ class _PutChannel(_Base):
         writer, reader = _connection(endpoint, self.config.tls).do_put(
             descriptor, schema, self._options("DO_PUT", descriptor_target(command, None),
                                               2 * timeout_s))
-        return _Stream(endpoint, schema, writer, reader, time.monotonic() + timeout_s)
+        return _Stream(writer, reader, time.monotonic() + timeout_s)
 
     def close(self) -> None:
         if self._own_streams:

@@ -41,9 +41,7 @@ SWEEP_INTERVAL_S = 1.0
 
 
 @dataclasses.dataclass
-class _Stream:
-    endpoint: str
-    schema: pa.Schema
+class _Stream:  # (its endpoint, topic and schema are its shelf's key)
     writer: flight.FlightStreamWriter
     reader: flight.FlightMetadataReader
     rotate_at_s: float  # monotonic time after which no new batch goes on this stream
@@ -67,29 +65,32 @@ class StreamPool:
     def take(self, shelf: list[_Stream]) -> _Stream | None:
         """An idle stream of `shelf` still before its rotation time, or None (open one)."""
         now_s = time.monotonic()
-        while True:
-            with self._lock:
-                if not shelf:
-                    aged = self._sweep(now_s)
-                    break
+        aged: list[_Stream] = []
+        found: _Stream | None = None
+        with self._lock:
+            while shelf and found is None:
                 stream = shelf.pop()
-            if now_s < stream.rotate_at_s:
-                return stream
-            close_in_background([stream])
+                if now_s < stream.rotate_at_s:
+                    found = stream
+                else:
+                    aged.append(stream)
+            if found is None:
+                aged += self._sweep(now_s)
         if aged:
             close_in_background(aged)
-        return None
+        return found
 
     def _sweep(self, now_s: float) -> list[_Stream]:
         """Take out every idle stream past its rotation time (under the lock)."""
         if now_s - self._swept_at_s < SWEEP_INTERVAL_S:
             return []
         self._swept_at_s = now_s
-        aged = []
+        aged: list[_Stream] = []
         for shelf in self._idle.values():
-            if any(stream.rotate_at_s <= now_s for stream in shelf):
+            kept = [stream for stream in shelf if stream.rotate_at_s > now_s]
+            if len(kept) < len(shelf):
                 aged += [stream for stream in shelf if stream.rotate_at_s <= now_s]
-                shelf[:] = [stream for stream in shelf if stream.rotate_at_s > now_s]
+                shelf[:] = kept
         return aged
 
     def give(self, shelf: list[_Stream], stream: _Stream) -> None:

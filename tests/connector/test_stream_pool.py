@@ -28,7 +28,7 @@ class _Writer:
 
 
 def _stream(rotate_in_s: float = 60.0) -> _Stream:
-    return _Stream("b:1", SCHEMA, _Writer(), None, time.monotonic() + rotate_in_s)
+    return _Stream(_Writer(), None, time.monotonic() + rotate_in_s)
 
 
 def _closed(stream: _Stream) -> bool:
