@@ -69,7 +69,8 @@ class BrokerConfig:
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
     # putStreamsMax: produce streams open at once (each holds a server thread while open; a
-    # producer keeps one per topic it sends to): one more is refused BUSY
+    # producer keeps one per round trip it runs here at once, for all its topics): one more is
+    # refused BUSY
     put_streams_max: int = 4096
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start

@@ -8,8 +8,9 @@ a topic is checked the same way at its first batch on the stream, then kept for 
 life). One stream per producer for all its topics, as a Kafka producer keeps one connection
 per broker: a stream per topic held a server thread per topic, and the client reopens each
 stream every request_timeout_ms, so a producer writing 1,250 topics reopened ~125 streams a
-second (docs/benchmarks/scale.md). Then each batch, as it arrives: its size against putRowsMax/putBatchBytesMax (the first over a limit ends
-the stream), then, inside the store's admission gate, the idempotence check
+second (docs/benchmarks/scale.md). Then each batch, as it arrives: its size against
+putRowsMax/putBatchBytesMax (the first over a limit ends the stream), then, inside the store's
+admission gate, the idempotence check
 (ha/broker/idempotence.py: a batch stored before is answered from its first put), the queue
 choice (explicit queue_id, else the key's hash, else one round-robin queue per batch) and the
 replicated put (ha/broker/replication.py). The reply names where each row is (queue ranges)
@@ -134,9 +135,11 @@ class ProducePath:
                     continue
                 if self._closing.is_set():  # stopping: never stored, so never acknowledged
                     raise RequestError("SERVICE_NOT_AVAILABLE", "the broker is stopping")
-                if per_batch:
-                    topic = self._batch_topic(context, target, chunk.app_metadata,
-                                              stream_topics)
+                if per_batch:  # (a topic seen before on this stream: one dict look-up)
+                    metadata = chunk.app_metadata
+                    topic = stream_topics.get(b"" if metadata is None else metadata.to_pybytes())
+                    if topic is None:
+                        topic = self._batch_topic(context, target, metadata, stream_topics)
                 assert topic is not None
                 # Each batch is checked as it arrives, and the first one over a limit ends the
                 # stream (the rest is never read). gRPC hands over one IPC message whole:
@@ -150,14 +153,11 @@ class ProducePath:
 
     def _batch_topic(self, context: Any, target: bytes, metadata: pa.Buffer | None,
                      seen: dict[bytes, TopicConfig]) -> TopicConfig:
-        """The topic a batch of a per-batch stream names (its app_metadata): checked as a
-        stream's descriptor topic is (ACL, permission, auto-create) at its first batch on the
-        stream, then kept in `seen` for the stream's life, as a per-topic stream keeps its one.
+        """The topic a batch of a per-batch stream names (its app_metadata), not yet in `seen`:
+        checked as a stream's descriptor topic is (ACL, permission, auto-create), then kept in
+        `seen` for the stream's life, as a per-topic stream keeps its one.
         A batch naming none, or a name that is not UTF-8, ends the stream."""
         raw = b"" if metadata is None else metadata.to_pybytes()
-        topic = seen.get(raw)
-        if topic is not None:
-            return topic
         if not raw:
             raise ProtocolError("a batch of a per-batch produce stream names no topic "
                                 "(its app_metadata is the topic's name)")

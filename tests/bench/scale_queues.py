@@ -7,8 +7,8 @@ queues each (`Admin.create_topic`); at each size:
   - put p50/p99: PUT_SAMPLES single 100 B `Producer.send` calls, one in flight, each to a queue
     drawn at random among all of them (a cold queue is part of the cost at many queues), from
     a new Producer: most samples at many queues are also its first send to their topic, which
-    opens the client's produce stream for that topic (a Producer's lanes share its streams:
-    one per topic here, connector/client/stream_pool.py);
+    opened the client's produce stream for that topic until 2026-12-03 (a Producer now holds
+    one stream per broker for all its topics, connector/client/stream_pool.py);
   - the same with the streams open (`put_p99_ms_open_streams`): a second Producer first sends
     one untimed message to queue 0 of every topic, as a long-lived producer of these topics
     would have, then times PUT_SAMPLES sends drawn the same way (the broker's first put to
