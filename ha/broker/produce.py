@@ -89,7 +89,8 @@ class ProducePath:
         first message is written, so no message is acked into a topic a new master lacks.
         Anything else refuses the put before it stores a byte: retriable, not "stored"."""
         with record_limits():
-            result = self.topics.put(topic, only_if_absent=True)
+            result = self.topics.put(topic, only_if_absent=True,
+                                     queues_max=self.config.queues_max)
         if result is None:  # another put created it first
             return
         if result.status is not PutStatus.PUT_OK:
