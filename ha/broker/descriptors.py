@@ -113,7 +113,7 @@ def make_room(store_dir: Path, configured_queues_max: int = 0) -> None:
     wanted = max(wanted, room)
     if wanted != soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        logger.info("RLIMIT_NOFILE soft limit raised from %d to %d for %d queues", soft,
-                    wanted, queues)
+        logger.info("RLIMIT_NOFILE soft limit raised from %d to %d for the %d queues the "
+                    "store holds and the %d queuesMax allows", soft, wanted, queues, allowed)
     if warning is not None:
         logger.warning(warning)
