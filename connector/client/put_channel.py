@@ -21,7 +21,13 @@ from connector.client.connections import _connection, as_rocketha_error
 from connector.client.discovery import _alive_masters, _masters_of, controller_cluster_list
 from connector.client.master_watch import RoundTrips, replacement_of
 from connector.client.producer_core import STORED_NOT_ACKED
-from connector.client.stream_pool import StreamPool, _Stream, close_quietly
+from connector.client.stream_pool import (
+    PER_BATCH,
+    StreamPool,
+    _Stream,
+    close_quietly,
+    refuses_per_batch,
+)
 from connector.protocol import (
     FatalError,
     PutReply,
@@ -155,21 +161,39 @@ class _PutChannel(_Base):
                                  f"{endpoint}: {err}") from err
 
     def _round_trip_on(self, topic: str, batch: pa.RecordBatch, endpoint: str) -> PutReply:
-        """One put on the (topic, schema) stream to `endpoint`. With the master watch, the
+        """One put on a stream to `endpoint`: the producer's per-batch stream (its topics share
+        it), or a stream of `topic` to a broker that refuses per-batch streams (v0.1.0: the
+        refusal comes before the broker reads a batch, so the batch goes again at once)."""
+        if not self._streams.per_batch(endpoint):
+            return self._round_trip_via(topic, batch, endpoint, per_batch=False)
+        try:
+            return self._round_trip_via(topic, batch, endpoint, per_batch=True)
+        except flight.FlightError as err:
+            if not refuses_per_batch(as_rocketha_error(err)):
+                raise
+        self._streams.note_single_topic(endpoint)
+        return self._round_trip_via(topic, batch, endpoint, per_batch=False)
+
+    def _round_trip_via(self, topic: str, batch: pa.RecordBatch, endpoint: str, *,
+                        per_batch: bool) -> PutReply:
+        """One put on a (per-batch or `topic`) stream to `endpoint`. With the master watch, the
         whole round trip runs under it, the opening of a new stream included: a stream opened
         to a paused master blocks in do_put until its deadline (gRPC queues the call while
         the channel connects), which a lane whose old stream had rotated, or that had not sent
         to this topic yet, used to wait out (the paused-master tests)."""
-        shelf = self._shelf(endpoint, topic, batch.schema)
+        stream_topic = PER_BATCH if per_batch else topic
+        shelf = self._shelf(endpoint, stream_topic, batch.schema)
         reused = self._streams.take(shelf)
         opened: list[_Stream] = []
+        metadata_out = pa.py_buffer(topic.encode()) if per_batch else None
 
         def job() -> pa.Buffer:
             stream = reused
             if stream is None:
-                stream = self._open_stream(topic, batch.schema, endpoint)
+                stream = self._open_stream(None if per_batch else topic, batch.schema,
+                                           endpoint)
                 opened.append(stream)
-            return _round_trip(stream, batch)
+            return _round_trip(stream, batch, metadata_out)
 
         def close_streams(_: object) -> None:
             for stream in (reused, *opened):
@@ -213,7 +237,7 @@ class _PutChannel(_Base):
                 f"waited on it")
 
     def _shelf(self, endpoint: str, topic: str, schema: pa.Schema) -> list[_Stream]:
-        """The pool's idle streams for (endpoint, topic, schema)."""
+        """The pool's idle streams for (endpoint, topic or PER_BATCH, schema)."""
         last = self._last_shelf
         if (last is not None and last[0] == endpoint and last[1] == topic
                 and (last[2] is schema or last[2] == schema)):
@@ -222,11 +246,11 @@ class _PutChannel(_Base):
         self._last_shelf = (endpoint, topic, schema, shelf)
         return shelf
 
-    def _open_stream(self, topic: str, schema: pa.Schema, endpoint: str) -> _Stream:
+    def _open_stream(self, topic: str | None, schema: pa.Schema, endpoint: str) -> _Stream:
         """gRPC's deadline covers a whole stream, so a stream lives 2 x request_timeout_ms and
         takes no new batch after the first request_timeout_ms: every put gets its full
         timeout, and a busy stream is never cut mid-batch (that made the client re-send a
-        batch the broker had stored)."""
+        batch the broker had stored). `topic` None: a per-batch stream."""
         timeout_s = self.config.request_timeout_ms / 1000.0
         command = produce_descriptor_command(topic)
         descriptor = flight.FlightDescriptor.for_command(command)
@@ -242,9 +266,14 @@ class _PutChannel(_Base):
             self._round_trips.close()
 
 
-def _round_trip(stream: _Stream, batch: pa.RecordBatch) -> pa.Buffer:
-    """Write one batch on a produce stream and read the broker's reply to it."""
-    stream.writer.write_batch(batch)
+def _round_trip(stream: _Stream, batch: pa.RecordBatch,
+                topic_metadata: pa.Buffer | None) -> pa.Buffer:
+    """Write one batch on a produce stream (on a per-batch stream with its topic's name as
+    app_metadata) and read the broker's reply to it."""
+    if topic_metadata is None:
+        stream.writer.write_batch(batch)
+    else:
+        stream.writer.write_with_metadata(batch, topic_metadata)
     metadata = stream.reader.read()
     if metadata is None:
         stream.writer.close()  # raises the server's error

@@ -1,12 +1,19 @@
 """A Producer's idle DoPut streams, shared by all its channels (its lanes and `put`).
 
-A produce stream is bound to a broker and a topic (its descriptor) and to the batches' schema;
-the queue is a column of each batch, so one stream carries any lane's batches of that topic. A
-channel takes an idle stream for one round trip and gives it back once the broker answered: a
-Producer holds as many streams per (endpoint, topic, schema) as it ran round trips there at
-once (at most its senders plus its callers' threads), not one per (topic, queue) lane. One per
-lane made a producer writing 10,000 queues open a stream (a round trip, a broker thread) on the
-first send to each and hold 10,000, past the broker's putStreamsMax.
+A produce stream is bound to a broker and to the batches' schema, and names its topic per batch
+(the batch's app_metadata; descriptor `{"topics": "per_batch"}`); the queue is a column of each
+batch, so one stream carries any lane's batches of any topic. A channel takes an idle stream
+for one round trip and gives it back once the broker answered: a Producer holds as many streams
+per (endpoint, schema) as it ran round trips there at once (at most its senders plus its
+callers' threads), not one per topic or per (topic, queue) lane:
+  - one per lane made a producer writing 10,000 queues open a stream (a round trip, a broker
+    thread) on the first send to each and hold 10,000, past the broker's putStreamsMax;
+  - one per topic made a producer writing 1,250 topics hold 1,250 broker threads, and reopen
+    each stream every request_timeout_ms (below): ~125 opens a second, a fifth of its sends
+    paying a stream's opening (docs/benchmarks/scale.md, 2026-12-03).
+A broker of v0.1.0 knows only a stream per topic (descriptor `{"topic": T}`) and refuses the
+per-batch descriptor before it reads a batch (`refuses_per_batch`): from then on the pool keeps
+streams per (endpoint, topic, schema) for that endpoint (`note_single_topic`), for its life.
 
 Rules:
   - a stream is used by one thread at a time: taken from the pool (gone from it) until given
@@ -28,16 +35,30 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 
 import pyarrow as pa
 from pyarrow import flight
 
+from connector.protocol import RocketHAError
+
 __all__: list[str] = []
 
-PoolKey = tuple[str, str, pa.Schema]  # (endpoint, topic, schema)
+PoolKey = tuple[str, str, pa.Schema]  # (endpoint, topic or PER_BATCH, schema)
+PER_BATCH = ""  # the topic of a per-batch stream's key (no topic is named "")
 SWEEP_INTERVAL_S = 1.0
+# what a v0.1.0 broker answers a per-batch descriptor (BAD_REQUEST), before reading any batch
+_SINGLE_TOPIC_REFUSAL = 'produce descriptor: field "topic" must be a string'
+
+logger = logging.getLogger(__name__)
+
+
+def refuses_per_batch(error: RocketHAError) -> bool:
+    """Whether a put on a per-batch stream failed because the broker knows only streams per
+    topic (v0.1.0): it refused the descriptor, so no batch of the stream was read."""
+    return error.status.name == "BAD_REQUEST" and _SINGLE_TOPIC_REFUSAL in str(error)
 
 
 @dataclasses.dataclass
@@ -55,6 +76,20 @@ class StreamPool:
         self._idle: dict[PoolKey, list[_Stream]] = {}
         self._closed = False
         self._swept_at_s = time.monotonic()
+        self._single_topic: set[str] = set()  # endpoints that refused a per-batch stream
+
+    def per_batch(self, endpoint: str) -> bool:
+        """Whether streams to `endpoint` name their topic per batch (not known to refuse it)."""
+        return endpoint not in self._single_topic
+
+    def note_single_topic(self, endpoint: str) -> None:
+        """`endpoint` refused a per-batch stream: streams per topic to it from now on."""
+        with self._lock:
+            if endpoint in self._single_topic:
+                return
+            self._single_topic.add(endpoint)
+        logger.info("broker %s takes one topic per produce stream (a release before 0.2): "
+                    "this producer opens a stream per topic there", endpoint)
 
     def shelf(self, endpoint: str, topic: str, schema: pa.Schema) -> list[_Stream]:
         """The idle list of one key, for a channel to keep and hand back to `take`/`give`

@@ -68,6 +68,7 @@ __all__ = [
     "ACTIONS",
     "CONSUME_SCHEMA",
     "IDEMPOTENCE_PROPERTY",
+    "PER_BATCH_TOPICS",
     "PRODUCE_COLUMNS",
     "PRODUCE_SCHEMA",
     "GetReply",
@@ -173,7 +174,16 @@ def _field(obj: dict[str, Any], name: str, kind: type, what: str, default: Any =
     return value
 
 
-def produce_descriptor_command(topic: str) -> bytes:
+# `{"topics": "per_batch"}`: each batch's app_metadata names its topic
+PER_BATCH_TOPICS = "per_batch"
+
+
+def produce_descriptor_command(topic: str | None) -> bytes:
+    """A produce stream's descriptor: one topic, or (None) a topic per batch, named by the
+    batch's app_metadata (brokers of protocol 0.2 on; v0.1.0 refuses it, see
+    connector/client/stream_pool.py)."""
+    if topic is None:
+        return json.dumps({"topics": PER_BATCH_TOPICS}).encode()
     return json.dumps({"topic": topic}).encode()
 
 

@@ -150,7 +150,7 @@ class AdminActions:
 
     def _put_topic(self, topic: TopicConfig) -> dict[str, Any]:
         with record_limits():
-            result = self.topics.put(topic)
+            result = self.topics.put(topic, queues_max=self.config.queues_max)
         if result is not None:  # None: the table already had this config
             check_record_put(result, f"change of topic {topic.name}")
         return {"topic": topic.to_json()}

@@ -69,8 +69,13 @@ class BrokerConfig:
     put_rows_max: int = 65_536  # rows in one produce batch
     put_batch_bytes_max: int = 64 << 20  # bytes of one produce batch
     # putStreamsMax: produce streams open at once (each holds a server thread while open; a
-    # producer keeps one per topic it sends to): one more is refused BUSY
+    # producer keeps one per round trip it runs here at once, for all its topics): one more is
+    # refused BUSY
     put_streams_max: int = 4096
+    # queuesMax: queues this broker may hold (each topic counts its larger queue count); a
+    # topic create, update or auto-create past it is refused BAD_REQUEST with one line. 0:
+    # derived from the hard RLIMIT_NOFILE, (hard - 1024) // 2 (ha/broker/descriptors.py)
+    queues_max: int = 0
     idempotence_producers_max: int = 100_000  # producers whose last sequence is remembered
     idempotence_rebuild_messages: int = 65_536  # tail of each queue scanned for markers at start
     idempotence_rebuild_window_ms: int = 86_400_000  # markers older than this are not rebuilt
@@ -141,6 +146,7 @@ class BrokerConfig:
         _range("putRowsMax", self.put_rows_max, 1, self.store.batch_messages_max)
         _range("putBatchBytesMax", self.put_batch_bytes_max, 1024, 1 << 31)
         _range("putStreamsMax", self.put_streams_max, 1, 1_000_000)
+        _range("queuesMax", self.queues_max, 0, 1 << 30)
         self._check_controller_mode()
         if not self.enable_controller_mode and (
                 self.ha.broker_role.is_master != (self.broker_id == 0)):
@@ -288,6 +294,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "putRowsMax": ("put_rows_max", int),
     "putBatchBytesMax": ("put_batch_bytes_max", int),
     "putStreamsMax": ("put_streams_max", int),
+    "queuesMax": ("queues_max", int),
     "idempotenceProducersMax": ("idempotence_producers_max", int),
     "idempotenceRebuildMessages": ("idempotence_rebuild_messages", int),
     "idempotenceRebuildWindowMs": ("idempotence_rebuild_window_ms", int),

@@ -9,6 +9,14 @@ under a smaller `RLIMIT_NOFILE` its start died in recovery with `EMFILE` and a t
 descriptor per mapped file too, and its docs ask for a large `nofile`; this module raises the
 soft limit towards the hard one when the store needs it, and says in one line what to raise
 when the hard limit is short.
+
+The queues a broker may hold are bounded too (`queuesMax`; 0, the default, derives it from the
+hard limit: what a restart could open, 2 descriptors per queue plus the reserve): a topic
+create, update or auto-create past it is refused with one line. Before (found 2026-12-03), a
+broker whose queues outgrew its descriptors while it ran kept answering PUT_OK while every
+checkpoint failed with `Too many open files`, and so did its links to the controller. The soft
+limit is raised at start to what `queuesMax` queues need (within the hard limit), so queues
+created while the broker runs find room.
 """
 
 from __future__ import annotations
@@ -24,8 +32,40 @@ DESCRIPTORS_PER_QUEUE = 2  # its segment file and the duplicate its mapping hold
 RESERVE_DESCRIPTORS = 1024  # client and HA sockets, the CommitLog's segments, logs, libraries
 
 
+QUEUES_MAX_FLOOR = 64  # a derived queuesMax never below this (a hard limit near the reserve)
+QUEUES_MAX_UNBOUNDED = 1 << 30  # queuesMax derived from an unlimited hard limit
+ROOM_QUEUES_MAX = 65_536  # the soft limit is raised at start for at most this many queues
+
+
 def needed_descriptors(queue_count: int) -> int:
     return queue_count * DESCRIPTORS_PER_QUEUE + RESERVE_DESCRIPTORS
+
+
+def queues_max_for(configured: int, hard: int) -> int:
+    """The queues a broker may hold: `configured` (queuesMax) when set, else what the hard
+    RLIMIT_NOFILE leaves room for after a restart (at least QUEUES_MAX_FLOOR). Sans-IO."""
+    if configured > 0:
+        return configured
+    if hard == resource.RLIM_INFINITY:
+        return QUEUES_MAX_UNBOUNDED
+    return max(QUEUES_MAX_FLOOR, (hard - RESERVE_DESCRIPTORS) // DESCRIPTORS_PER_QUEUE)
+
+
+def queues_max(configured: int) -> int:
+    """`queues_max_for` this process's hard RLIMIT_NOFILE (read at each call: a topic change
+    is rare, and the limit can be changed from outside, `prlimit`)."""
+    return queues_max_for(configured, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+
+
+def queue_limit_refusal(name: str, adding: int, total: int, limit: int, configured: int) -> str:
+    """The one line a topic change past queuesMax is refused with."""
+    origin = ("set" if configured > 0 else
+              f"derived from the hard RLIMIT_NOFILE of "
+              f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}: {DESCRIPTORS_PER_QUEUE} file "
+              f"descriptors per queue after a restart, plus {RESERVE_DESCRIPTORS}")
+    return (f"topic {name!r} would bring this broker to {total} queues ({adding} more), past "
+            f"queuesMax {limit} ({origin}); delete topics, or raise queuesMax and the broker's "
+            f"nofile limit (docs/operations.md, \"Open files\")")
 
 
 def soft_limit_for(queue_count: int, soft: int, hard: int) -> tuple[int, str | None]:
@@ -61,15 +101,19 @@ def queue_count(store_dir: Path) -> int:
     return count
 
 
-def make_room(store_dir: Path) -> None:
-    """Raise this process's soft RLIMIT_NOFILE to what `store_dir`'s queues need (up to the
-    hard limit), logging one warning line when the hard limit is too small."""
+def make_room(store_dir: Path, configured_queues_max: int = 0) -> None:
+    """Raise this process's soft RLIMIT_NOFILE to what `store_dir`'s queues need, and the
+    queues queuesMax allows (up to the hard limit), logging one warning line when the hard
+    limit is too small for the queues the store holds."""
     queues = queue_count(store_dir)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted, warning = soft_limit_for(queues, soft, hard)
+    allowed = min(queues_max_for(configured_queues_max, hard), ROOM_QUEUES_MAX)
+    room, _ = soft_limit_for(max(queues, allowed), soft, hard)
+    wanted = max(wanted, room)
     if wanted != soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        logger.info("RLIMIT_NOFILE soft limit raised from %d to %d for %d queues", soft,
-                    wanted, queues)
+        logger.info("RLIMIT_NOFILE soft limit raised from %d to %d for the %d queues the "
+                    "store holds and the %d queuesMax allows", soft, wanted, queues, allowed)
     if warning is not None:
         logger.warning(warning)

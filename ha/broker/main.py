@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(config.store_path_root_dir).is_absolute():
         logger.info("storePathRootDir %s is relative: the store is %s (working directory %s)",
                     config.store_path_root_dir, config.store_dir.resolve(), Path.cwd())
-    make_room(config.store_dir)  # descriptors for every queue's segment and mapping
+    make_room(config.store_dir, config.queues_max)  # descriptors for every queue's files
     try:
         store = MessageStore(config.store_dir, config.store,
                              store_host=(config.broker_ip, config.listen_port),

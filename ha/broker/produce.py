@@ -2,9 +2,15 @@
 
 A produce stream names its topic once (`{"topic": T}` in the descriptor: checked against the
 ACL, the role and the topic's permission before any batch is read; an unknown topic is created
-here if autoCreateTopicEnable, acknowledged before its first message is written). Then each
-batch, as it arrives: its size against putRowsMax/putBatchBytesMax (the first over a limit ends
-the stream), then, inside the store's admission gate, the idempotence check
+here if autoCreateTopicEnable, acknowledged before its first message is written), or names it
+per batch (`{"topics": "per_batch"}`: each batch's app_metadata is its topic's UTF-8 name, and
+a topic is checked the same way at its first batch on the stream, then kept for the stream's
+life). One stream per producer for all its topics, as a Kafka producer keeps one connection
+per broker: a stream per topic held a server thread per topic, and the client reopens each
+stream every request_timeout_ms, so a producer writing 1,250 topics reopened ~125 streams a
+second (docs/benchmarks/scale.md). Then each batch, as it arrives: its size against
+putRowsMax/putBatchBytesMax (the first over a limit ends the stream), then, inside the store's
+admission gate, the idempotence check
 (ha/broker/idempotence.py: a batch stored before is answered from its first put), the queue
 choice (explicit queue_id, else the key's hash, else one round-robin queue per batch) and the
 replicated put (ha/broker/replication.py). The reply names where each row is (queue ranges)
@@ -29,7 +35,13 @@ import pyarrow as pa
 from pyarrow import flight
 
 from conf.signing import descriptor_target
-from connector.protocol import ProtocolError, PutReply, code_for, decode_json_object
+from connector.protocol import (
+    PER_BATCH_TOPICS,
+    ProtocolError,
+    PutReply,
+    code_for,
+    decode_json_object,
+)
 from ha.broker.arrow_codec import BadBatch, check_produce_schema, rows_from_batch
 from ha.broker.metadata import TopicConfig
 from ha.broker.request_errors import (
@@ -77,7 +89,8 @@ class ProducePath:
         first message is written, so no message is acked into a topic a new master lacks.
         Anything else refuses the put before it stores a byte: retriable, not "stored"."""
         with record_limits():
-            result = self.topics.put(topic, only_if_absent=True)
+            result = self.topics.put(topic, only_if_absent=True,
+                                     queues_max=self.config.queues_max)
         if result is None:  # another put created it first
             return
         if result.status is not PutStatus.PUT_OK:
@@ -96,17 +109,26 @@ class ProducePath:
             raise ProtocolError('produce descriptor must be a command: {"topic": T}')
         request = decode_json_object(descriptor.command, "produce descriptor")
         name = request.get("topic")
-        if not isinstance(name, str):
-            raise ProtocolError('produce descriptor: field "topic" must be a string')
-        self.auth.check(context, "DoPut", "DO_PUT", descriptor_target(descriptor.command, None),
-                        {"topic": name})
-        with self.admission.entered():  # (a topic created on first produce is a put)
-            self.replication.check_writable()
-            topic = self._topic_for_write(name)
+        per_batch = name is None and request.get("topics") == PER_BATCH_TOPICS
+        if not per_batch and not isinstance(name, str):
+            raise ProtocolError('produce descriptor: field "topic" must be a string (or '
+                                f'"topics": "{PER_BATCH_TOPICS}")')
+        target = descriptor_target(descriptor.command, None)
+        topic: TopicConfig | None = None
+        if per_batch:  # authenticated now; each topic authorized at its first batch
+            self.auth.principal_of(context, "DO_PUT", target)
+            with self.admission.entered():
+                self.replication.check_writable()
+        else:
+            self.auth.check(context, "DoPut", "DO_PUT", target, {"topic": name})
+            with self.admission.entered():  # (a topic created on first produce is a put)
+                self.replication.check_writable()
+                topic = self._topic_for_write(name)
         try:  # the schema message comes first: a bad stream ends before any batch is read
             check_produce_schema(reader.schema)
         except BadBatch as err:
             raise RequestError("BAD_SCHEMA", str(err)) from err
+        stream_topics: dict[bytes, TopicConfig] = {}  # a per-batch stream's topics so far
         with self._counted_stream():
             for chunk in reader:  # bounded by the client's stream; each batch bounded below
                 batch = chunk.data
@@ -114,6 +136,12 @@ class ProducePath:
                     continue
                 if self._closing.is_set():  # stopping: never stored, so never acknowledged
                     raise RequestError("SERVICE_NOT_AVAILABLE", "the broker is stopping")
+                if per_batch:  # (a topic seen before on this stream: one dict look-up)
+                    metadata = chunk.app_metadata
+                    topic = stream_topics.get(b"" if metadata is None else metadata.to_pybytes())
+                    if topic is None:
+                        topic = self._batch_topic(context, target, metadata, stream_topics)
+                assert topic is not None
                 # Each batch is checked as it arrives, and the first one over a limit ends the
                 # stream (the rest is never read). gRPC hands over one IPC message whole:
                 # pyarrow offers no hook before that, so one message can still cost its size.
@@ -123,6 +151,26 @@ class ProducePath:
                         batch, functools.partial(self._put_batch, topic, batch),
                         self.replication.settle, topic.name)
                 writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
+
+    def _batch_topic(self, context: Any, target: bytes, metadata: pa.Buffer | None,
+                     seen: dict[bytes, TopicConfig]) -> TopicConfig:
+        """The topic a batch of a per-batch stream names (its app_metadata), not yet in `seen`:
+        checked as a stream's descriptor topic is (ACL, permission, auto-create), then kept in
+        `seen` for the stream's life, as a per-topic stream keeps its one.
+        A batch naming none, or a name that is not UTF-8, ends the stream."""
+        raw = b"" if metadata is None else metadata.to_pybytes()
+        if not raw:
+            raise ProtocolError("a batch of a per-batch produce stream names no topic "
+                                "(its app_metadata is the topic's name)")
+        try:
+            name = raw.decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("a batch's topic (app_metadata) is not UTF-8") from None
+        self.auth.check(context, "DoPut", "DO_PUT", target, {"topic": name})
+        with self.admission.entered():  # (a topic created on first produce is a put)
+            topic = self._topic_for_write(name)
+        seen[raw] = topic
+        return topic
 
     @contextlib.contextmanager
     def _counted_stream(self) -> Iterator[None]:

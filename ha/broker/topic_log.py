@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ha.broker.descriptors import queue_limit_refusal, queues_max
 from ha.broker.metadata import (
     TOPICS_MAX,
     TOPICS_TOPIC,
@@ -41,7 +42,8 @@ SNAPSHOT_INTERVAL_MS = 1000  # topics change rarely: the snapshot follows within
 
 
 class TopicLimitError(SystemLogLimitError):
-    """A new topic refused before anything was written: TOPICS_MAX topics exist."""
+    """A topic change refused before anything was written: TOPICS_MAX topics exist, or it
+    would bring the broker past queuesMax queues."""
 
 
 class TopicLog(SystemLog[TopicTable]):
@@ -59,17 +61,23 @@ class TopicLog(SystemLog[TopicTable]):
                          empty=TopicTable)
 
     # -- writes (master) --------------------------------------------------------------------
-    def put(self, topic: TopicConfig, *, only_if_absent: bool = False) -> PutResult | None:
+    def put(self, topic: TopicConfig, *, only_if_absent: bool = False,
+            queues_max: int | None = None) -> PutResult | None:
         """Write and apply a create or update of `topic`; PUT_OK means it survives any
         failover the put rules cover. None: nothing written (the table already has this
         config, or, with `only_if_absent`, any config of that name). Raises TopicLimitError
-        or SystemLogLimitError before writing, or what the put raises (NOT_MASTER)."""
+        (past TOPICS_MAX topics, or past the broker's queuesMax when `queues_max` is its
+        configured value: ha/broker/descriptors.py) or SystemLogLimitError before writing, or
+        what the put raises (NOT_MASTER)."""
 
         def needed(table: TopicTable) -> bool:
             current = table.topics.get(topic.name)
             if current is None and len(table.topics) >= TOPICS_MAX:
                 raise TopicLimitError(f"{TOPICS_MAX} topics exist (TOPICS_MAX)")
-            return current is None or (not only_if_absent and current != topic)
+            write = current is None or (not only_if_absent and current != topic)
+            if write and queues_max is not None:
+                _check_queue_room(table, topic, current, queues_max)
+            return write
 
         return self._write(encode_put(topic), needed=needed)
 
@@ -102,3 +110,21 @@ class TopicLog(SystemLog[TopicTable]):
     def all(self) -> list[TopicConfig]:
         self.catch_up(wait=False)
         return self._read(lambda table: table.sorted_topics())
+
+
+def _queues(topic: TopicConfig) -> int:
+    """The queues a topic may have on disk (its read and write counts can differ)."""
+    return max(topic.read_queue_nums, topic.write_queue_nums)
+
+
+def _check_queue_room(table: TopicTable, topic: TopicConfig, current: TopicConfig | None,
+                      configured: int) -> None:
+    """Refuse a change that adds queues past queuesMax (one that adds none always passes:
+    a lowered limit never blocks a permission change)."""
+    adding = _queues(topic) - (0 if current is None else _queues(current))
+    if adding <= 0:
+        return
+    limit = queues_max(configured)
+    total = sum(_queues(other) for other in table.topics.values()) + adding
+    if total > limit:
+        raise TopicLimitError(queue_limit_refusal(topic.name, adding, total, limit, configured))

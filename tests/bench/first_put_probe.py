@@ -104,7 +104,8 @@ def main() -> None:
     broker = BrokerProcess(work / "broker", enableControllerMode="true",
                            controllerAddr=controllers.endpoint(1), brokerClusterName="scale",
                            brokerRole="SYNC_MASTER", flushDiskType="ASYNC_FLUSH",
-                           mappedFileSizeCommitLog=str(64 << 20), launcher=args.launcher)
+                           mappedFileSizeCommitLog=str(64 << 20), launcher=args.launcher,
+                           queuesMax=str(args.queues + QUEUES_PER_TOPIC))  # (scale_queues.py)
     try:
         broker.start()
         assert broker.process is not None

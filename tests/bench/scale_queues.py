@@ -7,8 +7,8 @@ queues each (`Admin.create_topic`); at each size:
   - put p50/p99: PUT_SAMPLES single 100 B `Producer.send` calls, one in flight, each to a queue
     drawn at random among all of them (a cold queue is part of the cost at many queues), from
     a new Producer: most samples at many queues are also its first send to their topic, which
-    opens the client's produce stream for that topic (a Producer's lanes share its streams:
-    one per topic here, connector/client/stream_pool.py);
+    opened the client's produce stream for that topic until 2026-12-03 (a Producer now holds
+    one stream per broker for all its topics, connector/client/stream_pool.py);
   - the same with the streams open (`put_p99_ms_open_streams`): a second Producer first sends
     one untimed message to queue 0 of every topic, as a long-lived producer of these topics
     would have, then times PUT_SAMPLES sends drawn the same way (the broker's first put to
@@ -128,10 +128,14 @@ def _restart_s(broker: BrokerProcess, *, kill: bool) -> tuple[float, float]:
 
 def queues_curve(work: Path, sizes: list[int], samples: int) -> list[dict[str, Any]]:
     controllers = ControllerGroup(work / "controller", 1).start()
+    # queuesMax set: derived from this machine's hard nofile (20,000) it is 9,488, what a
+    # restart of that many written queues can open; the curve restarts the broker before it
+    # writes every queue (below), so 10,000 fit
     broker = BrokerProcess(work / "broker", enableControllerMode="true",
                            controllerAddr=controllers.endpoint(1), brokerClusterName="scale",
                            brokerRole="SYNC_MASTER", flushDiskType="ASYNC_FLUSH",
-                           mappedFileSizeCommitLog=str(64 << 20))
+                           mappedFileSizeCommitLog=str(64 << 20),
+                           queuesMax=str(max(sizes) + QUEUES_PER_TOPIC))
     rows = []
     try:
         broker.start()

@@ -39,7 +39,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     broker = BrokerProcess(Path(tempfile.mkdtemp()) / "broker", brokerRole="SYNC_MASTER",
-                           flushDiskType="ASYNC_FLUSH", mappedFileSizeCommitLog=str(64 << 20))
+                           flushDiskType="ASYNC_FLUSH", mappedFileSizeCommitLog=str(64 << 20),
+                           queuesMax=str((args.topics + 1) * QUEUES_PER_TOPIC))  # (scale_queues)
     broker.start()
     try:
         config = ClientConfig(brokers=(broker.endpoint,))

@@ -11,6 +11,7 @@ import pytest
 
 from connector.client import stream_pool
 from connector.client.stream_pool import StreamPool, _Stream
+from connector.protocol import error_for_code, status_for
 
 SCHEMA = pa.schema([pa.field("body", pa.binary())])
 WAIT_S = 30.0
@@ -120,3 +121,23 @@ def test_threads_never_share_a_stream() -> None:
         thread.join()
     assert not clash.is_set()
     assert pool.idle_count() <= 4 + 8  # at most one opened per thread beyond the four
+
+
+def test_an_endpoint_that_refused_a_per_batch_stream_gets_streams_per_topic() -> None:
+    pool = StreamPool()
+    assert pool.per_batch("b:1") and pool.per_batch("b:2")
+    pool.note_single_topic("b:1")
+    pool.note_single_topic("b:1")  # (a second channel meeting the same refusal)
+    assert not pool.per_batch("b:1")
+    assert pool.per_batch("b:2")  # only the endpoint that refused
+
+
+def test_only_v0_1_0s_descriptor_refusal_counts_as_refusing_per_batch_streams() -> None:
+    bad_request = status_for("BAD_REQUEST").code
+    # the line a v0.1.0 broker answers `{"topics": "per_batch"}` with, before reading a batch
+    old = error_for_code(bad_request, 'produce descriptor: field "topic" must be a string')
+    assert stream_pool.refuses_per_batch(old)
+    assert not stream_pool.refuses_per_batch(  # a refusal of a batch on a per-batch stream
+        error_for_code(bad_request, "a batch of a per-batch produce stream names no topic"))
+    assert not stream_pool.refuses_per_batch(error_for_code(
+        status_for("NO_PERMISSION").code, 'produce descriptor: field "topic" must be a string'))

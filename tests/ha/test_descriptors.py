@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 from connector import Admin, ClientConfig, Producer
-from ha.broker.descriptors import needed_descriptors, queue_count, soft_limit_for
+from ha.broker.descriptors import (
+    QUEUES_MAX_FLOOR,
+    QUEUES_MAX_UNBOUNDED,
+    needed_descriptors,
+    queue_count,
+    queues_max_for,
+    soft_limit_for,
+)
 from tests.ha.replica_set import wait_for
 from tests.integration.broker_process import BrokerProcess
 
@@ -32,6 +39,15 @@ def test_a_short_hard_limit_is_used_and_named_in_one_line() -> None:
     assert soft == 20_000
     assert warning is not None and "\n" not in warning
     assert "10000 queues" in warning and "20000" in warning and "LimitNOFILE" in warning
+
+
+def test_queues_max_is_what_the_hard_limit_lets_a_restart_open_unless_set() -> None:
+    assert queues_max_for(0, 20_000) == 9_488  # (20,000 - 1,024) / 2
+    assert needed_descriptors(queues_max_for(0, 20_000)) <= 20_000
+    assert queues_max_for(0, 65_536) == 32_256
+    assert queues_max_for(0, 1_024) == QUEUES_MAX_FLOOR  # a hard limit at the reserve
+    assert queues_max_for(0, INFINITY) == QUEUES_MAX_UNBOUNDED
+    assert queues_max_for(12_000, 20_000) == 12_000  # set: the operator's figure stands
 
 
 def test_queue_count_counts_queue_directories(tmp_path: Path) -> None:

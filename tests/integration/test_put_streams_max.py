@@ -3,7 +3,10 @@
 Method: one real broker with putStreamsMax=2, raw Flight DoPut streams: two open streams are
 served; a third is refused BUSY before any batch, with one line naming the key, and stores
 nothing; once one of the two ends, a new stream is served again; the limit is a runtime key; a
-Producer refused this way raises that line once its retries are spent.
+Producer refused this way raises that line once its retries are spent. A Producer's streams
+name their topic per batch (`{"topics": "per_batch"}`), so one writing many queues or many
+topics holds one stream; a per-batch stream's batch that names no valid topic ends it with one
+line and stores nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from connector.protocol import (
     produce_descriptor_command,
 )
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.failover_cluster import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +147,73 @@ def test_a_producer_writing_many_queues_shares_its_streams(broker: BrokerProcess
         assert broker.action("broker_stats")["open_streams"] == 1
     _wait_streams(broker, 0)  # closed with the producer
     assert _stored(broker, "many") == queues
+
+
+def test_a_producer_writing_many_topics_holds_one_stream(broker: BrokerProcess) -> None:
+    """A Producer's streams name their topic per batch: one sending to 30 topics, one send
+    at a time, holds one stream (with a stream per topic its third topic was refused BUSY),
+    and each message lands in the topic it was sent to."""
+    _wait_streams(broker, 0)
+    topics = [f"each-{index}" for index in range(30)]
+    with Producer(ClientConfig(brokers=(broker.endpoint,), retries_max=0)) as producer:
+        for round_ in range(2):
+            for topic in topics:
+                assert producer.send(topic, f"{topic}/{round_}".encode()).ok
+        assert broker.action("broker_stats")["open_streams"] == 1
+    _wait_streams(broker, 0)
+    for topic in topics:
+        assert sorted(read_topic(broker.endpoint, topic).values()) == [
+            f"{topic}/0".encode(), f"{topic}/1".encode()]
+
+
+def _per_batch_stream(client: flight.FlightClient) -> tuple[flight.FlightStreamWriter,
+                                                            flight.FlightMetadataReader]:
+    writer, reader = client.do_put(
+        flight.FlightDescriptor.for_command(produce_descriptor_command(None)), SCHEMA)
+    return writer, reader
+
+
+def test_a_per_batch_stream_writes_each_batch_to_the_topic_it_names(
+        broker: BrokerProcess) -> None:
+    client = flight.FlightClient(f"grpc://{broker.endpoint}")
+    try:
+        _wait_streams(broker, 0)
+        writer, reader = _per_batch_stream(client)
+        for topic in ("pb-a", "pb-b", "pb-a"):
+            writer.write_with_metadata(ONE, pa.py_buffer(topic.encode()))
+            buffer = reader.read()
+            assert buffer is not None
+            assert PutReply.decode(buffer.to_pybytes()).status == "PUT_OK"
+        writer.done_writing()
+        writer.close()
+        assert (_stored(broker, "pb-a"), _stored(broker, "pb-b")) == (2, 1)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("metadata", "expected"), [
+    (None, "names no topic"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"bad topic!", "topic"),
+])
+def test_a_per_batch_stream_batch_naming_no_valid_topic_ends_it_with_one_line(
+        broker: BrokerProcess, metadata: bytes | None, expected: str) -> None:
+    client = flight.FlightClient(f"grpc://{broker.endpoint}")
+    try:
+        _wait_streams(broker, 0)
+        writer, reader = _per_batch_stream(client)
+        if metadata is None:
+            writer.write_batch(ONE)
+        else:
+            writer.write_with_metadata(ONE, pa.py_buffer(metadata))
+        assert reader.read() is None
+        with pytest.raises(flight.FlightError) as caught:
+            writer.close()
+        decoded = decode_error_text(str(caught.value), caught.value.extra_info)
+        assert decoded is not None, str(caught.value)
+        assert decoded.name == "BAD_REQUEST", decoded  # type: ignore[attr-defined]
+        assert expected in str(decoded) and "\n" not in str(decoded), str(decoded)
+        assert not any(topic["name"] == "bad topic!" for topic in
+                       Admin(ClientConfig(brokers=(broker.endpoint,))).list_topics())
+    finally:
+        client.close()
