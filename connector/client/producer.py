@@ -67,8 +67,9 @@ class Producer:
     Messages waiting for an answer hold at most `buffer_bytes`; past that `send_async` blocks up to
     `max_block_ms`, then raises ProducerBufferFullError. `send` marks its lane urgent (no linger)
     and runs the round trip on the calling thread when the lane is idle, so its latency is a round
-    trip's. The producer's DoPut streams are shared by its lanes: a stream per (broker, topic)
-    per round trip in flight there, not per queue (connector/client/stream_pool.py).
+    trip's. The producer's DoPut streams are shared by its lanes and topics (each batch names
+    its topic): a stream per broker per round trip in flight there, not per topic or queue
+    (connector/client/stream_pool.py).
 
     With `idempotent=True` every batch carries (producer id, sequence) in its last row, so a
     retry of a batch the broker already stored (the reply was lost, e.g. its master died
