@@ -107,10 +107,9 @@ def make_room(store_dir: Path, configured_queues_max: int = 0) -> None:
     limit is too small for the queues the store holds."""
     queues = queue_count(store_dir)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted, warning = soft_limit_for(queues, soft, hard)
+    _, warning = soft_limit_for(queues, soft, hard)  # (a short hard limit: the store's need)
     allowed = min(queues_max_for(configured_queues_max, hard), ROOM_QUEUES_MAX)
-    room, _ = soft_limit_for(max(queues, allowed), soft, hard)
-    wanted = max(wanted, room)
+    wanted, _ = soft_limit_for(max(queues, allowed), soft, hard)
     if wanted != soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         logger.info("RLIMIT_NOFILE soft limit raised from %d to %d for the %d queues the "

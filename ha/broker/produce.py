@@ -138,9 +138,10 @@ class ProducePath:
                     raise RequestError("SERVICE_NOT_AVAILABLE", "the broker is stopping")
                 if per_batch:  # (a topic seen before on this stream: one dict look-up)
                     metadata = chunk.app_metadata
-                    topic = stream_topics.get(b"" if metadata is None else metadata.to_pybytes())
+                    raw = b"" if metadata is None else metadata.to_pybytes()
+                    topic = stream_topics.get(raw)
                     if topic is None:
-                        topic = self._batch_topic(context, target, metadata, stream_topics)
+                        topic = self._batch_topic(context, target, raw, stream_topics)
                 assert topic is not None
                 # Each batch is checked as it arrives, and the first one over a limit ends the
                 # stream (the rest is never read). gRPC hands over one IPC message whole:
@@ -152,13 +153,12 @@ class ProducePath:
                         self.replication.settle, topic.name)
                 writer.write(pa.py_buffer(self.replication.annotate_reply(reply.encode())))
 
-    def _batch_topic(self, context: Any, target: bytes, metadata: pa.Buffer | None,
+    def _batch_topic(self, context: Any, target: bytes, raw: bytes,
                      seen: dict[bytes, TopicConfig]) -> TopicConfig:
         """The topic a batch of a per-batch stream names (its app_metadata), not yet in `seen`:
         checked as a stream's descriptor topic is (ACL, permission, auto-create), then kept in
         `seen` for the stream's life, as a per-topic stream keeps its one.
         A batch naming none, or a name that is not UTF-8, ends the stream."""
-        raw = b"" if metadata is None else metadata.to_pybytes()
         if not raw:
             raise ProtocolError("a batch of a per-batch produce stream names no topic "
                                 "(its app_metadata is the topic's name)")
