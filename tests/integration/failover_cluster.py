@@ -382,8 +382,16 @@ class Load(_Worker):
         return f"k{seq % self.keys}" if self.keys else None
 
     def wait_acks(self, count: int, timeout_s: float = 20.0) -> None:
-        wait_for(lambda: len(self.acked) >= count or self.error is not None, timeout_s,
-                 f"{count} acks (have {len(self.acked)}; last outcomes {self.outcomes[-3:]})")
+        had, started = len(self.acked), time.monotonic()
+        try:
+            wait_for(lambda: len(self.acked) >= count or self.error is not None, timeout_s,
+                     f"{count} acks")
+        except AssertionError:  # say what happened meanwhile: the message is made at the call
+            late = [o for o in list(self.outcomes) if o[0] >= started]
+            raise AssertionError(
+                f"timed out after {timeout_s:.0f}s waiting for {count} acks (had {had}, have "
+                f"{len(self.acked)}; {len(late)} outcomes since: {Counter(o[2] for o in late)}; "
+                f"last {late[-3:]})") from None
         assert self.error is None, f"the load thread failed: {self.error!r}"
 
     def acks(self) -> list[Ack]:
